@@ -1,0 +1,608 @@
+"""The asyncio client of the polymq core, and busmq-like handles over it.
+
+::
+
+    async with await Client.connect("127.0.0.1", 7400) as client:
+        q = client.queue("orders")
+        await q.push(b"hello", persistent=True)        # returns after fsync on the core
+        async with await q.consume(ack_mode="client-individual", prefetch=10) as sub:
+            async for delivery in sub:
+                print(delivery.message.body)
+                delivery.ack()
+
+Requests issued in the same loop iteration travel in one frame (batching). Acks are
+fire-and-forget and coalesced. Writing waits while the socket does not drain; reading
+pauses while a subscription has ``local_buffer`` undelivered messages, which pushes back on
+the core (where the slow-consumer policy of that subscription applies).
+
+Every task and future is owned: :meth:`Client.close` fails pending requests with
+:class:`~polymq.errors.ConnectionClosed` and ends every subscription's iterator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role
+from .errors import ConnectionClosed, PolymqError, RemoteProtocolError, error_from_code
+from .events import (
+    Ack,
+    Cancelled,
+    Declare,
+    Delete,
+    Deliver,
+    Event,
+    Fail,
+    Goodbye,
+    Hello,
+    KvDelete,
+    KvGet,
+    KvPut,
+    MetaGet,
+    MetaSet,
+    Nack,
+    Ok,
+    Ping,
+    Publish,
+    Pull,
+    Pulled,
+    Purge,
+    Settle,
+    Stats,
+    Subscribe,
+    Unsubscribe,
+    Welcome,
+)
+from .types import Message
+
+__all__ = [
+    "ChannelHandle",
+    "Client",
+    "Delivery",
+    "Lease",
+    "QueueHandle",
+    "StreamHandle",
+    "Subscription",
+    "TopicHandle",
+]
+
+log = logging.getLogger(__name__)
+
+_MESSAGE_FIELDS = frozenset(
+    {"content_type", "headers", "priority", "persistent", "expires", "ack_timeout",
+     "correlation_id", "reply_to"}
+)  # fmt: skip
+
+
+def make_message(body: bytes | str | Message, **fields: Any) -> Message:
+    if isinstance(body, Message):
+        return body
+    unknown = set(fields) - _MESSAGE_FIELDS
+    if unknown:
+        raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
+    if isinstance(body, str):
+        body = body.encode()
+        fields.setdefault("content_type", "text/plain; charset=utf-8")
+    return Message(body=bytes(body), **fields)
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One delivered message; ``ack``/``nack`` are fire-and-forget (coalesced)."""
+
+    message: Message
+    tag: int
+    subscription: Subscription
+
+    def ack(self) -> None:
+        self.subscription.ack(self.tag)
+
+    def nack(self, requeue: bool = True) -> None:
+        self.subscription.nack(self.tag, requeue=requeue)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A pulled message and the receipt that settles it."""
+
+    receipt: str
+    message: Message
+
+
+class Subscription:
+    """A subscription's deliveries as an async iterator."""
+
+    def __init__(self, client: Client, sid: int, destination: str) -> None:
+        self.client = client
+        self.sid = sid
+        self.destination = destination
+        self._items: deque[Delivery] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._acks: list[int] = []
+        self.closed = False
+
+    def _push(self, tags: list[int], messages: list[Message]) -> None:
+        items = self._items
+        for tag, msg in zip(tags, messages, strict=True):
+            items.append(Delivery(msg, tag, self))
+        self._wake()
+        if len(items) >= self.client.local_buffer:
+            self.client._pause_reading()
+
+    def _end(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def __aiter__(self) -> AsyncIterator[Delivery]:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        while not self._items:
+            if self._error is not None:
+                if isinstance(self._error, _Finished):
+                    raise StopAsyncIteration
+                raise self._error
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        d = self._items.popleft()
+        if len(self._items) < self.client.local_buffer // 2:
+            self.client._resume_reading()
+        return d
+
+    async def get(self, timeout: float | None = None) -> Delivery:
+        """The next delivery, or :class:`asyncio.TimeoutError` after ``timeout``."""
+        return await asyncio.wait_for(self.__anext__(), timeout)
+
+    def pending(self) -> int:
+        return len(self._items)
+
+    def ack(self, tag: int) -> None:
+        self._acks.append(tag)
+        self.client._queue_acks(self)
+
+    def nack(self, tag: int, requeue: bool = True) -> None:
+        self.client._send(Nack(0, self.sid, [tag], requeue, False))
+
+    async def ack_many(self, tags: list[int], *, cumulative: bool = False) -> Any:
+        return await self.client._call(Ack(self.client._rid(), self.sid, tags, cumulative))
+
+    async def unsubscribe(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.client._subs.pop(self.sid, None)
+        try:
+            await self.client._call(Unsubscribe(self.client._rid(), self.sid))
+        finally:
+            self._end(_Finished())
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self.client.closed:
+            await self.unsubscribe()
+
+
+class _Finished(Exception):
+    pass
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.client._transport = transport  # type: ignore[assignment]  # uvloop: no subclass
+
+    def data_received(self, data: bytes) -> None:
+        self.client._data(data)
+
+    def eof_received(self) -> bool | None:
+        self.client._data(b"")
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client._lost(exc)
+
+    def pause_writing(self) -> None:
+        self.client._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.client._can_write.set()
+
+
+class Client:
+    """A connection to a polymq core."""
+
+    def __init__(self, *, local_buffer: int = 10_000) -> None:
+        self.local_buffer = local_buffer
+        self.conn = Connection(Role.CLIENT)
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._subs: dict[int, Subscription] = {}
+        self._rids = itertools.count(1)
+        self._sids = itertools.count(1)
+        self._out: list[Event] = []
+        self._flush_scheduled = False
+        self._ack_subs: set[Subscription] = set()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._welcome: asyncio.Future[Welcome] | None = None
+        self._reading_paused = False
+        self.closed = False
+        self.close_reason: BaseException | None = None
+        self.server = ""
+        self.limits: dict[str, Any] = {}
+
+    # ---- connecting ---------------------------------------------------------------------
+    @classmethod
+    async def connect(
+        cls,
+        host: str = "127.0.0.1",
+        port: int = 7400,
+        *,
+        client: str = "native",
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        timeout: float = 10.0,
+        local_buffer: int = 10_000,
+    ) -> Client:
+        self = cls(local_buffer=local_buffer)
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(lambda: _Protocol(self), host, port), timeout
+            )
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionClosed(f"cannot connect to polymq core at {host}:{port}: {exc}") from exc
+        self._welcome = loop.create_future()
+        self._send(Hello(PROTOCOL_VERSION, client, user, password, token))
+        try:
+            welcome = await asyncio.wait_for(asyncio.shield(self._welcome), timeout)
+        except BaseException:
+            await self.close()
+            raise
+        self.server = welcome.server
+        self.limits = dict(welcome.limits)
+        return self
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self._flush()
+        t = self._transport
+        if t is not None and not t.is_closing():
+            t.write(self.conn.goodbye("bye", "client closed"))
+            t.close()
+        self._lost(None, ConnectionClosed("client closed"))
+
+    # ---- I/O -----------------------------------------------------------------------------
+    def _data(self, data: bytes) -> None:
+        self.conn.receive_data(data)
+        while True:
+            try:
+                ev = self.conn.next_event()
+            except RemoteProtocolError as exc:
+                log.error("polymq: protocol error from server: %s", exc)
+                self._fail_all(exc)
+                if self._transport is not None:
+                    self._transport.abort()
+                return
+            if ev is NEED_DATA:
+                return
+            self._event(ev)  # type: ignore[arg-type]
+
+    def _event(self, ev: Event) -> None:
+        if isinstance(ev, Deliver):
+            sub = self._subs.get(ev.sid)
+            if sub is not None:
+                sub._push(ev.tags, ev.messages)
+        elif isinstance(ev, Ok):
+            fut = self._pending.pop(ev.rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(ev.result)
+        elif isinstance(ev, Pulled):
+            fut = self._pending.pop(ev.rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(
+                    [Lease(r, m) for r, m in zip(ev.leases, ev.messages, strict=True)]
+                )
+        elif isinstance(ev, Fail):
+            fut = self._pending.pop(ev.rid, None)
+            err = error_from_code(ev.code, ev.message)
+            if fut is not None and not fut.done():
+                fut.set_exception(err)
+            elif ev.rid == 0:
+                log.warning("polymq: a fire-and-forget request failed: %s", err)
+        elif isinstance(ev, Cancelled):
+            sub = self._subs.pop(ev.sid, None)
+            if sub is not None:
+                sub._end(error_from_code(ev.code, ev.message))
+        elif isinstance(ev, Welcome):
+            if self._welcome is not None and not self._welcome.done():
+                self._welcome.set_result(ev)
+        elif isinstance(ev, Goodbye):
+            if ev.code == "closed":
+                err = ConnectionClosed("the server closed the connection")
+            else:
+                err = error_from_code(ev.code, ev.message)
+            self._fail_all(err)
+
+    def _lost(self, exc: BaseException | None, reason: BaseException | None = None) -> None:
+        if self.closed and self.close_reason is not None:
+            return
+        if reason is None:
+            reason = self.close_reason or ConnectionClosed(
+                f"connection lost: {exc}" if exc else "connection closed by the server"
+            )
+        self._fail_all(reason)
+
+    def _fail_all(self, reason: BaseException) -> None:
+        if self.close_reason is None:
+            self.close_reason = reason
+        self.closed = True
+        err = self.close_reason
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        if self._welcome is not None and not self._welcome.done():
+            self._welcome.set_exception(err)
+        subs, self._subs = self._subs, {}
+        for sub in subs.values():
+            sub._end(err)
+        self._can_write.set()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self._transport is not None:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and self._transport is not None:
+            if all(len(s._items) < self.local_buffer for s in self._subs.values()):
+                self._reading_paused = False
+                self._transport.resume_reading()
+
+    def _rid(self) -> int:
+        return next(self._rids)
+
+    def _send(self, ev: Event) -> None:
+        if self.closed:
+            raise self.close_reason or ConnectionClosed("client is closed")
+        self._out.append(ev)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _queue_acks(self, sub: Subscription) -> None:
+        if self.closed:
+            return
+        self._ack_subs.add(sub)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._ack_subs:
+            for sub in self._ack_subs:
+                if sub._acks and not sub.closed:
+                    self._out.append(Ack(0, sub.sid, sub._acks, False))
+                sub._acks = []
+            self._ack_subs.clear()
+        out, self._out = self._out, []
+        t = self._transport
+        if not out or t is None or t.is_closing():
+            return
+        for i in range(0, len(out), 1024):
+            t.write(self.conn.send_many(out[i : i + 1024]))
+
+    async def _call(self, ev: Event) -> Any:
+        if not self._can_write.is_set():
+            await self._can_write.wait()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        rid: int = ev.rid  # type: ignore[attr-defined]
+        self._send(ev)
+        self._pending[rid] = fut
+        return await fut
+
+    # ---- the primitive API ------------------------------------------------------------
+    async def publish(
+        self,
+        destination: str,
+        messages: bytes | str | Message | Iterable[Message],
+        *,
+        role: str | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Publish one message or a batch; returns after the core accepted (and, for
+        persistent messages on durable destinations, fsynced) every one."""
+        if isinstance(messages, bytes | str | Message):
+            batch = [make_message(messages, **fields)]
+        else:
+            batch = list(messages)
+        result: dict[str, Any] = await self._call(Publish(self._rid(), destination, batch, role))
+        return result
+
+    def publish_nowait(self, destination: str, messages: list[Message]) -> None:
+        """Fire and forget: no receipt, errors are only logged."""
+        self._send(Publish(0, destination, messages, None))
+
+    async def drain(self) -> None:
+        """Wait until the socket accepts more (back-pressure for ``publish_nowait``)."""
+        if not self._can_write.is_set():
+            await self._can_write.wait()
+
+    async def declare(self, destination: str, **options: Any) -> dict[str, Any]:
+        r: dict[str, Any] = await self._call(Declare(self._rid(), destination, options))
+        return r
+
+    async def delete(self, destination: str) -> None:
+        await self._call(Delete(self._rid(), destination))
+
+    async def purge(self, destination: str) -> int:
+        r = await self._call(Purge(self._rid(), destination))
+        return int(r["purged"])
+
+    async def stats(self, destination: str) -> dict[str, Any]:
+        r: dict[str, Any] = await self._call(Stats(self._rid(), destination))
+        return r
+
+    async def subscribe(self, destination: str, **options: Any) -> Subscription:
+        sid = next(self._sids)
+        sub = Subscription(self, sid, destination)
+        self._subs[sid] = sub
+        try:
+            await self._call(Subscribe(self._rid(), sid, destination, options))
+        except BaseException:
+            self._subs.pop(sid, None)
+            raise
+        return sub
+
+    async def pull(
+        self, destination: str, max: int = 1, *, wait: float = 0.0, visibility: float = 30.0
+    ) -> list[Lease]:
+        r: list[Lease] = await self._call(Pull(self._rid(), destination, max, wait, visibility))
+        return r
+
+    async def settle(self, receipts: list[str], action: str = "ack") -> dict[str, Any]:
+        r: dict[str, Any] = await self._call(Settle(self._rid(), receipts, action))
+        return r
+
+    async def get_metadata(self, destination: str) -> dict[str, str]:
+        r: dict[str, str] = await self._call(MetaGet(self._rid(), destination))
+        return r
+
+    async def set_metadata(self, destination: str, metadata: dict[str, str]) -> None:
+        await self._call(MetaSet(self._rid(), destination, metadata))
+
+    async def kv_get(self, key: str) -> bytes:
+        r: bytes = await self._call(KvGet(self._rid(), key))
+        return r
+
+    async def kv_put(self, key: str, value: bytes) -> None:
+        await self._call(KvPut(self._rid(), key, value))
+
+    async def kv_delete(self, key: str) -> None:
+        await self._call(KvDelete(self._rid(), key))
+
+    async def ping(self) -> None:
+        await self._call(Ping(self._rid()))
+
+    # ---- busmq-like handles -------------------------------------------------------------
+    def queue(self, name: str) -> QueueHandle:
+        return QueueHandle(self, f"queue/{name}")
+
+    def topic(self, name: str) -> TopicHandle:
+        return TopicHandle(self, f"topic/{name}")
+
+    def stream(self, name: str) -> StreamHandle:
+        return StreamHandle(self, f"stream/{name}")
+
+    def channel(self, name: str, role: str) -> ChannelHandle:
+        if role not in ("server", "client"):
+            raise ValueError("role must be 'server' or 'client'")
+        return ChannelHandle(self, f"channel/{name}", role)
+
+
+class _Handle:
+    def __init__(self, client: Client, destination: str) -> None:
+        self.client = client
+        self.destination = destination
+
+    async def declare(self, **options: Any) -> dict[str, Any]:
+        return await self.client.declare(self.destination, **options)
+
+    async def delete(self) -> None:
+        await self.client.delete(self.destination)
+
+    async def stats(self) -> dict[str, Any]:
+        return await self.client.stats(self.destination)
+
+    async def metadata(self, **values: str) -> dict[str, str]:
+        """Set metadata when given keywords; return the current metadata."""
+        if values:
+            await self.client.set_metadata(self.destination, values)
+            return dict(values)
+        return await self.client.get_metadata(self.destination)
+
+
+class QueueHandle(_Handle):
+    async def push(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
+        return await self.client.publish(self.destination, body, **fields)
+
+    async def push_many(self, messages: Iterable[Message]) -> dict[str, Any]:
+        return await self.client.publish(self.destination, list(messages))
+
+    async def consume(self, **options: Any) -> Subscription:
+        return await self.client.subscribe(self.destination, **options)
+
+    async def pull(self, max: int = 1, **kw: Any) -> list[Lease]:
+        return await self.client.pull(self.destination, max, **kw)
+
+    async def purge(self) -> int:
+        return await self.client.purge(self.destination)
+
+
+class TopicHandle(_Handle):
+    async def publish(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
+        return await self.client.publish(self.destination, body, **fields)
+
+    async def subscribe(self, **options: Any) -> Subscription:
+        return await self.client.subscribe(self.destination, **options)
+
+
+class StreamHandle(_Handle):
+    async def append(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
+        return await self.client.publish(self.destination, body, **fields)
+
+    async def read(self, offset: str | int | float = "next", **options: Any) -> Subscription:
+        if isinstance(offset, float):
+            options["offset"] = {"timestamp": offset}
+        else:
+            options["offset"] = offset
+        return await self.client.subscribe(self.destination, **options)
+
+
+class ChannelHandle(_Handle):
+    def __init__(self, client: Client, destination: str, role: str) -> None:
+        super().__init__(client, destination)
+        self.role = role
+
+    async def send(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
+        return await self.client.publish(self.destination, body, role=self.role, **fields)
+
+    async def receive(self, **options: Any) -> Subscription:
+        return await self.client.subscribe(self.destination, role=self.role, **options)
+
+
+_ = PolymqError  # re-exported through polymq.errors

@@ -1,0 +1,289 @@
+"""The sans-IO codec of the polymq wire protocol: bytes in, events out, and back.
+
+On the wire, a connection starts with the 4-byte preamble ``PMQ\\x01`` from the client, then
+both sides send *frames*: a 4-byte big-endian payload length, then a msgpack array of
+operations, each ``[opcode, field, ...]`` (see :mod:`polymq.events`). One frame may carry many
+operations, which is how batching amortises syscalls and encoding.
+
+Like h11's ``Connection``, :class:`Connection` never touches a socket::
+
+    conn = Connection(Role.SERVER)
+    conn.receive_data(data)          # b"" means end of stream
+    while (event := conn.next_event()) is not NEED_DATA:
+        ...
+    transport.write(conn.send(Ok(rid, None)))
+    transport.write(conn.send_many([ev1, ev2]))   # one frame
+
+The states of one side are in :data:`TRANSITIONS`; a malformed frame raises
+:class:`~polymq.errors.RemoteProtocolError`, after which the connection is ``ERROR`` and the
+owner should send :meth:`Connection.goodbye` and close.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import dataclasses
+from dataclasses import MISSING
+from collections import deque
+from typing import Any, Final
+
+import msgpack
+
+from .errors import LocalProtocolError, RemoteProtocolError
+from .events import (
+    EVENT_TYPES,
+    Deliver,
+    Event,
+    Goodbye,
+    Hello,
+    Publish,
+    Pulled,
+    Welcome,
+)
+from .types import Message
+
+__all__ = [
+    "DEFAULT_MAX_FRAME",
+    "NEED_DATA",
+    "PREAMBLE",
+    "PROTOCOL_VERSION",
+    "TRANSITIONS",
+    "Connection",
+    "Role",
+    "State",
+]
+
+PREAMBLE: Final = b"PMQ\x01"
+PROTOCOL_VERSION: Final = 1
+DEFAULT_MAX_FRAME: Final = 64 * 1024 * 1024
+_LEN = struct.Struct(">I")
+
+
+class _NeedData:
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Final = _NeedData()
+
+
+class Role(enum.Enum):
+    CLIENT = "client"
+    SERVER = "server"
+
+
+class State(enum.Enum):
+    PREAMBLE = "preamble"  # server: waiting for the preamble; client: must send Hello
+    HELLO = "hello"  # the preamble is through, Hello not yet seen
+    WELCOME = "welcome"  # Hello went through, Welcome not yet seen
+    OPEN = "open"
+    CLOSED = "closed"  # a Goodbye went either way, or EOF
+    ERROR = "error"
+
+
+# (state, event type, sent by role) -> next state; any other non-open event is a protocol error.
+TRANSITIONS: Final[dict[tuple[State, type[Event], Role], State]] = {
+    (State.HELLO, Hello, Role.CLIENT): State.WELCOME,
+    (State.WELCOME, Welcome, Role.SERVER): State.OPEN,
+    (State.HELLO, Goodbye, Role.SERVER): State.CLOSED,
+    (State.WELCOME, Goodbye, Role.SERVER): State.CLOSED,
+    (State.OPEN, Goodbye, Role.CLIENT): State.CLOSED,
+    (State.OPEN, Goodbye, Role.SERVER): State.CLOSED,
+}
+
+# Events each role may send once OPEN.
+_CLIENT_OPS = frozenset(op for op in range(10, 40) if op in EVENT_TYPES)
+_SERVER_OPS = frozenset(op for op in range(40, 50) if op in EVENT_TYPES)
+
+_FIELD_COUNTS: dict[int, tuple[int, int]] = {}
+for _op, _cls in EVENT_TYPES.items():
+    _fields = dataclasses.fields(_cls)  # type: ignore[arg-type]
+    _required = sum(
+        1 for f in _fields if f.default is MISSING and f.default_factory is MISSING
+    )
+    _FIELD_COUNTS[_op] = (_required, len(_fields))
+_FIELDS: dict[int, tuple[str, ...]] = {
+    op: tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+    for op, cls in EVENT_TYPES.items()
+}
+_HAS_MESSAGES = frozenset(cls.OP for cls in (Publish, Deliver, Pulled))
+
+
+def _encode_op(event: Event) -> list[Any]:
+    op = event.OP
+    values = [getattr(event, name) for name in _FIELDS[op]]
+    if op in _HAS_MESSAGES:
+        i = _FIELDS[op].index("messages")
+        values[i] = [m.to_wire() for m in values[i]]
+    return [op, *values]
+
+
+def _decode_op(raw: Any) -> Event:
+    if not isinstance(raw, list) or not raw or not isinstance(raw[0], int):
+        raise RemoteProtocolError("an operation must be a list starting with an opcode")
+    op = raw[0]
+    cls = EVENT_TYPES.get(op)
+    if cls is None:
+        raise RemoteProtocolError(f"unknown opcode {op}")
+    lo, hi = _FIELD_COUNTS[op]
+    n = len(raw) - 1
+    if not lo <= n <= hi:
+        raise RemoteProtocolError(f"{cls.__name__} takes {lo}..{hi} fields, got {n}")
+    args = raw[1:]
+    if op in _HAS_MESSAGES:
+        i = _FIELDS[op].index("messages")
+        msgs = args[i]
+        if not isinstance(msgs, list):
+            raise RemoteProtocolError(f"{cls.__name__}.messages must be a list")
+        try:
+            args[i] = [Message.from_wire(m) for m in msgs]
+        except (TypeError, ValueError, Exception) as exc:
+            raise RemoteProtocolError(f"malformed message in {cls.__name__}: {exc}") from None
+    # Request ids and subscription ids must be integers; everything else is checked by the
+    # core per request, where a bad value fails that request only.
+    fields = _FIELDS[op]
+    for name in ("rid", "sid"):
+        if name in fields:
+            v = args[fields.index(name)]
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2**63:
+                raise RemoteProtocolError(f"{cls.__name__}.{name} must be a non-negative integer")
+    try:
+        return cls(*args)
+    except TypeError as exc:
+        raise RemoteProtocolError(f"malformed {cls.__name__}: {exc}") from None
+
+
+class Connection:
+    """One side of a polymq wire connection. Owns no socket."""
+
+    def __init__(self, role: Role, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.role = role
+        self.max_frame = max_frame
+        self.state = State.PREAMBLE if role is Role.SERVER else State.HELLO
+        self._buf = bytearray()
+        self._events: deque[Event] = deque()
+        self._eof = False
+        self._preamble_sent = False
+        self._packer = msgpack.Packer(use_bin_type=True)
+
+    # ---- receiving ----------------------------------------------------------------------
+    def receive_data(self, data: bytes) -> None:
+        """Feed bytes from the peer; ``b""`` means the peer closed its side."""
+        if not data:
+            self._eof = True
+            return
+        self._buf += data
+
+    def next_event(self) -> Event | _NeedData:
+        """The next event, :data:`NEED_DATA`, or a :class:`Goodbye` on EOF.
+
+        Raises RemoteProtocolError on garbage; the connection is then in ``State.ERROR``.
+        """
+        if self._events:
+            return self._events.popleft()
+        if self.state is State.ERROR:
+            raise RemoteProtocolError("connection is in an error state")
+        try:
+            self._parse()
+        except RemoteProtocolError:
+            self.state = State.ERROR
+            raise
+        if self._events:
+            return self._events.popleft()
+        if self._eof:
+            if self._buf:
+                self.state = State.ERROR
+                raise RemoteProtocolError("connection closed in the middle of a frame")
+            if self.state is not State.CLOSED:
+                self.state = State.CLOSED
+                return Goodbye("closed", "the peer closed the connection")
+        return NEED_DATA
+
+    def _parse(self) -> None:
+        buf = self._buf
+        if self.state is State.PREAMBLE:
+            if len(buf) < len(PREAMBLE):
+                if not PREAMBLE.startswith(bytes(buf)):
+                    raise RemoteProtocolError("not a polymq client (bad preamble)")
+                return
+            if buf[: len(PREAMBLE)] != PREAMBLE:
+                raise RemoteProtocolError("not a polymq client (bad preamble)")
+            del buf[: len(PREAMBLE)]
+            self.state = State.HELLO
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4:
+            (length,) = _LEN.unpack_from(buf, pos)
+            if length > self.max_frame:
+                raise RemoteProtocolError(
+                    f"frame of {length} bytes exceeds the maximum of {self.max_frame}", 413
+                )
+            if end - pos - 4 < length:
+                break
+            payload = bytes(buf[pos + 4 : pos + 4 + length])
+            pos += 4 + length
+            try:
+                ops = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+            except Exception as exc:  # msgpack raises several unrelated types
+                raise RemoteProtocolError(f"frame is not valid msgpack: {exc}") from None
+            if not isinstance(ops, list):
+                raise RemoteProtocolError("a frame must be a list of operations")
+            for raw in ops:
+                self._events.append(self._receive_event(_decode_op(raw)))
+        if pos:
+            del buf[:pos]
+
+    def _receive_event(self, event: Event) -> Event:
+        peer = Role.SERVER if self.role is Role.CLIENT else Role.CLIENT
+        self._transition(event, peer, RemoteProtocolError)
+        return event
+
+    # ---- sending ------------------------------------------------------------------------
+    def send(self, event: Event) -> bytes:
+        """Bytes of one frame carrying ``event``."""
+        return self.send_many((event,))
+
+    def send_many(self, events: Any) -> bytes:
+        """Bytes of one frame carrying every event in ``events`` (an iterable)."""
+        ops = []
+        for ev in events:
+            self._transition(ev, self.role, LocalProtocolError)
+            ops.append(_encode_op(ev))
+        payload = self._packer.pack(ops)
+        if len(payload) > self.max_frame:
+            raise LocalProtocolError(f"frame of {len(payload)} bytes exceeds {self.max_frame}")
+        out = _LEN.pack(len(payload)) + payload
+        if self.role is Role.CLIENT and not self._preamble_sent:
+            self._preamble_sent = True
+            out = PREAMBLE + out
+        return out
+
+    def goodbye(self, code: str, message: str) -> bytes:
+        """Bytes of a Goodbye frame, valid in any state but CLOSED; then CLOSED."""
+        if self.state is State.CLOSED:
+            return b""
+        ops = [_encode_op(Goodbye(code, message))]
+        self.state = State.CLOSED
+        payload = self._packer.pack(ops)
+        out = _LEN.pack(len(payload)) + payload
+        if self.role is Role.CLIENT and not self._preamble_sent:
+            self._preamble_sent = True
+            out = PREAMBLE + out
+        return out
+
+    def _transition(self, event: Event, sender: Role, error: type[Exception]) -> None:
+        state = self.state
+        nxt = TRANSITIONS.get((state, type(event), sender))
+        if nxt is not None:
+            self.state = nxt
+            return
+        # A client may pipeline requests right behind its Hello.
+        if sender is Role.CLIENT:
+            if state in (State.OPEN, State.WELCOME) and event.OP in _CLIENT_OPS:
+                return
+        elif state is State.OPEN and event.OP in _SERVER_OPS:
+            return
+        raise error(
+            f"{sender.value} may not send {type(event).__name__} in state {state.value}"
+        )

@@ -1,0 +1,303 @@
+"""Events of the polymq wire protocol, named after what happens on the wire.
+
+Client to core: ``Hello``, ``Publish``, ``Declare``, ``Delete``, ``Purge``, ``Subscribe``,
+``Unsubscribe``, ``Ack``, ``Nack``, ``Pull``, ``Settle``, ``Stats``, ``MetaGet``, ``MetaSet``,
+``KvGet``, ``KvPut``, ``KvDelete``, ``Ping``.
+Core to client: ``Welcome``, ``Ok``, ``Fail``, ``Deliver``, ``Pulled``, ``Cancelled``, ``Goodbye``.
+
+Every request carries ``rid``, a request id the answer (``Ok``, ``Fail`` or ``Pulled``) repeats;
+``rid`` 0 asks for no answer at all (fire and forget).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .types import Message
+
+__all__ = [
+    "EVENT_TYPES",
+    "Ack",
+    "Cancelled",
+    "Declare",
+    "Delete",
+    "Deliver",
+    "Event",
+    "Fail",
+    "Goodbye",
+    "Hello",
+    "KvDelete",
+    "KvGet",
+    "KvPut",
+    "MetaGet",
+    "MetaSet",
+    "Nack",
+    "Ok",
+    "Ping",
+    "Publish",
+    "Pull",
+    "Pulled",
+    "Purge",
+    "Request",
+    "Settle",
+    "Stats",
+    "Subscribe",
+    "Unsubscribe",
+    "Welcome",
+]
+
+
+class Event:
+    """Base of wire events. ``OP`` is the opcode on the wire."""
+
+    __slots__ = ()
+    OP: ClassVar[int]
+
+
+class Request(Event):
+    """An event that asks the core for an answer (when ``rid`` != 0)."""
+
+    __slots__ = ()
+    rid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(Event):
+    OP: ClassVar[int] = 1
+    version: int
+    client: str
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome(Event):
+    OP: ClassVar[int] = 2
+    version: int
+    server: str
+    session: str
+    limits: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Publish(Request):
+    OP: ClassVar[int] = 10
+    rid: int
+    destination: str
+    messages: list[Message]
+    role: str | None = None  # channels: the sender's role
+
+
+@dataclass(frozen=True, slots=True)
+class Declare(Request):
+    OP: ClassVar[int] = 11
+    rid: int
+    destination: str
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Delete(Request):
+    OP: ClassVar[int] = 12
+    rid: int
+    destination: str
+
+
+@dataclass(frozen=True, slots=True)
+class Purge(Request):
+    OP: ClassVar[int] = 13
+    rid: int
+    destination: str
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe(Request):
+    OP: ClassVar[int] = 14
+    rid: int
+    sid: int
+    destination: str
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe(Request):
+    OP: ClassVar[int] = 15
+    rid: int
+    sid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ack(Request):
+    OP: ClassVar[int] = 16
+    rid: int
+    sid: int
+    tags: list[int]
+    cumulative: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Nack(Request):
+    OP: ClassVar[int] = 17
+    rid: int
+    sid: int
+    tags: list[int]
+    requeue: bool = True
+    cumulative: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Pull(Request):
+    """Take up to ``max`` messages from a queue, leased for ``visibility`` seconds."""
+
+    OP: ClassVar[int] = 18
+    rid: int
+    destination: str
+    max: int
+    wait: float
+    visibility: float
+
+
+@dataclass(frozen=True, slots=True)
+class Settle(Request):
+    """Ack (``action='ack'``), requeue (``'requeue'``) or dead-letter (``'reject'``) leases."""
+
+    OP: ClassVar[int] = 19
+    rid: int
+    leases: list[str]
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stats(Request):
+    OP: ClassVar[int] = 20
+    rid: int
+    destination: str
+
+
+@dataclass(frozen=True, slots=True)
+class MetaGet(Request):
+    OP: ClassVar[int] = 21
+    rid: int
+    destination: str
+
+
+@dataclass(frozen=True, slots=True)
+class MetaSet(Request):
+    OP: ClassVar[int] = 22
+    rid: int
+    destination: str
+    metadata: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class KvGet(Request):
+    OP: ClassVar[int] = 23
+    rid: int
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class KvPut(Request):
+    OP: ClassVar[int] = 24
+    rid: int
+    key: str
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class KvDelete(Request):
+    OP: ClassVar[int] = 25
+    rid: int
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ping(Request):
+    OP: ClassVar[int] = 26
+    rid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ok(Event):
+    OP: ClassVar[int] = 40
+    rid: int
+    result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fail(Event):
+    OP: ClassVar[int] = 41
+    rid: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver(Event):
+    """Messages for subscription ``sid``; ``tags[i]`` is the delivery tag of ``messages[i]``."""
+
+    OP: ClassVar[int] = 42
+    sid: int
+    tags: list[int]
+    messages: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class Pulled(Event):
+    OP: ClassVar[int] = 43
+    rid: int
+    leases: list[str]
+    messages: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled(Event):
+    """The core ended subscription ``sid`` (destination deleted, slow consumer, ...)."""
+
+    OP: ClassVar[int] = 44
+    sid: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Goodbye(Event):
+    """The sender is closing the connection, and says why. Sent before the close."""
+
+    OP: ClassVar[int] = 45
+    code: str
+    message: str
+
+
+EVENT_TYPES: dict[int, type[Event]] = {
+    cls.OP: cls
+    for cls in (
+        Hello,
+        Welcome,
+        Publish,
+        Declare,
+        Delete,
+        Purge,
+        Subscribe,
+        Unsubscribe,
+        Ack,
+        Nack,
+        Pull,
+        Settle,
+        Stats,
+        MetaGet,
+        MetaSet,
+        KvGet,
+        KvPut,
+        KvDelete,
+        Ping,
+        Ok,
+        Fail,
+        Deliver,
+        Pulled,
+        Cancelled,
+        Goodbye,
+    )
+}

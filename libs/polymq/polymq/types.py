@@ -1,0 +1,371 @@
+"""The primitive API's types: destinations, messages and the options of each operation.
+
+These are the contract every frontend maps to (see ``shared/DESIGN.md``). They are plain
+data with validation at construction, shared by the client, the core and the frontends.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import BadRequest
+
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "MAX_PRIORITY",
+    "AckMode",
+    "DeclareOptions",
+    "Destination",
+    "Kind",
+    "Message",
+    "Overflow",
+    "SlowPolicy",
+    "SubscribeOptions",
+    "parse_offset",
+]
+
+MAX_NAME_LENGTH = 255
+MAX_PRIORITY = 9
+DEFAULT_PRIORITY = 4
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_.:\-]+\Z")
+_PATTERN_RE = re.compile(r"[A-Za-z0-9_.:\-*#]+\Z")
+
+
+class Kind(enum.Enum):
+    QUEUE = "queue"
+    TOPIC = "topic"
+    STREAM = "stream"
+    CHANNEL = "channel"
+
+
+_KINDS = {k.value: k for k in Kind}
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """``kind/name``, e.g. ``queue/orders`` or ``topic/news.#``."""
+
+    kind: Kind
+    name: str
+
+    @classmethod
+    def parse(cls, text: str, *, pattern: bool = False) -> Destination:
+        """Parse and validate ``kind/name``. ``pattern`` admits topic wildcards."""
+        if not isinstance(text, str):
+            raise BadRequest("destination must be a string like 'queue/name'")
+        kind_s, sep, name = text.partition("/")
+        if not sep:
+            raise BadRequest(
+                f"destination {text[:80]!r} must be 'queue/<name>', 'topic/<name>', "
+                "'stream/<name>' or 'channel/<name>'"
+            )
+        kind = _KINDS.get(kind_s)
+        if kind is None:
+            raise BadRequest(
+                f"unknown destination kind {kind_s[:40]!r}: use queue, topic, stream or channel"
+            )
+        validate_name(name, pattern=pattern and kind is Kind.TOPIC)
+        return cls(kind, name)
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}/{self.name}"
+
+    @property
+    def is_pattern(self) -> bool:
+        return self.kind is Kind.TOPIC and ("*" in self.name or "#" in self.name)
+
+
+def validate_name(name: str, *, pattern: bool = False) -> None:
+    if not name:
+        raise BadRequest("destination name is empty")
+    if len(name.encode()) > MAX_NAME_LENGTH:
+        raise BadRequest(f"destination name longer than {MAX_NAME_LENGTH} bytes")
+    if not (_PATTERN_RE if pattern else _NAME_RE).match(name):
+        allowed = "letters, digits, '_', '.', ':', '-'" + (", '*', '#'" if pattern else "")
+        raise BadRequest(f"destination name {name[:80]!r} has illegal characters (allowed: {allowed})")
+    if ".." in name or name.startswith(".") or name.endswith("."):
+        raise BadRequest(f"destination name {name[:80]!r} has an empty segment")
+
+
+class AckMode(enum.Enum):
+    AUTO = "auto"
+    CLIENT = "client"  # an ack acknowledges every earlier delivery too (cumulative)
+    CLIENT_INDIVIDUAL = "client-individual"
+
+
+class Overflow(enum.Enum):
+    REJECT = "reject"  # refuse the publish with QueueFull
+    DROP_OLDEST = "drop-oldest"  # drop (or dead-letter) the head to make room
+
+
+class SlowPolicy(enum.Enum):
+    DISCONNECT = "disconnect"  # close the slow subscriber's connection; its unacked requeue
+    DROP = "drop"  # drop the message for that subscriber only (topics)
+
+
+@dataclass(slots=True)
+class Message:
+    """One message. Fields after ``reply_to`` are assigned by the core."""
+
+    body: bytes
+    content_type: str = "application/octet-stream"
+    headers: dict[str, str] = field(default_factory=dict)
+    priority: int = DEFAULT_PRIORITY
+    persistent: bool = False
+    expires: float | None = None  # absolute unix time, seconds
+    ack_timeout: float | None = None  # seconds; overrides the subscription's
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    id: str = ""
+    seq: int = 0
+    timestamp: float = 0.0
+    delivery_count: int = 0
+    destination: str = ""
+
+    @property
+    def redelivered(self) -> bool:
+        return self.delivery_count > 1
+
+    def validate(self, max_body: int) -> None:
+        if not isinstance(self.body, bytes | bytearray):
+            raise BadRequest("message body must be bytes")
+        if len(self.body) > max_body:
+            from .errors import PayloadTooLarge
+
+            raise PayloadTooLarge(f"message body of {len(self.body)} bytes exceeds {max_body}")
+        if not isinstance(self.priority, int) or not 0 <= self.priority <= MAX_PRIORITY:
+            raise BadRequest(f"priority must be an integer 0..{MAX_PRIORITY}")
+        if not isinstance(self.content_type, str) or len(self.content_type) > 255:
+            raise BadRequest("content_type must be a string of at most 255 characters")
+        if not isinstance(self.headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
+        ):
+            raise BadRequest("headers must map strings to strings")
+        if self.ack_timeout is not None and not (
+            isinstance(self.ack_timeout, int | float) and self.ack_timeout > 0
+        ):
+            raise BadRequest("ack_timeout must be a positive number of seconds")
+        if self.expires is not None and not isinstance(self.expires, int | float):
+            raise BadRequest("expires must be a unix time in seconds")
+
+    def to_wire(self) -> list[Any]:
+        return [
+            self.body,
+            self.content_type,
+            self.headers,
+            self.priority,
+            self.persistent,
+            self.expires,
+            self.ack_timeout,
+            self.correlation_id,
+            self.reply_to,
+            self.id,
+            self.seq,
+            self.timestamp,
+            self.delivery_count,
+            self.destination,
+        ]
+
+    @classmethod
+    def from_wire(cls, fields: Any) -> Message:
+        if not isinstance(fields, list | tuple) or len(fields) != 14:
+            raise BadRequest("a message is a list of 14 fields")
+        m = cls(*fields)
+        if not isinstance(m.persistent, bool) or not isinstance(m.id, str):
+            raise BadRequest("malformed message fields")
+        return m
+
+
+def _opt_int(d: dict[str, Any], key: str, minimum: int = 0) -> int | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise BadRequest(f"{key} must be an integer >= {minimum}")
+    return v
+
+
+def _opt_float(d: dict[str, Any], key: str) -> float | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, int | float) or isinstance(v, bool) or v <= 0:
+        raise BadRequest(f"{key} must be a positive number")
+    return float(v)
+
+
+def _enum(d: dict[str, Any], key: str, cls: type[enum.Enum], default: Any) -> Any:
+    v = d.get(key)
+    if v is None:
+        return default
+    try:
+        return cls(v)
+    except ValueError:
+        allowed = ", ".join(repr(m.value) for m in cls)
+        raise BadRequest(f"{key} must be one of {allowed}") from None
+
+
+def _check_keys(d: Any, allowed: frozenset[str], what: str) -> dict[str, Any]:
+    if not isinstance(d, dict):
+        raise BadRequest(f"{what} must be an object")
+    unknown = set(d) - allowed
+    if unknown:
+        raise BadRequest(f"unknown {what}: {', '.join(sorted(map(str, unknown)))}")
+    return d
+
+
+@dataclass(frozen=True, slots=True)
+class DeclareOptions:
+    durable: bool = True
+    max_length: int | None = None
+    max_bytes: int | None = None
+    overflow: Overflow = Overflow.REJECT
+    idle_ttl: float | None = None  # seconds without subscribers or publishes, then deleted
+    dead_letter: str | None = None  # a destination string
+    max_deliveries: int | None = None
+    ack_timeout: float | None = None  # default for subscriptions
+    message_ttl: float | None = None
+
+    KEYS = frozenset(
+        {
+            "durable",
+            "max_length",
+            "max_bytes",
+            "overflow",
+            "idle_ttl",
+            "dead_letter",
+            "max_deliveries",
+            "ack_timeout",
+            "message_ttl",
+        }
+    )
+
+    @classmethod
+    def from_dict(cls, d: Any) -> DeclareOptions:
+        d = _check_keys(d or {}, cls.KEYS, "declare option")
+        durable = d.get("durable", True)
+        if not isinstance(durable, bool):
+            raise BadRequest("durable must be true or false")
+        dl = d.get("dead_letter")
+        if dl is not None:
+            dest = Destination.parse(dl)
+            if dest.kind not in (Kind.QUEUE, Kind.TOPIC, Kind.STREAM):
+                raise BadRequest("dead_letter must be a queue, topic or stream")
+        return cls(
+            durable=durable,
+            max_length=_opt_int(d, "max_length", 1),
+            max_bytes=_opt_int(d, "max_bytes", 1),
+            overflow=_enum(d, "overflow", Overflow, Overflow.REJECT),
+            idle_ttl=_opt_float(d, "idle_ttl"),
+            dead_letter=dl,
+            max_deliveries=_opt_int(d, "max_deliveries", 1),
+            ack_timeout=_opt_float(d, "ack_timeout"),
+            message_ttl=_opt_float(d, "message_ttl"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"durable": self.durable, "overflow": self.overflow.value}
+        for k in (
+            "max_length",
+            "max_bytes",
+            "idle_ttl",
+            "dead_letter",
+            "max_deliveries",
+            "ack_timeout",
+            "message_ttl",
+        ):
+            v = getattr(self, k)
+            if v is not None:
+                out[k] = v
+        return out
+
+
+def parse_offset(v: Any) -> str | int | float:
+    """A stream start offset: 'first', 'last', 'next', a sequence (int) or
+    ``{"timestamp": t}`` / ``"@<unix seconds>"`` (returned as float)."""
+    if v is None:
+        return "next"
+    if isinstance(v, bool):
+        raise BadRequest("offset must be first, last, next, a sequence number or a timestamp")
+    if isinstance(v, int):
+        if v < 0:
+            raise BadRequest("offset sequence must be >= 0")
+        return v
+    if isinstance(v, dict) and set(v) == {"timestamp"} and isinstance(v["timestamp"], int | float):
+        return float(v["timestamp"])
+    if isinstance(v, str):
+        if v in ("first", "last", "next"):
+            return v
+        if v.startswith("@"):
+            try:
+                return float(v[1:])
+            except ValueError:
+                pass
+        elif v.isdigit():
+            return int(v)
+    raise BadRequest("offset must be first, last, next, a sequence number or a timestamp")
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeOptions:
+    ack_mode: AckMode = AckMode.AUTO
+    prefetch: int = 100  # unacked deliveries outstanding; 0 = unlimited (auto mode only)
+    buffer_messages: int = 10_000  # deliveries waiting for a slow socket before the policy
+    buffer_bytes: int = 16 * 1024 * 1024
+    slow_policy: SlowPolicy = SlowPolicy.DISCONNECT
+    ack_timeout: float | None = None  # seconds; None = the queue's, or never
+    offset: str | int | float = "next"  # streams only
+    role: str | None = None  # channels only: 'server' or 'client'
+
+    KEYS = frozenset(
+        {
+            "ack_mode",
+            "prefetch",
+            "buffer_messages",
+            "buffer_bytes",
+            "slow_policy",
+            "ack_timeout",
+            "offset",
+            "role",
+        }
+    )
+
+    @classmethod
+    def from_dict(cls, d: Any) -> SubscribeOptions:
+        d = _check_keys(d or {}, cls.KEYS, "subscribe option")
+        role = d.get("role")
+        if role is not None and role not in ("server", "client"):
+            raise BadRequest("role must be 'server' or 'client'")
+        prefetch = _opt_int(d, "prefetch", 0)
+        return cls(
+            ack_mode=_enum(d, "ack_mode", AckMode, AckMode.AUTO),
+            prefetch=100 if prefetch is None else prefetch,
+            buffer_messages=_opt_int(d, "buffer_messages", 1) or 10_000,
+            buffer_bytes=_opt_int(d, "buffer_bytes", 1) or 16 * 1024 * 1024,
+            slow_policy=_enum(d, "slow_policy", SlowPolicy, SlowPolicy.DISCONNECT),
+            ack_timeout=_opt_float(d, "ack_timeout"),
+            offset=parse_offset(d.get("offset")),
+            role=role,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "ack_mode": self.ack_mode.value,
+            "prefetch": self.prefetch,
+            "buffer_messages": self.buffer_messages,
+            "buffer_bytes": self.buffer_bytes,
+            "slow_policy": self.slow_policy.value,
+        }
+        if self.ack_timeout is not None:
+            out["ack_timeout"] = self.ack_timeout
+        if self.offset != "next":
+            out["offset"] = (
+                {"timestamp": self.offset} if isinstance(self.offset, float) else self.offset
+            )
+        if self.role is not None:
+            out["role"] = self.role
+        return out

@@ -1,0 +1,1 @@
+"""The ``polymq`` command line: one entry point for every service."""

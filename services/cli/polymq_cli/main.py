@@ -1,0 +1,215 @@
+"""The ``polymq`` command: one sub-command per service, and ``run`` for all in one process.
+
+::
+
+    polymq run   [--host H] [--core-port N] [--admin-port N] [--http-port N]
+                 [--data-dir DIR] [--ports-file FILE]
+    polymq core  [--host H] [--core-port N] [--admin-port N] [--data-dir DIR] ...
+    polymq http  [--host H] [--http-port N] [--core HOST:PORT] ...
+
+A port of 0 picks a free one; ``--ports-file`` receives ``{"core": N, "admin": N, ...}`` once
+every listener is bound. When a port is left at its default and that port is taken, a free
+one is picked instead (and said). SIGTERM and Ctrl-C stop gracefully: stop accepting,
+finish in-flight writes, flush the store, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import errno
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from polymq.auth import load_provider
+from polymq.config import ConfigError, from_env
+from polymq_core.config import CoreSettings
+from polymq_core.service import CoreService
+from prometheus_client import CollectorRegistry
+
+log = logging.getLogger("polymq")
+
+
+class Service(Protocol):
+    async def start(self) -> dict[str, int]: ...
+    async def stop(self) -> None: ...
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+def _ports(args: argparse.Namespace, names: Sequence[str], defaults: Any) -> dict[str, int]:
+    """Resolve each ``--NAME-port``: explicit values stand; a taken default becomes 0."""
+    out = {}
+    for name in names:
+        value = getattr(args, f"{name}_port")
+        if value is None:
+            value = getattr(defaults, f"{name}_port")
+            if value and not _port_free(args.host, value):
+                log.warning("port %d (%s) is taken; picking a free port instead", value, name)
+                value = 0
+        out[f"{name}_port"] = value
+    return out
+
+
+def _core_settings(args: argparse.Namespace) -> CoreSettings:
+    base = from_env(CoreSettings)
+    changes: dict[str, Any] = {"host": args.host or base.host}
+    args.host = changes["host"]
+    changes.update(_ports(args, ("core", "admin"), base))
+    if args.data_dir is not None:
+        changes["data_dir"] = Path(args.data_dir)
+    if args.shards is not None:
+        changes["shards"] = args.shards
+    if args.auth is not None:
+        changes["auth"] = args.auth
+    settings = dataclasses.replace(base, **changes)
+    settings.check()
+    return settings
+
+
+def _http_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
+    from polymq_http.config import HttpSettings
+
+    base = from_env(HttpSettings)
+    changes: dict[str, Any] = {"host": args.host or base.host}
+    args.host = changes["host"]
+    changes.update(_ports(args, ("http",), base))
+    if core is not None:
+        changes["core_host"], changes["core_port"] = core
+    elif getattr(args, "core", None):
+        host, _, port = args.core.rpartition(":")
+        try:
+            changes["core_host"], changes["core_port"] = host or "127.0.0.1", int(port)
+        except ValueError:
+            raise ConfigError(f"--core {args.core!r}: expected HOST:PORT") from None
+    if args.auth is not None:
+        changes["auth"] = args.auth
+    return dataclasses.replace(base, **changes)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    registry = CollectorRegistry()
+    services: list[Service] = []
+    ports: dict[str, int] = {}
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        core_addr: tuple[str, int] | None = None
+        if args.command in ("run", "core"):
+            settings = _core_settings(args)
+            auth = load_provider(settings.auth)
+            core = CoreService(settings, registry, auth)
+            services.append(core)
+            ports.update(await core.start())
+            core_addr = (settings.host, ports["core"])
+            if args.command == "run" and settings.auth in ("", "anonymous"):
+                log.warning("%s (set --auth file:users.json to require logins)", auth.describe())
+        if args.command in ("run", "http"):
+            from polymq_http.service import HttpService
+
+            http = HttpService(_http_settings(args, core_addr), registry)
+            services.append(http)
+            ports.update(await http.start())
+        if args.ports_file:
+            tmp = Path(args.ports_file + ".tmp")
+            tmp.write_text(json.dumps(ports))
+            os.replace(tmp, args.ports_file)
+        host = args.host
+        for name, port in ports.items():
+            scheme = "http://" if name in ("admin", "http") else ""
+            print(f"polymq {name:<6} listening on {scheme}{host}:{port}", flush=True)
+        print("polymq ready (Ctrl-C to stop)", flush=True)
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        for svc in reversed(services):
+            try:
+                await svc.stop()
+            except Exception:
+                log.exception("error while stopping %s", type(svc).__name__)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="polymq", description="polymq multi-protocol message gateway")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
+        sp.add_argument("--ports-file", default=None, help="write the bound ports here as JSON")
+        sp.add_argument("--auth", default=None, help="'anonymous' or 'file:/path/users.json'")
+        sp.add_argument("--log-level", default=os.environ.get("POLYMQ_LOG_LEVEL", "INFO"))
+
+    def core_flags(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--core-port", type=int, default=None, help="wire protocol (7400; 0=any)")
+        sp.add_argument("--admin-port", type=int, default=None, help="admin HTTP (7401; 0=any)")
+        sp.add_argument("--data-dir", default=None, help="where the store lives")
+        sp.add_argument("--shards", type=int, default=None, help="number of shards (4)")
+
+    def http_flags(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--http-port", type=int, default=None, help="JSON over HTTP (7480; 0=any)")
+
+    run = sub.add_parser("run", help="the core and every frontend in one process")
+    common(run)
+    core_flags(run)
+    http_flags(run)
+    core = sub.add_parser("core", help="the core broker")
+    common(core)
+    core_flags(core)
+    http = sub.add_parser("http", help="the JSON over HTTP frontend")
+    common(http)
+    http_flags(http)
+    http.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        return asyncio.run(_serve(args))
+    except ConfigError as exc:
+        print(f"polymq: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # e.g. a malformed auth file
+        print(f"polymq: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"polymq: cannot start: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

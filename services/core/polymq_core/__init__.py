@@ -1,0 +1,1 @@
+"""polymq core: the broker node (routing, sessions, stores, cluster)."""

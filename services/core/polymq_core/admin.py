@@ -1,0 +1,101 @@
+"""The core's admin HTTP: ``/metrics``, ``/healthz``, ``/readyz``, ``/api/cluster``,
+``/api/destinations``, ``/api/destinations/{kind}/{name}`` and a small console at ``/``."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from polymq.errors import RequestError
+from polymq.types import Destination
+
+from .broker import Broker
+
+BROKER = web.AppKey("broker", Broker)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    ready = request.app[BROKER].ready
+    return web.json_response(
+        {"status": "ready" if ready else "starting"}, status=200 if ready else 503
+    )
+
+
+async def cluster(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    me = {"name": broker.settings.node_name, "self": True, **broker.describe()}
+    return web.json_response({"nodes": [me]})
+
+
+async def destinations(request: web.Request) -> web.Response:
+    return web.json_response({"destinations": request.app[BROKER].destinations()})
+
+
+async def destination(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    try:
+        dest = Destination.parse(f"{request.match_info['kind']}/{request.match_info['name']}")
+        key = str(dest)
+        return web.json_response(broker.shard_for(key).stats(key))
+    except RequestError as exc:
+        return web.json_response(
+            {"type": "about:blank", "title": exc.code, "status": exc.status, "detail": exc.message},
+            status=exc.status,
+            content_type="application/problem+json",
+        )
+
+
+async def console(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    info = broker.describe()
+    rows = "".join(
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
+            html.escape(d["destination"]),
+            d.get("messages", 0),
+            d.get("in_flight", "-"),
+            d.get("subscribers", 0),
+        )
+        for d in broker.destinations(200)
+    )
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>polymq {
+        html.escape(broker.settings.node_name)
+    }</title><meta http-equiv="refresh" content="5"><style>
+body{{font-family:system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}td:first-child{{text-align:left}}
+</style></head><body><h1>polymq</h1>
+<h2>Nodes</h2><ul><li><a href="/">{html.escape(broker.settings.node_name)}</a> (this node)</li></ul>
+<p>{info["connections"]} connections, {info["topic_subscriptions"]} topic subscriptions,
+up {info["uptime_seconds"]:.0f}s. <a href="/metrics">metrics</a>
+<a href="/api/cluster">cluster</a></p>
+<h2>Destinations in memory</h2><table><tr><th>destination</th><th>ready</th>
+<th>in flight</th><th>subscribers</th></tr>{rows}</table>
+<script type="application/json" id="cluster">{html.escape(json.dumps(info))}</script>
+</body></html>"""
+    return web.Response(text=page, content_type="text/html")
+
+
+def admin_app(broker: Broker, registry: CollectorRegistry) -> web.Application:
+    app = web.Application()
+    app[BROKER] = broker
+    app[REGISTRY] = registry
+    app.router.add_get("/", console)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/api/cluster", cluster)
+    app.router.add_get("/api/destinations", destinations)
+    app.router.add_get("/api/destinations/{kind}/{name}", destination)
+    return app

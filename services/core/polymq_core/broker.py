@@ -1,0 +1,507 @@
+"""The broker: routes each request of a session to the shard that owns its destination,
+or to the topic router, after checking the session's permission.
+
+Handlers answer with a plain result (sent as ``Ok``), an ``Event``, or an awaitable (a
+persistent publish waits for the store; a pull may wait for messages). Errors are raised as
+``RequestError`` and sent as ``Fail`` by the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from polymq.auth import AuthProvider, Permission, Principal
+from polymq.errors import BadRequest, NotFound, Unauthorized, Unavailable
+from polymq.events import (
+    Ack,
+    Declare,
+    Delete,
+    Event,
+    Hello,
+    KvDelete,
+    KvGet,
+    KvPut,
+    MetaGet,
+    MetaSet,
+    Nack,
+    Ping,
+    Publish,
+    Pull,
+    Pulled,
+    Purge,
+    Settle,
+    Stats,
+    Subscribe,
+    Unsubscribe,
+)
+from polymq.types import DeclareOptions, Destination, Kind, Message, SubscribeOptions
+
+from .queue import Queue, Waiter
+from .routing import TopicRouter
+from .shard import Shard
+from .store import SqliteStore
+from .subscription import Subscription
+
+if TYPE_CHECKING:
+    from .config import CoreSettings
+    from .metrics import Sensors
+    from .session import Session
+
+log = logging.getLogger(__name__)
+
+MAX_KEY_LENGTH = 1024
+MAX_KV_VALUE = 1024 * 1024
+
+
+class TopicSource:
+    """The topic side of a subscription: transient fanout through the router."""
+
+    __slots__ = ("pattern", "router")
+
+    def __init__(self, router: TopicRouter[Subscription], pattern: str) -> None:
+        self.router = router
+        self.pattern = pattern
+
+    def detach(self, sub: Subscription, *, requeue: list[Message]) -> None:
+        self.router.remove(self.pattern, sub)
+        sub.inflight.clear()
+
+    def settle(self, sub: Subscription, keys: list[Any], action: str) -> None:
+        pass  # topic messages are transient: nothing to redeliver
+
+    def unsent(self, sub: Subscription, msg: Message) -> None:
+        pass
+
+    def pump(self) -> None:
+        pass
+
+
+class Broker:
+    def __init__(self, settings: CoreSettings, sensors: Sensors, auth: AuthProvider) -> None:
+        self.settings = settings
+        self.sensors = sensors
+        self.auth = auth
+        self.server_name = f"polymq-core/{settings.node_name}"
+        self.shards = [
+            Shard(self, i, SqliteStore(settings.data_dir / f"shard-{i:03d}.db"), sensors)
+            for i in range(settings.shards)
+        ]
+        self.topics: TopicRouter[Subscription] = TopicRouter()
+        self.sessions: set[Session] = set()
+        self.started = time.time()
+        self.ready = False
+        self._handlers: dict[type[Event], Callable[[Session, Any], Any]] = {
+            Publish: self._publish,
+            Declare: self._declare,
+            Delete: self._delete,
+            Purge: self._purge,
+            Subscribe: self._subscribe,
+            Unsubscribe: self._unsubscribe,
+            Ack: self._ack,
+            Nack: self._nack,
+            Pull: self._pull,
+            Settle: self._settle,
+            Stats: self._stats,
+            MetaGet: self._meta_get,
+            MetaSet: self._meta_set,
+            KvGet: self._kv_get,
+            KvPut: self._kv_put,
+            KvDelete: self._kv_delete,
+            Ping: lambda s, e: "pong",
+        }
+
+    # ---- life cycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        for shard in self.shards:
+            await shard.open()
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        for session in list(self.sessions):
+            session.close("shutdown", "the server is shutting down")
+        for shard in self.shards:
+            await shard.close()
+
+    def session_opened(self, session: Session) -> None:
+        self.sessions.add(session)
+
+    def session_closed(self, session: Session) -> None:
+        if session in self.sessions:
+            self.sessions.discard(session)
+            if session.principal is not None:
+                self.sensors.on_connection(session.protocol, -1)
+
+    async def authenticate(self, hello: Hello) -> Principal:
+        if not self.ready:
+            raise Unavailable("the core is not ready")
+        if hello.token:
+            return await self.auth.authenticate_token(str(hello.token))
+        if hello.user:
+            return await self.auth.authenticate_password(str(hello.user), str(hello.password or ""))
+        try:
+            return await self.auth.anonymous()
+        except Unauthorized:
+            raise Unauthorized("this core needs credentials: user/password or a token") from None
+
+    # ---- dispatch ------------------------------------------------------------------------
+    def handle(self, session: Session, event: Event) -> Any:
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            raise BadRequest(f"{type(event).__name__} is not a request")
+        return handler(session, event)
+
+    def shard_for(self, key: str) -> Shard:
+        base = key.partition(">")[0]
+        return self.shards[zlib.crc32(base.encode()) % len(self.shards)]
+
+    def _dest(self, session: Session, text: Any, perm: Permission, *, pattern: bool = False) -> Destination:
+        dest = Destination.parse(text, pattern=pattern)
+        if session.principal is not None:
+            self.auth.authorize(session.principal, perm, str(dest))
+        return dest
+
+    def _box_key(self, dest: Destination, role: Any) -> str:
+        if role is not None and not isinstance(role, str):
+            raise BadRequest("role must be a string")
+        return Shard.key_of(dest, role)
+
+    # ---- publish ------------------------------------------------------------------------
+    def _publish(self, session: Session, ev: Publish) -> Any:
+        dest = self._dest(session, ev.destination, Permission.WRITE)
+        msgs = ev.messages
+        if not msgs:
+            return {"count": 0}
+        max_body = self.settings.max_body
+        for m in msgs:
+            m.validate(max_body)
+        kind = dest.kind.value
+        self.sensors.on_publish(session.protocol, kind, len(msgs))
+        if dest.kind is Kind.TOPIC:
+            return {"count": len(msgs), "subscribers": self.publish_topic(dest.name, msgs)}
+        if dest.kind is Kind.CHANNEL:
+            role = ev.role or "client"
+            other = "server" if role == "client" else "client"
+            if role not in ("server", "client"):
+                raise BadRequest("a channel publish needs role 'server' or 'client'")
+            key = Shard.key_of(dest, other)
+        else:
+            key = str(dest)
+        fut = self.shard_for(key).publish(key, msgs)
+        result = {"count": len(msgs), "ids": [m.id for m in msgs], "seqs": [m.seq for m in msgs]}
+        if fut is None:
+            return result
+        return _then(fut, result)
+
+    def publish_topic(self, name: str, msgs: list[Message]) -> int:
+        subs = self.topics.match(name)
+        now = time.time()
+        for m in msgs:
+            m.destination = f"topic/{name}"
+            m.timestamp = now
+            m.delivery_count = 1
+        for sub in subs:
+            for m in msgs:
+                sub.deliver(m, None)
+        if subs:
+            self.sensors.on_deliver(len(subs) * len(msgs))
+        return len(subs)
+
+    def dead_letter(self, msg: Message, target: str, reason: str) -> None:
+        try:
+            dest = Destination.parse(target)
+        except BadRequest:
+            log.warning("dead-letter destination %r is invalid; message dropped", target)
+            return
+        dl = Message(
+            body=msg.body,
+            content_type=msg.content_type,
+            headers={
+                **msg.headers,
+                "x-death-reason": reason,
+                "x-original-destination": msg.destination,
+                "x-original-id": msg.id,
+                "x-delivery-count": str(msg.delivery_count),
+            },
+            priority=msg.priority,
+            persistent=msg.persistent,
+            correlation_id=msg.correlation_id,
+            reply_to=msg.reply_to,
+        )
+        if dest.kind is Kind.TOPIC:
+            self.publish_topic(dest.name, [dl])
+            return
+        key = str(dest)
+        try:
+            self.shard_for(key).publish(key, [dl])
+        except Exception as exc:  # a full dead-letter queue must not break the source queue
+            log.warning("dead-lettering to %s failed: %s", key, exc)
+
+    # ---- declare / delete / purge -------------------------------------------------------
+    def _declare(self, session: Session, ev: Declare) -> Any:
+        dest = self._dest(session, ev.destination, Permission.CONFIGURE)
+        options = DeclareOptions.from_dict(ev.options)
+        if dest.kind is Kind.TOPIC:
+            return {"destination": str(dest)}  # topics are transient: nothing to keep
+        keys = (
+            [Shard.key_of(dest, "server"), Shard.key_of(dest, "client")]
+            if dest.kind is Kind.CHANNEL
+            else [str(dest)]
+        )
+        futs = [f for k in keys if (f := self.shard_for(k).declare(k, options)) is not None]
+        result = {"destination": str(dest), "options": options.to_dict()}
+        return _then(asyncio.gather(*futs), result) if futs else result
+
+    def _delete(self, session: Session, ev: Delete) -> Any:
+        dest = self._dest(session, ev.destination, Permission.CONFIGURE)
+        if dest.kind is Kind.TOPIC:
+            raise BadRequest("topics are transient and cannot be deleted")
+        keys = (
+            [Shard.key_of(dest, "server"), Shard.key_of(dest, "client")]
+            if dest.kind is Kind.CHANNEL
+            else [str(dest)]
+        )
+        futs = [f for k in keys if (f := self.shard_for(k).delete(k)) is not None]
+        return _then(asyncio.gather(*futs), {"deleted": str(dest)})
+
+    def _purge(self, session: Session, ev: Purge) -> Any:
+        dest = self._dest(session, ev.destination, Permission.CONFIGURE)
+        if dest.kind is Kind.TOPIC:
+            raise BadRequest("topics hold no messages to purge")
+        keys = (
+            [Shard.key_of(dest, "server"), Shard.key_of(dest, "client")]
+            if dest.kind is Kind.CHANNEL
+            else [str(dest)]
+        )
+        return {"purged": sum(self.shard_for(k).purge(k) for k in keys)}
+
+    # ---- subscribe ----------------------------------------------------------------------
+    def _subscribe(self, session: Session, ev: Subscribe) -> Any:
+        dest = self._dest(session, ev.destination, Permission.READ, pattern=True)
+        options = SubscribeOptions.from_dict(ev.options)
+        if ev.sid in session.subs:
+            raise BadRequest(f"subscription id {ev.sid} is already in use on this connection")
+        if len(session.subs) >= self.settings.max_subscriptions_per_connection:
+            raise BadRequest(
+                f"at most {self.settings.max_subscriptions_per_connection} subscriptions "
+                "per connection"
+            )
+        if dest.kind is Kind.TOPIC:
+            source = TopicSource(self.topics, dest.name)
+            sub = Subscription(session, ev.sid, str(dest), options, source)
+            try:
+                self.topics.add(dest.name, sub)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from None
+            session.add_sub(sub)
+        else:
+            key = self._box_key(dest, options.role)
+            box = self.shard_for(key).get(key)
+            if dest.kind is not Kind.STREAM and options.offset != "next":
+                raise BadRequest("offset applies to streams only")
+            sub = Subscription(session, ev.sid, str(dest), options, box)
+            session.add_sub(sub)
+            box.attach(sub)
+        self.sensors.on_subscription(dest.kind.value, 1)
+        return {"sid": ev.sid, "destination": str(dest)}
+
+    def _unsubscribe(self, session: Session, ev: Unsubscribe) -> Any:
+        if session.remove_sub(ev.sid) is None:
+            raise NotFound(f"no subscription {ev.sid} on this connection")
+        return None
+
+    def _sub(self, session: Session, sid: int) -> Subscription:
+        sub = session.subs.get(sid)
+        if sub is None:
+            raise NotFound(f"no subscription {sid} on this connection")
+        return sub
+
+    def _ack(self, session: Session, ev: Ack) -> Any:
+        sub = self._sub(session, ev.sid)
+        keys = sub.take(_tags(ev.tags), bool(ev.cumulative))
+        if keys:
+            self.sensors.on_ack(len(keys))
+        sub.source.settle(sub, keys, "ack")
+        return {"acked": len(keys)}
+
+    def _nack(self, session: Session, ev: Nack) -> Any:
+        sub = self._sub(session, ev.sid)
+        keys = sub.take(_tags(ev.tags), bool(ev.cumulative))
+        sub.source.settle(sub, keys, "requeue" if ev.requeue else "reject")
+        return {"nacked": len(keys)}
+
+    # ---- pull and leases ----------------------------------------------------------------
+    def _pull(self, session: Session, ev: Pull) -> Any:
+        dest = self._dest(session, ev.destination, Permission.READ)
+        if dest.kind is not Kind.QUEUE:
+            raise BadRequest("pull works on queues")
+        if not isinstance(ev.max, int) or not 1 <= ev.max <= self.settings.max_pull:
+            raise BadRequest(f"max must be an integer 1..{self.settings.max_pull}")
+        wait, vis = ev.wait, ev.visibility
+        if not isinstance(wait, int | float) or not 0 <= wait <= self.settings.max_wait:
+            raise BadRequest(f"wait must be 0..{self.settings.max_wait} seconds")
+        if not isinstance(vis, int | float) or not 0 < vis <= 43200:
+            raise BadRequest("visibility must be 0..43200 seconds")
+        key = str(dest)
+        box = self.shard_for(key).get(key)
+        assert isinstance(box, Queue)
+        got = box.lease(ev.max, float(vis), time.time())
+        if got or wait == 0:
+            return _pulled(ev.rid, got)
+        fut: asyncio.Future[list[tuple[str, Message]]] = asyncio.get_running_loop().create_future()
+        box.waiters.append(Waiter(fut, ev.max, float(vis)))
+        handle = asyncio.get_running_loop().call_later(
+            wait, lambda: fut.done() or fut.set_result([])
+        )
+        fut.add_done_callback(lambda f: handle.cancel())
+
+        async def answer() -> Pulled:
+            return _pulled(ev.rid, await fut)
+
+        return answer()
+
+    def _settle(self, session: Session, ev: Settle) -> Any:
+        action = {"ack": "ack", "nack": "requeue", "requeue": "requeue", "reject": "reject"}.get(
+            ev.action
+        )
+        if action is None:
+            raise BadRequest("action must be ack, nack (requeue) or reject (dead-letter)")
+        if not isinstance(ev.leases, list) or not ev.leases:
+            raise BadRequest("leases must be a non-empty list")
+        settled = 0
+        missing = []
+        for lease in ev.leases:
+            key, seq, did = _parse_lease(lease)
+            dest = Destination.parse(key)
+            if session.principal is not None:
+                self.auth.authorize(session.principal, Permission.READ, str(dest))
+            box = self.shard_for(key).boxes.get(key)
+            try:
+                if not isinstance(box, Queue):
+                    raise NotFound("lease is unknown")
+                box.settle_lease(seq, did, action)
+                settled += 1
+            except NotFound:
+                missing.append(lease)
+        if action == "ack" and settled:
+            self.sensors.on_ack(settled)
+        if missing and not settled:
+            raise NotFound(f"unknown or expired lease(s): {', '.join(missing[:5])}")
+        return {"settled": settled, "missing": missing}
+
+    # ---- stats, metadata, kv ------------------------------------------------------------
+    def _stats(self, session: Session, ev: Stats) -> Any:
+        dest = self._dest(session, ev.destination, Permission.READ, pattern=True)
+        if dest.kind is Kind.TOPIC:
+            return {
+                "destination": str(dest),
+                "subscribers": len(self.topics.match(dest.name))
+                if not dest.is_pattern
+                else self.topics.count(dest.name),
+            }
+        if dest.kind is Kind.CHANNEL:
+            out: dict[str, Any] = {"destination": str(dest)}
+            for role in ("server", "client"):
+                k = Shard.key_of(dest, role)
+                out[role] = self.shard_for(k).stats(k)
+            return out
+        key = str(dest)
+        return self.shard_for(key).stats(key)
+
+    def _meta_get(self, session: Session, ev: MetaGet) -> Any:
+        dest = self._dest(session, ev.destination, Permission.READ)
+        key = self._box_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
+        shard = self.shard_for(key)
+        if not shard.exists(key):
+            raise NotFound(f"{dest} does not exist")
+        return dict(shard.get(key).metadata)
+
+    def _meta_set(self, session: Session, ev: MetaSet) -> Any:
+        dest = self._dest(session, ev.destination, Permission.CONFIGURE)
+        if dest.kind is Kind.TOPIC:
+            raise BadRequest("topics are transient and carry no metadata")
+        meta = ev.metadata
+        if not isinstance(meta, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
+        ):
+            raise BadRequest("metadata must map strings to strings")
+        if len(meta) > 256 or sum(len(k) + len(v) for k, v in meta.items()) > 65536:
+            raise BadRequest("metadata is limited to 256 keys and 64 KiB")
+        key = self._box_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
+        return _then(self.shard_for(key).set_metadata(key, meta), dict(meta))
+
+    def _kv_key(self, session: Session, key: Any, perm: Permission) -> str:
+        if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
+            raise BadRequest(f"key must be a string of 1..{MAX_KEY_LENGTH} characters")
+        if session.principal is not None:
+            self.auth.authorize(session.principal, perm, f"kv/{key}")
+        return key
+
+    def _kv_get(self, session: Session, ev: KvGet) -> Any:
+        key = self._kv_key(session, ev.key, Permission.READ)
+
+        async def get() -> Any:
+            value = await self.shard_for("kv/" + key).store.kv_get(key)
+            if value is None:
+                raise NotFound(f"no value under {key!r}")
+            return value
+
+        return get()
+
+    def _kv_put(self, session: Session, ev: KvPut) -> Any:
+        key = self._kv_key(session, ev.key, Permission.WRITE)
+        if not isinstance(ev.value, bytes) or len(ev.value) > MAX_KV_VALUE:
+            raise BadRequest(f"value must be bytes of at most {MAX_KV_VALUE}")
+        return _then(self.shard_for("kv/" + key).commit("kv_put", key, ev.value), None)
+
+    def _kv_delete(self, session: Session, ev: KvDelete) -> Any:
+        key = self._kv_key(session, ev.key, Permission.WRITE)
+        return _then(self.shard_for("kv/" + key).commit("kv_delete", key), None)
+
+    # ---- introspection -------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        return {
+            "server": self.server_name,
+            "uptime_seconds": round(time.time() - self.started, 3),
+            "connections": len(self.sessions),
+            "topic_subscriptions": len(self.topics),
+            "shards": [s.describe() for s in self.shards],
+        }
+
+    def destinations(self, limit: int = 1000) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for shard in self.shards:
+            for box in shard.boxes.values():
+                out.append(box.stats())
+                if len(out) >= limit:
+                    return out
+        return out
+
+
+async def _then(fut: Awaitable[Any], result: Any) -> Any:
+    await fut
+    return result
+
+
+def _pulled(rid: int, got: list[tuple[str, Message]]) -> Pulled:
+    return Pulled(rid, [lease for lease, _ in got], [m for _, m in got])
+
+
+def _tags(tags: Any) -> list[int]:
+    if not isinstance(tags, list) or not all(isinstance(t, int) for t in tags):
+        raise BadRequest("tags must be a list of integers")
+    return tags
+
+
+def _parse_lease(lease: Any) -> tuple[str, int, int]:
+    try:
+        key, seq, did = str(lease).rsplit("|", 2)
+        return key, int(seq), int(did)
+    except ValueError:
+        raise NotFound(f"malformed lease {str(lease)[:80]!r}") from None

@@ -1,0 +1,124 @@
+"""Every metric of the core, declared against an injected ``CollectorRegistry``.
+
+The broker calls sensor hooks (``on_publish``, ``on_deliver``, ...); only this module knows
+about Prometheus. Names are ``polymq_*`` in base units; labels are bounded: ``protocol`` is
+one of :data:`PROTOCOLS`, ``kind`` one of the four destination kinds, ``reason`` a fixed word.
+Per-destination figures are not labels (millions of queues would explode cardinality): they
+are in the admin API's stats instead.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PROTOCOLS = ("native", "http", "longpoll", "stomp", "avro", "amqp", "bridge")
+
+
+def protocol_label(client: str) -> str:
+    """Map a client's self-description (``Hello.client``) to a bounded label."""
+    word = client.split("/", 1)[0].lower()
+    return word if word in PROTOCOLS else "native"
+
+
+class Sensors:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.published = Counter(
+            "polymq_published_messages",
+            "Messages accepted from producers",
+            ["protocol", "kind"],
+            registry=registry,
+        )
+        self.delivered = Counter(
+            "polymq_delivered_messages", "Messages handed to subscribers", registry=registry
+        )
+        self.acked = Counter(
+            "polymq_acked_messages", "Deliveries acknowledged by consumers", registry=registry
+        )
+        self.redelivered = Counter(
+            "polymq_redelivered_messages",
+            "Messages put back for another delivery",
+            ["reason"],
+            registry=registry,
+        )
+        self.discarded = Counter(
+            "polymq_discarded_messages",
+            "Messages that left a queue unacked (dead-lettered when configured)",
+            ["reason"],
+            registry=registry,
+        )
+        self.connections = Gauge(
+            "polymq_connections", "Open client connections", ["protocol"], registry=registry
+        )
+        self.subscriptions = Gauge(
+            "polymq_subscriptions", "Active subscriptions", ["kind"], registry=registry
+        )
+        self.destinations = Gauge(
+            "polymq_destinations_in_memory",
+            "Queues and streams held in memory",
+            registry=registry,
+        )
+        self.slow_consumers = Counter(
+            "polymq_slow_consumers",
+            "Subscribers cut off or dropped for not reading",
+            ["policy"],
+            registry=registry,
+        )
+        self.protocol_errors = Counter(
+            "polymq_protocol_errors",
+            "Connections closed for protocol violations",
+            registry=registry,
+        )
+        self.request_errors = Counter(
+            "polymq_request_errors", "Requests refused", ["code"], registry=registry
+        )
+        self.commit_seconds = Histogram(
+            "polymq_store_commit_seconds",
+            "Time of one store commit including fsync",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5),
+            registry=registry,
+        )
+        self.commit_ops = Histogram(
+            "polymq_store_commit_operations",
+            "Operations grouped into one store commit",
+            buckets=(1, 4, 16, 64, 256, 1024, 4096, 16384),
+            registry=registry,
+        )
+        self._delivered_pending = 0
+
+    def on_publish(self, protocol: str, kind: str, n: int) -> None:
+        self.published.labels(protocol, kind).inc(n)
+
+    def on_deliver(self, n: int) -> None:
+        self.delivered.inc(n)
+
+    def on_ack(self, n: int) -> None:
+        self.acked.inc(n)
+
+    def on_redeliver(self, reason: str, n: int) -> None:
+        self.redelivered.labels(reason).inc(n)
+
+    def on_discard(self, reason: str, n: int) -> None:
+        self.discarded.labels(reason).inc(n)
+
+    def on_connection(self, protocol: str, delta: int) -> None:
+        self.connections.labels(protocol).inc(delta)
+
+    def on_subscription(self, kind: str, delta: int) -> None:
+        self.subscriptions.labels(kind).inc(delta)
+
+    def on_destinations(self, delta: int) -> None:
+        self.destinations.inc(delta)
+
+    def on_slow_consumer(self, policy: str) -> None:
+        self.slow_consumers.labels(policy).inc()
+
+    def on_protocol_error(self) -> None:
+        self.protocol_errors.inc()
+
+    def on_request_error(self, code: str) -> None:
+        self.request_errors.labels(code).inc()
+
+    def on_commit(self, seconds: float, ops: int) -> None:
+        self.commit_seconds.observe(seconds)
+        self.commit_ops.observe(ops)

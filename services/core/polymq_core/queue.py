@@ -1,0 +1,368 @@
+"""A queue: point to point, competing consumers, FIFO within a priority, priorities 0-9.
+
+Ready messages sit in one deque per priority, in sequence order; a message that comes back
+(nack, ack timeout, a consumer gone) goes into a per-priority heap by sequence, so it is
+delivered again before anything published after it. Unacked deliveries are held in
+``inflight`` by sequence, each with its own delivery id so that a late ack of a delivery that
+already timed out is told apart from the ack of its redelivery.
+
+Consumers are served round robin among those with credit (prefetch window open, socket
+draining); pull waiters (the HTTP frontend's long polls) are served first. A queue never waits
+on a slow consumer: the session applies the slow-consumer policy instead.
+
+Durable state changes (enqueue of a persistent message, its removal) go to the owning shard,
+the one place that writes the store and will later replicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from polymq.errors import NotFound, QueueFull
+from polymq.types import MAX_PRIORITY, DeclareOptions, Message, Overflow
+
+from .subscription import Subscription
+
+if TYPE_CHECKING:
+    from .shard import Shard
+
+_LEVELS = MAX_PRIORITY + 1
+
+
+class Delivery:
+    """One outstanding delivery of a message: to a subscription, or a pull lease."""
+
+    __slots__ = ("deadline", "did", "message", "sub")
+
+    def __init__(
+        self, message: Message, sub: Subscription | None, did: int, deadline: float | None
+    ) -> None:
+        self.message = message
+        self.sub = sub
+        self.did = did
+        self.deadline = deadline
+
+
+class Waiter:
+    __slots__ = ("future", "max", "visibility")
+
+    def __init__(self, future: asyncio.Future[list[tuple[str, Message]]], max_: int, vis: float):
+        self.future = future
+        self.max = max_
+        self.visibility = vis
+
+
+class Queue:
+    __slots__ = (
+        "_rr",
+        "_seq",
+        "acked",
+        "consumers",
+        "count",
+        "delivered",
+        "durable",
+        "inflight",
+        "key",
+        "last_used",
+        "metadata",
+        "nbytes",
+        "options",
+        "published",
+        "ready",
+        "redelivered",
+        "requeued",
+        "shard",
+        "waiters",
+    )
+
+    def __init__(
+        self, shard: Shard, key: str, options: DeclareOptions, *, last_seq: int = 0
+    ) -> None:
+        self.shard = shard
+        self.key = key
+        self.options = options
+        self.durable = options.durable
+        self.metadata: dict[str, str] = {}
+        self.ready: list[deque[Message]] = [deque() for _ in range(_LEVELS)]
+        self.requeued: list[list[tuple[int, Message]]] = [[] for _ in range(_LEVELS)]
+        self.count = 0  # ready messages
+        self.nbytes = 0  # ready bytes
+        self.inflight: dict[int, Delivery] = {}
+        self.consumers: list[Subscription] = []
+        self.waiters: deque[Waiter] = deque()
+        self._rr = 0
+        self._seq = last_seq
+        self.last_used = time.monotonic()
+        self.published = self.delivered = self.acked = self.redelivered = 0
+
+    # ---- state ---------------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        """Nothing in memory worth keeping: may be evicted (it is reloaded on demand)."""
+        return not (self.count or self.inflight or self.consumers or self.waiters or self.metadata)
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "destination": self.key,
+            "messages": self.count,
+            "bytes": self.nbytes,
+            "in_flight": len(self.inflight),
+            "subscribers": len(self.consumers),
+            "published": self.published,
+            "delivered": self.delivered,
+            "acked": self.acked,
+            "redelivered": self.redelivered,
+            "options": self.options.to_dict(),
+        }
+
+    # ---- enqueue -------------------------------------------------------------------------
+    def check_room(self, n: int, nbytes: int) -> None:
+        """Raise QueueFull if ``n`` more messages would pass a bound under ``reject``."""
+        opts = self.options
+        if opts.overflow is not Overflow.REJECT:
+            return
+        if opts.max_length is not None and self.count + n > opts.max_length:
+            raise QueueFull(f"{self.key} is full ({opts.max_length} messages)")
+        if opts.max_bytes is not None and self.nbytes + nbytes > opts.max_bytes:
+            raise QueueFull(f"{self.key} is full ({opts.max_bytes} bytes)")
+
+    def put(self, message: Message) -> None:
+        """Add a message that already has its seq (new, or recovered from the store)."""
+        self.ready[message.priority].append(message)
+        self.count += 1
+        self.nbytes += len(message.body)
+        self.published += 1
+        opts = self.options
+        if opts.overflow is Overflow.DROP_OLDEST:
+            while (opts.max_length is not None and self.count > opts.max_length) or (
+                opts.max_bytes is not None and self.nbytes > opts.max_bytes and self.count > 1
+            ):
+                self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        best: tuple[int, int, bool] | None = None  # (seq, level, from_heap)
+        for level in range(_LEVELS):
+            if self.requeued[level]:
+                seq = self.requeued[level][0][0]
+                if best is None or seq < best[0]:
+                    best = (seq, level, True)
+            if self.ready[level]:
+                seq = self.ready[level][0].seq
+                if best is None or seq < best[0]:
+                    best = (seq, level, False)
+        if best is None:
+            return
+        _, level, heap = best
+        msg = heapq.heappop(self.requeued[level])[1] if heap else self.ready[level].popleft()
+        self._took(msg)
+        self.shard.discard(self, msg, "max-length")
+
+    def _took(self, msg: Message) -> None:
+        self.count -= 1
+        self.nbytes -= len(msg.body)
+
+    def _pop(self, now: float) -> Message | None:
+        """The next ready message by priority then sequence; expired ones are discarded."""
+        while self.count:
+            for level in range(MAX_PRIORITY, -1, -1):
+                heap = self.requeued[level]
+                dq = self.ready[level]
+                if heap and (not dq or heap[0][0] < dq[0].seq):
+                    msg = heapq.heappop(heap)[1]
+                    break
+                if dq:
+                    msg = dq.popleft()
+                    break
+            else:  # pragma: no cover - count says there is one
+                return None
+            self._took(msg)
+            if msg.expires is not None and msg.expires <= now:
+                self.shard.discard(self, msg, "expired")
+                continue
+            return msg
+        return None
+
+    def requeue(self, msg: Message) -> None:
+        heapq.heappush(self.requeued[msg.priority], (msg.seq, msg))
+        self.count += 1
+        self.nbytes += len(msg.body)
+        self.redelivered += 1
+
+    # ---- consumers ------------------------------------------------------------------------
+    def attach(self, sub: Subscription) -> None:
+        self.consumers.append(sub)
+        self.last_used = time.monotonic()
+        self.pump()
+
+    def detach(self, sub: Subscription, *, requeue: list[Message]) -> None:
+        """Remove a consumer; its unacked deliveries (and unsent ones) come back in order."""
+        if sub in self.consumers:
+            self.consumers.remove(sub)
+        self.last_used = time.monotonic()
+        back = [self.inflight.pop(seq).message for seq in sub.inflight.values() if seq in self.inflight]
+        sub.inflight.clear()
+        back.extend(requeue)
+        for msg in back:
+            self._return(msg, "disconnect")
+        if back:
+            self.pump()
+
+    def _return(self, msg: Message, reason: str) -> None:
+        """A delivery came back unacked: requeue, or dead-letter past max deliveries."""
+        limit = self.options.max_deliveries
+        if limit is not None and msg.delivery_count >= limit:
+            self.shard.discard(self, msg, "max-deliveries")
+        else:
+            self.requeue(msg)
+            self.shard.sensors.on_redeliver(reason, 1)
+
+    def pump(self) -> None:
+        """Deliver ready messages to waiters and consumers with credit."""
+        if not self.count:
+            return
+        now = time.time()
+        while self.waiters and self.count:
+            w = self.waiters.popleft()
+            if w.future.done():
+                continue
+            w.future.set_result(self.lease(w.max, w.visibility, now))
+        consumers = self.consumers
+        if not consumers:
+            return
+        n = len(consumers)
+        idle = 0
+        rr = self._rr
+        delivered = 0
+        while self.count and idle < n:
+            if rr >= n:
+                rr = 0
+            sub = consumers[rr]
+            rr += 1
+            if not sub.has_credit():
+                idle += 1
+                continue
+            msg = self._pop(now)
+            if msg is None:
+                break
+            self._deliver(sub, msg, now)
+            delivered += 1
+            idle = 0
+        self._rr = rr
+        if delivered:
+            self.delivered += delivered
+            self.shard.sensors.on_deliver(delivered)
+
+    def _deliver(self, sub: Subscription, msg: Message, now: float) -> None:
+        msg.delivery_count += 1
+        if sub.auto:
+            sub.deliver(msg, msg.seq)
+            self.shard.settled(self, msg)
+            return
+        timeout = msg.ack_timeout or sub.options.ack_timeout or self.options.ack_timeout
+        did = self.shard.new_delivery_id()
+        deadline = now + timeout if timeout else None
+        self.inflight[msg.seq] = Delivery(msg, sub, did, deadline)
+        sub.deliver(msg, msg.seq)
+        if deadline is not None:
+            self.shard.schedule(deadline, self, msg.seq, did)
+
+    def unsent(self, sub: Subscription, msg: Message) -> None:
+        """An auto-ack delivery never left the core (its consumer was cut): take it back."""
+        if msg.persistent and self.durable and not self.shard.unforget(self.key, msg.seq):
+            self.shard.commit("append_many", self.key, [msg])  # settled() had forgotten it
+        self._return(msg, "disconnect")
+
+    def settle(self, sub: Subscription, keys: list[Any], action: str) -> None:
+        """Ack (``'ack'``), requeue (``'requeue'``) or dead-letter (``'reject'``) deliveries."""
+        for seq in keys:
+            d = self.inflight.get(seq)
+            if d is None or d.sub is not sub:
+                continue
+            del self.inflight[seq]
+            self._settle_one(d.message, action)
+        self.pump()
+
+    def _settle_one(self, msg: Message, action: str) -> None:
+        if action == "ack":
+            self.acked += 1
+            self.shard.settled(self, msg)
+        elif action == "requeue":
+            self._return(msg, "nack")
+        else:
+            self.shard.discard(self, msg, "rejected")
+
+    def expire_delivery(self, seq: int, did: int) -> None:
+        """An ack timeout fired: redeliver, preferring another subscriber."""
+        d = self.inflight.get(seq)
+        if d is None or d.did != did:
+            return
+        del self.inflight[seq]
+        if d.sub is not None:
+            d.sub.forget(seq)
+            self._rotate_past(d.sub)
+        self._return(d.message, "ack-timeout")
+        self.pump()
+
+    def _rotate_past(self, sub: Subscription) -> None:
+        """Make round robin start after ``sub`` so another subscriber gets the redelivery."""
+        if sub in self.consumers and len(self.consumers) > 1:
+            self._rr = self.consumers.index(sub) + 1
+
+    # ---- pull with visibility timeout (leases) ------------------------------------------
+    def lease(self, max_: int, visibility: float, now: float) -> list[tuple[str, Message]]:
+        out: list[tuple[str, Message]] = []
+        while len(out) < max_:
+            msg = self._pop(now)
+            if msg is None:
+                break
+            msg.delivery_count += 1
+            did = self.shard.new_delivery_id()
+            deadline = now + visibility
+            self.inflight[msg.seq] = Delivery(msg, None, did, deadline)
+            self.shard.schedule(deadline, self, msg.seq, did)
+            out.append((f"{self.key}|{msg.seq}|{did}", msg))
+        if out:
+            self.delivered += len(out)
+            self.shard.sensors.on_deliver(len(out))
+        return out
+
+    def settle_lease(self, seq: int, did: int, action: str) -> None:
+        d = self.inflight.get(seq)
+        if d is None or d.did != did or d.sub is not None:
+            raise NotFound("lease is unknown or expired (the message may have been redelivered)")
+        del self.inflight[seq]
+        self._settle_one(d.message, action)
+        self.pump()
+
+    # ---- administration ----------------------------------------------------------------
+    def purge(self) -> list[Message]:
+        """Drop every ready message (not those in flight); returns them."""
+        out: list[Message] = []
+        for level in range(_LEVELS):
+            out.extend(self.ready[level])
+            out.extend(m for _, m in self.requeued[level])
+            self.ready[level].clear()
+            self.requeued[level].clear()
+        self.count = 0
+        self.nbytes = 0
+        return out
+
+    def close(self, reason: str) -> None:
+        """The queue is deleted: cancel consumers and waiters."""
+        for w in self.waiters:
+            if not w.future.done():
+                w.future.set_exception(NotFound(f"{self.key} was deleted"))
+        self.waiters.clear()
+        for sub in list(self.consumers):
+            sub.inflight.clear()
+            sub.session.cancel(sub, "not-found", reason)
+        self.consumers.clear()
+        self.inflight.clear()

@@ -1,0 +1,85 @@
+"""The core as a running service: the broker, its wire listener and its admin HTTP.
+
+``start()`` opens the stores (recovering what they hold), then binds the listeners and
+returns their ports; ``stop()`` shuts down in order: stop accepting, say goodbye to every
+session, let in-flight writes finish, flush and close the stores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from polymq.auth import AuthProvider, load_provider
+
+from .admin import admin_app
+from .broker import Broker
+from .config import CoreSettings
+from .metrics import Sensors
+from .session import Session
+
+log = logging.getLogger(__name__)
+
+
+class CoreService:
+    def __init__(
+        self,
+        settings: CoreSettings,
+        registry: CollectorRegistry | None = None,
+        auth: AuthProvider | None = None,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.auth = auth if auth is not None else load_provider(settings.auth)
+        self.sensors = Sensors(self.registry)
+        self.broker = Broker(settings, self.sensors, self.auth)
+        self._server: asyncio.Server | None = None
+        self._admin: web.AppRunner | None = None
+        self.ports: dict[str, int] = {}
+
+    async def start(self) -> dict[str, int]:
+        s = self.settings
+        await self.broker.start()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Session(self.broker), s.host, s.core_port, reuse_address=True, backlog=1024
+        )
+        self.ports["core"] = _port(self._server.sockets[0])
+        self._admin = web.AppRunner(admin_app(self.broker, self.registry), access_log=None)
+        await self._admin.setup()
+        site = web.TCPSite(self._admin, s.host, s.admin_port, reuse_address=True)
+        await site.start()
+        assert site._server is not None and site._server.sockets  # type: ignore[union-attr]
+        self.ports["admin"] = _port(site._server.sockets[0])  # type: ignore[union-attr]
+        log.info(
+            "core %s: wire protocol on %s:%d, admin on http://%s:%d/ (%d shards in %s; %s)",
+            s.node_name,
+            s.host,
+            self.ports["core"],
+            s.host,
+            self.ports["admin"],
+            s.shards,
+            s.data_dir,
+            self.auth.describe(),
+        )
+        return self.ports
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self.broker.stop()
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            except TimeoutError:
+                pass
+        if self._admin is not None:
+            await self._admin.cleanup()
+
+
+def _port(sock: socket.socket) -> int:
+    return int(sock.getsockname()[1])

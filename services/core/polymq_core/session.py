@@ -1,0 +1,340 @@
+"""One client connection to the core: a reader that feeds the codec, one writer.
+
+Reading: ``data_received`` feeds the sans-IO codec and hands each event to the broker.
+Requests answered synchronously are replied to in the same flush; those that wait (a
+persistent publish waiting for fsync, a pull waiting for messages) reply when their future
+is done. While too many requests wait, reading pauses (back-pressure to the producer).
+
+Writing: replies and deliveries collect in the session and go out as one frame per loop
+iteration. When the socket does not drain (``pause_writing``), deliveries stay here, counted
+per subscription; a subscription whose backlog passes its ``buffer_messages`` /
+``buffer_bytes`` gets its slow-consumer policy: ``disconnect`` closes this connection (every
+unacked and unsent queue message goes back to its queue for others), ``drop`` drops topic
+messages for it alone. Queues and streams never wait for a slow session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from polymq.codec import NEED_DATA, Connection, Role
+from polymq.errors import PolymqError, RemoteProtocolError, RequestError, Unavailable
+from polymq.events import Cancelled, Deliver, Event, Fail, Goodbye, Hello, Ok, Pulled, Welcome
+from polymq.types import Message, SlowPolicy
+
+from .metrics import protocol_label
+from .subscription import Subscription
+
+if TYPE_CHECKING:
+    from polymq.auth import Principal
+
+    from .broker import Broker
+
+log = logging.getLogger(__name__)
+
+_MAX_WAITING = 20_000  # requests awaiting an answer before reading pauses
+_FRAME_MESSAGES = 4096  # deliveries per frame
+
+
+class _Backlog:
+    __slots__ = ("keys", "messages", "nbytes", "tags")
+
+    def __init__(self) -> None:
+        self.tags: list[int] = []
+        self.messages: list[Message] = []
+        self.keys: list[Any] = []
+        self.nbytes = 0
+
+
+class Session(asyncio.Protocol):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.conn = Connection(Role.SERVER, max_frame=broker.settings.max_frame)
+        self.transport: asyncio.Transport | None = None
+        self.name = "?"
+        self.protocol = "native"
+        self.principal: Principal | None = None
+        self.subs: dict[int, Subscription] = {}
+        self._replies: list[Event] = []
+        self._backlog: dict[Subscription, _Backlog] = {}
+        self._flush_scheduled = False
+        self._paused = False  # the socket is not draining
+        self._reading_paused = False
+        self._waiting = 0
+        self._hello_pending = False
+        self._closed = False
+        self.loop = asyncio.get_event_loop()
+
+    # ---- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        self.transport.set_write_buffer_limits(high=1024 * 1024)  # type: ignore[union-attr]
+        peer = transport.get_extra_info("peername")
+        self.name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.broker.session_opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.conn.receive_data(data)
+        self._process()
+
+    def eof_received(self) -> bool | None:
+        self.conn.receive_data(b"")
+        self._process()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        backlog, self._backlog = self._backlog, {}
+        for sub in list(self.subs.values()):
+            pending = backlog.get(sub)
+            self._drop_sub(sub, pending)
+        self.subs.clear()
+        self.broker.session_closed(self)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._flush()
+        for sub in list(self.subs.values()):
+            sub.source.pump()
+
+    # ---- reading --------------------------------------------------------------------------
+    def _process(self) -> None:
+        conn = self.conn
+        while not self._hello_pending and not self._closed:
+            try:
+                event = conn.next_event()
+            except RemoteProtocolError as exc:
+                self.broker.sensors.on_protocol_error()
+                log.info("session %s: protocol error: %s", self.name, exc)
+                self.close("protocol-error", str(exc))
+                return
+            if event is NEED_DATA:
+                return
+            if isinstance(event, Goodbye):
+                self.close(None, "")
+                return
+            if isinstance(event, Hello):
+                self._hello(event)
+                continue
+            assert isinstance(event, Event)
+            self._request(event)
+
+    def _hello(self, hello: Hello) -> None:
+        self.protocol = protocol_label(str(hello.client))
+        self._hello_pending = True
+        task = self.loop.create_task(self.broker.authenticate(hello))
+        task.add_done_callback(self._hello_done)
+
+    def _hello_done(self, task: asyncio.Task[Principal]) -> None:
+        self._hello_pending = False
+        if self._closed:
+            return
+        exc = task.exception()
+        if exc is not None:
+            code = exc.code if isinstance(exc, RequestError) else "unauthorized"
+            self.close(code, str(exc))
+            return
+        self.principal = task.result()
+        self.broker.sensors.on_connection(self.protocol, 1)
+        self.reply(
+            Welcome(1, self.broker.server_name, self.name, self.broker.settings.limits())
+        )
+        self._process()
+
+    def _request(self, event: Event) -> None:
+        rid: int = getattr(event, "rid", 0)
+        try:
+            result = self.broker.handle(self, event)
+        except RequestError as exc:
+            self.broker.sensors.on_request_error(exc.code)
+            if rid:
+                self.reply(Fail(rid, exc.code, exc.message))
+            return
+        if isinstance(result, Awaitable):
+            self._waiting += 1
+            if self._waiting >= _MAX_WAITING and not self._reading_paused and self.transport:
+                self._reading_paused = True
+                self.transport.pause_reading()
+            fut = asyncio.ensure_future(result)
+            fut.add_done_callback(lambda f: self._answered(rid, f))
+        elif rid:
+            self.reply(result if isinstance(result, Event) else Ok(rid, result))
+
+    def _answered(self, rid: int, fut: asyncio.Future[Any]) -> None:
+        self._waiting -= 1
+        if self._reading_paused and self._waiting < _MAX_WAITING // 2 and self.transport:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        if not rid or self._closed:
+            if not fut.cancelled():
+                fut.exception()  # retrieved: a failure with nobody to tell is not "unhandled"
+            return
+        if fut.cancelled():
+            self.reply(Fail(rid, "unavailable", "request cancelled (shutting down)"))
+            return
+        exc = fut.exception()
+        if exc is None:
+            result = fut.result()
+            self.reply(result if isinstance(result, Event) else Ok(rid, result))
+        elif isinstance(exc, RequestError):
+            self.reply(Fail(rid, exc.code, exc.message))
+        else:
+            log.error("session %s: request failed", self.name, exc_info=exc)
+            err = Unavailable(f"internal error: {exc}")
+            self.reply(Fail(rid, err.code, err.message))
+
+    # ---- writing --------------------------------------------------------------------------
+    def reply(self, event: Event) -> None:
+        self._replies.append(event)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    @property
+    def writable(self) -> bool:
+        return not self._paused and not self._closed
+
+    def accepts(self, sub: Subscription) -> bool:
+        """May a source hand ``sub`` another delivery now?"""
+        if self._closed:
+            return False
+        if not self._paused:
+            return True
+        b = self._backlog.get(sub)
+        if b is None:
+            return True
+        o = sub.options
+        return len(b.tags) < o.buffer_messages and b.nbytes < o.buffer_bytes
+
+    def push_delivery(self, sub: Subscription, tag: int, msg: Message, key: Any) -> None:
+        b = self._backlog.get(sub)
+        if b is None:
+            b = self._backlog[sub] = _Backlog()
+        b.tags.append(tag)
+        b.messages.append(msg)
+        b.keys.append(key)
+        b.nbytes += len(msg.body)
+        if self._paused:
+            o = sub.options
+            if len(b.tags) > o.buffer_messages or b.nbytes > o.buffer_bytes:
+                self._slow(sub, b)
+        else:
+            self._schedule_flush()
+
+    def _slow(self, sub: Subscription, b: _Backlog) -> None:
+        if sub.options.slow_policy is SlowPolicy.DROP and sub.destination.startswith("topic/"):
+            b.tags.pop()
+            b.nbytes -= len(b.messages.pop().body)
+            b.keys.pop()
+            self.broker.sensors.on_slow_consumer("drop")
+            return
+        self.broker.sensors.on_slow_consumer("disconnect")
+        log.warning(
+            "session %s: slow consumer on %s (%d messages, %d bytes buffered), disconnecting",
+            self.name,
+            sub.destination,
+            len(b.tags),
+            b.nbytes,
+        )
+        self.close(
+            "slow-consumer",
+            f"subscription {sub.sid} on {sub.destination} passed its buffer of "
+            f"{sub.options.buffer_messages} messages / {sub.options.buffer_bytes} bytes",
+            abort=True,
+        )
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        transport = self.transport
+        if transport is None or self._closed or transport.is_closing():
+            return
+        events: list[Event] = self._replies
+        self._replies = []
+        if not self._paused and self._backlog:
+            backlog, self._backlog = self._backlog, {}
+            for sub, b in backlog.items():
+                if sub.closed:
+                    continue
+                for i in range(0, len(b.tags), _FRAME_MESSAGES):
+                    events.append(
+                        Deliver(
+                            sub.sid,
+                            b.tags[i : i + _FRAME_MESSAGES],
+                            b.messages[i : i + _FRAME_MESSAGES],
+                        )
+                    )
+        if not events:
+            return
+        try:
+            if len(events) == 1:
+                transport.write(self.conn.send(events[0]))
+            else:
+                for i in range(0, len(events), 16):
+                    transport.write(self.conn.send_many(events[i : i + 16]))
+        except PolymqError as exc:  # an event we cannot encode: a bug, not the peer's fault
+            log.exception("session %s: cannot send: %s", self.name, exc)
+            self.close("internal", "the server could not encode a reply", abort=True)
+
+    # ---- subscriptions ----------------------------------------------------------------------
+    def add_sub(self, sub: Subscription) -> None:
+        self.subs[sub.sid] = sub
+
+    def remove_sub(self, sid: int) -> Subscription | None:
+        sub = self.subs.pop(sid, None)
+        if sub is not None:
+            self._drop_sub(sub, self._backlog.pop(sub, None))
+        return sub
+
+    def _drop_sub(self, sub: Subscription, pending: _Backlog | None) -> None:
+        sub.closed = True
+        unsent: list[Message] = []
+        if pending is not None:
+            for tag, msg in zip(pending.tags, pending.messages, strict=True):
+                if tag in sub.inflight:
+                    continue  # unacked: detach() takes these back from the window
+                unsent.append(msg)
+        # auto-ack queue deliveries that never left: the queue takes them back as well
+        for msg in unsent if sub.auto else ():
+            sub.source.unsent(sub, msg)  # type: ignore[attr-defined]
+        sub.source.detach(sub, requeue=[])
+        self.broker.sensors.on_subscription(sub.destination.split("/", 1)[0], -1)
+
+    def cancel(self, sub: Subscription, code: str, message: str) -> None:
+        """The core ends a subscription (its destination was deleted)."""
+        if self.subs.pop(sub.sid, None) is not None:
+            sub.closed = True
+            self._backlog.pop(sub, None)
+            self.broker.sensors.on_subscription(sub.destination.split("/", 1)[0], -1)
+            self.reply(Cancelled(sub.sid, code, message))
+
+    # ---- closing ------------------------------------------------------------------------
+    def close(self, code: str | None, message: str, *, abort: bool = False) -> None:
+        """Say Goodbye (with why) and close; ``abort`` drops what the socket still holds."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if code is not None:
+            self._flush()
+            try:
+                transport.write(self.conn.goodbye(code, message))
+            except Exception:  # pragma: no cover - the socket is going anyway
+                pass
+        if abort:
+            self.connection_lost(None)  # requeue now; the peer is not reading anyway
+            transport.abort()
+        else:
+            transport.close()
+
+
+__all__ = ["Pulled", "Session"]

@@ -1,0 +1,303 @@
+"""A shard: the unit of ownership and storage.
+
+Queues, streams and channels live in shards (a destination's shard is a hash of its name).
+A shard owns their in-memory state and one :class:`~polymq_core.store.Store`, and every
+durable change it makes goes through :meth:`Shard.commit` — the one place that will later
+append to a replicated log and wait for a majority instead of a local fsync.
+
+A shard also runs the timers of its destinations: ack timeouts and pull leases (one heap,
+lazily cancelled), idle TTL, and eviction of idle destinations from memory so that memory
+does not grow with the number of idle queues (a durable one is read back from the store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from polymq.errors import Conflict, NotFound, Unavailable
+from polymq.types import DeclareOptions, Destination, Message
+
+from .queue import Queue
+from .store import Store, StoreError
+from .stream import Stream
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .metrics import Sensors
+
+log = logging.getLogger(__name__)
+
+Box = Queue | Stream
+_DEFAULTS = DeclareOptions()
+
+
+def channel_inbox(name: str, role: str) -> str:
+    """The key of the queue a channel member with ``role`` reads from."""
+    return f"channel/{name}>{role}"
+
+
+class Shard:
+    def __init__(self, broker: Broker, index: int, store: Store, sensors: Sensors) -> None:
+        self.broker = broker
+        self.index = index
+        self.store = store
+        self.sensors = sensors
+        self.boxes: dict[str, Box] = {}
+        # declared durable destinations not in memory: key -> options (shared when default)
+        self.dormant: dict[str, DeclareOptions] = {}
+        self.loop = asyncio.get_event_loop()
+        self._timers: list[tuple[float, int, str, int]] = []  # (deadline, did, key, seq)
+        self._did = 0
+        self._mid = 0  # message ids: boot id, shard, counter; unique across restarts
+        self._boot = format(time.time_ns() // 1_000_000, "x")
+        self._removes: dict[str, list[int]] = {}
+        self._removes_scheduled = False
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- life cycle ----------------------------------------------------------------------
+    async def open(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.store.open()
+        self.store.on_commit = self.sensors.on_commit
+        for rec in await self.store.load_destinations():
+            try:
+                options = DeclareOptions.from_dict(rec.options) if rec.options else _DEFAULTS
+            except Exception:  # an option this version no longer knows: keep the defaults
+                log.warning("shard %d: ignoring unreadable options of %s", self.index, rec.destination)
+                options = _DEFAULTS
+            messages = await self.store.load_messages(rec.destination)
+            if not messages and not rec.metadata:
+                if options != _DEFAULTS:
+                    self.dormant[rec.destination] = options
+                continue
+            box = self._make(rec.destination, options, rec.last_seq)
+            box.metadata = dict(rec.metadata)
+            for m in messages:
+                box.put(m)
+            if isinstance(box, Queue):
+                box.published = 0
+        self._task = self.loop.create_task(self._run_timers(), name=f"shard-{self.index}")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self._flush_removes()
+        await self.store.close()
+
+    # ---- the one place durable changes leave the shard ------------------------------------
+    def commit(self, op: str, *args: Any) -> asyncio.Future[None]:
+        """Make one durable change (a Store write); resolves once it is durable."""
+        method: Callable[..., asyncio.Future[None]] = getattr(self.store, op)
+        try:
+            return method(*args)
+        except StoreError as exc:
+            fut: asyncio.Future[None] = self.loop.create_future()
+            fut.set_exception(Unavailable(f"store failed: {exc}"))
+            return fut
+
+    # ---- destinations ----------------------------------------------------------------------
+    def _make(self, key: str, options: DeclareOptions, last_seq: int = 0) -> Box:
+        box: Box
+        if key.startswith("stream/"):
+            box = Stream(self, key, options, last_seq=last_seq)
+        else:
+            box = Queue(self, key, options, last_seq=last_seq)
+        self.boxes[key] = box
+        self.sensors.on_destinations(1)
+        return box
+
+    def get(self, key: str, *, create: bool = True) -> Box:
+        box = self.boxes.get(key)
+        if box is not None:
+            return box
+        options = self.dormant.pop(key, None)
+        if options is not None:
+            return self._make(key, options)
+        if not create:
+            raise NotFound(f"{key} does not exist")
+        return self._make(key, _DEFAULTS)
+
+    def exists(self, key: str) -> bool:
+        return key in self.boxes or key in self.dormant
+
+    def declare(self, key: str, options: DeclareOptions) -> asyncio.Future[None] | None:
+        box = self.boxes.get(key)
+        current = box.options if box is not None else self.dormant.get(key)
+        if current is not None and current != options:
+            if current != _DEFAULTS:
+                raise Conflict(
+                    f"{key} exists with other options {current.to_dict()}; delete it first"
+                )
+        if box is None:
+            box = self.get(key)
+        box.options = options
+        box.durable = options.durable
+        if options.durable:
+            return self.commit("save_destination", key, options.to_dict(), box.metadata)
+        return None
+
+    def delete(self, key: str) -> asyncio.Future[None] | None:
+        box = self.boxes.pop(key, None)
+        dormant = self.dormant.pop(key, None)
+        if box is None and dormant is None:
+            raise NotFound(f"{key} does not exist")
+        if box is not None:
+            box.close(f"{key} was deleted")
+            self.sensors.on_destinations(-1)
+        self._removes.pop(key, None)
+        return self.commit("delete_destination", key)
+
+    def purge(self, key: str) -> int:
+        box = self.get(key, create=False)
+        dropped = box.purge()
+        if any(m.persistent for m in dropped) and box.durable:
+            self.commit("purge", key)
+        return len(dropped)
+
+    def set_metadata(self, key: str, metadata: dict[str, str]) -> asyncio.Future[None]:
+        box = self.get(key)
+        box.metadata = dict(metadata)
+        return self.commit("save_destination", key, box.options.to_dict(), box.metadata)
+
+    # ---- messages ------------------------------------------------------------------------
+    def publish(self, key: str, messages: list[Message]) -> asyncio.Future[None] | None:
+        """Append messages to a queue or stream; the future resolves when durable."""
+        box = self.get(key)
+        now = time.time()
+        if isinstance(box, Queue):
+            box.check_room(len(messages), sum(len(m.body) for m in messages))
+        ttl = box.options.message_ttl
+        durable: list[Message] = []
+        for m in messages:
+            m.seq = box.next_seq()
+            self._mid += 1
+            m.id = f"{self._boot}.{self.index}.{self._mid}"
+            m.timestamp = now
+            m.destination = key
+            m.delivery_count = 0
+            if ttl is not None and m.expires is None:
+                m.expires = now + ttl
+            if m.persistent and box.durable:
+                durable.append(m)
+            box.put(m)
+        box.last_used = time.monotonic()
+        fut = self.commit("append_many", key, durable) if durable else None
+        box.pump()
+        return fut
+
+    def settled(self, queue: Queue, msg: Message) -> None:
+        """A message left the queue for good: forget it durably (batched)."""
+        if msg.persistent and queue.durable:
+            self.forget(queue.key, [msg.seq])
+
+    def forget(self, key: str, seqs: list[int]) -> None:
+        self._removes.setdefault(key, []).extend(seqs)
+        if not self._removes_scheduled:
+            self._removes_scheduled = True
+            self.loop.call_soon(self._flush_removes)
+
+    def unforget(self, key: str, seq: int) -> bool:
+        """Take back a removal not yet flushed; False if it already went to the store."""
+        seqs = self._removes.get(key)
+        if seqs and seq in seqs:
+            seqs.remove(seq)
+            return True
+        return False
+
+    def _flush_removes(self) -> None:
+        self._removes_scheduled = False
+        removes, self._removes = self._removes, {}
+        for key, seqs in removes.items():
+            self.commit("remove", key, seqs)
+
+    def discard(self, queue: Queue, msg: Message, reason: str) -> None:
+        """A message leaves unacked (expired, rejected, too many deliveries, overflow)."""
+        self.settled(queue, msg)
+        self.sensors.on_discard(reason, 1)
+        target = queue.options.dead_letter
+        if target:
+            self.broker.dead_letter(msg, target, reason)
+
+    # ---- timers ------------------------------------------------------------------------
+    def new_delivery_id(self) -> int:
+        self._did += 1
+        return self._did
+
+    def schedule(self, deadline: float, box: Queue, seq: int, did: int) -> None:
+        heapq.heappush(self._timers, (deadline, did, box.key, seq))
+
+    async def _run_timers(self) -> None:
+        last_sweep = time.monotonic()
+        while True:
+            await asyncio.sleep(0.05)
+            now = time.time()
+            timers = self._timers
+            while timers and timers[0][0] <= now:
+                _, did, key, seq = heapq.heappop(timers)
+                box = self.boxes.get(key)
+                if isinstance(box, Queue):
+                    box.expire_delivery(seq, did)
+            mono = time.monotonic()
+            if mono - last_sweep >= 0.5:
+                last_sweep = mono
+                self._sweep(mono)
+
+    def _sweep(self, mono: float) -> None:
+        """Idle TTL expiry, and eviction of idle destinations from memory."""
+        for key, box in list(self.boxes.items()):
+            ttl = box.options.idle_ttl
+            if isinstance(box, Queue):
+                unused = not box.consumers and not box.waiters
+            else:
+                unused = not box.cursors
+            if ttl is not None:
+                if unused and mono - box.last_used >= ttl:
+                    log.info("shard %d: %s idle for %.0fs, deleting", self.index, key, ttl)
+                    self.delete(key)
+                continue
+            if not box.idle:
+                continue
+            if box.options == _DEFAULTS:
+                pass  # recreated on demand with the same defaults
+            elif box.options.durable:
+                self.dormant[key] = box.options  # read back from here on demand
+            else:
+                continue  # non-durable options live only in this object: keep it
+            del self.boxes[key]
+            self.sensors.on_destinations(-1)
+
+    # ---- introspection -----------------------------------------------------------------
+    def stats(self, key: str) -> dict[str, Any]:
+        box = self.boxes.get(key)
+        if box is None:
+            if key not in self.dormant:
+                raise NotFound(f"{key} does not exist")
+            box = self.get(key)
+        return box.stats()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "shard": self.index,
+            "in_memory": len(self.boxes),
+            "dormant": len(self.dormant),
+            "messages": sum(
+                b.count if isinstance(b, Queue) else len(b.entries) for b in self.boxes.values()
+            ),
+        }
+
+    @staticmethod
+    def key_of(dest: Destination, role: str | None = None) -> str:
+        if dest.kind.value == "channel":
+            if role not in ("server", "client"):
+                raise NotFound("a channel needs role 'server' or 'client'")
+            return channel_inbox(dest.name, role)
+        return str(dest)

@@ -1,0 +1,644 @@
+"""One shard's durable state: its messages, its destinations and a small key-value table.
+
+The core keeps its queues and streams in shards; each shard owns one :class:`Store` and every
+durable change of the shard goes through it. :class:`SqliteStore` keeps it in one SQLite file.
+
+Writes
+    ``append``, ``append_many``, ``remove``, ``purge``, ``save_destination``,
+    ``delete_destination``, ``kv_put`` and ``kv_delete`` are plain methods: they queue the change
+    and return an :class:`asyncio.Future` that resolves to ``None`` once the change is committed
+    *and* fsynced. Changes are applied in the order they were issued. A write whose future is
+    never awaited (or is cancelled) is still made; cancelling only stops the waiting.
+
+    Writes issued close together share one transaction and one fsync (group commit): a single
+    writer thread takes everything that is queued, applies it, commits and then resolves all
+    the futures at once, so throughput does not cost one fsync per message. If a commit fails,
+    every write in that batch fails with :class:`StoreError` and none of it is kept; later
+    batches are tried afresh.
+
+    Data is serialized when the write is issued, so a :class:`~polymq.types.Message` may be
+    changed as soon as ``append`` returns. Data that cannot be serialized (a header that is
+    not a string, options that are not JSON-able) raises ``TypeError`` or ``ValueError`` at
+    once: that is a bug in the caller, not a store failure.
+
+Reads
+    ``kv_get``, ``load_destinations``, ``load_messages`` and ``count_messages`` run on a
+    thread of their own with a separate connection, so they never block the event loop. A read
+    sees every write whose future has resolved.
+
+Lifecycle
+    ``open()`` before anything else; ``close()`` waits until every write issued before it is
+    committed. Writes and reads after ``close()`` raise :class:`StoreError`. A process that
+    exits without ``close()`` loses only writes whose futures had not resolved.
+
+Errors::
+
+    StoreError      the store failed: disk full, I/O error, corrupt file, not open or closed.
+                    ``__cause__`` holds the sqlite3 or OS error beneath, when there is one.
+
+Layout of the SQLite file (WAL journal, ``synchronous=FULL``, ``PRAGMA user_version = 1``)::
+
+    messages      (destination, seq) -> blob     msgpack of Message.to_wire()
+    destinations  destination -> options, metadata (JSON)
+    sequences     destination -> last_seq         highest seq ever appended; kept by remove
+                                                  and purge, dropped by delete_destination
+    kv            key -> value
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import enum
+import functools
+import json
+import logging
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgpack
+from polymq.types import Message
+
+__all__ = ["DestinationRecord", "SqliteStore", "Store", "StoreError"]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+class StoreError(Exception):
+    """The store failed (disk full, I/O error, corrupt file, closed); ``__cause__`` says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationRecord:
+    """A destination as the store knows it after a restart."""
+
+    destination: str  # e.g. "queue/orders"
+    options: dict[str, Any]  # opaque JSON-able dict
+    metadata: dict[str, str]
+    last_seq: int  # highest message seq ever stored for it (0 if none)
+
+
+class Store(abc.ABC):
+    """One shard's durable state."""
+
+    # Set by the core; called on the event loop after each commit with the seconds the
+    # transaction took (apply, commit and fsync) and the number of writes in it.
+    on_commit: Callable[[float, int], None] | None = None
+
+    @abc.abstractmethod
+    async def open(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Wait for every pending write to be committed, then close."""
+
+    @abc.abstractmethod
+    def append(self, destination: str, message: Message) -> asyncio.Future[None]:
+        """Store ``message`` under ``(destination, message.seq)``, replacing any there."""
+
+    @abc.abstractmethod
+    def append_many(self, destination: str, messages: Sequence[Message]) -> asyncio.Future[None]:
+        """``append`` each of ``messages``, in one write."""
+
+    @abc.abstractmethod
+    def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
+        """Remove acknowledged messages; seqs that are not stored are ignored."""
+
+    @abc.abstractmethod
+    def purge(self, destination: str) -> asyncio.Future[None]:
+        """Remove all of ``destination``'s messages; its record and ``last_seq`` stay."""
+
+    @abc.abstractmethod
+    def save_destination(
+        self, destination: str, options: dict[str, Any], metadata: dict[str, str]
+    ) -> asyncio.Future[None]:
+        """Create or replace ``destination``'s record."""
+
+    @abc.abstractmethod
+    def delete_destination(self, destination: str) -> asyncio.Future[None]:
+        """Forget ``destination``: its record, its messages and its ``last_seq``."""
+
+    @abc.abstractmethod
+    def kv_put(self, key: str, value: bytes) -> asyncio.Future[None]: ...
+
+    @abc.abstractmethod
+    def kv_delete(self, key: str) -> asyncio.Future[None]: ...
+
+    @abc.abstractmethod
+    async def kv_get(self, key: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def load_destinations(self) -> list[DestinationRecord]:
+        """Every saved destination, plus any that has messages but no saved record (with
+        empty options and metadata), ordered by name."""
+
+    @abc.abstractmethod
+    async def load_messages(self, destination: str) -> list[Message]:
+        """``destination``'s messages in seq order."""
+
+    @abc.abstractmethod
+    async def count_messages(self, destination: str) -> int: ...
+
+
+_SCHEMA_VERSION = 1
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS messages ("
+    " destination TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,"
+    " PRIMARY KEY (destination, seq)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS destinations ("
+    " destination TEXT PRIMARY KEY, options TEXT NOT NULL, metadata TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS sequences ("
+    " destination TEXT PRIMARY KEY, last_seq INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID",
+    f"PRAGMA user_version = {_SCHEMA_VERSION}",
+)
+_INSERT_MESSAGE = "INSERT OR REPLACE INTO messages (destination, seq, blob) VALUES (?, ?, ?)"
+_DELETE_MESSAGE = "DELETE FROM messages WHERE destination = ? AND seq = ?"
+_DELETE_MESSAGES = "DELETE FROM messages WHERE destination = ?"
+_SAVE_DESTINATION = (
+    "INSERT OR REPLACE INTO destinations (destination, options, metadata) VALUES (?, ?, ?)"
+)
+_DELETE_DESTINATION = "DELETE FROM destinations WHERE destination = ?"
+_DELETE_SEQUENCE = "DELETE FROM sequences WHERE destination = ?"
+_RAISE_SEQUENCE = (
+    "INSERT INTO sequences (destination, last_seq) VALUES (?, ?)"
+    " ON CONFLICT (destination) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)"
+)
+_KV_PUT = "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)"
+_KV_DELETE = "DELETE FROM kv WHERE key = ?"
+
+_LOAD_DESTINATIONS = """
+    SELECT d.destination, d.options, d.metadata, coalesce(s.last_seq, 0)
+      FROM destinations d LEFT JOIN sequences s ON s.destination = d.destination
+    UNION ALL
+    SELECT s.destination, NULL, NULL, s.last_seq
+      FROM sequences s
+     WHERE NOT EXISTS (SELECT 1 FROM destinations d WHERE d.destination = s.destination)
+       AND EXISTS (SELECT 1 FROM messages m WHERE m.destination = s.destination)
+    ORDER BY 1
+"""
+
+_SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+
+
+class _Kind(enum.Enum):
+    """What a queued write does; the fields after it in the write's tuple are listed."""
+
+    APPEND = enum.auto()  # destination, seq, blob
+    APPEND_MANY = enum.auto()  # destination, [(seq, blob), ...]
+    REMOVE = enum.auto()  # destination, [seq, ...]
+    PURGE = enum.auto()  # destination
+    SAVE_DESTINATION = enum.auto()  # destination, options JSON, metadata JSON
+    DELETE_DESTINATION = enum.auto()  # destination
+    KV_PUT = enum.auto()  # key, value
+    KV_DELETE = enum.auto()  # key
+
+
+# A queued write is a flat tuple ``(future, kind, *fields)``, not an object: with tens of
+# thousands in flight, every extra container per write is work for the garbage collector.
+_Write = tuple[Any, ...]
+
+_APPEND = _Kind.APPEND
+_APPEND_MANY = _Kind.APPEND_MANY
+_REMOVE = _Kind.REMOVE
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+# Messages are inserted and deleted with multi-row statements rather than ``executemany``:
+# the sqlite3 module lets go of the GIL around every step, and with one step per row the
+# writer thread and the event loop would hand the GIL to each other once per message.
+_CHUNK = 256  # rows per statement at most (768 parameters, far below SQLite's limit)
+
+
+@functools.cache
+def _insert_sql(rows: int) -> str:
+    values = ",".join(["(?,?,?)"] * rows)
+    return f"INSERT OR REPLACE INTO messages (destination, seq, blob) VALUES {values}"
+
+
+@functools.cache
+def _delete_sql(seqs: int) -> str:
+    return f"DELETE FROM messages WHERE destination = ? AND seq IN ({','.join('?' * seqs)})"
+
+
+def _chunk_sizes(total: int) -> Iterator[int]:
+    """Split ``total`` rows into statements of at most ``_CHUNK`` rows whose sizes are powers
+    of two, so that only a few distinct statements are ever prepared."""
+    size = _CHUNK
+    while total:
+        while size > total:
+            size //= 2
+        yield size
+        total -= size
+
+
+class _Run:
+    """Neighbouring statements of one kind from a batch, executed together when the kind
+    changes, so that the batch is applied in the order it was issued."""
+
+    __slots__ = ("_conn", "_rows", "_sql")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._sql: str | None = None
+        self._rows: list[Any] = []
+
+    def insert(self, destination: str, seq: int, blob: bytes) -> None:
+        if self._sql != _INSERT_MESSAGE:
+            self._switch(_INSERT_MESSAGE)
+        rows = self._rows  # flat: destination, seq, blob, destination, ...
+        rows.append(destination)
+        rows.append(seq)
+        rows.append(blob)
+
+    def remove(self, destination: str, seqs: list[int]) -> None:
+        if self._sql != _DELETE_MESSAGE:
+            self._switch(_DELETE_MESSAGE)
+        self._rows.append((destination, seqs))
+
+    def execute(self, sql: str, params: tuple[Any, ...]) -> None:
+        if self._sql != sql:
+            self._switch(sql)
+        self._rows.append(params)
+
+    def _switch(self, sql: str) -> None:
+        self.flush()
+        self._sql = sql
+
+    def flush(self) -> None:
+        sql, rows, conn = self._sql, self._rows, self._conn
+        if sql is None:
+            return
+        if sql == _INSERT_MESSAGE:
+            start = 0
+            for size in _chunk_sizes(len(rows) // 3):
+                conn.execute(_insert_sql(size), rows[start : start + 3 * size])
+                start += 3 * size
+        elif sql == _DELETE_MESSAGE:
+            # Deletes commute, so a run of them may be regrouped by destination.
+            by_destination: dict[str, list[int]] = {}
+            for destination, seqs in rows:
+                by_destination.setdefault(destination, []).extend(seqs)
+            for destination, seqs in by_destination.items():
+                start = 0
+                for size in _chunk_sizes(len(seqs)):
+                    conn.execute(_delete_sql(size), [destination, *seqs[start : start + size]])
+                    start += size
+        else:
+            conn.executemany(sql, rows)
+        self._sql, self._rows = None, []
+
+
+def _apply(conn: sqlite3.Connection, batch: list[_Write]) -> None:
+    """Apply a batch in issue order; the sequence high-water marks go in last, one row per
+    destination."""
+    run = _Run(conn)
+    high: dict[str, int] = {}
+    for write in batch:
+        kind = write[1]
+        if kind is _APPEND:
+            _, _, destination, seq, blob = write
+            run.insert(destination, seq, blob)
+            if seq > high.get(destination, -1):
+                high[destination] = seq
+        elif kind is _APPEND_MANY:
+            _, _, destination, rows = write
+            for seq, blob in rows:
+                run.insert(destination, seq, blob)
+                if seq > high.get(destination, -1):
+                    high[destination] = seq
+        elif kind is _REMOVE:
+            run.remove(write[2], write[3])
+        elif kind is _Kind.PURGE:
+            run.execute(_DELETE_MESSAGES, (write[2],))
+        elif kind is _Kind.SAVE_DESTINATION:
+            run.execute(_SAVE_DESTINATION, write[2:])
+        elif kind is _Kind.DELETE_DESTINATION:
+            key = (write[2],)
+            high.pop(write[2], None)
+            run.execute(_DELETE_MESSAGES, key)
+            run.execute(_DELETE_DESTINATION, key)
+            run.execute(_DELETE_SEQUENCE, key)
+        elif kind is _Kind.KV_PUT:
+            run.execute(_KV_PUT, write[2:])
+        elif kind is _Kind.KV_DELETE:
+            run.execute(_KV_DELETE, write[2:])
+        else:
+            raise AssertionError(f"unknown write {kind!r}")
+    run.flush()
+    if high:
+        conn.executemany(_RAISE_SEQUENCE, high.items())
+
+
+def _decode(destination: str, seq: int, blob: bytes) -> Message:
+    try:
+        return Message.from_wire(msgpack.unpackb(blob, raw=False))
+    except Exception as exc:
+        raise StoreError(f"stored message {destination} #{seq} is corrupt: {exc}") from exc
+
+
+class SqliteStore(Store):
+    """A :class:`Store` in one SQLite file, with one writer thread and one reader thread."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        max_batch: int = 10_000,
+    ) -> None:
+        if synchronous.upper() not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {', '.join(sorted(_SYNCHRONOUS))}")
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self.on_commit = None
+        self._path = Path(path)
+        self._synchronous = synchronous.upper()
+        self._max_batch = max_batch
+        self._state = _State.NEW
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._writer_done: asyncio.Future[None] | None = None
+        self._reader: ThreadPoolExecutor | None = None
+        self._rconn: sqlite3.Connection | None = None
+        self._packer = msgpack.Packer(use_bin_type=True)
+
+    def __repr__(self) -> str:
+        return f"<SqliteStore {str(self._path)!r} {self._state.value}>"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._state is not _State.NEW:
+            raise StoreError(f"store {self._path} was already opened")
+        loop = asyncio.get_running_loop()
+        reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="polymq-store-read")
+        wconn: sqlite3.Connection | None = None
+        try:
+            wconn = await loop.run_in_executor(reader, self._connect_writer)
+            self._rconn = await loop.run_in_executor(reader, self._connect_reader)
+        except Exception as exc:
+            if wconn is not None:
+                wconn.close()
+            reader.shutdown(wait=False)
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(f"cannot open store {self._path}: {exc}") from exc
+        self._loop = loop
+        self._reader = reader
+        self._writer_done = loop.create_future()
+        self._writer = threading.Thread(
+            target=self._run_writer,
+            args=(wconn,),
+            name=f"polymq-store-write {self._path.name}",
+            daemon=True,
+        )
+        self._state = _State.OPEN
+        self._writer.start()
+
+    async def close(self) -> None:
+        if self._state is not _State.OPEN:
+            self._state = _State.CLOSED
+            return
+        self._state = _State.CLOSED
+        assert self._writer is not None and self._writer_done is not None
+        assert self._reader is not None and self._rconn is not None
+        self._queue.put(None)
+        await self._writer_done
+        self._writer.join()
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._reader, self._rconn.close)
+        finally:
+            self._reader.shutdown(wait=False)
+
+    def _connect_writer(self) -> sqlite3.Connection:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"store {self._path} cannot use WAL (journal_mode is {mode})")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > _SCHEMA_VERSION:
+                raise StoreError(
+                    f"store {self._path} has schema version {version}; this polymq knows "
+                    f"{_SCHEMA_VERSION} at most (written by a newer release?)"
+                )
+            conn.execute("BEGIN IMMEDIATE")
+            for sql in _SCHEMA:
+                conn.execute(sql)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _connect_reader(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self._path, check_same_thread=False)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    # -- writes (event loop side) -------------------------------------------------------------
+
+    def _not_open(self) -> StoreError:
+        return StoreError(f"store {self._path} is {self._state.value}, not open")
+
+    def _submit(self, *write: Any) -> asyncio.Future[None]:
+        if self._state is not _State.OPEN:
+            raise self._not_open()
+        assert self._loop is not None
+        future: asyncio.Future[None] = self._loop.create_future()
+        self._queue.put((future, *write))
+        return future
+
+    def append(self, destination: str, message: Message) -> asyncio.Future[None]:
+        # The hot path: _submit inlined.
+        if self._state is not _State.OPEN:
+            raise self._not_open()
+        blob = self._packer.pack(message.to_wire())
+        assert self._loop is not None
+        future: asyncio.Future[None] = self._loop.create_future()
+        self._queue.put((future, _APPEND, destination, message.seq, blob))
+        return future
+
+    def append_many(self, destination: str, messages: Sequence[Message]) -> asyncio.Future[None]:
+        pack = self._packer.pack
+        rows = [(m.seq, pack(m.to_wire())) for m in messages]
+        return self._submit(_APPEND_MANY, destination, rows)
+
+    def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
+        return self._submit(_REMOVE, destination, list(seqs))
+
+    def purge(self, destination: str) -> asyncio.Future[None]:
+        return self._submit(_Kind.PURGE, destination)
+
+    def save_destination(
+        self, destination: str, options: dict[str, Any], metadata: dict[str, str]
+    ) -> asyncio.Future[None]:
+        options_json, metadata_json = json.dumps(options), json.dumps(metadata)
+        return self._submit(_Kind.SAVE_DESTINATION, destination, options_json, metadata_json)
+
+    def delete_destination(self, destination: str) -> asyncio.Future[None]:
+        return self._submit(_Kind.DELETE_DESTINATION, destination)
+
+    def kv_put(self, key: str, value: bytes) -> asyncio.Future[None]:
+        return self._submit(_Kind.KV_PUT, key, bytes(value))
+
+    def kv_delete(self, key: str) -> asyncio.Future[None]:
+        return self._submit(_Kind.KV_DELETE, key)
+
+    def _settle(
+        self, futures: list[asyncio.Future[None]], error: Exception | None, elapsed: float
+    ) -> None:
+        """On the loop: resolve one batch's futures, then tell the observability hook."""
+        for future in futures:
+            if future.done():  # cancelled by its waiter; the write was made all the same
+                continue
+            if error is None:
+                future.set_result(None)
+            else:
+                failure = StoreError(str(error))
+                failure.__cause__ = error.__cause__
+                future.set_exception(failure)
+        if error is None and self.on_commit is not None:
+            try:
+                self.on_commit(elapsed, len(futures))
+            except Exception:
+                logger.exception("store %s: the on_commit hook failed", self._path)
+
+    # -- the writer thread --------------------------------------------------------------------
+
+    def _run_writer(self, conn: sqlite3.Connection) -> None:
+        try:
+            stopping = False
+            while not stopping:
+                batch: list[_Write] = []
+                item = self._queue.get()
+                while item is not None:
+                    batch.append(item)
+                    if len(batch) >= self._max_batch:
+                        break
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                else:
+                    stopping = True
+                if batch:
+                    self._commit(conn, batch)
+        finally:
+            try:
+                conn.close()
+            except sqlite3.Error as exc:
+                logger.error("store %s: closing the writer connection failed: %s", self._path, exc)
+            self._call_soon(self._writer_finished)
+
+    def _writer_finished(self) -> None:
+        assert self._writer_done is not None
+        if not self._writer_done.done():
+            self._writer_done.set_result(None)
+
+    def _commit(self, conn: sqlite3.Connection, batch: list[_Write]) -> None:
+        started = time.perf_counter()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                _apply(conn, batch)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error as exc:
+                        logger.error("store %s: rollback failed: %s", self._path, exc)
+                raise
+        except Exception as exc:
+            logger.error(
+                "store %s: a commit of %d writes failed: %s",
+                self._path,
+                len(batch),
+                exc,
+                exc_info=exc,
+            )
+            error = StoreError(f"commit of {len(batch)} writes to {self._path} failed: {exc}")
+            error.__cause__ = exc
+            self._call_soon(self._settle, [write[0] for write in batch], error, 0.0)
+            return
+        elapsed = time.perf_counter() - started
+        self._call_soon(self._settle, [write[0] for write in batch], None, elapsed)
+
+    def _call_soon(self, callback: Callable[..., None], *args: Any) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is closed: nobody is left to tell
+            logger.warning("store %s: event loop closed before a commit was reported", self._path)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        if self._state is not _State.OPEN:
+            raise self._not_open()
+        assert self._reader is not None and self._rconn is not None
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._reader, fn, self._rconn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"read from store {self._path} failed: {exc}") from exc
+
+    async def kv_get(self, key: str) -> bytes | None:
+        def read(conn: sqlite3.Connection) -> bytes | None:
+            row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+            return None if row is None else bytes(row[0])
+
+        return await self._read(read)
+
+    async def load_destinations(self) -> list[DestinationRecord]:
+        def read(conn: sqlite3.Connection) -> list[DestinationRecord]:
+            records = []
+            for destination, options, metadata, last_seq in conn.execute(_LOAD_DESTINATIONS):
+                try:
+                    opts = {} if options is None else json.loads(options)
+                    meta = {} if metadata is None else json.loads(metadata)
+                except ValueError as exc:
+                    raise StoreError(f"stored destination {destination} is corrupt") from exc
+                records.append(DestinationRecord(destination, opts, meta, last_seq))
+            return records
+
+        return await self._read(read)
+
+    async def load_messages(self, destination: str) -> list[Message]:
+        def read(conn: sqlite3.Connection) -> list[Message]:
+            rows = conn.execute(
+                "SELECT seq, blob FROM messages WHERE destination = ? ORDER BY seq",
+                (destination,),
+            )
+            return [_decode(destination, seq, blob) for seq, blob in rows]
+
+        return await self._read(read)
+
+    async def count_messages(self, destination: str) -> int:
+        def read(conn: sqlite3.Connection) -> int:
+            sql = "SELECT count(*) FROM messages WHERE destination = ?"
+            count: int = conn.execute(sql, (destination,)).fetchone()[0]
+            return count
+
+        return await self._read(read)

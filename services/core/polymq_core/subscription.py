@@ -1,0 +1,106 @@
+"""A subscription: one subscriber's view of one destination, owned by its session.
+
+The subscription knows its ack mode, its prefetch window and its unacked deliveries; the
+destination (queue, stream, topic) decides what to deliver and calls :meth:`deliver`. The
+session buffers the delivery for the socket; when the socket does not drain and the buffer
+passes the subscription's bound, the slow-consumer policy applies (see ``session.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from polymq.types import AckMode, Message, SubscribeOptions
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+class Source(Protocol):
+    """What a subscription is attached to: a queue, a stream or the topic router."""
+
+    def detach(self, sub: Subscription, *, requeue: list[Message]) -> None: ...
+    def settle(self, sub: Subscription, keys: list[Any], action: str) -> None: ...
+    def pump(self) -> None: ...
+
+
+class Subscription:
+    __slots__ = (
+        "ack_mode",
+        "closed",
+        "destination",
+        "inflight",
+        "next_tag",
+        "options",
+        "prefetch",
+        "session",
+        "sid",
+        "source",
+    )
+
+    def __init__(
+        self,
+        session: Session,
+        sid: int,
+        destination: str,
+        options: SubscribeOptions,
+        source: Source,
+    ) -> None:
+        self.session = session
+        self.sid = sid
+        self.destination = destination
+        self.options = options
+        self.ack_mode = options.ack_mode
+        self.prefetch = options.prefetch
+        self.source = source
+        # delivery tag -> the source's key for that delivery (a queue seq, a stream seq)
+        self.inflight: dict[int, Any] = {}
+        self.next_tag = 1
+        self.closed = False
+
+    @property
+    def auto(self) -> bool:
+        return self.ack_mode is AckMode.AUTO
+
+    def has_credit(self) -> bool:
+        """May the source deliver one more message now?"""
+        if self.closed or not self.session.accepts(self):
+            return False
+        return self.prefetch == 0 or len(self.inflight) < self.prefetch or self.auto
+
+    def deliver(self, message: Message, key: Any) -> int:
+        """Hand one message to the session; returns its delivery tag."""
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if not self.auto:
+            self.inflight[tag] = key
+        self.session.push_delivery(self, tag, message, key)
+        return tag
+
+    def take(self, tags: list[int], cumulative: bool) -> list[Any]:
+        """Remove acked/nacked tags from the window; return their source keys.
+
+        ``cumulative`` (or ack mode ``client``) settles every tag up to the highest named.
+        Unknown tags are ignored (already settled, or timed out and redelivered).
+        """
+        if not self.inflight or not tags:
+            return []
+        if cumulative or self.ack_mode is AckMode.CLIENT:
+            top = max(tags)
+            keys = []
+            for tag in list(self.inflight):
+                if tag > top:
+                    break
+                keys.append(self.inflight.pop(tag))
+            return keys
+        return [self.inflight.pop(t) for t in tags if t in self.inflight]
+
+    def forget(self, key: Any) -> None:
+        """Drop a delivery from the window without a settle (its ack timed out)."""
+        for tag, k in self.inflight.items():
+            if k == key:
+                del self.inflight[tag]
+                return
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self.sid} {self.destination} on {self.session.name}>"

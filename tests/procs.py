@@ -1,0 +1,89 @@
+"""Real polymq processes on 127.0.0.1 with ephemeral ports, for integration tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+class PolymqProcess:
+    """``polymq <command>`` in a subprocess; ``ports`` is read from its ports file."""
+
+    def __init__(self, command: str, workdir: Path, *args: str, env: dict[str, str] | None = None):
+        self.command = command
+        self.workdir = workdir
+        self.data_dir = workdir / "data"
+        self.args = list(args)
+        self.env = {**os.environ, "POLYMQ_LOG_LEVEL": "INFO", **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ports: dict[str, int] = {}
+        self.log_path = workdir / f"{command}.log"
+
+    def start(self, timeout: float = 20.0) -> PolymqProcess:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        ports_file = self.workdir / f"{self.command}-ports.json"
+        ports_file.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "polymq_cli", self.command, "--ports-file", str(ports_file)]
+        for flag in ("core", "admin", "http"):
+            if self.command in ("run", "core") or flag == "http":
+                if flag == "http" and self.command == "core":
+                    continue
+                if f"--{flag}-port" not in self.args:
+                    argv += [f"--{flag}-port", "0"]
+        if self.command in ("run", "core") and "--data-dir" not in self.args:
+            argv += ["--data-dir", str(self.data_dir)]
+        argv += self.args
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the process owns it
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while not ports_file.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"polymq {self.command} exited early:\n{self.log()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"polymq {self.command} did not start:\n{self.log()}")
+            time.sleep(0.02)
+        self.ports = json.loads(ports_file.read_text())
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def url(self, name: str = "http") -> str:
+        return f"http://127.0.0.1:{self.ports[name]}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no goodbye."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> PolymqProcess:
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.kill()

@@ -1,0 +1,497 @@
+"""Tests of ``polymq_core.store``: what a shard observes of its SqliteStore.
+
+Durability is checked by reopening the file (and once by killing a writer process with
+SIGKILL), never by looking at in-memory state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import sqlite3
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+import polymq.types
+import polymq_core.store
+from polymq.types import Message
+from polymq_core.store import DestinationRecord, SqliteStore, StoreError
+
+Q = "queue/orders"
+DEADLINE = 10.0  # seconds; a write that takes longer than this is hanging
+
+
+def full_message(seq: int, destination: str = Q) -> Message:
+    """A message with every field away from its default."""
+    return Message(
+        body=bytes(range(256)) + seq.to_bytes(4, "big"),
+        content_type="application/json; charset=utf-8",
+        headers={"x-trace": f"t-{seq}", "ünïcode": "✓ \x00"},
+        priority=9,
+        persistent=True,
+        expires=1_900_000_000.25,
+        ack_timeout=12.5,
+        correlation_id=f"corr-{seq}",
+        reply_to="queue/replies",
+        id=f"msg-{seq}",
+        seq=seq,
+        timestamp=1_700_000_000.123456,
+        delivery_count=3,
+        destination=destination,
+    )
+
+
+def small_message(seq: int, destination: str = Q) -> Message:
+    return Message(body=b"x" * 32, persistent=True, seq=seq, destination=destination)
+
+
+@contextlib.asynccontextmanager
+async def opened(path: Path) -> AsyncIterator[SqliteStore]:
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "shard.db"
+
+
+@pytest.fixture
+async def store(db: Path) -> AsyncIterator[SqliteStore]:
+    async with opened(db) as store:
+        yield store
+
+
+@contextlib.asynccontextmanager
+async def writer_held(store: SqliteStore, db: Path) -> AsyncIterator[None]:
+    """Keep the store's writer thread waiting for SQLite's write lock, so that every write
+    issued inside the block is queued and lands in one batch when the block ends."""
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    plug = store.kv_put("test:plug", b"")
+    await asyncio.sleep(0.1)  # the writer takes the plug and waits behind the lock
+    try:
+        yield
+    finally:
+        blocker.execute("COMMIT")
+        blocker.close()
+        await asyncio.gather(plug, return_exceptions=True)
+
+
+async def settled(*futures: asyncio.Future[None]) -> None:
+    await asyncio.wait_for(asyncio.gather(*futures), DEADLINE)
+
+
+# -- messages -----------------------------------------------------------------------------------
+
+
+async def test_every_message_field_survives_a_reopen(db: Path) -> None:
+    full, bare = full_message(1), Message(body=b"", seq=2)
+    for f in dataclasses.fields(Message):  # the test is only as good as the fields it varies
+        if f.name != "seq":
+            assert getattr(full, f.name) != getattr(bare, f.name), f.name
+    async with opened(db) as store:
+        await settled(store.append(Q, full), store.append(Q, bare))
+
+    async with opened(db) as store:
+        loaded = await store.load_messages(Q)
+
+    assert loaded == [full, bare]
+    assert type(loaded[0].body) is bytes
+    assert loaded[1].expires is None and loaded[1].correlation_id is None
+
+
+async def test_messages_load_in_seq_order_per_destination(store: SqliteStore) -> None:
+    await settled(
+        store.append(Q, small_message(5)),
+        store.append(Q, small_message(1)),
+        store.append("stream/other", small_message(2, "stream/other")),
+        store.append(Q, small_message(3)),
+    )
+
+    assert [m.seq for m in await store.load_messages(Q)] == [1, 3, 5]
+    assert [m.seq for m in await store.load_messages("stream/other")] == [2]
+    assert await store.load_messages("queue/unknown") == []
+    assert await store.count_messages(Q) == 3
+    assert await store.count_messages("queue/unknown") == 0
+
+
+async def test_append_many_stores_all_and_an_empty_one_resolves(store: SqliteStore) -> None:
+    await settled(store.append_many(Q, [full_message(s) for s in (3, 1, 2)]))
+    await settled(store.append_many(Q, []))
+
+    assert await store.load_messages(Q) == [full_message(s) for s in (1, 2, 3)]
+
+
+async def test_append_of_a_stored_seq_replaces_it(store: SqliteStore) -> None:
+    first = full_message(1)
+    again = dataclasses.replace(first, delivery_count=4)
+    await settled(store.append(Q, first))
+    await settled(store.append(Q, again))
+
+    assert await store.load_messages(Q) == [again]
+
+
+async def test_append_stores_the_message_as_it_was_when_called(store: SqliteStore) -> None:
+    message = full_message(1)
+    future = store.append(Q, message)
+    message.delivery_count = 99
+    message.headers["late"] = "change"
+    await settled(future)
+
+    assert await store.load_messages(Q) == [full_message(1)]
+
+
+async def test_remove_deletes_the_seqs_and_ignores_missing_ones(store: SqliteStore) -> None:
+    await settled(store.append_many(Q, [small_message(s) for s in range(1, 6)]))
+
+    await settled(store.remove(Q, [2, 4, 99]), store.remove("queue/unknown", [1]))
+
+    assert [m.seq for m in await store.load_messages(Q)] == [1, 3, 5]
+
+
+async def test_purge_empties_one_destination_and_keeps_its_record(store: SqliteStore) -> None:
+    await settled(
+        store.save_destination(Q, {"durable": True}, {"owner": "a"}),
+        store.append_many(Q, [small_message(s) for s in range(1, 4)]),
+        store.append("queue/kept", small_message(1, "queue/kept")),
+    )
+
+    await settled(store.purge(Q))
+
+    assert await store.count_messages(Q) == 0
+    assert await store.count_messages("queue/kept") == 1
+    assert await store.load_destinations() == [
+        DestinationRecord("queue/kept", {}, {}, last_seq=1),
+        DestinationRecord(Q, {"durable": True}, {"owner": "a"}, last_seq=3),
+    ]
+
+
+async def test_delete_destination_forgets_record_messages_and_last_seq(
+    store: SqliteStore,
+) -> None:
+    await settled(
+        store.save_destination(Q, {"durable": True}, {}),
+        store.append_many(Q, [small_message(s) for s in range(1, 4)]),
+        store.save_destination("queue/kept", {}, {}),
+        store.append("queue/kept", small_message(7, "queue/kept")),
+    )
+
+    await settled(store.delete_destination(Q))
+
+    assert await store.load_messages(Q) == []
+    assert await store.load_destinations() == [DestinationRecord("queue/kept", {}, {}, 7)]
+    await settled(store.save_destination(Q, {}, {}))
+    assert (await store.load_destinations())[1] == DestinationRecord(Q, {}, {}, last_seq=0)
+
+
+# -- destinations and kv ------------------------------------------------------------------------
+
+
+async def test_load_destinations_after_reopen(db: Path) -> None:
+    options: dict[str, Any] = {"durable": True, "max_length": 10, "nested": {"a": [1, 2.5]}}
+    async with opened(db) as store:
+        await settled(
+            store.save_destination(Q, {"old": 1}, {"old": "x"}),
+            store.save_destination("queue/empty", {}, {"k": "v"}),
+            store.append_many(Q, [small_message(s) for s in range(1, 5)]),
+            store.append("stream/unsaved", small_message(7, "stream/unsaved")),
+            store.append("queue/acked", small_message(1, "queue/acked")),
+        )
+        await settled(
+            store.save_destination(Q, options, {"owner": "alice"}),  # an upsert
+            store.remove(Q, [1, 2, 3, 4]),  # last_seq is the highest ever stored
+            store.remove("queue/acked", [1]),  # no record and no messages: not listed
+        )
+
+    async with opened(db) as store:
+        records = await store.load_destinations()
+
+    assert records == [  # ordered by name
+        DestinationRecord("queue/empty", {}, {"k": "v"}, last_seq=0),
+        DestinationRecord(Q, options, {"owner": "alice"}, last_seq=4),
+        DestinationRecord("stream/unsaved", {}, {}, last_seq=7),
+    ]
+
+
+async def test_kv_put_get_delete(db: Path) -> None:
+    async with opened(db) as store:
+        assert await store.kv_get("k") is None
+        await settled(store.kv_put("k", b"one"), store.kv_put("bin", b"\x00\xff\x00"))
+        assert await store.kv_get("k") == b"one"
+        await settled(store.kv_put("k", b"two"))
+        assert await store.kv_get("k") == b"two"
+        await settled(store.kv_delete("k"), store.kv_delete("never-set"))
+        assert await store.kv_get("k") is None
+
+    async with opened(db) as store:
+        assert await store.kv_get("bin") == b"\x00\xff\x00"
+        assert await store.kv_get("k") is None
+
+
+# -- group commit and ordering ------------------------------------------------------------------
+
+
+async def test_concurrent_appends_share_commits(store: SqliteStore) -> None:
+    commits: list[tuple[float, int, int]] = []
+    store.on_commit = lambda seconds, n: commits.append((seconds, n, threading.get_ident()))
+
+    await settled(*[store.append(Q, small_message(s)) for s in range(1, 1001)])
+
+    assert sum(n for _, n, _ in commits) == 1000
+    assert len(commits) < 100, [n for _, n, _ in commits]
+    assert {ident for _, _, ident in commits} == {threading.get_ident()}  # on the loop
+    assert all(seconds > 0 for seconds, _, _ in commits)
+    assert await store.count_messages(Q) == 1000
+
+
+async def test_one_batch_applies_its_writes_in_issue_order(db: Path, store: SqliteStore) -> None:
+    sizes: list[int] = []
+    store.on_commit = lambda seconds, n: sizes.append(n)
+
+    async with writer_held(store, db):
+        futures = [
+            store.append(Q, small_message(1)),
+            store.remove(Q, [1]),
+            store.append(Q, small_message(2)),
+            store.append("queue/gone", small_message(5, "queue/gone")),
+            store.delete_destination("queue/gone"),
+            store.append("queue/gone", small_message(1, "queue/gone")),
+            store.append_many("queue/p", [small_message(s, "queue/p") for s in (1, 2)]),
+            store.purge("queue/p"),
+            store.append("queue/p", small_message(3, "queue/p")),
+            store.save_destination(Q, {"v": 1}, {}),
+            store.save_destination(Q, {"v": 2}, {}),
+            store.kv_put("k", b"v"),
+            store.kv_delete("k"),
+            store.kv_delete("k2"),
+            store.kv_put("k2", b"v2"),
+        ]
+    await settled(*futures)
+
+    assert max(sizes) >= len(futures)  # they did share one commit
+    assert [m.seq for m in await store.load_messages(Q)] == [2]
+    assert [m.seq for m in await store.load_messages("queue/gone")] == [1]
+    assert [m.seq for m in await store.load_messages("queue/p")] == [3]
+    assert await store.kv_get("k") is None
+    assert await store.kv_get("k2") == b"v2"
+    assert await store.load_destinations() == [
+        DestinationRecord("queue/gone", {}, {}, last_seq=1),
+        DestinationRecord(Q, {"v": 2}, {}, last_seq=2),
+        DestinationRecord("queue/p", {}, {}, last_seq=3),
+    ]
+
+
+async def test_a_cancelled_write_is_made_and_does_not_stall_its_batch(
+    db: Path, store: SqliteStore
+) -> None:
+    async with writer_held(store, db):
+        cancelled = store.append(Q, small_message(1))
+        cancelled.cancel()
+        after = store.append(Q, small_message(2))
+    await settled(after)
+
+    assert [m.seq for m in await store.load_messages(Q)] == [1, 2]
+
+
+async def test_a_failing_on_commit_hook_is_logged_and_ignored(
+    store: SqliteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    def hook(seconds: float, n: int) -> None:
+        raise RuntimeError("sensor broke")
+
+    store.on_commit = hook
+    with caplog.at_level(logging.ERROR, logger=polymq_core.store.__name__):
+        await settled(store.append(Q, small_message(1)))
+        await settled(store.append(Q, small_message(2)))
+
+    assert await store.count_messages(Q) == 2
+    assert any("on_commit" in r.getMessage() for r in caplog.records)
+
+
+# -- lifecycle and failures ---------------------------------------------------------------------
+
+
+async def test_close_waits_for_pending_writes(db: Path) -> None:
+    store = SqliteStore(db)
+    await store.open()
+    futures = [store.append(Q, small_message(s)) for s in range(1, 501)]
+    futures.append(store.kv_put("k", b"v"))
+
+    await asyncio.wait_for(store.close(), DEADLINE)
+
+    assert all(f.done() and f.result() is None for f in futures)
+    async with opened(db) as store:
+        assert await store.count_messages(Q) == 500
+        assert await store.kv_get("k") == b"v"
+
+
+def _calls(store: SqliteStore) -> list[Callable[[], Any]]:
+    return [
+        lambda: store.append(Q, small_message(1)),
+        lambda: store.append_many(Q, [small_message(1)]),
+        lambda: store.remove(Q, [1]),
+        lambda: store.purge(Q),
+        lambda: store.save_destination(Q, {}, {}),
+        lambda: store.delete_destination(Q),
+        lambda: store.kv_put("k", b"v"),
+        lambda: store.kv_delete("k"),
+        lambda: store.kv_get("k"),
+        lambda: store.load_destinations(),
+        lambda: store.load_messages(Q),
+        lambda: store.count_messages(Q),
+    ]
+
+
+async def test_calls_after_close_or_before_open_raise_store_error(db: Path) -> None:
+    never_opened = SqliteStore(db)
+    closed = SqliteStore(db)
+    await closed.open()
+    await closed.close()
+    await closed.close()  # closing twice is harmless
+
+    for store in (never_opened, closed):
+        for call in _calls(store):
+            with pytest.raises(StoreError):
+                await call()  # raised at once or through the future: either is a refusal
+
+    async with opened(db) as store:
+        assert await store.load_destinations() == []
+        assert await store.kv_get("k") is None
+
+
+async def test_a_failing_batch_fails_every_write_in_it_and_later_batches_work(
+    db: Path, store: SqliteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    await settled(store.append(Q, small_message(1)))
+    saboteur = sqlite3.connect(db, isolation_level=None)
+    saboteur.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON messages"
+        " BEGIN SELECT RAISE(ABORT, 'disk is full'); END"
+    )
+
+    with caplog.at_level(logging.ERROR, logger=polymq_core.store.__name__):
+        async with writer_held(store, db):
+            doomed = [store.append(Q, small_message(2)), store.kv_put("k", b"v")]
+        results = await asyncio.wait_for(asyncio.gather(*doomed, return_exceptions=True), DEADLINE)
+
+    for result in results:
+        assert isinstance(result, StoreError), result
+        assert isinstance(result.__cause__, sqlite3.Error)
+        assert "disk is full" in str(result)
+    assert any(r.levelno == logging.ERROR and "failed" in r.getMessage() for r in caplog.records)
+    assert await store.kv_get("k") is None  # the batch was rolled back as a whole
+
+    saboteur.execute("DROP TRIGGER refuse")
+    saboteur.close()
+    await settled(store.append(Q, small_message(3)))
+    assert [m.seq for m in await store.load_messages(Q)] == [1, 3]
+
+
+async def test_open_creates_the_directory_and_uses_wal(tmp_path: Path) -> None:
+    db = tmp_path / "a" / "b" / "shard.db"
+    async with opened(db) as store:
+        await settled(store.append(Q, small_message(1)))
+
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+@pytest.fixture
+def corrupt_db(db: Path) -> Path:
+    db.write_bytes(b"this is not a database" * 100)
+    return db
+
+
+async def test_open_of_a_corrupt_file_raises_store_error(corrupt_db: Path) -> None:
+    store = SqliteStore(corrupt_db)
+
+    with pytest.raises(StoreError) as info:
+        await store.open()
+
+    assert isinstance(info.value.__cause__, sqlite3.DatabaseError)
+
+
+def test_bad_settings_are_refused(db: Path) -> None:
+    with pytest.raises(ValueError):
+        SqliteStore(db, synchronous="FULL; DROP TABLE kv")
+    with pytest.raises(ValueError):
+        SqliteStore(db, max_batch=0)
+
+
+# -- recovery after SIGKILL ---------------------------------------------------------------------
+
+CHILD = """
+import asyncio, sys
+
+import msgpack
+from polymq.types import Message
+from polymq_core.store import SqliteStore
+
+
+async def main() -> None:
+    db, messages = sys.argv[1], sys.argv[2]
+    with open(messages, "rb") as f:
+        wires = msgpack.unpackb(f.read(), raw=False)
+    store = SqliteStore(db)
+    await store.open()
+    await asyncio.gather(*[store.append(w[13], Message.from_wire(w)) for w in wires])
+    print("ok", flush=True)
+    await asyncio.sleep(3600)
+
+
+asyncio.run(main())
+"""
+
+
+async def test_acknowledged_appends_survive_sigkill(tmp_path: Path, db: Path) -> None:
+    messages = [full_message(seq) for seq in range(1, 2001)]
+    (tmp_path / "messages.bin").write_bytes(
+        msgpack.packb([m.to_wire() for m in messages], use_bin_type=True)
+    )
+    (tmp_path / "child.py").write_text(CHILD)
+    roots = [
+        str(Path(polymq.types.__file__).parents[1]),
+        str(Path(polymq_core.store.__file__).parents[1]),
+    ]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*roots, os.environ.get("PYTHONPATH", "")]))
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(tmp_path / "child.py"),
+        str(db),
+        str(tmp_path / "messages.bin"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert child.stdout is not None and child.stderr is not None
+        line = await asyncio.wait_for(child.stdout.readline(), 60)
+        if line != b"ok\n":
+            child.kill()
+            await child.wait()
+            pytest.fail(f"child did not report ok: {line!r} {await child.stderr.read()!r}")
+        child.send_signal(signal.SIGKILL)
+        assert await child.wait() == -signal.SIGKILL
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+
+    async with opened(db) as store:
+        assert await store.load_messages(Q) == messages
+        assert await store.load_destinations() == [DestinationRecord(Q, {}, {}, last_seq=2000)]
