@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgpack
+
 from polymq.types import Message
 
 __all__ = ["DestinationRecord", "SqliteStore", "Store", "StoreError"]
@@ -375,6 +376,7 @@ class SqliteStore(Store):
         self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._writer_done: asyncio.Future[None] | None = None
+        self._closing: asyncio.Future[None] | None = None
         self._reader: ThreadPoolExecutor | None = None
         self._rconn: sqlite3.Connection | None = None
         self._packer = msgpack.Packer(use_bin_type=True)
@@ -413,10 +415,17 @@ class SqliteStore(Store):
         self._writer.start()
 
     async def close(self) -> None:
-        if self._state is not _State.OPEN:
+        if self._closing is None:
+            if self._state is not _State.OPEN:
+                self._state = _State.CLOSED
+                return
             self._state = _State.CLOSED
-            return
-        self._state = _State.CLOSED
+            self._closing = asyncio.ensure_future(self._shut_down())
+        # Shielded: a cancelled close() must not cut short the writes being committed, and
+        # a second close() waits for the first.
+        await asyncio.shield(self._closing)
+
+    async def _shut_down(self) -> None:
         assert self._writer is not None and self._writer_done is not None
         assert self._reader is not None and self._rconn is not None
         self._queue.put(None)

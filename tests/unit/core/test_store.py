@@ -332,9 +332,12 @@ async def test_close_waits_for_pending_writes(db: Path) -> None:
     futures = [store.append(Q, small_message(s)) for s in range(1, 501)]
     futures.append(store.kv_put("k", b"v"))
 
-    await asyncio.wait_for(store.close(), DEADLINE)
+    first = asyncio.create_task(store.close())
+    await asyncio.sleep(0)  # the first close is under way
+    await asyncio.wait_for(store.close(), DEADLINE)  # a second close waits for the first
 
     assert all(f.done() and f.result() is None for f in futures)
+    await first
     async with opened(db) as store:
         assert await store.count_messages(Q) == 500
         assert await store.kv_get("k") == b"v"
