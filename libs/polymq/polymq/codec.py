@@ -21,11 +21,11 @@ owner should send :meth:`Connection.goodbye` and close.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import struct
-import dataclasses
-from dataclasses import MISSING
 from collections import deque
+from dataclasses import MISSING
 from typing import Any, Final
 
 import msgpack
@@ -86,6 +86,10 @@ class State(enum.Enum):
 TRANSITIONS: Final[dict[tuple[State, type[Event], Role], State]] = {
     (State.HELLO, Hello, Role.CLIENT): State.WELCOME,
     (State.WELCOME, Welcome, Role.SERVER): State.OPEN,
+    # goodbye() is valid in any state, so a Goodbye is too, e.g. a client that gives up
+    # waiting for Welcome (or whose Hello and Goodbye arrive in one read).
+    (State.HELLO, Goodbye, Role.CLIENT): State.CLOSED,
+    (State.WELCOME, Goodbye, Role.CLIENT): State.CLOSED,
     (State.HELLO, Goodbye, Role.SERVER): State.CLOSED,
     (State.WELCOME, Goodbye, Role.SERVER): State.CLOSED,
     (State.OPEN, Goodbye, Role.CLIENT): State.CLOSED,
@@ -99,9 +103,7 @@ _SERVER_OPS = frozenset(op for op in range(40, 50) if op in EVENT_TYPES)
 _FIELD_COUNTS: dict[int, tuple[int, int]] = {}
 for _op, _cls in EVENT_TYPES.items():
     _fields = dataclasses.fields(_cls)  # type: ignore[arg-type]
-    _required = sum(
-        1 for f in _fields if f.default is MISSING and f.default_factory is MISSING
-    )
+    _required = sum(1 for f in _fields if f.default is MISSING and f.default_factory is MISSING)
     _FIELD_COUNTS[_op] = (_required, len(_fields))
 _FIELDS: dict[int, tuple[str, ...]] = {
     op: tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
@@ -120,7 +122,12 @@ def _encode_op(event: Event) -> list[Any]:
 
 
 def _decode_op(raw: Any) -> Event:
-    if not isinstance(raw, list) or not raw or not isinstance(raw[0], int):
+    if (
+        not isinstance(raw, list)
+        or not raw
+        or not isinstance(raw[0], int)
+        or isinstance(raw[0], bool)  # msgpack true would otherwise be opcode 1 (Hello)
+    ):
         raise RemoteProtocolError("an operation must be a list starting with an opcode")
     op = raw[0]
     cls = EVENT_TYPES.get(op)
@@ -164,6 +171,9 @@ class Connection:
         self._buf = bytearray()
         self._events: deque[Event] = deque()
         self._eof = False
+        # An error found behind events still queued: raised once those are consumed, so
+        # the events come out the same however the bytes were chunked.
+        self._error: RemoteProtocolError | None = None
         self._preamble_sent = False
         self._packer = msgpack.Packer(use_bin_type=True)
 
@@ -182,13 +192,19 @@ class Connection:
         """
         if self._events:
             return self._events.popleft()
+        if self._error is not None:
+            exc, self._error = self._error, None
+            self.state = State.ERROR
+            raise exc
         if self.state is State.ERROR:
             raise RemoteProtocolError("connection is in an error state")
         try:
             self._parse()
-        except RemoteProtocolError:
-            self.state = State.ERROR
-            raise
+        except RemoteProtocolError as exc:
+            if not self._events:
+                self.state = State.ERROR
+                raise
+            self._error = exc
         if self._events:
             return self._events.popleft()
         if self._eof:
@@ -245,14 +261,26 @@ class Connection:
         return self.send_many((event,))
 
     def send_many(self, events: Any) -> bytes:
-        """Bytes of one frame carrying every event in ``events`` (an iterable)."""
-        ops = []
-        for ev in events:
-            self._transition(ev, self.role, LocalProtocolError)
-            ops.append(_encode_op(ev))
-        payload = self._packer.pack(ops)
-        if len(payload) > self.max_frame:
-            raise LocalProtocolError(f"frame of {len(payload)} bytes exceeds {self.max_frame}")
+        """Bytes of one frame carrying every event in ``events`` (an iterable).
+
+        All or nothing: if any event cannot be sent, this raises LocalProtocolError and the
+        state is as it was before the call.
+        """
+        state = self.state
+        try:
+            ops = []
+            for ev in events:
+                self._transition(ev, self.role, LocalProtocolError)
+                ops.append(_encode_op(ev))
+            try:
+                payload: bytes = self._packer.pack(ops)
+            except (TypeError, ValueError, OverflowError) as exc:  # msgpack's, translated
+                raise LocalProtocolError(f"cannot encode the frame: {exc}") from exc
+            if len(payload) > self.max_frame:
+                raise LocalProtocolError(f"frame of {len(payload)} bytes exceeds {self.max_frame}")
+        except BaseException:
+            self.state = state
+            raise
         out = _LEN.pack(len(payload)) + payload
         if self.role is Role.CLIENT and not self._preamble_sent:
             self._preamble_sent = True
@@ -265,7 +293,7 @@ class Connection:
             return b""
         ops = [_encode_op(Goodbye(code, message))]
         self.state = State.CLOSED
-        payload = self._packer.pack(ops)
+        payload: bytes = self._packer.pack(ops)
         out = _LEN.pack(len(payload)) + payload
         if self.role is Role.CLIENT and not self._preamble_sent:
             self._preamble_sent = True
@@ -284,6 +312,4 @@ class Connection:
                 return
         elif state is State.OPEN and event.OP in _SERVER_OPS:
             return
-        raise error(
-            f"{sender.value} may not send {type(event).__name__} in state {state.value}"
-        )
+        raise error(f"{sender.value} may not send {type(event).__name__} in state {state.value}")

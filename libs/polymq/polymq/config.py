@@ -29,6 +29,14 @@ def _convert(name: str, raw: str, typ: Any) -> Any:
         if raw == "":
             return None
         return _convert(name, raw, args[0])
+    if origin is tuple:
+        parts = [p.strip() for p in raw.split(",") if p.strip()]
+        targs = typing.get_args(typ)
+        if len(targs) == 2 and targs[1] is Ellipsis:  # tuple[int, ...]: convert each item
+            return tuple(_convert(name, p, targs[0]) for p in parts)
+        if len(targs) != len(parts):
+            raise ConfigError(f"{name}={raw!r}: expected {len(targs)} comma-separated values")
+        return tuple(_convert(name, p, t) for p, t in zip(parts, targs, strict=True))
     try:
         if typ is bool:
             low = raw.strip().lower()
@@ -45,8 +53,6 @@ def _convert(name: str, raw: str, typ: Any) -> Any:
             return Path(raw)
         if typ is str:
             return raw
-        if origin is tuple:
-            return tuple(p.strip() for p in raw.split(",") if p.strip())
     except ValueError as exc:
         raise ConfigError(f"{name}={raw!r}: {exc}") from None
     raise ConfigError(f"{name}: unsupported setting type {typ!r}")
@@ -61,6 +67,10 @@ def from_env(cls: type[T], prefix: str = "POLYMQ_", env: Mapping[str, str] | Non
         var = prefix + f.name.upper()
         if var in env:
             kwargs[f.name] = _convert(var, env[var], hints[f.name])
+        elif (
+            f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ):
+            raise ConfigError(f"{var} is missing, and {cls.__name__}.{f.name} has no default")
     obj = cls(**kwargs)
     check = getattr(obj, "check", None)
     if check is not None:

@@ -7,6 +7,7 @@ data with validation at construction, shared by the client, the core and the fro
 from __future__ import annotations
 
 import enum
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,11 +83,14 @@ class Destination:
 def validate_name(name: str, *, pattern: bool = False) -> None:
     if not name:
         raise BadRequest("destination name is empty")
-    if len(name.encode()) > MAX_NAME_LENGTH:
+    # surrogatepass: a lone surrogate (JSON "\ud800") is an illegal character, not a crash
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_LENGTH:
         raise BadRequest(f"destination name longer than {MAX_NAME_LENGTH} bytes")
     if not (_PATTERN_RE if pattern else _NAME_RE).match(name):
         allowed = "letters, digits, '_', '.', ':', '-'" + (", '*', '#'" if pattern else "")
-        raise BadRequest(f"destination name {name[:80]!r} has illegal characters (allowed: {allowed})")
+        raise BadRequest(
+            f"destination name {name[:80]!r} has illegal characters (allowed: {allowed})"
+        )
     if ".." in name or name.startswith(".") or name.endswith("."):
         raise BadRequest(f"destination name {name[:80]!r} has an empty segment")
 
@@ -137,7 +141,11 @@ class Message:
             from .errors import PayloadTooLarge
 
             raise PayloadTooLarge(f"message body of {len(self.body)} bytes exceeds {max_body}")
-        if not isinstance(self.priority, int) or not 0 <= self.priority <= MAX_PRIORITY:
+        if (
+            not isinstance(self.priority, int)
+            or isinstance(self.priority, bool)
+            or not 0 <= self.priority <= MAX_PRIORITY
+        ):
             raise BadRequest(f"priority must be an integer 0..{MAX_PRIORITY}")
         if not isinstance(self.content_type, str) or len(self.content_type) > 255:
             raise BadRequest("content_type must be a string of at most 255 characters")
@@ -146,10 +154,10 @@ class Message:
         ):
             raise BadRequest("headers must map strings to strings")
         if self.ack_timeout is not None and not (
-            isinstance(self.ack_timeout, int | float) and self.ack_timeout > 0
+            _is_number(self.ack_timeout) and self.ack_timeout > 0
         ):
             raise BadRequest("ack_timeout must be a positive number of seconds")
-        if self.expires is not None and not isinstance(self.expires, int | float):
+        if self.expires is not None and not _is_number(self.expires):
             raise BadRequest("expires must be a unix time in seconds")
 
     def to_wire(self) -> list[Any]:
@@ -180,6 +188,16 @@ class Message:
         return m
 
 
+def _is_number(v: Any) -> bool:
+    """A finite int or float, and not a bool (``True`` is an int to Python, not to users)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
 def _opt_int(d: dict[str, Any], key: str, minimum: int = 0) -> int | None:
     v = d.get(key)
     if v is None:
@@ -193,7 +211,7 @@ def _opt_float(d: dict[str, Any], key: str) -> float | None:
     v = d.get(key)
     if v is None:
         return None
-    if not isinstance(v, int | float) or isinstance(v, bool) or v <= 0:
+    if not _is_number(v) or v <= 0:
         raise BadRequest(f"{key} must be a positive number")
     return float(v)
 
@@ -246,7 +264,7 @@ class DeclareOptions:
 
     @classmethod
     def from_dict(cls, d: Any) -> DeclareOptions:
-        d = _check_keys(d or {}, cls.KEYS, "declare option")
+        d = _check_keys({} if d is None else d, cls.KEYS, "declare option")
         durable = d.get("durable", True)
         if not isinstance(durable, bool):
             raise BadRequest("durable must be true or false")
@@ -295,17 +313,20 @@ def parse_offset(v: Any) -> str | int | float:
         if v < 0:
             raise BadRequest("offset sequence must be >= 0")
         return v
-    if isinstance(v, dict) and set(v) == {"timestamp"} and isinstance(v["timestamp"], int | float):
+    if isinstance(v, dict) and set(v) == {"timestamp"} and _is_number(v["timestamp"]):
         return float(v["timestamp"])
     if isinstance(v, str):
         if v in ("first", "last", "next"):
             return v
         if v.startswith("@"):
             try:
-                return float(v[1:])
+                t = float(v[1:])
             except ValueError:
                 pass
-        elif v.isdigit():
+            else:
+                if math.isfinite(t):
+                    return t
+        elif v.isascii() and v.isdigit():  # not "²", which isdigit() but int() refuses
             return int(v)
     raise BadRequest("offset must be first, last, next, a sequence number or a timestamp")
 
@@ -336,7 +357,7 @@ class SubscribeOptions:
 
     @classmethod
     def from_dict(cls, d: Any) -> SubscribeOptions:
-        d = _check_keys(d or {}, cls.KEYS, "subscribe option")
+        d = _check_keys({} if d is None else d, cls.KEYS, "subscribe option")
         role = d.get("role")
         if role is not None and role not in ("server", "client"):
             raise BadRequest("role must be 'server' or 'client'")
