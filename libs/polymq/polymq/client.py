@@ -350,11 +350,12 @@ class Client:
             if self._welcome is not None and not self._welcome.done():
                 self._welcome.set_result(ev)
         elif isinstance(ev, Goodbye):
-            if ev.code == "closed":
-                err = ConnectionClosed("the server closed the connection")
-            else:
-                err = error_from_code(ev.code, ev.message)
-            self._fail_all(err)
+            reason: PolymqError = (
+                ConnectionClosed("the server closed the connection")
+                if ev.code == "closed"
+                else error_from_code(ev.code, ev.message)
+            )
+            self._fail_all(reason)
 
     def _lost(self, exc: BaseException | None, reason: BaseException | None = None) -> None:
         if self.closed and self.close_reason is not None:
@@ -604,5 +605,3 @@ class ChannelHandle(_Handle):
     async def receive(self, **options: Any) -> Subscription:
         return await self.client.subscribe(self.destination, role=self.role, **options)
 
-
-_ = PolymqError  # re-exported through polymq.errors
