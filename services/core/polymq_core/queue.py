@@ -255,6 +255,7 @@ class Queue:
             self._deliver(sub, msg, now)
             delivered += 1
             idle = 0
+            n = len(consumers)  # a delivery may cut a slow consumer off: it left the list
         self._rr = rr
         if delivered:
             self.delivered += delivered
@@ -263,8 +264,9 @@ class Queue:
     def _deliver(self, sub: Subscription, msg: Message, now: float) -> None:
         msg.delivery_count += 1
         if sub.auto:
-            sub.deliver(msg, msg.seq)
+            # settled first: if this delivery cuts a slow consumer off, unsent() takes it back
             self.shard.settled(self, msg)
+            sub.deliver(msg, msg.seq)
             return
         timeout = msg.ack_timeout or sub.options.ack_timeout or self.options.ack_timeout
         did = self.shard.new_delivery_id()

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 _MAX_WAITING = 20_000  # requests awaiting an answer before reading pauses
 _FRAME_MESSAGES = 4096  # deliveries per frame
+_SLOW_LINGER = 10.0  # seconds a cut slow consumer has to read what its socket still holds
 
 
 class _Backlog:
@@ -206,10 +207,15 @@ class Session(asyncio.Protocol):
         return not self._paused and not self._closed
 
     def accepts(self, sub: Subscription) -> bool:
-        """May a source hand ``sub`` another delivery now?"""
+        """May a source hand ``sub`` another delivery now?
+
+        While the socket does not drain, a ``disconnect`` subscription still takes deliveries:
+        past its buffer the policy cuts this connection and its messages go to the others (a
+        queue never waits on a slow consumer, nor leaves messages stuck with it). Others are
+        passed over once their buffer is full."""
         if self._closed:
             return False
-        if not self._paused:
+        if not self._paused or sub.options.slow_policy is SlowPolicy.DISCONNECT:
             return True
         b = self._backlog.get(sub)
         if b is None:
@@ -218,6 +224,8 @@ class Session(asyncio.Protocol):
         return len(b.tags) < o.buffer_messages and b.nbytes < o.buffer_bytes
 
     def push_delivery(self, sub: Subscription, tag: int, msg: Message, key: Any) -> None:
+        if self._closed:
+            return  # cut off in the middle of a topic fan-out; queues ask accepts() first
         b = self._backlog.get(sub)
         if b is None:
             b = self._backlog[sub] = _Backlog()
@@ -251,7 +259,7 @@ class Session(asyncio.Protocol):
             "slow-consumer",
             f"subscription {sub.sid} on {sub.destination} passed its buffer of "
             f"{sub.options.buffer_messages} messages / {sub.options.buffer_bytes} bytes",
-            abort=True,
+            linger=_SLOW_LINGER,
         )
 
     def _flush(self) -> None:
@@ -319,8 +327,16 @@ class Session(asyncio.Protocol):
             self.reply(Cancelled(sub.sid, code, message))
 
     # ---- closing ------------------------------------------------------------------------
-    def close(self, code: str | None, message: str, *, abort: bool = False) -> None:
-        """Say Goodbye (with why) and close; ``abort`` drops what the socket still holds."""
+    def close(
+        self, code: str | None, message: str, *, abort: bool = False, linger: float | None = None
+    ) -> None:
+        """Say Goodbye (with why) and close; ``abort`` drops what the socket still holds.
+
+        ``linger`` (a slow consumer): the subscriptions are released now (what never reached
+        the socket goes back to its queue), while what the socket holds, then the Goodbye, still
+        go out to a peer that reads within ``linger`` seconds; after that the socket is aborted.
+        Aborting at once would throw away auto-acked deliveries the peer never saw.
+        """
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -333,8 +349,11 @@ class Session(asyncio.Protocol):
         if abort:
             self.connection_lost(None)  # requeue now; the peer is not reading anyway
             transport.abort()
-        else:
-            transport.close()
+            return
+        if linger is not None:
+            self.connection_lost(None)
+            self.loop.call_later(linger, transport.abort)
+        transport.close()
 
 
 __all__ = ["Pulled", "Session"]

@@ -71,7 +71,8 @@ class Shard:
                 log.warning("shard %d: ignoring unreadable options of %s", self.index, rec.destination)
                 options = _DEFAULTS
             messages = await self.store.load_messages(rec.destination)
-            if not messages and not rec.metadata:
+            # an idle TTL only runs for destinations in memory (the sweep never sees dormant ones)
+            if not messages and not rec.metadata and options.idle_ttl is None:
                 if options != _DEFAULTS:
                     self.dormant[rec.destination] = options
                 continue

@@ -1,0 +1,181 @@
+"""Topics (patterns), streams (replay from an offset) and channels (two roles) through a real
+core process and the real client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from polymq import BadRequest, Client, Message, Subscription
+
+from ...procs import PolymqProcess
+from .helpers import bodies, collect, connect, nothing_more, uid
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# ---- topics ---------------------------------------------------------------------------------
+
+
+async def _until_end(sub: Subscription) -> list[str]:
+    """Topic names received before the end marker (a header), in order."""
+    seen: list[str] = []
+    while True:
+        d = await sub.get(5)
+        if d.message.headers.get("end") == "1":
+            return seen
+        seen.append(d.message.body.decode())
+
+
+async def test_topic_patterns_star_hash_and_prefix(core: PolymqProcess) -> None:
+    p = uid()
+    port = core.ports["core"]
+    patterns = {
+        f"{p}.news.*": ["news.sport", "news.spain", "news.sp", "news.politics"],
+        f"{p}.news.#": [
+            "news", "news.sport", "news.spain", "news.sport.football", "news.sp",
+            "news.politics",
+        ],
+        f"{p}.news.sp*": ["news.sport", "news.spain", "news.sport.football", "news.sp"],
+        f"{p}.*.sport": ["news.sport", "weather.sport"],
+        f"{p}.#": [
+            "news", "news.sport", "news.spain", "news.sport.football", "news.sp",
+            "news.politics", "newsy", "weather.today", "weather.sport",
+        ],
+        f"{p}.news.sport": ["news.sport"],
+    }  # fmt: skip
+    topics = [
+        "news", "news.sport", "news.spain", "news.sport.football", "news.sp", "news.politics",
+        "newsy", "weather.today", "weather.sport",
+    ]  # fmt: skip
+    async with await connect(port) as sc, await connect(port) as pub:
+        subs = {pat: await sc.subscribe(f"topic/{pat}") for pat in patterns}
+        for t in topics:
+            r = await pub.publish(f"topic/{p}.{t}", t)
+            want = sum(t in v for v in patterns.values())
+            assert r["subscribers"] == want, (t, r)
+        # an end marker every pattern matches; per subscription, order is publish order
+        await pub.publish(f"topic/{p}.news.sport", "end", headers={"end": "1"})
+        for pat, want in patterns.items():
+            assert await _until_end(subs[pat]) == want, pat
+            await nothing_more(subs[pat], 0.05)
+        st = await pub.stats(f"topic/{p}.news.sport")
+        assert st["subscribers"] == 6  # every pattern matches news.sport
+        assert (await pub.stats(f"topic/{p}.news.#"))["subscribers"] == 1
+
+
+async def test_topic_messages_are_transient_and_unsubscribe_stops_delivery(
+    client: Client,
+) -> None:
+    t = f"topic/{uid()}"
+    r = await client.publish(t, "nobody-listens")
+    assert r["subscribers"] == 0
+    sub = await client.subscribe(t)
+    await nothing_more(sub, 0.2)  # what was published before is gone
+    await client.publish(t, "live")
+    assert bodies(await collect(sub, 1)) == [b"live"]
+    await sub.unsubscribe()
+    assert (await client.publish(t, "after"))["subscribers"] == 0
+
+
+async def test_bad_topic_pattern_is_refused(client: Client) -> None:
+    for bad in ("topic/a.b#", "topic/a.*b", "topic/a.b*.c", "topic/#x"):
+        with pytest.raises(BadRequest):
+            await client.subscribe(bad)
+    with pytest.raises(BadRequest):
+        await client.publish("topic/a.*", "wildcards are for subscribing")
+    await client.ping()
+
+
+# ---- streams --------------------------------------------------------------------------------
+
+
+async def test_stream_replay_from_every_kind_of_offset(core: PolymqProcess) -> None:
+    s = f"stream/{uid()}"
+    port = core.ports["core"]
+    async with await connect(port) as w, await connect(port) as r:
+        r1 = await w.publish(s, [Message(f"a{i}".encode()) for i in range(5)])
+        assert r1["seqs"] == [1, 2, 3, 4, 5]
+        await asyncio.sleep(0.05)
+        mark = time.time()  # the core runs on this host's clock
+        await asyncio.sleep(0.05)
+        await w.publish(s, [Message(f"b{i}".encode()) for i in range(3)])
+        old = [f"a{i}".encode() for i in range(5)] + [f"b{i}".encode() for i in range(3)]
+
+        first = await r.subscribe(s, offset="first")
+        last = await r.subscribe(s, offset="last")
+        nxt = await r.subscribe(s, offset="next")
+        by_seq = await r.subscribe(s, offset=4)
+        by_seq_text = await r.subscribe(s, offset="7")
+        by_time = await r.stream(s.partition("/")[2]).read(mark)
+        before_all = await r.subscribe(s, offset={"timestamp": mark - 3600})
+
+        got = await collect(first, 8)
+        assert bodies(got) == old
+        assert [d.message.seq for d in got] == list(range(1, 9))
+        assert bodies(await collect(last, 1)) == [b"b2"]
+        assert bodies(await collect(by_seq, 5)) == old[3:]
+        assert bodies(await collect(by_seq_text, 2)) == old[6:]
+        assert bodies(await collect(by_time, 3)) == [b"b0", b"b1", b"b2"]
+        assert bodies(await collect(before_all, 8)) == old
+        await nothing_more(nxt, 0.2)
+
+        await w.publish(s, "c0")  # every reader, whatever its start, then sees the new entry
+        for sub in (first, last, nxt, by_seq, by_seq_text, by_time, before_all):
+            (d,) = await collect(sub, 1)
+            assert (d.message.body, d.message.seq) == (b"c0", 9)
+            await nothing_more(sub, 0.05)
+
+
+async def test_stream_is_not_consumed_by_reading(client: Client) -> None:
+    s = f"stream/{uid()}"
+    await client.publish(s, [Message(str(i).encode()) for i in range(3)])
+    a = await client.subscribe(s, offset="first")
+    assert bodies(await collect(a, 3)) == [b"0", b"1", b"2"]
+    b = await client.subscribe(s, offset="first")  # a second reader reads it all again
+    assert bodies(await collect(b, 3)) == [b"0", b"1", b"2"]
+    st = await client.stats(s)
+    assert (st["messages"], st["first_seq"], st["last_seq"], st["subscribers"]) == (3, 1, 3, 2)
+
+
+async def test_stream_offset_is_refused_on_a_queue(client: Client) -> None:
+    with pytest.raises(BadRequest):
+        await client.subscribe(f"queue/{uid()}", offset="first")
+    with pytest.raises(BadRequest):
+        await client.subscribe(f"stream/{uid()}", offset="yesterday")
+    await client.ping()
+
+
+# ---- channels -------------------------------------------------------------------------------
+
+
+async def test_channel_roles_each_receive_what_the_other_sends(core: PolymqProcess) -> None:
+    name = uid()
+    port = core.ports["core"]
+    async with await connect(port) as cs, await connect(port) as cc:
+        server = cs.channel(name, "server")
+        client = cc.channel(name, "client")
+        s_in = await server.receive()
+        c_in = await client.receive()
+        await client.send("request-1")
+        await client.send("request-2")
+        await server.send("reply-1")
+        assert bodies(await collect(s_in, 2)) == [b"request-1", b"request-2"]
+        assert bodies(await collect(c_in, 1)) == [b"reply-1"]
+        await nothing_more(s_in, 0.2)  # nobody receives what it sent itself
+        await nothing_more(c_in, 0.2)
+        st = await cs.stats(f"channel/{name}")
+        assert st["server"]["subscribers"] == 1 and st["client"]["subscribers"] == 1
+
+
+async def test_channel_keeps_messages_until_the_other_role_arrives(core: PolymqProcess) -> None:
+    name = uid()
+    port = core.ports["core"]
+    async with await connect(port) as cs, await connect(port) as cc:
+        await cs.channel(name, "server").send("hello-early-client")
+        c_in = await cc.channel(name, "client").receive()
+        assert bodies(await collect(c_in, 1)) == [b"hello-early-client"]
+        with pytest.raises(BadRequest):
+            await cc.publish(f"channel/{name}", "x", role="observer")
