@@ -274,7 +274,9 @@ class Client:
                 loop.create_connection(lambda: _Protocol(self), host, port), timeout
             )
         except (OSError, TimeoutError) as exc:
-            raise ConnectionClosed(f"cannot connect to polymq core at {host}:{port}: {exc}") from exc
+            raise ConnectionClosed(
+                f"cannot connect to polymq core at {host}:{port}: {exc}"
+            ) from exc
         self._welcome = loop.create_future()
         self._send(Hello(PROTOCOL_VERSION, client, user, password, token))
         try:
@@ -332,9 +334,7 @@ class Client:
         elif isinstance(ev, Pulled):
             fut = self._pending.pop(ev.rid, None)
             if fut is not None and not fut.done():
-                fut.set_result(
-                    [Lease(r, m) for r, m in zip(ev.leases, ev.messages, strict=True)]
-                )
+                fut.set_result([Lease(r, m) for r, m in zip(ev.leases, ev.messages, strict=True)])
         elif isinstance(ev, Fail):
             fut = self._pending.pop(ev.rid, None)
             err = error_from_code(ev.code, ev.message)
@@ -604,4 +604,3 @@ class ChannelHandle(_Handle):
 
     async def receive(self, **options: Any) -> Subscription:
         return await self.client.subscribe(self.destination, role=self.role, **options)
-

@@ -30,11 +30,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from prometheus_client import CollectorRegistry
+
 from polymq.auth import load_provider
 from polymq.config import ConfigError, from_env
 from polymq_core.config import CoreSettings
 from polymq_core.service import CoreService
-from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("polymq")
 
@@ -106,6 +107,13 @@ def _http_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> An
     return dataclasses.replace(base, **changes)
 
 
+def _write_ports(path: str, ports: dict[str, int]) -> None:
+    """Atomically, so a reader never sees half a file."""
+    tmp = Path(path + ".tmp")
+    tmp.write_text(json.dumps(ports))
+    os.replace(tmp, path)
+
+
 async def _serve(args: argparse.Namespace) -> int:
     registry = CollectorRegistry()
     services: list[Service] = []
@@ -133,9 +141,7 @@ async def _serve(args: argparse.Namespace) -> int:
             services.append(http)
             ports.update(await http.start())
         if args.ports_file:
-            tmp = Path(args.ports_file + ".tmp")
-            tmp.write_text(json.dumps(ports))
-            os.replace(tmp, args.ports_file)
+            _write_ports(args.ports_file, ports)
         host = args.host
         for name, port in ports.items():
             scheme = "http://" if name in ("admin", "http") else ""

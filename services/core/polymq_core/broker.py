@@ -161,7 +161,9 @@ class Broker:
         base = key.partition(">")[0]
         return self.shards[zlib.crc32(base.encode()) % len(self.shards)]
 
-    def _dest(self, session: Session, text: Any, perm: Permission, *, pattern: bool = False) -> Destination:
+    def _dest(
+        self, session: Session, text: Any, perm: Permission, *, pattern: bool = False
+    ) -> Destination:
         dest = Destination.parse(text, pattern=pattern)
         if session.principal is not None:
             self.auth.authorize(session.principal, perm, str(dest))

@@ -109,6 +109,10 @@ class Queue:
         self._seq += 1
         return self._seq
 
+    @property
+    def last_seq(self) -> int:
+        return self._seq
+
     def stats(self) -> dict[str, Any]:
         return {
             "destination": self.key,
@@ -207,7 +211,9 @@ class Queue:
         if sub in self.consumers:
             self.consumers.remove(sub)
         self.last_used = time.monotonic()
-        back = [self.inflight.pop(seq).message for seq in sub.inflight.values() if seq in self.inflight]
+        back = [
+            self.inflight.pop(seq).message for seq in sub.inflight.values() if seq in self.inflight
+        ]
         sub.inflight.clear()
         back.extend(requeue)
         for msg in back:

@@ -145,9 +145,7 @@ class Session(asyncio.Protocol):
             return
         self.principal = task.result()
         self.broker.sensors.on_connection(self.protocol, 1)
-        self.reply(
-            Welcome(1, self.broker.server_name, self.name, self.broker.settings.limits())
-        )
+        self.reply(Welcome(1, self.broker.server_name, self.name, self.broker.settings.limits()))
         self._process()
 
     def _request(self, event: Event) -> None:

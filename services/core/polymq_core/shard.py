@@ -49,7 +49,11 @@ class Shard:
         self.sensors = sensors
         self.boxes: dict[str, Box] = {}
         # declared durable destinations not in memory: key -> options (shared when default)
-        self.dormant: dict[str, DeclareOptions] = {}
+        # Destinations not in memory that must come back as they were: key -> (options,
+        # last seq). Declared durable ones keep their options; streams keep their last seq so
+        # that replay from a sequence number stays meaningful. An idle queue with default
+        # options leaves no trace (its ids stay unique: they carry a boot id and a counter).
+        self.dormant: dict[str, tuple[DeclareOptions, int]] = {}
         self.loop = asyncio.get_event_loop()
         self._timers: list[tuple[float, int, str, int]] = []  # (deadline, did, key, seq)
         self._did = 0
@@ -68,13 +72,14 @@ class Shard:
             try:
                 options = DeclareOptions.from_dict(rec.options) if rec.options else _DEFAULTS
             except Exception:  # an option this version no longer knows: keep the defaults
-                log.warning("shard %d: ignoring unreadable options of %s", self.index, rec.destination)
+                log.warning(
+                    "shard %d: ignoring unreadable options of %s", self.index, rec.destination
+                )
                 options = _DEFAULTS
             messages = await self.store.load_messages(rec.destination)
             # an idle TTL only runs for destinations in memory (the sweep never sees dormant ones)
             if not messages and not rec.metadata and options.idle_ttl is None:
-                if options != _DEFAULTS:
-                    self.dormant[rec.destination] = options
+                self._doze(rec.destination, options, rec.last_seq)
                 continue
             box = self._make(rec.destination, options, rec.last_seq)
             box.metadata = dict(rec.metadata)
@@ -120,19 +125,24 @@ class Shard:
         box = self.boxes.get(key)
         if box is not None:
             return box
-        options = self.dormant.pop(key, None)
-        if options is not None:
-            return self._make(key, options)
+        dormant = self.dormant.pop(key, None)
+        if dormant is not None:
+            return self._make(key, *dormant)
         if not create:
             raise NotFound(f"{key} does not exist")
         return self._make(key, _DEFAULTS)
+
+    def _doze(self, key: str, options: DeclareOptions, last_seq: int) -> None:
+        """Remember what an evicted destination needs to come back as it was."""
+        if options != _DEFAULTS or (last_seq and key.startswith("stream/")):
+            self.dormant[key] = (options, last_seq)
 
     def exists(self, key: str) -> bool:
         return key in self.boxes or key in self.dormant
 
     def declare(self, key: str, options: DeclareOptions) -> asyncio.Future[None] | None:
         box = self.boxes.get(key)
-        current = box.options if box is not None else self.dormant.get(key)
+        current = box.options if box is not None else self.dormant.get(key, (None,))[0]
         if current is not None and current != options:
             if current != _DEFAULTS:
                 raise Conflict(
@@ -267,12 +277,9 @@ class Shard:
                 continue
             if not box.idle:
                 continue
-            if box.options == _DEFAULTS:
-                pass  # recreated on demand with the same defaults
-            elif box.options.durable:
-                self.dormant[key] = box.options  # read back from here on demand
-            else:
+            if box.options != _DEFAULTS and not box.options.durable:
                 continue  # non-durable options live only in this object: keep it
+            self._doze(key, box.options, box.last_seq)
             del self.boxes[key]
             self.sensors.on_destinations(-1)
 

@@ -92,7 +92,11 @@ class Stream:
         dropped: list[int] = []
         while self.entries and (
             (opts.max_length is not None and len(self.entries) > opts.max_length)
-            or (opts.max_bytes is not None and self.nbytes > opts.max_bytes and len(self.entries) > 1)
+            or (
+                opts.max_bytes is not None
+                and self.nbytes > opts.max_bytes
+                and len(self.entries) > 1
+            )
         ):
             old = self.entries.popleft()
             self.nbytes -= len(old.body)

@@ -140,6 +140,19 @@ async def test_stream_is_not_consumed_by_reading(client: Client) -> None:
     assert (st["messages"], st["first_seq"], st["last_seq"], st["subscribers"]) == (3, 1, 3, 2)
 
 
+async def test_stream_sequence_survives_eviction_from_memory(client: Client) -> None:
+    """An emptied stream leaves memory after ~0.5 s idle; its numbering must go on."""
+    stream = client.stream(uid("evict"))
+    for i in range(3):
+        await stream.append(f"e{i}")
+    await client.purge(stream.destination)
+    await asyncio.sleep(1.5)  # two sweeps: the empty, unread stream is evicted
+    receipt = await stream.append("after")
+    assert receipt["seqs"] == [4]
+    reader = await stream.read(4)
+    assert (await reader.get(5)).message.body == b"after"
+
+
 async def test_stream_offset_is_refused_on_a_queue(client: Client) -> None:
     with pytest.raises(BadRequest):
         await client.subscribe(f"queue/{uid()}", offset="first")

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from polymq_core.routing import TopicRouter, matches, validate_pattern, validate_topic
 
 # (pattern, topic, does it match?)

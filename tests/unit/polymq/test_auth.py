@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from polymq import auth
 from polymq.auth import (
     AnonymousProvider,
