@@ -122,9 +122,23 @@ class Broker:
             await shard.open()
         self.ready = True
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 10.0) -> None:
+        """Read no more requests, answer those already read (persistent publishes once
+        durable; waiting pulls with what they have), say goodbye, flush the stores."""
         self.ready = False
-        for session in list(self.sessions):
+        sessions = list(self.sessions)
+        for session in sessions:
+            session.quiesce()
+        for shard in self.shards:
+            shard.wake_waiters()
+        answered = [asyncio.ensure_future(s.answered()) for s in sessions]
+        if answered:
+            _, late = await asyncio.wait(answered, timeout=grace)
+            if late:
+                log.warning("%d sessions still had unanswered requests at shutdown", len(late))
+                for t in late:
+                    t.cancel()
+        for session in sessions:
             session.close("shutdown", "the server is shutting down")
         for shard in self.shards:
             await shard.close()

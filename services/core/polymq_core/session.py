@@ -65,6 +65,8 @@ class Session(asyncio.Protocol):
         self._paused = False  # the socket is not draining
         self._reading_paused = False
         self._waiting = 0
+        self._answering: set[asyncio.Future[Any]] = set()  # requests still to be answered
+        self._quiescing = False
         self._hello_pending = False
         self._closed = False
         self.loop = asyncio.get_event_loop()
@@ -163,13 +165,16 @@ class Session(asyncio.Protocol):
                 self._reading_paused = True
                 self.transport.pause_reading()
             fut = asyncio.ensure_future(result)
+            self._answering.add(fut)
             fut.add_done_callback(lambda f: self._answered(rid, f))
         elif rid:
             self.reply(result if isinstance(result, Event) else Ok(rid, result))
 
     def _answered(self, rid: int, fut: asyncio.Future[Any]) -> None:
         self._waiting -= 1
-        if self._reading_paused and self._waiting < _MAX_WAITING // 2 and self.transport:
+        self._answering.discard(fut)
+        resume = self._waiting < _MAX_WAITING // 2 and not self._quiescing
+        if self._reading_paused and resume and self.transport:
             self._reading_paused = False
             self.transport.resume_reading()
         if not rid or self._closed:
@@ -325,6 +330,18 @@ class Session(asyncio.Protocol):
             self.reply(Cancelled(sub.sid, code, message))
 
     # ---- closing ------------------------------------------------------------------------
+    def quiesce(self) -> None:
+        """Shutdown, step one: read no more requests (those already read are answered)."""
+        self._quiescing = True
+        if self.transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    async def answered(self) -> None:
+        """Shutdown, step two: wait until every request read so far has its answer."""
+        if self._answering:
+            await asyncio.wait(list(self._answering))
+
     def close(
         self, code: str | None, message: str, *, abort: bool = False, linger: float | None = None
     ) -> None:

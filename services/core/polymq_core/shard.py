@@ -99,6 +99,15 @@ class Shard:
         self._flush_removes()
         await self.store.close()
 
+    def wake_waiters(self) -> None:
+        """Answer every waiting pull now, with nothing (shutdown)."""
+        for box in self.boxes.values():
+            if isinstance(box, Queue):
+                while box.waiters:
+                    w = box.waiters.popleft()
+                    if not w.future.done():
+                        w.future.set_result([])
+
     # ---- the one place durable changes leave the shard ------------------------------------
     def commit(self, op: str, *args: Any) -> asyncio.Future[None]:
         """Make one durable change (a Store write); resolves once it is durable."""
