@@ -265,11 +265,7 @@ class Broker:
         options = DeclareOptions.from_dict(ev.options)
         if dest.kind is Kind.TOPIC:
             return {"destination": str(dest)}  # topics are transient: nothing to keep
-        keys = (
-            [Shard.key_of(dest, "server"), Shard.key_of(dest, "client")]
-            if dest.kind is Kind.CHANNEL
-            else [str(dest)]
-        )
+        keys = _keys(dest)
         futs = [f for k in keys if (f := self.shard_for(k).declare(k, options)) is not None]
         result = {"destination": str(dest), "options": options.to_dict()}
         return _then(asyncio.gather(*futs), result) if futs else result
@@ -278,11 +274,7 @@ class Broker:
         dest = self._dest(session, ev.destination, Permission.CONFIGURE)
         if dest.kind is Kind.TOPIC:
             raise BadRequest("topics are transient and cannot be deleted")
-        keys = (
-            [Shard.key_of(dest, "server"), Shard.key_of(dest, "client")]
-            if dest.kind is Kind.CHANNEL
-            else [str(dest)]
-        )
+        keys = _keys(dest)
         futs = [f for k in keys if (f := self.shard_for(k).delete(k)) is not None]
         return _then(asyncio.gather(*futs), {"deleted": str(dest)})
 
@@ -290,11 +282,7 @@ class Broker:
         dest = self._dest(session, ev.destination, Permission.CONFIGURE)
         if dest.kind is Kind.TOPIC:
             raise BadRequest("topics hold no messages to purge")
-        keys = (
-            [Shard.key_of(dest, "server"), Shard.key_of(dest, "client")]
-            if dest.kind is Kind.CHANNEL
-            else [str(dest)]
-        )
+        keys = _keys(dest)
         return {"purged": sum(self.shard_for(k).purge(k) for k in keys)}
 
     # ---- subscribe ----------------------------------------------------------------------
@@ -498,6 +486,13 @@ class Broker:
                 if len(out) >= limit:
                     return out
         return out
+
+
+def _keys(dest: Destination) -> list[str]:
+    """The shard keys behind a destination: a channel is two queues, one per role."""
+    if dest.kind is Kind.CHANNEL:
+        return [Shard.key_of(dest, "server"), Shard.key_of(dest, "client")]
+    return [str(dest)]
 
 
 async def _then(fut: Awaitable[Any], result: Any) -> Any:
