@@ -82,7 +82,7 @@ def _core_settings(args: argparse.Namespace) -> CoreSettings:
         changes["shards"] = args.shards
     if args.auth is not None:
         changes["auth"] = args.auth
-    settings = dataclasses.replace(base, **changes)
+    settings: CoreSettings = dataclasses.replace(base, **changes)
     settings.check()
     return settings
 

@@ -360,9 +360,11 @@ class Broker:
             return _pulled(ev.rid, got)
         fut: asyncio.Future[list[tuple[str, Message]]] = asyncio.get_running_loop().create_future()
         box.waiters.append(Waiter(fut, ev.max, float(vis)))
-        handle = asyncio.get_running_loop().call_later(
-            wait, lambda: fut.done() or fut.set_result([])
-        )
+        def give_up() -> None:
+            if not fut.done():
+                fut.set_result([])
+
+        handle = asyncio.get_running_loop().call_later(wait, give_up)
         fut.add_done_callback(lambda f: handle.cancel())
 
         async def answer() -> Pulled:

@@ -53,8 +53,7 @@ class CoreService:
         await self._admin.setup()
         site = web.TCPSite(self._admin, s.host, s.admin_port, reuse_address=True)
         await site.start()
-        assert site._server is not None and site._server.sockets  # type: ignore[union-attr]
-        self.ports["admin"] = _port(site._server.sockets[0])  # type: ignore[union-attr]
+        self.ports["admin"] = int(self._admin.addresses[0][1])
         log.info(
             "core %s: wire protocol on %s:%d, admin on http://%s:%d/ (%d shards in %s; %s)",
             s.node_name,

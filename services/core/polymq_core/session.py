@@ -224,7 +224,7 @@ class Session(asyncio.Protocol):
         if b is None:
             return True
         o = sub.options
-        return len(b.tags) < o.buffer_messages and b.nbytes < o.buffer_bytes
+        return bool(len(b.tags) < o.buffer_messages and b.nbytes < o.buffer_bytes)
 
     def push_delivery(self, sub: Subscription, tag: int, msg: Message, key: Any) -> None:
         if self._closed:
