@@ -1,0 +1,202 @@
+"""The handlers of the JSON over HTTP API and their routes (documented in ``openapi.py``).
+
+Each handler authenticates, validates the destination, authorizes the operation, reads and
+checks its body, and then makes one request to the core through :class:`CoreLink`. Errors are
+raised and turned into problem details by ``problems.problem_middleware``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from polymq.auth import Permission, Principal
+from polymq.types import Destination, Kind
+
+from .access import Access
+from .config import HttpSettings
+from .corelink import CoreLink
+from .metrics import HttpMetrics
+from .payloads import (
+    lease_json,
+    no_query,
+    parse_declare,
+    parse_metadata,
+    parse_publish,
+    parse_pull_query,
+    parse_settle,
+    read_json,
+    receipt_destination,
+)
+from .problems import Problem, bad_request, problem_response
+
+SETTINGS = web.AppKey("settings", HttpSettings)
+CORE = web.AppKey("core", CoreLink)
+ACCESS = web.AppKey("access", Access)
+METRICS = web.AppKey("metrics", HttpMetrics)
+OPENAPI = web.AppKey("openapi", bytes)
+
+
+async def _principal(request: web.Request) -> Principal:
+    return await request.app[ACCESS].principal(request.headers.get("Authorization"))
+
+
+def _destination(request: web.Request, *, stored: bool) -> Destination:
+    kind, name = request.match_info.get("kind", "queue"), request.match_info["name"]
+    dest = Destination.parse(f"{kind}/{name}")
+    if stored and dest.kind is Kind.TOPIC:
+        raise bad_request("topics are transient: they hold no messages or metadata to manage")
+    return dest
+
+
+async def _authorized(
+    request: web.Request, permission: Permission, *, stored: bool = False, query: bool = False
+) -> Destination:
+    """Authenticate (401), check the query string and the destination (400), authorize (403).
+    ``stored``: the operation needs a destination that holds something (not a topic);
+    ``query``: the handler checks the query string itself (else there must be none)."""
+    principal = await _principal(request)
+    if not query:
+        no_query(request)
+    dest = _destination(request, stored=stored)
+    request.app[ACCESS].authorize(principal, permission, str(dest))
+    return dest
+
+
+# ---- messages ------------------------------------------------------------------------------
+async def publish(request: web.Request) -> web.Response:
+    dest = await _authorized(request, Permission.WRITE)
+    settings, core = request.app[SETTINGS], request.app[CORE]
+    data, size = await read_json(request, settings.max_body)
+    messages, role = parse_publish(data, dest, settings.max_batch)
+    await core.budget.acquire(size)
+    try:
+        result = await core.call(lambda c: c.publish(str(dest), messages, role=role))
+    finally:
+        core.budget.release(size)
+    request.app[METRICS].messages.labels("publish").inc(len(messages))
+    if dest.kind is Kind.TOPIC:
+        return web.json_response({"count": result["count"], "subscribers": result["subscribers"]})
+    return web.json_response(
+        {"count": result["count"], "ids": result["ids"], "seqs": result["seqs"]}
+    )
+
+
+async def pull(request: web.Request) -> web.Response:
+    dest = await _authorized(request, Permission.READ, query=True)
+    settings, core = request.app[SETTINGS], request.app[CORE]
+    n, wait, visibility = parse_pull_query(request, settings.max_pull, settings.max_wait)
+    leases = await core.pull(str(dest), n, wait, visibility)
+    transport = request.transport
+    if leases and (transport is None or transport.is_closing()):
+        core.requeue(leases)  # the client left while we waited: nobody can settle these
+    request.app[METRICS].messages.labels("pull").inc(len(leases))
+    return web.json_response({"messages": [lease_json(lease) for lease in leases]})
+
+
+async def _settle(request: web.Request, *, nack: bool) -> web.Response:
+    principal = await _principal(request)
+    no_query(request)
+    settings, access = request.app[SETTINGS], request.app[ACCESS]
+    data, _ = await read_json(request, settings.max_body)
+    receipts, requeue = parse_settle(data, settings.max_batch, nack=nack)
+    known: list[str] = []
+    missing: list[str] = []
+    for receipt in receipts:
+        dest = receipt_destination(receipt)
+        if dest is None:
+            missing.append(receipt)
+            continue
+        access.authorize(principal, Permission.READ, dest)
+        known.append(receipt)
+    if not known:
+        raise Problem(404, "unknown or malformed receipt(s)", code="not-found")
+    action = "ack" if not nack else "requeue" if requeue else "reject"
+    result: dict[str, Any] = await request.app[CORE].call(lambda c: c.settle(known, action))
+    settled = int(result.get("settled", 0))
+    request.app[METRICS].messages.labels("ack" if not nack else "nack").inc(settled)
+    return web.json_response({"settled": settled, "missing": missing + list(result["missing"])})
+
+
+async def ack(request: web.Request) -> web.Response:
+    return await _settle(request, nack=False)
+
+
+async def nack(request: web.Request) -> web.Response:
+    return await _settle(request, nack=True)
+
+
+# ---- destinations --------------------------------------------------------------------------
+async def declare(request: web.Request) -> web.Response:
+    dest = await _authorized(request, Permission.CONFIGURE)
+    data, size = await read_json(request, request.app[SETTINGS].max_body, required=False)
+    options = parse_declare(data) if size else {}
+    result = await request.app[CORE].call(lambda c: c.declare(str(dest), **options))
+    return web.json_response(result)
+
+
+async def delete(request: web.Request) -> web.Response:
+    dest = await _authorized(request, Permission.CONFIGURE, stored=True)
+    await request.app[CORE].call(lambda c: c.delete(str(dest)))
+    return web.json_response({"deleted": str(dest)})
+
+
+async def purge(request: web.Request) -> web.Response:
+    dest = await _authorized(request, Permission.CONFIGURE, stored=True)
+    purged = await request.app[CORE].call(lambda c: c.purge(str(dest)))
+    return web.json_response({"purged": purged})
+
+
+async def stats(request: web.Request) -> web.Response:
+    dest = await _authorized(request, Permission.READ)
+    return web.json_response(await request.app[CORE].call(lambda c: c.stats(str(dest))))
+
+
+async def get_metadata(request: web.Request) -> web.Response:
+    dest = await _authorized(request, Permission.READ, stored=True)
+    return web.json_response(await request.app[CORE].call(lambda c: c.get_metadata(str(dest))))
+
+
+async def set_metadata(request: web.Request) -> web.Response:
+    dest = await _authorized(request, Permission.CONFIGURE, stored=True)
+    data, _ = await read_json(request, request.app[SETTINGS].max_body)
+    metadata = parse_metadata(data)
+    await request.app[CORE].call(lambda c: c.set_metadata(str(dest), metadata))
+    return web.json_response(metadata)
+
+
+# ---- operations ------------------------------------------------------------------------------
+async def openapi(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[OPENAPI], content_type="application/json")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    core = request.app[CORE]
+    if core.stopping.is_set():
+        return problem_response(503, "shutting down", code="unavailable")
+    if not core.connected:
+        detail = f"not connected to the core at {core.address}: {core.last_error}"
+        return problem_response(503, detail, code="unavailable")
+    return web.json_response({"status": "ready", "core": core.address})
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_post("/v1/ack", ack)
+    r.add_post("/v1/nack", nack)
+    r.add_post("/v1/queue/{name}/pull", pull)
+    r.add_post("/v1/{kind}/{name}/messages", publish)
+    r.add_post("/v1/{kind}/{name}/purge", purge)
+    r.add_get("/v1/{kind}/{name}/metadata", get_metadata)
+    r.add_put("/v1/{kind}/{name}/metadata", set_metadata)
+    r.add_put("/v1/{kind}/{name}", declare)
+    r.add_delete("/v1/{kind}/{name}", delete)
+    r.add_get("/v1/{kind}/{name}", stats)
+    r.add_get("/openapi.json", openapi)
+    r.add_get("/healthz", healthz)
+    r.add_get("/readyz", readyz)

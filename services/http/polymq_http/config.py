@@ -1,0 +1,47 @@
+"""The HTTP frontend's settings: ``POLYMQ_*`` environment variables, overridden by CLI flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polymq.config import ConfigError
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    host: str = "127.0.0.1"
+    http_port: int = 7480
+    core_host: str = "127.0.0.1"
+    core_port: int = 7400
+    auth: str = "anonymous"  # 'anonymous' or 'file:/path/users.json'
+    max_body: int = 16 * MIB  # bytes of one request body (aiohttp's client_max_size)
+    max_batch: int = 1000  # messages in one publish, receipts in one ack / nack
+    max_pull: int = 1000  # messages in one pull; at most the core's max_pull
+    max_wait: float = 30.0  # seconds a pull may wait for messages; at most the core's
+    core_user: str | None = None  # credentials of this frontend at the core
+    core_password: str | None = None
+
+    def check(self) -> None:
+        for name in ("http_port", "core_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise ConfigError(f"POLYMQ_{name.upper()} must be 0..65535 (0 picks a free port)")
+        if self.core_port == 0:
+            raise ConfigError("POLYMQ_CORE_PORT must name the core's port, not 0")
+        if not self.core_host:
+            raise ConfigError("POLYMQ_CORE_HOST must not be empty")
+        if not 1024 <= self.max_body <= 1024 * MIB:
+            raise ConfigError("POLYMQ_MAX_BODY must be 1024..1073741824 bytes")
+        if not 1 <= self.max_batch <= 100_000:
+            raise ConfigError("POLYMQ_MAX_BATCH must be 1..100000")
+        if not 1 <= self.max_pull <= 100_000:
+            raise ConfigError("POLYMQ_MAX_PULL must be 1..100000 (and at most the core's)")
+        if not 0 <= self.max_wait <= 3600:
+            raise ConfigError("POLYMQ_MAX_WAIT must be 0..3600 seconds (and at most the core's)")
+        if self.auth not in ("", "anonymous") and not (
+            self.auth.startswith("file:") and len(self.auth) > 5
+        ):
+            raise ConfigError("POLYMQ_AUTH must be 'anonymous' or 'file:/path/users.json'")
+        if self.core_password is not None and not self.core_user:
+            raise ConfigError("POLYMQ_CORE_PASSWORD is set but POLYMQ_CORE_USER is not")
