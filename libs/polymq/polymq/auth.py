@@ -80,6 +80,7 @@ __all__ = [
     "Grant",
     "Permission",
     "Principal",
+    "WithServiceToken",
     "authenticate_http",
     "generate_token",
     "hash_password",
@@ -173,6 +174,32 @@ class AnonymousProvider(AuthProvider):
 
     def describe(self) -> str:
         return "anonymous mode: no authentication, every client may do everything"
+
+
+class WithServiceToken(AuthProvider):
+    """``inner``, plus one secret token that logs in as ``polymq-internal`` with every
+    permission: how ``polymq run`` lets its in-process frontends reach the core (they check
+    their own users' permissions themselves). The token lives only in that process."""
+
+    def __init__(self, inner: AuthProvider, token: str) -> None:
+        if len(token) < 32:
+            raise ValueError("a service token needs at least 32 characters")
+        self.inner = inner
+        self._token = token
+
+    async def authenticate_password(self, user: str, password: str) -> Principal:
+        return await self.inner.authenticate_password(user, password)
+
+    async def authenticate_token(self, token: str) -> Principal:
+        if hmac.compare_digest(token.encode(), self._token.encode()):
+            return Principal("polymq-internal", anonymous=False, grants=_EVERYTHING)
+        return await self.inner.authenticate_token(token)
+
+    async def anonymous(self) -> Principal:
+        return await self.inner.anonymous()
+
+    def describe(self) -> str:
+        return self.inner.describe()
 
 
 def hash_password(password: str) -> str:

@@ -31,7 +31,13 @@ from types import TracebackType
 from typing import Any
 
 from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role
-from .errors import ConnectionClosed, PolymqError, RemoteProtocolError, error_from_code
+from .errors import (
+    ConnectionClosed,
+    LocalProtocolError,
+    PolymqError,
+    RemoteProtocolError,
+    error_from_code,
+)
 from .events import (
     Ack,
     Cancelled,
@@ -187,6 +193,8 @@ class Subscription:
     async def unsubscribe(self) -> None:
         if self.closed:
             return
+        if self._acks:
+            self.client._flush()  # acks given before leaving go out first
         self.closed = True
         self.client._subs.pop(self.sid, None)
         try:
@@ -350,11 +358,14 @@ class Client:
             if self._welcome is not None and not self._welcome.done():
                 self._welcome.set_result(ev)
         elif isinstance(ev, Goodbye):
-            reason: PolymqError = (
-                ConnectionClosed("the server closed the connection")
-                if ev.code == "closed"
-                else error_from_code(ev.code, ev.message)
-            )
+            reason: PolymqError
+            if ev.code == "slow-consumer":
+                reason = error_from_code(ev.code, ev.message)
+            else:
+                detail = f": {ev.message}" if ev.message else ""
+                reason = ConnectionClosed(
+                    f"the server closed the connection ({ev.code}){detail}", ev.code
+                )
             self._fail_all(reason)
 
     def _lost(self, exc: BaseException | None, reason: BaseException | None = None) -> None:
@@ -425,7 +436,21 @@ class Client:
         if not out or t is None or t.is_closing():
             return
         for i in range(0, len(out), 1024):
-            t.write(self.conn.send_many(out[i : i + 1024]))
+            chunk = out[i : i + 1024]
+            try:
+                t.write(self.conn.send_many(chunk))
+            except LocalProtocolError:
+                # Too big as one frame, or one event cannot be encoded: send them one frame
+                # each, and a request that cannot be sent fails alone (never hangs).
+                for ev in chunk:
+                    try:
+                        t.write(self.conn.send(ev))
+                    except LocalProtocolError as exc:
+                        fut = self._pending.pop(getattr(ev, "rid", 0), None)
+                        if fut is not None and not fut.done():
+                            fut.set_exception(exc)
+                        else:
+                            log.warning("polymq: cannot send %s: %s", type(ev).__name__, exc)
 
     async def _call(self, ev: Event) -> Any:
         if not self._can_write.is_set():

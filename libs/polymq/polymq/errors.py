@@ -71,7 +71,12 @@ class RemoteProtocolError(ProtocolError):
 
 
 class ConnectionClosed(PolymqError):
-    """The connection closed; the cause is in the message (and ``__cause__``)."""
+    """The connection closed; the cause is in the message (and ``__cause__``), and ``code``
+    is the word the server said goodbye with (``shutdown``, ``protocol-error``, ...)."""
+
+    def __init__(self, msg: str, code: str = "closed") -> None:
+        super().__init__(msg)
+        self.code = code
 
 
 class Timeout(PolymqError):

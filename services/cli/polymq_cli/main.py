@@ -23,6 +23,7 @@ import errno
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -32,7 +33,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from polymq.auth import load_provider
+from polymq.auth import WithServiceToken, load_provider
 from polymq.config import ConfigError, from_env
 from polymq_core.config import CoreSettings
 from polymq_core.service import CoreService
@@ -125,9 +126,13 @@ async def _serve(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
     try:
         core_addr: tuple[str, int] | None = None
+        service_token: str | None = None
         if args.command in ("run", "core"):
             settings = _core_settings(args)
             auth = load_provider(settings.auth)
+            if args.command == "run":  # in-process frontends log in with a one-off token
+                service_token = secrets.token_urlsafe(32)
+                auth = WithServiceToken(auth, service_token)
             core = CoreService(settings, registry, auth)
             services.append(core)
             ports.update(await core.start())
@@ -137,7 +142,10 @@ async def _serve(args: argparse.Namespace) -> int:
         if args.command in ("run", "http"):
             from polymq_http.service import HttpService
 
-            http = HttpService(_http_settings(args, core_addr), registry)
+            http_settings = _http_settings(args, core_addr)
+            if service_token is not None:
+                http_settings = dataclasses.replace(http_settings, core_token=service_token)
+            http = HttpService(http_settings, registry)
             services.append(http)
             ports.update(await http.start())
         if args.ports_file:

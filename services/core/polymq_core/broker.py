@@ -42,7 +42,7 @@ from polymq.events import (
 from polymq.types import DeclareOptions, Destination, Kind, Message, SubscribeOptions
 
 from .queue import Queue, Waiter
-from .routing import TopicRouter
+from .routing import TopicRouter, validate_pattern
 from .shard import Shard
 from .store import SqliteStore
 from .subscription import Subscription
@@ -179,6 +179,11 @@ class Broker:
         self, session: Session, text: Any, perm: Permission, *, pattern: bool = False
     ) -> Destination:
         dest = Destination.parse(text, pattern=pattern)
+        if dest.is_pattern:
+            try:
+                validate_pattern(dest.name)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from None
         if session.principal is not None:
             self.auth.authorize(session.principal, perm, str(dest))
         return dest
@@ -360,6 +365,7 @@ class Broker:
             return _pulled(ev.rid, got)
         fut: asyncio.Future[list[tuple[str, Message]]] = asyncio.get_running_loop().create_future()
         box.waiters.append(Waiter(fut, ev.max, float(vis)))
+
         def give_up() -> None:
             if not fut.done():
                 fut.set_result([])

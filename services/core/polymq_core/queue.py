@@ -194,10 +194,14 @@ class Queue:
             return msg
         return None
 
-    def requeue(self, msg: Message) -> None:
+    def _unpop(self, msg: Message) -> None:
+        """Put back a message just popped, at the head of its priority."""
         heapq.heappush(self.requeued[msg.priority], (msg.seq, msg))
         self.count += 1
         self.nbytes += len(msg.body)
+
+    def requeue(self, msg: Message) -> None:
+        self._unpop(msg)  # back in sequence order: before anything published after it
         self.redelivered += 1
 
     # ---- consumers ------------------------------------------------------------------------
@@ -326,10 +330,16 @@ class Queue:
 
     # ---- pull with visibility timeout (leases) ------------------------------------------
     def lease(self, max_: int, visibility: float, now: float) -> list[tuple[str, Message]]:
+        """Up to ``max_`` messages, and no more bytes than half a frame (at least one)."""
         out: list[tuple[str, Message]] = []
+        budget = self.shard.broker.settings.max_frame // 2
         while len(out) < max_:
             msg = self._pop(now)
             if msg is None:
+                break
+            budget -= len(msg.body) + 512
+            if budget < 0 and out:
+                self._unpop(msg)
                 break
             msg.delivery_count += 1
             did = self.shard.new_delivery_id()

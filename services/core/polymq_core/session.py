@@ -36,7 +36,34 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_WAITING = 20_000  # requests awaiting an answer before reading pauses
-_FRAME_MESSAGES = 4096  # deliveries per frame
+_FRAME_MESSAGES = 4096  # deliveries per Deliver event
+_FRAME_BYTES = 4 * 1024 * 1024  # body bytes per frame, roughly
+_EVENT_BYTES = 64  # what a small event weighs in a frame, roughly
+
+
+def _weight(event: Event) -> int:
+    if isinstance(event, Pulled):
+        return _EVENT_BYTES + sum(len(m.body) + _EVENT_BYTES for m in event.messages)
+    return _EVENT_BYTES
+
+
+def _deliveries(sid: int, b: _Backlog, events: list[Event], weights: list[int]) -> None:
+    """Append ``b`` as Deliver events of at most _FRAME_MESSAGES / about _FRAME_BYTES."""
+    n = len(b.tags)
+    if n <= _FRAME_MESSAGES and b.nbytes <= _FRAME_BYTES:  # the common case
+        events.append(Deliver(sid, b.tags, b.messages))
+        weights.append(b.nbytes + n * _EVENT_BYTES)
+        return
+    start = 0
+    size = 0
+    for i, m in enumerate(b.messages):
+        size += len(m.body) + _EVENT_BYTES
+        if i + 1 - start >= _FRAME_MESSAGES or size >= _FRAME_BYTES or i + 1 == n:
+            events.append(Deliver(sid, b.tags[start : i + 1], b.messages[start : i + 1]))
+            weights.append(size)
+            start, size = i + 1, 0
+
+
 _SLOW_LINGER = 10.0  # seconds a cut slow consumer has to read what its socket still holds
 
 
@@ -92,6 +119,8 @@ class Session(asyncio.Protocol):
         if self._closed:
             return
         self._closed = True
+        for fut in list(self._answering):
+            fut.cancel()  # e.g. a waiting pull must not lease messages to nobody
         backlog, self._backlog = self._backlog, {}
         for sub in list(self.subs.values()):
             pending = backlog.get(sub)
@@ -158,6 +187,12 @@ class Session(asyncio.Protocol):
             self.broker.sensors.on_request_error(exc.code)
             if rid:
                 self.reply(Fail(rid, exc.code, exc.message))
+            return
+        except Exception as exc:  # a bug: answer it, keep serving this connection
+            log.exception("session %s: %s failed", self.name, type(event).__name__)
+            self.broker.sensors.on_request_error("internal")
+            if rid:
+                self.reply(Fail(rid, "internal", f"internal error: {exc!r}"[:500]))
             return
         if isinstance(result, Awaitable):
             self._waiting += 1
@@ -272,27 +307,28 @@ class Session(asyncio.Protocol):
             return
         events: list[Event] = self._replies
         self._replies = []
+        weights = [_weight(ev) for ev in events]
         if not self._paused and self._backlog:
             backlog, self._backlog = self._backlog, {}
             for sub, b in backlog.items():
-                if sub.closed:
-                    continue
-                for i in range(0, len(b.tags), _FRAME_MESSAGES):
-                    events.append(
-                        Deliver(
-                            sub.sid,
-                            b.tags[i : i + _FRAME_MESSAGES],
-                            b.messages[i : i + _FRAME_MESSAGES],
-                        )
-                    )
+                if not sub.closed:
+                    _deliveries(sub.sid, b, events, weights)
         if not events:
             return
         try:
             if len(events) == 1:
                 transport.write(self.conn.send(events[0]))
-            else:
-                for i in range(0, len(events), 16):
-                    transport.write(self.conn.send_many(events[i : i + 16]))
+                return
+            # Frames of about _FRAME_BYTES each: many small events share one, a big one
+            # goes alone, and no frame nears the peer's maximum.
+            start = 0
+            size = 0
+            for i, w in enumerate(weights):
+                if size and size + w > _FRAME_BYTES:
+                    transport.write(self.conn.send_many(events[start:i]))
+                    start, size = i, 0
+                size += w
+            transport.write(self.conn.send_many(events[start:]))
         except PolymqError as exc:  # an event we cannot encode: a bug, not the peer's fault
             log.exception("session %s: cannot send: %s", self.name, exc)
             self.close("internal", "the server could not encode a reply", abort=True)

@@ -22,6 +22,7 @@ class HttpSettings:
     max_wait: float = 30.0  # seconds a pull may wait for messages; at most the core's
     core_user: str | None = None  # credentials of this frontend at the core
     core_password: str | None = None
+    core_token: str | None = None  # a bearer token at the core (`polymq run` makes one)
 
     def check(self) -> None:
         for name in ("http_port", "core_port"):

@@ -129,6 +129,7 @@ class CoreLink:
                     client="http",
                     user=s.core_user,
                     password=s.core_password,
+                    token=s.core_token,
                     timeout=_CONNECT_TIMEOUT,
                 )
             except asyncio.CancelledError:
