@@ -39,7 +39,7 @@ class PolymqProcess:
         if self.command in ("run", "core") and "--data-dir" not in self.args:
             argv += ["--data-dir", str(self.data_dir)]
         argv += self.args
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the process owns it
+        log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         log.close()
         deadline = time.monotonic() + timeout
