@@ -486,6 +486,24 @@ class Broker:
             "shards": [s.describe() for s in self.shards],
         }
 
+    def depth(self, kind: str) -> int:
+        """Ready messages over the in-memory destinations of one kind."""
+        prefix = kind + "/"
+        return sum(
+            box.count if isinstance(box, Queue) else len(box.entries)
+            for shard in self.shards
+            for key, box in shard.boxes.items()
+            if key.startswith(prefix)
+        )
+
+    def in_flight(self) -> int:
+        return sum(
+            len(box.inflight)
+            for shard in self.shards
+            for box in shard.boxes.values()
+            if isinstance(box, Queue)
+        )
+
     def destinations(self, limit: int = 1000) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for shard in self.shards:

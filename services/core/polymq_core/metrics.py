@@ -9,6 +9,8 @@ are in the admin API's stats instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 PROTOCOLS = ("native", "http", "longpoll", "stomp", "avro", "amqp", "bridge")
@@ -84,7 +86,27 @@ class Sensors:
             buckets=(1, 4, 16, 64, 256, 1024, 4096, 16384),
             registry=registry,
         )
-        self._delivered_pending = 0
+        self.ready = Gauge(
+            "polymq_ready_messages",
+            "Messages waiting for delivery, over every destination in memory",
+            ["kind"],
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "polymq_in_flight_messages",
+            "Messages delivered and not yet acked",
+            registry=registry,
+        )
+
+    def watch_depth(self, depth: Callable[[str], int], in_flight: Callable[[], int]) -> None:
+        """Read queue depths when scraped (never on the message path)."""
+
+        def of(kind: str) -> Callable[[], float]:
+            return lambda: depth(kind)
+
+        for kind in ("queue", "stream", "channel"):
+            self.ready.labels(kind).set_function(of(kind))
+        self.in_flight.set_function(in_flight)
 
     def on_publish(self, protocol: str, kind: str, n: int) -> None:
         self.published.labels(protocol, kind).inc(n)

@@ -37,6 +37,7 @@ class CoreService:
         self.auth = auth if auth is not None else load_provider(settings.auth)
         self.sensors = Sensors(self.registry)
         self.broker = Broker(settings, self.sensors, self.auth)
+        self.sensors.watch_depth(self.broker.depth, self.broker.in_flight)
         self._server: asyncio.Server | None = None
         self._admin: web.AppRunner | None = None
         self.ports: dict[str, int] = {}

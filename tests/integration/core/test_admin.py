@@ -38,6 +38,10 @@ async def test_metrics_parse_and_move_with_traffic(core: PolymqProcess) -> None:
             await c.stats(q)  # a round trip after the acks: they have been applied
             async with http.get(f"{admin}/metrics") as r:
                 after = _samples(await r.text())
+            await c.publish(f"queue/{uid()}", [Message(b"waiting") for _ in range(3)])
+            async with http.get(f"{admin}/metrics") as r:
+                waiting = _samples(await r.text())
+    assert waiting[("polymq_ready_messages", (("kind", "queue"),))] == 3
     key = ("polymq_published_messages_total", (("kind", "queue"), ("protocol", "native")))
     assert after[key] - before.get(key, 0) == 10
     for name in ("polymq_delivered_messages_total", "polymq_acked_messages_total"):
