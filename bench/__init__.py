@@ -1,0 +1,25 @@
+"""polymq benchmarks: ``python -m bench --out bench-results.json`` (what ``make bench`` runs).
+
+Each scenario starts its own fresh ``polymq core`` (or ``polymq run``) process with a temporary
+data directory, drives it from separate load-generator processes (so the client's Python does
+not share the core's GIL; on a machine with 2+ CPUs the core is pinned to CPU 0 and the load
+generators to the others), and records one entry in the JSON document::
+
+    {"machine": {...}, "timestamp": "...", "scenarios": [
+        {"name", "target", "unit", "value", "ratio_to_target", "params", "notes", ...}, ...]}
+
+A scenario that fails records its error and the run goes on. Modules:
+
+``runner``    the command line, the scenario registry and the JSON document
+``scenario``  what a scenario is given (``Context``) and gives back (``Result``)
+``harness``   the broker process under test, load-generator processes, machine facts
+``native``    scenarios over the native wire protocol (``polymq.Client``)
+``http``      the JSON over HTTP frontend (``polymq run``, aiohttp)
+``rabbitmq``  an optional comparison against a local RabbitMQ (aio-pika)
+``_profile``  a ``sitecustomize`` that runs the broker under cProfile for ``--profile DIR``
+
+Numbers depend on the machine being otherwise idle: each entry records how much CPU other
+processes used meanwhile (``other_cpu_share``), and ``--settle S`` waits for quiet first.
+"""
+
+from __future__ import annotations
