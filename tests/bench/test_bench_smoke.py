@@ -1,0 +1,43 @@
+"""`make bench` must keep working: a quick run writes one JSON with every scenario in it.
+
+This checks the harness, not the figures: performance is read from `make bench`, never
+asserted by a timed test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = {
+    "native_transient_queue",
+    "native_persistent_queue_receipts",
+    "topic_fanout_100",
+    "idle_subscriptions_1m",
+    "http_batch_publish_pull",
+}
+
+
+@pytest.mark.timeout(180)
+def test_quick_bench_writes_every_scenario(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--no-pin", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["machine"]["cpu_count"] >= 1
+    by_name = {s["name"]: s for s in doc["scenarios"]}
+    assert SCENARIOS <= set(by_name)
+    for name in SCENARIOS:
+        s = by_name[name]
+        assert "error" not in s, (name, s.get("error"))
+        assert isinstance(s["value"], int | float) and s["value"] > 0, (name, s)
