@@ -331,6 +331,10 @@ def parse_offset(v: Any) -> str | int | float:
     raise BadRequest("offset must be first, last, next, a sequence number or a timestamp")
 
 
+# Equal subscribe options share one object: a million subscriptions made alike cost one.
+_INTERNED: dict[SubscribeOptions, SubscribeOptions] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class SubscribeOptions:
     ack_mode: AckMode = AckMode.AUTO
@@ -362,7 +366,7 @@ class SubscribeOptions:
         if role is not None and role not in ("server", "client"):
             raise BadRequest("role must be 'server' or 'client'")
         prefetch = _opt_int(d, "prefetch", 0)
-        return cls(
+        opts = cls(
             ack_mode=_enum(d, "ack_mode", AckMode, AckMode.AUTO),
             prefetch=100 if prefetch is None else prefetch,
             buffer_messages=_opt_int(d, "buffer_messages", 1) or 10_000,
@@ -372,6 +376,10 @@ class SubscribeOptions:
             offset=parse_offset(d.get("offset")),
             role=role,
         )
+        # Never intern a numeric offset: a sequence 5 and a timestamp 5.0 compare equal.
+        if isinstance(opts.offset, str) and len(_INTERNED) < 4096:
+            return _INTERNED.setdefault(opts, opts)
+        return opts
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -61,15 +61,13 @@ MAX_KV_VALUE = 1024 * 1024
 class TopicSource:
     """The topic side of a subscription: transient fanout through the router."""
 
-    __slots__ = ("pattern", "router")
+    __slots__ = ("router",)
 
-    def __init__(self, router: TopicRouter[Subscription], pattern: str) -> None:
-        self.router = router
-        self.pattern = pattern
+    def __init__(self, router: TopicRouter[Subscription]) -> None:
+        self.router = router  # one for every topic subscription: the pattern is theirs
 
     def detach(self, sub: Subscription, *, requeue: list[Message]) -> None:
-        self.router.remove(self.pattern, sub)
-        sub.inflight.clear()
+        self.router.remove(sub.destination[len("topic/") :], sub)
 
     def settle(self, sub: Subscription, keys: list[Any], action: str) -> None:
         pass  # topic messages are transient: nothing to redeliver
@@ -92,6 +90,7 @@ class Broker:
             for i in range(settings.shards)
         ]
         self.topics: TopicRouter[Subscription] = TopicRouter()
+        self.topic_source = TopicSource(self.topics)
         self.sessions: set[Session] = set()
         self.started = time.time()
         self.ready = False
@@ -229,7 +228,7 @@ class Broker:
             m.delivery_count = 1
         for sub in subs:
             for m in msgs:
-                sub.deliver(m, None)
+                sub.send(m)
         if subs:
             self.sensors.on_deliver(len(subs) * len(msgs))
         return len(subs)
@@ -302,8 +301,7 @@ class Broker:
                 "per connection"
             )
         if dest.kind is Kind.TOPIC:
-            source = TopicSource(self.topics, dest.name)
-            sub = Subscription(session, ev.sid, str(dest), options, source)
+            sub = Subscription(session, ev.sid, str(dest), options, self.topic_source)
             try:
                 self.topics.add(dest.name, sub)
             except ValueError as exc:

@@ -24,9 +24,15 @@ class Source(Protocol):
     def pump(self) -> None: ...
 
 
+# Shared by every subscription with nothing unacked (most of them: auto mode, topics), so
+# an idle subscription costs no dict of its own. Only ``deliver`` ever inserts, after
+# replacing it with a dict of the subscription's own.
+_NONE_UNACKED: dict[int, Any] = {}
+
+
 class Subscription:
     __slots__ = (
-        "ack_mode",
+        "auto",
         "closed",
         "destination",
         "inflight",
@@ -50,17 +56,13 @@ class Subscription:
         self.sid = sid
         self.destination = destination
         self.options = options
-        self.ack_mode = options.ack_mode
+        self.auto = options.ack_mode is AckMode.AUTO
         self.prefetch = options.prefetch
         self.source = source
         # delivery tag -> the source's key for that delivery (a queue seq, a stream seq)
-        self.inflight: dict[int, Any] = {}
+        self.inflight: dict[int, Any] = _NONE_UNACKED
         self.next_tag = 1
         self.closed = False
-
-    @property
-    def auto(self) -> bool:
-        return self.ack_mode is AckMode.AUTO
 
     def has_credit(self) -> bool:
         """May the source deliver one more message now?"""
@@ -73,9 +75,17 @@ class Subscription:
         tag = self.next_tag
         self.next_tag = tag + 1
         if not self.auto:
+            if self.inflight is _NONE_UNACKED:
+                self.inflight = {}
             self.inflight[tag] = key
         self.session.push_delivery(self, tag, message, key)
         return tag
+
+    def send(self, message: Message) -> None:
+        """Hand over a message nobody redelivers (a topic's): no window, acks are no-ops."""
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        self.session.push_delivery(self, tag, message, None)
 
     def take(self, tags: list[int], cumulative: bool) -> list[Any]:
         """Remove acked/nacked tags from the window; return their source keys.
@@ -85,7 +95,7 @@ class Subscription:
         """
         if not self.inflight or not tags:
             return []
-        if cumulative or self.ack_mode is AckMode.CLIENT:
+        if cumulative or self.options.ack_mode is AckMode.CLIENT:
             top = max(tags)
             keys = []
             for tag in list(self.inflight):

@@ -554,3 +554,12 @@ def test_offsets_survive_to_dict_from_dict(offset: str | int | float) -> None:
     again = SubscribeOptions.from_dict(s.to_dict())
     assert again.offset == offset
     assert type(again.offset) is type(offset)
+
+
+def test_equal_subscribe_options_are_shared_but_offsets_keep_their_kind() -> None:
+    a = SubscribeOptions.from_dict({"ack_mode": "client", "prefetch": 7})
+    b = SubscribeOptions.from_dict({"prefetch": 7, "ack_mode": "client"})
+    assert a is b  # a million alike subscriptions hold one options object
+    seq = SubscribeOptions.from_dict({"offset": 5})
+    ts = SubscribeOptions.from_dict({"offset": {"timestamp": 5.0}})
+    assert isinstance(seq.offset, int) and isinstance(ts.offset, float)
