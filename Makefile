@@ -5,7 +5,21 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test lint typecheck bench install clean
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+WEB    := services/stomp/web
+STOMPJS := $(WEB)/node_modules/@stomp/stompjs/bundles/stomp.umd.min.js
+
+.PHONY: run test lint typecheck bench install clean chromium
+
+# @stomp/stompjs for the STOMP frontend's browser page: from npm, served locally (no CDN)
+$(STOMPJS): $(WEB)/package.json $(WEB)/package-lock.json
+	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# Debian's chromium for the browser tests (Playwright drives it; it never downloads one)
+chromium:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,14 +28,14 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-install: $(STAMP)
+install: $(STAMP) $(STOMPJS)
 
 ## make run: install what is missing, then start polymq (core + frontends) on its embedded store
-run: $(STAMP)
+run: $(STAMP) $(STOMPJS)
 	$(VENV)/bin/polymq run --data-dir $${POLYMQ_DATA_DIR:-./polymq-data}
 
 ## make test: install what the tests need, then run them all (lint and types first)
-test: $(STAMP) lint typecheck
+test: $(STAMP) $(STOMPJS) chromium lint typecheck
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
@@ -32,8 +46,8 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 ## make bench: the benchmark scenarios; results in bench-results.json
-bench: $(STAMP)
+bench: $(STAMP) $(STOMPJS)
 	$(PY) -m bench --out bench-results.json
 
 clean:
-	rm -rf $(VENV) polymq-data bench-results.json .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(WEB)/node_modules polymq-data bench-results.json .pytest_cache .mypy_cache .ruff_cache
