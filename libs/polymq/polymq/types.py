@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,22 +136,22 @@ class Message:
         return self.delivery_count > 1
 
     def validate(self, max_body: int) -> None:
-        if not isinstance(self.body, bytes | bytearray):
+        body = self.body
+        if type(body) is not bytes and not isinstance(body, bytes | bytearray):
             raise BadRequest("message body must be bytes")
-        if len(self.body) > max_body:
+        if len(body) > max_body:
             from .errors import PayloadTooLarge
 
-            raise PayloadTooLarge(f"message body of {len(self.body)} bytes exceeds {max_body}")
-        if (
-            not isinstance(self.priority, int)
-            or isinstance(self.priority, bool)
-            or not 0 <= self.priority <= MAX_PRIORITY
-        ):
+            raise PayloadTooLarge(f"message body of {len(body)} bytes exceeds {max_body}")
+        p = self.priority
+        if type(p) is not int or not 0 <= p <= MAX_PRIORITY:  # type() is: a bool is no priority
             raise BadRequest(f"priority must be an integer 0..{MAX_PRIORITY}")
-        if not isinstance(self.content_type, str) or len(self.content_type) > 255:
+        ct = self.content_type
+        if type(ct) is not str or len(ct) > 255:
             raise BadRequest("content_type must be a string of at most 255 characters")
-        if not isinstance(self.headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
+        headers = self.headers
+        if type(headers) is not dict or (
+            headers and not all(type(k) is str and type(v) is str for k, v in headers.items())
         ):
             raise BadRequest("headers must map strings to strings")
         if self.ack_timeout is not None and not (
@@ -160,23 +161,9 @@ class Message:
         if self.expires is not None and not _is_number(self.expires):
             raise BadRequest("expires must be a unix time in seconds")
 
-    def to_wire(self) -> list[Any]:
-        return [
-            self.body,
-            self.content_type,
-            self.headers,
-            self.priority,
-            self.persistent,
-            self.expires,
-            self.ack_timeout,
-            self.correlation_id,
-            self.reply_to,
-            self.id,
-            self.seq,
-            self.timestamp,
-            self.delivery_count,
-            self.destination,
-        ]
+    def to_wire(self) -> tuple[Any, ...]:
+        """The 14 fields in wire order (msgpack packs the tuple as an array)."""
+        return _WIRE_FIELDS(self)
 
     @classmethod
     def from_wire(cls, fields: Any) -> Message:
@@ -196,6 +183,12 @@ def _is_number(v: Any) -> bool:
         return math.isfinite(v)
     except OverflowError:  # an int too large for a float
         return False
+
+
+_WIRE_FIELDS = operator.attrgetter(
+    "body", "content_type", "headers", "priority", "persistent", "expires", "ack_timeout",
+    "correlation_id", "reply_to", "id", "seq", "timestamp", "delivery_count", "destination",
+)  # fmt: skip
 
 
 def _opt_int(d: dict[str, Any], key: str, minimum: int = 0) -> int | None:

@@ -60,6 +60,7 @@ class Queue:
     __slots__ = (
         "_rr",
         "_seq",
+        "_top",
         "acked",
         "consumers",
         "count",
@@ -95,6 +96,7 @@ class Queue:
         self.consumers: list[Subscription] = []
         self.waiters: deque[Waiter] = deque()
         self._rr = 0
+        self._top = 0  # highest priority level that may hold a ready message
         self._seq = last_seq
         self.last_used = time.monotonic()
         self.published = self.delivered = self.acked = self.redelivered = 0
@@ -140,7 +142,10 @@ class Queue:
 
     def put(self, message: Message) -> None:
         """Add a message that already has its seq (new, or recovered from the store)."""
-        self.ready[message.priority].append(message)
+        p = message.priority
+        self.ready[p].append(message)
+        if p > self._top:
+            self._top = p
         self.count += 1
         self.nbytes += len(message.body)
         self.published += 1
@@ -175,19 +180,25 @@ class Queue:
 
     def _pop(self, now: float) -> Message | None:
         """The next ready message by priority then sequence; expired ones are discarded."""
+        ready = self.ready
+        requeued = self.requeued
         while self.count:
-            for level in range(MAX_PRIORITY, -1, -1):
-                heap = self.requeued[level]
-                dq = self.ready[level]
-                if heap and (not dq or heap[0][0] < dq[0].seq):
-                    msg = heapq.heappop(heap)[1]
+            level = self._top  # no message sits above it
+            while True:
+                heap = requeued[level]
+                dq = ready[level]
+                if heap:
+                    msg = (
+                        heapq.heappop(heap)[1] if not dq or heap[0][0] < dq[0].seq else dq.popleft()
+                    )
                     break
                 if dq:
                     msg = dq.popleft()
                     break
-            else:  # pragma: no cover - count says there is one
-                return None
-            self._took(msg)
+                level -= 1  # count > 0 means some level at or below holds one
+            self._top = level
+            self.count -= 1
+            self.nbytes -= len(msg.body)
             if msg.expires is not None and msg.expires <= now:
                 self.shard.discard(self, msg, "expired")
                 continue
@@ -197,6 +208,8 @@ class Queue:
     def _unpop(self, msg: Message) -> None:
         """Put back a message just popped, at the head of its priority."""
         heapq.heappush(self.requeued[msg.priority], (msg.seq, msg))
+        if msg.priority > self._top:
+            self._top = msg.priority
         self.count += 1
         self.nbytes += len(msg.body)
 

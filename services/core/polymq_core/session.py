@@ -68,12 +68,11 @@ _SLOW_LINGER = 10.0  # seconds a cut slow consumer has to read what its socket s
 
 
 class _Backlog:
-    __slots__ = ("keys", "messages", "nbytes", "tags")
+    __slots__ = ("messages", "nbytes", "tags")
 
     def __init__(self) -> None:
         self.tags: list[int] = []
         self.messages: list[Message] = []
-        self.keys: list[Any] = []
         self.nbytes = 0
 
 
@@ -269,7 +268,6 @@ class Session(asyncio.Protocol):
             b = self._backlog[sub] = _Backlog()
         b.tags.append(tag)
         b.messages.append(msg)
-        b.keys.append(key)
         b.nbytes += len(msg.body)
         if self._paused:
             o = sub.options
@@ -282,7 +280,6 @@ class Session(asyncio.Protocol):
         if sub.options.slow_policy is SlowPolicy.DROP and sub.destination.startswith("topic/"):
             b.tags.pop()
             b.nbytes -= len(b.messages.pop().body)
-            b.keys.pop()
             self.broker.sensors.on_slow_consumer("drop")
             return
         self.broker.sensors.on_slow_consumer("disconnect")

@@ -235,7 +235,7 @@ FULL = Message(
 
 
 def test_to_wire_is_every_field_in_order() -> None:
-    assert FULL.to_wire() == [getattr(FULL, f.name) for f in dataclasses.fields(Message)]
+    assert FULL.to_wire() == tuple(getattr(FULL, f.name) for f in dataclasses.fields(Message))
     assert len(FULL.to_wire()) == 14
 
 
