@@ -1,4 +1,5 @@
 # polymq: `make run` starts everything in one process; `make test` runs every test.
+SHELL  := /bin/bash
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -9,7 +10,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WEB    := services/stomp/web
 STOMPJS := $(WEB)/node_modules/@stomp/stompjs/bundles/stomp.umd.min.js
 
-.PHONY: run test lint typecheck bench install clean chromium
+.PHONY: run test lint typecheck bench install clean chromium rabbitmq
 
 # @stomp/stompjs for the STOMP frontend's browser page: from npm, served locally (no CDN)
 $(STOMPJS): $(WEB)/package.json $(WEB)/package-lock.json
@@ -46,8 +47,16 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 ## make bench: the benchmark scenarios; results in bench-results.json
-bench: $(STAMP) $(STOMPJS)
-	$(PY) -m bench --out bench-results.json
+# RabbitMQ is the yardstick for the STOMP scenarios: installed when none is listening (the
+# bench enables its STOMP plugins itself, and records the RabbitMQ side as skipped if it can't).
+rabbitmq:
+	@(exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null || command -v rabbitmq-server >/dev/null || \
+		{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		  $(SUDO) apt-get install -y -qq rabbitmq-server >/dev/null; } || \
+		echo "bench: could not install rabbitmq-server; its side will be skipped"
+
+bench: $(STAMP) $(STOMPJS) rabbitmq
+	$(PY) -m bench --settle 15 --out bench-results.json
 
 clean:
 	rm -rf $(VENV) $(WEB)/node_modules polymq-data bench-results.json .pytest_cache .mypy_cache .ruff_cache
