@@ -16,6 +16,11 @@ A scenario that fails records its error and the run goes on. Modules:
 ``native``    scenarios over the native wire protocol (``polymq.Client``)
 ``http``      the JSON over HTTP frontend (``polymq run``, aiohttp)
 ``rabbitmq``  an optional comparison against a local RabbitMQ (aio-pika)
+``stomp``     STOMP scenarios: polymq's STOMP frontend vs RabbitMQ's STOMP plugin
+``stomp_targets``  the two STOMP brokers (a fresh ``polymq run``; the local RabbitMQ)
+``stomp_load``     the asyncio STOMP load generator's workers
+``stomp_wire``     its hand-built frames, scanning reader, TCP and WebSocket links
+``stomp_relay``    a do-nothing STOMP relay: the load generator's own ceiling
 ``_profile``  a ``sitecustomize`` that runs the broker under cProfile for ``--profile DIR``
 
 Numbers depend on the machine being otherwise idle: each entry records how much CPU other

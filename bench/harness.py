@@ -254,6 +254,10 @@ class Worker:
         child.close()
         self.result: dict[str, Any] | None = None
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
     def recv(self, timeout: float) -> dict[str, Any]:
         """The next message from the worker; raises BenchError on error, death or timeout."""
         if not self._conn.poll(timeout):

@@ -18,7 +18,10 @@ Each entry of ``scenarios`` holds ``name``, ``target``, ``unit``, ``value``,
 ceiling), ``met``, ``status`` (``ok``, ``failed``, ``skipped``), ``params``, ``notes``,
 ``details``, ``wall_seconds``, ``other_cpu_seconds`` / ``other_cpu_share`` (CPU time other
 processes on the machine used meanwhile: a busy neighbour skews the numbers) and, when it
-failed, ``error``.
+failed, ``error``. A comparison measures its own target (the STOMP scenarios: RabbitMQ's
+figure in the same run, so ``ratio_to_target`` is polymq / RabbitMQ) and may add keys of its
+own (``ratio_to_rabbitmq``, ``cpu_seconds_per_million``, ...); one whose side failed is
+``failed`` but keeps what the other sides measured.
 The document is rewritten after every scenario, so an interrupted run keeps what it measured.
 """
 
@@ -41,9 +44,9 @@ from .scenario import Context, Scenario, Skipped
 
 
 def all_scenarios() -> list[Scenario]:
-    from . import http, native, rabbitmq
+    from . import http, native, rabbitmq, stomp
 
-    return [*native.SCENARIOS, *http.SCENARIOS, *rabbitmq.SCENARIOS]
+    return [*native.SCENARIOS, *http.SCENARIOS, *rabbitmq.SCENARIOS, *stomp.SCENARIOS]
 
 
 def _parse_sets(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -93,6 +96,7 @@ def _settle(limit: float) -> float:
 def _entry(s: Scenario, ctx: Context) -> dict[str, Any]:
     t0 = time.monotonic()
     busy0, own0 = _busy_cpu_seconds(), _own_cpu_seconds()
+    external = 0.0
     entry: dict[str, Any] = {
         "name": s.name,
         "target": s.target,
@@ -118,19 +122,26 @@ def _entry(s: Scenario, ctx: Context) -> dict[str, Any]:
             params=dict(ctx.used),
         )
     else:
-        entry.update(params=r.params, notes=r.notes, details=r.details)
+        entry.update(params=r.params, notes=r.notes, details=r.details, **r.extra)
+        target = r.target if r.target is not None else s.target
+        entry["target"] = target
         if r.value is not None:
             entry["value"] = round(r.value, 3)
-            if s.target and r.comparable:
-                entry["ratio_to_target"] = round(r.value / s.target, 3)
-                entry["met"] = r.value >= s.target if s.bound == "min" else r.value < s.target
+            if target and r.comparable:
+                entry["ratio_to_target"] = round(r.value / target, 3)
+                entry["met"] = r.value >= target if s.bound == "min" else r.value < target
+        if r.verdict:
+            entry["met"] = r.met
+        if r.error:
+            entry.update(status="failed", error=r.error)
+        external = r.external_cpu_seconds
     if ctx.profiles:
         entry["profile"] = [_profile_top(p) for p in ctx.profiles if p.exists()]
     wall = time.monotonic() - t0
     entry["wall_seconds"] = round(wall, 2)
     # CPU that other processes on the machine used meanwhile: a busy neighbour (a test run,
     # a build) skews every number here, so say how much there was.
-    other = max(0.0, (_busy_cpu_seconds() - busy0) - (_own_cpu_seconds() - own0))
+    other = max(0.0, (_busy_cpu_seconds() - busy0) - (_own_cpu_seconds() - own0) - external)
     entry["other_cpu_seconds"] = round(other, 2)
     entry["other_cpu_share"] = round(other / (wall * (os.cpu_count() or 1)), 3) if wall else None
     return entry
@@ -163,14 +174,17 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
 def _summary(e: dict[str, Any]) -> str:
     if e["status"] != "ok":
         why = e.get("error") or e["notes"]
-        return f"{e['name']:<34} {e['status'].upper()}: {why.splitlines()[0] if why else ''}"
+        got = f" (value {e['value']:,.1f} {e['unit']})" if e.get("value") is not None else ""
+        return f"{e['name']:<34} {e['status'].upper()}{got}: {why.splitlines()[0] if why else ''}"
     value = f"{e['value']:,.1f} {e['unit']}" if e["value"] is not None else "-"
     if (e.get("other_cpu_share") or 0) > 0.05:
         value += f" [other processes used {e['other_cpu_share']:.0%} of the CPUs]"
     if e["target"] is None:
         return f"{e['name']:<34} {value}"
     op = ">=" if e["bound"] == "min" else "<"
-    if e["met"] is None:
+    if e["met"] is None and e["ratio_to_target"] is not None:
+        verdict = f"ratio {e['ratio_to_target']}, no verdict"
+    elif e["met"] is None:
         verdict = "not comparable at this scale"
     else:
         verdict = f"ratio {e['ratio_to_target']}, {'met' if e['met'] else 'MISSED'}"

@@ -70,6 +70,21 @@ class Result:
     # False when the run was too small for the target to apply (e.g. --quick at 1/10 scale):
     # the value is reported, ratio_to_target and met are left null.
     comparable: bool = True
+    # A target measured by the scenario itself (e.g. RabbitMQ's figure in the same run),
+    # used instead of the Scenario's fixed one for ratio_to_target and met.
+    target: float | None = None
+    # verdict=True: ``met`` is the entry's verdict (None: none), instead of value vs target
+    # (a comparison with more than one criterion, e.g. throughput and CPU per message).
+    met: bool | None = None
+    verdict: bool = False
+    # Part of the scenario failed (one broker of a comparison): the entry is "failed" with
+    # this error but keeps the value and details measured.
+    error: str | None = None
+    # Keys added at the top level of the entry (next to value and unit).
+    extra: dict[str, Any] = field(default_factory=dict)
+    # CPU-seconds spent meanwhile by processes the scenario drove but did not start (a
+    # system RabbitMQ): not "other processes" in other_cpu_share.
+    external_cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,12 @@ class PolymqProcess:
         argv = [sys.executable, "-m", "polymq_cli", self.command, "--ports-file", str(ports_file)]
         for flag in ("core", "admin", "http"):
             if self.command in ("run", "core") or flag == "http":
-                if flag == "http" and self.command == "core":
+                if flag == "http" and self.command in ("core", "stomp"):
                     continue
+                if f"--{flag}-port" not in self.args:
+                    argv += [f"--{flag}-port", "0"]
+        if self.command in ("run", "stomp"):
+            for flag in ("stomp", "stomp-ws"):
                 if f"--{flag}-port" not in self.args:
                     argv += [f"--{flag}-port", "0"]
         if self.command in ("run", "core") and "--data-dir" not in self.args:

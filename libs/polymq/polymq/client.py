@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role
 from .errors import (
@@ -72,6 +72,7 @@ __all__ = [
     "ChannelHandle",
     "Client",
     "Delivery",
+    "DeliveryListener",
     "Lease",
     "QueueHandle",
     "StreamHandle",
@@ -122,13 +123,37 @@ class Lease:
     message: Message
 
 
-class Subscription:
-    """A subscription's deliveries as an async iterator."""
+class DeliveryListener(Protocol):
+    """Takes a subscription's deliveries as they arrive, instead of its async iterator.
 
-    def __init__(self, client: Client, sid: int, destination: str) -> None:
+    For frontends that relay deliveries to their own clients from protocol callbacks: no
+    task per subscription, no buffering in the client (so nothing here pauses reading the
+    shared connection; the listener bounds its own buffers, e.g. with the prefetch window).
+    Both methods are called from the client's ``data_received`` and must not block.
+    """
+
+    def on_deliver(self, sub: Subscription, tags: list[int], messages: list[Message]) -> None:
+        """Messages and their delivery tags (to ack or nack), in delivery order."""
+
+    def on_end(self, sub: Subscription, error: BaseException) -> None:
+        """The subscription ended without ``unsubscribe()``: the core cancelled it
+        (its destination was deleted) or the connection closed; ``error`` says which."""
+
+
+class Subscription:
+    """A subscription's deliveries as an async iterator (or handed to a listener)."""
+
+    def __init__(
+        self,
+        client: Client,
+        sid: int,
+        destination: str,
+        listener: DeliveryListener | None = None,
+    ) -> None:
         self.client = client
         self.sid = sid
         self.destination = destination
+        self.listener = listener
         self._items: deque[Delivery] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
@@ -136,6 +161,9 @@ class Subscription:
         self.closed = False
 
     def _push(self, tags: list[int], messages: list[Message]) -> None:
+        if self.listener is not None:
+            self.listener.on_deliver(self, tags, messages)
+            return
         items = self._items
         for tag, msg in zip(tags, messages, strict=True):
             items.append(Delivery(msg, tag, self))
@@ -144,10 +172,13 @@ class Subscription:
             self.client._pause_reading()
 
     def _end(self, error: BaseException) -> None:
-        if self._error is None:
+        first = self._error is None
+        if first:
             self._error = error
         self.closed = True
         self._wake()
+        if first and self.listener is not None and not isinstance(error, _Finished):
+            self.listener.on_end(self, error)
 
     def _wake(self) -> None:
         w = self._waiter
@@ -479,6 +510,19 @@ class Client:
         result: dict[str, Any] = await self._call(Publish(self._rid(), destination, batch, role))
         return result
 
+    def publish_soon(
+        self, destination: str, messages: list[Message], *, role: str | None = None
+    ) -> asyncio.Future[dict[str, Any]]:
+        """Publish a batch in this loop iteration's frame and return the future of the core's
+        answer, without a coroutine: for frontends that publish from protocol callbacks.
+        It does not wait for the socket to drain: callers bound what they have in flight.
+        Raises at once (no future) if the client is closed."""
+        rid = self._rid()
+        self._send(Publish(rid, destination, messages, role))
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        return fut
+
     def publish_nowait(self, destination: str, messages: list[Message]) -> None:
         """Fire and forget: no receipt, errors are only logged."""
         self._send(Publish(0, destination, messages, None))
@@ -503,9 +547,14 @@ class Client:
         r: dict[str, Any] = await self._call(Stats(self._rid(), destination))
         return r
 
-    async def subscribe(self, destination: str, **options: Any) -> Subscription:
+    async def subscribe(
+        self, destination: str, *, listener: DeliveryListener | None = None, **options: Any
+    ) -> Subscription:
+        """Subscribe with ``options`` (see :class:`~polymq.types.SubscribeOptions`). With a
+        ``listener``, deliveries go to it (from the moment the core has the subscription,
+        which may be before this returns) instead of the async iterator."""
         sid = next(self._sids)
-        sub = Subscription(self, sid, destination)
+        sub = Subscription(self, sid, destination, listener)
         self._subs[sid] = sub
         try:
             await self._call(Subscribe(self._rid(), sid, destination, options))

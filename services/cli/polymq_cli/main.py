@@ -3,9 +3,12 @@
 ::
 
     polymq run   [--host H] [--core-port N] [--admin-port N] [--http-port N]
+                 [--stomp-port N] [--stomp-ws-port N] [--tls-cert PEM --tls-key PEM]
                  [--data-dir DIR] [--ports-file FILE]
     polymq core  [--host H] [--core-port N] [--admin-port N] [--data-dir DIR] ...
     polymq http  [--host H] [--http-port N] [--core HOST:PORT] ...
+    polymq stomp [--host H] [--stomp-port N] [--stomp-ws-port N] [--tls-cert PEM --tls-key PEM]
+                 [--core HOST:PORT] ...
 
 A port of 0 picks a free one; ``--ports-file`` receives ``{"core": N, "admin": N, ...}`` once
 every listener is bound. When a port is left at its default and that port is taken, a free
@@ -88,13 +91,13 @@ def _core_settings(args: argparse.Namespace) -> CoreSettings:
     return settings
 
 
-def _http_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
-    from polymq_http.config import HttpSettings
-
-    base = from_env(HttpSettings)
+def _frontend_changes(
+    args: argparse.Namespace, core: tuple[str, int] | None, base: Any, ports: Sequence[str]
+) -> dict[str, Any]:
+    """What the flags change in a frontend's settings: host, ports, the core, auth."""
     changes: dict[str, Any] = {"host": args.host or base.host}
     args.host = changes["host"]
-    changes.update(_ports(args, ("http",), base))
+    changes.update(_ports(args, ports, base))
     if core is not None:
         changes["core_host"], changes["core_port"] = core
     elif getattr(args, "core", None):
@@ -105,6 +108,24 @@ def _http_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> An
             raise ConfigError(f"--core {args.core!r}: expected HOST:PORT") from None
     if args.auth is not None:
         changes["auth"] = args.auth
+    return changes
+
+
+def _http_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
+    from polymq_http.config import HttpSettings
+
+    base = from_env(HttpSettings)
+    return dataclasses.replace(base, **_frontend_changes(args, core, base, ("http",)))
+
+
+def _stomp_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
+    from polymq_stomp.config import StompSettings
+
+    base = from_env(StompSettings)
+    changes = _frontend_changes(args, core, base, ("stomp", "stomp_ws"))
+    for name in ("tls_cert", "tls_key"):
+        if getattr(args, name, None) is not None:
+            changes[name] = getattr(args, name)
     return dataclasses.replace(base, **changes)
 
 
@@ -148,11 +169,25 @@ async def _serve(args: argparse.Namespace) -> int:
             http = HttpService(http_settings, registry)
             services.append(http)
             ports.update(await http.start())
+        tls = False
+        if args.command in ("run", "stomp"):
+            from polymq_stomp.service import StompService
+
+            stomp_settings = _stomp_settings(args, core_addr)
+            if service_token is not None:
+                stomp_settings = dataclasses.replace(stomp_settings, core_token=service_token)
+            stomp = StompService(stomp_settings, registry)
+            services.append(stomp)
+            ports.update(await stomp.start())
+            tls = stomp_settings.tls
         if args.ports_file:
             _write_ports(args.ports_file, ports)
         host = args.host
+        schemes = {"admin": "http://", "http": "http://", "stomp_ws": "http://"}
+        if tls:
+            schemes["stomp_ws"] = "https://"
         for name, port in ports.items():
-            scheme = "http://" if name in ("admin", "http") else ""
+            scheme = schemes.get(name, "")
             print(f"polymq {name:<6} listening on {scheme}{host}:{port}", flush=True)
         print("polymq ready (Ctrl-C to stop)", flush=True)
         await stop.wait()
@@ -185,10 +220,24 @@ def _parser() -> argparse.ArgumentParser:
     def http_flags(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--http-port", type=int, default=None, help="JSON over HTTP (7480; 0=any)")
 
+    def stomp_flags(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--stomp-port", type=int, default=None, help="STOMP over TCP (61613; 0=any)"
+        )
+        sp.add_argument(
+            "--stomp-ws-port",
+            type=int,
+            default=None,
+            help="STOMP over WebSocket at /ws, and a page at / (15674; 0=any)",
+        )
+        sp.add_argument("--tls-cert", default=None, help="PEM certificate: STOMP over TLS")
+        sp.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+
     run = sub.add_parser("run", help="the core and every frontend in one process")
     common(run)
     core_flags(run)
     http_flags(run)
+    stomp_flags(run)
     core = sub.add_parser("core", help="the core broker")
     common(core)
     core_flags(core)
@@ -196,6 +245,10 @@ def _parser() -> argparse.ArgumentParser:
     common(http)
     http_flags(http)
     http.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    stomp = sub.add_parser("stomp", help="the STOMP frontend (TCP and WebSocket)")
+    common(stomp)
+    stomp_flags(stomp)
+    stomp.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
     return p
 
 

@@ -1,0 +1,177 @@
+"""STOMP destinations and the core's, both ways.
+
+=================================  ============================  ===========================
+STOMP                              core                          notes
+=================================  ============================  ===========================
+``/queue/x``                       ``queue/x``
+``/topic/x``                       ``topic/x``                   SUBSCRIBE may use ``*``,
+                                                                 ``#`` and a trailing ``*``
+``/stream/x``                      ``stream/x``                  ``x-stream-offset`` header
+``/temp-queue/x``                  ``queue/tmp.<conn-id>.x``     private to the connection,
+                                                                 deleted when it closes
+``/amq/queue/x``                   ``queue/x``                   RabbitMQ
+``/exchange/amq.topic/<key>``      ``topic/<key>``               RabbitMQ
+``/exchange/amq.direct/<key>``     ``queue/<key>``               RabbitMQ
+``/control/count-msgs/queue/x``    stats of ``queue/x``          ocamlmq, SEND only
+``/control/count-subscribers/...`` stats of ``queue/x``,         ocamlmq, SEND only
+                                   ``topic/x``, ``stream/x``
+=================================  ============================  ===========================
+
+Names are the core's (:func:`polymq.types.Destination.parse`): letters, digits, ``_ . : -``;
+a ``/`` inside a name has no meaning in the core and is refused, as is anything else. Every
+refusal is a :class:`~polymq_stomp.refusal.Refused` (reason ``destination``) whose detail
+names the forms accepted.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from polymq.errors import BadRequest
+from polymq.types import Destination, Kind
+
+from .refusal import Refused
+
+__all__ = [
+    "ACCEPTED",
+    "Control",
+    "ControlOp",
+    "Target",
+    "from_core",
+    "parse_destination",
+    "temp_queue_name",
+]
+
+ACCEPTED = (
+    "accepted destinations: /queue/<name>, /topic/<name or pattern>, /stream/<name>, "
+    "/temp-queue/<name>, /amq/queue/<name>, /exchange/amq.topic/<key>, "
+    "/exchange/amq.direct/<key>, and for SEND with a receipt /control/count-msgs/queue/<name>, "
+    "/control/count-subscribers/queue/<name> or /control/count-subscribers/topic/<name>; "
+    "names use letters, digits, '_', '.', ':' and '-'"
+)
+
+
+class ControlOp(enum.Enum):
+    COUNT_MESSAGES = "count-msgs"
+    COUNT_SUBSCRIBERS = "count-subscribers"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a STOMP destination leads in the core."""
+
+    core: str  # "queue/x"
+    kind: Kind
+    stomp: str  # as the client wrote it
+    temp: bool = False  # a /temp-queue of this connection
+    topic_prefix: str = "/topic/"  # how MESSAGE frames name the topic a message came from
+
+    @property
+    def is_pattern(self) -> bool:
+        return self.kind is Kind.TOPIC and ("*" in self.core or "#" in self.core)
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """An ocamlmq control destination: answered in the RECEIPT of a SEND."""
+
+    op: ControlOp
+    core: str  # the destination to count
+    kind: Kind
+
+
+def temp_queue_name(conn_id: str, name: str) -> str:
+    return f"queue/tmp.{conn_id}.{name}"
+
+
+_PREFIXES: tuple[tuple[str, Kind, str], ...] = (
+    ("/queue/", Kind.QUEUE, ""),
+    ("/topic/", Kind.TOPIC, "/topic/"),
+    ("/stream/", Kind.STREAM, ""),
+    ("/amq/queue/", Kind.QUEUE, ""),
+    ("/exchange/amq.topic/", Kind.TOPIC, "/exchange/amq.topic/"),
+    ("/exchange/amq.direct/", Kind.QUEUE, ""),
+)
+
+
+def _refuse(destination: str, why: str) -> Refused:
+    shown = destination[:200]
+    return Refused("destination", f"invalid destination {shown!r}", f"{why}; {ACCEPTED}")
+
+
+def _core(kind: Kind, name: str, stomp: str, *, pattern: bool) -> Destination:
+    try:
+        return Destination.parse(f"{kind.value}/{name}", pattern=pattern)
+    except BadRequest as exc:
+        if "/" in name:
+            raise _refuse(stomp, f"a name cannot contain '/' (in {name[:100]!r})") from None
+        raise _refuse(stomp, exc.message) from None
+
+
+def parse_destination(
+    destination: str | None, conn_id: str, *, pattern: bool = False
+) -> Target | Control:
+    """The core destination behind a STOMP one. ``pattern`` (SUBSCRIBE) admits topic
+    wildcards; ``conn_id`` names this connection's temp queues."""
+    if not destination:
+        raise Refused(
+            "destination",
+            "missing destination header",
+            f"the frame needs a destination header; {ACCEPTED}",
+        )
+    if destination.startswith("/temp-queue/"):
+        name = destination[len("/temp-queue/") :]
+        _core(Kind.QUEUE, name, destination, pattern=False)  # the client's part must be valid
+        return Target(temp_queue_name(conn_id, name), Kind.QUEUE, destination, temp=True)
+    if destination.startswith("/control/"):
+        return _control(destination)
+    for prefix, kind, topic_prefix in _PREFIXES:
+        if destination.startswith(prefix):
+            name = destination[len(prefix) :]
+            dest = _core(kind, name, destination, pattern=pattern and kind is Kind.TOPIC)
+            if kind is Kind.TOPIC:
+                return Target(str(dest), kind, destination, topic_prefix=topic_prefix)
+            return Target(str(dest), kind, destination)
+    if destination.startswith("/exchange/"):
+        raise _refuse(
+            destination, "of RabbitMQ's exchanges only amq.topic and amq.direct are mapped"
+        )
+    raise _refuse(destination, "unknown destination prefix")
+
+
+def _control(destination: str) -> Control:
+    rest = destination[len("/control/") :]
+    op_s, _, target = rest.partition("/")
+    try:
+        op = ControlOp(op_s)
+    except ValueError:
+        raise _refuse(
+            destination, "control destinations are count-msgs and count-subscribers"
+        ) from None
+    kind_s, _, name = target.partition("/")
+    kinds = {"queue": Kind.QUEUE, "topic": Kind.TOPIC, "stream": Kind.STREAM}
+    kind = kinds.get(kind_s)
+    if kind is None or (op is ControlOp.COUNT_MESSAGES and kind is Kind.TOPIC):
+        raise _refuse(
+            destination,
+            "count-msgs takes queue/<name> or stream/<name>; count-subscribers takes "
+            "queue/<name>, topic/<name> or stream/<name>",
+        )
+    dest = _core(kind, name, destination, pattern=kind is Kind.TOPIC)
+    return Control(op, str(dest), kind)
+
+
+def from_core(core: str, conn_id: str | None = None) -> str | None:
+    """The STOMP form of a core destination (``queue/x`` -> ``/queue/x``); this connection's
+    temp queues come back as ``/temp-queue/x``. None if ``core`` is not one."""
+    kind, sep, name = core.partition("/")
+    if not sep or not name:
+        return None
+    if kind == "queue":
+        if conn_id is not None and name.startswith(f"tmp.{conn_id}."):
+            return "/temp-queue/" + name[len(conn_id) + 5 :]
+        return "/queue/" + name
+    if kind in ("topic", "stream"):
+        return f"/{kind}/{name}"
+    return None

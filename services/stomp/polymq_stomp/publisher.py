@@ -1,0 +1,317 @@
+"""SEND, control destinations and transactions (BEGIN, COMMIT, ABORT) of one session.
+
+A SEND is handled without awaiting: its message joins the batch of its destination, and the
+session publishes the batches once the frames of one read are handled (one core request per
+destination, many messages each; the client puts every request of a loop iteration in one
+frame). Its RECEIPT goes out when the core answered: for a persistent message on a durable
+destination, after fsync. A refusal from the core is an ERROR. SENDs awaiting the core are
+counted: past ``stomp_max_inflight`` (or 16 MiB of bodies) the session stops reading.
+
+A SEND with a ``transaction`` header is kept until COMMIT (its RECEIPT, if asked, comes at
+once: the frame was received), as are ACK and NACK frames with one. COMMIT publishes the
+messages (one batch per destination, in order) and applies the acknowledgements, then
+answers; ABORT forgets them. A transaction is not atomic across destinations: when the core
+refuses one batch (a full queue, say), the others may be published; the ERROR says which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
+
+from polymq.auth import Permission
+from polymq.errors import NotFound, PolymqError, Unavailable
+from polymq.types import Message
+
+from .destinations import Control, ControlOp, Target
+from .frames import Command, Frame
+from .messages import message_from_send
+from .refusal import Refused
+
+if TYPE_CHECKING:
+    from .session import Session
+    from .subscription import StompSubscription
+
+__all__ = ["Publisher"]
+
+_BATCH_BYTES: Final = 4 * 1024 * 1024  # a destination's SENDs go to the core past this
+_MAX_INFLIGHT_BYTES: Final = 16 * 1024 * 1024  # bytes of SENDs awaiting the core, then pause
+
+
+class _Batch:
+    __slots__ = ("messages", "nbytes", "receipts")
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.receipts: list[str | None] = []
+        self.nbytes = 0
+
+
+class _Tx:
+    __slots__ = ("acks", "frames", "nbytes", "sends")
+
+    def __init__(self) -> None:
+        self.sends: list[tuple[str, Message]] = []
+        self.acks: list[tuple[StompSubscription, int, bool, bool]] = []  # sub, tag, nack, requeue
+        self.frames = 0
+        self.nbytes = 0
+
+
+class Publisher:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.batches: dict[str, _Batch] = {}
+        self.inflight = 0
+        self.inflight_bytes = 0
+        self.transactions: dict[str, _Tx] = {}
+        self._drained: asyncio.Future[None] | None = None
+
+    @property
+    def full(self) -> bool:
+        """Too many SENDs await the core: stop reading."""
+        return (
+            self.inflight >= self.session.settings.stomp_max_inflight
+            or self.inflight_bytes > _MAX_INFLIGHT_BYTES
+        )
+
+    def close(self) -> None:
+        self.batches.clear()
+        self.transactions.clear()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    # ---- SEND --------------------------------------------------------------------------------
+    def send(self, frame: Frame) -> None:
+        session = self.session
+        target = session.target(frame.get("destination"))
+        if isinstance(target, Control):
+            session.start_busy(self._control(frame, target), frame)
+            return
+        session.authorize(Permission.WRITE, target.core)
+        message, temp_reply = message_from_send(frame, session.conn_id)
+        tx_name = frame.get("transaction")
+        tx = self._tx(tx_name) if tx_name is not None else None
+        if (
+            temp_reply is not None and not session.subscriptions.on(_core_of(session, temp_reply))
+        ) or (target.temp and not session.has_temp(target.core)):
+            session.start_busy(
+                self._send_after_setup(frame, target, message, temp_reply, tx), frame
+            )
+            return
+        self._accept(frame, target.core, message, tx)
+
+    def _accept(self, frame: Frame, core: str, message: Message, tx: _Tx | None) -> None:
+        receipt = frame.get("receipt")
+        if tx is not None:
+            self._tx_add(tx, len(message.body))
+            tx.sends.append((core, message))
+            if receipt is not None:
+                self.session.receipt(receipt)
+            return
+        batch = self.batches.get(core)
+        if batch is None:
+            batch = self.batches[core] = _Batch()
+        batch.messages.append(message)
+        batch.receipts.append(receipt)
+        size = len(message.body)
+        batch.nbytes += size
+        self.inflight += 1
+        self.inflight_bytes += size
+        if batch.nbytes >= _BATCH_BYTES:
+            self._publish(core, self.batches.pop(core))
+
+    async def _send_after_setup(
+        self,
+        frame: Frame,
+        target: Target,
+        message: Message,
+        temp_reply: str | None,
+        tx: _Tx | None,
+    ) -> None:
+        """The first SEND to one's own temp queue declares it; the first with a
+        ``reply-to: /temp-queue/x`` subscribes to that temp queue (see subscription.py)."""
+        if target.temp:
+            await self.session.ensure_temp(target)
+        if temp_reply is not None:
+            await self.session.subscriptions.reply_subscription(temp_reply)
+        self._accept(frame, target.core, message, tx)
+        self.flush()
+
+    def flush(self) -> None:
+        """Publish the batches of the SENDs read so far."""
+        if self.batches:
+            batches, self.batches = self.batches, {}
+            for core, batch in batches.items():
+                self._publish(core, batch)
+
+    def _publish(self, core: str, batch: _Batch) -> None:
+        try:
+            fut = self.session.client().publish_soon(core, batch.messages)
+        except PolymqError as exc:
+            self._answered(batch)
+            self.session.refuse(exc, _send_frame(batch))
+            return
+        fut.add_done_callback(partial(self._published, batch))
+
+    def _answered(self, batch: _Batch) -> None:
+        self.inflight -= len(batch.messages)
+        self.inflight_bytes -= batch.nbytes
+        if self.inflight <= 0 and self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def _published(self, batch: _Batch, fut: asyncio.Future[dict[str, Any]]) -> None:
+        self._answered(batch)
+        session = self.session
+        if session.closing:
+            if not fut.cancelled():
+                fut.exception()  # retrieved: the client has gone, nobody to tell
+            return
+        exc = fut.exception() if not fut.cancelled() else Unavailable("publish cancelled")
+        if exc is not None:
+            session.refuse(exc, _send_frame(batch))
+            return
+        for receipt in batch.receipts:
+            if receipt is not None:
+                session.receipt(receipt)
+        session.update_reading()
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout``) until every SEND read so far has its answer."""
+        if self.inflight <= 0:
+            return
+        self._drained = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._drained), timeout)
+
+    # ---- control destinations (ocamlmq) -----------------------------------------------------
+    async def _control(self, frame: Frame, ctl: Control) -> None:
+        """``/control/count-msgs/...`` and ``/control/count-subscribers/...``: the count goes
+        in the RECEIPT (``num-messages`` / ``num-subscribers``); without a receipt header
+        there is nothing to answer."""
+        session = self.session
+        session.authorize(Permission.READ, ctl.core)
+        client = session.client()
+        try:
+            stats = await session.hub.link.guard(client, client.stats(ctl.core))
+        except NotFound:
+            stats = {}
+        receipt = frame.get("receipt")
+        if receipt is None:
+            return
+        if ctl.op is ControlOp.COUNT_MESSAGES:
+            session.receipt(receipt, ("num-messages", str(int(stats.get("messages") or 0))))
+        else:
+            count = str(int(stats.get("subscribers") or 0))
+            session.receipt(receipt, ("num-subscribers", count))
+
+    # ---- transactions ---------------------------------------------------------------------
+    def _tx(self, name: str) -> _Tx:
+        tx = self.transactions.get(name)
+        if tx is None:
+            raise Refused(
+                "transaction",
+                "unknown transaction",
+                f"transaction {name[:100]!r} was not begun (or is already committed or aborted)",
+            )
+        return tx
+
+    def _tx_add(self, tx: _Tx, nbytes: int) -> None:
+        s = self.session.settings
+        tx.frames += 1
+        tx.nbytes += nbytes
+        if tx.frames > s.stomp_max_tx_frames or tx.nbytes > s.stomp_max_tx_bytes:
+            raise Refused(
+                "transaction",
+                "transaction too large",
+                f"a transaction may hold {s.stomp_max_tx_frames} frames and "
+                f"{s.stomp_max_tx_bytes} bytes of bodies",
+            )
+
+    def add_ack(
+        self, name: str, sub: StompSubscription, tag: int, nack: bool, requeue: bool
+    ) -> None:
+        tx = self._tx(name)
+        self._tx_add(tx, 0)
+        tx.acks.append((sub, tag, nack, requeue))
+
+    def _name(self, frame: Frame) -> str:
+        name = frame.get("transaction")
+        if name is None:
+            raise Refused(
+                "transaction",
+                "missing transaction header",
+                f"{frame.command.value} needs a transaction header",
+            )
+        return name
+
+    def begin(self, frame: Frame) -> None:
+        name = self._name(frame)
+        if name in self.transactions:
+            raise Refused(
+                "transaction",
+                "duplicate transaction",
+                f"transaction {name[:100]!r} is already in progress",
+            )
+        self.transactions[name] = _Tx()
+        receipt = frame.get("receipt")
+        if receipt is not None:
+            self.session.receipt(receipt)
+
+    def abort(self, frame: Frame) -> None:
+        name = self._name(frame)
+        self._tx(name)
+        del self.transactions[name]
+        receipt = frame.get("receipt")
+        if receipt is not None:
+            self.session.receipt(receipt)
+
+    def commit(self, frame: Frame) -> None:
+        name = self._name(frame)
+        tx = self._tx(name)
+        del self.transactions[name]
+        self.session.start_busy(self._commit(frame, tx), frame)
+
+    async def _commit(self, frame: Frame, tx: _Tx) -> None:
+        session = self.session
+        groups: dict[str, list[Message]] = {}
+        for core, message in tx.sends:
+            groups.setdefault(core, []).append(message)
+        client = session.client()
+        link = session.hub.link
+        futures = {core: client.publish_soon(core, messages) for core, messages in groups.items()}
+        subs = session.subscriptions
+        for sub, tag, nack, requeue in tx.acks:
+            if sub.owes(tag):  # (an ACK outside the transaction may have covered it since)
+                subs.settle(sub, tag, nack, requeue)
+        results = await link.guard(
+            client, asyncio.gather(*futures.values(), return_exceptions=True)
+        )
+        failed = [
+            (c, r) for c, r in zip(futures, results, strict=True) if isinstance(r, BaseException)
+        ]
+        if failed:
+            core, exc = failed[0]
+            published = [
+                c for c, r in zip(futures, results, strict=True) if not isinstance(r, BaseException)
+            ]
+            detail = f"COMMIT: the messages for {core} were refused: {exc}"
+            if published:
+                detail += f"; those for {', '.join(published)} were published"
+            raise Refused("core", "transaction failed", detail)
+        if tx.acks:
+            await link.guard(client, client.ping())  # the core has the acks
+        receipt = frame.get("receipt")
+        if receipt is not None:
+            session.receipt(receipt)
+
+
+def _core_of(session: Session, stomp_destination: str) -> str:
+    return session.subscriptions.reply_target(stomp_destination).core
+
+
+def _send_frame(batch: _Batch) -> Frame:
+    """A stand-in SEND for an ERROR about a batch: it carries the first receipt."""
+    first = next((r for r in batch.receipts if r is not None), None)
+    return Frame(Command.SEND, (("receipt", first),) if first is not None else ())

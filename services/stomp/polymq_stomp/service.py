@@ -1,0 +1,207 @@
+"""The STOMP frontend as a running service: its two listeners and its link to the core.
+
+- STOMP over TCP (``stomp_port``, 61613): an asyncio server of :class:`TcpTransport`;
+- an aiohttp app (``stomp_ws_port``, 15674): STOMP over WebSocket at ``/ws`` (subprotocols
+  ``v12.stomp``, ``v11.stomp``, ``v10.stomp``), the page at ``/`` and its
+  ``/static/stomp.umd.min.js``, ``/metrics``, ``/healthz`` and ``/readyz``;
+- both over TLS when ``tls_cert`` / ``tls_key`` are set.
+
+``start()`` connects to the core (waiting for the first attempt only: a core that is away
+makes ``/readyz`` answer 503 and CONNECT an ERROR until it is back), binds the listeners and
+returns ``{"stomp": port, "stomp_ws": port}``. ``stop()``: stop accepting, let every session
+finish what it read (SENDs answered, receipts sent), send each an ERROR "shutting down" and
+close it, release their core subscriptions and temp queues, then close the core link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from polymq import Client
+from polymq.auth import AuthProvider, load_provider
+from polymq.corelink import CoreLink
+
+from . import page
+from .config import StompSettings
+from .metrics import StompMetrics
+from .session import Hub, Session
+from .transports import TcpTransport, WsTransport, serve_websocket
+
+__all__ = ["StompService", "build_app"]
+
+log = logging.getLogger(__name__)
+
+HUB = web.AppKey("hub", Hub)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+_WS_MESSAGE_FLOOR = 16 * 1024 * 1024  # bytes of one WebSocket message, at least
+_SHUTDOWN_GRACE = 5.0  # seconds sessions get to answer what they read before the ERROR
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    link = hub.link
+    if hub.stopping:
+        return web.json_response({"status": "shutting down"}, status=503)
+    if not link.connected:
+        detail = f"not connected to the core at {link.address}: {link.last_error}"
+        return web.json_response({"status": "unavailable", "detail": detail}, status=503)
+    return web.json_response({"status": "ready", "core": link.address})
+
+
+async def websocket(request: web.Request) -> web.StreamResponse:
+    hub = request.app[HUB]
+    if hub.stopping:
+        return web.Response(status=503, text="shutting down\n")
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        return web.Response(
+            status=400, text="STOMP over WebSocket: open a WebSocket here (ws://host:port/ws)\n"
+        )
+
+    def endpoint(transport: WsTransport) -> Session:
+        return Session(hub, transport)
+
+    # A frame too large in a message up to this size gets a STOMP ERROR like any other;
+    # past it aiohttp refuses the message itself (close code 1009) before buffering it.
+    max_msg = max(16 * hub.settings.stomp_max_frame, _WS_MESSAGE_FLOOR)
+    return await serve_websocket(request, endpoint, max_msg_size=max_msg)
+
+
+def build_app(hub: Hub, registry: CollectorRegistry) -> web.Application:
+    app = web.Application()
+    app[HUB] = hub
+    app[REGISTRY] = registry
+    page.add_routes(app, hub.settings.stomp_stompjs)
+    app.router.add_get("/ws", websocket)
+    app.router.add_get("/metrics", metrics_endpoint)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+class StompService:
+    def __init__(
+        self,
+        settings: StompSettings,
+        registry: CollectorRegistry | None = None,
+        auth: AuthProvider | None = None,
+    ) -> None:
+        settings.check()
+        self.settings = settings
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = StompMetrics(self.registry)
+        self.link = CoreLink(
+            settings.core_host,
+            settings.core_port,
+            service="stomp",
+            user=settings.core_user,
+            password=settings.core_password,
+            token=settings.core_token,
+            on_connect=self._core_connected,
+            on_lost=self._core_lost,
+        )
+        self.hub = Hub(
+            settings,
+            self.link,
+            auth if auth is not None else load_provider(settings.auth),
+            self.metrics,
+        )
+        self.app = build_app(self.hub, self.registry)
+        self._server: asyncio.Server | None = None
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self.ports: dict[str, int] = {}
+
+    def _core_connected(self, client: Client) -> None:
+        self.metrics.core_connected.set(1)
+        self.metrics.core_connects.inc()
+
+    def _core_lost(self, client: Client, reason: str) -> None:
+        self.metrics.core_connected.set(0)
+
+    def _ssl(self) -> ssl.SSLContext | None:
+        s = self.settings
+        if not s.tls:
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        assert s.tls_cert is not None
+        ctx.load_cert_chain(s.tls_cert, s.tls_key)
+        return ctx
+
+    async def start(self) -> dict[str, int]:
+        s = self.settings
+        ctx = self._ssl()
+        await self.link.start()
+        loop = asyncio.get_running_loop()
+        hub = self.hub
+
+        def tcp() -> TcpTransport:
+            return TcpTransport(lambda transport: Session(hub, transport))
+
+        self._server = await loop.create_server(
+            tcp, s.host, s.stomp_port, ssl=ctx, reuse_address=True, backlog=1024
+        )
+        sock: socket.socket = self._server.sockets[0]
+        self.ports["stomp"] = int(sock.getsockname()[1])
+        self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=2.0)
+        await self._runner.setup()
+        self._site = web.TCPSite(
+            self._runner, s.host, s.stomp_ws_port, ssl_context=ctx, reuse_address=True
+        )
+        await self._site.start()
+        self.ports["stomp_ws"] = int(self._runner.addresses[0][1])
+        scheme = "wss" if ctx else "ws"
+        log.info(
+            "stomp: STOMP 1.0-1.2 on %s:%d%s and %s://%s:%d/ws (page at /), core %s %s; %s",
+            s.host,
+            self.ports["stomp"],
+            " (TLS)" if ctx else "",
+            scheme,
+            s.host,
+            self.ports["stomp_ws"],
+            self.link.address,
+            "connected" if self.link.connected else "not reachable yet (retrying)",
+            self.hub.auth.describe(),
+        )
+        return self.ports
+
+    async def stop(self) -> None:
+        self.hub.stopping = True
+        if self._server is not None:
+            self._server.close()  # stop accepting
+        if self._site is not None:
+            with contextlib.suppress(RuntimeError):
+                await self._site.stop()
+        sessions = list(self.hub.sessions)
+        if sessions:
+            done = asyncio.gather(
+                *(s.shutdown(_SHUTDOWN_GRACE) for s in sessions), return_exceptions=True
+            )
+            try:
+                await asyncio.wait_for(done, _SHUTDOWN_GRACE * 2)
+            except TimeoutError:
+                log.warning("stomp: %d sessions did not shut down in time", len(sessions))
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+        if self._server is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            self._server = None
+        await self.link.stop()
+        self.metrics.core_connected.set(0)

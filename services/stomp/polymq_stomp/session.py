@@ -1,0 +1,699 @@
+"""One STOMP connection, over TCP or WebSocket (see ``transports.py``): the session handler.
+
+Reading: ``data_received`` feeds the sans-IO codec and handles its frames in order. Most
+frames are handled at once, without awaiting anything: a SEND joins the batch of its
+destination (published to the core, through the frontend's one shared client, when the read
+is done; its RECEIPT goes out when the core answered, after fsync for persistent messages),
+an ACK/NACK is a fire-and-forget core ack/nack. A frame that needs an answer before the next
+one may be read (CONNECT, SUBSCRIBE, COMMIT, DISCONNECT, a control SEND, the first use of a
+temp queue) runs as the session's one *busy* task; until it is done the frames behind it wait
+in the codec and reading pauses.
+
+Writing: every frame out is encoded at once and appended to one output buffer, written to
+the transport once per loop iteration while it drains. Reading pauses while that buffer holds
+more than ``stomp_write_buffer`` bytes, while the busy task runs, or while too many SENDs
+await the core (``stomp_max_inflight``).
+
+Errors: whatever refuses a frame raises a :class:`~polymq_stomp.frames.RemoteStompError`
+(or a ``polymq`` ``RequestError`` from the core); the session then writes an ERROR frame with
+a ``message`` header and an explaining body (and the frame's ``receipt`` as ``receipt-id``),
+flushes it, and closes (a lingering close: the client gets to read it). Closing releases the
+connection's core subscriptions (their unacknowledged messages go back to their queues) and
+deletes its temp queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Final
+
+from polymq.auth import AuthProvider, Permission, Principal
+from polymq.client import Client
+from polymq.corelink import CoreLink
+from polymq.errors import (
+    ConnectionClosed,
+    Forbidden,
+    PolymqError,
+    RequestError,
+    Unauthorized,
+    Unavailable,
+)
+from polymq.types import AckMode
+
+from .codec import CLOSED, NEED_DATA, VERSIONS, Role, State, StompConnection
+from .config import StompSettings
+from .destinations import Control, Target, parse_destination
+from .frames import Command, Frame, Heartbeat, LocalStompError, RemoteStompError
+from .metrics import StompMetrics
+from .publisher import Publisher
+from .refusal import Refused
+from .subscription import StompSubscription, Subscriptions, release
+from .transports import Transport
+
+__all__ = ["SERVER_NAME", "Hub", "Session"]
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME: Final = "polymq-stomp/0.1.0"
+_SUPPORTED: Final = ",".join(VERSIONS)
+_VERSION_RE: Final = re.compile(r"[0-9]+\.[0-9]+\Z")
+_DRAIN_TIMEOUT: Final = 10.0  # seconds DISCONNECT waits for SENDs to be answered
+
+
+@dataclass(eq=False)
+class Hub:
+    """What every session of one frontend shares."""
+
+    settings: StompSettings
+    link: CoreLink
+    auth: AuthProvider
+    metrics: StompMetrics
+    sessions: set[Session] = field(default_factory=set)
+    stopping: bool = False
+
+
+class Session:
+    """The STOMP side of one connection (the transport's endpoint)."""
+
+    def __init__(self, hub: Hub, transport: Transport) -> None:
+        s = hub.settings
+        self.hub = hub
+        self.settings = s
+        self.metrics = hub.metrics
+        self.transport = transport
+        self.codec = StompConnection(
+            Role.SERVER,
+            max_frame=s.stomp_max_frame,
+            max_headers=s.stomp_max_headers,
+            max_header_length=s.stomp_max_header_length,
+        )
+        self.loop = asyncio.get_running_loop()
+        self.conn_id = secrets.token_hex(6)
+        self.version = "1.0"
+        self.principal: Principal | None = None
+        self.closing = False  # an ERROR or DISCONNECT is on its way: read nothing more
+        self._lost = False
+        self._torn_down = False
+        self.subscriptions = Subscriptions(self)
+        self.publisher = Publisher(self)
+        self._temps: set[str] = set()  # temp queues declared for this connection
+        self._allowed: set[tuple[Permission, str]] = set()
+        self._targets: dict[str, Target | Control] = {}
+        # writing
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._tick_scheduled = False
+        self._ack_after_write: dict[StompSubscription, int] = {}
+        self._unwritten: set[StompSubscription] = set()
+        self._in_counts: dict[str, int] = {}
+        self._in_bytes = 0
+        # reading
+        self._busy: asyncio.Task[None] | None = None
+        self._reading_paused = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        # heart-beats (seconds; 0 = none)
+        self._hb_out = 0.0
+        self._hb_in = 0.0
+        self._last_read = self.loop.time()
+        self._last_write = self._last_read
+        self._hb_send_timer: asyncio.TimerHandle | None = None
+        self._hb_check_timer: asyncio.TimerHandle | None = None
+        hub.sessions.add(self)
+        self.metrics.connections.labels(transport.kind).inc()
+        self.metrics.connections_opened.labels(transport.kind).inc()
+
+    def __repr__(self) -> str:
+        return f"<stomp session {self.conn_id} {self.transport.kind} {self.transport.peer}>"
+
+    @property
+    def open(self) -> bool:
+        """CONNECTED went out and nothing has closed the connection since."""
+        return not self.closing and self.codec.state is State.OPEN
+
+    # ==== transport events (transports.Endpoint) ============================================
+    def data_received(self, data: bytes) -> None:
+        self._last_read = self.loop.time()
+        self._in_bytes += len(data)
+        if self.closing:
+            return
+        self.codec.receive_data(data)
+        self._process()
+        self._schedule()
+
+    def eof_received(self) -> None:
+        if self.closing:
+            return
+        self.codec.receive_data(b"")
+        self._process()
+
+    def resume_writing(self) -> None:
+        self._flush()
+
+    def _schedule(self) -> None:
+        if not self._tick_scheduled:
+            self._tick_scheduled = True
+            self.loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        """Once per loop iteration with something to do: the SENDs read in it go to the core
+        (one batch per destination, whatever the number of reads or WebSocket messages they
+        came in), the frames written in it go to the transport, the counts to the metrics."""
+        self._tick_scheduled = False
+        if not self.closing:
+            self.publisher.flush()
+        counts = self._in_counts
+        if counts:
+            frames_in = self.metrics.frames_in
+            for name, n in counts.items():
+                frames_in[name].inc(n)
+            counts.clear()
+        if self._in_bytes:
+            self.metrics.bytes_in.inc(self._in_bytes)
+            self._in_bytes = 0
+        self._flush()
+
+    def connection_lost(self) -> None:
+        if self._lost:
+            return
+        self._lost = True
+        self.closing = True
+        self._teardown()
+        self.hub.sessions.discard(self)
+        self.metrics.connections.labels(self.transport.kind).dec()
+
+    # ==== reading ============================================================================
+    def _process(self) -> None:
+        """Handle the frames the codec holds, until one needs the busy task."""
+        codec = self.codec
+        counts = self._in_counts
+        try:
+            while self._busy is None and not self.closing:
+                try:
+                    event = codec.next_event()
+                except RemoteStompError as exc:
+                    self.fail(exc.message, exc.detail, "protocol")
+                    return
+                if event is NEED_DATA:
+                    break
+                if event is CLOSED:  # the client closed its side
+                    self._close_quietly()
+                    break
+                if isinstance(event, Heartbeat):
+                    counts["HEARTBEAT"] = counts.get("HEARTBEAT", 0) + 1
+                    continue
+                assert isinstance(event, Frame)
+                name = event.command.value
+                counts[name] = counts.get(name, 0) + 1
+                try:
+                    _HANDLERS[event.command](self, event)
+                except Exception as exc:  # refusals, the core's errors, and bugs (logged)
+                    self.refuse(exc, event)
+                    return
+        finally:
+            self.update_reading()
+
+    def refuse(self, exc: BaseException, frame: Frame | None = None) -> None:
+        """Answer a refused frame with an ERROR (and close)."""
+        receipt = frame.get("receipt") if frame is not None else None
+        if isinstance(exc, Refused):
+            self.fail(exc.message, exc.detail, exc.reason, receipt)
+        elif isinstance(exc, RemoteStompError):
+            self.fail(exc.message, exc.detail, "protocol", receipt)
+        elif isinstance(exc, Forbidden):
+            self.fail("access refused", exc.message, "forbidden", receipt)
+        elif isinstance(exc, Unauthorized):
+            self.fail("access refused", exc.message, "auth", receipt)
+        elif isinstance(exc, Unavailable | ConnectionClosed | TimeoutError):
+            self.fail("the broker is unavailable", str(exc) or "timeout", "unavailable", receipt)
+        elif isinstance(exc, RequestError):
+            what = frame.command.value if frame is not None else "request"
+            self.fail(f"{what} refused: {exc.code}", exc.message, "core", receipt)
+        else:
+            log.error("stomp %s: internal error", self, exc_info=exc)
+            self.fail("internal error", f"internal error: {exc!r}"[:500], "internal", receipt)
+
+    def start_busy(self, coro: Coroutine[Any, Any, None], frame: Frame) -> None:
+        """Run ``coro`` before any later frame is read (a frame that needs an answer first)."""
+        self.publisher.flush()  # SENDs read before this frame go first
+        task = self.loop.create_task(coro)
+        self._busy = task
+        self._tasks.add(task)
+        task.add_done_callback(partial(self._busy_done, frame))
+        self.update_reading()
+
+    def _busy_done(self, frame: Frame, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._busy is task:
+            self._busy = None
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            if not self.closing:
+                self.refuse(exc, frame)
+            return
+        if not self.closing:
+            self._process()
+            self._schedule()
+
+    def spawn(self, coro: Coroutine[Any, Any, None], frame: Frame) -> None:
+        """A task of this session nothing waits for (e.g. an UNSUBSCRIBE's receipt)."""
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            if t.cancelled():
+                return
+            exc = t.exception()
+            if exc is not None and not self.closing:
+                self.refuse(exc, frame)
+
+        task.add_done_callback(done)
+
+    def update_reading(self) -> None:
+        pause = not self.closing and (
+            self._busy is not None
+            or self._out_bytes > self.settings.stomp_write_buffer
+            or self.publisher.full
+        )
+        if pause != self._reading_paused:
+            self._reading_paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    # ==== writing ============================================================================
+    def _write(self, data: bytes) -> None:
+        self._out.append(data)
+        self._out_bytes += len(data)
+        self._schedule()
+
+    def _send(self, frame: Frame) -> None:
+        if self.closing:
+            return  # after an ERROR nothing more goes out
+        try:
+            data = self.codec.send(frame)
+        except LocalStompError as exc:
+            log.warning("stomp %s: cannot send %s: %s", self, frame.command.value, exc.detail)
+            return
+        self.metrics.frames_out[frame.command.value].inc()
+        self._write(data)
+
+    def receipt(self, receipt_id: str, *extra: tuple[str, str]) -> None:
+        self._send(Frame(Command.RECEIPT, (("receipt-id", receipt_id), *extra)))
+
+    def write_messages(
+        self, sub: StompSubscription, frames: list[bytes], nbytes: int, last_tag: int
+    ) -> None:
+        """MESSAGE frames of ``sub`` (see ``Subscriptions.deliver``)."""
+        self._out += frames
+        self._out_bytes += nbytes
+        if sub.topic:
+            self._unwritten.add(sub)
+        if sub.ack_on_write:
+            self._ack_after_write[sub] = last_tag
+        self.metrics.frames_out["MESSAGE"].inc(len(frames))
+        self._schedule()
+
+    def log_unsendable(self, exc: LocalStompError) -> None:  # pragma: no cover - a bug
+        log.warning("stomp %s: cannot send a message: %s", self, exc.detail)
+
+    def _flush(self, force: bool = False) -> None:
+        """Hand the output to the transport while it drains (``force``: even if not)."""
+        if not self._out or self._lost:
+            return
+        if not force and not self.transport.writable:
+            self.update_reading()
+            return
+        out = self._out
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._out_bytes = 0
+        self.transport.write(data)
+        self.metrics.bytes_out.inc(len(data))
+        self._last_write = self.loop.time()
+        if self._unwritten:
+            for sub in self._unwritten:
+                sub.unwritten = sub.unwritten_bytes = 0
+            self._unwritten.clear()
+        if self._ack_after_write:
+            acks, self._ack_after_write = self._ack_after_write, {}
+            if not force:  # on an ERROR: left unacked, so they go back to the queue
+                for sub, tag in acks.items():
+                    if not sub.closed and sub.core is not None:
+                        sub.core.ack(tag)
+        self.update_reading()
+
+    # ==== closing ============================================================================
+    def fail(self, message: str, detail: str, reason: str, receipt_id: str | None = None) -> None:
+        """Write an ERROR frame, flush it, close the connection."""
+        if self.closing:
+            return
+        self.closing = True
+        self.metrics.error(reason)
+        self.metrics.frames_out["ERROR"].inc()
+        log.info("stomp %s: ERROR %s: %s", self, message, detail)
+        self._write(self.codec.error_bytes(message, detail, receipt_id))
+        self._flush(force=True)
+        self._teardown()
+        self.transport.close()
+
+    def _close_quietly(self) -> None:
+        """Close after what is written (DISCONNECT, or the client closed its side)."""
+        self.closing = True
+        self._flush(force=True)
+        self._teardown()
+        self.transport.close()
+
+    def _teardown(self) -> None:
+        """Release what the connection holds at the core (once)."""
+        if self._torn_down:
+            return
+        self._torn_down = True
+        for handle in (self._hb_send_timer, self._hb_check_timer):
+            if handle is not None:
+                handle.cancel()
+        self._hb_send_timer = self._hb_check_timer = None
+        for task in list(self._tasks):
+            task.cancel()
+        self.publisher.close()
+        subs = self.subscriptions.close_all()
+        cores = [sub.core for sub in subs if sub.core is not None and not sub.core.closed]
+        temps = list(self._temps)
+        link = self.hub.link
+        if (cores or temps) and link.connected:
+            link.spawn(release(cores, temps, link), f"releasing {self}")
+
+    async def shutdown(self, grace: float) -> None:
+        """The frontend stops: answer what was read, then ERROR "shutting down"."""
+        if self.closing:
+            return
+        self.transport.pause_reading()
+        self._reading_paused = True
+        busy = self._busy
+        if busy is not None:
+            await asyncio.wait({busy}, timeout=grace)  # (its outcome is handled by _busy_done)
+        if not self.closing:
+            self.publisher.flush()
+            await self.publisher.drain(grace)
+        self.fail(
+            "shutting down",
+            "the STOMP frontend is shutting down; reconnect (to another instance) to go on",
+            "shutdown",
+        )
+
+    def slow_consumer(self, sub: StompSubscription) -> None:
+        if sub.outstanding >= sub.window and sub.mode is not AckMode.AUTO:
+            why = f"{sub.outstanding} messages are unacknowledged (the window is {sub.window})"
+        else:
+            why = f"{sub.unwritten} messages / {sub.unwritten_bytes} bytes wait for the socket"
+        self.fail(
+            "slow consumer",
+            f"subscription {sub.id!r} to {sub.target.stomp}: {why}; topic messages cannot "
+            "wait (with x-slow-policy: drop they are dropped instead)",
+            "slow-consumer",
+        )
+
+    def subscription_ended(self, sub: StompSubscription, error: BaseException) -> None:
+        """The core ended a subscription: its destination was deleted, or the link broke."""
+        if self.closing:
+            return
+        if isinstance(error, ConnectionClosed | Unavailable) or (
+            sub.core is not None and sub.core.client.closed
+        ):
+            detail = f"lost the connection to the core: {error}"
+            self.fail("the broker is unavailable", detail, "unavailable")
+        else:
+            self.fail(
+                "subscription cancelled",
+                f"subscription {sub.id!r} to {sub.target.stomp} was cancelled: {error}",
+                "subscription",
+            )
+
+    # ==== CONNECT ============================================================================
+    async def _connect(self, frame: Frame) -> None:
+        raw = frame.get("accept-version")
+        if raw is None:
+            offered = ["1.0"]
+        else:
+            offered = [v.strip() for v in raw.split(",")]
+            if not all(_VERSION_RE.match(v) for v in offered):
+                raise Refused(
+                    "version",
+                    "malformed accept-version",
+                    f"accept-version: {raw[:100]!r}: expected versions such as 1.0,1.1,1.2",
+                )
+        common = [v for v in reversed(VERSIONS) if v in offered]
+        if not common:
+            self._version_error(raw or "")
+            return
+        version = common[0]
+        hb_out = hb_in = 0
+        if version != "1.0":
+            hb_out, hb_in = self._heartbeats(frame.get("heart-beat") or "0,0")
+        login = frame.get("login")
+        auth = self.hub.auth
+        try:
+            if login:
+                principal = await auth.authenticate_password(login, frame.get("passcode") or "")
+            else:
+                principal = await auth.anonymous()
+        except Unauthorized as exc:
+            raise Refused("auth", "access refused", exc.message) from None
+        if not self.hub.link.connected:
+            raise Unavailable(f"no connection to the core at {self.hub.link.address}")
+        self.principal = principal
+        self.version = version
+        self.codec.negotiate(version)
+        headers = [("version", version), ("server", SERVER_NAME), ("session", self.conn_id)]
+        if version != "1.0":
+            headers.insert(1, ("heart-beat", f"{hb_out},{hb_in}"))
+        self._send(Frame(Command.CONNECTED, tuple(headers)))
+        self._start_heartbeats(hb_out, hb_in)
+        log.debug("stomp %s: connected as %s (STOMP %s)", self, principal.name, version)
+
+    def _version_error(self, offered: str) -> None:
+        """ERROR with a ``version`` header listing what we speak (STOMP 1.2 says so)."""
+        self.closing = True
+        self.metrics.error("version")
+        self.metrics.frames_out["ERROR"].inc()
+        body = f"this server speaks STOMP {_SUPPORTED}; the client accepts {offered[:100]!r}"
+        data = body.encode()
+        frame = Frame(
+            Command.ERROR,
+            (
+                ("message", "unsupported protocol version"),
+                ("version", _SUPPORTED),
+                ("content-type", "text/plain"),
+                ("content-length", str(len(data))),
+            ),
+            data,
+        )
+        self._write(self.codec.send(frame))
+        self._flush(force=True)
+        self._teardown()
+        self.transport.close()
+
+    def _heartbeats(self, raw: str) -> tuple[int, int]:
+        """Our heart-beat header ``(sx, sy)``: we send every sx ms, and expect every sy ms.
+        What the client asks for, no shorter than ``stomp_heartbeat_min``."""
+        cx_s, sep, cy_s = raw.partition(",")
+        try:
+            if not sep:
+                raise ValueError
+            cx, cy = int(cx_s.strip()), int(cy_s.strip())
+            if cx < 0 or cy < 0:
+                raise ValueError
+        except ValueError:
+            raise Refused(
+                "version",
+                "malformed heart-beat",
+                f"heart-beat: {raw[:60]!r}: expected two integers >= 0 such as 10000,10000",
+            ) from None
+        floor = self.settings.stomp_heartbeat_min
+        sx = max(cy, floor) if cy else 0  # the client wants ours every cy ms
+        sy = max(cx, floor) if cx else 0  # the client can send every cx ms
+        return sx, sy
+
+    def _start_heartbeats(self, send_ms: int, expect_ms: int) -> None:
+        self._hb_out = send_ms / 1000.0
+        self._hb_in = expect_ms / 1000.0
+        now = self.loop.time()
+        self._last_read = self._last_write = now
+        if self._hb_out:
+            self._hb_send_timer = self.loop.call_later(self._hb_out, self._heartbeat_send)
+        if self._hb_in:
+            grace = self._hb_in * self.settings.stomp_heartbeat_grace
+            self._hb_check_timer = self.loop.call_later(grace, self._heartbeat_check)
+
+    def _heartbeat_send(self) -> None:
+        if self.closing:
+            return
+        now = self.loop.time()
+        due = self._last_write + self._hb_out
+        if now >= due - 0.01:
+            if not self._out and self.transport.writable:
+                self.transport.write(self.codec.send_heartbeat())
+                self.metrics.frames_out["HEARTBEAT"].inc()
+            self._last_write = now
+            due = now + self._hb_out
+        self._hb_send_timer = self.loop.call_later(due - now, self._heartbeat_send)
+
+    def _heartbeat_check(self) -> None:
+        if self.closing:
+            return
+        now = self.loop.time()
+        if self._reading_paused:
+            self._last_read = now  # we are not reading: the silence is ours, not the client's
+        limit = self._hb_in * self.settings.stomp_heartbeat_grace
+        deadline = self._last_read + limit
+        if now >= deadline:
+            self.fail(
+                "heart-beat timeout",
+                f"nothing received for {now - self._last_read:.1f} s; the agreed heart-beat "
+                f"interval is {self._hb_in * 1000:.0f} ms",
+                "heartbeat",
+            )
+            return
+        self._hb_check_timer = self.loop.call_later(deadline - now, self._heartbeat_check)
+
+    # ==== what the handlers share ============================================================
+    def authorize(self, permission: Permission, destination: str) -> None:
+        """Forbidden unless this connection's principal holds ``permission``."""
+        key = (permission, destination)
+        if key in self._allowed:
+            return
+        assert self.principal is not None
+        self.hub.auth.authorize(self.principal, permission, destination)
+        if len(self._allowed) < 1024:
+            self._allowed.add(key)
+
+    def target(self, destination: str | None, *, pattern: bool = False) -> Target | Control:
+        """Where a STOMP destination leads (see ``destinations.py``), or Refused."""
+        if destination is not None and not pattern:
+            hit = self._targets.get(destination)
+            if hit is not None:
+                return hit
+        target = parse_destination(destination, self.conn_id, pattern=pattern)
+        if destination is not None and not pattern and len(self._targets) < 1024:
+            self._targets[destination] = target
+        return target
+
+    def client(self) -> Client:
+        """The frontend's client of the core; Unavailable while there is none."""
+        return self.hub.link.get()
+
+    def has_temp(self, core: str) -> bool:
+        return core in self._temps
+
+    async def ensure_temp(self, target: Target) -> None:
+        """Declare this connection's temp queue ``target`` (once): not durable, with an idle
+        TTL in case this frontend dies before it deletes it."""
+        if target.core in self._temps:
+            return
+        self.authorize(Permission.CONFIGURE, target.core)
+        client = self.client()
+        ttl = self.settings.stomp_temp_queue_ttl
+        await self.hub.link.guard(client, client.declare(target.core, durable=False, idle_ttl=ttl))
+        self._temps.add(target.core)
+
+    # ==== frames =============================================================================
+    def _on_connect(self, frame: Frame) -> None:
+        self.start_busy(self._connect(frame), frame)
+
+    def _on_send(self, frame: Frame) -> None:
+        self.publisher.send(frame)
+
+    def _on_subscribe(self, frame: Frame) -> None:
+        self.start_busy(self.subscriptions.subscribe(frame), frame)
+
+    def _on_unsubscribe(self, frame: Frame) -> None:
+        self.subscriptions.unsubscribe(frame)
+
+    def _on_ack(self, frame: Frame) -> None:
+        self._ack(frame, nack=False)
+
+    def _on_nack(self, frame: Frame) -> None:
+        self._ack(frame, nack=True)
+
+    def _ack(self, frame: Frame, *, nack: bool) -> None:
+        """ACK/NACK: fire-and-forget to the core; a RECEIPT once the core has processed it.
+        NACK takes ``requeue: false`` to reject (dead-letter) instead of requeueing."""
+        what = "NACK" if nack else "ACK"
+        sub, tag = self.subscriptions.resolve(frame, what)
+        requeue = True
+        if nack:
+            raw = (frame.get("requeue") or "true").strip().lower()
+            if raw not in ("true", "false"):
+                raise Refused("header", "invalid requeue header", "requeue: true or false")
+            requeue = raw == "true"
+        receipt = frame.get("receipt")
+        tx = frame.get("transaction")
+        if tx is not None:
+            self.publisher.add_ack(tx, sub, tag, nack, requeue)
+            if receipt is not None:
+                self.receipt(receipt)
+            return
+        self.subscriptions.settle(sub, tag, nack, requeue)
+        if receipt is not None:
+            self.spawn(self._barrier_receipt(receipt), frame)
+
+    async def _barrier_receipt(self, receipt: str) -> None:
+        """RECEIPT once the core has processed what was sent before (acks included)."""
+        client = self.client()
+        await self.hub.link.guard(client, client.ping())
+        self.receipt(receipt)
+
+    def _on_begin(self, frame: Frame) -> None:
+        self.publisher.begin(frame)
+
+    def _on_commit(self, frame: Frame) -> None:
+        self.publisher.commit(frame)
+
+    def _on_abort(self, frame: Frame) -> None:
+        self.publisher.abort(frame)
+
+    def _on_disconnect(self, frame: Frame) -> None:
+        self.start_busy(self._disconnect(frame), frame)
+
+    async def _disconnect(self, frame: Frame) -> None:
+        """Answer every SEND read before; release the subscriptions (what is unacknowledged
+        goes back to its queue) and temp queues at the core; then RECEIPT, and close."""
+        await self.publisher.drain(_DRAIN_TIMEOUT)
+        self._flush()  # MESSAGE frames already made go out first (auto ones are acked)
+        subs = self.subscriptions.close_all()
+        cores = [sub.core for sub in subs if sub.core is not None and not sub.core.closed]
+        temps, self._temps = list(self._temps), set()
+        client = self.hub.link.client
+        if client is not None and not client.closed:
+            with contextlib.suppress(PolymqError, TimeoutError):
+                await asyncio.wait_for(release(cores, temps, self.hub.link), _DRAIN_TIMEOUT)
+                await asyncio.wait_for(client.ping(), _DRAIN_TIMEOUT)  # acks processed
+        receipt = frame.get("receipt")
+        if receipt is not None:
+            self.receipt(receipt)
+        self._close_quietly()
+
+
+_HANDLERS: Final[dict[Command, Callable[[Session, Frame], None]]] = {
+    Command.CONNECT: Session._on_connect,
+    Command.STOMP: Session._on_connect,
+    Command.SEND: Session._on_send,
+    Command.SUBSCRIBE: Session._on_subscribe,
+    Command.UNSUBSCRIBE: Session._on_unsubscribe,
+    Command.ACK: Session._on_ack,
+    Command.NACK: Session._on_nack,
+    Command.BEGIN: Session._on_begin,
+    Command.COMMIT: Session._on_commit,
+    Command.ABORT: Session._on_abort,
+    Command.DISCONNECT: Session._on_disconnect,
+}

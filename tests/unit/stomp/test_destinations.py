@@ -1,0 +1,95 @@
+"""STOMP destinations to the core's and back (``polymq_stomp.destinations``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from polymq.types import Kind
+from polymq_stomp.destinations import (
+    Control,
+    ControlOp,
+    Target,
+    from_core,
+    parse_destination,
+)
+from polymq_stomp.refusal import Refused
+
+CONN = "c0ffee"
+
+
+@pytest.mark.parametrize(
+    ("stomp", "core", "kind"),
+    [
+        ("/queue/orders", "queue/orders", Kind.QUEUE),
+        ("/topic/news.sport", "topic/news.sport", Kind.TOPIC),
+        ("/stream/log", "stream/log", Kind.STREAM),
+        ("/amq/queue/orders", "queue/orders", Kind.QUEUE),
+        ("/exchange/amq.topic/a.b", "topic/a.b", Kind.TOPIC),
+        ("/exchange/amq.direct/jobs", "queue/jobs", Kind.QUEUE),
+        ("/temp-queue/replies", f"queue/tmp.{CONN}.replies", Kind.QUEUE),
+    ],
+)
+def test_mapped_forms(stomp: str, core: str, kind: Kind) -> None:
+    target = parse_destination(stomp, CONN)
+    assert isinstance(target, Target)
+    assert (target.core, target.kind, target.stomp) == (core, kind, stomp)
+    assert target.temp == stomp.startswith("/temp-queue/")
+
+
+def test_topic_patterns_only_where_asked() -> None:
+    target = parse_destination("/topic/news.#", CONN, pattern=True)
+    assert isinstance(target, Target) and target.is_pattern
+    with pytest.raises(Refused) as err:
+        parse_destination("/topic/news.#", CONN)  # SEND cannot go to a pattern
+    assert err.value.reason == "destination"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [None, "", "queue/x", "/queue/", "/queue/a/b", "/queue/sp ace", "/nowhere/x",
+     "/exchange/amq.fanout/x", "/temp-queue/a/b", "/queue/.x"],
+)  # fmt: skip
+def test_refusals_name_the_accepted_forms(bad: str | None) -> None:
+    with pytest.raises(Refused) as err:
+        parse_destination(bad, CONN)
+    assert err.value.reason == "destination"
+    assert "/queue/<name>" in err.value.detail
+
+
+def test_slash_inside_a_name_is_explained() -> None:
+    with pytest.raises(Refused) as err:
+        parse_destination("/queue/a/b", CONN)
+    assert "cannot contain '/'" in err.value.detail
+
+
+@pytest.mark.parametrize(
+    ("stomp", "op", "core"),
+    [
+        ("/control/count-msgs/queue/q", ControlOp.COUNT_MESSAGES, "queue/q"),
+        ("/control/count-subscribers/queue/q", ControlOp.COUNT_SUBSCRIBERS, "queue/q"),
+        ("/control/count-subscribers/topic/t", ControlOp.COUNT_SUBSCRIBERS, "topic/t"),
+        ("/control/count-msgs/stream/s", ControlOp.COUNT_MESSAGES, "stream/s"),
+    ],
+)
+def test_control_destinations(stomp: str, op: ControlOp, core: str) -> None:
+    control = parse_destination(stomp, CONN)
+    assert isinstance(control, Control)
+    assert (control.op, control.core) == (op, core)
+
+
+@pytest.mark.parametrize(
+    "bad", ["/control/count-msgs/topic/t", "/control/purge/queue/q", "/control/count-msgs/x"]
+)
+def test_bad_control_destinations(bad: str) -> None:
+    with pytest.raises(Refused):
+        parse_destination(bad, CONN)
+
+
+def test_from_core() -> None:
+    assert from_core("queue/x") == "/queue/x"
+    assert from_core("topic/a.b") == "/topic/a.b"
+    assert from_core("stream/s") == "/stream/s"
+    assert from_core(f"queue/tmp.{CONN}.r", CONN) == "/temp-queue/r"
+    assert from_core(f"queue/tmp.{CONN}.r", "other") == f"/queue/tmp.{CONN}.r"
+    assert from_core("channel/c") is None
+    assert from_core("not a destination") is None
