@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import enum
 import re
+from itertools import chain
 from typing import Final, NoReturn
 
 from .frames import (
@@ -134,6 +135,9 @@ def _unescape(s: str) -> str:
     """``s`` unescaped, once :func:`_check_escapes` passed (headers hold no NUL)."""
     s = s.replace("\\\\", "\0").replace("\\n", "\n").replace("\\c", ":").replace("\\r", "\r")
     return s.replace("\0", "\\")
+
+
+_NEEDS_ESCAPE = re.compile(r"[\\\n:\r]")  # what 1.1/1.2 escape (CR also: 1.1 refuses it)
 
 
 def _escape_11(s: str) -> str:
@@ -436,6 +440,12 @@ class StompConnection:
             for name, value in frame.headers:
                 if not name or ":" in name or "\n" in name or "\n" in value or value[-1:] == "\r":
                     raise _unsendable(name, value, "unescaped")
+                parts.append(f"{name}:{value}")
+        elif _NEEDS_ESCAPE.search("\x01".join(chain.from_iterable(frame.headers))) is None:
+            # The common case (ids, numbers, destinations): one scan, nothing to escape.
+            for name, value in frame.headers:
+                if not name:
+                    raise _unsendable(name, value, "without a name")
                 parts.append(f"{name}:{value}")
         else:
             esc = _escape_12 if version == "1.2" else _escape_11
