@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +93,17 @@ class PolymqProcess:
 
     def __exit__(self, *exc: Any) -> None:
         self.kill()
+
+
+@contextlib.contextmanager
+def serving(
+    command: str, workdir: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[PolymqProcess]:
+    """A process shared by several tests: it must still be alive at the end, and stop with 0."""
+    proc = PolymqProcess(command, workdir, *args, env=env).start()
+    try:
+        yield proc
+        assert proc.alive, proc.log()
+        assert proc.stop() == 0, proc.log()
+    finally:
+        proc.kill()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import requests
 
-from ...procs import PolymqProcess
+from ...procs import PolymqProcess, serving
 
 TIMEOUT = 40.0  # seconds for one HTTP call (a long poll waits at most 30)
 
@@ -86,13 +86,8 @@ def start_run(workdir: Path, *args: str, env: dict[str, str] | None = None) -> P
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
     """One ``polymq run`` (what ``make run`` starts) shared by a module's tests; each test
     uses its own queue names. It must still be alive at the end, and stop cleanly."""
-    proc = start_run(tmp_path_factory.mktemp("http-run"))
-    try:
+    with serving("run", tmp_path_factory.mktemp("http-run")) as proc:
         yield proc
-        assert proc.alive, proc.log()
-        assert proc.stop() == 0, proc.log()
-    finally:
-        proc.kill()
 
 
 @pytest.fixture

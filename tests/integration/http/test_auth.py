@@ -11,8 +11,8 @@ import pytest
 
 from polymq.auth import hash_password, hash_token
 
-from ...procs import PolymqProcess
-from .conftest import Api, assert_problem, start_run, unique
+from ...procs import PolymqProcess, serving
+from .conftest import Api, assert_problem, unique
 
 FRONTEND_PASSWORD = "frontend-secret"
 ALICE_PASSWORD = "alice-secret"
@@ -50,13 +50,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
     users_file = Path(workdir) / "users.json"
     users_file.write_text(json.dumps(users))
     # `polymq run` needs no credentials for its own frontend: it logs in with a one-off token.
-    proc = start_run(workdir, "--auth", f"file:{users_file}")
-    try:
+    with serving("run", workdir, "--auth", f"file:{users_file}") as proc:
         yield proc
-        assert proc.alive, proc.log()
-        assert proc.stop() == 0, proc.log()
-    finally:
-        proc.kill()
 
 
 def test_ready_without_configuring_the_frontends_login(api: Api) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from ...procs import PolymqProcess
-from .conftest import Api, assert_problem, start_run, unique
+from ...procs import PolymqProcess, serving
+from .conftest import Api, assert_problem, unique
 
 MAX_BODY = 8192
 MAX_BATCH = 10
@@ -19,13 +19,8 @@ MAX_BATCH = 10
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
     env = {"POLYMQ_MAX_BODY": str(MAX_BODY), "POLYMQ_MAX_BATCH": str(MAX_BATCH)}
-    proc = start_run(tmp_path_factory.mktemp("http-errors"), env=env)
-    try:
+    with serving("run", tmp_path_factory.mktemp("http-errors"), env=env) as proc:
         yield proc
-        assert proc.alive, proc.log()
-        assert proc.stop() == 0, proc.log()
-    finally:
-        proc.kill()
 
 
 def post_raw(api: Api, path: str, data: bytes | str, **headers: str) -> Any:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ...procs import PolymqProcess
-from .conftest import Api, start_run
+from ...procs import PolymqProcess, serving
+from .conftest import Api
 
 CHECKS = [
     "not_a_server_error",
@@ -33,13 +33,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
     # Small limits so that generated long polls and batches stay quick; the document states
     # the service's own limits, so the fuzzer stays within them.
     env = {"POLYMQ_MAX_WAIT": "1", "POLYMQ_MAX_BATCH": "20", "POLYMQ_MAX_PULL": "20"}
-    proc = start_run(tmp_path_factory.mktemp("http-openapi"), env=env)
-    try:
+    with serving("run", tmp_path_factory.mktemp("http-openapi"), env=env) as proc:
         yield proc
-        assert proc.alive, proc.log()
-        assert proc.stop() == 0, proc.log()
-    finally:
-        proc.kill()
 
 
 def test_document_is_served(api: Api) -> None:
