@@ -41,6 +41,9 @@ from .errors import (
 from .events import (
     Ack,
     Cancelled,
+    CursorClose,
+    CursorOpen,
+    CursorPoll,
     Declare,
     Delete,
     Deliver,
@@ -56,6 +59,7 @@ from .events import (
     Nack,
     Ok,
     Ping,
+    Polled,
     Publish,
     Pull,
     Pulled,
@@ -374,6 +378,12 @@ class Client:
             fut = self._pending.pop(ev.rid, None)
             if fut is not None and not fut.done():
                 fut.set_result([Lease(r, m) for r, m in zip(ev.leases, ev.messages, strict=True)])
+        elif isinstance(ev, Polled):
+            fut = self._pending.pop(ev.rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(
+                    {"cursor": ev.cursor, "receipts": ev.receipts, "messages": ev.messages}
+                )
         elif isinstance(ev, Fail):
             fut = self._pending.pop(ev.rid, None)
             err = error_from_code(ev.code, ev.message)
@@ -592,6 +602,37 @@ class Client:
 
     async def ping(self) -> None:
         await self._call(Ping(self._rid()))
+
+    # ---- cursor subscriptions: live in the core, polled from any connection -------------
+    async def cursor_open(
+        self,
+        destination: str,
+        *,
+        offset: str | int = "next",
+        ttl: float = 300.0,
+        visibility: float = 30.0,
+        buffer: int = 10_000,
+    ) -> dict[str, Any]:
+        """Open a subscription the core keeps until ``ttl`` seconds pass without a poll.
+
+        Returns ``{"id", "cursor"}``. Topics buffer up to ``buffer`` messages; streams read
+        from ``offset``; queues lease what a poll takes for ``visibility`` seconds.
+        """
+        options = {"offset": offset, "ttl": ttl, "visibility": visibility, "buffer": buffer}
+        r: dict[str, Any] = await self._call(CursorOpen(self._rid(), destination, options))
+        return r
+
+    async def cursor_poll(
+        self, sub_id: str, cursor: int | None, *, max: int = 100, wait: float = 0.0
+    ) -> dict[str, Any]:
+        """``{"cursor", "messages", "receipts"}``: what follows ``cursor`` (None: the oldest
+        held), waiting up to ``wait`` seconds for the first. Presenting a cursor confirms
+        everything up to it; :class:`~polymq.errors.Gone` if it points before what is held."""
+        r: dict[str, Any] = await self._call(CursorPoll(self._rid(), sub_id, cursor, max, wait))
+        return r
+
+    async def cursor_close(self, sub_id: str) -> None:
+        await self._call(CursorClose(self._rid(), sub_id))
 
     # ---- busmq-like handles -------------------------------------------------------------
     def queue(self, name: str) -> QueueHandle:

@@ -37,6 +37,7 @@ from .events import (
     Event,
     Goodbye,
     Hello,
+    Polled,
     Publish,
     Pulled,
     Welcome,
@@ -109,7 +110,7 @@ _FIELDS: dict[int, tuple[str, ...]] = {
     op: tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
     for op, cls in EVENT_TYPES.items()
 }
-_HAS_MESSAGES = frozenset(cls.OP for cls in (Publish, Deliver, Pulled))
+_HAS_MESSAGES = frozenset(cls.OP for cls in (Publish, Deliver, Pulled, Polled))
 
 
 def _encode_op(event: Event) -> list[Any]:

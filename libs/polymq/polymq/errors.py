@@ -14,6 +14,7 @@
           ├── Forbidden             403  credentials fine, permission missing
           ├── NotFound              404  destination, subscription or lease unknown
           ├── Conflict              409  re-declared with other options, wrong kind
+          ├── Gone                  410  a cursor points before what the core still holds
           ├── PayloadTooLarge       413  body or frame over the configured maximum
           ├── QueueFull             429  max length / bytes reached with ``reject`` overflow
           ├── SlowConsumer          429  the subscriber's buffer overflowed
@@ -31,6 +32,7 @@ __all__ = [
     "Conflict",
     "ConnectionClosed",
     "Forbidden",
+    "Gone",
     "LocalProtocolError",
     "NotFound",
     "PayloadTooLarge",
@@ -119,6 +121,11 @@ class Conflict(RequestError):
     status = 409
 
 
+class Gone(RequestError):
+    code = "gone"
+    status = 410
+
+
 class PayloadTooLarge(RequestError):
     code = "too-large"
     status = 413
@@ -147,6 +154,7 @@ _BY_CODE: dict[str, type[RequestError]] = {
         Forbidden,
         NotFound,
         Conflict,
+        Gone,
         PayloadTooLarge,
         QueueFull,
         SlowConsumer,

@@ -20,6 +20,9 @@ __all__ = [
     "EVENT_TYPES",
     "Ack",
     "Cancelled",
+    "CursorClose",
+    "CursorOpen",
+    "CursorPoll",
     "Declare",
     "Delete",
     "Deliver",
@@ -35,6 +38,7 @@ __all__ = [
     "Nack",
     "Ok",
     "Ping",
+    "Polled",
     "Publish",
     "Pull",
     "Pulled",
@@ -220,6 +224,35 @@ class Ping(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class CursorOpen(Request):
+    """Open a subscription that lives in the core, read by polls from any connection."""
+
+    OP: ClassVar[int] = 27
+    rid: int
+    destination: str
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CursorPoll(Request):
+    """Messages of cursor subscription ``id`` after ``cursor`` (None: the oldest held)."""
+
+    OP: ClassVar[int] = 28
+    rid: int
+    id: str
+    cursor: int | None
+    max: int
+    wait: float
+
+
+@dataclass(frozen=True, slots=True)
+class CursorClose(Request):
+    OP: ClassVar[int] = 29
+    rid: int
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Ok(Event):
     OP: ClassVar[int] = 40
     rid: int
@@ -249,6 +282,17 @@ class Pulled(Event):
     OP: ClassVar[int] = 43
     rid: int
     leases: list[str]
+    messages: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class Polled(Event):
+    """The answer to CursorPoll: the next cursor, and receipts (queues) beside messages."""
+
+    OP: ClassVar[int] = 46
+    rid: int
+    cursor: int
+    receipts: list[str]
     messages: list[Message]
 
 
@@ -293,10 +337,14 @@ EVENT_TYPES: dict[int, type[Event]] = {
         KvPut,
         KvDelete,
         Ping,
+        CursorOpen,
+        CursorPoll,
+        CursorClose,
         Ok,
         Fail,
         Deliver,
         Pulled,
+        Polled,
         Cancelled,
         Goodbye,
     )

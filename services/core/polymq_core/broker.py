@@ -19,6 +19,9 @@ from polymq.auth import AuthProvider, Permission, Principal
 from polymq.errors import BadRequest, NotFound, Unauthorized, Unavailable
 from polymq.events import (
     Ack,
+    CursorClose,
+    CursorOpen,
+    CursorPoll,
     Declare,
     Delete,
     Event,
@@ -30,6 +33,7 @@ from polymq.events import (
     MetaSet,
     Nack,
     Ping,
+    Polled,
     Publish,
     Pull,
     Pulled,
@@ -41,6 +45,7 @@ from polymq.events import (
 )
 from polymq.types import DeclareOptions, Destination, Kind, Message, SubscribeOptions
 
+from .cursors import Cursor, Cursors, QueueCursor
 from .queue import Queue, Waiter
 from .routing import TopicRouter, validate_pattern
 from .shard import Shard
@@ -91,6 +96,7 @@ class Broker:
         ]
         self.topics: TopicRouter[Subscription] = TopicRouter()
         self.topic_source = TopicSource(self.topics)
+        self.cursors = Cursors(self)
         self.sessions: set[Session] = set()
         self.started = time.time()
         self.ready = False
@@ -112,6 +118,9 @@ class Broker:
             KvPut: self._kv_put,
             KvDelete: self._kv_delete,
             Ping: lambda s, e: "pong",
+            CursorOpen: self._cursor_open,
+            CursorPoll: self._cursor_poll,
+            CursorClose: self._cursor_close,
         }
 
     # ---- life cycle ----------------------------------------------------------------------
@@ -119,6 +128,7 @@ class Broker:
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         for shard in self.shards:
             await shard.open()
+        self.cursors.start()
         self.ready = True
 
     async def stop(self, grace: float = 10.0) -> None:
@@ -130,6 +140,9 @@ class Broker:
             session.quiesce()
         for shard in self.shards:
             shard.wake_waiters()
+        for cur in self.cursors.subs.values():
+            if not isinstance(cur, QueueCursor):
+                cur.wake()
         answered = [asyncio.ensure_future(s.answered()) for s in sessions]
         if answered:
             _, late = await asyncio.wait(answered, timeout=grace)
@@ -139,6 +152,7 @@ class Broker:
                     t.cancel()
         for session in sessions:
             session.close("shutdown", "the server is shutting down")
+        await self.cursors.stop()
         for shard in self.shards:
             await shard.close()
 
@@ -348,33 +362,79 @@ class Broker:
         dest = self._dest(session, ev.destination, Permission.READ)
         if dest.kind is not Kind.QUEUE:
             raise BadRequest("pull works on queues")
-        if not isinstance(ev.max, int) or not 1 <= ev.max <= self.settings.max_pull:
-            raise BadRequest(f"max must be an integer 1..{self.settings.max_pull}")
-        wait, vis = ev.wait, ev.visibility
-        if not isinstance(wait, int | float) or not 0 <= wait <= self.settings.max_wait:
-            raise BadRequest(f"wait must be 0..{self.settings.max_wait} seconds")
+        max_, wait = self._max_wait(ev.max, ev.wait)
+        vis = ev.visibility
         if not isinstance(vis, int | float) or not 0 < vis <= 43200:
             raise BadRequest("visibility must be 0..43200 seconds")
         key = str(dest)
         box = self.shard_for(key).get(key)
         assert isinstance(box, Queue)
-        got = box.lease(ev.max, float(vis), time.time())
-        if got or wait == 0:
+        got = _lease_or_wait(box, max_, wait, float(vis))
+        if isinstance(got, list):
             return _pulled(ev.rid, got)
-        fut: asyncio.Future[list[tuple[str, Message]]] = asyncio.get_running_loop().create_future()
-        box.waiters.append(Waiter(fut, ev.max, float(vis)))
-
-        def give_up() -> None:
-            if not fut.done():
-                fut.set_result([])
-
-        handle = asyncio.get_running_loop().call_later(wait, give_up)
-        fut.add_done_callback(lambda f: handle.cancel())
 
         async def answer() -> Pulled:
-            return _pulled(ev.rid, await fut)
+            return _pulled(ev.rid, await got)
 
         return answer()
+
+    def _max_wait(self, max_: Any, wait: Any) -> tuple[int, float]:
+        if not isinstance(max_, int) or not 1 <= max_ <= self.settings.max_pull:
+            raise BadRequest(f"max must be an integer 1..{self.settings.max_pull}")
+        if not isinstance(wait, int | float) or not 0 <= wait <= self.settings.max_wait:
+            raise BadRequest(f"wait must be 0..{self.settings.max_wait} seconds")
+        return max_, float(wait)
+
+    # ---- cursor subscriptions (live in the core; polled from any connection) --------------
+    def _cursor_open(self, session: Session, ev: CursorOpen) -> Any:
+        dest = self._dest(session, ev.destination, Permission.READ, pattern=True)
+        return self.cursors.open(dest, ev.options)
+
+    def _cursor(self, session: Session, sub_id: Any) -> Cursor:
+        cur = self.cursors.get(sub_id)
+        if session.principal is not None:
+            self.auth.authorize(
+                session.principal, Permission.READ, self.cursors.destination[sub_id]
+            )
+        return cur
+
+    def _cursor_poll(self, session: Session, ev: CursorPoll) -> Any:
+        cur = self._cursor(session, ev.id)
+        max_, wait = self._max_wait(ev.max, ev.wait)
+        c = ev.cursor
+        if c is not None and (not isinstance(c, int) or isinstance(c, bool) or c < 0):
+            raise BadRequest("cursor must be a non-negative integer or null")
+        if isinstance(cur, QueueCursor):
+            got = _lease_or_wait(cur.queue(), max_, wait, cur.visibility)
+            if isinstance(got, list):
+                return _polled(ev.rid, c or 0, got)
+
+            async def leased() -> Polled:
+                return _polled(ev.rid, c or 0, await got)
+
+            return leased()
+        first = cur.poll(c, max_)
+        if first[2] or wait == 0:
+            return Polled(ev.rid, *first)
+
+        async def later() -> Polled:
+            fut = asyncio.get_running_loop().create_future()
+            cur.waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, wait)
+            except TimeoutError:
+                pass
+            finally:
+                if fut in cur.waiters:
+                    cur.waiters.remove(fut)
+            return Polled(ev.rid, *self.cursors.get(ev.id).poll(c, max_))
+
+        return later()
+
+    def _cursor_close(self, session: Session, ev: CursorClose) -> Any:
+        self._cursor(session, ev.id)
+        self.cursors.close(ev.id)
+        return None
 
     def _settle(self, session: Session, ev: Settle) -> Any:
         action = {"ack": "ack", "nack": "requeue", "requeue": "requeue", "reject": "reject"}.get(
@@ -522,6 +582,30 @@ def _keys(dest: Destination) -> list[str]:
 async def _then(fut: Awaitable[Any], result: Any) -> Any:
     await fut
     return result
+
+
+def _lease_or_wait(
+    box: Queue, max_: int, wait: float, vis: float
+) -> list[tuple[str, Message]] | asyncio.Future[list[tuple[str, Message]]]:
+    """Lease what is there now; if nothing and ``wait``, a future of what comes within it."""
+    got = box.lease(max_, vis, time.time())
+    if got or wait == 0:
+        return got
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[list[tuple[str, Message]]] = loop.create_future()
+    box.waiters.append(Waiter(fut, max_, vis))
+
+    def give_up() -> None:
+        if not fut.done():
+            fut.set_result([])
+
+    handle = loop.call_later(wait, give_up)
+    fut.add_done_callback(lambda f: handle.cancel())
+    return fut
+
+
+def _polled(rid: int, cursor: int, got: list[tuple[str, Message]]) -> Polled:
+    return Polled(rid, cursor, [lease for lease, _ in got], [m for _, m in got])
 
 
 def _pulled(rid: int, got: list[tuple[str, Message]]) -> Pulled:

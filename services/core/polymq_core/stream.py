@@ -20,6 +20,7 @@ from polymq.types import DeclareOptions, Message
 from .subscription import Subscription
 
 if TYPE_CHECKING:
+    from .cursors import StreamCursor
     from .shard import Shard
 
 _BURST = 512  # entries handed to one subscriber per pump before yielding to others
@@ -37,6 +38,7 @@ class Stream:
         "metadata",
         "nbytes",
         "options",
+        "pollers",
         "published",
         "shard",
     )
@@ -52,6 +54,7 @@ class Stream:
         self.nbytes = 0
         self.cursors: dict[Subscription, int] = {}
         self.published = 0
+        self.pollers: list[StreamCursor] = []  # cursor subscriptions reading this stream
         self.last_used = time.monotonic()
         self._pump_scheduled = False
 
@@ -61,7 +64,7 @@ class Stream:
 
     @property
     def idle(self) -> bool:
-        return not (self.entries or self.cursors or self.metadata)
+        return not (self.entries or self.cursors or self.metadata or self.pollers)
 
     def next_seq(self) -> int:
         return self.last_seq + 1
@@ -86,6 +89,8 @@ class Stream:
         self.nbytes += len(message.body)
         self.published += 1
         self._trim()
+        for poller in self.pollers:
+            poller.wake()
 
     def _trim(self) -> None:
         opts = self.options

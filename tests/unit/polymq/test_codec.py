@@ -31,6 +31,9 @@ from polymq.events import (
     EVENT_TYPES,
     Ack,
     Cancelled,
+    CursorClose,
+    CursorOpen,
+    CursorPoll,
     Declare,
     Delete,
     Deliver,
@@ -46,6 +49,7 @@ from polymq.events import (
     Nack,
     Ok,
     Ping,
+    Polled,
     Publish,
     Pull,
     Pulled,
@@ -116,6 +120,10 @@ CLIENT_EVENTS: list[Event] = [
     KvPut(18, "config/x", b"\x00value\x00\xff"),
     KvDelete(19, "config/x"),
     Ping(2**63 - 1),
+    CursorOpen(20, "topic/news.#", {"offset": "first", "ttl": 60.0, "buffer": 100}),
+    CursorPoll(21, "c-1", None, 100, 2.5),
+    CursorPoll(22, "c-1", 42, 1, 0.0),
+    CursorClose(23, "c-1"),
 ]
 SERVER_EVENTS: list[Event] = [
     Ok(1),
@@ -123,6 +131,7 @@ SERVER_EVENTS: list[Event] = [
     Fail(3, "not-found", "no queue 'orders' — ünïcode"),
     Deliver(1, [1, 2], [FULL_MESSAGE, PLAIN_MESSAGE]),
     Pulled(12, ["lease-1"], [FULL_MESSAGE]),
+    Polled(21, 7, ["", "queue/q|3|9"], [FULL_MESSAGE, PLAIN_MESSAGE]),
     Cancelled(1, "slow-consumer", "the subscriber's buffer overflowed"),
 ]
 
@@ -867,12 +876,16 @@ client_events = st.one_of(
     st.builds(KvPut, ids, text, st.binary(max_size=32)),
     st.builds(KvDelete, ids, text),
     st.builds(Ping, ids),
+    st.builds(CursorOpen, ids, text, dicts),
+    st.builds(CursorPoll, ids, text, st.none() | ids, ints, floats),
+    st.builds(CursorClose, ids, text),
 )
 server_events = st.one_of(
     st.builds(Ok, ids, values),
     st.builds(Fail, ids, text, text),
     st.builds(Deliver, ids, tags, message_lists),
     st.builds(Pulled, ids, st.lists(text, max_size=3), message_lists),
+    st.builds(Polled, ids, ids, st.lists(text, max_size=3), message_lists),
     st.builds(Cancelled, ids, text, text),
 )
 
