@@ -34,7 +34,7 @@ class PolymqProcess:
         argv = [sys.executable, "-m", "polymq_cli", self.command, "--ports-file", str(ports_file)]
         for flag in ("core", "admin", "http"):
             if self.command in ("run", "core") or flag == "http":
-                if flag == "http" and self.command in ("core", "stomp"):
+                if flag == "http" and self.command in ("core", "stomp", "longpoll"):
                     continue
                 if f"--{flag}-port" not in self.args:
                     argv += [f"--{flag}-port", "0"]
@@ -42,6 +42,8 @@ class PolymqProcess:
             for flag in ("stomp", "stomp-ws"):
                 if f"--{flag}-port" not in self.args:
                     argv += [f"--{flag}-port", "0"]
+        if self.command in ("run", "longpoll") and "--longpoll-port" not in self.args:
+            argv += ["--longpoll-port", "0"]
         if self.command in ("run", "core") and "--data-dir" not in self.args:
             argv += ["--data-dir", str(self.data_dir)]
         argv += self.args

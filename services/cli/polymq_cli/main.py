@@ -4,11 +4,12 @@
 
     polymq run   [--host H] [--core-port N] [--admin-port N] [--http-port N]
                  [--stomp-port N] [--stomp-ws-port N] [--tls-cert PEM --tls-key PEM]
-                 [--data-dir DIR] [--ports-file FILE]
+                 [--longpoll-port N] [--data-dir DIR] [--ports-file FILE]
     polymq core  [--host H] [--core-port N] [--admin-port N] [--data-dir DIR] ...
     polymq http  [--host H] [--http-port N] [--core HOST:PORT] ...
     polymq stomp [--host H] [--stomp-port N] [--stomp-ws-port N] [--tls-cert PEM --tls-key PEM]
                  [--core HOST:PORT] ...
+    polymq longpoll [--host H] [--longpoll-port N] [--core HOST:PORT] ...
 
 A port of 0 picks a free one; ``--ports-file`` receives ``{"core": N, "admin": N, ...}`` once
 every listener is bound. When a port is left at its default and that port is taken, a free
@@ -129,6 +130,13 @@ def _stomp_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> A
     return dataclasses.replace(base, **changes)
 
 
+def _longpoll_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
+    from polymq_longpoll.config import LongpollSettings
+
+    base = from_env(LongpollSettings)
+    return dataclasses.replace(base, **_frontend_changes(args, core, base, ("longpoll",)))
+
+
 def _write_ports(path: str, ports: dict[str, int]) -> None:
     """Atomically, so a reader never sees half a file."""
     tmp = Path(path + ".tmp")
@@ -180,10 +188,24 @@ async def _serve(args: argparse.Namespace) -> int:
             services.append(stomp)
             ports.update(await stomp.start())
             tls = stomp_settings.tls
+        if args.command in ("run", "longpoll"):
+            from polymq_longpoll.service import LongpollService
+
+            longpoll_settings = _longpoll_settings(args, core_addr)
+            if service_token is not None:
+                longpoll_settings = dataclasses.replace(longpoll_settings, core_token=service_token)
+            longpoll = LongpollService(longpoll_settings, registry)
+            services.append(longpoll)
+            ports.update(await longpoll.start())
         if args.ports_file:
             _write_ports(args.ports_file, ports)
         host = args.host
-        schemes = {"admin": "http://", "http": "http://", "stomp_ws": "http://"}
+        schemes = {
+            "admin": "http://",
+            "http": "http://",
+            "stomp_ws": "http://",
+            "longpoll": "http://",
+        }
         if tls:
             schemes["stomp_ws"] = "https://"
         for name, port in ports.items():
@@ -233,11 +255,20 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--tls-cert", default=None, help="PEM certificate: STOMP over TLS")
         sp.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
 
+    def longpoll_flags(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--longpoll-port",
+            type=int,
+            default=None,
+            help="long polling and SSE, a JS client and a demo page (7490; 0=any)",
+        )
+
     run = sub.add_parser("run", help="the core and every frontend in one process")
     common(run)
     core_flags(run)
     http_flags(run)
     stomp_flags(run)
+    longpoll_flags(run)
     core = sub.add_parser("core", help="the core broker")
     common(core)
     core_flags(core)
@@ -249,6 +280,10 @@ def _parser() -> argparse.ArgumentParser:
     common(stomp)
     stomp_flags(stomp)
     stomp.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    longpoll = sub.add_parser("longpoll", help="the long-polling and SSE frontend for browsers")
+    common(longpoll)
+    longpoll_flags(longpoll)
+    longpoll.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
     return p
 
 

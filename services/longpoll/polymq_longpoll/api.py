@@ -1,0 +1,246 @@
+"""The handlers of the long-polling API and their routes.
+
+::
+
+    POST   /v1/subscriptions                   open one at the core -> {id, cursor, ...}
+    DELETE /v1/subscriptions/{id}              close it
+    GET    /v1/subscriptions/{id}/poll         long poll: ?cursor=&max=&wait=
+    GET    /v1/subscriptions/{id}/events       the same as Server-Sent Events (sse.py)
+    POST   /v1/ack, /v1/nack                   settle queue leases by receipt, from any request
+    POST   /v1/{kind}/{name}/messages          publish (the JSON over HTTP frontend's body)
+    GET    /  /polymq-longpoll.js              the demo page and the JavaScript client
+    GET    /metrics /healthz /readyz
+
+Each handler authenticates, checks its input, authorizes, and makes its requests to the
+core through :class:`CoreLink`. Errors are raised and turned into problem details by
+``problems.problem_middleware``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from polymq.auth import Permission, Principal
+from polymq.types import Destination, Kind
+from polymq_http.access import Access
+from polymq_http.payloads import parse_publish, parse_settle, read_json, receipt_destination
+from polymq_http.problems import Problem, problem_response
+
+from .config import LongpollSettings
+from .corelink import CoreLink
+from .leases import Windows
+from .metrics import LongpollMetrics
+from .payloads import (
+    check_query,
+    message_json,
+    parse_max,
+    parse_open,
+    parse_wait,
+    query_value,
+)
+from .subscriptions import AckMode, SubscriptionRef, message_cursors, parse_cursor
+
+SETTINGS = web.AppKey("settings", LongpollSettings)
+CORE = web.AppKey("core", CoreLink)
+ACCESS = web.AppKey("access", Access)
+METRICS = web.AppKey("metrics", LongpollMetrics)
+WINDOWS = web.AppKey("windows", Windows)
+
+POLL_QUERY = frozenset({"cursor", "max", "wait"})
+
+
+async def principal_of(request: web.Request) -> Principal:
+    return await request.app[ACCESS].principal(request.headers.get("Authorization"))
+
+
+async def subscription(request: web.Request) -> SubscriptionRef:
+    """The subscription named in the path, once the caller may read its destination."""
+    principal = await principal_of(request)
+    ref = SubscriptionRef.decode(request.match_info["id"])
+    request.app[ACCESS].authorize(principal, Permission.READ, str(ref.destination))
+    return ref
+
+
+def resume_cursor(request: web.Request, *, header_first: bool) -> tuple[int | None, bool]:
+    """The cursor to read after (``?cursor=`` or ``Last-Event-ID``, the header first when
+    ``header_first``) and whether it came from ``Last-Event-ID``."""
+    raw = query_value(request, "cursor")
+    header = request.headers.get("Last-Event-ID")
+    if header is not None and header.strip() and (header_first or raw is None):
+        return parse_cursor(header, "Last-Event-ID"), True
+    return parse_cursor(raw), False
+
+
+def answer_json(ref: SubscriptionRef, result: dict[str, Any]) -> dict[str, Any]:
+    cursor = result["cursor"]
+    messages = result["messages"]
+    cursors = message_cursors(ref.kind, cursor, messages) if cursor is not None else []
+    return {
+        "cursor": None if cursor is None else str(cursor),
+        "messages": [
+            message_json(m, r, c)
+            for m, r, c in zip(messages, result["receipts"], cursors, strict=True)
+        ],
+    }
+
+
+# ---- subscriptions -------------------------------------------------------------------------
+async def open_subscription(request: web.Request) -> web.Response:
+    principal = await principal_of(request)
+    check_query(request, frozenset())
+    settings = request.app[SETTINGS]
+    data, _ = await read_json(request, settings.longpoll_max_body)
+    dest, options, ack, prefetch = parse_open(data, settings)
+    request.app[ACCESS].authorize(principal, Permission.READ, str(dest))
+    result = await request.app[CORE].call(lambda c: c.cursor_open(str(dest), **options))
+    visibility = float(options.get("visibility", 0.0))
+    ref = SubscriptionRef(str(result["id"]), dest, ack, prefetch, visibility, options["ttl"])
+    request.app[METRICS].subscriptions.labels(dest.kind.value).inc()
+    sub_id = ref.encode()
+    body = {
+        "id": sub_id,
+        "cursor": str(result["cursor"]),
+        "destination": str(dest),
+        "ack": ack.value,
+        "prefetch": prefetch,
+        "ttl": options["ttl"],
+        "poll": f"/v1/subscriptions/{sub_id}/poll",
+        "events": f"/v1/subscriptions/{sub_id}/events",
+    }
+    if dest.kind is Kind.QUEUE:
+        body["visibility"] = ref.visibility
+    return web.json_response(body, status=201, headers={"Location": f"/v1/subscriptions/{sub_id}"})
+
+
+async def close_subscription(request: web.Request) -> web.Response:
+    ref = await subscription(request)
+    check_query(request, frozenset())
+    await request.app[CORE].call(lambda c: c.cursor_close(ref.core_id))
+    return web.Response(status=204)
+
+
+async def poll(request: web.Request) -> web.StreamResponse:
+    ref = await subscription(request)
+    check_query(request, POLL_QUERY)
+    app = request.app
+    settings, core, metrics = app[SETTINGS], app[CORE], app[METRICS]
+    cursor, resumed = resume_cursor(request, header_first=False)
+    max_ = parse_max(request, ref.prefetch, settings.longpoll_max_poll)
+    wait = parse_wait(request, settings.longpoll_max_wait)
+    if resumed:
+        metrics.reconnects.labels("poll").inc()
+    outcome = "error"
+    start = time.perf_counter()
+    metrics.polls_open.inc()
+    try:
+        result = await core.poll(ref.core_id, cursor, max_, wait, ref.max_step)
+        outcome = "messages" if result["messages"] else "empty"
+    finally:
+        metrics.polls_open.dec()
+        metrics.poll_duration.labels(outcome).observe(time.perf_counter() - start)
+    leased = [r for r in result["receipts"] if r]
+    transport = request.transport
+    if leased and (transport is None or transport.is_closing()):
+        core.requeue(leased)  # the client left while we waited: nobody can settle these
+        return web.Response(status=499)
+    metrics.messages.labels("poll").inc(len(result["messages"]))
+    response = web.json_response(answer_json(ref, result))
+    if leased and ref.ack is AckMode.AUTO:
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except BaseException:
+            core.requeue(leased)
+            raise
+        core.settle_soon(leased, "ack")
+    return response
+
+
+# ---- settle, publish ---------------------------------------------------------------------------
+async def _settle(request: web.Request, *, nack: bool) -> web.Response:
+    principal = await principal_of(request)
+    check_query(request, frozenset())
+    app = request.app
+    settings, access = app[SETTINGS], app[ACCESS]
+    data, _ = await read_json(request, settings.longpoll_max_body)
+    receipts, requeue = parse_settle(data, settings.longpoll_max_batch, nack=nack)
+    known: list[str] = []
+    missing: list[str] = []
+    for receipt in receipts:
+        dest = receipt_destination(receipt)
+        if dest is None:
+            missing.append(receipt)
+            continue
+        access.authorize(principal, Permission.READ, dest)
+        known.append(receipt)
+    if not known:
+        raise Problem(404, "unknown or malformed receipt(s)", code="not-found")
+    action = "ack" if not nack else "nack" if requeue else "reject"
+    try:
+        result: dict[str, Any] = await app[CORE].call(lambda c: c.settle(known, action))
+    finally:
+        app[WINDOWS].settled(known)
+    settled = int(result.get("settled", 0))
+    app[METRICS].messages.labels("ack" if not nack else "nack").inc(settled)
+    return web.json_response({"settled": settled, "missing": missing + list(result["missing"])})
+
+
+async def ack(request: web.Request) -> web.Response:
+    return await _settle(request, nack=False)
+
+
+async def nack(request: web.Request) -> web.Response:
+    return await _settle(request, nack=True)
+
+
+async def publish(request: web.Request) -> web.Response:
+    principal = await principal_of(request)
+    check_query(request, frozenset())
+    dest = Destination.parse(f"{request.match_info['kind']}/{request.match_info['name']}")
+    app = request.app
+    app[ACCESS].authorize(principal, Permission.WRITE, str(dest))
+    settings, core = app[SETTINGS], app[CORE]
+    data, size = await read_json(request, settings.longpoll_max_body)
+    messages, role = parse_publish(data, dest, settings.longpoll_max_batch)
+    await core.budget.acquire(size)
+    try:
+        result = await core.call(lambda c: c.publish(str(dest), messages, role=role))
+    finally:
+        core.budget.release(size)
+    app[METRICS].messages.labels("publish").inc(len(messages))
+    if dest.kind is Kind.TOPIC:
+        return web.json_response({"count": result["count"], "subscribers": result["subscribers"]})
+    return web.json_response(
+        {"count": result["count"], "ids": result["ids"], "seqs": result["seqs"]}
+    )
+
+
+# ---- operations ------------------------------------------------------------------------------
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    core = request.app[CORE]
+    if core.stopping.is_set():
+        return problem_response(503, "shutting down", code="unavailable")
+    if not core.connected:
+        detail = f"not connected to the core at {core.address}: {core.last_error}"
+        return problem_response(503, detail, code="unavailable")
+    return web.json_response({"status": "ready", "core": core.address})
+
+
+def add_routes(app: web.Application) -> None:
+    """Every route but the SSE one (``sse.add_routes``)."""
+    r = app.router
+    r.add_post("/v1/subscriptions", open_subscription)
+    r.add_delete("/v1/subscriptions/{id}", close_subscription)
+    r.add_get("/v1/subscriptions/{id}/poll", poll)
+    r.add_post("/v1/ack", ack)
+    r.add_post("/v1/nack", nack)
+    r.add_post("/v1/{kind}/{name}/messages", publish)
+    r.add_get("/healthz", healthz)
+    r.add_get("/readyz", readyz)
