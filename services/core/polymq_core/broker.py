@@ -410,7 +410,11 @@ class Broker:
                 return _polled(ev.rid, c or 0, got)
 
             async def leased() -> Polled:
-                return _polled(ev.rid, c or 0, await got)
+                cur.polling += 1
+                try:
+                    return _polled(ev.rid, c or 0, await got)
+                finally:
+                    cur.polling -= 1
 
             return leased()
         first = cur.poll(c, max_)
@@ -420,11 +424,13 @@ class Broker:
         async def later() -> Polled:
             fut = asyncio.get_running_loop().create_future()
             cur.waiters.append(fut)
+            cur.polling += 1
             try:
                 await asyncio.wait_for(fut, wait)
             except TimeoutError:
                 pass
             finally:
+                cur.polling -= 1
                 if fut in cur.waiters:
                     cur.waiters.remove(fut)
             return Polled(ev.rid, *self.cursors.get(ev.id).poll(c, max_))

@@ -43,10 +43,11 @@ MAX_BUFFER = 1_000_000
 class _Waiting:
     """Futures of polls waiting for a first message."""
 
-    __slots__ = ("waiters",)
+    __slots__ = ("polling", "waiters")
 
     def __init__(self) -> None:
         self.waiters: list[asyncio.Future[None]] = []
+        self.polling = 0  # polls in progress: a subscription being read is not idle
 
     def wake(self) -> None:
         waiters, self.waiters = self.waiters, []
@@ -125,9 +126,10 @@ class StreamCursor(_Waiting):
 
 
 class QueueCursor:
-    __slots__ = ("id", "key", "shard", "visibility")
+    __slots__ = ("id", "key", "polling", "shard", "visibility")
 
     def __init__(self, sub_id: str, shard: Shard, key: str, visibility: float) -> None:
+        self.polling = 0
         self.id = sub_id
         self.shard = shard
         self.key = key
@@ -235,6 +237,9 @@ class Cursors:
             await asyncio.sleep(1.0)
             now = time.monotonic()
             for sub_id in [s for s, d in self.deadline.items() if d <= now]:
+                if self.subs[sub_id].polling:  # a poll is waiting on it: in use, not idle
+                    self.deadline[sub_id] = now + self.ttl[sub_id]
+                    continue
                 log.info("cursor subscription %s idle past its ttl: removed", sub_id)
                 self.close(sub_id)
 

@@ -118,3 +118,13 @@ async def test_bad_cursor_arguments(client: Client) -> None:
         await client.cursor_open(f"channel/{uid()}")
     with pytest.raises(BadRequest):
         await client.cursor_open(f"topic/{uid()}", ttl=0)
+
+
+async def test_a_waiting_poll_keeps_its_subscription_alive(client: Client) -> None:
+    for dest in (f"topic/{uid()}", f"queue/{uid()}"):
+        sub = await client.cursor_open(dest, ttl=1)
+        r = await client.cursor_poll(sub["id"], sub["cursor"], wait=3)  # longer than the ttl
+        assert r["messages"] == []
+        await client.publish(dest, b"still here")
+        r = await client.cursor_poll(sub["id"], r["cursor"])
+        assert [m.body for m in r["messages"]] == [b"still here"], dest
