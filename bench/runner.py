@@ -44,9 +44,15 @@ from .scenario import Context, Scenario, Skipped
 
 
 def all_scenarios() -> list[Scenario]:
-    from . import http, native, rabbitmq, stomp
+    from . import http, longpoll, native, rabbitmq, stomp
 
-    return [*native.SCENARIOS, *http.SCENARIOS, *rabbitmq.SCENARIOS, *stomp.SCENARIOS]
+    return [
+        *native.SCENARIOS,
+        *http.SCENARIOS,
+        *longpoll.SCENARIOS,
+        *rabbitmq.SCENARIOS,
+        *stomp.SCENARIOS,
+    ]
 
 
 def _parse_sets(items: list[str]) -> dict[str, dict[str, Any]]:

@@ -19,6 +19,8 @@ SCENARIOS = {
     "topic_fanout_100",
     "idle_subscriptions_1m",
     "http_batch_publish_pull",
+    "longpoll_deliveries",
+    "longpoll_latency_fixed_rate",
 }
 # Measured against RabbitMQ's STOMP plugin too; polymq's side must always have a figure (the
 # RabbitMQ side may be recorded as skipped where none can be started).
