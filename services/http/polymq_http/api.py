@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from polymq.auth import Permission, Principal
+from polymq.corelink import CoreLink as BaseCoreLink
 from polymq.types import Destination, Kind
 
 from .access import Access
@@ -176,7 +177,11 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    core = request.app[CORE]
+    return readiness(request.app[CORE])
+
+
+def readiness(core: BaseCoreLink) -> web.Response:
+    """``/readyz`` of a frontend that reaches the core through ``core`` (http, longpoll)."""
     if core.stopping.is_set():
         return problem_response(503, "shutting down", code="unavailable")
     if not core.connected:

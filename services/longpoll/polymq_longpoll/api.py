@@ -26,8 +26,9 @@ from aiohttp import web
 from polymq.auth import Permission, Principal
 from polymq.types import Destination, Kind
 from polymq_http.access import Access
+from polymq_http.api import healthz, readiness
 from polymq_http.payloads import parse_publish, parse_settle, read_json, receipt_destination
-from polymq_http.problems import Problem, problem_response
+from polymq_http.problems import Problem
 
 from .config import LongpollSettings
 from .corelink import CoreLink
@@ -219,18 +220,8 @@ async def publish(request: web.Request) -> web.Response:
 
 
 # ---- operations ------------------------------------------------------------------------------
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
-
-
 async def readyz(request: web.Request) -> web.Response:
-    core = request.app[CORE]
-    if core.stopping.is_set():
-        return problem_response(503, "shutting down", code="unavailable")
-    if not core.connected:
-        detail = f"not connected to the core at {core.address}: {core.last_error}"
-        return problem_response(503, detail, code="unavailable")
-    return web.json_response({"status": "ready", "core": core.address})
+    return readiness(request.app[CORE])
 
 
 def add_routes(app: web.Application) -> None:
