@@ -53,6 +53,7 @@ from .events import (
     Hello,
     KvDelete,
     KvGet,
+    KvList,
     KvPut,
     MetaGet,
     MetaSet,
@@ -509,15 +510,22 @@ class Client:
         messages: bytes | str | Message | Iterable[Message],
         *,
         role: str | None = None,
+        batch_id: str | None = None,
+        batch_ttl: float | None = None,
         **fields: Any,
     ) -> dict[str, Any]:
         """Publish one message or a batch; returns after the core accepted (and, for
-        persistent messages on durable destinations, fsynced) every one."""
+        persistent messages on durable destinations, fsynced) every one.
+
+        A batch is all or nothing. With ``batch_id`` it is idempotent: for ``batch_ttl``
+        seconds (None: the core's window) a repeat with the same id to the same destination
+        publishes nothing and answers like the first, with ``"duplicate": True``."""
         if isinstance(messages, bytes | str | Message):
             batch = [make_message(messages, **fields)]
         else:
             batch = list(messages)
-        result: dict[str, Any] = await self._call(Publish(self._rid(), destination, batch, role))
+        ev = Publish(self._rid(), destination, batch, role, batch_id, batch_ttl)
+        result: dict[str, Any] = await self._call(ev)
         return result
 
     def publish_soon(
@@ -599,6 +607,11 @@ class Client:
 
     async def kv_delete(self, key: str) -> None:
         await self._call(KvDelete(self._rid(), key))
+
+    async def kv_list(self, prefix: str = "", limit: int = 10_000) -> list[str]:
+        """The keys that start with ``prefix``, sorted, at most ``limit`` of them."""
+        keys: list[str] = await self._call(KvList(self._rid(), prefix, limit))
+        return keys
 
     async def ping(self) -> None:
         await self._call(Ping(self._rid()))

@@ -2,7 +2,8 @@
 
 Client to core: ``Hello``, ``Publish``, ``Declare``, ``Delete``, ``Purge``, ``Subscribe``,
 ``Unsubscribe``, ``Ack``, ``Nack``, ``Pull``, ``Settle``, ``Stats``, ``MetaGet``, ``MetaSet``,
-``KvGet``, ``KvPut``, ``KvDelete``, ``Ping``.
+``KvGet``, ``KvPut``, ``KvDelete``, ``KvList``, ``Ping``, ``CursorOpen``, ``CursorPoll``,
+``CursorClose``.
 Core to client: ``Welcome``, ``Ok``, ``Fail``, ``Deliver``, ``Pulled``, ``Cancelled``, ``Goodbye``.
 
 Every request carries ``rid``, a request id the answer (``Ok``, ``Fail`` or ``Pulled``) repeats;
@@ -32,6 +33,7 @@ __all__ = [
     "Hello",
     "KvDelete",
     "KvGet",
+    "KvList",
     "KvPut",
     "MetaGet",
     "MetaSet",
@@ -92,6 +94,11 @@ class Publish(Request):
     destination: str
     messages: list[Message]
     role: str | None = None  # channels: the sender's role
+    # An idempotent batch: the core remembers (destination, role, batch_id) for batch_ttl
+    # seconds (None: its default window) and answers a repeat like the first, publishing
+    # nothing, with "duplicate": True added.
+    batch_id: str | None = None
+    batch_ttl: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +225,16 @@ class KvDelete(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class KvList(Request):
+    """The keys under ``prefix``, sorted (at most ``limit``)."""
+
+    OP: ClassVar[int] = 30
+    rid: int
+    prefix: str
+    limit: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
 class Ping(Request):
     OP: ClassVar[int] = 26
     rid: int
@@ -336,6 +353,7 @@ EVENT_TYPES: dict[int, type[Event]] = {
         KvGet,
         KvPut,
         KvDelete,
+        KvList,
         Ping,
         CursorOpen,
         CursorPoll,

@@ -28,6 +28,7 @@ from polymq.events import (
     Hello,
     KvDelete,
     KvGet,
+    KvList,
     KvPut,
     MetaGet,
     MetaSet,
@@ -45,6 +46,7 @@ from polymq.events import (
 )
 from polymq.types import DeclareOptions, Destination, Kind, Message, SubscribeOptions
 
+from .batches import MAX_BATCH_ID, MAX_BATCH_TTL
 from .cursors import Cursor, Cursors, QueueCursor
 from .queue import Queue, Waiter
 from .routing import TopicRouter, validate_pattern
@@ -61,6 +63,7 @@ log = logging.getLogger(__name__)
 
 MAX_KEY_LENGTH = 1024
 MAX_KV_VALUE = 1024 * 1024
+MAX_KV_LIST = 100_000
 
 
 class TopicSource:
@@ -117,6 +120,7 @@ class Broker:
             KvGet: self._kv_get,
             KvPut: self._kv_put,
             KvDelete: self._kv_delete,
+            KvList: self._kv_list,
             Ping: lambda s, e: "pong",
             CursorOpen: self._cursor_open,
             CursorPoll: self._cursor_poll,
@@ -208,6 +212,30 @@ class Broker:
 
     # ---- publish ------------------------------------------------------------------------
     def _publish(self, session: Session, ev: Publish) -> Any:
+        if ev.batch_id is None:
+            return self._publish_now(session, ev)
+        batch_id, ttl = ev.batch_id, ev.batch_ttl
+        if not isinstance(batch_id, str) or not 0 < len(batch_id) <= MAX_BATCH_ID:
+            raise BadRequest(f"batch_id must be a string of 1..{MAX_BATCH_ID} characters")
+        if ttl is None:
+            ttl = self.settings.batch_window
+        elif isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl:
+            raise BadRequest("batch_ttl must be a positive number of seconds")
+        dest = self._dest(session, ev.destination, Permission.WRITE)
+        key = f"{dest}\x00{ev.role or ''}\x00{batch_id}"
+        window = self.shard_for(str(dest)).batches
+        answer = window.get(key)
+        if answer is not None:
+            self.sensors.on_duplicate_batch(session.protocol)
+            return answer
+        result = self._publish_now(session, ev)
+        if isinstance(result, dict):
+            result["duplicate"] = False
+        else:
+            result = _with(result, "duplicate", False)
+        return window.remember(key, min(float(ttl), MAX_BATCH_TTL), result)
+
+    def _publish_now(self, session: Session, ev: Publish) -> Any:
         dest = self._dest(session, ev.destination, Permission.WRITE)
         msgs = ev.messages
         if not msgs:
@@ -540,6 +568,21 @@ class Broker:
         key = self._kv_key(session, ev.key, Permission.WRITE)
         return _then(self.shard_for("kv/" + key).commit("kv_delete", key), None)
 
+    def _kv_list(self, session: Session, ev: KvList) -> Any:
+        prefix, limit = ev.prefix, ev.limit
+        if not isinstance(prefix, str) or len(prefix) > MAX_KEY_LENGTH:
+            raise BadRequest(f"prefix must be a string of at most {MAX_KEY_LENGTH} characters")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_KV_LIST:
+            raise BadRequest(f"limit must be 1..{MAX_KV_LIST}")
+        if session.principal is not None:  # listing reads every key under the prefix
+            self.auth.authorize(session.principal, Permission.READ, f"kv/{prefix}*")
+
+        async def keys() -> list[str]:
+            found = await asyncio.gather(*(s.store.kv_keys(prefix, limit) for s in self.shards))
+            return sorted(k for ks in found for k in ks)[:limit]
+
+        return keys()
+
     # ---- introspection -------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         return {
@@ -587,6 +630,12 @@ def _keys(dest: Destination) -> list[str]:
 
 async def _then(fut: Awaitable[Any], result: Any) -> Any:
     await fut
+    return result
+
+
+async def _with(answer: Awaitable[dict[str, Any]], key: str, value: Any) -> dict[str, Any]:
+    result = await answer
+    result[key] = value
     return result
 
 

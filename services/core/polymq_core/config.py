@@ -24,6 +24,7 @@ class CoreSettings:
     max_subscriptions_per_connection: int = 100_000
     max_pull: int = 1000
     max_wait: float = 60.0
+    batch_window: float = 900.0  # seconds a publish's batch id is remembered (idempotency)
 
     def check(self) -> None:
         if not 1 <= self.shards <= 1024:
@@ -31,6 +32,8 @@ class CoreSettings:
         for name in ("core_port", "admin_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise ConfigError(f"POLYMQ_{name.upper()} must be 0..65535 (0 picks a free port)")
+        if not 0 < self.batch_window <= 7 * 86400:
+            raise ConfigError("POLYMQ_BATCH_WINDOW must be 0 < seconds <= 604800 (a week)")
         if self.max_body > self.max_frame:
             raise ConfigError("POLYMQ_MAX_BODY cannot exceed POLYMQ_MAX_FRAME")
 

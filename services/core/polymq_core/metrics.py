@@ -31,6 +31,12 @@ class Sensors:
             ["protocol", "kind"],
             registry=registry,
         )
+        self.duplicate_batches = Counter(
+            "polymq_duplicate_batches",
+            "Publishes of a batch id already published within its window (nothing published)",
+            ["protocol"],
+            registry=registry,
+        )
         self.delivered = Counter(
             "polymq_delivered_messages", "Messages handed to subscribers", registry=registry
         )
@@ -110,6 +116,9 @@ class Sensors:
 
     def on_publish(self, protocol: str, kind: str, n: int) -> None:
         self.published.labels(protocol, kind).inc(n)
+
+    def on_duplicate_batch(self, protocol: str) -> None:
+        self.duplicate_batches.labels(protocol).inc()
 
     def on_deliver(self, n: int) -> None:
         self.delivered.inc(n)

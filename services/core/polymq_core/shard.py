@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from polymq.errors import Conflict, NotFound, Unavailable
 from polymq.types import DeclareOptions, Destination, Message
 
+from .batches import BatchWindow
 from .queue import Queue
 from .store import Store, StoreError
 from .stream import Stream
@@ -62,6 +63,7 @@ class Shard:
         self._removes: dict[str, list[int]] = {}
         self._removes_scheduled = False
         self._task: asyncio.Task[None] | None = None
+        self.batches = BatchWindow()  # idempotent publishes to this shard's destinations
 
     # ---- life cycle ----------------------------------------------------------------------
     async def open(self) -> None:

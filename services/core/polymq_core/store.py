@@ -139,6 +139,10 @@ class Store(abc.ABC):
     async def kv_get(self, key: str) -> bytes | None: ...
 
     @abc.abstractmethod
+    async def kv_keys(self, prefix: str, limit: int) -> list[str]:
+        """The keys that start with ``prefix``, sorted, at most ``limit``."""
+
+    @abc.abstractmethod
     async def load_destinations(self) -> list[DestinationRecord]:
         """Every saved destination, plus any that has messages but no saved record (with
         empty options and metadata), ordered by name."""
@@ -617,6 +621,18 @@ class SqliteStore(Store):
         def read(conn: sqlite3.Connection) -> bytes | None:
             row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
             return None if row is None else bytes(row[0])
+
+        return await self._read(read)
+
+    async def kv_keys(self, prefix: str, limit: int) -> list[str]:
+        def read(conn: sqlite3.Connection) -> list[str]:
+            if not prefix:
+                rows = conn.execute("SELECT key FROM kv ORDER BY key LIMIT ?", (limit,))
+            else:  # a range scan on the primary key: [prefix, prefix with its last char + 1)
+                upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+                sql = "SELECT key FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?"
+                rows = conn.execute(sql, (prefix, upper, limit))
+            return [str(key) for (key,) in rows]
 
         return await self._read(read)
 

@@ -43,6 +43,7 @@ from polymq.events import (
     Hello,
     KvDelete,
     KvGet,
+    KvList,
     KvPut,
     MetaGet,
     MetaSet,
@@ -97,6 +98,7 @@ CLIENT_EVENTS: list[Event] = [
     Publish(1, "queue/orders", [FULL_MESSAGE, PLAIN_MESSAGE]),
     Publish(0, "topic/news.sport", [Message(b"fire and forget")]),
     Publish(2, "channel/rpc", [Message(b"\x00")], role="client"),
+    Publish(3, "stream/events", [Message(b"r")], batch_id="spark-0-1", batch_ttl=60.0),
     Declare(
         3,
         "queue/orders",
@@ -119,6 +121,7 @@ CLIENT_EVENTS: list[Event] = [
     KvGet(17, "config/ünï"),
     KvPut(18, "config/x", b"\x00value\x00\xff"),
     KvDelete(19, "config/x"),
+    KvList(20, "config/", 100),
     Ping(2**63 - 1),
     CursorOpen(20, "topic/news.#", {"offset": "first", "ttl": 60.0, "buffer": 100}),
     CursorPoll(21, "c-1", None, 100, 2.5),

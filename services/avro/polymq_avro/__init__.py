@@ -1,0 +1,1 @@
+"""Avro over HTTP: container files and single-object records, a schema registry."""

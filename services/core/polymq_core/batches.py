@@ -1,0 +1,84 @@
+"""Idempotent batches: a window of recently published batch ids per shard.
+
+A publish that carries a ``batch_id`` is remembered under (destination, role, batch id) for
+its window. A repeat inside the window publishes nothing and gets the first answer again,
+with ``"duplicate": True``; a repeat that arrives while the first is still being made durable
+waits for it and shares its outcome. A batch whose publish failed is forgotten, so that a
+retry publishes it.
+
+The window lives in the memory of the shard that owns the destination: it survives anything
+but a restart of the core (then a retry within the window publishes again: at-least-once).
+Entries are dropped when they expire or, oldest first, when the shard holds ``max_entries``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable
+from typing import Any
+
+MAX_BATCH_ID = 256  # characters
+MAX_BATCH_TTL = 7 * 86400.0
+
+
+class BatchWindow:
+    def __init__(self, max_entries: int = 1_000_000) -> None:
+        self.max_entries = max_entries
+        # key -> (expires (monotonic), the answer's future); in insertion order
+        self._entries: OrderedDict[str, tuple[float, asyncio.Future[Any]]] = OrderedDict()
+        self.duplicates = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str) -> Awaitable[Any] | None:
+        """The answer of a remembered batch, as a duplicate; None if not remembered."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        expires, fut = entry
+        if expires <= time.monotonic():
+            del self._entries[key]
+            return None
+        self.duplicates += 1
+        return _duplicate(fut)
+
+    def remember(self, key: str, ttl: float, answer: Any) -> Awaitable[Any]:
+        """Remember ``answer`` (a result, or an awaitable of one) under ``key``; returns what
+        to answer the first publish with."""
+        now = time.monotonic()
+        self._prune(now)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any]
+        if isinstance(answer, Awaitable):
+            fut = asyncio.ensure_future(answer)
+            fut.add_done_callback(lambda f: self._settled(key, f))
+        else:
+            fut = loop.create_future()
+            fut.set_result(answer)
+        self._entries[key] = (now + ttl, fut)
+        self._entries.move_to_end(key)
+        return asyncio.shield(fut)
+
+    def _settled(self, key: str, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            entry = self._entries.get(key)
+            if entry is not None and entry[1] is fut:
+                del self._entries[key]  # a failed batch is not remembered: a retry publishes
+
+    def _prune(self, now: float) -> None:
+        entries = self._entries
+        while entries:
+            key, (expires, _) = next(iter(entries.items()))
+            if expires > now and len(entries) < self.max_entries:
+                break
+            del entries[key]
+
+
+async def _duplicate(fut: asyncio.Future[Any]) -> Any:
+    result = await asyncio.shield(fut)
+    if isinstance(result, dict):
+        return {**result, "duplicate": True}
+    return result
