@@ -2,8 +2,9 @@
 
 The public API is what ``__all__`` lists (checked by ``tests/unit/polymq/test_exports.py``):
 the primitive API's types, the exception tree, and the asyncio client of the core.
-The wire codec (``polymq.codec``, ``polymq.events``), settings (``polymq.config``) and
-authentication (``polymq.auth``) are imported from their modules.
+The wire codec (``polymq.codec``, ``polymq.events``), settings (``polymq.config``),
+authentication (``polymq.auth``), Avro records (``polymq.avro``, ``polymq.avroview``) and the
+frontends' reconnecting core link (``polymq.corelink``) are imported from their modules.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from .avro import SchemaCache
 from .client import Client
 from .errors import ConnectionClosed, RequestError, Unauthorized, Unavailable
 
@@ -98,6 +99,18 @@ class CoreLink:
         self._first_attempt = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._schemas: SchemaCache | None = None
+
+    @property
+    def schemas(self) -> SchemaCache:
+        """Avro schemas by id, read from the core's key/value store when first needed."""
+        if self._schemas is None:
+
+            async def fetch(key: str) -> bytes:
+                return await self.call(lambda c: c.kv_get(key))
+
+            self._schemas = SchemaCache(fetch)
+        return self._schemas
 
     # ---- life cycle ------------------------------------------------------------------------
     @property

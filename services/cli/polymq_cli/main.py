@@ -4,12 +4,13 @@
 
     polymq run   [--host H] [--core-port N] [--admin-port N] [--http-port N]
                  [--stomp-port N] [--stomp-ws-port N] [--tls-cert PEM --tls-key PEM]
-                 [--longpoll-port N] [--data-dir DIR] [--ports-file FILE]
+                 [--longpoll-port N] [--avro-port N] [--data-dir DIR] [--ports-file FILE]
     polymq core  [--host H] [--core-port N] [--admin-port N] [--data-dir DIR] ...
     polymq http  [--host H] [--http-port N] [--core HOST:PORT] ...
     polymq stomp [--host H] [--stomp-port N] [--stomp-ws-port N] [--tls-cert PEM --tls-key PEM]
                  [--core HOST:PORT] ...
     polymq longpoll [--host H] [--longpoll-port N] [--core HOST:PORT] ...
+    polymq avro  [--host H] [--avro-port N] [--core HOST:PORT] ...
 
 A port of 0 picks a free one; ``--ports-file`` receives ``{"core": N, "admin": N, ...}`` once
 every listener is bound. When a port is left at its default and that port is taken, a free
@@ -137,6 +138,13 @@ def _longpoll_settings(args: argparse.Namespace, core: tuple[str, int] | None) -
     return dataclasses.replace(base, **_frontend_changes(args, core, base, ("longpoll",)))
 
 
+def _avro_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
+    from polymq_avro.config import AvroSettings
+
+    base = from_env(AvroSettings)
+    return dataclasses.replace(base, **_frontend_changes(args, core, base, ("avro",)))
+
+
 def _write_ports(path: str, ports: dict[str, int]) -> None:
     """Atomically, so a reader never sees half a file."""
     tmp = Path(path + ".tmp")
@@ -197,6 +205,15 @@ async def _serve(args: argparse.Namespace) -> int:
             longpoll = LongpollService(longpoll_settings, registry)
             services.append(longpoll)
             ports.update(await longpoll.start())
+        if args.command in ("run", "avro"):
+            from polymq_avro.service import AvroService
+
+            avro_settings = _avro_settings(args, core_addr)
+            if service_token is not None:
+                avro_settings = dataclasses.replace(avro_settings, core_token=service_token)
+            avro = AvroService(avro_settings, registry)
+            services.append(avro)
+            ports.update(await avro.start())
         if args.ports_file:
             _write_ports(args.ports_file, ports)
         host = args.host
@@ -205,6 +222,7 @@ async def _serve(args: argparse.Namespace) -> int:
             "http": "http://",
             "stomp_ws": "http://",
             "longpoll": "http://",
+            "avro": "http://",
         }
         if tls:
             schemes["stomp_ws"] = "https://"
@@ -263,12 +281,21 @@ def _parser() -> argparse.ArgumentParser:
             help="long polling and SSE, a JS client and a demo page (7490; 0=any)",
         )
 
+    def avro_flags(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--avro-port",
+            type=int,
+            default=None,
+            help="Avro over HTTP and the schema registry (7470; 0=any)",
+        )
+
     run = sub.add_parser("run", help="the core and every frontend in one process")
     common(run)
     core_flags(run)
     http_flags(run)
     stomp_flags(run)
     longpoll_flags(run)
+    avro_flags(run)
     core = sub.add_parser("core", help="the core broker")
     common(core)
     core_flags(core)
@@ -284,6 +311,10 @@ def _parser() -> argparse.ArgumentParser:
     common(longpoll)
     longpoll_flags(longpoll)
     longpoll.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    avro = sub.add_parser("avro", help="the Avro over HTTP frontend and schema registry")
+    common(avro)
+    avro_flags(avro)
+    avro.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
     return p
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from polymq.auth import Permission, Principal
+from polymq.avroview import load_schemas
 from polymq.corelink import CoreLink as BaseCoreLink
 from polymq.types import Destination, Kind
 
@@ -93,7 +94,9 @@ async def pull(request: web.Request) -> web.Response:
     if leases and (transport is None or transport.is_closing()):
         core.requeue(leases)  # the client left while we waited: nobody can settle these
     request.app[METRICS].messages.labels("pull").inc(len(leases))
-    return web.json_response({"messages": [lease_json(lease) for lease in leases]})
+    schemas = core.schemas
+    await load_schemas(schemas, [lease.message for lease in leases])  # Avro records as JSON
+    return web.json_response({"messages": [lease_json(lease, schemas) for lease in leases]})
 
 
 async def _settle(request: web.Request, *, nack: bool) -> web.Response:

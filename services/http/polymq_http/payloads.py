@@ -20,6 +20,8 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from polymq import Lease, Message
+from polymq.avro import SchemaCache
+from polymq.avroview import json_value, schema_of
 from polymq.types import DeclareOptions, Destination, Kind
 
 from .problems import Problem, bad_request
@@ -324,13 +326,15 @@ def receipt_destination(receipt: str) -> str | None:
     return str(dest) if dest.kind is Kind.QUEUE else None
 
 
-def lease_json(lease: Lease) -> dict[str, Any]:
+def lease_json(lease: Lease, schemas: SchemaCache | None = None) -> dict[str, Any]:
+    """A pulled message as JSON. With ``schemas``, an Avro record also comes decoded, as
+    ``value`` (null, with ``value_error`` saying why, when it cannot be decoded)."""
     m = lease.message
     try:
         body, encoding = m.body.decode("utf-8"), "utf8"
     except UnicodeDecodeError:
         body, encoding = base64.b64encode(m.body).decode("ascii"), "base64"
-    return {
+    out = {
         "receipt": lease.receipt,
         "id": m.id,
         "seq": m.seq,
@@ -348,6 +352,11 @@ def lease_json(lease: Lease) -> dict[str, Any]:
         "correlation_id": m.correlation_id,
         "reply_to": m.reply_to,
     }
+    if schemas is not None and schema_of(m) is not None:
+        out["value"], error = json_value(schemas, m)
+        if error is not None:
+            out["value_error"] = error
+    return out
 
 
 # ---- declare, metadata -------------------------------------------------------------------------

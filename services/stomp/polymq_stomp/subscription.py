@@ -37,19 +37,26 @@ largest allowed; ``ack-timeout`` (seconds, client modes: an unacknowledged messa
 another subscriber after it); ``x-stream-offset`` on ``/stream/`` destinations (``first``,
 ``last``, ``next``, a sequence number, ``offset=<n>``, ``@<unix seconds>``,
 ``timestamp=<unix seconds>``); ``x-buffer-messages`` and ``x-slow-policy``
-(``disconnect`` or ``drop``) for topics.
+(``disconnect`` or ``drop``) for topics; ``accept: application/json`` shows Avro records
+(content type ``avro/binary``, single-object encoding) as JSON, with ``content-type:
+application/json`` and the ``avro-schema-id`` header kept (a record whose schema is not
+registered comes as it is, with ``x-avro-error`` saying why).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import json
 from collections import deque
 from functools import partial
 from itertools import count
 from typing import TYPE_CHECKING, Any, Final
 
 from polymq.auth import Permission
+from polymq.avro import SchemaCache
+from polymq.avroview import json_value, load_schemas, schema_of
 from polymq.client import Subscription
 from polymq.corelink import CoreLink
 from polymq.errors import PolymqError, RequestError
@@ -75,12 +82,14 @@ class StompSubscription:
 
     __slots__ = (
         "ack_on_write",
+        "as_json",
         "base_headers",
         "buffer_bytes",
         "buffer_messages",
         "closed",
         "core",
         "drop",
+        "held",
         "high",
         "id",
         "ids",
@@ -108,6 +117,7 @@ class StompSubscription:
         buffer_messages: int,
         buffer_bytes: int,
         drop: bool,
+        as_json: bool = False,
     ) -> None:
         self.owner = owner
         self.id = sid
@@ -118,6 +128,9 @@ class StompSubscription:
         self.buffer_messages = buffer_messages
         self.buffer_bytes = buffer_bytes
         self.drop = drop  # slow policy for topics: drop (True) or disconnect
+        self.as_json = as_json  # Avro records as JSON (`accept: application/json`)
+        # deliveries waiting for Avro schemas to load (in order; as_json only)
+        self.held: deque[tuple[list[int], list[Message]]] = deque()
         self.topic = target.kind is Kind.TOPIC
         self.ack_on_write = mode is AckMode.AUTO and not self.topic
         self.core: Subscription | None = None
@@ -221,6 +234,28 @@ class Subscriptions:
         session = self.session
         if not session.open:
             return
+        if sub.as_json:
+            cache = session.hub.link.schemas
+            if sub.held or any(
+                (sid := schema_of(m)) is not None and sid not in cache for m in messages
+            ):  # a schema to load first: hold this (and what follows) in order meanwhile
+                sub.held.append((tags, messages))
+                if len(sub.held) == 1:
+                    session.hub.link.spawn(self._release_held(sub), "loading Avro schemas")
+                return
+            messages = [_as_json(cache, m) for m in messages]
+        self._frames(sub, tags, messages)
+
+    async def _release_held(self, sub: StompSubscription) -> None:
+        cache = self.session.hub.link.schemas
+        while sub.held and not sub.closed and self.session.open:
+            await load_schemas(cache, sub.held[0][1])
+            tags, messages = sub.held.popleft()
+            self._frames(sub, tags, [_as_json(cache, m) for m in messages])
+        sub.held.clear()
+
+    def _frames(self, sub: StompSubscription, tags: list[int], messages: list[Message]) -> None:
+        session = self.session
         version = session.version
         keep_id = version != "1.2"
         conn_id = session.conn_id
@@ -343,6 +378,10 @@ class Subscriptions:
         raw = frame.get("x-buffer-messages")
         if raw is not None:
             options["buffer_messages"] = parse_int("x-buffer-messages", raw, 1, 10_000_000)
+        raw = frame.get("accept")
+        if raw is not None:
+            media = {part.split(";", 1)[0].strip().lower() for part in raw.split(",")}
+            options["as_json"] = "application/json" in media
         raw = frame.get("x-slow-policy")
         if raw is not None:
             if raw not in ("drop", "disconnect"):
@@ -362,6 +401,7 @@ class Subscriptions:
         s = session.settings
         buffer_messages = int(options.pop("buffer_messages", s.stomp_buffer_messages))
         drop = options.pop("slow_policy", "disconnect") == "drop"
+        as_json = bool(options.pop("as_json", False))
         sub = StompSubscription(
             self,
             sid,
@@ -372,6 +412,7 @@ class Subscriptions:
             buffer_messages=buffer_messages,
             buffer_bytes=s.stomp_buffer_bytes,
             drop=drop,
+            as_json=as_json,
         )
         if target.kind is Kind.TOPIC:
             # Topics keep nothing: the core hands every message over at once (and drops for
@@ -516,6 +557,20 @@ class Subscriptions:
         if stomp_destination in self.by_id or len(self.by_id) >= s.stomp_max_subscriptions:
             return
         await self.open(stomp_destination, target, AckMode.AUTO, s.stomp_prefetch, {})
+
+
+def _as_json(cache: SchemaCache, message: Message) -> Message:
+    """``message`` with its Avro record as a JSON body (the same message if not Avro)."""
+    value, error = json_value(cache, message)
+    if value is None and error is None:
+        return message
+    shown = copy.copy(message)
+    if error is None:
+        shown.body = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        shown.content_type = "application/json"
+    else:
+        shown.headers = {**message.headers, "x-avro-error": error[:500]}
+    return shown
 
 
 def _stream_offset(raw: str) -> str | int | float:

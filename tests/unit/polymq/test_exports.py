@@ -14,6 +14,8 @@ import polymq
 
 SUBMODULES = [
     "polymq.auth",
+    "polymq.avro",
+    "polymq.avroview",
     "polymq.client",
     "polymq.codec",
     "polymq.config",

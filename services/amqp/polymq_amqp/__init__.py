@@ -1,0 +1,19 @@
+"""polymq's AMQP 0-9-1 frontend (``polymq amqp``, also mounted by ``polymq run``).
+
+It speaks AMQP 0-9-1 outside (pika, aio-pika and the other clients of RabbitMQ) and the
+polymq wire protocol inside, through one shared :class:`polymq.Client` to the core
+(:class:`polymq.corelink.CoreLink`). Exchanges route through the core's topic bindings,
+queues are core queues, and what AMQP declares that the core has no word for lives in the
+core's key/value store (``topology.py``): the frontend keeps no state a restart would lose.
+
+Modules: ``codec`` (sans-IO framing and the state table) with ``events`` and ``errors`` (the
+exception tree, each error carrying its reply code); ``names`` (AMQP names in the core's
+alphabet), ``exchanges`` (routing by exchange type), ``arguments`` (queue arguments),
+``tables`` and ``properties`` (messages both ways), ``topology`` (records of exchanges,
+queues and bindings); ``session`` (one connection), ``channel`` (one channel: qos, acks,
+confirms, transactions), ``declarations`` (exchange.* and queue.*), ``consumer``
+(basic.consume, basic.get, deliveries), ``publisher`` (basic.publish, returns, confirms);
+``transports``, ``config``, ``metrics`` and ``service``.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,196 @@
+"""A POSTed body as validated records, and records as messages (sans-IO).
+
+A body is sniffed by its first bytes: ``Obj`` 0x01 is an object container file (its
+schema travels in it), ``C3 01`` a run of single-object encoded records, each naming its
+schema by id (which must be registered: the caller looks ids up, see :class:`NeedSchema`).
+Every record is decoded against its schema before anything is published, and each becomes
+one message whose body is the record in the single-object encoding.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import io
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fastavro import schemaless_reader
+
+from polymq import Message
+from polymq.avro import (
+    CONTENT_TYPE,
+    HEADER_SIZE,
+    MAGIC,
+    SCHEMA_ID_HEADER,
+    AvroError,
+    AvroSchema,
+    DecodeError,
+    parse,
+    read_header,
+)
+
+from . import container
+from .compat import apache_schema
+from .container import TooLarge, Truncated
+
+__all__ = [
+    "BodyKind",
+    "NeedSchema",
+    "NotAvro",
+    "Records",
+    "batch_digest",
+    "decode_container",
+    "messages",
+    "sniff",
+    "split_single",
+]
+
+
+class BodyKind(enum.Enum):
+    CONTAINER = "container"
+    SINGLE = "single"
+
+
+class NotAvro(AvroError):
+    code = "not-avro"
+    status = 422
+
+
+class NeedSchema(Exception):
+    """A record names a schema id that ``lookup`` does not hold: load it and try again."""
+
+    def __init__(self, schema_id: str) -> None:
+        super().__init__(schema_id)
+        self.schema_id = schema_id
+
+
+@dataclass(eq=False)
+class Records:
+    """Validated records: each one's single-object body and schema id, and the schemas."""
+
+    kind: BodyKind
+    bodies: list[bytes] = field(repr=False)
+    ids: list[str] = field(repr=False)
+    schemas: dict[str, AvroSchema]  # in the order of first use
+
+    @property
+    def count(self) -> int:
+        return len(self.bodies)
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.bodies))
+
+
+def sniff(body: bytes) -> BodyKind:
+    if body.startswith(container.MAGIC):
+        return BodyKind.CONTAINER
+    if body.startswith(MAGIC):
+        return BodyKind.SINGLE
+    if not body:
+        raise NotAvro("the body is empty: send an Avro object container or single-object records")
+    if container.MAGIC.startswith(body) or MAGIC.startswith(body):
+        raise Truncated("the body ends inside its magic bytes")
+    raise NotAvro(
+        "the body is neither an Avro object container file (magic 'Obj' 0x01) nor "
+        "single-object encoded records (magic C3 01)"
+    )
+
+
+def decode_container(body: bytes, *, max_records: int, max_decoded: int) -> Records:
+    """Every record of a container, checked against the container's schema."""
+    c = container.read_container(body, max_records=max_records, max_decoded=max_decoded)
+    schema = parse(c.schema_json)
+    apache_schema(schema.json)  # the registry keeps only schemas both parsers accept
+    datums = container.split_records(c, schema)
+    header = schema.header
+    return Records(
+        BodyKind.CONTAINER,
+        [header + d for d in datums],
+        [schema.id] * len(datums),
+        {schema.id: schema},
+    )
+
+
+def split_single(
+    body: bytes,
+    lookup: Callable[[str], AvroSchema | None],
+    *,
+    max_records: int,
+) -> Records:
+    """Single-object records laid end to end, each decoded with the schema its header
+    names; NeedSchema for an id ``lookup`` does not hold (load it, then call again)."""
+    bodies: list[bytes] = []
+    ids: list[str] = []
+    schemas: dict[str, AvroSchema] = {}
+    stream = io.BytesIO(body)
+    pos = 0
+    while pos < len(body):
+        if len(bodies) >= max_records:
+            raise TooLarge(f"more than {max_records} records in one request; send fewer")
+        try:
+            sid = read_header(body, pos)
+        except DecodeError as exc:
+            rest = body[pos : pos + 2]
+            if rest == MAGIC or MAGIC.startswith(rest):
+                raise Truncated(f"record {len(bodies)}: {exc.message}") from None
+            raise DecodeError(f"record {len(bodies)}: {exc.message}") from None
+        schema = schemas.get(sid) or lookup(sid)
+        if schema is None:
+            raise NeedSchema(sid)
+        schemas.setdefault(sid, schema)
+        stream.seek(pos + HEADER_SIZE)
+        try:
+            schemaless_reader(stream, schema.plain, None)
+        except EOFError:
+            raise Truncated(
+                f"the body ends inside record {len(bodies)} (at byte {pos}, schema {sid})"
+            ) from None
+        except Exception as exc:
+            detail = str(exc).strip() or type(exc).__name__
+            raise DecodeError(
+                f"record {len(bodies)} (at byte {pos}) is not valid for schema {sid}: "
+                f"{detail[:200]}"
+            ) from None
+        end = stream.tell()
+        bodies.append(body[pos:end])
+        ids.append(sid)
+        pos = end
+    return Records(BodyKind.SINGLE, bodies, ids, schemas)
+
+
+def messages(
+    records: Records,
+    *,
+    persistent: bool = False,
+    priority: int | None = None,
+    ttl: float | None = None,
+) -> list[Message]:
+    """One message per record: the single-object body, ``avro/binary`` and its id."""
+    headers = {sid: {SCHEMA_ID_HEADER: sid} for sid in records.schemas}
+    expires = time.time() + ttl if ttl is not None else None
+    prio = Message(b"").priority if priority is None else priority
+    return [
+        Message(
+            body=b,
+            content_type=CONTENT_TYPE,
+            headers=headers[sid],  # shared, never changed: the codec only reads it
+            priority=prio,
+            persistent=persistent,
+            expires=expires,
+        )
+        for b, sid in zip(records.bodies, records.ids, strict=True)
+    ]
+
+
+def batch_digest(records: Records, persistent: bool, priority: int | None) -> str:
+    """What a retry repeats: the records (whatever container or codec carried them) and the
+    options that shape their messages. 32 hex characters."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{int(persistent)}:{priority}:{records.count}\n".encode())
+    for b in records.bodies:
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()

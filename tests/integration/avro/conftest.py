@@ -1,0 +1,159 @@
+"""Fixtures for the Avro frontend's integration tests: one ``polymq run`` per module (core
+and every frontend on 127.0.0.1, ephemeral ports), reached with ``requests`` and fastavro;
+the core's stats are read through the JSON over HTTP frontend."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import fastavro
+import pytest
+import requests
+
+from ...procs import PolymqProcess, serving
+
+TIMEOUT = 40.0  # seconds for one HTTP call
+
+USER = {
+    "type": "record",
+    "name": "User",
+    "namespace": "test.polymq",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": "string"},
+        {"name": "email", "type": ["null", "string"], "default": None},
+        {"name": "score", "type": "double"},
+        {"name": "avatar", "type": "bytes"},
+    ],
+}
+
+
+def unique(prefix: str = "av") -> str:
+    """A destination or subject name no other test or run uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def users(n: int, start: int = 0) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": i,
+            "name": f"user {i}",
+            "email": None if i % 4 == 0 else f"u{i}@example.com",
+            "score": i * 0.25,
+            "avatar": i.to_bytes(4, "big"),
+        }
+        for i in range(start, start + n)
+    ]
+
+
+def container(
+    records: list[dict[str, Any]], schema: Any = None, codec: str = "deflate", **kw: Any
+) -> bytes:
+    out = io.BytesIO()
+    fastavro.writer(out, fastavro.parse_schema(schema or USER), records, codec=codec, **kw)
+    return out.getvalue()
+
+
+def read_container(data: bytes) -> tuple[list[Any], dict[str, str]]:
+    reader = fastavro.reader(io.BytesIO(data))
+    return list(reader), dict(reader.metadata)
+
+
+def assert_problem(r: requests.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    """``r`` is an RFC 9457 problem with ``status`` (and ``code``); returns its body."""
+    assert r.status_code == status, f"{r.status_code}: {r.text[:500]}"
+    assert r.headers["Content-Type"].split(";")[0] == "application/problem+json", r.headers
+    body: dict[str, Any] = r.json()
+    assert body["status"] == status
+    assert isinstance(body["title"], str) and body["title"]
+    assert isinstance(body["detail"], str) and body["detail"]
+    if code is not None:
+        assert body["code"] == code, body
+    return body
+
+
+class Avro:
+    """A ``requests`` session bound to one Avro frontend (and its HTTP neighbour for stats)."""
+
+    def __init__(self, proc: PolymqProcess) -> None:
+        self.proc = proc
+        self.base = proc.url("avro")
+        self.http = proc.url("http") if "http" in proc.ports else None
+        self.session = requests.Session()
+
+    def fresh(self) -> Avro:
+        """Another client of the same frontend (its own connections)."""
+        return Avro(self.proc)
+
+    def request(self, method: str, path: str, **kw: Any) -> requests.Response:
+        kw.setdefault("timeout", TIMEOUT)
+        return self.session.request(method, self.base + path, **kw)
+
+    def get(self, path: str, **kw: Any) -> requests.Response:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, **kw: Any) -> requests.Response:
+        return self.request("POST", path, **kw)
+
+    def put(self, path: str, **kw: Any) -> requests.Response:
+        return self.request("PUT", path, **kw)
+
+    # ---- the common moves ------------------------------------------------------------------
+    def publish(
+        self,
+        dest: str,
+        body: bytes,
+        content_type: str = "application/avro",
+        headers: dict[str, str] | None = None,
+        **params: Any,
+    ) -> requests.Response:
+        return self.post(
+            f"/v1/{dest}/records",
+            data=body,
+            params=params,
+            headers={"Content-Type": content_type, **(headers or {})},
+        )
+
+    def published(self, dest: str, body: bytes, **kw: Any) -> dict[str, Any]:
+        r = self.publish(dest, body, **kw)
+        assert r.status_code == 200, r.text[:500]
+        out: dict[str, Any] = r.json()
+        return out
+
+    def register(self, subject: str, schema: Any) -> requests.Response:
+        return self.post(f"/v1/schemas/subjects/{subject}/versions", json={"schema": schema})
+
+    def ack(self, receipts: list[str]) -> None:
+        for i in range(0, len(receipts), 1000):
+            r = self.post("/v1/ack", json={"receipts": receipts[i : i + 1000]})
+            assert r.status_code == 200, r.text
+            assert r.json()["settled"] == len(receipts[i : i + 1000])
+
+    def declare(self, dest: str) -> None:
+        assert self.http is not None
+        r = requests.put(f"{self.http}/v1/{dest}", json={}, timeout=TIMEOUT)
+        assert r.status_code == 200, r.text
+
+    def stats(self, dest: str) -> dict[str, Any]:
+        """The core's stats of ``dest`` (through the HTTP frontend)."""
+        assert self.http is not None
+        r = requests.get(f"{self.http}/v1/{dest}", timeout=TIMEOUT)
+        assert r.status_code == 200, r.text
+        out: dict[str, Any] = r.json()
+        return out
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
+    """One ``polymq run`` shared by a module's tests; each test uses its own destinations
+    and subjects. It must still be alive at the end, and stop cleanly."""
+    with serving("run", tmp_path_factory.mktemp("avro-run")) as proc:
+        yield proc
+
+
+@pytest.fixture
+def api(server: PolymqProcess) -> Avro:
+    return Avro(server)

@@ -1,0 +1,191 @@
+"""The service around the API: health and readiness, metrics, the OpenAPI document, a core
+that is away, logins and permissions, and a graceful stop that answers waiting reads."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from polymq.auth import hash_password
+
+from ...procs import PolymqProcess, serving
+from .conftest import Avro, assert_problem, container, unique, users
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in a Prometheus text exposition (0 if absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        if key == (f"{name}{{{want}}}" if want else name):
+            return float(value)
+    return 0.0
+
+
+def test_health_readiness_and_openapi(api: Avro) -> None:
+    assert api.get("/healthz").json() == {"status": "ok"}
+    ready = api.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    doc = api.get("/openapi.json").json()
+    assert doc["openapi"] == "3.1.0"
+    assert "/v1/{kind}/{name}/records" in doc["paths"]
+    assert "/v1/schemas/subjects/{subject}/versions" in doc["paths"]
+
+
+def test_metrics_count_records_batches_and_registry_operations(api: Avro) -> None:
+    def scrape() -> str:
+        return api.get("/metrics").text
+
+    before = scrape()
+    queue = f"queue/{unique('m')}"
+    key = {"Idempotency-Key": unique("k")}
+    api.published(queue, container(users(7)), headers=key)
+    api.published(queue, container(users(7)), headers=key)
+    api.publish(queue, b"garbage")
+    api.get(f"/v1/{queue}/records", params={"max": 5})
+    api.register(unique("m"), {"type": "record", "name": "M", "fields": []})
+    after = scrape()
+
+    def grew(name: str, **labels: str) -> float:
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    assert grew("polymq_avro_records_total", direction="in") == 7
+    assert grew("polymq_avro_records_total", direction="out") == 5
+    assert grew("polymq_avro_batches_total", outcome="published") == 1
+    assert grew("polymq_avro_batches_total", outcome="duplicate") == 1
+    assert grew("polymq_avro_batches_total", outcome="rejected") == 1
+    assert grew("polymq_avro_duplicate_records_suppressed_total") == 7
+    assert grew("polymq_avro_schema_operations_total", op="register", outcome="ok") == 1
+    assert grew("polymq_avro_bytes_total", direction="in") > 0
+    route = "/v1/{kind}/{name}/records"
+    assert grew("polymq_avro_requests_total", method="POST", route=route, status="422") == 1
+    assert metric(after, "polymq_avro_core_connected") == 1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_core_that_is_away(tmp_path: Path) -> None:
+    """Not ready, requests answer 503 at once, and it stops cleanly."""
+    with serving("avro", tmp_path, "--core", f"127.0.0.1:{free_port()}") as proc:
+        api = Avro(proc)
+        assert api.get("/healthz").status_code == 200
+        assert_problem(api.get("/readyz"), 503, "unavailable")
+        started = time.monotonic()
+        r = api.publish(f"queue/{unique()}", container(users(2)))
+        assert_problem(r, 503, "unavailable")
+        assert_problem(api.get("/v1/schemas/subjects"), 503)
+        assert time.monotonic() - started < 5
+
+
+def test_sigterm_answers_a_waiting_read_and_exits_0(tmp_path: Path) -> None:
+    proc = PolymqProcess("run", tmp_path).start()
+    try:
+        api = Avro(proc)
+        queue = unique("term")
+        api.declare(f"queue/{queue}")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            reading = pool.submit(api.get, f"/v1/queue/{queue}/records", params={"wait": 25})
+            time.sleep(0.5)
+            started = time.monotonic()
+            assert proc.proc is not None
+            proc.proc.terminate()
+            r = reading.result(timeout=15)
+        assert r.status_code == 204 and time.monotonic() - started < 10
+        assert proc.proc.wait(15) == 0, proc.log()
+    finally:
+        proc.kill()
+
+
+# ---- logins and permissions ----------------------------------------------------------------
+WRITER, READER, ADMIN = "writer-pw", "reader-pw", "admin-pw"
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
+    workdir = tmp_path_factory.mktemp("avro-auth")
+    users_file = workdir / "users.json"
+    users_file.write_text(
+        json.dumps(
+            {
+                "users": {
+                    "writer": {
+                        "password_hash": hash_password(WRITER),
+                        "grants": [{"pattern": "queue/in-*", "permissions": ["write"]}],
+                    },
+                    "reader": {
+                        "password_hash": hash_password(READER),
+                        "grants": [{"pattern": "queue/*", "permissions": ["read"]}],
+                    },
+                    "admin": {
+                        "password_hash": hash_password(ADMIN),
+                        "grants": [{"pattern": "*", "permissions": ["read", "write", "configure"]}],
+                    },
+                }
+            }
+        )
+    )
+    with serving("run", workdir, "--auth", f"file:{users_file}") as proc:
+        yield proc
+
+
+def test_logins_and_permissions(secured: PolymqProcess) -> None:
+    base = secured.url("avro")
+    queue = unique("in")
+    body = container(users(3))
+    ctype = {"Content-Type": "application/avro"}
+
+    def post(path: str, headers: dict[str, str], **kw: object) -> requests.Response:
+        return requests.post(base + path, headers={**ctype, **headers}, timeout=10, **kw)  # type: ignore[arg-type]
+
+    assert_problem(post(f"/v1/queue/{queue}/records", {}, data=body), 401)
+    assert "WWW-Authenticate" in post(f"/v1/queue/{queue}/records", {}, data=body).headers
+    assert_problem(post(f"/v1/queue/{queue}/records", basic("writer", "wrong"), data=body), 401)
+    r = post(f"/v1/queue/{queue}/records", basic("writer", WRITER), data=body)
+    assert r.status_code == 200 and r.json()["count"] == 3
+    assert_problem(post(f"/v1/queue/other-{queue}/records", basic("writer", WRITER), data=body),
+                   403)  # fmt: skip
+    # registering schemas needs WRITE on kv/avro/subjects/<subject>: only '*' grants that
+    schema = {"schema": {"type": "record", "name": "A", "fields": []}}
+    assert_problem(
+        requests.post(f"{base}/v1/schemas/subjects/s1/versions", json=schema,
+                      headers=basic("writer", WRITER), timeout=10), 403)  # fmt: skip
+    r = requests.post(f"{base}/v1/schemas/subjects/{unique()}/versions", json=schema,
+                      headers=basic("admin", ADMIN), timeout=10)  # fmt: skip
+    assert r.status_code == 200
+    # publishing with ?subject= needs the subject's permission too
+    assert_problem(
+        post(f"/v1/queue/{queue}/records?subject=s1", basic("writer", WRITER), data=body), 403
+    )
+    # reading needs READ on the queue; settling too
+    assert_problem(
+        requests.get(f"{base}/v1/queue/{queue}/records", headers=basic("writer", WRITER),
+                     timeout=10), 403)  # fmt: skip
+    r = requests.get(f"{base}/v1/queue/{queue}/records", params={"max": 10},
+                     headers={**basic("reader", READER), "Accept": "application/json"},
+                     timeout=10)  # fmt: skip
+    assert r.status_code == 200 and len(r.json()["records"]) == 3
+    receipts = [rec["receipt"] for rec in r.json()["records"]]
+    assert_problem(requests.post(f"{base}/v1/ack", json={"receipts": receipts},
+                                 headers=basic("writer", WRITER), timeout=10), 403)  # fmt: skip
+    r = requests.post(f"{base}/v1/ack", json={"receipts": receipts},
+                      headers=basic("reader", READER), timeout=10)  # fmt: skip
+    assert r.status_code == 200 and r.json() == {"settled": 3, "missing": []}
