@@ -40,6 +40,8 @@ from .errors import (
 )
 from .events import (
     Ack,
+    Bind,
+    Bindings,
     Cancelled,
     CursorClose,
     CursorOpen,
@@ -68,6 +70,7 @@ from .events import (
     Settle,
     Stats,
     Subscribe,
+    Unbind,
     Unsubscribe,
     Welcome,
 )
@@ -519,7 +522,13 @@ class Client:
 
         A batch is all or nothing. With ``batch_id`` it is idempotent: for ``batch_ttl``
         seconds (None: the core's window) a repeat with the same id to the same destination
-        publishes nothing and answers like the first, with ``"duplicate": True``."""
+        publishes nothing and answers like the first, with ``"duplicate": True``.
+
+        A queue or stream answers ``{"count", "ids", "seqs"}``. A topic answers ``{"count",
+        "subscribers", "queues", "refused"}``: the live subscribers reached, the number of
+        bound queues (see :meth:`bind`) that took a copy and the list of those that refused
+        it (full, under ``overflow: reject``); it returns once copies of persistent messages
+        in durable queues are on disk."""
         if isinstance(messages, bytes | str | Message):
             batch = [make_message(messages, **fields)]
         else:
@@ -616,6 +625,25 @@ class Client:
     async def ping(self) -> None:
         await self._call(Ping(self._rid()))
 
+    # ---- bindings: topic pattern -> queue ----------------------------------------------
+    async def bind(self, pattern: str, queue: str) -> dict[str, Any]:
+        """Bind ``queue`` (``"queue/<name>"``) to ``pattern`` (``"topic/<pattern>"``, with
+        ``*``, ``#`` or a trailing ``*`` prefix): every message published to a matching topic
+        is also appended to the queue. Idempotent; kept across restarts when the queue is
+        declared durable, and removed with the queue. Returns ``{"added": 0 | 1}``."""
+        r: dict[str, Any] = await self._call(Bind(self._rid(), pattern, queue))
+        return r
+
+    async def unbind(self, pattern: str, queue: str) -> dict[str, Any]:
+        """Remove a binding; ``{"removed": 0}`` if there was none."""
+        r: dict[str, Any] = await self._call(Unbind(self._rid(), pattern, queue))
+        return r
+
+    async def bindings(self, queue: str) -> list[str]:
+        """The patterns (``"topic/..."``) ``queue`` is bound to, sorted."""
+        r: list[str] = await self._call(Bindings(self._rid(), queue))
+        return r
+
     # ---- cursor subscriptions: live in the core, polled from any connection -------------
     async def cursor_open(
         self,
@@ -700,6 +728,15 @@ class QueueHandle(_Handle):
 
     async def purge(self) -> int:
         return await self.client.purge(self.destination)
+
+    async def bind(self, pattern: str) -> dict[str, Any]:
+        return await self.client.bind(pattern, self.destination)
+
+    async def unbind(self, pattern: str) -> dict[str, Any]:
+        return await self.client.unbind(pattern, self.destination)
+
+    async def bindings(self) -> list[str]:
+        return await self.client.bindings(self.destination)
 
 
 class TopicHandle(_Handle):

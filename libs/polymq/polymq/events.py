@@ -3,7 +3,7 @@
 Client to core: ``Hello``, ``Publish``, ``Declare``, ``Delete``, ``Purge``, ``Subscribe``,
 ``Unsubscribe``, ``Ack``, ``Nack``, ``Pull``, ``Settle``, ``Stats``, ``MetaGet``, ``MetaSet``,
 ``KvGet``, ``KvPut``, ``KvDelete``, ``KvList``, ``Ping``, ``CursorOpen``, ``CursorPoll``,
-``CursorClose``.
+``CursorClose``, ``Bind``, ``Unbind``, ``Bindings``.
 Core to client: ``Welcome``, ``Ok``, ``Fail``, ``Deliver``, ``Pulled``, ``Cancelled``, ``Goodbye``.
 
 Every request carries ``rid``, a request id the answer (``Ok``, ``Fail`` or ``Pulled``) repeats;
@@ -20,6 +20,8 @@ from .types import Message
 __all__ = [
     "EVENT_TYPES",
     "Ack",
+    "Bind",
+    "Bindings",
     "Cancelled",
     "CursorClose",
     "CursorOpen",
@@ -49,6 +51,7 @@ __all__ = [
     "Settle",
     "Stats",
     "Subscribe",
+    "Unbind",
     "Unsubscribe",
     "Welcome",
 ]
@@ -270,6 +273,37 @@ class CursorClose(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class Bind(Request):
+    """Bind ``queue`` (``queue/<name>``) to ``pattern`` (``topic/<pattern>``): a copy of every
+    message published to a matching topic goes into the queue. Idempotent; durable when the
+    queue is declared durable. Answer: ``{"added": 0 | 1}``."""
+
+    OP: ClassVar[int] = 31
+    rid: int
+    pattern: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unbind(Request):
+    """Undo a ``Bind``; unbinding what is not bound is no error. ``{"removed": 0 | 1}``."""
+
+    OP: ClassVar[int] = 32
+    rid: int
+    pattern: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class Bindings(Request):
+    """The patterns ``queue`` is bound to: a sorted list of ``topic/<pattern>``."""
+
+    OP: ClassVar[int] = 33
+    rid: int
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
 class Ok(Event):
     OP: ClassVar[int] = 40
     rid: int
@@ -358,6 +392,9 @@ EVENT_TYPES: dict[int, type[Event]] = {
         CursorOpen,
         CursorPoll,
         CursorClose,
+        Bind,
+        Unbind,
+        Bindings,
         Ok,
         Fail,
         Deliver,

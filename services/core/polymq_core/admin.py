@@ -78,7 +78,7 @@ td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}td:first-child{
 </style></head><body><h1>polymq</h1>
 <h2>Nodes</h2><ul><li><a href="/">{html.escape(broker.settings.node_name)}</a> (this node)</li></ul>
 <p>{info["connections"]} connections, {info["topic_subscriptions"]} topic subscriptions,
-up {info["uptime_seconds"]:.0f}s. <a href="/metrics">metrics</a>
+{info["bindings"]} bindings, up {info["uptime_seconds"]:.0f}s. <a href="/metrics">metrics</a>
 <a href="/api/cluster">cluster</a></p>
 <h2>Destinations in memory</h2><table><tr><th>destination</th><th>ready</th>
 <th>in flight</th><th>subscribers</th></tr>{rows}</table>

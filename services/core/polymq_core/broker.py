@@ -16,9 +16,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from polymq.auth import AuthProvider, Permission, Principal
-from polymq.errors import BadRequest, NotFound, Unauthorized, Unavailable
+from polymq.errors import BadRequest, NotFound, QueueFull, Unauthorized, Unavailable
 from polymq.events import (
     Ack,
+    Bind,
+    Bindings,
     CursorClose,
     CursorOpen,
     CursorPoll,
@@ -42,11 +44,13 @@ from polymq.events import (
     Settle,
     Stats,
     Subscribe,
+    Unbind,
     Unsubscribe,
 )
 from polymq.types import DeclareOptions, Destination, Kind, Message, SubscribeOptions
 
 from .batches import MAX_BATCH_ID, MAX_BATCH_TTL
+from .bindings import BindingTable
 from .cursors import Cursor, Cursors, QueueCursor
 from .queue import Queue, Waiter
 from .routing import TopicRouter, validate_pattern
@@ -64,6 +68,8 @@ log = logging.getLogger(__name__)
 MAX_KEY_LENGTH = 1024
 MAX_KV_VALUE = 1024 * 1024
 MAX_KV_LIST = 100_000
+MAX_BINDINGS_PER_QUEUE = 100_000
+_NO_RETURN = frozenset({"expired", "max-length"})  # dead-letter reasons that never loop back
 
 
 class TopicSource:
@@ -93,6 +99,7 @@ class Broker:
         self.sensors = sensors
         self.auth = auth
         self.server_name = f"polymq-core/{settings.node_name}"
+        self.bindings = BindingTable()  # every queue's bindings; the shards store durable ones
         self.shards = [
             Shard(self, i, SqliteStore(settings.data_dir / f"shard-{i:03d}.db"), sensors)
             for i in range(settings.shards)
@@ -121,6 +128,9 @@ class Broker:
             KvPut: self._kv_put,
             KvDelete: self._kv_delete,
             KvList: self._kv_list,
+            Bind: self._bind,
+            Unbind: self._unbind,
+            Bindings: self._bindings,
             Ping: lambda s, e: "pong",
             CursorOpen: self._cursor_open,
             CursorPoll: self._cursor_poll,
@@ -246,7 +256,11 @@ class Broker:
         kind = dest.kind.value
         self.sensors.on_publish(session.protocol, kind, len(msgs))
         if dest.kind is Kind.TOPIC:
-            return {"count": len(msgs), "subscribers": self.publish_topic(dest.name, msgs)}
+            n = self.publish_topic(dest.name, msgs)
+            result = {"count": len(msgs), "subscribers": n, "queues": 0, "refused": []}
+            if not self.bindings.size:  # nothing bound anywhere: the fanout path as it was
+                return result
+            return self.route(dest.name, msgs, result)
         if dest.kind is Kind.CHANNEL:
             role = ev.role or "client"
             other = "server" if role == "client" else "client"
@@ -275,35 +289,127 @@ class Broker:
             self.sensors.on_deliver(len(subs) * len(msgs))
         return len(subs)
 
-    def dead_letter(self, msg: Message, target: str, reason: str) -> None:
+    def route(self, name: str, msgs: list[Message], result: dict[str, Any]) -> Any:
+        """Append a copy of ``msgs`` (just published to ``topic/<name>``) to every queue bound
+        by a pattern that matches ``name``, each queue once. Fills in ``result["queues"]``
+        (how many took them) and ``result["refused"]`` (the keys of those that refused them:
+        full, under ``reject``); returns ``result``, or an awaitable of it when copies of
+        persistent messages into durable queues must first be durable."""
+        taken, futs = self._route(name, msgs, result["refused"])
+        result["queues"] = taken
+        if not futs:
+            return result
+        return _then(futs[0] if len(futs) == 1 else asyncio.gather(*futs), result)
+
+    def _route(
+        self, name: str, msgs: list[Message], refused: list[str], skip: str = ""
+    ) -> tuple[int, list[asyncio.Future[None]]]:
+        """(queues that took a copy, futures of their durable appends); ``skip``: a queue
+        not to route to."""
+        keys = self.bindings.match(name)
+        futs: list[asyncio.Future[None]] = []
+        taken = 0
+        for key in sorted(keys) if len(keys) > 1 else keys:
+            if key == skip:
+                continue
+            copies = [_copy(m) for m in msgs]
+            try:
+                fut = self.shard_for(key).publish(key, copies, routed=True)
+            except QueueFull:
+                refused.append(key)
+                continue
+            taken += 1
+            if fut is not None:
+                futs.append(fut)
+        return taken, futs
+
+    def dead_letter(self, msg: Message, target: str, reason: str, source: str = "") -> None:
+        """Send ``msg``, which left queue ``source`` unacked for ``reason``, to ``target``.
+
+        A topic target goes through the same routing as a publish (subscribers and bindings).
+        A message that left on its own (``expired``, or dropped as the oldest of a full
+        queue: ``max-length``) never comes back into the queue it left, through a binding or
+        directly: a full queue under drop-oldest would loop forever (RabbitMQ drops such
+        cycles too). What a consumer rejected, or gave up on, may come back."""
         try:
             dest = Destination.parse(target)
         except BadRequest:
             log.warning("dead-letter destination %r is invalid; message dropped", target)
             return
+        headers = {
+            **msg.headers,
+            "x-death-reason": reason,
+            "x-original-destination": msg.destination,
+            "x-original-id": msg.id,
+            "x-delivery-count": str(msg.delivery_count),
+        }
+        if source and msg.destination != source:  # it came into the queue through a binding
+            headers["x-original-queue"] = source
         dl = Message(
             body=msg.body,
             content_type=msg.content_type,
-            headers={
-                **msg.headers,
-                "x-death-reason": reason,
-                "x-original-destination": msg.destination,
-                "x-original-id": msg.id,
-                "x-delivery-count": str(msg.delivery_count),
-            },
+            headers=headers,
             priority=msg.priority,
             persistent=msg.persistent,
             correlation_id=msg.correlation_id,
             reply_to=msg.reply_to,
         )
+        skip = source if reason in _NO_RETURN else ""
         if dest.kind is Kind.TOPIC:
             self.publish_topic(dest.name, [dl])
+            if self.bindings.size:
+                refused: list[str] = []
+                _, futs = self._route(dest.name, [dl], refused, skip)
+                if refused:
+                    log.warning("dead-lettering to %s: refused by %s", target, ", ".join(refused))
+                for fut in futs:  # nobody waits for these, but a failure is told
+                    fut.add_done_callback(_log_failure)
             return
         key = str(dest)
+        if key == skip:
+            log.warning("%s dead-letters to itself (%s); message dropped", key, reason)
+            return
         try:
             self.shard_for(key).publish(key, [dl])
         except Exception as exc:  # a full dead-letter queue must not break the source queue
             log.warning("dead-lettering to %s failed: %s", key, exc)
+
+    # ---- bindings -----------------------------------------------------------------------
+    def _binding(self, session: Session, pattern: Any, queue: Any) -> tuple[str, str]:
+        """(pattern without ``topic/``, queue key) of a Bind or Unbind, with permissions:
+        CONFIGURE on the queue and READ on the topic pattern (to bind is to subscribe)."""
+        q = self._dest(session, queue, Permission.CONFIGURE)
+        if q.kind is not Kind.QUEUE:
+            raise BadRequest(f"bindings go to queues ('queue/<name>'), not {str(q)[:80]!r}")
+        p = self._dest(session, pattern, Permission.READ, pattern=True)
+        if p.kind is not Kind.TOPIC:
+            raise BadRequest(f"a binding's pattern is 'topic/<pattern>', not {str(p)[:80]!r}")
+        return p.name, str(q)
+
+    def _bind(self, session: Session, ev: Bind) -> Any:
+        pattern, key = self._binding(session, ev.pattern, ev.queue)
+        if self.bindings.count(key) >= MAX_BINDINGS_PER_QUEUE and not self.bindings.has(
+            pattern, key
+        ):
+            raise BadRequest(f"{key} has {MAX_BINDINGS_PER_QUEUE} bindings, the most allowed")
+        try:
+            added, fut = self.shard_for(key).bind(key, pattern)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        result = {"added": int(added)}
+        return result if fut is None else _then(fut, result)
+
+    def _unbind(self, session: Session, ev: Unbind) -> Any:
+        pattern, key = self._binding(session, ev.pattern, ev.queue)
+        removed, fut = self.shard_for(key).unbind(key, pattern)
+        result = {"removed": int(removed)}
+        return result if fut is None else _then(fut, result)
+
+    def _bindings(self, session: Session, ev: Bindings) -> Any:
+        q = self._dest(session, ev.queue, Permission.READ)
+        if q.kind is not Kind.QUEUE:
+            raise BadRequest(f"bindings go to queues ('queue/<name>'), not {str(q)[:80]!r}")
+        return [f"topic/{p}" for p in self.bindings.of(str(q))]
 
     # ---- declare / delete / purge -------------------------------------------------------
     def _declare(self, session: Session, ev: Declare) -> Any:
@@ -590,6 +696,7 @@ class Broker:
             "uptime_seconds": round(time.time() - self.started, 3),
             "connections": len(self.sessions),
             "topic_subscriptions": len(self.topics),
+            "bindings": len(self.bindings),
             "shards": [s.describe() for s in self.shards],
         }
 
@@ -631,6 +738,29 @@ def _keys(dest: Destination) -> list[str]:
 async def _then(fut: Awaitable[Any], result: Any) -> Any:
     await fut
     return result
+
+
+def _copy(m: Message) -> Message:
+    """What a bound queue gets of a topic message: the producer's fields (the headers dict is
+    shared: the core never changes a message's headers), the topic in ``destination``; the
+    queue assigns the rest."""
+    return Message(
+        m.body,
+        m.content_type,
+        m.headers,
+        m.priority,
+        m.persistent,
+        m.expires,
+        m.ack_timeout,
+        m.correlation_id,
+        m.reply_to,
+        destination=m.destination,
+    )
+
+
+def _log_failure(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("a dead-lettered message may not be durable: %s", fut.exception())
 
 
 async def _with(answer: Awaitable[dict[str, Any]], key: str, value: Any) -> dict[str, Any]:

@@ -103,6 +103,11 @@ class Sensors:
             "Messages delivered and not yet acked",
             registry=registry,
         )
+        self.bindings = Gauge(
+            "polymq_bindings",
+            "Bindings from topic patterns to queues",
+            registry=registry,
+        )
 
     def watch_depth(self, depth: Callable[[str], int], in_flight: Callable[[], int]) -> None:
         """Read queue depths when scraped (never on the message path)."""
@@ -113,6 +118,9 @@ class Sensors:
         for kind in ("queue", "stream", "channel"):
             self.ready.labels(kind).set_function(of(kind))
         self.in_flight.set_function(in_flight)
+
+    def watch_bindings(self, count: Callable[[], int]) -> None:
+        self.bindings.set_function(count)
 
     def on_publish(self, protocol: str, kind: str, n: int) -> None:
         self.published.labels(protocol, kind).inc(n)

@@ -126,6 +126,7 @@ class Queue:
             "delivered": self.delivered,
             "acked": self.acked,
             "redelivered": self.redelivered,
+            "bindings": self.shard.broker.bindings.count(self.key),
             "options": self.options.to_dict(),
         }
 

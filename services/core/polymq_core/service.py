@@ -38,6 +38,7 @@ class CoreService:
         self.sensors = Sensors(self.registry)
         self.broker = Broker(settings, self.sensors, self.auth)
         self.sensors.watch_depth(self.broker.depth, self.broker.in_flight)
+        self.sensors.watch_bindings(lambda: len(self.broker.bindings))
         self._server: asyncio.Server | None = None
         self._admin: web.AppRunner | None = None
         self.ports: dict[str, int] = {}

@@ -5,6 +5,10 @@ A shard owns their in-memory state and one :class:`~polymq_core.store.Store`, an
 durable change it makes goes through :meth:`Shard.commit` — the one place that will later
 append to a replicated log and wait for a majority instead of a local fsync.
 
+A queue's bindings (see :mod:`polymq_core.bindings`) live in the core-wide index of the broker,
+for routing; the shard keeps those of its durable queues in its store, loads them when it
+opens and drops them with the queue.
+
 A shard also runs the timers of its destinations: ack timeouts and pull leases (one heap,
 lazily cancelled), idle TTL, and eviction of idle destinations from memory so that memory
 does not grow with the number of idle queues (a durable one is read back from the store).
@@ -89,6 +93,12 @@ class Shard:
                 box.put(m)
             if isinstance(box, Queue):
                 box.published = 0
+        bindings = self.broker.bindings
+        for key, pattern in await self.store.load_bindings():
+            try:
+                bindings.add(pattern, key)
+            except ValueError:
+                log.warning("shard %d: ignoring binding %s -> %s", self.index, pattern, key)
         self._task = self.loop.create_task(self._run_timers(), name=f"shard-{self.index}")
 
     async def close(self) -> None:
@@ -149,9 +159,10 @@ class Shard:
             self.dormant[key] = (options, last_seq)
 
     def exists(self, key: str) -> bool:
-        return key in self.boxes or key in self.dormant
+        """In memory, dormant, or a queue known by its bindings (it takes what they route)."""
+        return key in self.boxes or key in self.dormant or self.broker.bindings.count(key) > 0
 
-    def declare(self, key: str, options: DeclareOptions) -> asyncio.Future[None] | None:
+    def declare(self, key: str, options: DeclareOptions) -> asyncio.Future[Any] | None:
         box = self.boxes.get(key)
         current = box.options if box is not None else self.dormant.get(key, (None,))[0]
         if current is not None and current != options:
@@ -163,14 +174,20 @@ class Shard:
             box = self.get(key)
         box.options = options
         box.durable = options.durable
-        if options.durable:
-            return self.commit("save_destination", key, options.to_dict(), box.metadata)
-        return None
+        if not options.durable:
+            return None
+        fut = self.commit("save_destination", key, options.to_dict(), box.metadata)
+        patterns = self.broker.bindings.of(key)
+        if not patterns:
+            return fut
+        # bindings made before the queue was declared durable become durable with it
+        return asyncio.gather(fut, self.commit("save_bindings", key, patterns))
 
     def delete(self, key: str) -> asyncio.Future[None] | None:
         box = self.boxes.pop(key, None)
         dormant = self.dormant.pop(key, None)
-        if box is None and dormant is None:
+        bound = self.broker.bindings.drop_queue(key)
+        if box is None and dormant is None and not bound:
             raise NotFound(f"{key} does not exist")
         if box is not None:
             box.close(f"{key} was deleted")
@@ -190,9 +207,39 @@ class Shard:
         box.metadata = dict(metadata)
         return self.commit("save_destination", key, box.options.to_dict(), box.metadata)
 
+    def is_durable(self, key: str) -> bool:
+        """Is ``key`` declared durable (in memory or dormant)?"""
+        box = self.boxes.get(key)
+        if box is not None:
+            return box.durable
+        dormant = self.dormant.get(key)
+        return dormant is not None and dormant[0].durable
+
+    # ---- bindings (the index is the broker's; durable ones are stored here) ---------------
+    def bind(self, key: str, pattern: str) -> tuple[bool, asyncio.Future[None] | None]:
+        """Bind queue ``key`` to ``pattern``: (whether it is new, the future of its write).
+
+        A durable queue's binding is written even when it existed (the write is idempotent),
+        so that a repeated bind is answered only once the first is durable too."""
+        added = self.broker.bindings.add(pattern, key)
+        if self.is_durable(key):
+            return added, self.commit("save_bindings", key, [pattern])
+        return added, None
+
+    def unbind(self, key: str, pattern: str) -> tuple[bool, asyncio.Future[None] | None]:
+        removed = self.broker.bindings.remove(pattern, key)
+        if removed and self.is_durable(key):
+            return True, self.commit("delete_bindings", key, [pattern])
+        return removed, None
+
     # ---- messages ------------------------------------------------------------------------
-    def publish(self, key: str, messages: list[Message]) -> asyncio.Future[None] | None:
-        """Append messages to a queue or stream; the future resolves when durable."""
+    def publish(
+        self, key: str, messages: list[Message], *, routed: bool = False
+    ) -> asyncio.Future[None] | None:
+        """Append messages to a queue or stream; the future resolves when durable.
+
+        ``routed``: the messages came through a binding from the topic in their
+        ``destination``, which they keep (a consumer sees where they were published)."""
         box = self.get(key)
         now = time.time()
         if isinstance(box, Queue):
@@ -204,7 +251,8 @@ class Shard:
             self._mid += 1
             m.id = f"{self._boot}.{self.index}.{self._mid}"
             m.timestamp = now
-            m.destination = key
+            if not routed:
+                m.destination = key
             m.delivery_count = 0
             if ttl is not None and m.expires is None:
                 m.expires = now + ttl
@@ -247,7 +295,7 @@ class Shard:
         self.sensors.on_discard(reason, 1)
         target = queue.options.dead_letter
         if target:
-            self.broker.dead_letter(msg, target, reason)
+            self.broker.dead_letter(msg, target, reason, queue.key)
 
     # ---- timers ------------------------------------------------------------------------
     def new_delivery_id(self) -> int:
@@ -298,7 +346,7 @@ class Shard:
     def stats(self, key: str) -> dict[str, Any]:
         box = self.boxes.get(key)
         if box is None:
-            if key not in self.dormant:
+            if not self.exists(key):
                 raise NotFound(f"{key} does not exist")
             box = self.get(key)
         return box.stats()

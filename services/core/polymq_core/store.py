@@ -5,7 +5,8 @@ durable change of the shard goes through it. :class:`SqliteStore` keeps it in on
 
 Writes
     ``append``, ``append_many``, ``remove``, ``purge``, ``save_destination``,
-    ``delete_destination``, ``kv_put`` and ``kv_delete`` are plain methods: they queue the change
+    ``delete_destination``, ``save_bindings``, ``delete_bindings``, ``kv_put`` and
+    ``kv_delete`` are plain methods: they queue the change
     and return an :class:`asyncio.Future` that resolves to ``None`` once the change is committed
     *and* fsynced. Changes are applied in the order they were issued. A write whose future is
     never awaited (or is cancelled) is still made; cancelling only stops the waiting.
@@ -22,7 +23,8 @@ Writes
     once: that is a bug in the caller, not a store failure.
 
 Reads
-    ``kv_get``, ``load_destinations``, ``load_messages`` and ``count_messages`` run on a
+    ``kv_get``, ``kv_keys``, ``load_destinations``, ``load_messages``, ``load_bindings`` and
+    ``count_messages`` run on a
     thread of their own with a separate connection, so they never block the event loop. A read
     sees every write whose future has resolved.
 
@@ -36,13 +38,19 @@ Errors::
     StoreError      the store failed: disk full, I/O error, corrupt file, not open or closed.
                     ``__cause__`` holds the sqlite3 or OS error beneath, when there is one.
 
-Layout of the SQLite file (WAL journal, ``synchronous=FULL``, ``PRAGMA user_version = 1``)::
+Layout of the SQLite file (WAL journal, ``synchronous=FULL``, ``PRAGMA user_version = 2``)::
 
     messages      (destination, seq) -> blob     msgpack of Message.to_wire()
     destinations  destination -> options, metadata (JSON)
     sequences     destination -> last_seq         highest seq ever appended; kept by remove
                                                   and purge, dropped by delete_destination
+    bindings      (destination, pattern)          a queue's bindings (topic patterns, without
+                                                  ``topic/``); dropped by delete_destination
     kv            key -> value
+
+Schema versions: 1 had no ``bindings`` table. Opening a version 1 file creates the table and
+sets version 2 (nothing else changes, so the migration is one ``CREATE TABLE``); a file of a
+version newer than this code knows is refused.
 """
 
 from __future__ import annotations
@@ -130,6 +138,14 @@ class Store(abc.ABC):
         """Forget ``destination``: its record, its messages and its ``last_seq``."""
 
     @abc.abstractmethod
+    def save_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
+        """Add bindings of ``destination`` (a queue) to ``patterns``; existing ones stay."""
+
+    @abc.abstractmethod
+    def delete_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
+        """Remove bindings of ``destination``; patterns it is not bound to are ignored."""
+
+    @abc.abstractmethod
     def kv_put(self, key: str, value: bytes) -> asyncio.Future[None]: ...
 
     @abc.abstractmethod
@@ -152,10 +168,14 @@ class Store(abc.ABC):
         """``destination``'s messages in seq order."""
 
     @abc.abstractmethod
+    async def load_bindings(self) -> list[tuple[str, str]]:
+        """Every stored binding as ``(destination, pattern)``, ordered."""
+
+    @abc.abstractmethod
     async def count_messages(self, destination: str) -> int: ...
 
 
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS messages ("
     " destination TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,"
@@ -165,6 +185,10 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS sequences ("
     " destination TEXT PRIMARY KEY, last_seq INTEGER NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID",
+    # version 2
+    "CREATE TABLE IF NOT EXISTS bindings ("
+    " destination TEXT NOT NULL, pattern TEXT NOT NULL,"
+    " PRIMARY KEY (destination, pattern)) WITHOUT ROWID",
     f"PRAGMA user_version = {_SCHEMA_VERSION}",
 )
 _INSERT_MESSAGE = "INSERT OR REPLACE INTO messages (destination, seq, blob) VALUES (?, ?, ?)"
@@ -179,6 +203,9 @@ _RAISE_SEQUENCE = (
     "INSERT INTO sequences (destination, last_seq) VALUES (?, ?)"
     " ON CONFLICT (destination) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)"
 )
+_SAVE_BINDING = "INSERT OR IGNORE INTO bindings (destination, pattern) VALUES (?, ?)"
+_DELETE_BINDING = "DELETE FROM bindings WHERE destination = ? AND pattern = ?"
+_DELETE_BINDINGS = "DELETE FROM bindings WHERE destination = ?"
 _KV_PUT = "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)"
 _KV_DELETE = "DELETE FROM kv WHERE key = ?"
 
@@ -205,6 +232,8 @@ class _Kind(enum.Enum):
     PURGE = enum.auto()  # destination
     SAVE_DESTINATION = enum.auto()  # destination, options JSON, metadata JSON
     DELETE_DESTINATION = enum.auto()  # destination
+    SAVE_BINDINGS = enum.auto()  # destination, [pattern, ...]
+    DELETE_BINDINGS = enum.auto()  # destination, [pattern, ...]
     KV_PUT = enum.auto()  # key, value
     KV_DELETE = enum.auto()  # key
 
@@ -339,6 +368,13 @@ def _apply(conn: sqlite3.Connection, batch: list[_Write]) -> None:
             run.execute(_DELETE_MESSAGES, key)
             run.execute(_DELETE_DESTINATION, key)
             run.execute(_DELETE_SEQUENCE, key)
+            run.execute(_DELETE_BINDINGS, key)
+        elif kind is _Kind.SAVE_BINDINGS:
+            for pattern in write[3]:
+                run.execute(_SAVE_BINDING, (write[2], pattern))
+        elif kind is _Kind.DELETE_BINDINGS:
+            for pattern in write[3]:
+                run.execute(_DELETE_BINDING, (write[2], pattern))
         elif kind is _Kind.KV_PUT:
             run.execute(_KV_PUT, write[2:])
         elif kind is _Kind.KV_DELETE:
@@ -512,6 +548,12 @@ class SqliteStore(Store):
     def delete_destination(self, destination: str) -> asyncio.Future[None]:
         return self._submit(_Kind.DELETE_DESTINATION, destination)
 
+    def save_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
+        return self._submit(_Kind.SAVE_BINDINGS, destination, [str(p) for p in patterns])
+
+    def delete_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
+        return self._submit(_Kind.DELETE_BINDINGS, destination, [str(p) for p in patterns])
+
     def kv_put(self, key: str, value: bytes) -> asyncio.Future[None]:
         return self._submit(_Kind.KV_PUT, key, bytes(value))
 
@@ -657,6 +699,13 @@ class SqliteStore(Store):
                 (destination,),
             )
             return [_decode(destination, seq, blob) for seq, blob in rows]
+
+        return await self._read(read)
+
+    async def load_bindings(self) -> list[tuple[str, str]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+            sql = "SELECT destination, pattern FROM bindings ORDER BY destination, pattern"
+            return [(str(d), str(p)) for d, p in conn.execute(sql)]
 
         return await self._read(read)
 

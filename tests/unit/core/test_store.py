@@ -243,6 +243,84 @@ async def test_kv_put_get_delete(db: Path) -> None:
         assert await store.kv_get("k") is None
 
 
+# -- bindings -----------------------------------------------------------------------------------
+
+
+async def test_bindings_are_saved_deleted_and_loaded_after_reopen(db: Path) -> None:
+    async with opened(db) as store:
+        assert await store.load_bindings() == []
+        await settled(
+            store.save_bindings(Q, ["orders.#", "orders.*.eu"]),
+            store.save_bindings("queue/audit", ["#"]),
+            store.save_bindings(Q, ["orders.#"]),  # again: no error, no duplicate
+        )
+        await settled(
+            store.delete_bindings(Q, ["orders.*.eu", "never.bound"]),
+            store.save_bindings(Q, ["ord*"]),
+        )
+    async with opened(db) as store:
+        assert await store.load_bindings() == [
+            ("queue/audit", "#"),
+            (Q, "ord*"),
+            (Q, "orders.#"),
+        ]
+
+
+async def test_delete_destination_drops_its_bindings(store: SqliteStore) -> None:
+    await settled(
+        store.save_destination(Q, {"durable": True}, {}),
+        store.save_bindings(Q, ["a.#", "b"]),
+        store.save_bindings("queue/kept", ["a.#"]),
+    )
+    await settled(store.delete_destination(Q))
+    assert await store.load_bindings() == [("queue/kept", "a.#")]
+
+
+_V1_SCHEMA = (
+    "CREATE TABLE messages (destination TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,"
+    " PRIMARY KEY (destination, seq)) WITHOUT ROWID",
+    "CREATE TABLE destinations (destination TEXT PRIMARY KEY, options TEXT NOT NULL,"
+    " metadata TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE sequences (destination TEXT PRIMARY KEY, last_seq INTEGER NOT NULL)"
+    " WITHOUT ROWID",
+    "CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID",
+    "PRAGMA user_version = 1",
+)
+
+
+async def test_a_version_1_file_is_migrated_and_keeps_its_data(db: Path) -> None:
+    """A data file written before bindings existed opens, keeps everything and gains them."""
+    message = full_message(3)
+    with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        for sql in _V1_SCHEMA:
+            conn.execute(sql)
+        blob = msgpack.packb(message.to_wire(), use_bin_type=True)
+        conn.execute("INSERT INTO messages VALUES (?, 3, ?)", (Q, blob))
+        conn.execute("INSERT INTO destinations VALUES (?, ?, '{}')", (Q, '{"durable": true}'))
+        conn.execute("INSERT INTO sequences VALUES (?, 3)", (Q,))
+        conn.execute("INSERT INTO kv VALUES ('k', x'00ff')")
+
+    async with opened(db) as store:
+        assert await store.load_destinations() == [DestinationRecord(Q, {"durable": True}, {}, 3)]
+        assert await store.load_messages(Q) == [message]
+        assert await store.kv_get("k") == b"\x00\xff"
+        assert await store.load_bindings() == []
+        await settled(store.save_bindings(Q, ["a.*"]))
+    async with opened(db) as store:
+        assert await store.load_bindings() == [(Q, "a.*")]
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+async def test_a_file_of_a_newer_schema_is_refused(db: Path) -> None:
+    with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.execute("PRAGMA user_version = 3")
+    store = SqliteStore(db)
+    with pytest.raises(StoreError, match="schema version 3"):
+        await store.open()
+
+
 # -- group commit and ordering ------------------------------------------------------------------
 
 

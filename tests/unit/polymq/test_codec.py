@@ -30,6 +30,8 @@ from polymq.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from polymq.events import (
     EVENT_TYPES,
     Ack,
+    Bind,
+    Bindings,
     Cancelled,
     CursorClose,
     CursorOpen,
@@ -58,6 +60,7 @@ from polymq.events import (
     Settle,
     Stats,
     Subscribe,
+    Unbind,
     Unsubscribe,
     Welcome,
 )
@@ -127,6 +130,10 @@ CLIENT_EVENTS: list[Event] = [
     CursorPoll(21, "c-1", None, 100, 2.5),
     CursorPoll(22, "c-1", 42, 1, 0.0),
     CursorClose(23, "c-1"),
+    Bind(24, "topic/amqp.vh.orders.#", "queue/audit"),
+    Bind(25, "topic/news.sp*", "queue/ünï"),
+    Unbind(26, "topic/amqp.vh.orders.*.eu", "queue/audit"),
+    Bindings(27, "queue/audit"),
 ]
 SERVER_EVENTS: list[Event] = [
     Ok(1),
@@ -882,6 +889,10 @@ client_events = st.one_of(
     st.builds(CursorOpen, ids, text, dicts),
     st.builds(CursorPoll, ids, text, st.none() | ids, ints, floats),
     st.builds(CursorClose, ids, text),
+    st.builds(KvList, ids, text, ints),
+    st.builds(Bind, ids, text, text),
+    st.builds(Unbind, ids, text, text),
+    st.builds(Bindings, ids, text),
 )
 server_events = st.one_of(
     st.builds(Ok, ids, values),
