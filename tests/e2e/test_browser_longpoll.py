@@ -318,15 +318,15 @@ async def test_the_fetch_stream_reader_and_a_dead_subscription(
              const sub = await client.subscribe(dest, { transport: "sse",
                                                         onMessage: (m) => seen.push(m.body),
                                                         onError: () => {} });
-             for (let i = 0; i < 50 && sub.status !== "connected"; i++)
+             for (let i = 0; i < 300 && sub.status !== "connected"; i++)
                await new Promise((r) => setTimeout(r, 100));
              await client.publish(dest, "via fetch");
-             for (let i = 0; i < 50 && seen.length < 1; i++)
+             for (let i = 0; i < 300 && seen.length < 1; i++)
                await new Promise((r) => setTimeout(r, 100));
              const usedFetch = sub._useFetch;
              // removed behind its back: the next connection learns it is gone
              await client.request("DELETE", `/v1/subscriptions/${sub.id}`);
-             for (let i = 0; i < 100 && sub.status !== "failed"; i++)
+             for (let i = 0; i < 300 && sub.status !== "failed"; i++)
                await new Promise((r) => setTimeout(r, 100));
              return { seen, usedFetch, status: sub.status };
            }""",
