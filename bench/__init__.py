@@ -21,6 +21,7 @@ A scenario that fails records its error and the run goes on. Modules:
 ``stomp_load``     the asyncio STOMP load generator's workers
 ``stomp_wire``     its hand-built frames, scanning reader, TCP and WebSocket links
 ``stomp_relay``    a do-nothing STOMP relay: the load generator's own ceiling
+``avro``      the Avro frontend: raw container ingest, then Spark's format("polymq")
 ``_profile``  a ``sitecustomize`` that runs the broker under cProfile for ``--profile DIR``
 
 Numbers depend on the machine being otherwise idle: each entry records how much CPU other

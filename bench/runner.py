@@ -44,7 +44,7 @@ from .scenario import Context, Scenario, Skipped
 
 
 def all_scenarios() -> list[Scenario]:
-    from . import http, longpoll, native, rabbitmq, stomp
+    from . import avro, http, longpoll, native, rabbitmq, stomp
 
     return [
         *native.SCENARIOS,
@@ -52,6 +52,7 @@ def all_scenarios() -> list[Scenario]:
         *longpoll.SCENARIOS,
         *rabbitmq.SCENARIOS,
         *stomp.SCENARIOS,
+        *avro.SCENARIOS,
     ]
 
 

@@ -12,6 +12,9 @@
     polymq longpoll [--host H] [--longpoll-port N] [--core HOST:PORT] ...
     polymq avro  [--host H] [--avro-port N] [--core HOST:PORT] ...
 
+    polymq spark-push --input FILE --destination KIND/NAME --url AVRO-URL ...
+                 (a file into polymq through Spark's format("polymq"); needs the spark extra)
+
 A port of 0 picks a free one; ``--ports-file`` receives ``{"core": N, "admin": N, ...}`` once
 every listener is bound. When a port is left at its default and that port is taken, a free
 one is picked instead (and said). SIGTERM and Ctrl-C stop gracefully: stop accepting,
@@ -319,6 +322,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["spark-push"]:  # its own options; pyspark is imported only here
+        from polymq_spark.cli import main as spark_push
+
+        return spark_push(argv[1:], prog="polymq spark-push")
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),
