@@ -1,6 +1,10 @@
 """Settings from the environment (``POLYMQ_...``), with clear errors, in the manner of
 starlette's ``config.py``. Each service declares one frozen dataclass and reads it with
 :func:`from_env`; the CLI layers its flags on top with ``dataclasses.replace``.
+
+Every frontend's settings have the fields of :class:`FrontendSettings`; its ``check()``
+starts with the checks they share (:func:`check_frontend`, or :func:`check_addresses` and
+:func:`check_access` around its own) and bounds its numbers with :func:`check_range`.
 """
 
 from __future__ import annotations
@@ -11,9 +15,17 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-__all__ = ["ConfigError", "from_env"]
+__all__ = [
+    "ConfigError",
+    "FrontendSettings",
+    "check_access",
+    "check_addresses",
+    "check_frontend",
+    "check_range",
+    "from_env",
+]
 
 T = TypeVar("T")
 
@@ -76,3 +88,60 @@ def from_env(cls: type[T], prefix: str = "POLYMQ_", env: Mapping[str, str] | Non
     if check is not None:
         check()
     return obj
+
+
+class FrontendSettings(Protocol):
+    """What the settings of every frontend have: where it listens, the core it reaches,
+    ``POLYMQ_AUTH`` and its own credentials at the core."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def core_host(self) -> str: ...
+    @property
+    def core_port(self) -> int: ...
+    @property
+    def auth(self) -> str: ...
+    @property
+    def core_user(self) -> str | None: ...
+    @property
+    def core_password(self) -> str | None: ...
+    @property
+    def core_token(self) -> str | None: ...
+
+    def check(self) -> None: ...
+
+
+def check_addresses(settings: FrontendSettings, *ports: str) -> None:
+    """The listening ``ports`` (names of settings; 0 picks a free port) and the core's
+    address."""
+    for name in (*ports, "core_port"):
+        if not 0 <= getattr(settings, name) <= 65535:
+            raise ConfigError(f"POLYMQ_{name.upper()} must be 0..65535 (0 picks a free port)")
+    if settings.core_port == 0:
+        raise ConfigError("POLYMQ_CORE_PORT must name the core's port, not 0")
+    if not settings.core_host:
+        raise ConfigError("POLYMQ_CORE_HOST must not be empty")
+
+
+def check_access(settings: FrontendSettings) -> None:
+    """``POLYMQ_AUTH``, and the frontend's own credentials at the core."""
+    if settings.auth not in ("", "anonymous") and not (
+        settings.auth.startswith("file:") and len(settings.auth) > 5
+    ):
+        raise ConfigError("POLYMQ_AUTH must be 'anonymous' or 'file:/path/users.json'")
+    if settings.core_password is not None and not settings.core_user:
+        raise ConfigError("POLYMQ_CORE_PASSWORD is set but POLYMQ_CORE_USER is not")
+
+
+def check_frontend(settings: FrontendSettings, *ports: str) -> None:
+    """:func:`check_addresses`, then :func:`check_access`."""
+    check_addresses(settings, *ports)
+    check_access(settings)
+
+
+def check_range(name: str, value: float, low: float, high: float, unit: str = "") -> None:
+    """``POLYMQ_<NAME>`` (the setting ``name``) must be within ``low..high`` (in ``unit``)."""
+    if not low <= value <= high:
+        suffix = f" {unit}" if unit else ""
+        raise ConfigError(f"POLYMQ_{name.upper()} must be {low:g}..{high:g}{suffix}")

@@ -9,8 +9,9 @@ Modules: ``config`` (settings), ``service`` (the aiohttp app and its life cycle)
 versions, rules), ``compat`` (Apache Avro's compatibility checker), ``container`` (object
 container files, sans-IO), ``records`` (a body as validated records and messages),
 ``payloads`` (queries, negotiation, JSON), ``corelink``, ``metrics`` and ``openapi``.
-Problem details, access control, health and readiness are the JSON over HTTP frontend's
-(``polymq_http``).
+Problem details and access control are the JSON over HTTP frontend's (``polymq_http``);
+the service runner, request metrics, health, readiness and settling are every aiohttp
+frontend's (``polymq.web``).
 
 Every error a handler raises becomes an ``application/problem+json`` answer::
 

@@ -27,9 +27,9 @@ from polymq import Lease, Message
 from polymq.auth import Permission, Principal
 from polymq.avro import AvroError, AvroSchema, SchemaCache, UnknownSchema, is_avro
 from polymq.types import Destination, Kind
+from polymq.web import add_health_routes, settle_receipts
 from polymq_http.access import Access
-from polymq_http.api import healthz, readiness
-from polymq_http.payloads import parse_pull_query, parse_settle, read_json, receipt_destination
+from polymq_http.payloads import parse_pull_query, parse_settle, read_json
 from polymq_http.problems import Problem, bad_request
 
 from .config import AvroSettings
@@ -195,16 +195,11 @@ async def publish(request: web.Request) -> web.Response:
     if key is not None:
         batch_id = f"avro:{key}:{batch_digest(records, options.persistent, options.priority)}"
     window = settings.avro_idempotency_window if batch_id is not None else None
-    await core.budget.acquire(size)
     try:
-        result = await core.call(
-            lambda c: c.publish(str(dest), batch, batch_id=batch_id, batch_ttl=window)
-        )
+        result = await core.publish(str(dest), batch, size, batch_id=batch_id, batch_ttl=window)
     except Exception:
         metrics.batches.labels("failed").inc()
         raise
-    finally:
-        core.budget.release(size)
     duplicate = bool(result.get("duplicate", False))
     if duplicate:
         metrics.batches.labels("duplicate").inc()
@@ -363,21 +358,14 @@ async def _settle(request: web.Request, *, nack: bool) -> web.Response:
     settings, access = app[SETTINGS], app[ACCESS]
     data, _ = await read_json(request, 16 * 1024 * 1024)
     receipts, requeue = parse_settle(data, settings.avro_max_pull, nack=nack)
-    known: list[str] = []
-    missing: list[str] = []
-    for receipt in receipts:
-        dest = receipt_destination(receipt)
-        if dest is None:
-            missing.append(receipt)
-            continue
-        access.authorize(principal, Permission.READ, dest)
-        known.append(receipt)
-    if not known:
-        raise Problem(404, "unknown or malformed receipt(s)", code="not-found")
     action = "ack" if not nack else "requeue" if requeue else "reject"
-    result: dict[str, Any] = await app[CORE].call(lambda c: c.settle(known, action))
-    settled = int(result.get("settled", 0))
-    return web.json_response({"settled": settled, "missing": missing + list(result["missing"])})
+    answer = await settle_receipts(
+        app[CORE],
+        receipts,
+        action,
+        lambda queue: access.authorize(principal, Permission.READ, queue),
+    )
+    return web.json_response(answer)
 
 
 async def ack(request: web.Request) -> web.Response:
@@ -393,10 +381,6 @@ async def openapi(request: web.Request) -> web.Response:
     return web.Response(body=request.app[OPENAPI], content_type="application/json")
 
 
-async def readyz(request: web.Request) -> web.Response:
-    return readiness(request.app[CORE])
-
-
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_post("/v1/ack", ack)
@@ -405,5 +389,4 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/v1/stream/{name}/records", read_stream)
     r.add_post("/v1/{kind}/{name}/records", publish)
     r.add_get("/openapi.json", openapi)
-    r.add_get("/healthz", healthz)
-    r.add_get("/readyz", readyz)
+    add_health_routes(app, CORE)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polymq.config import ConfigError
+from polymq.config import ConfigError, check_frontend, check_range
 
 from .compat import Compatibility
 
@@ -40,26 +40,16 @@ class AvroSettings:
     avro_schema_cache: int = 1024  # parsed schemas held in memory
 
     def check(self) -> None:
-        for name in ("avro_port", "core_port"):
-            if not 0 <= getattr(self, name) <= 65535:
-                raise ConfigError(f"POLYMQ_{name.upper()} must be 0..65535 (0 picks a free port)")
-        if self.core_port == 0:
-            raise ConfigError("POLYMQ_CORE_PORT must name the core's port, not 0")
-        if not self.core_host:
-            raise ConfigError("POLYMQ_CORE_HOST must not be empty")
-        if self.auth not in ("", "anonymous") and not (
-            self.auth.startswith("file:") and len(self.auth) > 5
-        ):
-            raise ConfigError("POLYMQ_AUTH must be 'anonymous' or 'file:/path/users.json'")
-        if self.core_password is not None and not self.core_user:
-            raise ConfigError("POLYMQ_CORE_PASSWORD is set but POLYMQ_CORE_USER is not")
-        _range("avro_max_body", self.avro_max_body, 1024, 1024 * MIB, "bytes")
-        _range("avro_max_records", self.avro_max_records, 1, 1_000_000)
-        _range("avro_max_decoded", self.avro_max_decoded, 1024, 1024 * MIB, "bytes")
-        _range("avro_max_pull", self.avro_max_pull, 1, 100_000)
-        _range("avro_max_wait", self.avro_max_wait, 0, 3600, "seconds")
-        _range("avro_idempotency_window", self.avro_idempotency_window, 1, 7 * 86400, "seconds")
-        _range("avro_schema_cache", self.avro_schema_cache, 1, 1_000_000)
+        check_frontend(self, "avro_port")
+        check_range("avro_max_body", self.avro_max_body, 1024, 1024 * MIB, "bytes")
+        check_range("avro_max_records", self.avro_max_records, 1, 1_000_000)
+        check_range("avro_max_decoded", self.avro_max_decoded, 1024, 1024 * MIB, "bytes")
+        check_range("avro_max_pull", self.avro_max_pull, 1, 100_000)
+        check_range("avro_max_wait", self.avro_max_wait, 0, 3600, "seconds")
+        check_range(
+            "avro_idempotency_window", self.avro_idempotency_window, 1, 7 * 86400, "seconds"
+        )
+        check_range("avro_schema_cache", self.avro_schema_cache, 1, 1_000_000)
         try:
             Compatibility(self.avro_compatibility.upper())
         except ValueError:
@@ -69,9 +59,3 @@ class AvroSettings:
     @property
     def compatibility(self) -> Compatibility:
         return Compatibility(self.avro_compatibility.upper())
-
-
-def _range(name: str, value: float, low: float, high: float, unit: str = "") -> None:
-    if not low <= value <= high:
-        suffix = f" {unit}" if unit else ""
-        raise ConfigError(f"POLYMQ_{name.upper()} must be {low:g}..{high:g}{suffix}")

@@ -1,8 +1,9 @@
 """The Avro frontend's connection to the core: :class:`polymq.corelink.CoreLink` (one shared
 client, reconnected with backoff; requests fail fast with ``Unavailable`` (503) while it is
-away, and publishes hold its ``budget``), plus what only this frontend needs:
+away, and publishes hold its ``budget``), as every frontend has it
+(:class:`polymq.web.FrontendLink`: its metrics and a warning when a limit of this frontend is
+above the core's), plus what only this frontend needs:
 
-- its metrics and a warning when a limit of this frontend is above the core's;
 - waiting reads (a queue pull, a stream read through a cursor opened for one request) that
   answer empty as soon as the service stops; messages leased for a request that went away
   go back to their queue at once instead of when their lease expires;
@@ -15,13 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from polymq import Client, Lease
 from polymq.avro import SchemaCache
 from polymq.corelink import CORE_TIMEOUT
-from polymq.corelink import CoreLink as _CoreLink
+from polymq.web import FrontendLink
 
 from .config import AvroSettings
 from .metrics import AvroMetrics
@@ -35,44 +35,13 @@ T = TypeVar("T")
 _CURSOR_TTL = 60.0  # seconds a read's cursor outlives a read that could not close it
 
 
-class CoreLink(_CoreLink):
+class CoreLink(FrontendLink[AvroSettings]):
+    limits = (("avro_max_pull", "max_pull"), ("avro_max_wait", "max_wait"))
+
     def __init__(self, settings: AvroSettings, metrics: AvroMetrics) -> None:
-        super().__init__(
-            settings.core_host,
-            settings.core_port,
-            service="avro",
-            user=settings.core_user,
-            password=settings.core_password,
-            token=settings.core_token,
-        )
-        self.settings = settings
-        self.metrics = metrics
+        super().__init__(settings, metrics, service="avro")
         # the base link's shared cache (``schemas``), sized by this frontend's setting
         self._schemas = SchemaCache(self.fetch, settings.avro_schema_cache)
-
-    def attached(self, client: Client) -> None:
-        s = self.settings
-        for ours, theirs_name in (("avro_max_pull", "max_pull"), ("avro_max_wait", "max_wait")):
-            theirs = client.limits.get(theirs_name)
-            if isinstance(theirs, int | float) and getattr(s, ours) > theirs:
-                log.warning(
-                    "avro: POLYMQ_%s=%s is above the core's %s=%s: the core's limit rules",
-                    ours.upper(),
-                    getattr(s, ours),
-                    theirs_name,
-                    theirs,
-                )
-        super().attached(client)
-        self.metrics.core_connected.set(1)
-        self.metrics.core_connects.inc()
-
-    def detached(self, client: Client, reason: str) -> None:
-        self.metrics.core_connected.set(0)
-        super().detached(client, reason)
-
-    async def stop(self) -> None:
-        await super().stop()
-        self.metrics.core_connected.set(0)
 
     def limit(self, name: str) -> int | None:
         """One of the core's limits (``max_frame``, ``max_body``...), if connected and said."""
@@ -85,43 +54,12 @@ class CoreLink(_CoreLink):
         return await self.call(lambda c: c.kv_get(key))
 
     # ---- waiting reads ---------------------------------------------------------------------
-    async def _waiting(
-        self,
-        client: Client,
-        request: Awaitable[T],
-        wait: float,
-        abandoned: Callable[[T], None],
-        empty: T,
-    ) -> T:
-        """``request`` (which may wait up to ``wait`` seconds at the core); ``empty`` at
-        once if the service stops first. What it brings after we gave up is ``abandoned``."""
-        task = asyncio.ensure_future(request)
-        stopping = asyncio.ensure_future(self.stopping.wait())
-        try:
-            done, _ = await asyncio.wait(
-                {task, stopping}, timeout=wait + CORE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            stopping.cancel()
-            if not task.done():  # we gave up: whatever it brings later goes back at once
-
-                def later(t: asyncio.Future[T]) -> None:
-                    if not t.cancelled() and t.exception() is None:
-                        abandoned(t.result())
-
-                task.add_done_callback(later)
-        if task in done:
-            return await self.guard(client, task)
-        if self.stopping.is_set():
-            return empty
-        raise TimeoutError
-
     async def pull(
         self, destination: str, max_: int, wait: float, visibility: float
     ) -> list[Lease]:
         """Lease up to ``max_`` messages, waiting up to ``wait`` for the first."""
         client = self.get()
-        return await self._waiting(
+        return await self.waiting(
             client,
             client.pull(destination, max_, wait=wait, visibility=visibility),
             wait,
@@ -145,7 +83,7 @@ class CoreLink(_CoreLink):
         sub_id = str(opened["id"])
         empty = {"cursor": opened["cursor"], "messages": [], "receipts": []}
         try:
-            return await self._waiting(
+            return await self.waiting(
                 client,
                 client.cursor_poll(sub_id, None, max=max_, wait=wait),
                 wait,

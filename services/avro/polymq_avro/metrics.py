@@ -8,30 +8,20 @@ registry operation.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter
 
-from polymq_http.metrics import method_label
+from polymq.web import RequestMetrics
 
 BATCH_OUTCOMES = ("published", "duplicate", "rejected", "failed")
 
 
-class AvroMetrics:
+class AvroMetrics(RequestMetrics):
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
-            "polymq_avro_requests",
-            "HTTP requests answered, by route template and status",
-            ["method", "route", "status"],
-            registry=registry,
-        )
-        self.duration = Histogram(
-            "polymq_avro_request_duration_seconds",
-            "Time to answer one HTTP request (waiting reads included)",
-            ["method", "route"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=registry,
-        )
-        self.in_flight = Gauge(
-            "polymq_avro_requests_in_flight", "HTTP requests being answered", registry=registry
+        super().__init__(
+            registry,
+            "avro",
+            requests="HTTP requests answered, by route template and status",
+            duration="Time to answer one HTTP request (waiting reads included)",
         )
         self.records = Counter(
             "polymq_avro_records",
@@ -63,23 +53,9 @@ class AvroMetrics:
             ["op", "outcome"],
             registry=registry,
         )
-        self.core_connected = Gauge(
-            "polymq_avro_core_connected",
-            "1 while the frontend holds a connection to the core, else 0",
-            registry=registry,
-        )
-        self.core_connects = Counter(
-            "polymq_avro_core_connects",
-            "Connections made to the core (a reconnect counts again)",
-            registry=registry,
-        )
+        self.core_link_metrics(registry)
         for outcome in BATCH_OUTCOMES:
             self.batches.labels(outcome)
         for direction in ("in", "out"):
             self.records.labels(direction)
             self.bytes.labels(direction)
-
-    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        m = method_label(method)
-        self.requests.labels(m, route, str(status)).inc()
-        self.duration.labels(m, route).observe(seconds)

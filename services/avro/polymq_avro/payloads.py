@@ -17,7 +17,7 @@ from aiohttp import web
 
 from polymq import Message
 from polymq.avro import AvroSchema, DecodeError, decode_single, is_avro, to_json_value
-from polymq_http.payloads import MAX_SECONDS
+from polymq_http.payloads import MAX_SECONDS, no_query, query_value
 from polymq_http.problems import Problem, bad_request
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "check_content_type",
     "idempotency_key",
     "negotiate",
+    "no_query",
     "parse_offset",
     "parse_publish_query",
     "parse_read_query",
@@ -49,20 +50,6 @@ JSON_TYPE = "application/json"
 PUBLISH_QUERY = frozenset({"persistent", "priority", "ttl", "subject"})
 MAX_KEY = 200  # characters of an Idempotency-Key
 _KEY_RE = re.compile(r"[\x21-\x7e]+\Z")  # visible ASCII
-
-
-def query_value(request: web.Request, key: str) -> str | None:
-    values = request.query.getall(key, [])
-    if len(values) > 1:
-        raise bad_request(f"query parameter {key!r} is given more than once")
-    return values[0] if values else None
-
-
-def no_query(request: web.Request, allowed: frozenset[str]) -> None:
-    unknown = sorted(set(request.query) - allowed)
-    if unknown:
-        shown = ", ".join(repr(k[:40]) for k in unknown[:5])
-        raise bad_request(f"unknown query parameter(s): {shown}")
 
 
 # ---- publishing ----------------------------------------------------------------------------

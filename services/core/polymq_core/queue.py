@@ -86,7 +86,7 @@ class Queue:
         self.shard = shard
         self.key = key
         self.options = options
-        self.durable = options.durable
+        self.durable: bool = options.durable
         self.metadata: dict[str, str] = {}
         self.ready: list[deque[Message]] = [deque() for _ in range(_LEVELS)]
         self.requeued: list[list[tuple[int, Message]]] = [[] for _ in range(_LEVELS)]

@@ -295,7 +295,7 @@ class Shard:
         self.sensors.on_discard(reason, 1)
         target = queue.options.dead_letter
         if target:
-            self.broker.dead_letter(msg, target, reason, queue.key)
+            self.broker.publisher.dead_letter(msg, target, reason, queue.key)
 
     # ---- timers ------------------------------------------------------------------------
     def new_delivery_id(self) -> int:

@@ -38,19 +38,8 @@ Errors::
     StoreError      the store failed: disk full, I/O error, corrupt file, not open or closed.
                     ``__cause__`` holds the sqlite3 or OS error beneath, when there is one.
 
-Layout of the SQLite file (WAL journal, ``synchronous=FULL``, ``PRAGMA user_version = 2``)::
-
-    messages      (destination, seq) -> blob     msgpack of Message.to_wire()
-    destinations  destination -> options, metadata (JSON)
-    sequences     destination -> last_seq         highest seq ever appended; kept by remove
-                                                  and purge, dropped by delete_destination
-    bindings      (destination, pattern)          a queue's bindings (topic patterns, without
-                                                  ``topic/``); dropped by delete_destination
-    kv            key -> value
-
-Schema versions: 1 had no ``bindings`` table. Opening a version 1 file creates the table and
-sets version 2 (nothing else changes, so the migration is one ``CREATE TABLE``); a file of a
-version newer than this code knows is refused.
+The SQLite file, its schema versions and how a batch of writes is applied are in
+:mod:`polymq_core.schema`; this module is the interface and its threads.
 """
 
 from __future__ import annotations
@@ -58,7 +47,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import enum
-import functools
 import json
 import logging
 import os
@@ -66,7 +54,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +63,18 @@ from typing import Any, TypeVar
 import msgpack
 
 from polymq.types import Message
+
+from .schema import (
+    APPEND,
+    APPEND_MANY,
+    LOAD_DESTINATIONS,
+    REMOVE,
+    SCHEMA,
+    SCHEMA_VERSION,
+    Write,
+    WriteKind,
+    apply_batch,
+)
 
 __all__ = ["DestinationRecord", "SqliteStore", "Store", "StoreError"]
 
@@ -175,215 +175,13 @@ class Store(abc.ABC):
     async def count_messages(self, destination: str) -> int: ...
 
 
-_SCHEMA_VERSION = 2
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS messages ("
-    " destination TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,"
-    " PRIMARY KEY (destination, seq)) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS destinations ("
-    " destination TEXT PRIMARY KEY, options TEXT NOT NULL, metadata TEXT NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS sequences ("
-    " destination TEXT PRIMARY KEY, last_seq INTEGER NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID",
-    # version 2
-    "CREATE TABLE IF NOT EXISTS bindings ("
-    " destination TEXT NOT NULL, pattern TEXT NOT NULL,"
-    " PRIMARY KEY (destination, pattern)) WITHOUT ROWID",
-    f"PRAGMA user_version = {_SCHEMA_VERSION}",
-)
-_INSERT_MESSAGE = "INSERT OR REPLACE INTO messages (destination, seq, blob) VALUES (?, ?, ?)"
-_DELETE_MESSAGE = "DELETE FROM messages WHERE destination = ? AND seq = ?"
-_DELETE_MESSAGES = "DELETE FROM messages WHERE destination = ?"
-_SAVE_DESTINATION = (
-    "INSERT OR REPLACE INTO destinations (destination, options, metadata) VALUES (?, ?, ?)"
-)
-_DELETE_DESTINATION = "DELETE FROM destinations WHERE destination = ?"
-_DELETE_SEQUENCE = "DELETE FROM sequences WHERE destination = ?"
-_RAISE_SEQUENCE = (
-    "INSERT INTO sequences (destination, last_seq) VALUES (?, ?)"
-    " ON CONFLICT (destination) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)"
-)
-_SAVE_BINDING = "INSERT OR IGNORE INTO bindings (destination, pattern) VALUES (?, ?)"
-_DELETE_BINDING = "DELETE FROM bindings WHERE destination = ? AND pattern = ?"
-_DELETE_BINDINGS = "DELETE FROM bindings WHERE destination = ?"
-_KV_PUT = "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)"
-_KV_DELETE = "DELETE FROM kv WHERE key = ?"
-
-_LOAD_DESTINATIONS = """
-    SELECT d.destination, d.options, d.metadata, coalesce(s.last_seq, 0)
-      FROM destinations d LEFT JOIN sequences s ON s.destination = d.destination
-    UNION ALL
-    SELECT s.destination, NULL, NULL, s.last_seq
-      FROM sequences s
-     WHERE NOT EXISTS (SELECT 1 FROM destinations d WHERE d.destination = s.destination)
-       AND EXISTS (SELECT 1 FROM messages m WHERE m.destination = s.destination)
-    ORDER BY 1
-"""
-
 _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
-
-
-class _Kind(enum.Enum):
-    """What a queued write does; the fields after it in the write's tuple are listed."""
-
-    APPEND = enum.auto()  # destination, seq, blob
-    APPEND_MANY = enum.auto()  # destination, [(seq, blob), ...]
-    REMOVE = enum.auto()  # destination, [seq, ...]
-    PURGE = enum.auto()  # destination
-    SAVE_DESTINATION = enum.auto()  # destination, options JSON, metadata JSON
-    DELETE_DESTINATION = enum.auto()  # destination
-    SAVE_BINDINGS = enum.auto()  # destination, [pattern, ...]
-    DELETE_BINDINGS = enum.auto()  # destination, [pattern, ...]
-    KV_PUT = enum.auto()  # key, value
-    KV_DELETE = enum.auto()  # key
-
-
-# A queued write is a flat tuple ``(future, kind, *fields)``, not an object: with tens of
-# thousands in flight, every extra container per write is work for the garbage collector.
-_Write = tuple[Any, ...]
-
-_APPEND = _Kind.APPEND
-_APPEND_MANY = _Kind.APPEND_MANY
-_REMOVE = _Kind.REMOVE
 
 
 class _State(enum.Enum):
     NEW = "new"
     OPEN = "open"
     CLOSED = "closed"
-
-
-# Messages are inserted and deleted with multi-row statements rather than ``executemany``:
-# the sqlite3 module lets go of the GIL around every step, and with one step per row the
-# writer thread and the event loop would hand the GIL to each other once per message.
-_CHUNK = 256  # rows per statement at most (768 parameters, far below SQLite's limit)
-
-
-@functools.cache
-def _insert_sql(rows: int) -> str:
-    values = ",".join(["(?,?,?)"] * rows)
-    return f"INSERT OR REPLACE INTO messages (destination, seq, blob) VALUES {values}"
-
-
-@functools.cache
-def _delete_sql(seqs: int) -> str:
-    return f"DELETE FROM messages WHERE destination = ? AND seq IN ({','.join('?' * seqs)})"
-
-
-def _chunk_sizes(total: int) -> Iterator[int]:
-    """Split ``total`` rows into statements of at most ``_CHUNK`` rows whose sizes are powers
-    of two, so that only a few distinct statements are ever prepared."""
-    size = _CHUNK
-    while total:
-        while size > total:
-            size //= 2
-        yield size
-        total -= size
-
-
-class _Run:
-    """Neighbouring statements of one kind from a batch, executed together when the kind
-    changes, so that the batch is applied in the order it was issued."""
-
-    __slots__ = ("_conn", "_rows", "_sql")
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-        self._sql: str | None = None
-        self._rows: list[Any] = []
-
-    def insert(self, destination: str, seq: int, blob: bytes) -> None:
-        if self._sql != _INSERT_MESSAGE:
-            self._switch(_INSERT_MESSAGE)
-        rows = self._rows  # flat: destination, seq, blob, destination, ...
-        rows.append(destination)
-        rows.append(seq)
-        rows.append(blob)
-
-    def remove(self, destination: str, seqs: list[int]) -> None:
-        if self._sql != _DELETE_MESSAGE:
-            self._switch(_DELETE_MESSAGE)
-        self._rows.append((destination, seqs))
-
-    def execute(self, sql: str, params: tuple[Any, ...]) -> None:
-        if self._sql != sql:
-            self._switch(sql)
-        self._rows.append(params)
-
-    def _switch(self, sql: str) -> None:
-        self.flush()
-        self._sql = sql
-
-    def flush(self) -> None:
-        sql, rows, conn = self._sql, self._rows, self._conn
-        if sql is None:
-            return
-        if sql == _INSERT_MESSAGE:
-            start = 0
-            for size in _chunk_sizes(len(rows) // 3):
-                conn.execute(_insert_sql(size), rows[start : start + 3 * size])
-                start += 3 * size
-        elif sql == _DELETE_MESSAGE:
-            # Deletes commute, so a run of them may be regrouped by destination.
-            by_destination: dict[str, list[int]] = {}
-            for destination, seqs in rows:
-                by_destination.setdefault(destination, []).extend(seqs)
-            for destination, seqs in by_destination.items():
-                start = 0
-                for size in _chunk_sizes(len(seqs)):
-                    conn.execute(_delete_sql(size), [destination, *seqs[start : start + size]])
-                    start += size
-        else:
-            conn.executemany(sql, rows)
-        self._sql, self._rows = None, []
-
-
-def _apply(conn: sqlite3.Connection, batch: list[_Write]) -> None:
-    """Apply a batch in issue order; the sequence high-water marks go in last, one row per
-    destination."""
-    run = _Run(conn)
-    high: dict[str, int] = {}
-    for write in batch:
-        kind = write[1]
-        if kind is _APPEND:
-            _, _, destination, seq, blob = write
-            run.insert(destination, seq, blob)
-            if seq > high.get(destination, -1):
-                high[destination] = seq
-        elif kind is _APPEND_MANY:
-            _, _, destination, rows = write
-            for seq, blob in rows:
-                run.insert(destination, seq, blob)
-                if seq > high.get(destination, -1):
-                    high[destination] = seq
-        elif kind is _REMOVE:
-            run.remove(write[2], write[3])
-        elif kind is _Kind.PURGE:
-            run.execute(_DELETE_MESSAGES, (write[2],))
-        elif kind is _Kind.SAVE_DESTINATION:
-            run.execute(_SAVE_DESTINATION, write[2:])
-        elif kind is _Kind.DELETE_DESTINATION:
-            key = (write[2],)
-            high.pop(write[2], None)
-            run.execute(_DELETE_MESSAGES, key)
-            run.execute(_DELETE_DESTINATION, key)
-            run.execute(_DELETE_SEQUENCE, key)
-            run.execute(_DELETE_BINDINGS, key)
-        elif kind is _Kind.SAVE_BINDINGS:
-            for pattern in write[3]:
-                run.execute(_SAVE_BINDING, (write[2], pattern))
-        elif kind is _Kind.DELETE_BINDINGS:
-            for pattern in write[3]:
-                run.execute(_DELETE_BINDING, (write[2], pattern))
-        elif kind is _Kind.KV_PUT:
-            run.execute(_KV_PUT, write[2:])
-        elif kind is _Kind.KV_DELETE:
-            run.execute(_KV_DELETE, write[2:])
-        else:
-            raise AssertionError(f"unknown write {kind!r}")
-    run.flush()
-    if high:
-        conn.executemany(_RAISE_SEQUENCE, high.items())
 
 
 def _decode(destination: str, seq: int, blob: bytes) -> Message:
@@ -413,7 +211,7 @@ class SqliteStore(Store):
         self._max_batch = max_batch
         self._state = _State.NEW
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Write | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._writer_done: asyncio.Future[None] | None = None
         self._closing: asyncio.Future[None] | None = None
@@ -486,13 +284,13 @@ class SqliteStore(Store):
                 raise StoreError(f"store {self._path} cannot use WAL (journal_mode is {mode})")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > _SCHEMA_VERSION:
+            if version > SCHEMA_VERSION:
                 raise StoreError(
                     f"store {self._path} has schema version {version}; this polymq knows "
-                    f"{_SCHEMA_VERSION} at most (written by a newer release?)"
+                    f"{SCHEMA_VERSION} at most (written by a newer release?)"
                 )
             conn.execute("BEGIN IMMEDIATE")
-            for sql in _SCHEMA:
+            for sql in SCHEMA:
                 conn.execute(sql)
             conn.execute("COMMIT")
         except BaseException:
@@ -525,40 +323,40 @@ class SqliteStore(Store):
         blob = self._packer.pack(message.to_wire())
         assert self._loop is not None
         future: asyncio.Future[None] = self._loop.create_future()
-        self._queue.put((future, _APPEND, destination, message.seq, blob))
+        self._queue.put((future, APPEND, destination, message.seq, blob))
         return future
 
     def append_many(self, destination: str, messages: Sequence[Message]) -> asyncio.Future[None]:
         pack = self._packer.pack
         rows = [(m.seq, pack(m.to_wire())) for m in messages]
-        return self._submit(_APPEND_MANY, destination, rows)
+        return self._submit(APPEND_MANY, destination, rows)
 
     def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
-        return self._submit(_REMOVE, destination, list(seqs))
+        return self._submit(REMOVE, destination, list(seqs))
 
     def purge(self, destination: str) -> asyncio.Future[None]:
-        return self._submit(_Kind.PURGE, destination)
+        return self._submit(WriteKind.PURGE, destination)
 
     def save_destination(
         self, destination: str, options: dict[str, Any], metadata: dict[str, str]
     ) -> asyncio.Future[None]:
         options_json, metadata_json = json.dumps(options), json.dumps(metadata)
-        return self._submit(_Kind.SAVE_DESTINATION, destination, options_json, metadata_json)
+        return self._submit(WriteKind.SAVE_DESTINATION, destination, options_json, metadata_json)
 
     def delete_destination(self, destination: str) -> asyncio.Future[None]:
-        return self._submit(_Kind.DELETE_DESTINATION, destination)
+        return self._submit(WriteKind.DELETE_DESTINATION, destination)
 
     def save_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
-        return self._submit(_Kind.SAVE_BINDINGS, destination, [str(p) for p in patterns])
+        return self._submit(WriteKind.SAVE_BINDINGS, destination, [str(p) for p in patterns])
 
     def delete_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
-        return self._submit(_Kind.DELETE_BINDINGS, destination, [str(p) for p in patterns])
+        return self._submit(WriteKind.DELETE_BINDINGS, destination, [str(p) for p in patterns])
 
     def kv_put(self, key: str, value: bytes) -> asyncio.Future[None]:
-        return self._submit(_Kind.KV_PUT, key, bytes(value))
+        return self._submit(WriteKind.KV_PUT, key, bytes(value))
 
     def kv_delete(self, key: str) -> asyncio.Future[None]:
-        return self._submit(_Kind.KV_DELETE, key)
+        return self._submit(WriteKind.KV_DELETE, key)
 
     def _settle(
         self, futures: list[asyncio.Future[None]], error: Exception | None, elapsed: float
@@ -585,7 +383,7 @@ class SqliteStore(Store):
         try:
             stopping = False
             while not stopping:
-                batch: list[_Write] = []
+                batch: list[Write] = []
                 item = self._queue.get()
                 while item is not None:
                     batch.append(item)
@@ -611,12 +409,12 @@ class SqliteStore(Store):
         if not self._writer_done.done():
             self._writer_done.set_result(None)
 
-    def _commit(self, conn: sqlite3.Connection, batch: list[_Write]) -> None:
+    def _commit(self, conn: sqlite3.Connection, batch: list[Write]) -> None:
         started = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                _apply(conn, batch)
+                apply_batch(conn, batch)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -681,7 +479,7 @@ class SqliteStore(Store):
     async def load_destinations(self) -> list[DestinationRecord]:
         def read(conn: sqlite3.Connection) -> list[DestinationRecord]:
             records = []
-            for destination, options, metadata, last_seq in conn.execute(_LOAD_DESTINATIONS):
+            for destination, options, metadata, last_seq in conn.execute(LOAD_DESTINATIONS):
                 try:
                     opts = {} if options is None else json.loads(options)
                     meta = {} if metadata is None else json.loads(metadata)

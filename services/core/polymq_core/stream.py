@@ -47,7 +47,7 @@ class Stream:
         self.shard = shard
         self.key = key
         self.options = options
-        self.durable = options.durable
+        self.durable: bool = options.durable
         self.metadata: dict[str, str] = {}
         self.entries: deque[Message] = deque()
         self.first_seq = last_seq + 1  # seq of entries[0], or of the next entry when empty

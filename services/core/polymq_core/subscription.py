@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from polymq.types import AckMode, Message, SubscribeOptions
 
 if TYPE_CHECKING:
+    from .routing import TopicRouter
     from .session import Session
 
 
@@ -114,3 +115,24 @@ class Subscription:
 
     def __repr__(self) -> str:
         return f"<Subscription {self.sid} {self.destination} on {self.session.name}>"
+
+
+class TopicSource:
+    """The topic side of a subscription: transient fanout through the router."""
+
+    __slots__ = ("router",)
+
+    def __init__(self, router: TopicRouter[Subscription]) -> None:
+        self.router = router  # one for every topic subscription: the pattern is theirs
+
+    def detach(self, sub: Subscription, *, requeue: list[Message]) -> None:
+        self.router.remove(sub.destination[len("topic/") :], sub)
+
+    def settle(self, sub: Subscription, keys: list[Any], action: str) -> None:
+        pass  # topic messages are transient: nothing to redeliver
+
+    def unsent(self, sub: Subscription, msg: Message) -> None:
+        pass
+
+    def pump(self) -> None:
+        pass

@@ -7,14 +7,12 @@ raised and turned into problem details by ``problems.problem_middleware``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from polymq.auth import Permission, Principal
 from polymq.avroview import load_schemas
-from polymq.corelink import CoreLink as BaseCoreLink
 from polymq.types import Destination, Kind
+from polymq.web import add_health_routes, settle_receipts
 
 from .access import Access
 from .config import HttpSettings
@@ -29,9 +27,8 @@ from .payloads import (
     parse_pull_query,
     parse_settle,
     read_json,
-    receipt_destination,
 )
-from .problems import Problem, bad_request, problem_response
+from .problems import bad_request
 
 SETTINGS = web.AppKey("settings", HttpSettings)
 CORE = web.AppKey("core", CoreLink)
@@ -72,11 +69,7 @@ async def publish(request: web.Request) -> web.Response:
     settings, core = request.app[SETTINGS], request.app[CORE]
     data, size = await read_json(request, settings.max_body)
     messages, role = parse_publish(data, dest, settings.max_batch)
-    await core.budget.acquire(size)
-    try:
-        result = await core.call(lambda c: c.publish(str(dest), messages, role=role))
-    finally:
-        core.budget.release(size)
+    result = await core.publish(str(dest), messages, size, role=role)
     request.app[METRICS].messages.labels("publish").inc(len(messages))
     if dest.kind is Kind.TOPIC:
         return web.json_response({"count": result["count"], "subscribers": result["subscribers"]})
@@ -105,22 +98,15 @@ async def _settle(request: web.Request, *, nack: bool) -> web.Response:
     settings, access = request.app[SETTINGS], request.app[ACCESS]
     data, _ = await read_json(request, settings.max_body)
     receipts, requeue = parse_settle(data, settings.max_batch, nack=nack)
-    known: list[str] = []
-    missing: list[str] = []
-    for receipt in receipts:
-        dest = receipt_destination(receipt)
-        if dest is None:
-            missing.append(receipt)
-            continue
-        access.authorize(principal, Permission.READ, dest)
-        known.append(receipt)
-    if not known:
-        raise Problem(404, "unknown or malformed receipt(s)", code="not-found")
     action = "ack" if not nack else "requeue" if requeue else "reject"
-    result: dict[str, Any] = await request.app[CORE].call(lambda c: c.settle(known, action))
-    settled = int(result.get("settled", 0))
-    request.app[METRICS].messages.labels("ack" if not nack else "nack").inc(settled)
-    return web.json_response({"settled": settled, "missing": missing + list(result["missing"])})
+    answer = await settle_receipts(
+        request.app[CORE],
+        receipts,
+        action,
+        lambda queue: access.authorize(principal, Permission.READ, queue),
+    )
+    request.app[METRICS].messages.labels("ack" if not nack else "nack").inc(answer["settled"])
+    return web.json_response(answer)
 
 
 async def ack(request: web.Request) -> web.Response:
@@ -175,24 +161,6 @@ async def openapi(request: web.Request) -> web.Response:
     return web.Response(body=request.app[OPENAPI], content_type="application/json")
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
-
-
-async def readyz(request: web.Request) -> web.Response:
-    return readiness(request.app[CORE])
-
-
-def readiness(core: BaseCoreLink) -> web.Response:
-    """``/readyz`` of a frontend that reaches the core through ``core`` (http, longpoll)."""
-    if core.stopping.is_set():
-        return problem_response(503, "shutting down", code="unavailable")
-    if not core.connected:
-        detail = f"not connected to the core at {core.address}: {core.last_error}"
-        return problem_response(503, detail, code="unavailable")
-    return web.json_response({"status": "ready", "core": core.address})
-
-
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_post("/v1/ack", ack)
@@ -206,5 +174,4 @@ def add_routes(app: web.Application) -> None:
     r.add_delete("/v1/{kind}/{name}", delete)
     r.add_get("/v1/{kind}/{name}", stats)
     r.add_get("/openapi.json", openapi)
-    r.add_get("/healthz", healthz)
-    r.add_get("/readyz", readyz)
+    add_health_routes(app, CORE)

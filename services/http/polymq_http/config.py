@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polymq.config import ConfigError
+from polymq.config import ConfigError, check_access, check_addresses
 
 MIB = 1024 * 1024
 
@@ -25,13 +25,7 @@ class HttpSettings:
     core_token: str | None = None  # a bearer token at the core (`polymq run` makes one)
 
     def check(self) -> None:
-        for name in ("http_port", "core_port"):
-            if not 0 <= getattr(self, name) <= 65535:
-                raise ConfigError(f"POLYMQ_{name.upper()} must be 0..65535 (0 picks a free port)")
-        if self.core_port == 0:
-            raise ConfigError("POLYMQ_CORE_PORT must name the core's port, not 0")
-        if not self.core_host:
-            raise ConfigError("POLYMQ_CORE_HOST must not be empty")
+        check_addresses(self, "http_port")
         if not 1024 <= self.max_body <= 1024 * MIB:
             raise ConfigError("POLYMQ_MAX_BODY must be 1024..1073741824 bytes")
         if not 1 <= self.max_batch <= 100_000:
@@ -40,9 +34,4 @@ class HttpSettings:
             raise ConfigError("POLYMQ_MAX_PULL must be 1..100000 (and at most the core's)")
         if not 0 <= self.max_wait <= 3600:
             raise ConfigError("POLYMQ_MAX_WAIT must be 0..3600 seconds (and at most the core's)")
-        if self.auth not in ("", "anonymous") and not (
-            self.auth.startswith("file:") and len(self.auth) > 5
-        ):
-            raise ConfigError("POLYMQ_AUTH must be 'anonymous' or 'file:/path/users.json'")
-        if self.core_password is not None and not self.core_user:
-            raise ConfigError("POLYMQ_CORE_PASSWORD is set but POLYMQ_CORE_USER is not")
+        check_access(self)

@@ -23,6 +23,7 @@ from polymq import Lease, Message
 from polymq.avro import SchemaCache
 from polymq.avroview import json_value, schema_of
 from polymq.types import DeclareOptions, Destination, Kind
+from polymq.web import receipt_destination as receipt_destination  # settling is shared
 
 from .problems import Problem, bad_request
 
@@ -254,7 +255,13 @@ def _query_value(query: MultiMapping[str], key: str) -> str | None:
     return values[0] if values else None
 
 
+def query_value(request: web.Request, key: str) -> str | None:
+    """The one value of query parameter ``key`` (None if absent; 400 if repeated)."""
+    return _query_value(request.query, key)
+
+
 def no_query(request: web.Request, allowed: frozenset[str] = frozenset()) -> None:
+    """400 if the query string has a parameter not in ``allowed``."""
     unknown = sorted(set(request.query) - allowed)
     if unknown:
         shown = ", ".join(repr(k[:40]) for k in unknown[:5])
@@ -311,19 +318,6 @@ def parse_settle(data: Any, max_batch: int, *, nack: bool) -> tuple[list[str], b
     if not isinstance(requeue, bool):
         raise bad_request("requeue must be true or false")
     return receipts, requeue
-
-
-def receipt_destination(receipt: str) -> str | None:
-    """The queue a receipt (``queue/<name>|<seq>|<delivery>``) settles, or None if malformed."""
-    key, sep, rest = receipt.partition("|")
-    seq, sep2, did = rest.partition("|")
-    if not (sep and sep2 and seq.isdigit() and did.isdigit() and seq.isascii() and did.isascii()):
-        return None
-    try:
-        dest = Destination.parse(key)
-    except Exception:
-        return None
-    return str(dest) if dest.kind is Kind.QUEUE else None
 
 
 def lease_json(lease: Lease, schemas: SchemaCache | None = None) -> dict[str, Any]:

@@ -5,26 +5,32 @@
 e.g. ``method-not-allowed``). :func:`problem_middleware` turns whatever a handler raises into
 one: a :class:`Problem`, a polymq error (through its ``status``), an aiohttp HTTP error
 (unknown route, wrong method, body too large), or, for a bug, a 500 that says nothing more.
+The answer itself is built by :func:`polymq.web.problem_response`, shared by every frontend.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from http import HTTPStatus
+from collections.abc import Mapping
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from polymq.errors import ConnectionClosed, PolymqError, RequestError, Timeout
+from polymq.web import problem_code, problem_response, status_phrase
+
+__all__ = [
+    "Handler",
+    "Problem",
+    "bad_request",
+    "from_exception",
+    "problem_middleware",
+    "problem_response",
+    "problems",
+]
 
 log = logging.getLogger(__name__)
-
-PROBLEM_JSON = "application/problem+json"
-CHALLENGE = 'Basic realm="polymq", Bearer'
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Problem(Exception):
@@ -41,53 +47,12 @@ class Problem(Exception):
         super().__init__(detail)
         self.status = status
         self.detail = detail
-        self.code = code or _code_of(status)
+        self.code = code or problem_code(status)
         self.headers = dict(headers or {})
 
 
 def bad_request(detail: str) -> Problem:
     return Problem(400, detail, code="bad-request")
-
-
-def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"
-
-
-_CODES = {413: "too-large", 503: "unavailable", 504: "timeout"}  # as polymq.errors names them
-
-
-def _code_of(status: int) -> str:
-    return _CODES.get(status) or _phrase(status).lower().replace(" ", "-").replace("'", "")
-
-
-def problem_response(
-    status: int,
-    detail: str,
-    *,
-    code: str | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> web.Response:
-    body = {
-        "type": "about:blank",
-        "title": _phrase(status),
-        "status": status,
-        "detail": detail,
-        "code": code or _code_of(status),
-    }
-    out = {k: v for k, v in (headers or {}).items() if k.lower() != "content-type"}
-    if status == 401:
-        out.setdefault("WWW-Authenticate", CHALLENGE)
-    if status == 503:
-        out.setdefault("Retry-After", "1")
-    return web.Response(
-        status=status,
-        body=json.dumps(body).encode(),
-        headers=out,
-        content_type=PROBLEM_JSON,
-    )
 
 
 def from_exception(exc: BaseException) -> web.Response | None:
@@ -119,20 +84,32 @@ def _default_detail(status: int) -> str:
         return "no such resource; see /openapi.json for the routes"
     if status == 405:
         return "method not allowed here; see the Allow header"
-    return _phrase(status)
+    return status_phrase(status)
 
 
-@web.middleware
-async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        response = from_exception(exc)
-        if response is not None:
-            return response
-        if isinstance(exc, web.HTTPException):  # a redirect or success: let aiohttp send it
+def problems(service: str, logger: logging.Logger, *, not_found: str | None = None) -> Middleware:
+    """A middleware that answers whatever a handler raises as problem details (bugs are
+    logged to ``logger`` as ``<service>: METHOD /path failed``); ``not_found``: the detail of
+    a 404 for an unknown route, when the frontend has its own word for it."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except asyncio.CancelledError:
             raise
-        log.exception("http: %s %s failed", request.method, request.path)
-        return problem_response(500, "internal error; it has been logged", code="internal")
+        except Exception as exc:
+            if not_found is not None and isinstance(exc, web.HTTPNotFound):
+                return problem_response(404, not_found)
+            response = from_exception(exc)
+            if response is not None:
+                return response
+            if isinstance(exc, web.HTTPException):  # a redirect or success: aiohttp sends it
+                raise
+            logger.exception("%s: %s %s failed", service, request.method, request.path)
+            return problem_response(500, "internal error; it has been logged", code="internal")
+
+    return middleware
+
+
+problem_middleware = problems("http", log)

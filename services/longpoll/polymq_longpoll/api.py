@@ -25,18 +25,17 @@ from aiohttp import web
 
 from polymq.auth import Permission, Principal
 from polymq.types import Destination, Kind
+from polymq.web import add_health_routes, settle_receipts
 from polymq_http.access import Access
-from polymq_http.api import healthz, readiness
-from polymq_http.payloads import parse_publish, parse_settle, read_json, receipt_destination
-from polymq_http.problems import Problem
+from polymq_http.payloads import parse_publish, parse_settle, read_json
 
 from .config import LongpollSettings
 from .corelink import CoreLink
 from .leases import Windows
 from .metrics import LongpollMetrics
 from .payloads import (
-    check_query,
     message_json,
+    no_query,
     parse_max,
     parse_open,
     parse_wait,
@@ -91,7 +90,7 @@ def answer_json(ref: SubscriptionRef, result: dict[str, Any]) -> dict[str, Any]:
 # ---- subscriptions -------------------------------------------------------------------------
 async def open_subscription(request: web.Request) -> web.Response:
     principal = await principal_of(request)
-    check_query(request, frozenset())
+    no_query(request, frozenset())
     settings = request.app[SETTINGS]
     data, _ = await read_json(request, settings.longpoll_max_body)
     dest, options, ack, prefetch = parse_open(data, settings)
@@ -118,14 +117,14 @@ async def open_subscription(request: web.Request) -> web.Response:
 
 async def close_subscription(request: web.Request) -> web.Response:
     ref = await subscription(request)
-    check_query(request, frozenset())
+    no_query(request, frozenset())
     await request.app[CORE].call(lambda c: c.cursor_close(ref.core_id))
     return web.Response(status=204)
 
 
 async def poll(request: web.Request) -> web.StreamResponse:
     ref = await subscription(request)
-    check_query(request, POLL_QUERY)
+    no_query(request, POLL_QUERY)
     app = request.app
     settings, core, metrics = app[SETTINGS], app[CORE], app[METRICS]
     cursor, resumed = resume_cursor(request, header_first=False)
@@ -163,30 +162,21 @@ async def poll(request: web.Request) -> web.StreamResponse:
 # ---- settle, publish ---------------------------------------------------------------------------
 async def _settle(request: web.Request, *, nack: bool) -> web.Response:
     principal = await principal_of(request)
-    check_query(request, frozenset())
+    no_query(request, frozenset())
     app = request.app
     settings, access = app[SETTINGS], app[ACCESS]
     data, _ = await read_json(request, settings.longpoll_max_body)
     receipts, requeue = parse_settle(data, settings.longpoll_max_batch, nack=nack)
-    known: list[str] = []
-    missing: list[str] = []
-    for receipt in receipts:
-        dest = receipt_destination(receipt)
-        if dest is None:
-            missing.append(receipt)
-            continue
-        access.authorize(principal, Permission.READ, dest)
-        known.append(receipt)
-    if not known:
-        raise Problem(404, "unknown or malformed receipt(s)", code="not-found")
     action = "ack" if not nack else "nack" if requeue else "reject"
-    try:
-        result: dict[str, Any] = await app[CORE].call(lambda c: c.settle(known, action))
-    finally:
-        app[WINDOWS].settled(known)
-    settled = int(result.get("settled", 0))
-    app[METRICS].messages.labels("ack" if not nack else "nack").inc(settled)
-    return web.json_response({"settled": settled, "missing": missing + list(result["missing"])})
+    answer = await settle_receipts(
+        app[CORE],
+        receipts,
+        action,
+        lambda queue: access.authorize(principal, Permission.READ, queue),
+        done=app[WINDOWS].settled,
+    )
+    app[METRICS].messages.labels("ack" if not nack else "nack").inc(answer["settled"])
+    return web.json_response(answer)
 
 
 async def ack(request: web.Request) -> web.Response:
@@ -199,29 +189,20 @@ async def nack(request: web.Request) -> web.Response:
 
 async def publish(request: web.Request) -> web.Response:
     principal = await principal_of(request)
-    check_query(request, frozenset())
+    no_query(request, frozenset())
     dest = Destination.parse(f"{request.match_info['kind']}/{request.match_info['name']}")
     app = request.app
     app[ACCESS].authorize(principal, Permission.WRITE, str(dest))
     settings, core = app[SETTINGS], app[CORE]
     data, size = await read_json(request, settings.longpoll_max_body)
     messages, role = parse_publish(data, dest, settings.longpoll_max_batch)
-    await core.budget.acquire(size)
-    try:
-        result = await core.call(lambda c: c.publish(str(dest), messages, role=role))
-    finally:
-        core.budget.release(size)
+    result = await core.publish(str(dest), messages, size, role=role)
     app[METRICS].messages.labels("publish").inc(len(messages))
     if dest.kind is Kind.TOPIC:
         return web.json_response({"count": result["count"], "subscribers": result["subscribers"]})
     return web.json_response(
         {"count": result["count"], "ids": result["ids"], "seqs": result["seqs"]}
     )
-
-
-# ---- operations ------------------------------------------------------------------------------
-async def readyz(request: web.Request) -> web.Response:
-    return readiness(request.app[CORE])
 
 
 def add_routes(app: web.Application) -> None:
@@ -233,5 +214,4 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/v1/ack", ack)
     r.add_post("/v1/nack", nack)
     r.add_post("/v1/{kind}/{name}/messages", publish)
-    r.add_get("/healthz", healthz)
-    r.add_get("/readyz", readyz)
+    add_health_routes(app, CORE)

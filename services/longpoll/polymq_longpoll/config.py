@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from polymq.config import ConfigError
+from polymq.config import ConfigError, check_frontend, check_range
 
 MIB = 1024 * 1024
 
@@ -43,31 +43,19 @@ class LongpollSettings:
     longpoll_max_batch: int = 1000  # messages in one publish, receipts in one ack / nack
 
     def check(self) -> None:
-        for name in ("longpoll_port", "core_port"):
-            if not 0 <= getattr(self, name) <= 65535:
-                raise ConfigError(f"POLYMQ_{name.upper()} must be 0..65535 (0 picks a free port)")
-        if self.core_port == 0:
-            raise ConfigError("POLYMQ_CORE_PORT must name the core's port, not 0")
-        if not self.core_host:
-            raise ConfigError("POLYMQ_CORE_HOST must not be empty")
-        if self.auth not in ("", "anonymous") and not (
-            self.auth.startswith("file:") and len(self.auth) > 5
-        ):
-            raise ConfigError("POLYMQ_AUTH must be 'anonymous' or 'file:/path/users.json'")
-        if self.core_password is not None and not self.core_user:
-            raise ConfigError("POLYMQ_CORE_PASSWORD is set but POLYMQ_CORE_USER is not")
+        check_frontend(self, "longpoll_port")
         self.cors_origins()  # raises on a malformed list
-        _range("longpoll_max_wait", self.longpoll_max_wait, 0, 3600, "seconds")
-        _range("longpoll_max_poll", self.longpoll_max_poll, 1, 100_000)
-        _range("longpoll_prefetch", self.longpoll_prefetch, 1, self.longpoll_max_poll)
-        _range("longpoll_max_ttl", self.longpoll_max_ttl, 1, 86400, "seconds")
-        _range("longpoll_ttl", self.longpoll_ttl, 1, self.longpoll_max_ttl, "seconds")
-        _range("longpoll_max_buffer", self.longpoll_max_buffer, 1, 1_000_000)
-        _range("longpoll_buffer", self.longpoll_buffer, 1, self.longpoll_max_buffer)
-        _range("longpoll_keepalive", self.longpoll_keepalive, 0.1, 60, "seconds")
-        _range("longpoll_sse_grace", self.longpoll_sse_grace, 0, 10, "seconds")
-        _range("longpoll_max_body", self.longpoll_max_body, 1024, 1024 * MIB, "bytes")
-        _range("longpoll_max_batch", self.longpoll_max_batch, 1, 100_000)
+        check_range("longpoll_max_wait", self.longpoll_max_wait, 0, 3600, "seconds")
+        check_range("longpoll_max_poll", self.longpoll_max_poll, 1, 100_000)
+        check_range("longpoll_prefetch", self.longpoll_prefetch, 1, self.longpoll_max_poll)
+        check_range("longpoll_max_ttl", self.longpoll_max_ttl, 1, 86400, "seconds")
+        check_range("longpoll_ttl", self.longpoll_ttl, 1, self.longpoll_max_ttl, "seconds")
+        check_range("longpoll_max_buffer", self.longpoll_max_buffer, 1, 1_000_000)
+        check_range("longpoll_buffer", self.longpoll_buffer, 1, self.longpoll_max_buffer)
+        check_range("longpoll_keepalive", self.longpoll_keepalive, 0.1, 60, "seconds")
+        check_range("longpoll_sse_grace", self.longpoll_sse_grace, 0, 10, "seconds")
+        check_range("longpoll_max_body", self.longpoll_max_body, 1024, 1024 * MIB, "bytes")
+        check_range("longpoll_max_batch", self.longpoll_max_batch, 1, 100_000)
 
     @property
     def anonymous(self) -> bool:
@@ -93,9 +81,3 @@ class LongpollSettings:
                 )
             out.add(origin.lower())
         return frozenset(out)
-
-
-def _range(name: str, value: float, low: float, high: float, unit: str = "") -> None:
-    if not low <= value <= high:
-        suffix = f" {unit}" if unit else ""
-        raise ConfigError(f"POLYMQ_{name.upper()} must be {low:g}..{high:g}{suffix}")

@@ -1,8 +1,9 @@
 """The long-polling frontend's connection to the core: :class:`polymq.corelink.CoreLink`
 (one shared client, reconnected with backoff; requests fail fast with ``Unavailable`` (503)
-while it is away), plus what only this frontend needs:
+while it is away), as every frontend has it (:class:`polymq.web.FrontendLink`: its metrics
+and a warning when a limit of this frontend is above the core's), plus what only this
+frontend needs:
 
-- its metrics and a warning when a limit of this frontend is above the core's;
 - :meth:`CoreLink.poll`, one cursor poll that answers empty at once when the service stops,
   and waits past the core's own cap on ``wait`` by polling again;
 - leases nobody will see (the request went away while the core was answering, or the answer
@@ -11,14 +12,13 @@ while it is away), plus what only this frontend needs:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
 
 from polymq import Client
 from polymq.corelink import CORE_TIMEOUT
-from polymq.corelink import CoreLink as _CoreLink
+from polymq.web import FrontendLink
 
 from .config import LongpollSettings
 from .metrics import LongpollMetrics
@@ -30,45 +30,11 @@ log = logging.getLogger(__name__)
 _CORE_MAX_WAIT = 60.0  # the core's cap on one poll's wait, unless it says otherwise
 
 
-class CoreLink(_CoreLink):
+class CoreLink(FrontendLink[LongpollSettings]):
+    limits = (("longpoll_max_poll", "max_pull"), ("longpoll_max_body", "max_body"))
+
     def __init__(self, settings: LongpollSettings, metrics: LongpollMetrics) -> None:
-        super().__init__(
-            settings.core_host,
-            settings.core_port,
-            service="longpoll",
-            user=settings.core_user,
-            password=settings.core_password,
-            token=settings.core_token,
-        )
-        self.settings = settings
-        self.metrics = metrics
-
-    def attached(self, client: Client) -> None:
-        s = self.settings
-        for ours, theirs_name in (
-            ("longpoll_max_poll", "max_pull"),
-            ("longpoll_max_body", "max_body"),
-        ):
-            theirs = client.limits.get(theirs_name)
-            if isinstance(theirs, int | float) and getattr(s, ours) > theirs:
-                log.warning(
-                    "longpoll: POLYMQ_%s=%s is above the core's %s=%s: the core's limit rules",
-                    ours.upper(),
-                    getattr(s, ours),
-                    theirs_name,
-                    theirs,
-                )
-        super().attached(client)
-        self.metrics.core_connected.set(1)
-        self.metrics.core_connects.inc()
-
-    def detached(self, client: Client, reason: str) -> None:
-        self.metrics.core_connected.set(0)
-        super().detached(client, reason)
-
-    async def stop(self) -> None:
-        await super().stop()
-        self.metrics.core_connected.set(0)
+        super().__init__(settings, metrics, service="longpoll")
 
     def core_max_wait(self) -> float:
         client = self.client
@@ -99,27 +65,13 @@ class CoreLink(_CoreLink):
         self, sub_id: str, cursor: int | None, max_: int, wait: float
     ) -> dict[str, Any]:
         client = self.get()
-        task = asyncio.ensure_future(client.cursor_poll(sub_id, cursor, max=max_, wait=wait))
-        stopping = asyncio.ensure_future(self.stopping.wait())
-        try:
-            done, _ = await asyncio.wait(
-                {task, stopping}, timeout=wait + CORE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            stopping.cancel()
-            if not task.done():  # we gave up: whatever it leases later goes back at once
-                task.add_done_callback(lambda t: self._requeue_result(client, t))
-        if task in done:
-            result: dict[str, Any] = await self.guard(client, task)
-            return result
-        if self.stopping.is_set():
-            return {"cursor": cursor, "messages": [], "receipts": []}
-        raise TimeoutError
-
-    def _requeue_result(self, client: Client, task: asyncio.Future[dict[str, Any]]) -> None:
-        if task.cancelled() or task.exception() is not None:
-            return
-        self.requeue([r for r in task.result()["receipts"] if r], client)
+        return await self.waiting(
+            client,
+            client.cursor_poll(sub_id, cursor, max=max_, wait=wait),
+            wait,
+            lambda result: self.requeue([r for r in result["receipts"] if r], client),
+            {"cursor": cursor, "messages": [], "receipts": []},
+        )
 
     def requeue(self, receipts: list[str], client: Client | None = None) -> None:
         """Give leases back to their queue (nobody will see them), without waiting."""

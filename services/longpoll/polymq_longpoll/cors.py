@@ -11,8 +11,7 @@ Credentials travel in the ``Authorization`` header, never in cookies, so
 from __future__ import annotations
 
 from aiohttp import web
-
-from .problems import Handler
+from aiohttp.typedefs import Handler
 
 __all__ = ["Cors"]
 

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
+from polymq.web import RequestMetrics
+
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60)
 
 
-class LongpollMetrics:
+class LongpollMetrics(RequestMetrics):
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
-            "polymq_longpoll_requests",
-            "HTTP requests answered, by route template and status (SSE streams when they end)",
-            ["method", "route", "status"],
-            registry=registry,
+        super().__init__(
+            registry,
+            "longpoll",
+            requests="HTTP requests answered, by route template and status (SSE streams when "
+            "they end)",
+            duration=None,
         )
         self.polls_open = Gauge(
             "polymq_longpoll_polls_open",
@@ -57,17 +59,4 @@ class LongpollMetrics:
             ["operation"],
             registry=registry,
         )
-        self.core_connected = Gauge(
-            "polymq_longpoll_core_connected",
-            "1 while the frontend holds a connection to the core, else 0",
-            registry=registry,
-        )
-        self.core_connects = Counter(
-            "polymq_longpoll_core_connects",
-            "Connections made to the core (a reconnect counts again)",
-            registry=registry,
-        )
-
-    def observe(self, method: str, route: str, status: int) -> None:
-        m = method if method in _METHODS else "other"
-        self.requests.labels(m, route, str(status)).inc()
+        self.core_link_metrics(registry)

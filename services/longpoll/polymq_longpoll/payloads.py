@@ -12,6 +12,8 @@ from polymq import Lease, Message
 from polymq.errors import BadRequest
 from polymq.types import Destination, Kind, parse_offset
 from polymq_http.payloads import lease_json
+from polymq_http.payloads import no_query as no_query
+from polymq_http.payloads import query_value as query_value
 from polymq_http.problems import bad_request
 
 from .config import LongpollSettings
@@ -98,20 +100,6 @@ def _integer(d: dict[str, Any], key: str, default: int, low: int, high: int) -> 
 
 
 # ---- polls ---------------------------------------------------------------------------------
-def query_value(request: web.Request, key: str) -> str | None:
-    values = request.query.getall(key, [])
-    if len(values) > 1:
-        raise bad_request(f"query parameter {key!r} is given more than once")
-    return values[0] if values else None
-
-
-def check_query(request: web.Request, allowed: frozenset[str]) -> None:
-    unknown = sorted(set(request.query) - allowed)
-    if unknown:
-        shown = ", ".join(repr(k[:40]) for k in unknown[:5])
-        raise bad_request(f"unknown query parameter(s): {shown}")
-
-
 def parse_max(request: web.Request, default: int, limit: int) -> int:
     raw = query_value(request, "max")
     if raw is None:

@@ -3,32 +3,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from polymq_http.problems import problems
 
-from polymq_http.problems import from_exception, problem_response
+__all__ = ["problem_middleware"]
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except asyncio.CancelledError:
-        raise
-    except web.HTTPNotFound:
-        return problem_response(404, "no such resource; the API is under /v1/ (see the page at /)")
-    except Exception as exc:
-        response = from_exception(exc)
-        if response is not None:
-            return response
-        if isinstance(exc, web.HTTPException):  # a redirect or success: let aiohttp send it
-            raise
-        log.exception("longpoll: %s %s failed", request.method, request.path)
-        return problem_response(500, "internal error; it has been logged", code="internal")
+problem_middleware = problems(
+    "longpoll", log, not_found="no such resource; the API is under /v1/ (see the page at /)"
+)

@@ -44,7 +44,7 @@ from polymq_http.problems import from_exception
 
 from .api import CORE, METRICS, SETTINGS, WINDOWS, answer_json, resume_cursor, subscription
 from .leases import Window
-from .payloads import check_query, parse_max
+from .payloads import no_query, parse_max
 from .subscriptions import AckMode, SubscriptionRef
 
 __all__ = ["add_routes", "events"]
@@ -187,7 +187,7 @@ class _Stream:
 
 async def events(request: web.Request) -> web.StreamResponse:
     ref = await subscription(request)
-    check_query(request, frozenset({"cursor", "max"}))
+    no_query(request, frozenset({"cursor", "max"}))
     app = request.app
     settings, core, metrics = app[SETTINGS], app[CORE], app[METRICS]
     cursor, _ = resume_cursor(request, header_first=True)

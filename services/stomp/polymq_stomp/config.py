@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from polymq.config import ConfigError
+from polymq.config import ConfigError, check_frontend
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -48,19 +48,7 @@ class StompSettings:
     stomp_stompjs: str = ""  # path of stomp.umd.min.js ('' = the npm install in the source tree)
 
     def check(self) -> None:
-        for name in ("stomp_port", "stomp_ws_port", "core_port"):
-            if not 0 <= getattr(self, name) <= 65535:
-                raise ConfigError(f"POLYMQ_{name.upper()} must be 0..65535 (0 picks a free port)")
-        if self.core_port == 0:
-            raise ConfigError("POLYMQ_CORE_PORT must name the core's port, not 0")
-        if not self.core_host:
-            raise ConfigError("POLYMQ_CORE_HOST must not be empty")
-        if self.auth not in ("", "anonymous") and not (
-            self.auth.startswith("file:") and len(self.auth) > 5
-        ):
-            raise ConfigError("POLYMQ_AUTH must be 'anonymous' or 'file:/path/users.json'")
-        if self.core_password is not None and not self.core_user:
-            raise ConfigError("POLYMQ_CORE_PASSWORD is set but POLYMQ_CORE_USER is not")
+        check_frontend(self, "stomp_port", "stomp_ws_port")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigError(
                 "TLS needs both POLYMQ_TLS_CERT and POLYMQ_TLS_KEY (--tls-cert/--tls-key)"

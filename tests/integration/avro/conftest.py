@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from ...procs import PolymqProcess, serving
-
-TIMEOUT = 40.0  # seconds for one HTTP call
+from ..webapi import TIMEOUT, WebApi
+from ..webapi import assert_problem as assert_problem
 
 USER = {
     "type": "record",
@@ -62,44 +62,17 @@ def read_container(data: bytes) -> tuple[list[Any], dict[str, str]]:
     return list(reader), dict(reader.metadata)
 
 
-def assert_problem(r: requests.Response, status: int, code: str | None = None) -> dict[str, Any]:
-    """``r`` is an RFC 9457 problem with ``status`` (and ``code``); returns its body."""
-    assert r.status_code == status, f"{r.status_code}: {r.text[:500]}"
-    assert r.headers["Content-Type"].split(";")[0] == "application/problem+json", r.headers
-    body: dict[str, Any] = r.json()
-    assert body["status"] == status
-    assert isinstance(body["title"], str) and body["title"]
-    assert isinstance(body["detail"], str) and body["detail"]
-    if code is not None:
-        assert body["code"] == code, body
-    return body
-
-
-class Avro:
+class Avro(WebApi):
     """A ``requests`` session bound to one Avro frontend (and its HTTP neighbour for stats)."""
 
     def __init__(self, proc: PolymqProcess) -> None:
+        super().__init__(proc.url("avro"))
         self.proc = proc
-        self.base = proc.url("avro")
         self.http = proc.url("http") if "http" in proc.ports else None
-        self.session = requests.Session()
 
     def fresh(self) -> Avro:
         """Another client of the same frontend (its own connections)."""
         return Avro(self.proc)
-
-    def request(self, method: str, path: str, **kw: Any) -> requests.Response:
-        kw.setdefault("timeout", TIMEOUT)
-        return self.session.request(method, self.base + path, **kw)
-
-    def get(self, path: str, **kw: Any) -> requests.Response:
-        return self.request("GET", path, **kw)
-
-    def post(self, path: str, **kw: Any) -> requests.Response:
-        return self.request("POST", path, **kw)
-
-    def put(self, path: str, **kw: Any) -> requests.Response:
-        return self.request("PUT", path, **kw)
 
     # ---- the common moves ------------------------------------------------------------------
     def publish(

@@ -17,19 +17,8 @@ import requests
 from polymq.auth import hash_password
 
 from ...procs import PolymqProcess, serving
+from ..webapi import metric
 from .conftest import Avro, assert_problem, container, unique, users
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample in a Prometheus text exposition (0 if absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        key, _, value = line.rpartition(" ")
-        if key == (f"{name}{{{want}}}" if want else name):
-            return float(value)
-    return 0.0
 
 
 def test_health_readiness_and_openapi(api: Avro) -> None:

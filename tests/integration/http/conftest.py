@@ -9,36 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from ...procs import PolymqProcess, serving
+from ..webapi import WebApi
+from ..webapi import assert_problem as assert_problem
 
-TIMEOUT = 40.0  # seconds for one HTTP call (a long poll waits at most 30)
 
-
-class Api:
+class Api(WebApi):
     """A ``requests`` session bound to one HTTP frontend."""
-
-    def __init__(self, base: str, **headers: str) -> None:
-        self.base = base
-        self.session = requests.Session()
-        self.session.headers.update(headers)
-
-    def request(self, method: str, path: str, **kw: Any) -> requests.Response:
-        kw.setdefault("timeout", TIMEOUT)
-        return self.session.request(method, self.base + path, **kw)
-
-    def get(self, path: str, **kw: Any) -> requests.Response:
-        return self.request("GET", path, **kw)
-
-    def post(self, path: str, **kw: Any) -> requests.Response:
-        return self.request("POST", path, **kw)
-
-    def put(self, path: str, **kw: Any) -> requests.Response:
-        return self.request("PUT", path, **kw)
-
-    def delete(self, path: str, **kw: Any) -> requests.Response:
-        return self.request("DELETE", path, **kw)
 
     # ---- the common moves ----------------------------------------------------------------
     def publish(self, dest: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -63,18 +41,6 @@ class Api:
 def unique(prefix: str = "t") -> str:
     """A queue name no other test or run uses."""
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def assert_problem(r: requests.Response, status: int) -> dict[str, Any]:
-    """``r`` is an RFC 9457 problem with ``status``; returns its body."""
-    assert r.status_code == status, f"{r.status_code}: {r.text}"
-    assert r.headers["Content-Type"].split(";")[0] == "application/problem+json", r.headers
-    body: dict[str, Any] = r.json()
-    assert body["status"] == status
-    assert isinstance(body["type"], str) and body["type"]
-    assert isinstance(body["title"], str) and body["title"]
-    assert isinstance(body["detail"], str) and body["detail"]
-    return body
 
 
 def start_run(workdir: Path, *args: str, env: dict[str, str] | None = None) -> PolymqProcess:

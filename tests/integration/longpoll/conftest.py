@@ -17,8 +17,10 @@ import pytest
 import requests
 
 from ...procs import PolymqProcess, serving
+from ..webapi import WebApi
+from ..webapi import assert_problem as assert_problem
+from ..webapi import metric as metric
 
-TIMEOUT = 40.0  # seconds for one HTTP call (a long poll waits at most 30)
 # a short keep-alive so that an idle event stream wakes its reader every second
 ENV = {"POLYMQ_LONGPOLL_KEEPALIVE": "1"}
 
@@ -26,18 +28,6 @@ ENV = {"POLYMQ_LONGPOLL_KEEPALIVE": "1"}
 def unique(prefix: str = "lp") -> str:
     """A destination name no other test or run uses."""
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def assert_problem(r: requests.Response, status: int) -> dict[str, Any]:
-    """``r`` is an RFC 9457 problem with ``status``; returns its body."""
-    assert r.status_code == status, f"{r.status_code}: {r.text}"
-    assert r.headers["Content-Type"].split(";")[0] == "application/problem+json", r.headers
-    body: dict[str, Any] = r.json()
-    assert body["status"] == status
-    assert isinstance(body["title"], str) and body["title"]
-    assert isinstance(body["detail"], str) and body["detail"]
-    assert isinstance(body["code"], str) and body["code"]
-    return body
 
 
 @dataclass
@@ -122,27 +112,8 @@ class EventStream:
         self.close()
 
 
-class Longpoll:
+class Longpoll(WebApi):
     """A ``requests`` session bound to one longpoll frontend, with the common moves."""
-
-    def __init__(self, base: str, **headers: str) -> None:
-        self.base = base
-        self.headers = headers
-        self.session = requests.Session()
-        self.session.headers.update(headers)
-
-    def request(self, method: str, path: str, **kw: Any) -> requests.Response:
-        kw.setdefault("timeout", TIMEOUT)
-        return self.session.request(method, self.base + path, **kw)
-
-    def get(self, path: str, **kw: Any) -> requests.Response:
-        return self.request("GET", path, **kw)
-
-    def post(self, path: str, **kw: Any) -> requests.Response:
-        return self.request("POST", path, **kw)
-
-    def delete(self, path: str, **kw: Any) -> requests.Response:
-        return self.request("DELETE", path, **kw)
 
     def open(self, destination: str, **options: Any) -> dict[str, Any]:
         r = self.post("/v1/subscriptions", json={"destination": destination, **options})
@@ -191,18 +162,6 @@ class Longpoll:
 
 def bodies(messages: list[dict[str, Any]]) -> list[str]:
     return [m["body"] for m in messages]
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample in a Prometheus text exposition (0 if absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        key, _, value = line.rpartition(" ")
-        if key == (f"{name}{{{want}}}" if want else name):
-            return float(value)
-    return 0.0
 
 
 @pytest.fixture(scope="module")

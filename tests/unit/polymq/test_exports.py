@@ -22,6 +22,7 @@ SUBMODULES = [
     "polymq.errors",
     "polymq.events",
     "polymq.types",
+    "polymq.web",
 ]
 
 

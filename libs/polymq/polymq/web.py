@@ -1,0 +1,493 @@
+"""The shared base of polymq's aiohttp frontends (``polymq_http``, ``polymq_longpoll``,
+``polymq_avro``): what each of them would otherwise write again.
+
+- :class:`WebService`: one aiohttp app on one TCP listener, started and stopped in aiohttp's
+  documented order (``docs/web_advanced.rst``): stop accepting, ``on_shutdown`` (waiting
+  requests answer now), let in-flight requests finish within :data:`SHUTDOWN_TIMEOUT`,
+  then the app's ``cleanup_ctx`` (the core link closes last: :func:`add_core_link`).
+- :class:`RequestMetrics`, :func:`metrics_middleware` and :func:`metrics_endpoint`: the
+  metrics every frontend declares against an injected ``CollectorRegistry``
+  (``polymq_<service>_requests``, ``..._request_duration_seconds``,
+  ``..._requests_in_flight``, ``..._core_connected``, ``..._core_connects``) and
+  ``GET /metrics`` (:func:`add_metrics_route`).
+- :class:`FrontendLink`: a :class:`polymq.corelink.CoreLink` built from a frontend's
+  settings, that keeps the core-link metrics, warns when a limit of the frontend is above
+  the core's, and runs requests that wait at the core (long polls) so that they answer empty
+  at once when the service stops (:meth:`FrontendLink.waiting`).
+- :func:`problem_response`: an RFC 9457 problem details answer
+  (``application/problem+json``); the translation of exceptions into them stays with each
+  frontend (``polymq_http.problems``).
+- :func:`healthz`, :func:`readiness` and :func:`add_health_routes`: ``/healthz`` and
+  ``/readyz``.
+- :func:`settle_receipts`: ``POST /v1/ack`` and ``/v1/nack`` once their body is parsed:
+  settle queue leases by receipt, from any request.
+
+Errors: :func:`settle_receipts` raises ``polymq.errors.NotFound`` (404) when no receipt is
+well-formed, and lets the ``Forbidden`` of ``authorize`` and the core's errors through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from http import HTTPStatus
+from typing import Any, ClassVar, Generic, TypeVar
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from .client import Client
+from .config import FrontendSettings
+from .corelink import CORE_TIMEOUT, CoreLink
+from .errors import NotFound
+from .types import Destination, Kind, Message
+
+__all__ = [
+    "CHALLENGE",
+    "PROBLEM_JSON",
+    "PROMETHEUS",
+    "SHUTDOWN_TIMEOUT",
+    "FrontendLink",
+    "RequestMetrics",
+    "WebService",
+    "add_core_link",
+    "add_health_routes",
+    "add_metrics_route",
+    "healthz",
+    "link_state",
+    "method_label",
+    "metrics_endpoint",
+    "metrics_middleware",
+    "problem_code",
+    "problem_response",
+    "readiness",
+    "receipt_destination",
+    "settle_receipts",
+    "status_phrase",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+S = TypeVar("S", bound=FrontendSettings)
+M = TypeVar("M", bound="RequestMetrics")
+L = TypeVar("L", bound=CoreLink)
+
+SHUTDOWN_TIMEOUT = 10.0  # seconds in-flight requests get to finish at shutdown
+PROMETHEUS = web.AppKey("prometheus", CollectorRegistry)
+PROBLEM_JSON = "application/problem+json"
+CHALLENGE = 'Basic realm="polymq", Bearer'
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
+_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_CODES = {413: "too-large", 503: "unavailable", 504: "timeout"}  # as polymq.errors names them
+
+
+# ---- the service ---------------------------------------------------------------------------
+class WebService(Generic[S]):
+    """An aiohttp frontend as a running service: its app (made by ``build_app`` from the
+    checked settings and the registry, a new one if none is given) on ``port``.
+
+    ``start()`` runs the app's ``cleanup_ctx`` (which connects to the core), binds the
+    listener and returns ``{name: port}``; ``stop()`` shuts down in aiohttp's order."""
+
+    name: ClassVar[str]  # the key of its port in ``ports`` (and in ``polymq run``'s file)
+    backlog: ClassVar[int] = 128  # aiohttp's default
+
+    def __init__(
+        self,
+        settings: S,
+        registry: CollectorRegistry | None,
+        build_app: Callable[[S, CollectorRegistry], web.Application],
+        *,
+        port: int,
+    ) -> None:
+        settings.check()
+        self.settings = settings
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.app = build_app(settings, self.registry)
+        self.port = port
+        self._runner: web.AppRunner | None = None
+        self.ports: dict[str, int] = {}
+
+    async def start(self) -> dict[str, int]:
+        self._runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            handler_cancellation=True,
+            shutdown_timeout=SHUTDOWN_TIMEOUT,
+        )
+        await self._runner.setup()  # runs the cleanup_ctx: connects to the core
+        site = web.TCPSite(
+            self._runner,
+            self.settings.host,
+            self.port,
+            reuse_address=True,
+            backlog=self.backlog,
+        )
+        await site.start()
+        self.ports[self.name] = int(self._runner.addresses[0][1])
+        self.started()
+        return self.ports
+
+    def started(self) -> None:
+        """Say where it listens and what it serves (each frontend logs its own line)."""
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+
+def link_state(core: CoreLink) -> str:
+    """How a started service's log line describes its core link."""
+    return "connected" if core.connected else "not reachable yet (retrying)"
+
+
+def add_core_link(app: web.Application, key: web.AppKey[L]) -> None:
+    """Wire the core link under ``key`` into ``app``: it connects in the app's
+    ``cleanup_ctx`` (closed last at shutdown), and ``on_shutdown`` sets its ``stopping``
+    (waiting requests answer now instead of at their deadline)."""
+
+    async def core_link(app: web.Application) -> AsyncIterator[None]:
+        core = app[key]
+        await core.start()
+        yield
+        await core.stop()
+
+    async def stopping(app: web.Application) -> None:
+        app[key].stopping.set()
+
+    app.cleanup_ctx.append(core_link)
+    app.on_shutdown.append(stopping)
+
+
+# ---- metrics -------------------------------------------------------------------------------
+def method_label(method: str) -> str:
+    """A bounded ``method`` label: one of the methods the APIs use, else ``other``."""
+    return method if method in _METHODS else "other"
+
+
+class RequestMetrics:
+    """The request metrics of frontend ``service``: ``polymq_<service>_requests`` (by method,
+    route template and status; ``requests`` is its help), and with ``duration`` (the help of
+    the histogram) also ``polymq_<service>_request_duration_seconds`` and
+    ``polymq_<service>_requests_in_flight``. A subclass declares its own metrics after these,
+    and the core link's with :meth:`core_link_metrics` where they belong in its list."""
+
+    core_connected: Gauge
+    core_connects: Counter
+
+    def __init__(
+        self, registry: CollectorRegistry, service: str, *, requests: str, duration: str | None
+    ) -> None:
+        self.service = service
+        self.requests = Counter(
+            f"polymq_{service}_requests",
+            requests,
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.duration: Histogram | None = None
+        self.in_flight: Gauge | None = None
+        if duration is not None:
+            self.duration = Histogram(
+                f"polymq_{service}_request_duration_seconds",
+                duration,
+                ["method", "route"],
+                buckets=_DURATION_BUCKETS,
+                registry=registry,
+            )
+            self.in_flight = Gauge(
+                f"polymq_{service}_requests_in_flight",
+                "HTTP requests being answered",
+                registry=registry,
+            )
+
+    def core_link_metrics(self, registry: CollectorRegistry) -> None:
+        """Declare ``polymq_<service>_core_connected`` and ``..._core_connects``."""
+        self.core_connected = Gauge(
+            f"polymq_{self.service}_core_connected",
+            "1 while the frontend holds a connection to the core, else 0",
+            registry=registry,
+        )
+        self.core_connects = Counter(
+            f"polymq_{self.service}_core_connects",
+            "Connections made to the core (a reconnect counts again)",
+            registry=registry,
+        )
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        m = method_label(method)
+        self.requests.labels(m, route, str(status)).inc()
+        if self.duration is not None:
+            self.duration.labels(m, route).observe(seconds)
+
+
+def metrics_middleware(key: web.AppKey[M]) -> Middleware:
+    """A middleware that counts (and times) every request into the metrics under ``key``:
+    by route template (``unmatched`` for none) and status (499 when the client went away,
+    500 when the handler failed without an HTTP answer)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        metrics = request.app[key]
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        start = time.perf_counter()
+        status = 500
+        in_flight = metrics.in_flight
+        if in_flight is not None:
+            in_flight.inc()
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away
+            raise
+        finally:
+            if in_flight is not None:
+                in_flight.dec()
+            metrics.observe(request.method, route, status, time.perf_counter() - start)
+
+    return middleware
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    """``GET /metrics``: the registry stored under :data:`PROMETHEUS`."""
+    body = generate_latest(request.app[PROMETHEUS])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def add_metrics_route(app: web.Application, registry: CollectorRegistry) -> None:
+    """``GET /metrics`` of ``registry`` (stored under :data:`PROMETHEUS`)."""
+    app[PROMETHEUS] = registry
+    app.router.add_get("/metrics", metrics_endpoint)
+
+
+# ---- the core link ---------------------------------------------------------------------------
+class FrontendLink(CoreLink, Generic[S]):
+    """The core link of frontend ``service`` (its name in logs and at the core), from its
+    settings; it keeps ``metrics.core_connected``/``core_connects`` and, on each connection,
+    warns about every ``(our setting, the core's limit)`` of :attr:`limits` whose value is
+    above what the core says (the core's limit rules)."""
+
+    limits: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    def __init__(self, settings: S, metrics: RequestMetrics, *, service: str) -> None:
+        super().__init__(
+            settings.core_host,
+            settings.core_port,
+            service=service,
+            user=settings.core_user,
+            password=settings.core_password,
+            token=settings.core_token,
+        )
+        self.settings = settings
+        self.metrics = metrics
+
+    def attached(self, client: Client) -> None:
+        for ours, name in self.limits:
+            theirs = client.limits.get(name)
+            value = getattr(self.settings, ours)
+            if isinstance(theirs, int | float) and value > theirs:
+                log.warning(
+                    "%s: POLYMQ_%s=%s is above the core's %s: the core's limit rules",
+                    self.service,
+                    ours.upper(),
+                    value,
+                    theirs if ours == name else f"{name}={theirs}",
+                )
+        super().attached(client)
+        self.metrics.core_connected.set(1)
+        self.metrics.core_connects.inc()
+
+    def detached(self, client: Client, reason: str) -> None:
+        self.metrics.core_connected.set(0)
+        super().detached(client, reason)
+
+    async def stop(self) -> None:
+        await super().stop()
+        self.metrics.core_connected.set(0)
+
+    async def publish(
+        self,
+        destination: str,
+        messages: list[Message],
+        size: int,
+        *,
+        role: str | None = None,
+        batch_id: str | None = None,
+        batch_ttl: float | None = None,
+    ) -> dict[str, Any]:
+        """Publish ``messages`` (from ``size`` bytes of request body), holding that much of
+        :attr:`budget` while in flight so that coalesced requests never make a frame the
+        core would refuse."""
+        await self.budget.acquire(size)
+        try:
+            return await self.call(
+                lambda c: c.publish(
+                    destination, messages, role=role, batch_id=batch_id, batch_ttl=batch_ttl
+                )
+            )
+        finally:
+            self.budget.release(size)
+
+    async def waiting(
+        self,
+        client: Client,
+        request: Awaitable[T],
+        wait: float,
+        abandoned: Callable[[T], None],
+        empty: T,
+    ) -> T:
+        """``request`` on ``client`` (which may wait up to ``wait`` seconds at the core);
+        ``empty`` at once if the service stops first, ``TimeoutError`` if the core does not
+        answer in time. What it brings after we gave up is ``abandoned`` (leases go back)."""
+        task = asyncio.ensure_future(request)
+        stopping = asyncio.ensure_future(self.stopping.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, stopping}, timeout=wait + CORE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            stopping.cancel()
+            if not task.done():  # we gave up: whatever it brings later goes back at once
+
+                def later(t: asyncio.Future[T]) -> None:
+                    if not t.cancelled() and t.exception() is None:
+                        abandoned(t.result())
+
+                task.add_done_callback(later)
+        if task in done:
+            return await self.guard(client, task)
+        if self.stopping.is_set():
+            return empty
+        raise TimeoutError
+
+
+# ---- problem details -----------------------------------------------------------------------
+def status_phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def problem_code(status: int) -> str:
+    """The ``code`` of a problem with ``status`` when none is given (``not-found``, ...)."""
+    return _CODES.get(status) or status_phrase(status).lower().replace(" ", "-").replace("'", "")
+
+
+def problem_response(
+    status: int,
+    detail: str,
+    *,
+    code: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
+    """``{"type": "about:blank", "title": <the status phrase>, "status", "detail", "code"}``
+    as ``application/problem+json``; a 401 challenges, a 503 says when to retry."""
+    body = {
+        "type": "about:blank",
+        "title": status_phrase(status),
+        "status": status,
+        "detail": detail,
+        "code": code or problem_code(status),
+    }
+    out = {k: v for k, v in (headers or {}).items() if k.lower() != "content-type"}
+    if status == 401:
+        out.setdefault("WWW-Authenticate", CHALLENGE)
+    if status == 503:
+        out.setdefault("Retry-After", "1")
+    return web.Response(
+        status=status,
+        body=json.dumps(body).encode(),
+        headers=out,
+        content_type=PROBLEM_JSON,
+    )
+
+
+# ---- health ----------------------------------------------------------------------------------
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def readiness(core: CoreLink) -> web.Response:
+    """``/readyz`` of a frontend that reaches the core through ``core``."""
+    if core.stopping.is_set():
+        return problem_response(503, "shutting down", code="unavailable")
+    if not core.connected:
+        detail = f"not connected to the core at {core.address}: {core.last_error}"
+        return problem_response(503, detail, code="unavailable")
+    return web.json_response({"status": "ready", "core": core.address})
+
+
+def add_health_routes(app: web.Application, core: web.AppKey[L]) -> None:
+    """``GET /healthz`` and ``GET /readyz`` (of the core link under ``core``)."""
+
+    async def readyz(request: web.Request) -> web.Response:
+        return readiness(request.app[core])
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+
+
+# ---- settling leases -------------------------------------------------------------------------
+def receipt_destination(receipt: str) -> str | None:
+    """The queue a receipt (``queue/<name>|<seq>|<delivery>``) settles, or None if malformed."""
+    key, sep, rest = receipt.partition("|")
+    seq, sep2, did = rest.partition("|")
+    if not (sep and sep2 and seq.isdigit() and did.isdigit() and seq.isascii() and did.isascii()):
+        return None
+    try:
+        dest = Destination.parse(key)
+    except Exception:
+        return None
+    return str(dest) if dest.kind is Kind.QUEUE else None
+
+
+async def settle_receipts(
+    core: CoreLink,
+    receipts: list[str],
+    action: str,
+    authorize: Callable[[str], None],
+    *,
+    done: Callable[[list[str]], None] | None = None,
+) -> dict[str, Any]:
+    """Settle queue leases by receipt with ``action`` (``ack``, ``requeue``/``nack`` or
+    ``reject``): ``{"settled": n, "missing": [...]}``, where malformed receipts and those the
+    core no longer knows are missing. ``authorize(queue)`` raises if the caller may not read
+    a queue named; ``done(receipts sent to the core)`` is called however the core answers."""
+    known: list[str] = []
+    missing: list[str] = []
+    for receipt in receipts:
+        dest = receipt_destination(receipt)
+        if dest is None:
+            missing.append(receipt)
+            continue
+        authorize(dest)
+        known.append(receipt)
+    if not known:
+        raise NotFound("unknown or malformed receipt(s)")
+    try:
+        result: dict[str, Any] = await core.call(lambda c: c.settle(known, action))
+    finally:
+        if done is not None:
+            done(known)
+    return {"settled": int(result.get("settled", 0)), "missing": missing + list(result["missing"])}

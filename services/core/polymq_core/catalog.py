@@ -1,0 +1,148 @@
+"""The destinations as things to manage: ``Declare``, ``Delete`` and ``Purge``; a queue's
+bindings to topic patterns (``Bind``, ``Unbind``, ``Bindings``); metadata (``MetaGet``,
+``MetaSet``) and ``Stats``.
+
+A channel is two queues, one per role (see ``Shard.key_of``); its metadata is kept on the
+server side. Topics are transient: they can be declared (nothing is kept) and counted, not
+deleted, purged or given metadata. Durable changes go through ``Shard.commit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from polymq.auth import Permission
+from polymq.errors import BadRequest, NotFound
+from polymq.events import Bind, Bindings, Declare, Delete, MetaGet, MetaSet, Purge, Stats, Unbind
+from polymq.types import DeclareOptions, Destination, Kind
+
+from .answers import then
+from .shard import Shard
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .session import Session
+
+MAX_BINDINGS_PER_QUEUE = 100_000
+
+
+class Catalog:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    # ---- declare / delete / purge -------------------------------------------------------
+    def declare(self, session: Session, ev: Declare) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
+        options = DeclareOptions.from_dict(ev.options)
+        if dest.kind is Kind.TOPIC:
+            return {"destination": str(dest)}  # topics are transient: nothing to keep
+        keys = _keys(dest)
+        futs = [f for k in keys if (f := broker.shard_for(k).declare(k, options)) is not None]
+        result = {"destination": str(dest), "options": options.to_dict()}
+        return then(asyncio.gather(*futs), result) if futs else result
+
+    def delete(self, session: Session, ev: Delete) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
+        if dest.kind is Kind.TOPIC:
+            raise BadRequest("topics are transient and cannot be deleted")
+        keys = _keys(dest)
+        futs = [f for k in keys if (f := broker.shard_for(k).delete(k)) is not None]
+        return then(asyncio.gather(*futs), {"deleted": str(dest)})
+
+    def purge(self, session: Session, ev: Purge) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
+        if dest.kind is Kind.TOPIC:
+            raise BadRequest("topics hold no messages to purge")
+        keys = _keys(dest)
+        return {"purged": sum(broker.shard_for(k).purge(k) for k in keys)}
+
+    # ---- bindings -----------------------------------------------------------------------
+    def _binding(self, session: Session, pattern: Any, queue: Any) -> tuple[str, str]:
+        """(pattern without ``topic/``, queue key) of a Bind or Unbind, with permissions:
+        CONFIGURE on the queue and READ on the topic pattern (to bind is to subscribe)."""
+        q = self.broker.destination(session, queue, Permission.CONFIGURE)
+        if q.kind is not Kind.QUEUE:
+            raise BadRequest(f"bindings go to queues ('queue/<name>'), not {str(q)[:80]!r}")
+        p = self.broker.destination(session, pattern, Permission.READ, pattern=True)
+        if p.kind is not Kind.TOPIC:
+            raise BadRequest(f"a binding's pattern is 'topic/<pattern>', not {str(p)[:80]!r}")
+        return p.name, str(q)
+
+    def bind(self, session: Session, ev: Bind) -> Any:
+        bindings = self.broker.bindings
+        pattern, key = self._binding(session, ev.pattern, ev.queue)
+        if bindings.count(key) >= MAX_BINDINGS_PER_QUEUE and not bindings.has(pattern, key):
+            raise BadRequest(f"{key} has {MAX_BINDINGS_PER_QUEUE} bindings, the most allowed")
+        try:
+            added, fut = self.broker.shard_for(key).bind(key, pattern)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        result = {"added": int(added)}
+        return result if fut is None else then(fut, result)
+
+    def unbind(self, session: Session, ev: Unbind) -> Any:
+        pattern, key = self._binding(session, ev.pattern, ev.queue)
+        removed, fut = self.broker.shard_for(key).unbind(key, pattern)
+        result = {"removed": int(removed)}
+        return result if fut is None else then(fut, result)
+
+    def bindings(self, session: Session, ev: Bindings) -> Any:
+        q = self.broker.destination(session, ev.queue, Permission.READ)
+        if q.kind is not Kind.QUEUE:
+            raise BadRequest(f"bindings go to queues ('queue/<name>'), not {str(q)[:80]!r}")
+        return [f"topic/{p}" for p in self.broker.bindings.of(str(q))]
+
+    # ---- stats and metadata -------------------------------------------------------------
+    def stats(self, session: Session, ev: Stats) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.READ, pattern=True)
+        if dest.kind is Kind.TOPIC:
+            return {
+                "destination": str(dest),
+                "subscribers": len(broker.topics.match(dest.name))
+                if not dest.is_pattern
+                else broker.topics.count(dest.name),
+            }
+        if dest.kind is Kind.CHANNEL:
+            out: dict[str, Any] = {"destination": str(dest)}
+            for role in ("server", "client"):
+                k = Shard.key_of(dest, role)
+                out[role] = broker.shard_for(k).stats(k)
+            return out
+        key = str(dest)
+        return broker.shard_for(key).stats(key)
+
+    def meta_get(self, session: Session, ev: MetaGet) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.READ)
+        key = broker.box_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
+        shard = broker.shard_for(key)
+        if not shard.exists(key):
+            raise NotFound(f"{dest} does not exist")
+        return dict(shard.get(key).metadata)
+
+    def meta_set(self, session: Session, ev: MetaSet) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
+        if dest.kind is Kind.TOPIC:
+            raise BadRequest("topics are transient and carry no metadata")
+        meta = ev.metadata
+        if not isinstance(meta, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
+        ):
+            raise BadRequest("metadata must map strings to strings")
+        if len(meta) > 256 or sum(len(k) + len(v) for k, v in meta.items()) > 65536:
+            raise BadRequest("metadata is limited to 256 keys and 64 KiB")
+        key = broker.box_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
+        return then(broker.shard_for(key).set_metadata(key, meta), dict(meta))
+
+
+def _keys(dest: Destination) -> list[str]:
+    """The shard keys behind a destination: a channel is two queues, one per role."""
+    if dest.kind is Kind.CHANNEL:
+        return [Shard.key_of(dest, "server"), Shard.key_of(dest, "client")]
+    return [str(dest)]

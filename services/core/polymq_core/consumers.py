@@ -1,0 +1,262 @@
+"""Consuming: subscriptions that the core pushes to (``Subscribe``, ``Unsubscribe``, ``Ack``,
+``Nack``), pulls of queue leases (``Pull``, settled by ``Settle`` from any connection), and
+cursor subscriptions that live in the core and are polled from any connection
+(``CursorOpen``, ``CursorPoll``, ``CursorClose``).
+
+A waiting pull or poll is answered with an awaitable: it resolves when messages come, at its
+``wait`` deadline (with nothing), or at once when the broker stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from polymq.auth import Permission
+from polymq.errors import BadRequest, NotFound
+from polymq.events import (
+    Ack,
+    CursorClose,
+    CursorOpen,
+    CursorPoll,
+    Nack,
+    Polled,
+    Pull,
+    Pulled,
+    Settle,
+    Subscribe,
+    Unsubscribe,
+)
+from polymq.types import Destination, Kind, Message, SubscribeOptions
+
+from .cursors import Cursor, QueueCursor
+from .queue import Queue, Waiter
+from .subscription import Subscription
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .session import Session
+
+_SETTLE_ACTIONS = {"ack": "ack", "nack": "requeue", "requeue": "requeue", "reject": "reject"}
+
+
+class Consumers:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    # ---- subscriptions -------------------------------------------------------------------
+    def subscribe(self, session: Session, ev: Subscribe) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.READ, pattern=True)
+        options = SubscribeOptions.from_dict(ev.options)
+        if ev.sid in session.subs:
+            raise BadRequest(f"subscription id {ev.sid} is already in use on this connection")
+        if len(session.subs) >= broker.settings.max_subscriptions_per_connection:
+            raise BadRequest(
+                f"at most {broker.settings.max_subscriptions_per_connection} subscriptions "
+                "per connection"
+            )
+        if dest.kind is Kind.TOPIC:
+            sub = Subscription(session, ev.sid, str(dest), options, broker.topic_source)
+            try:
+                broker.topics.add(dest.name, sub)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from None
+            session.add_sub(sub)
+        else:
+            key = broker.box_key(dest, options.role)
+            box = broker.shard_for(key).get(key)
+            if dest.kind is not Kind.STREAM and options.offset != "next":
+                raise BadRequest("offset applies to streams only")
+            sub = Subscription(session, ev.sid, str(dest), options, box)
+            session.add_sub(sub)
+            box.attach(sub)
+        broker.sensors.on_subscription(dest.kind.value, 1)
+        return {"sid": ev.sid, "destination": str(dest)}
+
+    def unsubscribe(self, session: Session, ev: Unsubscribe) -> Any:
+        if session.remove_sub(ev.sid) is None:
+            raise NotFound(f"no subscription {ev.sid} on this connection")
+        return None
+
+    def ack(self, session: Session, ev: Ack) -> Any:
+        sub = _sub(session, ev.sid)
+        keys = sub.take(_tags(ev.tags), bool(ev.cumulative))
+        if keys:
+            self.broker.sensors.on_ack(len(keys))
+        sub.source.settle(sub, keys, "ack")
+        return {"acked": len(keys)}
+
+    def nack(self, session: Session, ev: Nack) -> Any:
+        sub = _sub(session, ev.sid)
+        keys = sub.take(_tags(ev.tags), bool(ev.cumulative))
+        sub.source.settle(sub, keys, "requeue" if ev.requeue else "reject")
+        return {"nacked": len(keys)}
+
+    # ---- pull and leases -----------------------------------------------------------------
+    def pull(self, session: Session, ev: Pull) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.READ)
+        if dest.kind is not Kind.QUEUE:
+            raise BadRequest("pull works on queues")
+        max_, wait = self._max_wait(ev.max, ev.wait)
+        vis = ev.visibility
+        if not isinstance(vis, int | float) or not 0 < vis <= 43200:
+            raise BadRequest("visibility must be 0..43200 seconds")
+        key = str(dest)
+        box = broker.shard_for(key).get(key)
+        assert isinstance(box, Queue)
+        got = _lease_or_wait(box, max_, wait, float(vis))
+        if isinstance(got, list):
+            return _pulled(ev.rid, got)
+
+        async def answer() -> Pulled:
+            return _pulled(ev.rid, await got)
+
+        return answer()
+
+    def _max_wait(self, max_: Any, wait: Any) -> tuple[int, float]:
+        settings = self.broker.settings
+        if not isinstance(max_, int) or not 1 <= max_ <= settings.max_pull:
+            raise BadRequest(f"max must be an integer 1..{settings.max_pull}")
+        if not isinstance(wait, int | float) or not 0 <= wait <= settings.max_wait:
+            raise BadRequest(f"wait must be 0..{settings.max_wait} seconds")
+        return max_, float(wait)
+
+    def settle(self, session: Session, ev: Settle) -> Any:
+        broker = self.broker
+        action = _SETTLE_ACTIONS.get(ev.action)
+        if action is None:
+            raise BadRequest("action must be ack, nack (requeue) or reject (dead-letter)")
+        if not isinstance(ev.leases, list) or not ev.leases:
+            raise BadRequest("leases must be a non-empty list")
+        settled = 0
+        missing = []
+        for lease in ev.leases:
+            key, seq, did = _parse_lease(lease)
+            dest = Destination.parse(key)
+            if session.principal is not None:
+                broker.auth.authorize(session.principal, Permission.READ, str(dest))
+            box = broker.shard_for(key).boxes.get(key)
+            try:
+                if not isinstance(box, Queue):
+                    raise NotFound("lease is unknown")
+                box.settle_lease(seq, did, action)
+                settled += 1
+            except NotFound:
+                missing.append(lease)
+        if action == "ack" and settled:
+            broker.sensors.on_ack(settled)
+        if missing and not settled:
+            raise NotFound(f"unknown or expired lease(s): {', '.join(missing[:5])}")
+        return {"settled": settled, "missing": missing}
+
+    # ---- cursor subscriptions (live in the core; polled from any connection) --------------
+    def cursor_open(self, session: Session, ev: CursorOpen) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.READ, pattern=True)
+        return broker.cursors.open(dest, ev.options)
+
+    def _cursor(self, session: Session, sub_id: Any) -> Cursor:
+        broker = self.broker
+        cur = broker.cursors.get(sub_id)
+        if session.principal is not None:
+            broker.auth.authorize(
+                session.principal, Permission.READ, broker.cursors.destination[sub_id]
+            )
+        return cur
+
+    def cursor_poll(self, session: Session, ev: CursorPoll) -> Any:
+        cur = self._cursor(session, ev.id)
+        max_, wait = self._max_wait(ev.max, ev.wait)
+        c = ev.cursor
+        if c is not None and (not isinstance(c, int) or isinstance(c, bool) or c < 0):
+            raise BadRequest("cursor must be a non-negative integer or null")
+        if isinstance(cur, QueueCursor):
+            got = _lease_or_wait(cur.queue(), max_, wait, cur.visibility)
+            if isinstance(got, list):
+                return _polled(ev.rid, c or 0, got)
+
+            async def leased() -> Polled:
+                cur.polling += 1
+                try:
+                    return _polled(ev.rid, c or 0, await got)
+                finally:
+                    cur.polling -= 1
+
+            return leased()
+        first = cur.poll(c, max_)
+        if first[2] or wait == 0:
+            return Polled(ev.rid, *first)
+        cursors = self.broker.cursors
+
+        async def later() -> Polled:
+            fut = asyncio.get_running_loop().create_future()
+            cur.waiters.append(fut)
+            cur.polling += 1
+            try:
+                await asyncio.wait_for(fut, wait)
+            except TimeoutError:
+                pass
+            finally:
+                cur.polling -= 1
+                if fut in cur.waiters:
+                    cur.waiters.remove(fut)
+            return Polled(ev.rid, *cursors.get(ev.id).poll(c, max_))
+
+        return later()
+
+    def cursor_close(self, session: Session, ev: CursorClose) -> Any:
+        self._cursor(session, ev.id)
+        self.broker.cursors.close(ev.id)
+        return None
+
+
+def _sub(session: Session, sid: int) -> Subscription:
+    sub = session.subs.get(sid)
+    if sub is None:
+        raise NotFound(f"no subscription {sid} on this connection")
+    return sub
+
+
+def _lease_or_wait(
+    box: Queue, max_: int, wait: float, vis: float
+) -> list[tuple[str, Message]] | asyncio.Future[list[tuple[str, Message]]]:
+    """Lease what is there now; if nothing and ``wait``, a future of what comes within it."""
+    got = box.lease(max_, vis, time.time())
+    if got or wait == 0:
+        return got
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[list[tuple[str, Message]]] = loop.create_future()
+    box.waiters.append(Waiter(fut, max_, vis))
+
+    def give_up() -> None:
+        if not fut.done():
+            fut.set_result([])
+
+    handle = loop.call_later(wait, give_up)
+    fut.add_done_callback(lambda f: handle.cancel())
+    return fut
+
+
+def _polled(rid: int, cursor: int, got: list[tuple[str, Message]]) -> Polled:
+    return Polled(rid, cursor, [lease for lease, _ in got], [m for _, m in got])
+
+
+def _pulled(rid: int, got: list[tuple[str, Message]]) -> Pulled:
+    return Pulled(rid, [lease for lease, _ in got], [m for _, m in got])
+
+
+def _tags(tags: Any) -> list[int]:
+    if not isinstance(tags, list) or not all(isinstance(t, int) for t in tags):
+        raise BadRequest("tags must be a list of integers")
+    return tags
+
+
+def _parse_lease(lease: Any) -> tuple[str, int, int]:
+    try:
+        key, seq, did = str(lease).rsplit("|", 2)
+        return key, int(seq), int(did)
+    except ValueError:
+        raise NotFound(f"malformed lease {str(lease)[:80]!r}") from None

@@ -1,0 +1,227 @@
+"""Publishing: the ``Publish`` request (idempotent batches included), the fanout of topic
+messages to their subscribers, the routing of copies to the queues bound to a topic, and
+dead letters.
+
+A topic publish reaches every subscription whose pattern matches (transient: nothing is
+kept) and, through :mod:`polymq_core.bindings`, every bound queue once; a queue, stream or
+channel publish is appended by the shard that owns the destination, and answered once
+durable when persistent messages reach a durable destination (``Shard.commit``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from polymq.auth import Permission
+from polymq.errors import BadRequest, QueueFull
+from polymq.events import Publish
+from polymq.types import Destination, Kind, Message
+
+from .answers import then
+from .batches import MAX_BATCH_ID, MAX_BATCH_TTL
+from .shard import Shard
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .session import Session
+
+log = logging.getLogger(__name__)
+
+_NO_RETURN = frozenset({"expired", "max-length"})  # dead-letter reasons that never loop back
+
+
+class Publisher:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    # ---- Publish ---------------------------------------------------------------------------
+    def publish(self, session: Session, ev: Publish) -> Any:
+        if ev.batch_id is None:
+            return self._publish_now(session, ev)
+        broker = self.broker
+        batch_id, ttl = ev.batch_id, ev.batch_ttl
+        if not isinstance(batch_id, str) or not 0 < len(batch_id) <= MAX_BATCH_ID:
+            raise BadRequest(f"batch_id must be a string of 1..{MAX_BATCH_ID} characters")
+        if ttl is None:
+            ttl = broker.settings.batch_window
+        elif isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl:
+            raise BadRequest("batch_ttl must be a positive number of seconds")
+        dest = broker.destination(session, ev.destination, Permission.WRITE)
+        key = f"{dest}\x00{ev.role or ''}\x00{batch_id}"
+        window = broker.shard_for(str(dest)).batches
+        answer = window.get(key)
+        if answer is not None:
+            broker.sensors.on_duplicate_batch(session.protocol)
+            return answer
+        result = self._publish_now(session, ev)
+        if isinstance(result, dict):
+            result["duplicate"] = False
+        else:
+            result = _with(result, "duplicate", False)
+        return window.remember(key, min(float(ttl), MAX_BATCH_TTL), result)
+
+    def _publish_now(self, session: Session, ev: Publish) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.WRITE)
+        msgs = ev.messages
+        if not msgs:
+            return {"count": 0}
+        max_body = broker.settings.max_body
+        for m in msgs:
+            m.validate(max_body)
+        kind = dest.kind.value
+        broker.sensors.on_publish(session.protocol, kind, len(msgs))
+        if dest.kind is Kind.TOPIC:
+            n = self.publish_topic(dest.name, msgs)
+            result = {"count": len(msgs), "subscribers": n, "queues": 0, "refused": []}
+            if not broker.bindings.size:  # nothing bound anywhere: the fanout path as it was
+                return result
+            return self.route(dest.name, msgs, result)
+        if dest.kind is Kind.CHANNEL:
+            role = ev.role or "client"
+            other = "server" if role == "client" else "client"
+            if role not in ("server", "client"):
+                raise BadRequest("a channel publish needs role 'server' or 'client'")
+            key = Shard.key_of(dest, other)
+        else:
+            key = str(dest)
+        fut = broker.shard_for(key).publish(key, msgs)
+        result = {"count": len(msgs), "ids": [m.id for m in msgs], "seqs": [m.seq for m in msgs]}
+        if fut is None:
+            return result
+        return then(fut, result)
+
+    # ---- topics and bound queues -------------------------------------------------------------
+    def publish_topic(self, name: str, msgs: list[Message]) -> int:
+        subs = self.broker.topics.match(name)
+        now = time.time()
+        for m in msgs:
+            m.destination = f"topic/{name}"
+            m.timestamp = now
+            m.delivery_count = 1
+        for sub in subs:
+            for m in msgs:
+                sub.send(m)
+        if subs:
+            self.broker.sensors.on_deliver(len(subs) * len(msgs))
+        return len(subs)
+
+    def route(self, name: str, msgs: list[Message], result: dict[str, Any]) -> Any:
+        """Append a copy of ``msgs`` (just published to ``topic/<name>``) to every queue bound
+        by a pattern that matches ``name``, each queue once. Fills in ``result["queues"]``
+        (how many took them) and ``result["refused"]`` (the keys of those that refused them:
+        full, under ``reject``); returns ``result``, or an awaitable of it when copies of
+        persistent messages into durable queues must first be durable."""
+        taken, futs = self._route(name, msgs, result["refused"])
+        result["queues"] = taken
+        if not futs:
+            return result
+        return then(futs[0] if len(futs) == 1 else asyncio.gather(*futs), result)
+
+    def _route(
+        self, name: str, msgs: list[Message], refused: list[str], skip: str = ""
+    ) -> tuple[int, list[asyncio.Future[None]]]:
+        """(queues that took a copy, futures of their durable appends); ``skip``: a queue
+        not to route to."""
+        broker = self.broker
+        keys = broker.bindings.match(name)
+        futs: list[asyncio.Future[None]] = []
+        taken = 0
+        for key in sorted(keys) if len(keys) > 1 else keys:
+            if key == skip:
+                continue
+            copies = [_copy(m) for m in msgs]
+            try:
+                fut = broker.shard_for(key).publish(key, copies, routed=True)
+            except QueueFull:
+                refused.append(key)
+                continue
+            taken += 1
+            if fut is not None:
+                futs.append(fut)
+        return taken, futs
+
+    # ---- dead letters ------------------------------------------------------------------------
+    def dead_letter(self, msg: Message, target: str, reason: str, source: str = "") -> None:
+        """Send ``msg``, which left queue ``source`` unacked for ``reason``, to ``target``.
+
+        A topic target goes through the same routing as a publish (subscribers and bindings).
+        A message that left on its own (``expired``, or dropped as the oldest of a full
+        queue: ``max-length``) never comes back into the queue it left, through a binding or
+        directly: a full queue under drop-oldest would loop forever (RabbitMQ drops such
+        cycles too). What a consumer rejected, or gave up on, may come back."""
+        try:
+            dest = Destination.parse(target)
+        except BadRequest:
+            log.warning("dead-letter destination %r is invalid; message dropped", target)
+            return
+        headers = {
+            **msg.headers,
+            "x-death-reason": reason,
+            "x-original-destination": msg.destination,
+            "x-original-id": msg.id,
+            "x-delivery-count": str(msg.delivery_count),
+        }
+        if source and msg.destination != source:  # it came into the queue through a binding
+            headers["x-original-queue"] = source
+        dl = Message(
+            body=msg.body,
+            content_type=msg.content_type,
+            headers=headers,
+            priority=msg.priority,
+            persistent=msg.persistent,
+            correlation_id=msg.correlation_id,
+            reply_to=msg.reply_to,
+        )
+        skip = source if reason in _NO_RETURN else ""
+        if dest.kind is Kind.TOPIC:
+            self.publish_topic(dest.name, [dl])
+            if self.broker.bindings.size:
+                refused: list[str] = []
+                _, futs = self._route(dest.name, [dl], refused, skip)
+                if refused:
+                    log.warning("dead-lettering to %s: refused by %s", target, ", ".join(refused))
+                for fut in futs:  # nobody waits for these, but a failure is told
+                    fut.add_done_callback(_log_failure)
+            return
+        key = str(dest)
+        if key == skip:
+            log.warning("%s dead-letters to itself (%s); message dropped", key, reason)
+            return
+        try:
+            self.broker.shard_for(key).publish(key, [dl])
+        except Exception as exc:  # a full dead-letter queue must not break the source queue
+            log.warning("dead-lettering to %s failed: %s", key, exc)
+
+
+def _copy(m: Message) -> Message:
+    """What a bound queue gets of a topic message: the producer's fields (the headers dict is
+    shared: the core never changes a message's headers), the topic in ``destination``; the
+    queue assigns the rest."""
+    return Message(
+        m.body,
+        m.content_type,
+        m.headers,
+        m.priority,
+        m.persistent,
+        m.expires,
+        m.ack_timeout,
+        m.correlation_id,
+        m.reply_to,
+        destination=m.destination,
+    )
+
+
+def _log_failure(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("a dead-lettered message may not be durable: %s", fut.exception())
+
+
+async def _with(answer: Awaitable[dict[str, Any]], key: str, value: Any) -> dict[str, Any]:
+    result = await answer
+    result[key] = value
+    return result

@@ -1,0 +1,232 @@
+"""The SQLite side of a shard's store (:mod:`polymq_core.store`): the layout of the file,
+its versions and their migrations, the statements, and how a batch of queued writes is
+applied in one transaction. No threads and no asyncio here: the store's writer thread calls
+:func:`apply_batch` between ``BEGIN IMMEDIATE`` and ``COMMIT``.
+
+Layout of the SQLite file (WAL journal, ``PRAGMA user_version = 2``)::
+
+    messages      (destination, seq) -> blob     msgpack of Message.to_wire()
+    destinations  destination -> options, metadata (JSON)
+    sequences     destination -> last_seq         highest seq ever appended; kept by remove
+                                                  and purge, dropped by delete_destination
+    bindings      (destination, pattern)          a queue's bindings (topic patterns, without
+                                                  ``topic/``); dropped by delete_destination
+    kv            key -> value
+
+Schema versions: 1 had no ``bindings`` table. Opening a version 1 file creates the table and
+sets version 2 (nothing else changes, so the migration is one ``CREATE TABLE``); a file of a
+version newer than this code knows is refused (by the store, which says so).
+
+A queued write is a flat tuple ``(future, kind, *fields)`` (:data:`Write`); its
+:class:`WriteKind` lists the fields.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+SCHEMA_VERSION = 2
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS messages ("
+    " destination TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,"
+    " PRIMARY KEY (destination, seq)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS destinations ("
+    " destination TEXT PRIMARY KEY, options TEXT NOT NULL, metadata TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS sequences ("
+    " destination TEXT PRIMARY KEY, last_seq INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID",
+    # version 2
+    "CREATE TABLE IF NOT EXISTS bindings ("
+    " destination TEXT NOT NULL, pattern TEXT NOT NULL,"
+    " PRIMARY KEY (destination, pattern)) WITHOUT ROWID",
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
+)
+_INSERT_MESSAGE = "INSERT OR REPLACE INTO messages (destination, seq, blob) VALUES (?, ?, ?)"
+_DELETE_MESSAGE = "DELETE FROM messages WHERE destination = ? AND seq = ?"
+_DELETE_MESSAGES = "DELETE FROM messages WHERE destination = ?"
+_SAVE_DESTINATION = (
+    "INSERT OR REPLACE INTO destinations (destination, options, metadata) VALUES (?, ?, ?)"
+)
+_DELETE_DESTINATION = "DELETE FROM destinations WHERE destination = ?"
+_DELETE_SEQUENCE = "DELETE FROM sequences WHERE destination = ?"
+_RAISE_SEQUENCE = (
+    "INSERT INTO sequences (destination, last_seq) VALUES (?, ?)"
+    " ON CONFLICT (destination) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)"
+)
+_SAVE_BINDING = "INSERT OR IGNORE INTO bindings (destination, pattern) VALUES (?, ?)"
+_DELETE_BINDING = "DELETE FROM bindings WHERE destination = ? AND pattern = ?"
+_DELETE_BINDINGS = "DELETE FROM bindings WHERE destination = ?"
+_KV_PUT = "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)"
+_KV_DELETE = "DELETE FROM kv WHERE key = ?"
+
+LOAD_DESTINATIONS = """
+    SELECT d.destination, d.options, d.metadata, coalesce(s.last_seq, 0)
+      FROM destinations d LEFT JOIN sequences s ON s.destination = d.destination
+    UNION ALL
+    SELECT s.destination, NULL, NULL, s.last_seq
+      FROM sequences s
+     WHERE NOT EXISTS (SELECT 1 FROM destinations d WHERE d.destination = s.destination)
+       AND EXISTS (SELECT 1 FROM messages m WHERE m.destination = s.destination)
+    ORDER BY 1
+"""
+
+
+class WriteKind(enum.Enum):
+    """What a queued write does; the fields after it in the write's tuple are listed."""
+
+    APPEND = enum.auto()  # destination, seq, blob
+    APPEND_MANY = enum.auto()  # destination, [(seq, blob), ...]
+    REMOVE = enum.auto()  # destination, [seq, ...]
+    PURGE = enum.auto()  # destination
+    SAVE_DESTINATION = enum.auto()  # destination, options JSON, metadata JSON
+    DELETE_DESTINATION = enum.auto()  # destination
+    SAVE_BINDINGS = enum.auto()  # destination, [pattern, ...]
+    DELETE_BINDINGS = enum.auto()  # destination, [pattern, ...]
+    KV_PUT = enum.auto()  # key, value
+    KV_DELETE = enum.auto()  # key
+
+
+# A queued write is a flat tuple ``(future, kind, *fields)``, not an object: with tens of
+# thousands in flight, every extra container per write is work for the garbage collector.
+Write = tuple[Any, ...]
+
+APPEND = WriteKind.APPEND
+APPEND_MANY = WriteKind.APPEND_MANY
+REMOVE = WriteKind.REMOVE
+
+
+# Messages are inserted and deleted with multi-row statements rather than ``executemany``:
+# the sqlite3 module lets go of the GIL around every step, and with one step per row the
+# writer thread and the event loop would hand the GIL to each other once per message.
+_CHUNK = 256  # rows per statement at most (768 parameters, far below SQLite's limit)
+
+
+@functools.cache
+def _insert_sql(rows: int) -> str:
+    values = ",".join(["(?,?,?)"] * rows)
+    return f"INSERT OR REPLACE INTO messages (destination, seq, blob) VALUES {values}"
+
+
+@functools.cache
+def _delete_sql(seqs: int) -> str:
+    return f"DELETE FROM messages WHERE destination = ? AND seq IN ({','.join('?' * seqs)})"
+
+
+def _chunk_sizes(total: int) -> Iterator[int]:
+    """Split ``total`` rows into statements of at most ``_CHUNK`` rows whose sizes are powers
+    of two, so that only a few distinct statements are ever prepared."""
+    size = _CHUNK
+    while total:
+        while size > total:
+            size //= 2
+        yield size
+        total -= size
+
+
+class _Run:
+    """Neighbouring statements of one kind from a batch, executed together when the kind
+    changes, so that the batch is applied in the order it was issued."""
+
+    __slots__ = ("_conn", "_rows", "_sql")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._sql: str | None = None
+        self._rows: list[Any] = []
+
+    def insert(self, destination: str, seq: int, blob: bytes) -> None:
+        if self._sql != _INSERT_MESSAGE:
+            self._switch(_INSERT_MESSAGE)
+        rows = self._rows  # flat: destination, seq, blob, destination, ...
+        rows.append(destination)
+        rows.append(seq)
+        rows.append(blob)
+
+    def remove(self, destination: str, seqs: list[int]) -> None:
+        if self._sql != _DELETE_MESSAGE:
+            self._switch(_DELETE_MESSAGE)
+        self._rows.append((destination, seqs))
+
+    def execute(self, sql: str, params: tuple[Any, ...]) -> None:
+        if self._sql != sql:
+            self._switch(sql)
+        self._rows.append(params)
+
+    def _switch(self, sql: str) -> None:
+        self.flush()
+        self._sql = sql
+
+    def flush(self) -> None:
+        sql, rows, conn = self._sql, self._rows, self._conn
+        if sql is None:
+            return
+        if sql == _INSERT_MESSAGE:
+            start = 0
+            for size in _chunk_sizes(len(rows) // 3):
+                conn.execute(_insert_sql(size), rows[start : start + 3 * size])
+                start += 3 * size
+        elif sql == _DELETE_MESSAGE:
+            # Deletes commute, so a run of them may be regrouped by destination.
+            by_destination: dict[str, list[int]] = {}
+            for destination, seqs in rows:
+                by_destination.setdefault(destination, []).extend(seqs)
+            for destination, seqs in by_destination.items():
+                start = 0
+                for size in _chunk_sizes(len(seqs)):
+                    conn.execute(_delete_sql(size), [destination, *seqs[start : start + size]])
+                    start += size
+        else:
+            conn.executemany(sql, rows)
+        self._sql, self._rows = None, []
+
+
+def apply_batch(conn: sqlite3.Connection, batch: list[Write]) -> None:
+    """Apply a batch in issue order; the sequence high-water marks go in last, one row per
+    destination."""
+    run = _Run(conn)
+    high: dict[str, int] = {}
+    for write in batch:
+        kind = write[1]
+        if kind is APPEND:
+            _, _, destination, seq, blob = write
+            run.insert(destination, seq, blob)
+            if seq > high.get(destination, -1):
+                high[destination] = seq
+        elif kind is APPEND_MANY:
+            _, _, destination, rows = write
+            for seq, blob in rows:
+                run.insert(destination, seq, blob)
+                if seq > high.get(destination, -1):
+                    high[destination] = seq
+        elif kind is REMOVE:
+            run.remove(write[2], write[3])
+        elif kind is WriteKind.PURGE:
+            run.execute(_DELETE_MESSAGES, (write[2],))
+        elif kind is WriteKind.SAVE_DESTINATION:
+            run.execute(_SAVE_DESTINATION, write[2:])
+        elif kind is WriteKind.DELETE_DESTINATION:
+            key = (write[2],)
+            high.pop(write[2], None)
+            run.execute(_DELETE_MESSAGES, key)
+            run.execute(_DELETE_DESTINATION, key)
+            run.execute(_DELETE_SEQUENCE, key)
+            run.execute(_DELETE_BINDINGS, key)
+        elif kind is WriteKind.SAVE_BINDINGS:
+            for pattern in write[3]:
+                run.execute(_SAVE_BINDING, (write[2], pattern))
+        elif kind is WriteKind.DELETE_BINDINGS:
+            for pattern in write[3]:
+                run.execute(_DELETE_BINDING, (write[2], pattern))
+        elif kind is WriteKind.KV_PUT:
+            run.execute(_KV_PUT, write[2:])
+        elif kind is WriteKind.KV_DELETE:
+            run.execute(_KV_DELETE, write[2:])
+        else:
+            raise AssertionError(f"unknown write {kind!r}")
+    run.flush()
+    if high:
+        conn.executemany(_RAISE_SEQUENCE, high.items())
