@@ -22,6 +22,10 @@ A scenario that fails records its error and the run goes on. Modules:
 ``stomp_wire``     its hand-built frames, scanning reader, TCP and WebSocket links
 ``stomp_relay``    a do-nothing STOMP relay: the load generator's own ceiling
 ``avro``      the Avro frontend: raw container ingest, then Spark's format("polymq")
+``amqp``      AMQP publish / confirm / consume-ack, polymq vs RabbitMQ, with aio-pika and pamqp
+``amqp_wire``     the pamqp load generator (frames over raw asyncio, faster than the brokers)
+``amqp_load``     its worker processes, one per client and broker
+``amqp_targets``  the two brokers under test
 ``_profile``  a ``sitecustomize`` that runs the broker under cProfile for ``--profile DIR``
 
 Numbers depend on the machine being otherwise idle: each entry records how much CPU other

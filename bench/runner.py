@@ -44,7 +44,7 @@ from .scenario import Context, Scenario, Skipped
 
 
 def all_scenarios() -> list[Scenario]:
-    from . import avro, http, longpoll, native, rabbitmq, stomp
+    from . import amqp, avro, http, longpoll, native, rabbitmq, stomp
 
     return [
         *native.SCENARIOS,
@@ -53,6 +53,7 @@ def all_scenarios() -> list[Scenario]:
         *rabbitmq.SCENARIOS,
         *stomp.SCENARIOS,
         *avro.SCENARIOS,
+        *amqp.SCENARIOS,
     ]
 
 

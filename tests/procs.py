@@ -34,7 +34,7 @@ class PolymqProcess:
         argv = [sys.executable, "-m", "polymq_cli", self.command, "--ports-file", str(ports_file)]
         for flag in ("core", "admin", "http"):
             if self.command in ("run", "core") or flag == "http":
-                if flag == "http" and self.command in ("core", "stomp", "longpoll", "avro"):
+                if flag == "http" and self.command in ("core", "stomp", "longpoll", "avro", "amqp"):
                     continue
                 if f"--{flag}-port" not in self.args:
                     argv += [f"--{flag}-port", "0"]
@@ -46,6 +46,10 @@ class PolymqProcess:
             argv += ["--longpoll-port", "0"]
         if self.command in ("run", "avro") and "--avro-port" not in self.args:
             argv += ["--avro-port", "0"]
+        if self.command in ("run", "amqp"):
+            for flag in ("amqp", "amqp-admin", "amqp-tls"):
+                if f"--{flag}-port" not in self.args:
+                    argv += [f"--{flag}-port", "0"]
         if self.command in ("run", "core") and "--data-dir" not in self.args:
             argv += ["--data-dir", str(self.data_dir)]
         argv += self.args

@@ -30,6 +30,7 @@ STOMP_SCENARIOS = {
     "stomp_queue_ws",
     "stomp_fanout_10",
     "stomp_latency_fixed_rate",
+    "amqp",  # the ratio to RabbitMQ (aio-pika and a pamqp load generator)
 }
 
 

@@ -6,14 +6,16 @@ polymq wire protocol inside, through one shared :class:`polymq.Client` to the co
 queues are core queues, and what AMQP declares that the core has no word for lives in the
 core's key/value store (``topology.py``): the frontend keeps no state a restart would lose.
 
-Modules: ``codec`` (sans-IO framing and the state table) with ``events`` and ``errors`` (the
-exception tree, each error carrying its reply code); ``names`` (AMQP names in the core's
-alphabet), ``exchanges`` (routing by exchange type), ``arguments`` (queue arguments),
-``tables`` and ``properties`` (messages both ways), ``topology`` (records of exchanges,
-queues and bindings); ``session`` (one connection), ``channel`` (one channel: qos, acks,
-confirms, transactions), ``declarations`` (exchange.* and queue.*), ``consumer``
+Modules: ``codec`` (sans-IO framing) with ``states`` (the one state table), ``events`` and
+``errors`` (the exception tree, each error carrying its reply code); ``names`` (AMQP names
+in the core's alphabet), ``exchanges`` (routing by exchange type), ``arguments`` (queue
+arguments), ``tables`` and ``properties`` (messages both ways), ``topology`` (records of
+exchanges, queues and bindings); ``hub`` (what connections share), ``session`` (one
+connection) with ``handshake`` (start, login, tune, open), ``channel`` (one channel: qos,
+acks, confirms, transactions), ``declarations`` (exchange.* and queue.*), ``consumer``
 (basic.consume, basic.get, deliveries), ``publisher`` (basic.publish, returns, confirms);
-``transports``, ``config``, ``metrics`` and ``service``.
+``transports``, ``config``, ``metrics`` and ``service``. (``bridge*`` is the RabbitMQ
+bridge, a separate service.)
 """
 
 __version__ = "0.1.0"

@@ -4,14 +4,19 @@
 
     polymq run   [--host H] [--core-port N] [--admin-port N] [--http-port N]
                  [--stomp-port N] [--stomp-ws-port N] [--tls-cert PEM --tls-key PEM]
-                 [--longpoll-port N] [--avro-port N] [--data-dir DIR] [--ports-file FILE]
+                 [--longpoll-port N] [--avro-port N] [--amqp-port N] [--amqp-admin-port N]
+                 [--amqp-tls-port N] [--data-dir DIR] [--ports-file FILE]
     polymq core  [--host H] [--core-port N] [--admin-port N] [--data-dir DIR] ...
     polymq http  [--host H] [--http-port N] [--core HOST:PORT] ...
     polymq stomp [--host H] [--stomp-port N] [--stomp-ws-port N] [--tls-cert PEM --tls-key PEM]
                  [--core HOST:PORT] ...
     polymq longpoll [--host H] [--longpoll-port N] [--core HOST:PORT] ...
     polymq avro  [--host H] [--avro-port N] [--core HOST:PORT] ...
+    polymq amqp  [--host H] [--amqp-port N] [--amqp-admin-port N] [--amqp-tls-port N]
+                 [--tls-cert PEM --tls-key PEM] [--core HOST:PORT] ...
 
+    polymq bridge --config LINKS.json [--rabbitmq-url URL] ...
+                 (moves messages between polymq and an existing RabbitMQ, both ways)
     polymq spark-push --input FILE --destination KIND/NAME --url AVRO-URL ...
                  (a file into polymq through Spark's format("polymq"); needs the spark extra)
 
@@ -148,6 +153,17 @@ def _avro_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> An
     return dataclasses.replace(base, **_frontend_changes(args, core, base, ("avro",)))
 
 
+def _amqp_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
+    from polymq_amqp.config import AmqpSettings
+
+    base = from_env(AmqpSettings)
+    changes = _frontend_changes(args, core, base, ("amqp", "amqp_admin", "amqp_tls"))
+    for name in ("tls_cert", "tls_key"):
+        if getattr(args, name, None) is not None:
+            changes[name] = getattr(args, name)
+    return dataclasses.replace(base, **changes)
+
+
 def _write_ports(path: str, ports: dict[str, int]) -> None:
     """Atomically, so a reader never sees half a file."""
     tmp = Path(path + ".tmp")
@@ -217,6 +233,15 @@ async def _serve(args: argparse.Namespace) -> int:
             avro = AvroService(avro_settings, registry)
             services.append(avro)
             ports.update(await avro.start())
+        if args.command in ("run", "amqp"):
+            from polymq_amqp.service import AmqpService
+
+            amqp_settings = _amqp_settings(args, core_addr)
+            if service_token is not None:
+                amqp_settings = dataclasses.replace(amqp_settings, core_token=service_token)
+            amqp = AmqpService(amqp_settings, registry)
+            services.append(amqp)
+            ports.update(await amqp.start())
         if args.ports_file:
             _write_ports(args.ports_file, ports)
         host = args.host
@@ -226,12 +251,15 @@ async def _serve(args: argparse.Namespace) -> int:
             "stomp_ws": "http://",
             "longpoll": "http://",
             "avro": "http://",
+            "amqp": "amqp://",
+            "amqp_tls": "amqps://",
+            "amqp_admin": "http://",
         }
         if tls:
             schemes["stomp_ws"] = "https://"
         for name, port in ports.items():
             scheme = schemes.get(name, "")
-            print(f"polymq {name:<6} listening on {scheme}{host}:{port}", flush=True)
+            print(f"polymq {name:<10} listening on {scheme}{host}:{port}", flush=True)
         print("polymq ready (Ctrl-C to stop)", flush=True)
         await stop.wait()
         log.info("shutting down")
@@ -292,6 +320,21 @@ def _parser() -> argparse.ArgumentParser:
             help="Avro over HTTP and the schema registry (7470; 0=any)",
         )
 
+    def amqp_flags(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--amqp-port", type=int, default=None, help="AMQP 0-9-1 (5672; 0=any)")
+        sp.add_argument(
+            "--amqp-admin-port",
+            type=int,
+            default=None,
+            help="the AMQP frontend's /healthz, /readyz and /metrics (15692; 0=any)",
+        )
+        sp.add_argument(
+            "--amqp-tls-port",
+            type=int,
+            default=None,
+            help="AMQP over TLS, with --tls-cert and --tls-key (5671; 0=any)",
+        )
+
     run = sub.add_parser("run", help="the core and every frontend in one process")
     common(run)
     core_flags(run)
@@ -299,6 +342,7 @@ def _parser() -> argparse.ArgumentParser:
     stomp_flags(run)
     longpoll_flags(run)
     avro_flags(run)
+    amqp_flags(run)
     core = sub.add_parser("core", help="the core broker")
     common(core)
     core_flags(core)
@@ -318,6 +362,17 @@ def _parser() -> argparse.ArgumentParser:
     common(avro)
     avro_flags(avro)
     avro.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    amqp = sub.add_parser("amqp", help="the AMQP 0-9-1 frontend")
+    common(amqp)
+    amqp_flags(amqp)
+    amqp.add_argument("--tls-cert", default=None, help="PEM certificate: AMQP over TLS")
+    amqp.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    amqp.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    bridge = sub.add_parser("bridge", help="move messages between polymq and a RabbitMQ")
+    common(bridge)
+    from polymq_amqp.bridge_main import add_arguments as bridge_arguments
+
+    bridge_arguments(bridge, common=False)
     return p
 
 
@@ -333,6 +388,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if args.command == "bridge":  # its own service loop, settings and exit codes
+        from polymq_amqp.bridge_main import run as run_bridge
+
+        return run_bridge(args)
     try:
         import uvloop
 

@@ -1,0 +1,279 @@
+"""AMQP 0-9-1 scenarios: polymq's AMQP frontend against RabbitMQ, same clients, same load.
+
+One scenario, ``amqp``, measures a matrix: three workloads (:mod:`bench.amqp_load`) —
+
+- ``publish``: publish without confirms into a queue with no consumer; msg/s until the
+  broker answered a request sent after the last publish on the channel (the time until the
+  queue held them all is in the details, ``enqueued_seconds``);
+- ``publish_confirm``: publish with publisher confirms, at most ``window`` unconfirmed;
+  msg/s until the last confirm;
+- ``consume_ack``: a queue filled beforehand (with confirms, not measured) is consumed with
+  ``basic.qos(prefetch)`` and a ``basic.ack(multiple)`` every ``ack_every`` deliveries;
+  msg/s from basic.consume to the last delivery —
+
+each with two clients, aio-pika (what users run; it saturates a CPU near 8k msg/s here) and
+``pamqp``, the load generator in :mod:`bench.amqp_wire` (pamqp frames over raw asyncio),
+against both brokers (:mod:`bench.amqp_targets`). Every measurement runs its client in a
+process of its own on the load CPU(s); the broker is pinned to the broker CPU. Broker CPU
+seconds are read over the measured interval and reported per million messages.
+
+Equivalent work on both brokers: 32-byte transient messages (``delivery_mode`` 1) through
+the default exchange into a non-durable queue ``polymq.bench.amqp`` that is purged before
+every run and deleted at the end.
+
+The entry's ``value`` is the geometric mean over the cells of polymq's msg/s / RabbitMQ's
+(``x RabbitMQ``); ``cells`` lists each client and workload with both figures, the ratio and
+both brokers' CPU-seconds per million messages; ``details`` holds every measurement in full.
+``--set amqp.clients='["pamqp"]'`` and ``--set amqp.workloads='["publish"]'`` narrow it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from .amqp_load import admin
+from .amqp_targets import AmqpTarget, polymq_target, rabbitmq_target
+from .harness import BenchError, Worker, workers
+from .scenario import Context, Result, Scenario, Skipped
+from .stomp import _idle_cpu_share, _Window
+from .stomp_targets import Unavailable
+
+__all__ = ["SCENARIOS"]
+
+CLIENTS = {"pamqp": "wire", "aio-pika": "pika"}
+WORKLOADS = ("publish", "publish_confirm", "consume_ack")
+QUEUE = "polymq.bench.amqp"
+
+
+def _params(ctx: Context, client: str) -> dict[str, Any]:
+    fast = client == "pamqp"
+    if ctx.quick:
+        count = 20_000 if fast else 3_000
+    else:
+        count = 400_000 if fast else 60_000
+    key = "pamqp" if fast else "aio_pika"
+    seconds = ctx.option("seconds", 1.0 if ctx.quick else 6.0)
+    return {
+        "queue": QUEUE,
+        "count": ctx.option(f"{key}_count", count),
+        "seconds": seconds,
+        "batch": ctx.option("batch", 100),
+        "window": ctx.option(f"{key}_window", 1000 if fast else 100),
+        "prefetch": ctx.option("prefetch", 1000),
+        "ack_every": ctx.option("ack_every", 100),
+        "body_bytes": ctx.option("body_bytes", 32),
+        "persistent": ctx.option("persistent", False),
+        "timeout": seconds + (30 if ctx.quick else 90),
+    }
+
+
+def _housekeep(ep: dict[str, Any], action: str) -> None:
+    with contextlib.suppress(Exception):
+        asyncio.run(admin({**ep, "queue": QUEUE}, action))
+
+
+def _measure(t: AmqpTarget, w: Worker, workload: str, p: dict[str, Any]) -> dict[str, Any]:
+    """One measurement by the client worker ``w`` against ``t``."""
+    timeout = float(p["timeout"])
+    stale = 0
+    if workload == "consume_ack":
+        # fill the queue first (the fast client, with confirms: every message is in)
+        w.send(run="fill", params=p)
+        w.expect("prepared", 60)
+        w.send(go=True)
+        w.expect("measured", timeout + 60)
+        filled = int(w.expect("run_result", 60)["run_result"]["sent"])
+        w.send(run="consume", params={**p, "count": filled})
+        stale = int(w.expect("prepared", 60).get("depth", 0)) - filled
+    else:
+        w.send(run="publish", params={**p, "confirms": workload == "publish_confirm"})
+        w.expect("prepared", 60)
+    idle = _idle_cpu_share(t, 0.3)  # type: ignore[arg-type]
+    with _Window(t) as win:  # type: ignore[arg-type]
+        w.send(go=True)
+        w.expect("measured", timeout + 30)
+    r = w.expect("run_result", 60)["run_result"]
+    t.alive()
+    n = int(r.get("sent") or r.get("got") or 0)
+    if n <= 0:
+        raise BenchError("no message was moved")
+    seconds = r["t_done"] - r["t_go"]
+    load_cpu = float(r["cpu_seconds"])
+    out = {
+        "value": n / seconds,
+        "messages": n,
+        "seconds": round(seconds, 3),
+        "broker_cpu_seconds": round(win.broker_cpu, 3),
+        "cpu_seconds_per_million": round(win.broker_cpu / n * 1e6, 3),
+        "broker_cpu_share": round(win.broker_cpu / win.wall, 3),
+        "broker_idle_cpu_share_before": idle,
+        "client_cpu_seconds": round(load_cpu, 3),
+        # near 1.0: the client was the bottleneck, not the broker
+        "client_cpu_share": round(load_cpu / seconds, 3),
+        "other_cpu_share": win.other_share(load_cpu),
+    }
+    if r.get("enqueued_seconds") is not None:
+        out["enqueued_seconds"] = round(r["enqueued_seconds"], 3)
+        out["enqueued_msg_per_s"] = round(n / r["enqueued_seconds"], 1)
+    if r.get("t_first"):
+        out["first_delivery_after_seconds"] = round(r["t_first"] - r["t_go"], 4)
+    if stale:
+        out["stale_messages_in_queue"] = stale
+    return out
+
+
+def _side(
+    ctx: Context,
+    opener: Callable[[], contextlib.AbstractContextManager[AmqpTarget]],
+    cells: list[tuple[str, str]],
+) -> dict[str, Any]:
+    """Every cell against one broker (started once), one worker process per client (made
+    again after a cell fails)."""
+    try:
+        with opener() as t, workers() as pool:
+            results: dict[str, Any] = {"status": "ok", "broker": t.facts, "cells": {}}
+            live: dict[str, Worker] = {}
+            for client, workload in cells:
+                p = _params(ctx, client)
+                key = f"{client}/{workload}"
+                try:
+                    w = live.get(client)
+                    if w is None:
+                        w = ctx.spawn(pool, f"bench.amqp_load:{CLIENTS[client]}_worker", t.endpoint)
+                        w.expect("ready", 60)
+                        live[client] = w
+                    _housekeep(t.endpoint, "purge")
+                    m = _measure(t, w, workload, p)
+                    results["cells"][key] = {"status": "ok", **m}
+                except Exception as exc:
+                    dead = live.pop(client, None)
+                    if dead is not None:
+                        dead.close()
+                    results["cells"][key] = {
+                        "status": "failed",
+                        "error": f"{type(exc).__name__}: {exc}".strip()[:2000],
+                        "traceback": traceback.format_exc(limit=6),
+                    }
+            for w in live.values():
+                with contextlib.suppress(Exception):
+                    w.send(stop=True)
+                    w.wait_result(15)
+            _housekeep(t.endpoint, "delete")
+            return results
+    except Skipped as exc:
+        return {"status": "skipped", "reason": str(exc)}
+    except Unavailable as exc:
+        return {"status": "failed", "error": str(exc)}
+    except Exception as exc:
+        return {
+            "status": "failed",
+            "error": f"{type(exc).__name__}: {exc}".strip()[:2000],
+            "traceback": traceback.format_exc(limit=6),
+        }
+
+
+def _cell(side: dict[str, Any], key: str) -> dict[str, Any]:
+    if side.get("status") != "ok":
+        return {"status": side.get("status"), "why": side.get("reason") or side.get("error")}
+    return dict(side["cells"].get(key, {"status": "missing"}))
+
+
+def run_amqp(ctx: Context) -> Result:
+    clients = list(ctx.option("clients", list(CLIENTS)))
+    workloads = list(ctx.option("workloads", list(WORKLOADS)))
+    unknown = [c for c in clients if c not in CLIENTS]
+    unknown += [w for w in workloads if w not in WORKLOADS]
+    if unknown:
+        raise BenchError(f"unknown client(s)/workload(s): {unknown}")
+    cells = [(c, w) for c in clients for w in workloads]
+    sides = {
+        "rabbitmq": _side(ctx, lambda: rabbitmq_target(ctx), cells),
+        "polymq": _side(ctx, lambda: polymq_target(ctx), cells),
+    }
+    table: list[dict[str, Any]] = []
+    ratios: list[float] = []
+    errors: list[str] = []
+    for name, side in sides.items():
+        if side["status"] == "failed":
+            errors.append(f"{name}: {side['error']}")
+        elif side["status"] == "ok":
+            errors += [
+                f"{name} {k}: {c['error']}" for k, c in side["cells"].items() if c["status"] != "ok"
+            ]
+    for client, workload in cells:
+        key = f"{client}/{workload}"
+        pm, rb = _cell(sides["polymq"], key), _cell(sides["rabbitmq"], key)
+        row: dict[str, Any] = {"client": client, "workload": workload}
+        for name, c in (("polymq", pm), ("rabbitmq", rb)):
+            row[name] = (
+                {
+                    "msg_per_s": round(c["value"], 1),
+                    "cpu_seconds_per_million": c["cpu_seconds_per_million"],
+                    "client_cpu_share": c["client_cpu_share"],
+                }
+                if c.get("status") == "ok"
+                else {"status": c.get("status"), "why": c.get("why") or c.get("error")}
+            )
+        if pm.get("status") == "ok" and rb.get("status") == "ok":
+            row["ratio_to_rabbitmq"] = round(pm["value"] / rb["value"], 3)
+            if rb["cpu_seconds_per_million"]:
+                row["cpu_ratio_to_rabbitmq"] = round(
+                    pm["cpu_seconds_per_million"] / rb["cpu_seconds_per_million"], 3
+                )
+            ratios.append(pm["value"] / rb["value"])
+        table.append(row)
+    value = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+    notes = [
+        "AMQP 0-9-1, polymq vs RabbitMQ: publish (no confirms), publish with confirms, "
+        "consume with acks; 32-byte transient messages, default exchange, one non-durable "
+        f"queue; clients {', '.join(clients)}, each in its own process on the load CPU(s). "
+        "value = geometric mean over the cells of polymq msg/s / RabbitMQ msg/s."
+    ]
+    for row in table:
+        pm, rb = row["polymq"], row["rabbitmq"]
+        if "msg_per_s" in pm and "msg_per_s" in rb:
+            notes.append(
+                f"{row['client']} {row['workload']}: polymq {pm['msg_per_s']:,.0f} vs RabbitMQ "
+                f"{rb['msg_per_s']:,.0f} msg/s (x{row['ratio_to_rabbitmq']}), CPU-s/M "
+                f"{pm['cpu_seconds_per_million']:.1f} vs {rb['cpu_seconds_per_million']:.1f}."
+            )
+    if sides["rabbitmq"]["status"] == "skipped":
+        notes.append(f"RabbitMQ skipped: {sides['rabbitmq']['reason']}")
+    rb_cpu = sum(
+        c.get("broker_cpu_seconds", 0.0)
+        for c in sides["rabbitmq"].get("cells", {}).values()
+        if c.get("status") == "ok"
+    )
+    return Result(
+        value=value,
+        params={**_params(ctx, "pamqp"), "clients": clients, "workloads": workloads},
+        notes=" ".join(notes),
+        details=sides,
+        verdict=True,
+        met=None,
+        error="; ".join(errors) or None,
+        extra={
+            "cells": table,
+            "ratio_to_rabbitmq": {
+                f"{r['client']}/{r['workload']}": r.get("ratio_to_rabbitmq") for r in table
+            },
+        },
+        external_cpu_seconds=rb_cpu,
+    )
+
+
+SCENARIOS = [
+    Scenario(
+        "amqp",
+        None,
+        "x RabbitMQ",
+        None,
+        run_amqp,
+        about="AMQP publish / confirm / consume-ack, polymq vs RabbitMQ, aio-pika and pamqp",
+    ),
+]

@@ -1,0 +1,382 @@
+"""exchange.declare / delete and queue.declare / bind / unbind / purge / delete.
+
+Each runs as the session's busy task (it needs the core before it is answered). The
+records are kept by :class:`~polymq_amqp.topology.Topology`; the rules are RabbitMQ's:
+
+- ``amq.``-prefixed names are reserved (403) but the predeclared ``amq.direct``,
+  ``amq.fanout``, ``amq.topic``, ``amq.headers`` and ``amq.match`` exist in every vhost; the
+  default exchange ``""`` can be neither declared, bound nor deleted (403);
+- a passive declaration of something absent is 404; a redeclaration with other attributes
+  or arguments is 406 (``inequivalent arg 'durable' for queue 'q' in vhost '/': ...``);
+  an unknown exchange type is a connection error 503;
+- an exclusive queue belongs to its connection (405 RESOURCE_LOCKED for any other) and is
+  deleted when it closes; an empty queue name declares a server-named ``amq.gen-...`` queue,
+  and an empty name elsewhere means the channel's last declared queue;
+- deleting something absent is not an error (RabbitMQ's behaviour since 3.x); ``if_unused``
+  and ``if_empty`` refuse with 406.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any, Final
+
+from pamqp import commands, constants
+
+from polymq.auth import Permission
+
+from .arguments import queue_options
+from .errors import (
+    ACCESS_REFUSED,
+    COMMAND_INVALID,
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+    ChannelException,
+    ConnectionException,
+)
+from .exchanges import BUILTIN, ExchangeType, valid_match_mode
+from .names import UnmappableName
+from .tables import to_text
+from .topology import ExchangeRecord, QueueRecord, tagged_args
+
+if TYPE_CHECKING:
+    from .channel import Channel
+
+__all__ = ["Declarations"]
+
+_NAME_RE: Final = constants.DOMAIN_REGEX["queue-name"]
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return to_text(v)
+
+
+class Declarations:
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.session = channel.session
+        self.names = channel.names
+        self.topology = channel.session.topology
+
+    # ---- helpers ---------------------------------------------------------------------------
+    @property
+    def vhost(self) -> str:
+        return self.names.vhost
+
+    def _no_queue(self, queue: str) -> ChannelException:
+        return ChannelException(NOT_FOUND, f"no queue '{queue}' in vhost '{self.vhost}'")
+
+    def _no_exchange(self, exchange: str) -> ChannelException:
+        return ChannelException(NOT_FOUND, f"no exchange '{exchange}' in vhost '{self.vhost}'")
+
+    def _locked(self, queue: str) -> ChannelException:
+        return ChannelException(
+            RESOURCE_LOCKED,
+            f"cannot obtain exclusive access to locked queue '{queue}' in vhost "
+            f"'{self.vhost}'. It could be originally declared on another connection or the "
+            "exclusive property value does not match that of the original declaration.",
+        )
+
+    def _check_name(self, name: str, what: str) -> None:
+        if len(name.encode("utf-8")) > (127 if what == "exchange" else 255) or not (
+            _NAME_RE.fullmatch(name)
+        ):
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                f"invalid {what} name {name[:80]!r}: use letters, digits and - _ . : @ # , / + "
+                "and space",
+            )
+
+    def _core_queue(self, name: str) -> str:
+        try:
+            return self.names.queue(name)
+        except UnmappableName as exc:
+            raise ChannelException(PRECONDITION_FAILED, str(exc)) from None
+
+    async def existing_queue(self, queue: str, *, exclusive_use: bool) -> QueueRecord | None:
+        """The record of a queue that must exist (404); None when only the core has it
+        (a queue made by another protocol). ``exclusive_use``: 405 if another connection
+        owns it."""
+        rec = await self.topology.queue(self.names, queue)
+        if rec is None:
+            if await self.topology.core_has(self._core_queue(queue)) is None:
+                raise self._no_queue(queue)
+            return None
+        if exclusive_use and rec.exclusive and rec.owner != self.session.owner:
+            raise self._locked(queue)
+        return rec
+
+    async def _counts(self, core: str) -> tuple[int, int]:
+        stats = await self.topology.core_has(core) or {}
+        return int(stats.get("messages") or 0), int(stats.get("subscribers") or 0)
+
+    def _reply(self, method: Any, answer: Any) -> None:
+        if not getattr(method, "nowait", False):
+            self.session.send_method(self.channel.number, answer)
+
+    # ---- exchanges ---------------------------------------------------------------------
+    async def exchange_declare(self, m: commands.Exchange.Declare) -> None:
+        name = m.exchange or ""
+        kind = m.exchange_type or "direct"
+        if not name:
+            if m.passive:
+                self._reply(m, commands.Exchange.DeclareOk())
+                return
+            raise ChannelException(
+                ACCESS_REFUSED, "operation not permitted on the default exchange"
+            )
+        self._check_name(name, "exchange")
+        self.session.authorize(Permission.CONFIGURE, "topic/" + self.names.exchange_base(name))
+        existing = await self.topology.exchange(self.names, name)
+        if m.passive:
+            if existing is None:
+                raise self._no_exchange(name)
+            self._reply(m, commands.Exchange.DeclareOk())
+            return
+        try:
+            ExchangeType(kind)
+        except ValueError:
+            raise ConnectionException(COMMAND_INVALID, f"invalid exchange type '{kind}'") from None
+        args = tagged_args(m.arguments)
+        if existing is not None:
+            for attr, got, have in (
+                ("type", kind, existing.type),
+                ("durable", bool(m.durable), existing.durable),
+                ("auto_delete", bool(m.auto_delete), existing.auto_delete),
+                ("internal", bool(m.internal), existing.internal),
+            ):
+                if got != have:
+                    raise ChannelException(
+                        PRECONDITION_FAILED,
+                        f"inequivalent arg '{attr}' for exchange '{name}' in vhost "
+                        f"'{self.vhost}': received '{_text(got)}' but current is "
+                        f"'{_text(have)}'",
+                    )
+            if args != existing.arguments:
+                raise ChannelException(
+                    PRECONDITION_FAILED,
+                    f"inequivalent arguments for exchange '{name}' in vhost '{self.vhost}'",
+                )
+        else:
+            if name.startswith("amq."):
+                raise ChannelException(
+                    ACCESS_REFUSED,
+                    f"exchange name '{name}' contains reserved prefix 'amq.*'",
+                )
+            rec = ExchangeRecord(
+                name, kind, bool(m.durable), bool(m.auto_delete), bool(m.internal), args
+            )
+            await self.topology.put_exchange(self.names, rec)
+        self._reply(m, commands.Exchange.DeclareOk())
+
+    async def exchange_delete(self, m: commands.Exchange.Delete) -> None:
+        name = m.exchange or ""
+        if not name or name in BUILTIN:
+            raise ChannelException(
+                ACCESS_REFUSED, f"operation not permitted on exchange '{name or 'amq.default'}'"
+            )
+        self._check_name(name, "exchange")
+        self.session.authorize(Permission.CONFIGURE, "topic/" + self.names.exchange_base(name))
+        rec = await self.topology.exchange(self.names, name)
+        if rec is not None:
+            if m.if_unused and await self.topology.exchange_bindings(self.names, name):
+                raise ChannelException(
+                    PRECONDITION_FAILED, f"exchange '{name}' in vhost '{self.vhost}' in use"
+                )
+            await self.topology.delete_exchange(self.names, name)
+        self._reply(m, commands.Exchange.DeleteOk())
+
+    # ---- queues --------------------------------------------------------------------------
+    async def queue_declare(self, m: commands.Queue.Declare) -> None:
+        session = self.session
+        ch = self.channel
+        topology = self.topology
+        name = m.queue or ""
+        if not name:
+            name = "amq.gen-" + secrets.token_urlsafe(16)
+        elif name.startswith("amq.") and not m.passive:
+            raise ChannelException(
+                ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
+            )
+        self._check_name(name, "queue")
+        core = self._core_queue(name)
+        if m.passive:
+            await self.existing_queue(name, exclusive_use=True)
+            messages, consumers = await self._counts(core)
+            ch.last_queue = name
+            self._reply(m, commands.Queue.DeclareOk(name, messages, consumers))
+            return
+        session.authorize(Permission.CONFIGURE, core)
+        durable, exclusive, auto_delete = bool(m.durable), bool(m.exclusive), bool(m.auto_delete)
+        args = dict(m.arguments or {})
+        options = queue_options(
+            args,
+            self.names,
+            name,
+            durable=durable,
+            exclusive=exclusive,
+            exclusive_ttl=ch.settings.amqp_exclusive_ttl,
+        )
+        tagged = tagged_args(args)
+        rec = await topology.queue(self.names, name)
+        if rec is not None:
+            if rec.exclusive and rec.owner != session.owner:
+                raise self._locked(name)
+            self._equivalent(rec, durable, exclusive, auto_delete, tagged)
+            if await topology.core_has(rec.core) is None:  # e.g. lost with a core restart
+                await session.link.call(lambda c: c.declare(core, **options))
+        else:
+            await session.link.call(lambda c: c.declare(core, **options))
+            rec = QueueRecord(
+                name,
+                core,
+                durable,
+                exclusive,
+                auto_delete,
+                tagged,
+                session.owner if exclusive else None,
+                expires="idle_ttl" in options,
+            )
+            await topology.put_queue(self.names, rec)
+            if exclusive:
+                session.exclusive_queues.add(name)
+        messages, consumers = await self._counts(core)
+        ch.last_queue = name
+        self._reply(m, commands.Queue.DeclareOk(name, messages, consumers))
+
+    def _equivalent(
+        self,
+        rec: QueueRecord,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        tagged: dict[str, Any],
+    ) -> None:
+        for attr, got, have in (
+            ("durable", durable, rec.durable),
+            ("exclusive", exclusive, rec.exclusive),
+            ("auto_delete", auto_delete, rec.auto_delete),
+        ):
+            if got != have:
+                raise ChannelException(
+                    PRECONDITION_FAILED,
+                    f"inequivalent arg '{attr}' for queue '{rec.name}' in vhost '{self.vhost}': "
+                    f"received '{_text(got)}' but current is '{_text(have)}'",
+                )
+        for key in sorted(set(tagged) | set(rec.arguments)):
+            if tagged.get(key) != rec.arguments.get(key):
+                got_v, have_v = tagged.get(key), rec.arguments.get(key)
+                raise ChannelException(
+                    PRECONDITION_FAILED,
+                    f"inequivalent arg '{key}' for queue '{rec.name}' in vhost '{self.vhost}': "
+                    f"received {_shown(got_v)} but current is {_shown(have_v)}",
+                )
+
+    async def _binding_ends(
+        self, queue: str, exchange: str
+    ) -> tuple[QueueRecord | None, str, ExchangeRecord]:
+        if not exchange:
+            raise ChannelException(
+                ACCESS_REFUSED, "operation not permitted on the default exchange"
+            )
+        rec = await self.existing_queue(queue, exclusive_use=True)
+        core = rec.core if rec is not None else self._core_queue(queue)
+        ex = await self.topology.exchange(self.names, exchange)
+        if ex is None:
+            raise self._no_exchange(exchange)
+        self.session.authorize(Permission.CONFIGURE, core)
+        self.session.authorize(Permission.READ, "topic/" + self.names.exchange_base(exchange))
+        return rec, core, ex
+
+    async def queue_bind(self, m: commands.Queue.Bind) -> None:
+        queue = self.channel.resolve_queue(m.queue or "")
+        routing_key = m.routing_key or ""
+        if not m.queue and not routing_key:
+            routing_key = queue  # the spec: an empty key with an empty queue is the queue's
+        args = dict(m.arguments or {})
+        _rec, core, ex = await self._binding_ends(queue, m.exchange or "")
+        if ex.kind is ExchangeType.HEADERS and not valid_match_mode(args):
+            raise ChannelException(
+                PRECONDITION_FAILED,
+                f"invalid x-match {args.get('x-match')!r}: expected all, any, all-with-x or "
+                "any-with-x",
+            )
+        try:
+            binding = self.topology.make_binding(self.names, ex, queue, routing_key, args)
+        except UnmappableName as exc:
+            raise ChannelException(PRECONDITION_FAILED, str(exc)) from None
+        present = await self.topology.queue_bindings(self.names, queue)
+        if not any(b.exchange == ex.name and b.digest == binding.digest for b in present):
+            await self.topology.add_binding(self.names, core, binding)
+        self._reply(m, commands.Queue.BindOk())
+
+    async def queue_unbind(self, m: commands.Queue.Unbind) -> None:
+        queue = self.channel.resolve_queue(m.queue or "")
+        exchange = m.exchange or ""
+        routing_key = m.routing_key or ""
+        args = dict(m.arguments or {})
+        _rec, _core, ex = await self._binding_ends(queue, exchange)
+        try:
+            wanted = self.topology.make_binding(self.names, ex, queue, routing_key, args)
+        except UnmappableName:
+            wanted = None
+        if wanted is not None:
+            for b in await self.topology.queue_bindings(self.names, queue):
+                if b.exchange == ex.name and b.digest == wanted.digest:
+                    await self.topology.remove_binding(self.names, b)
+                    break
+        self.session.send_method(self.channel.number, commands.Queue.UnbindOk())
+
+    async def queue_purge(self, m: commands.Queue.Purge) -> None:
+        queue = self.channel.resolve_queue(m.queue or "")
+        rec = await self.existing_queue(queue, exclusive_use=True)
+        core = rec.core if rec is not None else self._core_queue(queue)
+        self.session.authorize(Permission.CONFIGURE, core)
+        try:
+            count = await self.session.link.call(lambda c: c.purge(core))
+        except Exception as exc:
+            from polymq.errors import NotFound
+
+            if not isinstance(exc, NotFound):
+                raise
+            count = 0  # an idle queue the core forgot: nothing in it
+        self._reply(m, commands.Queue.PurgeOk(message_count=count))
+
+    async def queue_delete(self, m: commands.Queue.Delete) -> None:
+        session = self.session
+        queue = self.channel.resolve_queue(m.queue or "")
+        topology = self.topology
+        rec = await topology.queue(self.names, queue)
+        core = rec.core if rec is not None else self._core_queue(queue)
+        if rec is not None and rec.exclusive and rec.owner != session.owner:
+            raise self._locked(queue)
+        session.authorize(Permission.CONFIGURE, core)
+        stats = await topology.core_has(core)
+        if rec is None and stats is None:
+            self._reply(m, commands.Queue.DeleteOk(message_count=0))
+            return
+        messages = int((stats or {}).get("messages") or 0)
+        if m.if_unused and int((stats or {}).get("subscribers") or 0):
+            raise ChannelException(
+                PRECONDITION_FAILED, f"queue '{queue}' in vhost '{self.vhost}' in use"
+            )
+        if m.if_empty and messages:
+            raise ChannelException(
+                PRECONDITION_FAILED, f"queue '{queue}' in vhost '{self.vhost}' is not empty"
+            )
+        if rec is None:
+            rec = QueueRecord(queue, core, True, False, False, {})
+        await topology.delete_queue(self.names, rec)
+        session.exclusive_queues.discard(queue)
+        self._reply(m, commands.Queue.DeleteOk(message_count=messages))
+
+
+def _shown(tagged: Any) -> str:
+    if tagged is None:
+        return "none"
+    kind = {"S": "longstr", "i": "long", "t": "bool", "d": "double"}.get(tagged[0], "value")
+    value = tagged[1] if len(tagged) > 1 else ""
+    return f"the value '{value}' of type '{kind}'"

@@ -1,0 +1,141 @@
+"""The connection's handshake: connection.start with our properties, the login in
+start-ok (PLAIN or AMQPLAIN, against polymq's auth provider), connection.tune, and
+connection.open of a vhost.
+
+A refused login is a connection.close 403 ACCESS_REFUSED (RabbitMQ's
+``authentication_failure_close``), an unknown vhost a 530 NOT_ALLOWED, and a core that is
+away a 320 CONNECTION_FORCED at connection.open (the client's reconnect loop then tries
+again, perhaps another replica).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import TYPE_CHECKING, Any, Final
+
+from pamqp import commands, decode
+
+from polymq.errors import Unauthorized
+
+from . import __version__
+from .errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_ALLOWED, ConnectionException
+from .names import VhostNames
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["credentials", "login", "open_vhost", "send_start", "server_properties"]
+
+log = logging.getLogger(__name__)
+
+MECHANISMS: Final = "PLAIN AMQPLAIN"
+
+
+def server_properties() -> dict[str, Any]:
+    return {
+        "product": "polymq",
+        "version": __version__,
+        "platform": "Python/asyncio",
+        "copyright": "polymq contributors",
+        "information": "polymq's AMQP 0-9-1 frontend",
+        "capabilities": {
+            "publisher_confirms": True,
+            "exchange_exchange_bindings": False,
+            "basic.nack": True,
+            "consumer_cancel_notify": True,
+            "connection.blocked": False,
+            "consumer_priorities": False,
+            "authentication_failure_close": True,
+            "per_consumer_qos": True,
+            "direct_reply_to": False,
+        },
+    }
+
+
+def send_start(session: Session) -> None:
+    session.send_method(
+        0,
+        commands.Connection.Start(
+            version_major=0,
+            version_minor=9,
+            server_properties=server_properties(),
+            mechanisms=MECHANISMS,
+            locales="en_US",
+        ),
+    )
+
+
+async def login(session: Session, start_ok: commands.Connection.StartOk) -> None:
+    """Check the credentials of start-ok, then connection.tune."""
+    props = start_ok.client_properties or {}
+    session.client_properties = dict(props)
+    caps = props.get("capabilities")
+    if isinstance(caps, dict):
+        session.cancel_notify = bool(caps.get("consumer_cancel_notify"))
+    mechanism = start_ok.mechanism or ""
+    user, password = credentials(mechanism, start_ok.response)
+    auth = session.hub.auth
+    try:
+        if user:
+            principal = await auth.authenticate_password(user, password)
+        else:
+            principal = await auth.anonymous()
+    except Unauthorized:
+        raise ConnectionException(
+            ACCESS_REFUSED, f"Login was refused using authentication mechanism {mechanism}"
+        ) from None
+    session.principal = principal
+    s = session.settings
+    session.send_method(
+        0,
+        commands.Connection.Tune(
+            channel_max=s.amqp_channel_max, frame_max=s.amqp_frame_max, heartbeat=s.amqp_heartbeat
+        ),
+    )
+    log.debug("amqp %s: logged in as %s", session, principal.name)
+
+
+def open_vhost(session: Session, method: commands.Connection.Open) -> None:
+    vhost = method.virtual_host or "/"
+    if not session.settings.vhost_allowed(vhost):
+        raise ConnectionException(NOT_ALLOWED, f"vhost {vhost} not found")
+    link = session.hub.link
+    if not link.connected:
+        raise ConnectionException(
+            CONNECTION_FORCED, f"the broker's core at {link.address} is unavailable"
+        )
+    session.vhost = vhost
+    session.names = VhostNames(vhost)
+    session.send_method(0, commands.Connection.OpenOk())
+    session.opened()
+
+
+def credentials(mechanism: str, response: Any) -> tuple[str, str]:
+    """(user, password) of a start-ok's response; ConnectionException 403 if unreadable."""
+    raw = response.encode("utf-8", "surrogateescape") if isinstance(response, str) else response
+    if not isinstance(raw, bytes | bytearray):
+        raw = b""
+    raw = bytes(raw)
+    if mechanism == "PLAIN":
+        parts = raw.split(b"\x00")
+        if len(parts) != 3:
+            raise ConnectionException(ACCESS_REFUSED, "malformed PLAIN response")
+        return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+    if mechanism == "AMQPLAIN":  # a field table without its length (RabbitMQ reads both)
+        table: dict[str, Any] = {}
+        for data in (struct.pack(">I", len(raw)) + raw, raw):
+            try:
+                _, table = decode.field_table(data)
+                break
+            except (ValueError, struct.error):
+                continue
+        user, password = table.get("LOGIN", ""), table.get("PASSWORD", "")
+        if isinstance(user, bytes):
+            user = user.decode("utf-8", "replace")
+        if isinstance(password, bytes):
+            password = password.decode("utf-8", "replace")
+        return str(user), str(password)
+    raise ConnectionException(
+        ACCESS_REFUSED, f"unsupported authentication mechanism {mechanism!r} (use PLAIN)"
+    )

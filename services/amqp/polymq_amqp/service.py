@@ -1,0 +1,198 @@
+"""The AMQP frontend as a running service: its listeners and its link to the core.
+
+- AMQP 0-9-1 over TCP (``amqp_port``, 5672), and over TLS (``amqp_tls_port``, 5671) when
+  ``tls_cert`` / ``tls_key`` are set;
+- a small aiohttp app (``amqp_admin_port``, 15692) with ``/metrics``, ``/healthz`` (the
+  process answers: the liveness probe) and ``/readyz`` (connected to the core and not
+  stopping: the readiness probe; 503 otherwise, with the reason).
+
+``start()`` connects to the core (waiting for the first attempt only: a core that is away
+makes ``/readyz`` answer 503 and connection.open a 320 until it is back), binds the listeners
+and returns ``{"amqp": port, "amqp_admin": port}`` (and ``"amqp_tls"``). ``stop()``: stop
+accepting, let every connection finish what it read, close each with 320 CONNECTION_FORCED
+("shutdown"), release their consumers and exclusive queues, then close the core link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import socket
+import ssl
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from polymq import Client
+from polymq.auth import AuthProvider, load_provider
+from polymq.corelink import CoreLink
+
+from .config import AmqpSettings
+from .hub import Hub
+from .metrics import AmqpMetrics
+from .session import Session
+from .topology import Topology
+from .transports import TcpTransport
+
+__all__ = ["AmqpService", "build_app"]
+
+log = logging.getLogger(__name__)
+
+HUB = web.AppKey("hub", Hub)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+_SHUTDOWN_GRACE = 5.0  # seconds connections get to answer what they read before the close
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    link = hub.link
+    if hub.stopping:
+        return web.json_response({"status": "shutting down"}, status=503)
+    if not link.connected:
+        detail = f"not connected to the core at {link.address}: {link.last_error}"
+        return web.json_response({"status": "unavailable", "detail": detail}, status=503)
+    return web.json_response(
+        {"status": "ready", "core": link.address, "connections": len(hub.sessions)}
+    )
+
+
+def build_app(hub: Hub, registry: CollectorRegistry) -> web.Application:
+    app = web.Application()
+    app[HUB] = hub
+    app[REGISTRY] = registry
+    app.router.add_get("/metrics", metrics_endpoint)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+class AmqpService:
+    def __init__(
+        self,
+        settings: AmqpSettings,
+        registry: CollectorRegistry | None = None,
+        auth: AuthProvider | None = None,
+    ) -> None:
+        settings.check()
+        self.settings = settings
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = AmqpMetrics(self.registry)
+        self.link = CoreLink(
+            settings.core_host,
+            settings.core_port,
+            service="amqp",
+            user=settings.core_user,
+            password=settings.core_password,
+            token=settings.core_token,
+            on_connect=self._core_connected,
+            on_lost=self._core_lost,
+        )
+        instance = f"{socket.gethostname().replace('/', '_')}-{secrets.token_hex(6)}"
+        self.topology = Topology(self.link, instance, cache_ttl=settings.amqp_cache_ttl)
+        self.hub = Hub(
+            settings,
+            self.link,
+            auth if auth is not None else load_provider(settings.auth),
+            self.metrics,
+            self.topology,
+            instance,
+        )
+        self.topology.local_owner = self.hub.owner_alive
+        self.app = build_app(self.hub, self.registry)
+        self._servers: list[asyncio.Server] = []
+        self._runner: web.AppRunner | None = None
+        self.ports: dict[str, int] = {}
+
+    def _core_connected(self, client: Client) -> None:
+        self.metrics.core_connected.set(1)
+        self.metrics.core_connects.inc()
+
+    def _core_lost(self, client: Client, reason: str) -> None:
+        self.metrics.core_connected.set(0)
+        for session in list(self.hub.sessions.values()):
+            session.core_lost(reason)
+
+    def _ssl(self) -> ssl.SSLContext | None:
+        s = self.settings
+        if not s.tls:
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        assert s.tls_cert is not None
+        ctx.load_cert_chain(s.tls_cert, s.tls_key)
+        return ctx
+
+    async def _listen(self, port: int, ctx: ssl.SSLContext | None) -> int:
+        hub = self.hub
+        loop = asyncio.get_running_loop()
+
+        def tcp() -> TcpTransport:
+            return TcpTransport(lambda transport: Session(hub, transport))
+
+        server = await loop.create_server(
+            tcp, self.settings.host, port, ssl=ctx, reuse_address=True, backlog=1024
+        )
+        self._servers.append(server)
+        sock: socket.socket = server.sockets[0]
+        return int(sock.getsockname()[1])
+
+    async def start(self) -> dict[str, int]:
+        s = self.settings
+        ctx = self._ssl()
+        await self.link.start()
+        self.topology.start()
+        self.ports["amqp"] = await self._listen(s.amqp_port, None)
+        if ctx is not None:
+            self.ports["amqp_tls"] = await self._listen(s.amqp_tls_port, ctx)
+        self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=2.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, s.host, s.amqp_admin_port, reuse_address=True)
+        await site.start()
+        self.ports["amqp_admin"] = int(self._runner.addresses[0][1])
+        log.info(
+            "amqp: AMQP 0-9-1 on %s:%d%s, admin on http://%s:%d, core %s %s; vhosts %s; %s",
+            s.host,
+            self.ports["amqp"],
+            f" and TLS on {self.ports['amqp_tls']}" if ctx is not None else "",
+            s.host,
+            self.ports["amqp_admin"],
+            self.link.address,
+            "connected" if self.link.connected else "not reachable yet (retrying)",
+            s.amqp_vhosts,
+            self.hub.auth.describe(),
+        )
+        return self.ports
+
+    async def stop(self) -> None:
+        self.hub.stopping = True
+        for server in self._servers:
+            server.close()  # stop accepting
+        sessions = list(self.hub.sessions.values())
+        if sessions:
+            done = asyncio.gather(
+                *(s.shutdown(_SHUTDOWN_GRACE) for s in sessions), return_exceptions=True
+            )
+            try:
+                await asyncio.wait_for(done, _SHUTDOWN_GRACE * 2)
+            except TimeoutError:
+                log.warning("amqp: %d connections did not shut down in time", len(sessions))
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+        for server in self._servers:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), 2.0)
+        self._servers.clear()
+        await self.topology.stop()
+        await self.link.stop()
+        self.metrics.core_connected.set(0)

@@ -1,0 +1,590 @@
+"""One AMQP connection (the transport's endpoint): reading, channels, writing, heartbeats,
+closing (the handshake's methods are in ``handshake.py``).
+
+Reading: ``data_received`` feeds the sans-IO codec and handles its events in order. Most
+methods are handled at once, without awaiting anything: a basic.publish whose exchange (and
+queue, or headers bindings) is known goes to the core through the frontend's one shared
+client, its confirm follows the core's answer; acks and nacks are fire-and-forget core acks.
+A method that needs the core before it can be answered (declarations, basic.consume,
+basic.get, tx.commit, a publish to something not in the cache, the login) runs as the
+session's one *busy* task; until it is done the frames behind it wait in the codec and
+reading pauses, so every channel's methods are answered in order.
+
+Writing: every frame out is encoded at once and appended to one output buffer, written to
+the transport once per loop iteration while it drains. Reading pauses while that buffer holds
+more than ``amqp_write_buffer`` bytes, while the busy task runs, or while too many publishes
+await the core (``amqp_max_inflight``).
+
+Errors: whatever refuses a method raises an :class:`~polymq_amqp.errors.AmqpError` (or a
+``polymq`` error of the core, translated by :func:`~polymq_amqp.errors.from_polymq`). A
+channel exception closes that channel with channel.close (its consumers are released, their
+unacknowledged messages go back to their queues); a connection exception sends
+connection.close and waits (``amqp_close_timeout``) for close-ok. Closing releases every
+channel and deletes the connection's exclusive queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
+
+from pamqp import base, commands
+
+from polymq.auth import Permission, Principal
+from polymq.client import Client
+from polymq.corelink import CoreLink
+from polymq.errors import PolymqError
+
+from . import handshake
+from .codec import AmqpConnection
+from .errors import (
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    CONNECTION_FORCED,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    AmqpError,
+    ChannelException,
+    ConnectionException,
+    LocalProtocolError,
+    ProtocolHeaderMismatch,
+    from_polymq,
+)
+from .events import (
+    ConnectionClosed,
+    Content,
+    Event,
+    Heartbeat,
+    Method,
+    NeedData,
+    OversizedContent,
+    ProtocolHeader,
+)
+from .hub import Hub
+from .names import VhostNames
+from .states import State, method_name
+from .topology import Topology
+from .transports import Transport
+
+if TYPE_CHECKING:
+    from .channel import Channel
+
+__all__ = ["Hub", "Session"]
+
+log = logging.getLogger(__name__)
+
+_MAX_INFLIGHT_BYTES: Final = 16 * 1024 * 1024  # bytes of publishes awaiting the core, then pause
+
+
+class Session:
+    """The AMQP side of one connection."""
+
+    def __init__(self, hub: Hub, transport: Transport) -> None:
+        s = hub.settings
+        self.hub = hub
+        self.settings = s
+        self.metrics = hub.metrics
+        self.transport = transport
+        self.codec = AmqpConnection(
+            frame_max=s.amqp_frame_max, channel_max=s.amqp_channel_max, max_body=hub.max_body
+        )
+        self.loop = asyncio.get_running_loop()
+        self.conn_id = secrets.token_hex(6)
+        self.owner = f"{hub.instance}/{self.conn_id}"
+        self.principal: Principal | None = None
+        self.vhost = "/"
+        self.names = VhostNames("/")
+        self.client_properties: dict[str, Any] = {}
+        self.cancel_notify = False  # the client takes basic.cancel from the server
+        self.channels: dict[int, Channel] = {}
+        self.exclusive_queues: set[str] = set()  # AMQP names of this connection's ones
+        self.closing = False  # connection.close sent or received: nothing more is handled
+        self._lost = False
+        self._done_reading = False  # the transport is closing: no more events
+        self._torn_down = False
+        self._allowed: set[tuple[Permission, str]] = set()
+        # writing
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._tick_scheduled = False
+        self._ack_after_write: dict[Any, int] = {}  # no-ack consumer -> last core tag
+        self._in_bytes = 0
+        self._confirms: set[Channel] = set()  # channels with confirms to send
+        # reading
+        self._busy: asyncio.Task[None] | None = None
+        self._reading_paused = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.inflight = 0  # publishes awaiting the core
+        self.inflight_bytes = 0  # and their bodies' bytes
+        # timers
+        self._hb = 0.0
+        self._last_read = self.loop.time()
+        self._last_write = self._last_read
+        self._hb_timer: asyncio.TimerHandle | None = None
+        self._close_timer: asyncio.TimerHandle | None = self.loop.call_later(
+            s.amqp_handshake_timeout, self._handshake_timeout
+        )
+        hub.sessions[self.conn_id] = self
+        self.metrics.connections.inc()
+        self.metrics.connections_opened.inc()
+
+    def __repr__(self) -> str:
+        return f"<amqp connection {self.conn_id} {self.transport.peer}>"
+
+    @property
+    def open(self) -> bool:
+        return not self.closing and self.codec.state is State.OPEN
+
+    # ==== transport events (transports.Endpoint) ============================================
+    def data_received(self, data: bytes) -> None:
+        self._last_read = self.loop.time()
+        self._in_bytes += len(data)
+        if self._done_reading:
+            return
+        self.codec.receive_data(data)
+        self._process()
+        self._schedule()
+
+    def eof_received(self) -> None:
+        if self._done_reading:
+            return
+        self.codec.receive_data(b"")
+        self._process()
+
+    def resume_writing(self) -> None:
+        self._flush()
+
+    def connection_lost(self) -> None:
+        if self._lost:
+            return
+        self._lost = True
+        self._done_reading = True
+        self.closing = True
+        self._teardown()
+        self.metrics.connections.dec()
+
+    def _schedule(self) -> None:
+        if not self._tick_scheduled:
+            self._tick_scheduled = True
+            self.loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        """Once per loop iteration with something to do: confirms made in it go out (acks
+        coalesced into ``multiple``), then the frames written in it go to the transport."""
+        self._tick_scheduled = False
+        if self._confirms:
+            channels, self._confirms = self._confirms, set()
+            for ch in channels:
+                ch.flush_confirms()
+        if self._in_bytes:
+            self.metrics.bytes_in.inc(self._in_bytes)
+            self._in_bytes = 0
+        self._flush()
+
+    # ==== reading ============================================================================
+    def _process(self) -> None:
+        codec = self.codec
+        try:
+            while self._busy is None and not self._done_reading:
+                try:
+                    event = codec.next_event()
+                except ProtocolHeaderMismatch as exc:
+                    self._wrong_header(exc)
+                    return
+                except ConnectionException as exc:
+                    if self.closing:  # garbage after our connection.close: give up on it
+                        self._close_transport()
+                        return
+                    self.close_connection(exc)
+                    continue
+                if isinstance(event, NeedData):
+                    break
+                self._dispatch(event)
+        finally:
+            self.update_reading()
+
+    def _dispatch(self, event: Event) -> None:
+        if isinstance(event, Content):
+            self.metrics.method_in("basic.publish")
+            ch = self.channels.get(event.channel)
+            if ch is not None:
+                self._guard(event.channel, event.method, ch.publisher.publish, event)
+        elif isinstance(event, Method):
+            method = event.method
+            self.metrics.method_in(method_name(method))
+            if event.channel == 0:
+                self._guard(0, method, self._connection_method, method)
+            else:
+                self._guard(event.channel, method, self._channel_method, event.channel, method)
+        elif isinstance(event, Heartbeat):
+            self.metrics.method_in("heartbeat")
+        elif isinstance(event, ProtocolHeader):
+            handshake.send_start(self)
+        elif isinstance(event, OversizedContent):
+            err = ChannelException(
+                PRECONDITION_FAILED,
+                f"message size {event.size} is larger than the maximum {self.codec.max_body}",
+            )
+            self.fail(err.about(60, 40), event.channel)
+        elif isinstance(event, ConnectionClosed):
+            self._close_transport()
+
+    def _guard(self, channel: int, method: base.Frame, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:
+            self.fail(exc, channel, method)
+
+    def fail(self, exc: BaseException, channel: int, method: base.Frame | None = None) -> None:
+        """Answer ``exc``, raised while handling ``method`` on ``channel``."""
+        if self.closing:
+            return
+        err = from_polymq(exc, method_name(method) if method is not None else "request")
+        if not isinstance(exc, AmqpError | PolymqError | TimeoutError):
+            log.error("amqp %s: internal error", self, exc_info=exc)
+        if method is not None:
+            err.about(method.index >> 16, method.index & 0xFFFF)
+        if isinstance(err, ChannelException) and channel != 0:
+            self.close_channel(channel, err)
+        else:
+            self.close_connection(err)
+
+    def start_busy(
+        self, coro: Coroutine[Any, Any, None], channel: int, method: base.Frame | None
+    ) -> None:
+        """Run ``coro`` before any later frame is handled."""
+        task = self.loop.create_task(coro)
+        self._busy = task
+        self._tasks.add(task)
+        task.add_done_callback(partial(self._busy_done, channel, method))
+        self.update_reading()
+
+    def _busy_done(self, channel: int, method: base.Frame | None, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._busy is task:
+            self._busy = None
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            if channel == 0 or channel in self.channels:
+                self.fail(exc, channel, method)
+        if not self._done_reading:
+            self._process()
+            self._schedule()
+
+    def spawn(
+        self, coro: Coroutine[Any, Any, None], channel: int, method: base.Frame | None = None
+    ) -> None:
+        """A task of this session nothing waits for; its failure closes ``channel``."""
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            if t.cancelled():
+                return
+            exc = t.exception()
+            if exc is not None and (channel == 0 or channel in self.channels):
+                self.fail(exc, channel, method)
+
+        task.add_done_callback(done)
+
+    def update_reading(self) -> None:
+        pause = not self._lost and (
+            self._busy is not None
+            or self._out_bytes > self.settings.amqp_write_buffer
+            or self.inflight >= self.settings.amqp_max_inflight
+            or self.inflight_bytes > _MAX_INFLIGHT_BYTES
+        )
+        if pause != self._reading_paused:
+            self._reading_paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    # ==== writing ============================================================================
+    def _write(self, data: bytes) -> None:
+        self._out.append(data)
+        self._out_bytes += len(data)
+        self._schedule()
+
+    def send_method(self, channel: int, method: base.Frame) -> bool:
+        """Write ``method``; False (nothing written) if it may not be sent now."""
+        if self._lost:
+            return False
+        try:
+            data = self.codec.send_method(channel, method)
+        except LocalProtocolError as exc:
+            log.debug("amqp %s: not sending %s: %s", self, method_name(method), exc)
+            return False
+        self.metrics.method_out(method_name(method))
+        self._write(data)
+        return True
+
+    def send_content(
+        self, channel: int, method: base.Frame, properties: bytes, body: bytes
+    ) -> bool:
+        if self._lost:
+            return False
+        try:
+            data = self.codec.send_content(channel, method, properties, body)
+        except LocalProtocolError as exc:
+            log.debug("amqp %s: not sending %s: %s", self, method_name(method), exc)
+            return False
+        self.metrics.method_out(method_name(method))
+        self._write(data)
+        return True
+
+    def ack_after_write(self, consumer: Any, core_tag: int) -> None:
+        """Ack ``core_tag`` of a no-ack consumer once what is written now left for the socket."""
+        self._ack_after_write[consumer] = core_tag
+
+    def confirms_due(self, channel: Channel) -> None:
+        self._confirms.add(channel)
+        self._schedule()
+
+    def _flush(self, force: bool = False) -> None:
+        if not self._out or self._lost:
+            return
+        if not force and not self.transport.writable:
+            self.update_reading()
+            return
+        out = self._out
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._out_bytes = 0
+        self.transport.write(data)
+        self.metrics.bytes_out.inc(len(data))
+        self._last_write = self.loop.time()
+        if self._ack_after_write:
+            acks, self._ack_after_write = self._ack_after_write, {}
+            for consumer, tag in acks.items():
+                consumer.written(tag)
+        self.update_reading()
+
+    # ==== closing ============================================================================
+    def close_channel(self, number: int, err: AmqpError) -> None:
+        """channel.close with ``err``'s reply code; the channel's resources are released."""
+        ch = self.channels.pop(number, None)
+        if ch is not None:
+            ch.teardown()
+            self.metrics.channels.dec()
+        if self.codec.channel_state(number) is not State.CHANNEL_OPEN:
+            return
+        self.metrics.error(err.reply_code, "channel")
+        log.info("amqp %s: channel %d closed: %s", self, number, err.reply_text)
+        self.send_method(
+            number,
+            commands.Channel.Close(err.reply_code, err.reply_text, err.class_id, err.method_id),
+        )
+
+    def close_connection(self, err: AmqpError) -> None:
+        """connection.close with ``err``'s reply code; close-ok is awaited a little while."""
+        if self.closing:
+            return
+        self.closing = True
+        handshake = self.codec.state is not State.OPEN
+        self.metrics.error(err.reply_code, "connection")
+        log.info("amqp %s: closing: %s", self, err.reply_text)
+        sent = self.send_method(
+            0,
+            commands.Connection.Close(err.reply_code, err.reply_text, err.class_id, err.method_id),
+        )
+        self._teardown()
+        self._flush(force=True)
+        if not sent or handshake:  # (a refused login: no close-ok is awaited, as RabbitMQ)
+            self._close_transport()
+            return
+        self._set_close_timer(self.settings.amqp_close_timeout)
+
+    def _set_close_timer(self, delay: float) -> None:
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+        self._close_timer = self.loop.call_later(delay, self._close_transport)
+
+    def _close_transport(self) -> None:
+        self.closing = True
+        self._done_reading = True
+        self._flush(force=True)
+        self._teardown()
+        self.transport.close()
+
+    def _wrong_header(self, exc: ProtocolHeaderMismatch) -> None:
+        """Not AMQP 0-9-1: answer with the header we speak, and close (as the spec says)."""
+        log.info("amqp %s: %s", self, exc.detail)
+        self.metrics.error(exc.reply_code, "connection")
+        self.closing = True
+        self._write(self.codec.protocol_header())
+        self._close_transport()
+
+    def _handshake_timeout(self) -> None:
+        self._close_timer = None
+        if self.codec.state is State.OPEN or self.closing:
+            return
+        log.info("amqp %s: no connection.open within the handshake timeout; closing", self)
+        self._close_transport()
+
+    def _teardown(self) -> None:
+        """Release what the connection holds at the core (once)."""
+        if self._torn_down:
+            return
+        self._torn_down = True
+        self.closing = True
+        for handle in (self._hb_timer, self._close_timer if self._lost else None):
+            if handle is not None:
+                handle.cancel()
+        self._hb_timer = None
+        for task in list(self._tasks):
+            task.cancel()
+        channels, self.channels = list(self.channels.values()), {}
+        for ch in channels:
+            ch.teardown()
+        if channels:
+            self.metrics.channels.dec(len(channels))
+        self.hub.sessions.pop(self.conn_id, None)
+        exclusive, self.exclusive_queues = list(self.exclusive_queues), set()
+        link = self.hub.link
+        if exclusive and link.connected:
+            link.spawn(self._delete_exclusive(exclusive), f"deleting the queues of {self}")
+
+    async def _delete_exclusive(self, queues: list[str]) -> None:
+        topology = self.hub.topology
+        for name in queues:
+            with contextlib.suppress(PolymqError, TimeoutError):
+                rec = topology.cached_queue(self.names, name) or await topology.queue(
+                    self.names, name
+                )
+                if rec is not None and rec.owner == self.owner:
+                    await topology.delete_queue(self.names, rec)
+
+    async def shutdown(self, grace: float) -> None:
+        """The frontend stops: answer what was read, then connection.close 320."""
+        if self.closing:
+            return
+        busy = self._busy
+        if busy is not None:
+            await asyncio.wait({busy}, timeout=grace)
+        self.close_connection(
+            ConnectionException(
+                CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'"
+            )
+        )
+
+    def core_lost(self, reason: str) -> None:
+        self.close_connection(
+            ConnectionException(CONNECTION_FORCED, f"lost the connection to the core: {reason}")
+        )
+
+    # ==== connection methods ==================================================================
+    def _connection_method(self, method: base.Frame) -> None:
+        if isinstance(method, commands.Connection.StartOk):
+            self.start_busy(handshake.login(self, method), 0, method)
+        elif isinstance(method, commands.Connection.TuneOk):
+            self._start_heartbeats(self.codec.heartbeat)
+        elif isinstance(method, commands.Connection.Open):
+            handshake.open_vhost(self, method)
+        elif isinstance(method, commands.Connection.Close):
+            self.closing = True
+            self._teardown()
+            self.send_method(0, commands.Connection.CloseOk())
+            self._close_transport()
+        elif isinstance(method, commands.Connection.CloseOk):
+            self._close_transport()
+        else:  # pragma: no cover - the codec lets nothing else through
+            raise ConnectionException(NOT_IMPLEMENTED, f"{method_name(method)}")
+
+    def opened(self) -> None:
+        """connection.open-ok went out: the handshake timeout is over."""
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+            self._close_timer = None
+
+    def _start_heartbeats(self, seconds: int) -> None:
+        self._hb = float(seconds)
+        if seconds:
+            now = self.loop.time()
+            self._last_read = self._last_write = now
+            self._hb_timer = self.loop.call_later(self._hb / 2, self._heartbeat)
+
+    def _heartbeat(self) -> None:
+        """Every half interval: send one if nothing else went out; close a silent client
+        (two intervals without a byte, as the spec says)."""
+        if self.closing:
+            return
+        now = self.loop.time()
+        if self._reading_paused:
+            self._last_read = now  # we are not reading: the silence is ours
+        if now - self._last_read > 2 * self._hb:
+            self.metrics.error(CONNECTION_FORCED, "connection")
+            log.info(
+                "amqp %s: missed heartbeats from the client, timeout: %ds", self, int(self._hb)
+            )
+            self.closing = True
+            self._teardown()
+            self.transport.abort()
+            return
+        if now - self._last_write >= self._hb / 2 - 0.01 and not self._out:
+            if self.transport.writable:
+                self.transport.write(self.codec.send_heartbeat())
+                self.metrics.method_out("heartbeat")
+            self._last_write = now
+        self._hb_timer = self.loop.call_later(self._hb / 2, self._heartbeat)
+
+    # ==== channel methods =====================================================================
+    def _channel_method(self, number: int, method: base.Frame) -> None:
+        from .channel import Channel
+
+        if isinstance(method, commands.Channel.Open):
+            self.channels[number] = Channel(self, number)
+            self.metrics.channels.inc()
+            self.send_method(number, commands.Channel.OpenOk())
+            return
+        if isinstance(method, commands.Channel.Close):
+            ch = self.channels.pop(number, None)
+            if ch is not None:
+                ch.teardown()
+                self.metrics.channels.dec()
+            self.send_method(number, commands.Channel.CloseOk())
+            return
+        if isinstance(method, commands.Channel.CloseOk):
+            return  # the answer to our channel.close: the codec freed the channel
+        ch = self.channels.get(number)
+        if ch is None:  # pragma: no cover - the codec checks channel states
+            raise ConnectionException(CHANNEL_ERROR, f"channel {number} is not open")
+        ch.handle(method)
+
+    # ==== what the channels share ================================================================
+    def authorize(self, permission: Permission, destination: str) -> None:
+        key = (permission, destination)
+        if key in self._allowed:
+            return
+        assert self.principal is not None
+        try:
+            self.hub.auth.authorize(self.principal, permission, destination)
+        except PolymqError as exc:
+            raise ChannelException(
+                ACCESS_REFUSED,
+                f"{permission.value} access to {destination} refused for user "
+                f"'{self.principal.name}': {exc}",
+            ) from None
+        if len(self._allowed) < 1024:
+            self._allowed.add(key)
+
+    def client(self) -> Client:
+        """The frontend's client of the core; Unavailable while there is none."""
+        return self.hub.link.get()
+
+    @property
+    def link(self) -> CoreLink:
+        return self.hub.link
+
+    @property
+    def topology(self) -> Topology:
+        return self.hub.topology

@@ -1,0 +1,407 @@
+"""Exchanges, queues and bindings: records in the core's key/value store, cached here.
+
+The frontend keeps no state of its own: what AMQP declares that the core has no word for
+(an exchange and its type, a queue's AMQP arguments and exclusive owner, the bindings of a
+headers exchange) is a JSON record under ``amqp/``::
+
+    amqp/x/<vhost>/<exchange>                       an exchange
+    amqp/q/<vhost>/<queue>                          a queue (its core queue is declared too)
+    amqp/b/<vhost>/<queue>/<exchange>/<digest>      a binding, listed by queue ...
+    amqp/e/<vhost>/<exchange>/<queue>/<digest>      ... and by exchange
+    amqp/i/<instance>                               a frontend instance's heartbeat
+
+(each part escaped into one segment, see ``names.py``; the digest covers the routing key
+and arguments). Bindings of direct, topic and fanout exchanges are also core bindings
+(``client.bind``), which route in the core; those of headers exchanges are matched here.
+Several AMQP bindings that make the same core pattern share one core binding, removed with
+the last of them.
+
+Records are cached for ``cache_ttl`` seconds; this instance's own changes update its cache
+at once, another instance's are seen within that time. An exclusive queue names its owner
+(``<instance>/<connection>``); an owner whose instance stopped beating is gone, and its
+queue can be taken over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+from polymq.corelink import CoreLink
+from polymq.errors import NotFound, PolymqError
+
+from .exchanges import BUILTIN, ExchangeType, binding_pattern
+from .names import VhostNames, escape_word
+from .tables import from_tagged, to_tagged
+
+__all__ = ["BindingRecord", "ExchangeRecord", "QueueRecord", "Topology"]
+
+log = logging.getLogger(__name__)
+
+_BEAT: Final = 10.0  # seconds between instance heartbeats
+_DEAD_AFTER: Final = 45.0  # an instance silent this long is gone
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode()
+
+
+def tagged_args(args: dict[str, Any] | None) -> dict[str, Any]:
+    return {str(k): to_tagged(v) for k, v in (args or {}).items()}
+
+
+def plain_args(tagged: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tagged.items():
+        with contextlib.suppress(ValueError, TypeError):
+            out[k] = from_tagged(v)
+    return out
+
+
+@dataclass(frozen=True)
+class ExchangeRecord:
+    name: str
+    type: str
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)  # tagged
+    builtin: bool = False
+
+    @property
+    def kind(self) -> ExchangeType:
+        return ExchangeType(self.type)
+
+
+@dataclass(frozen=True)
+class QueueRecord:
+    name: str
+    core: str  # the core destination
+    durable: bool
+    exclusive: bool
+    auto_delete: bool
+    arguments: dict[str, Any]  # tagged
+    owner: str | None = None  # "<instance>/<connection>" of an exclusive queue
+    expires: bool = False  # the core deletes it when idle (x-expires, or exclusive)
+
+
+@dataclass(frozen=True)
+class BindingRecord:
+    exchange: str
+    queue: str
+    routing_key: str
+    arguments: dict[str, Any]  # tagged
+    pattern: str | None  # the core binding (topic/...), None for headers exchanges
+
+    @property
+    def digest(self) -> str:
+        raw = _dumps([self.routing_key, self.arguments])
+        return hashlib.sha1(raw).hexdigest()[:16]
+
+
+class Topology:
+    """The records of every vhost, through the frontend's core link."""
+
+    def __init__(
+        self,
+        link: CoreLink,
+        instance: str,
+        *,
+        cache_ttl: float = 2.0,
+        local_owner: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.link = link
+        self.instance = instance
+        self.cache_ttl = cache_ttl
+        self.local_owner = local_owner or (lambda owner: False)  # is this local one alive?
+        self._cache: dict[str, tuple[float, Any]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- life cycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._beat(), name="polymq-amqp-instance-beat")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.link.connected:
+            with contextlib.suppress(PolymqError, TimeoutError):
+                await asyncio.wait_for(self._delete(f"amqp/i/{self.instance}"), 2.0)
+
+    async def _beat(self) -> None:
+        key = f"amqp/i/{self.instance}"
+        while True:
+            if self.link.connected:
+                try:
+                    await self._put(key, {"t": time.time()})
+                except (PolymqError, TimeoutError) as exc:
+                    log.debug("amqp: instance heartbeat failed: %s", exc)
+            await asyncio.sleep(_BEAT)
+
+    async def owner_alive(self, owner: str) -> bool:
+        instance, _, _conn = owner.partition("/")
+        if instance == self.instance:
+            return self.local_owner(owner)
+        beat = await self._get(f"amqp/i/{instance}")
+        if not isinstance(beat, dict):
+            return False
+        t = beat.get("t")
+        return isinstance(t, int | float) and time.time() - t < _DEAD_AFTER
+
+    # ---- key/value -----------------------------------------------------------------------
+    async def _get(self, key: str) -> Any:
+        try:
+            raw = await self.link.call(lambda c: c.kv_get(key))
+        except NotFound:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            log.warning("amqp: unreadable record %s", key)
+            return None
+
+    async def _put(self, key: str, value: Any) -> None:
+        data = _dumps(value)
+        await self.link.call(lambda c: c.kv_put(key, data))
+
+    async def _delete(self, key: str) -> None:
+        with contextlib.suppress(NotFound):
+            await self.link.call(lambda c: c.kv_delete(key))
+
+    async def _list(self, prefix: str) -> list[str]:
+        keys: list[str] = await self.link.call(lambda c: c.kv_list(prefix))
+        return keys
+
+    def _cached(self, key: str) -> Any:
+        hit = self._cache.get(key)
+        if hit is None:
+            return None
+        if hit[0] < time.monotonic():
+            del self._cache[key]
+            return None
+        return hit[1]
+
+    def _remember(self, key: str, value: Any) -> None:
+        if len(self._cache) > 100_000:
+            self._cache.clear()
+        self._cache[key] = (time.monotonic() + self.cache_ttl, value)
+
+    def _forget(self, key: str) -> None:
+        self._cache.pop(key, None)
+
+    # ---- exchanges ---------------------------------------------------------------------
+    @staticmethod
+    def exchange_key(names: VhostNames, name: str) -> str:
+        return f"amqp/x/{names.key}/{escape_word(name)}"
+
+    def cached_exchange(self, names: VhostNames, name: str) -> ExchangeRecord | None:
+        kind = BUILTIN.get(name)
+        if kind is not None:
+            return ExchangeRecord(name, kind.value, builtin=True)
+        rec = self._cached(self.exchange_key(names, name))
+        return rec if isinstance(rec, ExchangeRecord) else None
+
+    async def exchange(self, names: VhostNames, name: str) -> ExchangeRecord | None:
+        rec = self.cached_exchange(names, name)
+        if rec is not None:
+            return rec
+        key = self.exchange_key(names, name)
+        raw = await self._get(key)
+        if not isinstance(raw, dict):
+            return None
+        try:
+            rec = ExchangeRecord(**raw)
+            ExchangeType(rec.type)
+        except (TypeError, ValueError):
+            log.warning("amqp: unreadable exchange record %s", key)
+            return None
+        self._remember(key, rec)
+        return rec
+
+    async def put_exchange(self, names: VhostNames, rec: ExchangeRecord) -> None:
+        key = self.exchange_key(names, rec.name)
+        await self._put(key, asdict(rec))
+        self._remember(key, rec)
+
+    async def delete_exchange(self, names: VhostNames, name: str) -> None:
+        """Delete an exchange and every binding it has."""
+        for binding in await self.exchange_bindings(names, name):
+            await self.remove_binding(names, binding, check_auto_delete=False)
+        key = self.exchange_key(names, name)
+        self._forget(key)
+        await self._delete(key)
+
+    # ---- queues ------------------------------------------------------------------------
+    @staticmethod
+    def queue_key(names: VhostNames, name: str) -> str:
+        return f"amqp/q/{names.key}/{escape_word(name)}"
+
+    def cached_queue(self, names: VhostNames, name: str) -> QueueRecord | None:
+        rec = self._cached(self.queue_key(names, name))
+        return rec if isinstance(rec, QueueRecord) else None
+
+    async def queue(self, names: VhostNames, name: str) -> QueueRecord | None:
+        """The record of queue ``name``; None if absent (a stale exclusive queue, whose
+        owner is gone, is deleted on the way)."""
+        rec = self.cached_queue(names, name)
+        if rec is not None:
+            return rec
+        key = self.queue_key(names, name)
+        raw = await self._get(key)
+        if not isinstance(raw, dict):
+            return None
+        try:
+            rec = QueueRecord(**raw)
+        except TypeError:
+            log.warning("amqp: unreadable queue record %s", key)
+            return None
+        if rec.exclusive and rec.owner and not await self.owner_alive(rec.owner):
+            log.info("amqp: exclusive queue %r of a connection that is gone: deleting", name)
+            await self.delete_queue(names, rec)
+            return None
+        if rec.expires and await self.core_has(rec.core) is None:
+            log.info("amqp: queue %r expired at the core: forgetting it", name)
+            await self.delete_queue(names, rec)
+            return None
+        self._remember(key, rec)
+        return rec
+
+    def known_queue(self, names: VhostNames, name: str) -> bool | None:
+        """True if queue ``name`` is known (cached) to exist; None if that needs a look."""
+        if self.cached_queue(names, name) is not None:
+            return True
+        if self._cached("exists:" + names.queue(name)) is True:
+            return True
+        return None
+
+    async def queue_exists(self, names: VhostNames, name: str) -> bool:
+        """Does queue ``name`` exist: declared over AMQP, or known to the core?"""
+        if await self.queue(names, name) is not None:
+            return True
+        core = names.queue(name)
+        if await self.core_has(core) is not None:
+            self._remember("exists:" + core, True)
+            return True
+        return False
+
+    async def core_has(self, core: str) -> dict[str, Any] | None:
+        """The core's stats of a queue, None if it has no such queue."""
+        try:
+            stats: dict[str, Any] = await self.link.call(lambda c: c.stats(core))
+        except NotFound:
+            return None
+        return stats
+
+    async def put_queue(self, names: VhostNames, rec: QueueRecord) -> None:
+        key = self.queue_key(names, rec.name)
+        await self._put(key, asdict(rec))
+        self._remember(key, rec)
+
+    async def delete_queue(self, names: VhostNames, rec: QueueRecord) -> None:
+        """Delete a queue at the core, its bindings, and its record (in that order)."""
+        with contextlib.suppress(NotFound):
+            await self.link.call(lambda c: c.delete(rec.core))
+        self._forget("exists:" + rec.core)
+        for binding in await self.queue_bindings(names, rec.name):
+            await self.remove_binding(names, binding, core=False)
+        key = self.queue_key(names, rec.name)
+        self._forget(key)
+        await self._delete(key)
+
+    # ---- bindings ----------------------------------------------------------------------
+    @staticmethod
+    def _binding_keys(names: VhostNames, b: BindingRecord) -> tuple[str, str]:
+        v, q, e = names.key, escape_word(b.queue), escape_word(b.exchange)
+        return f"amqp/b/{v}/{q}/{e}/{b.digest}", f"amqp/e/{v}/{e}/{q}/{b.digest}"
+
+    async def _bindings(self, prefix: str) -> list[BindingRecord]:
+        cached = self._cached(prefix)
+        if isinstance(cached, list):
+            return cached
+        out: list[BindingRecord] = []
+        for key in await self._list(prefix):
+            raw = await self._get(key)
+            if isinstance(raw, dict):
+                try:
+                    out.append(BindingRecord(**raw))
+                except TypeError:
+                    log.warning("amqp: unreadable binding record %s", key)
+        self._remember(prefix, out)
+        return out
+
+    async def queue_bindings(self, names: VhostNames, queue: str) -> list[BindingRecord]:
+        return await self._bindings(f"amqp/b/{names.key}/{escape_word(queue)}/")
+
+    async def exchange_bindings(self, names: VhostNames, exchange: str) -> list[BindingRecord]:
+        return await self._bindings(f"amqp/e/{names.key}/{escape_word(exchange)}/")
+
+    def cached_exchange_bindings(
+        self, names: VhostNames, exchange: str
+    ) -> list[BindingRecord] | None:
+        cached = self._cached(f"amqp/e/{names.key}/{escape_word(exchange)}/")
+        return cached if isinstance(cached, list) else None
+
+    def _touch(self, names: VhostNames, b: BindingRecord) -> None:
+        self._forget(f"amqp/b/{names.key}/{escape_word(b.queue)}/")
+        self._forget(f"amqp/e/{names.key}/{escape_word(b.exchange)}/")
+
+    def make_binding(
+        self,
+        names: VhostNames,
+        exchange: ExchangeRecord,
+        queue: str,
+        routing_key: str,
+        arguments: dict[str, Any],
+    ) -> BindingRecord:
+        pattern = binding_pattern(exchange.kind, routing_key)
+        topic = names.binding_topic(exchange.name, pattern) if pattern is not None else None
+        return BindingRecord(exchange.name, queue, routing_key, tagged_args(arguments), topic)
+
+    async def add_binding(self, names: VhostNames, core_queue: str, b: BindingRecord) -> None:
+        pattern = b.pattern
+        if pattern is not None:
+            await self.link.call(lambda c: c.bind(pattern, core_queue))
+        by_queue, by_exchange = self._binding_keys(names, b)
+        value = asdict(b)
+        await self._put(by_queue, value)
+        await self._put(by_exchange, value)
+        self._touch(names, b)
+
+    async def remove_binding(
+        self,
+        names: VhostNames,
+        b: BindingRecord,
+        *,
+        core: bool = True,
+        check_auto_delete: bool = True,
+    ) -> None:
+        """Remove one binding; its core binding goes with the last binding that made it."""
+        by_queue, by_exchange = self._binding_keys(names, b)
+        await self._delete(by_queue)
+        await self._delete(by_exchange)
+        self._touch(names, b)
+        pattern = b.pattern
+        if core and pattern is not None:
+            rest = await self.queue_bindings(names, b.queue)
+            if not any(o.pattern == pattern for o in rest):
+                core_queue = names.queue(b.queue)
+                with contextlib.suppress(NotFound):
+                    await self.link.call(lambda c: c.unbind(pattern, core_queue))
+        if check_auto_delete:
+            ex = await self.exchange(names, b.exchange)
+            if ex is not None and ex.auto_delete and not ex.builtin:
+                if not await self.exchange_bindings(names, b.exchange):
+                    log.debug("amqp: auto-delete exchange %r has no bindings left", b.exchange)
+                    key = self.exchange_key(names, b.exchange)
+                    self._forget(key)
+                    await self._delete(key)

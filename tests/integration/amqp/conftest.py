@@ -1,0 +1,57 @@
+"""Fixtures for the AMQP frontend's integration tests: one broker (``polymq run`` and the
+AMQP frontend, on 127.0.0.1 with ephemeral ports) for the whole package, reached with pika,
+aio-pika and raw sockets. Every test uses its own names, and tolerates what others left."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import pika
+import pytest
+
+from .helpers import Broker, pika_connection, serving_broker
+
+
+@pytest.fixture(scope="package")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    workdir: Path = tmp_path_factory.mktemp("amqp")
+    with serving_broker(workdir) as b:
+        yield b
+
+
+@pytest.fixture
+def connect(broker: Broker) -> Iterator[Callable[..., pika.BlockingConnection]]:
+    """``connect(**params)``: a pika BlockingConnection, closed at the end of the test."""
+    made: list[pika.BlockingConnection] = []
+
+    def make(**params: Any) -> pika.BlockingConnection:
+        conn = pika_connection(broker, **params)
+        made.append(conn)
+        return conn
+
+    yield make
+    for conn in made:
+        if conn.is_open:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+
+@pytest.fixture
+def channel(
+    connect: Callable[..., pika.BlockingConnection],
+) -> pika.adapters.blocking_connection.BlockingChannel:
+    return connect().channel()
+
+
+@pytest.fixture
+async def aconn(broker: Broker) -> AsyncIterator[aio_pika.abc.AbstractConnection]:
+    conn = await aio_pika.connect(broker.amqp_url(), timeout=10)
+    try:
+        yield conn
+    finally:
+        await conn.close()

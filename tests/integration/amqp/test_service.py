@@ -1,0 +1,151 @@
+"""``polymq amqp`` on its own, against a core in another process: TLS, vhosts, and what
+clients see when the core goes away and comes back."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pika
+import pytest
+import requests
+
+from polymq.auth import hash_password
+
+from ...procs import PolymqProcess
+from .helpers import WAIT, Broker, eventually, unique
+
+pytestmark = pytest.mark.timeout(90)
+Connect = Callable[..., pika.BlockingConnection]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl to make a certificate")
+def test_standalone_frontend_over_tls(broker: Broker, tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    args = ("--core", f"127.0.0.1:{broker.ports['core']}", "--tls-cert", str(cert))
+    with PolymqProcess("amqp", tmp_path / "amqp", *args, "--tls-key", str(key)) as amqp:
+        assert set(amqp.ports) == {"amqp", "amqp_tls", "amqp_admin"}
+        ctx = ssl.create_default_context(cafile=str(cert))
+        params = pika.ConnectionParameters(
+            "127.0.0.1", amqp.ports["amqp_tls"], ssl_options=pika.SSLOptions(ctx, "127.0.0.1")
+        )
+        conn = pika.BlockingConnection(params)
+        ch = conn.channel()
+        q = unique("q")
+        ch.queue_declare(q)
+        ch.basic_publish("", q, b"over tls")
+        conn.close()
+        # the same core behind both frontends: the shared broker's AMQP sees the message
+        plain = pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", broker.amqp_port)
+        ).channel()
+        _m, _p, body = plain.basic_get(q, auto_ack=True)
+        assert body == b"over tls"
+        plain.connection.close()
+        assert amqp.stop() == 0, amqp.log()
+
+
+def test_vhosts_are_separate(connect: Connect) -> None:
+    default = connect().channel()
+    other = connect(virtual_host="other").channel()
+    q, ex = unique("q"), unique("ex")
+    for ch in (default, other):
+        ch.exchange_declare(ex, "fanout")
+        ch.queue_declare(q)
+        ch.queue_bind(q, ex)
+    default.basic_publish(ex, "", b"in /")
+    other.basic_publish(ex, "", b"in other")
+    other.basic_publish("", q, b"default exchange of other")
+    assert default.basic_get(q, auto_ack=True)[2] == b"in /"
+    assert default.basic_get(q)[0] is None
+    assert other.basic_get(q, auto_ack=True)[2] == b"in other"
+    assert other.basic_get(q, auto_ack=True)[2] == b"default exchange of other"
+    other.exchange_delete(ex)
+    default.exchange_declare(ex, passive=True)  # still there in /
+
+
+def test_core_going_away_and_coming_back(tmp_path: Path) -> None:
+    core = PolymqProcess("core", tmp_path / "core").start()
+    amqp = None
+    try:
+        core_port = core.ports["core"]
+        amqp = PolymqProcess("amqp", tmp_path / "amqp", "--core", f"127.0.0.1:{core_port}")
+        amqp.start()
+        admin = f"http://127.0.0.1:{amqp.ports['amqp_admin']}"
+        params = pika.ConnectionParameters("127.0.0.1", amqp.ports["amqp"])
+        conn = pika.BlockingConnection(params)
+        ch = conn.channel()
+        q = unique("durable")
+        ch.queue_declare(q, durable=True)
+        ch.confirm_delivery()
+        ch.basic_publish("", q, b"kept", pika.BasicProperties(delivery_mode=2))
+        core.kill()  # no goodbye
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            deadline = time.monotonic() + WAIT
+            while time.monotonic() < deadline:
+                conn.process_data_events(time_limit=0.1)
+        assert info.value.reply_code == 320
+        eventually(lambda: requests.get(f"{admin}/readyz", timeout=WAIT).status_code == 503)
+        core = PolymqProcess(
+            "core", tmp_path / "core", "--core-port", str(core_port), "--data-dir",
+            str(tmp_path / "core" / "data"),
+        ).start()  # fmt: skip
+        eventually(lambda: requests.get(f"{admin}/readyz", timeout=WAIT).status_code == 200, 20)
+        conn = pika.BlockingConnection(params)
+        ch = conn.channel()
+        assert ch.queue_declare(q, durable=True).method.message_count == 1
+        _m, props, body = ch.basic_get(q, auto_ack=True)
+        assert (body, props.delivery_mode) == (b"kept", 2)
+        conn.close()
+        assert amqp.stop() == 0, amqp.log()
+    finally:
+        if amqp is not None:
+            amqp.kill()
+        core.kill()
+
+
+def test_logins_and_permissions_from_a_users_file(tmp_path: Path) -> None:
+    users = tmp_path / "users.json"
+    grants = [{"pattern": "queue/ok.*", "permissions": ["read", "write", "configure"]}]
+    users.write_text(
+        json.dumps(
+            {"users": {"alice": {"password_hash": hash_password("s3cret"), "grants": grants}}}
+        )
+    )
+    with PolymqProcess("run", tmp_path / "run", "--auth", f"file:{users}") as run:
+        port = run.ports["amqp"]
+
+        def login(user: str, password: str) -> pika.BlockingConnection:
+            creds = pika.PlainCredentials(user, password)
+            return pika.BlockingConnection(
+                pika.ConnectionParameters("127.0.0.1", port, credentials=creds)
+            )
+
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError) as info:
+            login("alice", "wrong")
+        assert "ACCESS_REFUSED" in str(info.value)
+        conn = login("alice", "s3cret")
+        ch = conn.channel()
+        q = f"ok.{unique()}"
+        ch.queue_declare(q)
+        ch.basic_publish("", q, b"allowed", pika.BasicProperties(user_id="alice"))
+        assert ch.basic_get(q, auto_ack=True)[2] == b"allowed"
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as cinfo:
+            ch.queue_declare(unique("forbidden"))
+        assert cinfo.value.reply_code == 403
+        ch = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as cinfo:
+            ch.exchange_declare(unique("ex"), "topic")
+        assert cinfo.value.reply_code == 403
+        conn.close()

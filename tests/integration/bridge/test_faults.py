@@ -1,0 +1,146 @@
+"""At least once through faults: RabbitMQ, then the core, restarted while 2,000 persistent
+messages flow each way. Every message arrives (distinct ids are counted; duplicates are
+allowed, and reported), and the bridge's metrics show the reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ...procs import PolymqProcess
+from ...rabbit import RabbitNode
+from .conftest import unique
+from .flows import drain_polymq, drain_rabbit, ids, produce_polymq, produce_rabbit, report
+from .test_messages import rabbit_queue
+
+pytestmark = pytest.mark.timeout(120)
+
+N = 2000
+
+
+def links(src: str, rq_out: str, rq_in: str, dst: str) -> list[dict[str, Any]]:
+    return [
+        {"name": "out", "direction": "polymq-to-rabbitmq", "source": f"queue/{src}",
+         "routing_key": rq_out, "prefetch": 100},
+        {"name": "in", "direction": "rabbitmq-to-polymq", "queue": rq_in,
+         "destination": f"queue/{dst}", "prefetch": 100},
+    ]  # fmt: skip
+
+
+async def wait_moved(bridge: Any, n: int) -> None:
+    """Until each direction has moved at least ``n`` messages (mid-stream, not before)."""
+    for link, direction in (("out", "to_rabbitmq"), ("in", "to_polymq")):
+        await asyncio.to_thread(
+            bridge.wait_metric, "polymq_bridge_messages_total", n, 30,
+            link=link, direction=direction,
+        )  # fmt: skip
+
+
+async def test_rabbitmq_restart_mid_stream_loses_nothing(
+    bridge_factory: Any, rabbit: RabbitNode, core: PolymqProcess
+) -> None:
+    src, rq_out, rq_in, dst = unique("fo"), unique("fo"), unique("fi"), unique("fi")
+    await rabbit_queue(rabbit.url, rq_out)
+    await rabbit_queue(rabbit.url, rq_in)
+    bridge = bridge_factory(links(src, rq_out, rq_in, dst))
+    bridge.wait_ready()
+    out_ids, in_ids = ids("o", N), ids("i", N)
+    port = core.ports["core"]
+    producers = asyncio.gather(
+        produce_polymq(port, f"queue/{src}", out_ids),
+        produce_rabbit(rabbit.url, rq_in, in_ids),
+    )
+    await wait_moved(bridge, 300)
+    await asyncio.to_thread(rabbit.restart)  # a clean stop and start, same port and data
+    retries = await producers
+    seen_out = await drain_rabbit(rabbit.url, rq_out, set(out_ids))
+    seen_in = await drain_polymq(port, f"queue/{dst}", set(in_ids))
+    report("polymq -> RabbitMQ across a RabbitMQ restart", set(out_ids), seen_out)
+    report("RabbitMQ -> polymq across a RabbitMQ restart", set(in_ids), seen_in)
+    print(f"producer retries (polymq, RabbitMQ): {retries}")
+    assert retries[1] >= 1, "the RabbitMQ producer never noticed the restart: not mid-stream"
+    m = bridge.metrics()
+    assert m['polymq_bridge_reconnects_total{side="rabbitmq"}'] >= 1
+    assert m['polymq_bridge_reconnects_total{side="core"}'] == 0
+    assert m['polymq_bridge_connected{side="rabbitmq"}'] == 1
+    assert m['polymq_bridge_link_sessions_total{link="out"}'] >= 2
+    assert m['polymq_bridge_link_sessions_total{link="in"}'] >= 2
+    assert m['polymq_bridge_errors_total{link="in",reason="connection_lost"}'] >= 1
+    assert m['polymq_bridge_in_flight{link="out"}'] == 0
+    assert bridge.stop() == 0, bridge.log()
+
+
+async def test_core_restart_mid_stream_loses_nothing(
+    bridge_factory: Any, rabbit: RabbitNode, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "core"
+    core = PolymqProcess("core", workdir).start()
+    try:
+        port = core.ports["core"]
+        src, rq_out, rq_in, dst = unique("co"), unique("co"), unique("ci"), unique("ci")
+        await rabbit_queue(rabbit.url, rq_out)
+        await rabbit_queue(rabbit.url, rq_in)
+        bridge = bridge_factory(links(src, rq_out, rq_in, dst), core_port=port)
+        bridge.wait_ready()
+        out_ids, in_ids = ids("o", N), ids("i", N)
+        producers = asyncio.gather(
+            produce_polymq(port, f"queue/{src}", out_ids),
+            produce_rabbit(rabbit.url, rq_in, in_ids),
+        )
+        await wait_moved(bridge, 300)
+        assert await asyncio.to_thread(core.stop) == 0, core.log()
+        # the same port and data directory: persistent messages and durable queues come back
+        core = PolymqProcess("core", workdir, "--core-port", str(port)).start()
+        retries = await producers
+        seen_out = await drain_rabbit(rabbit.url, rq_out, set(out_ids))
+        seen_in = await drain_polymq(port, f"queue/{dst}", set(in_ids))
+        report("polymq -> RabbitMQ across a core restart", set(out_ids), seen_out)
+        report("RabbitMQ -> polymq across a core restart", set(in_ids), seen_in)
+        print(f"producer retries (polymq, RabbitMQ): {retries}")
+        assert retries[0] >= 1, "the polymq producer never noticed the restart: not mid-stream"
+        m = bridge.metrics()
+        assert m['polymq_bridge_reconnects_total{side="core"}'] >= 1
+        assert m['polymq_bridge_connected{side="core"}'] == 1
+        assert m['polymq_bridge_link_sessions_total{link="out"}'] >= 2
+        assert m['polymq_bridge_link_sessions_total{link="in"}'] >= 2
+        assert bridge.stop() == 0, bridge.log()
+    finally:
+        core.kill()
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+async def test_bridge_replaced_mid_stream_loses_nothing(
+    bridge_factory: Any, rabbit: RabbitNode, core: PolymqProcess, how: str
+) -> None:
+    """SIGKILL: no goodbye, nothing flushed; what the dead bridge held unconfirmed goes back
+    to its source (the core and RabbitMQ each see the connection drop). SIGTERM: the bridge
+    stops consuming, lets what is in flight be confirmed, gives back the rest and exits 0.
+    Either way the next bridge moves everything that is left."""
+    src, rq_out, rq_in, dst = unique("ko"), unique("ko"), unique("ki"), unique("ki")
+    await rabbit_queue(rabbit.url, rq_out)
+    await rabbit_queue(rabbit.url, rq_in)
+    bridge = bridge_factory(links(src, rq_out, rq_in, dst))
+    bridge.wait_ready()
+    out_ids, in_ids = ids("o", N), ids("i", N)
+    port = core.ports["core"]
+    producers = asyncio.gather(
+        produce_polymq(port, f"queue/{src}", out_ids),
+        produce_rabbit(rabbit.url, rq_in, in_ids),
+    )
+    await wait_moved(bridge, 300)
+    if how == "SIGKILL":
+        bridge.kill()
+    else:
+        assert await asyncio.to_thread(bridge.stop) == 0, bridge.log()
+        assert "Traceback" not in bridge.log()
+    second = bridge_factory(links(src, rq_out, rq_in, dst))
+    await producers
+    seen_out = await drain_rabbit(rabbit.url, rq_out, set(out_ids))
+    seen_in = await drain_polymq(port, f"queue/{dst}", set(in_ids))
+    report(f"polymq -> RabbitMQ across a bridge stopped by {how}", set(out_ids), seen_out)
+    report(f"RabbitMQ -> polymq across a bridge stopped by {how}", set(in_ids), seen_in)
+    assert second.metric("polymq_bridge_messages_total", link="out", direction="to_rabbitmq") > 0
+    assert second.stop() == 0, second.log()

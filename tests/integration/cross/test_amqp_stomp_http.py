@@ -1,0 +1,225 @@
+"""Across protocols, against one broker (``polymq run`` with the AMQP frontend): what AMQP
+publishes, STOMP and HTTP receive with body, content type, priority and headers intact, and
+the reverse; exchanges are reachable from the other protocols through the ``amqp.`` topics."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+import requests
+from pika.adapters.blocking_connection import BlockingChannel
+
+from ..amqp.helpers import WAIT, Broker, pika_connection, serving_broker, unique
+from ..stomp.helpers import Clients, clients
+
+pytestmark = pytest.mark.timeout(60)
+
+BINARY = b"\x00\x01\x02\xfe\xff\x00NUL\x00\r\n\x00"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    workdir: Path = tmp_path_factory.mktemp("cross-amqp")
+    with serving_broker(workdir) as b:
+        yield b
+
+
+@pytest.fixture
+def channel(broker: Broker) -> Iterator[BlockingChannel]:
+    conn = pika_connection(broker)
+    yield conn.channel()
+    if conn.is_open:
+        conn.close()
+
+
+@pytest.fixture
+def stomp_client(broker: Broker) -> Iterator[Clients]:
+    with clients(broker.run, "tcp") as make:
+        yield make
+
+
+def post(broker: Broker, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+    r = requests.post(f"{broker.url('http')}/v1/{path}", json=payload, timeout=WAIT)
+    assert r.status_code == 200, r.text
+    out: dict[str, Any] = r.json()
+    return out
+
+
+def pull(broker: Broker, name: str, n: int = 10) -> list[dict[str, Any]]:
+    r = requests.post(
+        f"{broker.url('http')}/v1/queue/{name}/pull", params={"max": n, "wait": 5}, timeout=WAIT
+    )
+    assert r.status_code == 200, r.text
+    messages: list[dict[str, Any]] = r.json()["messages"]
+    return messages
+
+
+def body_of(m: dict[str, Any]) -> bytes:
+    if m["encoding"] == "base64":
+        return base64.b64decode(m["body"])
+    return str(m["body"]).encode()
+
+
+def get(channel: BlockingChannel, q: str) -> tuple[Any, Any, bytes]:
+    deadline = time.monotonic() + WAIT
+    while True:
+        method, props, body = channel.basic_get(q, auto_ack=True)
+        if method is not None:
+            return method, props, body
+        assert time.monotonic() < deadline, "no message"
+        time.sleep(0.05)
+
+
+AMQP_PROPS = pika.BasicProperties(
+    content_type="application/json",
+    headers={"x-trace": "abc", "x-count": 42, "x-flag": True},
+    priority=7,
+    delivery_mode=2,
+    correlation_id="corr-1",
+    reply_to="answers",
+)
+
+
+# ---- AMQP -> STOMP ----------------------------------------------------------------------------
+def test_amqp_publish_is_received_over_stomp(
+    broker: Broker, channel: BlockingChannel, stomp_client: Clients
+) -> None:
+    q = unique("q")
+    channel.queue_declare(q)
+    consumer = stomp_client()
+    consumer.subscribe(f"/queue/{q}")
+    channel.basic_publish("", q, b'{"order": 1}', AMQP_PROPS)
+    [msg] = consumer.listener.wait_messages(1)
+    h = msg.headers
+    assert msg.body == '{"order": 1}'
+    assert (h["content-type"], h["priority"], h["persistent"]) == ("application/json", "7", "true")
+    assert (h["x-trace"], h["x-count"], h["x-flag"]) == ("abc", "42", "true")
+    assert h["correlation-id"] == "corr-1"
+    assert h["reply-to"] == "/queue/answers"
+    assert h["destination"] == f"/queue/{q}"
+
+
+def test_amqp_exchange_publish_reaches_stomp_topic_subscribers(
+    broker: Broker, channel: BlockingChannel, stomp_client: Clients
+) -> None:
+    ex = unique("logs")
+    channel.exchange_declare(ex, "topic")
+    consumer = stomp_client()
+    consumer.subscribe(f"/topic/amqp.{ex}.#")
+    channel.basic_publish(ex, "app.error", b"boom", pika.BasicProperties(priority=3))
+    [msg] = consumer.listener.wait_messages(1)
+    assert msg.body == "boom"
+    assert msg.headers["destination"] == f"/topic/amqp.{ex}.app.error"
+    assert msg.headers["priority"] == "3"
+
+
+# ---- STOMP -> AMQP ----------------------------------------------------------------------------
+def test_stomp_send_is_received_over_amqp(
+    broker: Broker, channel: BlockingChannel, stomp_client: Clients
+) -> None:
+    q = unique("q")
+    channel.queue_declare(q)
+    stomp_client().send_receipted(
+        f"/queue/{q}",
+        "a,b\n1,2\n",
+        **{"content-type": "text/csv", "x-trace": "xyz", "correlation-id": "c-2"},
+        priority="8",
+        persistent="true",
+    )
+    method, props, body = get(channel, q)
+    assert body == b"a,b\n1,2\n"
+    assert (method.exchange, method.routing_key) == ("", q)
+    assert (props.content_type, props.priority, props.delivery_mode) == ("text/csv", 8, 2)
+    assert props.correlation_id == "c-2"
+    assert props.headers == {"x-trace": "xyz"}
+
+
+def test_stomp_topic_send_reaches_a_bound_amqp_queue(
+    broker: Broker, channel: BlockingChannel, stomp_client: Clients
+) -> None:
+    ex, q = unique("ex"), unique("q")
+    channel.exchange_declare(ex, "direct")
+    channel.queue_declare(q)
+    channel.queue_bind(q, ex, "orders.new")
+    stomp_client().send_receipted(f"/topic/amqp.{ex}.orders.new", "via stomp")
+    method, _props, body = get(channel, q)
+    assert (body, method.exchange, method.routing_key) == (b"via stomp", ex, "orders.new")
+
+
+# ---- HTTP -> AMQP -----------------------------------------------------------------------------
+def test_http_post_is_received_over_amqp(broker: Broker, channel: BlockingChannel) -> None:
+    q = unique("q")
+    channel.queue_declare(q, durable=True)
+    post(
+        broker,
+        f"queue/{q}/messages",
+        {
+            "body": '{"order": 42}',
+            "content_type": "application/json",
+            "priority": 6,
+            "persistent": True,
+            "headers": {"x-tenant": "t1", "x-colon": "a:b"},
+            "correlation_id": "corr-3",
+            "reply_to": "queue/replies",
+            "ttl": 60,
+        },
+    )
+    method, props, body = get(channel, q)
+    assert body == b'{"order": 42}'
+    assert (method.exchange, method.routing_key) == ("", q)
+    assert (props.content_type, props.priority, props.delivery_mode) == ("application/json", 6, 2)
+    assert props.headers == {"x-tenant": "t1", "x-colon": "a:b"}
+    assert (props.correlation_id, props.reply_to) == ("corr-3", "replies")
+    assert 50_000 < int(props.expiration) <= 60_000
+    assert abs(props.timestamp - time.time()) < 30
+
+
+def test_http_binary_body_to_amqp(broker: Broker, channel: BlockingChannel) -> None:
+    q = unique("q")
+    channel.queue_declare(q)
+    post(
+        broker,
+        f"queue/{q}/messages",
+        {"body": base64.b64encode(BINARY).decode(), "encoding": "base64"},
+    )
+    _method, props, body = get(channel, q)
+    assert body == BINARY
+    assert props.content_type == "application/octet-stream"
+
+
+def test_http_topic_post_is_routed_by_an_amqp_fanout_exchange(
+    broker: Broker, channel: BlockingChannel
+) -> None:
+    ex, q = unique("fan"), unique("q")
+    channel.exchange_declare(ex, "fanout")
+    channel.queue_declare(q)
+    channel.queue_bind(q, ex)
+    post(broker, f"topic/amqp.{ex}.anything/messages", {"body": "fanned", "priority": 2})
+    method, props, body = get(channel, q)
+    assert (body, method.exchange, method.routing_key, props.priority) == (
+        b"fanned",
+        ex,
+        "anything",
+        2,
+    )
+
+
+# ---- AMQP -> HTTP -----------------------------------------------------------------------------
+def test_amqp_publish_is_pulled_over_http(broker: Broker, channel: BlockingChannel) -> None:
+    q = unique("q")
+    channel.queue_declare(q)
+    channel.basic_publish("", q, BINARY, AMQP_PROPS)
+    [m] = pull(broker, q)
+    assert body_of(m) == BINARY
+    assert (m["content_type"], m["priority"], m["persistent"]) == ("application/json", 7, True)
+    assert m["correlation_id"] == "corr-1"
+    assert m["reply_to"] == "queue/answers"
+    h = m["headers"]
+    assert (h["x-trace"], h["x-count"], h["x-flag"]) == ("abc", "42", "true")
+    assert (h["x-amqp-exchange"], h["x-amqp-routing-key"]) == ("", q)
