@@ -1,0 +1,193 @@
+{{/*
+Names, labels, the image reference, and the frontend table.
+*/}}
+
+{{- define "polymq.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* release-chart, or the release name alone when it already holds the chart name */}}
+{{- define "polymq.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The name of one component's objects: (dict "root" $ "component" "http").
+At most 52 characters, so that a StatefulSet's pod names and revision-hash labels fit in 63.
+*/}}
+{{- define "polymq.componentName" -}}
+{{- printf "%s-%s" (include "polymq.fullname" .root | trunc 40 | trimSuffix "-") .component | trunc 52 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "polymq.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object: (dict "root" $ "component" "core") */}}
+{{- define "polymq.labels" -}}
+helm.sh/chart: {{ include "polymq.chart" .root }}
+{{ include "polymq.selectorLabels" . }}
+app.kubernetes.io/part-of: polymq
+{{- with .root.Chart.AppVersion }}
+app.kubernetes.io/version: {{ . | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* What a component's selector matches: (dict "root" $ "component" "core") */}}
+{{- define "polymq.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "polymq.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- with .component }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* metadata.annotations (commonAnnotations merged with the object's own), indented for a
+     top-level object, or nothing. Called with a left-trimming include: (dict "root" $ "annotations" map) */}}
+{{- define "polymq.annotations" -}}
+{{- $all := merge (dict) (.annotations | default dict) (.root.Values.commonAnnotations | default dict) }}
+{{- with $all }}
+{{- toYaml (dict "annotations" .) | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- define "polymq.image" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion }}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{- define "polymq.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "polymq.componentName" (dict "root" . "component" "core")) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* HOST:PORT of the core that frontends connect to: this release's, or externalCore */}}
+{{- define "polymq.coreAddress" -}}
+{{- if .Values.core.enabled }}
+{{- printf "%s:%d" (include "polymq.componentName" (dict "root" . "component" "core")) (int .Values.core.service.ports.wire) }}
+{{- else }}
+{{- printf "%s:%d" .Values.externalCore.host (int .Values.externalCore.port) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The frontend table: every protocol frontend the chart knows, keyed by its values block.
+Adding a frontend = a values block (and its values.schema.json entry) + an entry here; the
+shared templates under templates/frontend/ render its Deployment, Service, PDB, HPA and Ingress.
+
+  command    the `polymq <command>` sub-command
+  title      what NOTES.txt calls it
+  tls        the service takes --tls-cert/--tls-key (a `tls` block in its values)
+  ingress    it has an HTTP listener worth an Ingress (an `ingress` block in its values)
+  listeners  one per port: `name` (container and Service port name), `flag` (the CLI flag that
+             sets it), `web: true` for the one HTTP listener that serves /healthz, /readyz and
+             /metrics (probes, scraping and the Ingress use it), `scheme` the URL scheme
+             clients use, `tls: true` when the listener speaks TLS once the frontend's TLS is
+             on, `tlsOnly: true` when it exists only then
+*/}}
+{{- define "polymq.frontendTable" -}}
+http:
+  command: http
+  title: JSON over HTTP
+  tls: false
+  ingress: true
+  listeners:
+    - {name: http, flag: --http-port, web: true, scheme: http}
+longpoll:
+  command: longpoll
+  title: long polling and SSE
+  tls: false
+  ingress: true
+  listeners:
+    - {name: http, flag: --longpoll-port, web: true, scheme: http}
+stomp:
+  command: stomp
+  title: STOMP over TCP and WebSocket
+  tls: true
+  ingress: true
+  listeners:
+    - {name: stomp, flag: --stomp-port, web: false, scheme: stomp, tls: true}
+    - {name: ws, flag: --stomp-ws-port, web: true, scheme: ws, tls: true}
+avro:
+  command: avro
+  title: Avro over HTTP
+  tls: false
+  ingress: true
+  listeners:
+    - {name: http, flag: --avro-port, web: true, scheme: http}
+amqp:
+  command: amqp
+  title: AMQP 0-9-1
+  tls: true
+  ingress: false
+  listeners:
+    - {name: amqp, flag: --amqp-port, web: false, scheme: amqp}
+    - {name: amqps, flag: --amqp-tls-port, web: false, scheme: amqps, tls: true, tlsOnly: true}
+    - {name: http, flag: --amqp-admin-port, web: true, scheme: http}
+{{- end }}
+
+{{/*
+A frontend's listeners as they are deployed, as a YAML list: (dict "root" $ "name" "stomp").
+Those that exist only with TLS are left out without it; `secure` says whether one speaks TLS,
+and `scheme` becomes its TLS form (https, wss, stomp+ssl) then.
+*/}}
+{{- define "polymq.listeners" -}}
+{{- $fe := index (include "polymq.frontendTable" .root | fromYaml) .name }}
+{{- $tls := include "polymq.frontendTLS" . }}
+{{- $secureScheme := dict "http" "https" "ws" "wss" "stomp" "stomp+ssl" "amqp" "amqps" "amqps" "amqps" }}
+{{- $out := list }}
+{{- range $fe.listeners }}
+{{- if or (not .tlsOnly) $tls }}
+{{- $secure := and $tls .tls | default false }}
+{{- $scheme := ternary (get $secureScheme .scheme) .scheme (eq (toString $secure) "true") }}
+{{- $out = append $out (dict "name" .name "flag" .flag "web" (.web | default false) "scheme" $scheme "secure" $secure) }}
+{{- end }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/* The names of the enabled frontends, comma-separated (empty when none) */}}
+{{- define "polymq.enabledFrontends" -}}
+{{- $names := list }}
+{{- range $name, $fe := include "polymq.frontendTable" . | fromYaml }}
+{{- if (index $.Values $name).enabled }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- end }}
+{{- join "," $names }}
+{{- end }}
+
+{{/* Whether a frontend serves TLS: (dict "root" $ "name" "stomp") -> "true" or "" */}}
+{{- define "polymq.frontendTLS" -}}
+{{- $fe := index (include "polymq.frontendTable" .root | fromYaml) .name }}
+{{- $values := index .root.Values .name }}
+{{- if and $fe.tls $values.tls $values.tls.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The listener that serves /healthz, /readyz and /metrics: (dict "root" $ "name" "stomp") */}}
+{{- define "polymq.webListener" -}}
+{{- $fe := index (include "polymq.frontendTable" .root | fromYaml) .name }}
+{{- range $fe.listeners }}
+{{- if .web }}{{ .name }}{{ end }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,173 @@
+{{/*
+Checks the values schema cannot express, each failing with what to do about it (as bitnami's
+rabbitmq chart does in templates/validation.yaml). Rendered by validation.yaml, so
+`helm install`, `helm template` and `helm lint` all stop on them.
+*/}}
+{{- define "polymq.validateValues" -}}
+{{- $messages := list -}}
+{{- $messages = append $messages (include "polymq.validateValues.coreReplicas" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.somethingEnabled" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.frontendsNeedCore" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.externalCore" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.auth" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.tls" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.ingress" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.autoscaling" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.pdb" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.metrics" . | trim) -}}
+{{- $messages = without $messages "" -}}
+{{- $message := join "\n" $messages -}}
+{{- if $message -}}
+{{- printf "\nVALUES VALIDATION:\n%s" $message | fail -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A write commits on a majority of its replica set: two nodes stop writing when either is lost */}}
+{{- define "polymq.validateValues.coreReplicas" -}}
+{{- if and .Values.core.enabled (eq (int .Values.core.replicaCount) 2) -}}
+polymq: core.replicaCount
+    2 core nodes have no majority once one of them is lost (a write commits on a majority
+    of its replica set), so two nodes are less available than one. Use 1 (no redundancy)
+    or 3 (survives the loss of one node): --set core.replicaCount=3
+{{- end -}}
+{{- end -}}
+
+{{- define "polymq.validateValues.somethingEnabled" -}}
+{{- if and (not .Values.core.enabled) (not (include "polymq.enabledFrontends" .)) -}}
+polymq: core.enabled
+    Nothing to deploy: the core and every frontend are disabled. Set core.enabled=true
+    and enable at least one frontend (http.enabled, longpoll.enabled, stomp.enabled,
+    avro.enabled, amqp.enabled).
+{{- end -}}
+{{- end -}}
+
+{{- define "polymq.validateValues.frontendsNeedCore" -}}
+{{- $frontends := include "polymq.enabledFrontends" . -}}
+{{- if and $frontends (not .Values.core.enabled) (not .Values.externalCore.host) -}}
+polymq: core.enabled
+    The frontends {{ $frontends | replace "," ", " }} are enabled but the core is not, and externalCore.host
+    is empty: they would have no core to connect to and never become ready. Set
+    core.enabled=true, or point them at a core deployed elsewhere with
+    externalCore.host=<host> (and externalCore.port, 7400 by default).
+{{- end -}}
+{{- end -}}
+
+{{- define "polymq.validateValues.externalCore" -}}
+{{- if and .Values.core.enabled .Values.externalCore.host -}}
+polymq: externalCore.host
+    externalCore.host={{ .Values.externalCore.host }} is set while core.enabled=true: the
+    frontends would connect to this release's core and ignore it. Unset externalCore.host,
+    or set core.enabled=false to use the external core.
+{{- end -}}
+{{- end -}}
+
+{{- define "polymq.validateValues.auth" -}}
+{{- if .Values.auth.enabled -}}
+{{- if not .Values.auth.existingSecret -}}
+polymq: auth.existingSecret
+    auth.enabled=true needs the users, grants and tokens in a Secret: write users.json
+    (password hashes from `python -m polymq.auth hash-password`, tokens from
+    `python -m polymq.auth new-token`), then
+      kubectl create secret generic polymq-users --from-file=users.json
+    and set auth.existingSecret=polymq-users.
+{{- else if and (include "polymq.enabledFrontends" .) (not .Values.auth.frontendLogin.existingSecret) -}}
+polymq: auth.frontendLogin.existingSecret
+    auth.enabled=true: the core requires logins, so the frontends must log in too. Give
+    them a user of users.json with every permission on "*" and put its login in a Secret:
+      kubectl create secret generic polymq-frontend-login \
+        --from-literal=user=frontend --from-literal=password=<its password>
+    and set auth.frontendLogin.existingSecret=polymq-frontend-login (or type=token with a
+    `token` key).
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "polymq.validateValues.tls" -}}
+{{- range $name, $fe := include "polymq.frontendTable" . | fromYaml }}
+{{- $v := index $.Values $name }}
+{{- if and $fe.tls $v.enabled $v.tls.enabled (not $v.tls.existingSecret) }}
+polymq: {{ $name }}.tls.existingSecret
+    {{ $name }}.tls.enabled=true needs the certificate and key in a Secret:
+      kubectl create secret tls polymq-{{ $name }}-tls --cert=tls.crt --key=tls.key
+    and set {{ $name }}.tls.existingSecret=polymq-{{ $name }}-tls (keys tls.crt and tls.key,
+    or name them with {{ $name }}.tls.certKey / {{ $name }}.tls.keyKey).
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "polymq.validateValues.ingress" -}}
+{{- range $name, $fe := include "polymq.frontendTable" . | fromYaml }}
+{{- $v := index $.Values $name }}
+{{- if and $v.enabled $fe.ingress $v.ingress.enabled }}
+{{- if not $v.ingress.hosts }}
+polymq: {{ $name }}.ingress.hosts
+    {{ $name }}.ingress.enabled=true with no hosts routes nothing. Add one:
+      --set {{ $name }}.ingress.hosts[0].host={{ $name }}.example.com
+{{- end }}
+{{- range $i, $tls := $v.ingress.tls }}
+{{- if not $tls.secretName }}
+polymq: {{ $name }}.ingress.tls[{{ $i }}].secretName
+    Ingress TLS needs the Secret holding the certificate of {{ join ", " ($tls.hosts | default list) }}:
+      kubectl create secret tls polymq-{{ $name }}-ingress-tls --cert=tls.crt --key=tls.key
+    and set {{ $name }}.ingress.tls[{{ $i }}].secretName=polymq-{{ $name }}-ingress-tls (or let
+    cert-manager make it through an annotation, still naming it here).
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "polymq.validateValues.autoscaling" -}}
+{{- range $name, $fe := include "polymq.frontendTable" . | fromYaml }}
+{{- $v := index $.Values $name }}
+{{- if and $v.enabled $v.autoscaling.enabled }}
+{{- $as := $v.autoscaling }}
+{{- if gt (int $as.minReplicas) (int $as.maxReplicas) }}
+polymq: {{ $name }}.autoscaling.minReplicas
+    {{ $name }}.autoscaling.minReplicas={{ $as.minReplicas }} is above maxReplicas={{ $as.maxReplicas }}.
+    Raise {{ $name }}.autoscaling.maxReplicas or lower minReplicas.
+{{- end }}
+{{- if not (or $as.targetCPUUtilizationPercentage $as.targetMemoryUtilizationPercentage) }}
+polymq: {{ $name }}.autoscaling.targetCPUUtilizationPercentage
+    {{ $name }}.autoscaling.enabled=true with neither a CPU nor a memory target gives the
+    autoscaler nothing to scale on. Set {{ $name }}.autoscaling.targetCPUUtilizationPercentage
+    (e.g. 75) and/or targetMemoryUtilizationPercentage.
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "polymq.validateValues.pdb" -}}
+{{- $pdbs := dict }}
+{{- if .Values.core.enabled }}{{ $_ := set $pdbs "core" .Values.core }}{{ end }}
+{{- range $name, $fe := include "polymq.frontendTable" . | fromYaml }}
+{{- if (index $.Values $name).enabled }}{{ $_ := set $pdbs $name (index $.Values $name) }}{{ end }}
+{{- end }}
+{{- range $name, $v := $pdbs }}
+{{- $pdb := $v.pdb }}
+{{- if $pdb.enabled }}
+{{- if and $pdb.minAvailable $pdb.maxUnavailable }}
+polymq: {{ $name }}.pdb
+    {{ $name }}.pdb sets both minAvailable and maxUnavailable; a PodDisruptionBudget takes
+    one. Keep one and set the other to "".
+{{- else if not (or $pdb.minAvailable $pdb.maxUnavailable) }}
+polymq: {{ $name }}.pdb
+    {{ $name }}.pdb.enabled=true with neither minAvailable nor maxUnavailable. Set
+    {{ $name }}.pdb.maxUnavailable=1 (or disable the budget).
+{{- else if and (not (kindIs "string" $pdb.minAvailable)) (not (and (hasKey $v "autoscaling") $v.autoscaling.enabled)) (ge (int $pdb.minAvailable) (int $v.replicaCount)) }}
+polymq: {{ $name }}.pdb.minAvailable
+    {{ $name }}.pdb.minAvailable={{ $pdb.minAvailable }} with {{ $v.replicaCount }} replica(s) forbids every
+    voluntary eviction: node drains and cluster upgrades would hang. Use
+    {{ $name }}.pdb.maxUnavailable=1 (and minAvailable="").
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "polymq.validateValues.metrics" -}}
+{{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) -}}
+polymq: metrics.serviceMonitor.enabled
+    metrics.serviceMonitor.enabled=true but metrics.enabled=false. Set metrics.enabled=true
+    (every polymq process serves /metrics; the switch decides whether Prometheus is told).
+{{- end -}}
+{{- end -}}

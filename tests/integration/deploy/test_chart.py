@@ -1,0 +1,687 @@
+"""The Helm chart, rendered offline with Helm's Go SDK for every ci/*-values.yaml: each object
+valid against Kubernetes' schemas (strict: unknown fields are errors) for 1.30 and the newest
+version kubernetes-validate bundles; `helm lint --strict` silent; bad values refused with a
+hint; every container's arguments and POLYMQ_* variables accepted by the real CLI; the pieces
+wired to each other (Services, Ingresses, autoscalers, budgets, RBAC, the NetworkPolicy)."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import re
+from typing import Any
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate.utils import SchemaNotFoundError, latest_version
+
+from polymq_amqp.config import AmqpSettings
+from polymq_avro.config import AvroSettings
+from polymq_cli.main import _parser
+from polymq_core.config import CoreSettings
+from polymq_http.config import HttpSettings
+from polymq_longpoll.config import LongpollSettings
+from polymq_stomp.config import StompSettings
+
+from .chart import (
+    CHART,
+    CI_FILES,
+    NAMESPACE,
+    RELEASE,
+    Rendered,
+    chart,
+    ci_values,
+    component_of,
+    container,
+    container_port,
+    pod_labels,
+    pod_spec,
+    probes,
+    render,
+    scrape_targets,
+    service_target,
+)
+
+KUBE_VERSIONS = ("1.30", latest_version())
+FRONTENDS = ("http", "longpoll", "stomp", "avro", "amqp")
+# The settings each service reads from POLYMQ_* variables (polymq.config.from_env)
+SETTINGS: dict[str, type] = {
+    "core": CoreSettings,
+    "http": HttpSettings,
+    "longpoll": LongpollSettings,
+    "stomp": StompSettings,
+    "avro": AvroSettings,
+    "amqp": AmqpSettings,
+}
+CLI_ENV = {"POLYMQ_LOG_LEVEL"}  # read by the CLI itself
+# Services the CLI offers that the chart may leave out (the brief: the bridge is optional)
+OPTIONAL_SERVICES = {"bridge"}
+
+
+@pytest.fixture(scope="module", params=CI_FILES, ids=lambda p: p.name)
+def rendered(request: pytest.FixtureRequest) -> Rendered:
+    return render(ci_values(request.param))
+
+
+def test_the_ci_files_cover_the_features() -> None:
+    names = {p.name for p in CI_FILES}
+    assert {
+        "default-values.yaml",
+        "full-tls-ingress-values.yaml",
+        "ha-values.yaml",
+        "http-stomp-only-values.yaml",
+    } <= names
+
+
+# ---- Kubernetes' schemas ---------------------------------------------------------------------
+# ServiceMonitor is a CustomResourceDefinition of the Prometheus Operator: kubernetes-validate
+# has no schema for it (only for built-in kinds), so it alone skips that validation and is
+# checked against this structural subset of the CRD's schema instead (every field we render,
+# unknown fields refused, durations in the CRD's own pattern).
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+DURATION = (
+    r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+)
+STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+SERVICE_MONITOR = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "ServiceMonitor"},
+        "metadata": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "namespace"],
+            "properties": {
+                "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"},
+                "namespace": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+                "labels": STRING_MAP,
+                "annotations": STRING_MAP,
+            },
+        },
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["selector", "endpoints"],
+            "properties": {
+                "jobLabel": {"type": "string"},
+                "namespaceSelector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "any": {"type": "boolean"},
+                        "matchNames": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+                "selector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "matchLabels": STRING_MAP,
+                        "matchExpressions": {"type": "array"},
+                    },
+                },
+                "endpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["port", "path", "scheme"],
+                        "properties": {
+                            "port": {"type": "string", "minLength": 1},
+                            "path": {"type": "string", "pattern": "^/"},
+                            "scheme": {"enum": ["http", "https"]},
+                            "interval": {"type": "string", "pattern": DURATION},
+                            "scrapeTimeout": {"type": "string", "pattern": DURATION},
+                            "honorLabels": {"type": "boolean"},
+                            "tlsConfig": {"type": "object"},
+                            "relabelings": {"type": "array", "items": {"type": "object"}},
+                            "metricRelabelings": {"type": "array", "items": {"type": "object"}},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def _seconds(duration: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", duration))
+
+
+def test_every_object_is_valid_kubernetes(rendered: Rendered) -> None:
+    crds = []
+    for obj in rendered.objects:
+        for version in KUBE_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except SchemaNotFoundError:
+                assert (obj["apiVersion"], obj["kind"]) in CRD_KINDS, obj["kind"]
+                crds.append(obj)
+            except kubernetes_validate.ValidationError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path)
+                pytest.fail(
+                    f"{obj['kind']}/{obj['metadata']['name']} on {version}: {where}: {exc.message}"
+                )
+    for sm in crds:
+        jsonschema.validate(sm, SERVICE_MONITOR)
+        for endpoint in sm["spec"]["endpoints"]:
+            assert _seconds(endpoint["scrapeTimeout"]) <= _seconds(endpoint["interval"])
+
+
+def test_the_kubernetes_validation_is_not_vacuous() -> None:
+    sts = copy.deepcopy(render().workload("core"))
+    kubernetes_validate.validate(sts, "1.30", strict=True)
+    container(sts)["probe"] = {"path": "/healthz"}  # a misspelt field
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(sts, "1.30", strict=True)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+                             "metadata": {"name": "x", "namespace": "y"},
+                             "spec": {"selector": {}, "endpoints": [{"port": "a", "path": "/m",
+                                      "scheme": "http", "intervall": "1s"}]}},
+                            SERVICE_MONITOR)  # fmt: skip
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=lambda p: p.name)
+def test_helm_lint_strict_finds_nothing(values_file: Any) -> None:
+    for version in ("v1.30.0", f"v{latest_version()}"):
+        report = helm.lint(
+            CHART, ci_values(values_file), strict=True, namespace=NAMESPACE, kube_version=version
+        )
+        assert report["errors"] == [] and report["messages"] == [], report
+
+
+def test_names_fit_kubernetes_limits_with_the_longest_release_name() -> None:
+    long = "r" * 53  # the longest release name Helm accepts
+    helm.validate_release_name(long)
+    out = render(ci_values(CHART / "ci" / "full-tls-ingress-values.yaml"), release=long)
+    for obj in out.objects:
+        assert len(obj["metadata"]["name"]) <= 63, obj["metadata"]["name"]
+        for value in obj["metadata"]["labels"].values():
+            assert len(value) <= 63 and re.fullmatch(
+                r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", value
+            )
+        if (obj["apiVersion"], obj["kind"]) not in CRD_KINDS:
+            kubernetes_validate.validate(obj, "1.30", strict=True)
+    for sts in out.of_kind("StatefulSet"):  # pods <name>-N and controller-revision-hash labels
+        assert len(sts["metadata"]["name"]) <= 52
+
+
+# ---- values: refused, documented, strict -----------------------------------------------------
+REFUSED = [
+    pytest.param(
+        {"core": {"replicaCount": "three"}},
+        ["core/replicaCount", "want integer"],
+        id="wrong-type",
+    ),
+    pytest.param(
+        {"core": {"replicas": 3}},
+        ["'replicas' not allowed"],
+        id="unknown-key",
+    ),
+    pytest.param(
+        {"stomp": {"tsl": {"enabled": True}}},
+        ["'tsl' not allowed"],
+        id="misspelt-block",
+    ),
+    pytest.param(
+        {"core": {"replicaCount": 2}},
+        ["core.replicaCount", "no majority", "core.replicaCount=3"],
+        id="core-2",
+    ),
+    pytest.param(
+        {"stomp": {"tls": {"enabled": True}}},
+        ["stomp.tls.existingSecret", "kubectl create secret tls"],
+        id="tls-no-secret",
+    ),
+    pytest.param(
+        {"core": {"enabled": False}},
+        ["http, longpoll, stomp", "core.enabled=true", "externalCore.host"],
+        id="frontends-no-core",
+    ),
+    pytest.param(
+        {"core": {"enabled": False}, **{f: {"enabled": False} for f in FRONTENDS}},
+        ["Nothing to deploy"],
+        id="nothing",
+    ),
+    pytest.param(
+        {"externalCore": {"host": "elsewhere"}},
+        ["externalCore.host", "core.enabled=false"],
+        id="two-cores",
+    ),
+    pytest.param(
+        {"auth": {"enabled": True}},
+        ["auth.existingSecret", "hash-password"],
+        id="auth-no-secret",
+    ),
+    pytest.param(
+        {"auth": {"enabled": True, "existingSecret": "u"}},
+        ["auth.frontendLogin.existingSecret", "--from-literal=user="],
+        id="auth-no-frontend-login",
+    ),
+    pytest.param(
+        {"http": {"ingress": {"enabled": True}}},
+        ["http.ingress.hosts", "--set http.ingress.hosts[0].host="],
+        id="ingress-no-host",
+    ),
+    pytest.param(
+        {
+            "avro": {
+                "ingress": {
+                    "enabled": True,
+                    "hosts": [
+                        {"host": "a.example", "paths": [{"path": "/", "pathType": "Prefix"}]}
+                    ],
+                    "tls": [{"hosts": ["a.example"]}],
+                }
+            }
+        },
+        ["avro.ingress.tls[0].secretName", "a.example"],
+        id="ingress-tls-no-secret",
+    ),
+    pytest.param(
+        {"http": {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}},
+        ["http.autoscaling.minReplicas", "maxReplicas=2"],
+        id="hpa-min-above-max",
+    ),
+    pytest.param(
+        {"stomp": {"autoscaling": {"enabled": True, "targetCPUUtilizationPercentage": 0}}},
+        ["nothing to scale on"],
+        id="hpa-no-target",
+    ),
+    pytest.param(
+        {"core": {"pdb": {"minAvailable": 1, "maxUnavailable": ""}}},
+        ["core.pdb.minAvailable", "node drains"],
+        id="pdb-blocks-drains",
+    ),
+    pytest.param(
+        {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}},
+        ["metrics.enabled=true"],
+        id="servicemonitor-without-metrics",
+    ),
+    pytest.param(
+        {"core": {"replicaCount": 0}},
+        ["core/replicaCount", "minimum"],
+        id="core-0",
+    ),
+    pytest.param(
+        {"http": {"containerPorts": {"http": 70000}}},
+        ["containerPorts/http", "maximum"],
+        id="port-range",
+    ),
+    pytest.param(
+        {"logLevel": "LOUD"},
+        ["logLevel"],
+        id="log-level",
+    ),
+]
+
+
+@pytest.mark.parametrize(("values", "hints"), REFUSED)
+def test_bad_values_are_refused_with_a_hint(values: dict[str, Any], hints: list[str]) -> None:
+    with pytest.raises((helm.HelmValuesError, helm.HelmRenderError)) as caught:
+        render(values)
+    for hint in hints:
+        assert hint in str(caught.value), str(caught.value)
+
+
+def _schema_at(schema: dict[str, Any], path: list[str]) -> dict[str, Any] | None:
+    root = schema
+    node: dict[str, Any] | None = schema
+    for key in path:
+        while node is not None and "$ref" in node:
+            node = root["$defs"][node["$ref"].rsplit("/", 1)[1]]
+        node = (node or {}).get("properties", {}).get(key)
+    while node is not None and "$ref" in node:
+        node = root["$defs"][node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
+def test_every_value_has_a_param_comment() -> None:
+    text = (CHART / "values.yaml").read_text()
+    params = set(re.findall(r"^\s*## @param (\S+)", text, re.M))
+    schema = chart().schema
+    assert schema is not None
+    missing, stale = [], sorted(params)
+
+    def walk(node: Any, path: list[str]) -> None:
+        dotted = ".".join(path)
+        if path and dotted in stale:
+            stale.remove(dotted)
+        if isinstance(node, dict) and node and (not path or dotted not in params):
+            for key, value in node.items():
+                walk(value, [*path, key])
+            return
+        if dotted in params:
+            return
+        # a pass-through Kubernetes object is documented at its root
+        for i in range(len(path) - 1, 0, -1):
+            ancestor = _schema_at(schema, path[:i])
+            if (
+                ".".join(path[:i]) in params
+                and ancestor is not None
+                and "properties" not in ancestor
+            ):
+                return
+        missing.append(dotted)
+
+    walk(yaml.safe_load(text), [])
+    assert missing == [], f"values without a ## @param line: {missing}"
+    assert stale == [], f"## @param lines naming no value: {stale}"
+
+
+def test_the_values_schema_is_strict() -> None:
+    schema = chart().schema
+    assert schema is not None
+    loose = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            if "properties" in node and node.get("additionalProperties") is not False:
+                loose.append(where)
+            for key, value in node.items():
+                walk(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}/{i}")
+
+    walk(schema, "#")
+    assert loose == []
+    # and the defaults satisfy it
+    chart().validate_schema(chart().values)
+
+
+# ---- the containers ask only what the CLI accepts ---------------------------------------------
+def _cli_commands() -> set[str]:
+    [sub] = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return set(sub.choices)
+
+
+def test_the_chart_deploys_every_service_the_cli_offers() -> None:
+    deployed = render().components()
+    offered = _cli_commands() - {"run"}
+    missing = offered - deployed - OPTIONAL_SERVICES
+    assert not missing, (
+        f"the CLI offers `polymq {' / '.join(sorted(missing))}` but the chart deploys no such "
+        "component: add a values block (values.yaml, values.schema.json) and an entry in "
+        "polymq.frontendTable (templates/_helpers.tpl)"
+    )
+    assert deployed <= offered, deployed - offered
+
+
+def test_every_container_runs_a_cli_command_with_accepted_flags_and_settings(
+    rendered: Rendered,
+) -> None:
+    parser = _parser()
+    for workload in rendered.workloads():
+        name = component_of(workload)
+        c = container(workload)
+        assert c["command"] == ["polymq"]
+        try:
+            args = parser.parse_args(c["args"])
+        except SystemExit:
+            pytest.fail(f"{name}: `polymq {' '.join(c['args'])}` is refused by the CLI")
+        assert args.command == name
+        fields = {f.name for f in dataclasses.fields(SETTINGS[name])}
+        for var in c.get("env", []):
+            if var["name"].startswith("POLYMQ_") and var["name"] not in CLI_ENV:
+                assert var["name"].removeprefix("POLYMQ_").lower() in fields, (name, var["name"])
+
+
+# ---- security ---------------------------------------------------------------------------------
+def test_pods_are_locked_down(rendered: Rendered) -> None:
+    for workload in rendered.workloads():
+        name = component_of(workload)
+        spec, c = pod_spec(workload), container(workload)
+        pod_sc, sc = spec["securityContext"], c["securityContext"]
+        assert pod_sc["runAsNonRoot"] is True and pod_sc["runAsUser"] != 0
+        assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"]
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        # a writable /tmp on an emptyDir, as the root filesystem is read-only
+        [tmp] = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+        [volume] = [v for v in spec["volumes"] if v["name"] == tmp["name"]]
+        assert "emptyDir" in volume
+        # A release named "polymq" has a Service polymq-core, and service links would set
+        # POLYMQ_CORE_PORT=tcp://...: a malformed setting for every polymq service.
+        assert spec["enableServiceLinks"] is False
+        # only the core talks to the API server (peer discovery)
+        assert spec["automountServiceAccountToken"] is (name == "core"), name
+        # every secret is mounted read-only, never world-readable
+        for volume in spec["volumes"]:
+            if "secret" in volume:
+                assert volume["secret"]["defaultMode"] & 0o007 == 0, volume
+                [mount] = [m for m in c["volumeMounts"] if m["name"] == volume["name"]]
+                assert mount["readOnly"] is True
+
+
+def test_logins_and_tls_come_from_the_existing_secrets() -> None:
+    out = render(ci_values(CHART / "ci" / "full-tls-ingress-values.yaml"))
+    for workload in out.workloads():
+        name, c, spec = component_of(workload), container(workload), pod_spec(workload)
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        auth = c["args"][c["args"].index("--auth") + 1]
+        assert auth.startswith("file:/")
+        users = auth.removeprefix("file:")
+        volume = volumes[mounts[users.rsplit("/", 1)[0]]]
+        assert volume["secret"]["secretName"] == "polymq-users"
+        assert {"key": "users.json", "path": users.rsplit("/", 1)[1]} in volume["secret"]["items"]
+        env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in c.get("env", [])}
+        if name != "core":
+            assert env["POLYMQ_CORE_USER"] == {"name": "polymq-frontend-login", "key": "user"}
+            assert env["POLYMQ_CORE_PASSWORD"] == {
+                "name": "polymq-frontend-login",
+                "key": "password",
+            }
+        if name in ("stomp", "amqp"):
+            for flag, key in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key")):
+                path = c["args"][c["args"].index(flag) + 1]
+                tls = volumes[mounts[path.rsplit("/", 1)[0]]]["secret"]
+                assert tls["secretName"] == f"polymq-{name}-tls"
+                assert {"key": key, "path": path.rsplit("/", 1)[1]} in tls["items"]
+            # STOMP's WebSocket listener (the probed one) speaks TLS; AMQP's HTTP one does not
+            scheme = {"stomp": "HTTPS", "amqp": "HTTP"}[name]
+            assert {p["httpGet"]["scheme"] for _, p in probes(c)} == {scheme}
+        else:
+            assert "--tls-cert" not in c["args"]
+    token = render({"auth": {"enabled": True, "existingSecret": "u", "frontendLogin": {
+        "type": "token", "existingSecret": "t", "tokenKey": "tok"}}})  # fmt: skip
+    env = container(token.workload("http"))["env"]
+    assert env == [{"name": "POLYMQ_CORE_TOKEN",
+                    "valueFrom": {"secretKeyRef": {"name": "t", "key": "tok"}}}]  # fmt: skip
+
+
+# ---- the core: StatefulSet, headless Service, storage, RBAC, NetworkPolicy ----------------------
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expr in selector.get("matchExpressions", []):
+        if expr["operator"] != "In":
+            raise AssertionError(f"unexpected operator {expr}")
+        if labels.get(expr["key"]) not in expr["values"]:
+            return False
+    return True
+
+
+def test_the_core_is_a_statefulset_with_a_headless_service_and_a_volume_per_pod() -> None:
+    out = render(ci_values(CHART / "ci" / "ha-values.yaml"))
+    sts = out.workload("core")
+    assert sts["kind"] == "StatefulSet" and sts["spec"]["replicas"] == 3
+    headless = out.get("Service", sts["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True  # peers find starting nodes
+    assert _selects({"matchLabels": headless["spec"]["selector"]}, pod_labels(sts))
+    c = container(sts)
+    assert {p["targetPort"] for p in headless["spec"]["ports"]} == {p["name"] for p in c["ports"]}
+    [claim] = sts["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    data_dir = c["args"][c["args"].index("--data-dir") + 1]
+    assert {"name": claim["metadata"]["name"], "mountPath": data_dir} in c["volumeMounts"]
+    [pdb] = [p for p in out.of_kind("PodDisruptionBudget") if component_of(p) == "core"]
+    assert pdb["spec"]["maxUnavailable"] == 1  # 2 of 3 stay: a majority
+    assert "does not replicate between nodes yet" in out.notes
+    single = render()
+    assert "does not replicate" not in single.notes
+    ephemeral = render({"core": {"persistence": {"enabled": False}}}).workload("core")
+    assert "volumeClaimTemplates" not in ephemeral["spec"]
+    assert {"name": "data", "emptyDir": {}} in pod_spec(ephemeral)["volumes"]
+
+
+def test_the_core_may_read_its_endpoints_and_nothing_else() -> None:
+    out = render()
+    sts = out.workload("core")
+    [role] = out.of_kind("Role")
+    rules = sorted(
+        (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"])))
+        for r in role["rules"]
+    )
+    assert rules == [
+        (("",), ("endpoints",), ("get", "list", "watch")),
+        (("discovery.k8s.io",), ("endpointslices",), ("get", "list", "watch")),
+    ]
+    [binding] = out.of_kind("RoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}  # fmt: skip
+    [account] = out.of_kind("ServiceAccount")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": NAMESPACE}]  # fmt: skip
+    assert pod_spec(sts)["serviceAccountName"] == account["metadata"]["name"]
+    none = render({"rbac": {"create": False}, "serviceAccount": {"create": False}})
+    assert not none.of_kind("Role") and not none.of_kind("ServiceAccount")
+    assert pod_spec(none.workload("core"))["serviceAccountName"] == "default"
+
+
+def test_the_network_policy_admits_only_frontends_and_peers_to_the_wire_port(
+    rendered: Rendered,
+) -> None:
+    [policy] = rendered.of_kind("NetworkPolicy")
+    core = rendered.workload("core")
+    assert _selects(policy["spec"]["podSelector"], pod_labels(core))
+    assert not any(
+        _selects(policy["spec"]["podSelector"], pod_labels(w))
+        for w in rendered.workloads()
+        if w is not core
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    wire = [
+        r for r in policy["spec"]["ingress"] if r["ports"] == [{"port": "wire", "protocol": "TCP"}]
+    ]
+    admin = [
+        r for r in policy["spec"]["ingress"] if r["ports"] == [{"port": "admin", "protocol": "TCP"}]
+    ]
+    assert len(wire) == 1 and len(admin) == 1 and len(policy["spec"]["ingress"]) == 2
+    peers = [p["podSelector"] for p in wire[0]["from"] if set(p) == {"podSelector"}]
+    for workload in rendered.workloads():  # every frontend and every core pod (the peers)
+        assert any(_selects(s, pod_labels(workload)) for s in peers), component_of(workload)
+    strangers = [
+        {"app.kubernetes.io/name": "polymq", "app.kubernetes.io/instance": "other"},
+        {"app.kubernetes.io/name": "polymq", "app.kubernetes.io/instance": RELEASE},
+        {"app": "anything"},
+    ]
+    assert not any(_selects(s, labels) for s in peers for labels in strangers)
+    extra = rendered.values.get("networkPolicy", {}).get("core", {})
+    assert [p for p in wire[0]["from"] if set(p) != {"podSelector"}] == extra.get(
+        "extraWireFrom", []
+    )
+    assert admin[0].get("from", []) == extra.get("adminFrom", [])
+    assert not render({"networkPolicy": {"enabled": False}}).of_kind("NetworkPolicy")
+
+
+# ---- wiring between objects -------------------------------------------------------------------
+def test_objects_reach_each_other(rendered: Rendered) -> None:
+    names = [(o["kind"], o["metadata"]["name"]) for o in rendered.objects]
+    assert len(names) == len(set(names))
+    for obj in rendered.objects:
+        assert obj["metadata"]["namespace"] == NAMESPACE
+        assert obj["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+    for workload in rendered.workloads():
+        assert _selects(workload["spec"]["selector"], pod_labels(workload))
+    for svc in rendered.of_kind("Service"):
+        for port in svc["spec"]["ports"]:
+            service_target(
+                rendered, svc["metadata"]["name"], port["port"]
+            )  # one workload, a named port
+    for ingress in rendered.of_kind("Ingress"):
+        for rule in ingress["spec"]["rules"]:
+            for path in rule["http"]["paths"]:
+                backend = path["backend"]["service"]
+                svc = rendered.get("Service", backend["name"])
+                [port] = [p for p in svc["spec"]["ports"] if p["name"] == backend["port"]["name"]]
+                workload, target = service_target(rendered, svc["metadata"]["name"], port["port"])
+                # an Ingress speaks HTTP: it must land on the listener that serves the probes
+                readiness = container(workload)["readinessProbe"]["httpGet"]["port"]
+                assert target == container_port(container(workload), readiness)
+        hosts = {r["host"] for r in ingress["spec"]["rules"]}
+        assert all(
+            set(t["hosts"]) <= hosts and t["secretName"] for t in ingress["spec"].get("tls", [])
+        )
+    for hpa in rendered.of_kind("HorizontalPodAutoscaler"):
+        target = rendered.get("Deployment", hpa["spec"]["scaleTargetRef"]["name"])
+        assert "replicas" not in target["spec"]  # the autoscaler owns it
+    for pdb in rendered.of_kind("PodDisruptionBudget"):
+        selected = [
+            w for w in rendered.workloads() if _selects(pdb["spec"]["selector"], pod_labels(w))
+        ]
+        assert len(selected) == 1
+    if "core" in rendered.components():
+        core = rendered.workload("core")
+        wire = container_port(container(core), "wire")
+        for workload in rendered.workloads():
+            if workload is not core:
+                args = container(workload)["args"]
+                host, _, port = args[args.index("--core") + 1].rpartition(":")
+                assert service_target(rendered, host, int(port)) == (core, wire)
+
+
+def test_every_process_is_scraped_once_on_its_metrics_port(rendered: Rendered) -> None:
+    targets = scrape_targets(rendered)
+    assert sorted(component_of(w) for w, *_ in targets) == sorted(rendered.components())
+    for workload, port, path, scheme in targets:
+        c = container(workload)
+        readiness = c["readinessProbe"]["httpGet"]
+        # /metrics is served by the same listener as the probes, in the same scheme
+        assert (port, path) == (container_port(c, readiness["port"]), "/metrics")
+        assert scheme == readiness["scheme"].lower()
+    monitored = bool(rendered.of_kind("ServiceMonitor"))
+    for workload in rendered.workloads():
+        annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
+        assert ("prometheus.io/scrape" in annotations) is not monitored
+
+
+def test_frontends_can_use_a_core_deployed_elsewhere() -> None:
+    out = render(
+        {"core": {"enabled": False}, "externalCore": {"host": "core.mq.svc", "port": 7500}}
+    )
+    assert "core" not in out.components() and not out.of_kind("Role")
+    assert not out.of_kind("NetworkPolicy")
+    for workload in out.workloads():
+        args = container(workload)["args"]
+        assert args[args.index("--core") + 1] == "core.mq.svc:7500"
+    assert "external, at core.mq.svc:7500" in out.notes
+
+
+def test_notes_say_how_to_reach_each_enabled_protocol(rendered: Rendered) -> None:
+    for name in FRONTENDS:
+        enabled = name in rendered.components()
+        assert (f"\n{name.upper()}: " in rendered.notes) is enabled, name
+        if enabled:
+            [svc] = [s for s in rendered.of_kind("Service") if component_of(s) == name]
+            assert f"port-forward svc/{svc['metadata']['name']} " in rendered.notes
+    for ingress in rendered.of_kind("Ingress"):
+        for rule in ingress["spec"]["rules"]:
+            assert f"://{rule['host']}/" in rendered.notes
+    auth = rendered.values.get("auth", {}).get("enabled", False)
+    assert ("LOGINS: required" in rendered.notes) is auth

@@ -1,0 +1,140 @@
+"""The rendered containers, run: each pod's command, args and environment start the real
+service on this machine (pods.py says what is changed and why), every probe the chart declares
+answers 200 on the port it names, the ports the chart declares are exactly the ones the process
+binds, and every target Prometheus is told to scrape serves polymq metrics.
+
+With logins and TLS (ci/full-tls-ingress-values.yaml) the frontends only become ready when the
+login the chart wires from the Secret is accepted by the core, and STOMP's probes only answer
+over HTTPS with the certificate mounted from its Secret."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from polymq.auth import hash_password
+
+from .chart import (
+    CHART,
+    ci_values,
+    component_of,
+    container,
+    container_port,
+    probes,
+    render,
+    scrape_targets,
+    service_target,
+)
+from .pods import LocalPod, Secrets
+
+FRONTEND_PASSWORD = "frontend-secret"
+PROBE_TIMEOUT = 20.0  # seconds a probe may take to pass (a frontend connects to the core)
+
+
+def make_secrets(tmp: Path) -> Secrets:
+    """Test data for every Secret a ci file names."""
+    users = {
+        "users": {
+            "frontend": {
+                "password_hash": hash_password(FRONTEND_PASSWORD),
+                "grants": [{"pattern": "*", "permissions": ["read", "write", "configure"]}],
+            }
+        }
+    }
+    secrets: Secrets = {
+        "polymq-users": {"users.json": json.dumps(users)},
+        "polymq-frontend-login": {"user": "frontend", "password": FRONTEND_PASSWORD},
+    }
+    cert, key = tmp / "tls.crt", tmp / "tls.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    for name in ("polymq-stomp-tls", "polymq-amqp-tls"):
+        secrets[name] = {"tls.crt": cert.read_text(), "tls.key": key.read_text()}
+    return secrets
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl for the TLS secret")
+@pytest.mark.parametrize(
+    "ci_file",
+    ["default-values.yaml", "full-tls-ingress-values.yaml", "http-stomp-only-values.yaml"],
+)
+def test_rendered_pods_start_and_answer_their_probes(ci_file: str, tmp_path: Path) -> None:
+    rendered = render(ci_values(CHART / "ci" / ci_file))
+    secrets = make_secrets(tmp_path)
+    cert = str(tmp_path / "tls.crt")
+    pods: dict[str, LocalPod] = {}
+
+    def resolve(service: str, port: int) -> int:
+        workload, target = service_target(rendered, service, port)
+        return pods[component_of(workload)].local(target)
+
+    # the core first (frontends find it through its Service), then every frontend at once
+    order = sorted(rendered.workloads(), key=lambda w: component_of(w) != "core")
+    try:
+        for workload in order:
+            pod = LocalPod(rendered, workload, tmp_path / "pods", secrets, resolve)
+            pods[component_of(workload)] = pod.start()
+            if component_of(workload) == "core":
+                pod.wait_bound()
+        assert set(pods) == rendered.components()
+
+        for name, pod in pods.items():
+            bound = pod.wait_bound()
+            declared = {p["containerPort"] for p in pod.container["ports"]}
+            # the process bound exactly the listeners the chart set a port for, and those
+            # ports are exactly the ones the container declares
+            assert set(bound) == set(pod.listeners), (name, bound, pod.listeners)
+            assert declared == set(pod.listeners.values()), (name, declared, pod.listeners)
+
+        for name, pod in pods.items():
+            c = pod.container
+            seen = set()
+            for kind, probe in probes(c):
+                get = probe["httpGet"]
+                port = container_port(c, get["port"])
+                answer = pod.get(get["scheme"], port, get["path"], cert, PROBE_TIMEOUT)
+                assert answer.status_code == 200, (name, kind, answer.text, pod.log())
+                seen.add(kind)
+            assert {"livenessProbe", "readinessProbe"} <= seen, (name, seen)
+
+        targets = scrape_targets(rendered)
+        assert sorted(component_of(w) for w, *_ in targets) == sorted(pods), targets
+        for workload, port, path, scheme in targets:
+            pod = pods[component_of(workload)]
+            answer = pod.get(scheme, port, path, cert, PROBE_TIMEOUT)
+            assert answer.status_code == 200, (pod.name, answer.text)
+            assert "# TYPE polymq_" in answer.text, (pod.name, answer.text[:500])
+    finally:
+        codes = {name: pod.stop() for name, pod in pods.items()}
+    # SIGTERM, as the kubelet sends it, stops every service cleanly
+    assert all(code == 0 for code in codes.values()), {
+        n: (c, pods[n].log()[-2000:]) for n, c in codes.items() if c
+    }
+
+
+def test_the_core_keeps_its_store_on_the_mounted_volume(tmp_path: Path) -> None:
+    """The data dir the chart passes is the PVC's mount: the store's files land there."""
+    rendered = render({"core": {"replicaCount": 1}})
+    core = rendered.workload("core")
+    c = container(core)
+    data_dir = c["args"][c["args"].index("--data-dir") + 1]
+    [mount] = [m for m in c["volumeMounts"] if m["mountPath"] == data_dir]
+    assert mount["name"] in {t["metadata"]["name"] for t in core["spec"]["volumeClaimTemplates"]}
+
+    pod = LocalPod(rendered, core, tmp_path, {}, lambda host, port: 0)
+    try:
+        pod.start().wait_bound()
+        answer = pod.get("HTTP", container_port(c, "admin"), "/readyz", False, PROBE_TIMEOUT)
+        assert answer.status_code == 200, pod.log()
+    finally:
+        assert pod.stop() == 0, pod.log()
+    stored = list(pod.mounts[data_dir].iterdir())
+    assert any(p.name.startswith("shard-") for p in stored), stored
