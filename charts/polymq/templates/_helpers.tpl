@@ -97,29 +97,34 @@ shared templates under templates/frontend/ render its Deployment, Service, PDB, 
 
   command    the `polymq <command>` sub-command
   title      what NOTES.txt calls it
-  tls        the service takes --tls-cert/--tls-key (a `tls` block in its values)
+  tls        the service takes --tls-cert/--tls-key (a `tls` block in its values; the global
+             `tls` block turns it on too)
   ingress    it has an HTTP listener worth an Ingress (an `ingress` block in its values)
-  listeners  one per port: `name` (container and Service port name), `flag` (the CLI flag that
-             sets it), `web: true` for the one HTTP listener that serves /healthz, /readyz and
+  listeners  one per port: `name` (its key in containerPorts, service.ports and nodePorts, and
+             its container and Service port name), `flag` (the CLI flag that sets it),
+             `web: true` for the one HTTP listener that serves /healthz, /readyz and
              /metrics (probes, scraping and the Ingress use it), `scheme` the URL scheme
              clients use, `tls: true` when the listener speaks TLS once the frontend's TLS is
-             on, `tlsOnly: true` when it exists only then
+             on, `tlsOnly: true` when it exists only then, `tlsPort` its port name once it
+             speaks TLS (an HTTP listener becomes `https`: the name says the protocol to
+             meshes and Ingress controllers, and a ServiceMonitor endpoint, which selects
+             ports by name, scrapes every `https` port with TLS and every `http` one without)
 */}}
 {{- define "polymq.frontendTable" -}}
 http:
   command: http
   title: JSON over HTTP
-  tls: false
+  tls: true
   ingress: true
   listeners:
-    - {name: http, flag: --http-port, web: true, scheme: http}
+    - {name: http, flag: --http-port, web: true, scheme: http, tls: true, tlsPort: https}
 longpoll:
   command: longpoll
   title: long polling and SSE
-  tls: false
+  tls: true
   ingress: true
   listeners:
-    - {name: http, flag: --longpoll-port, web: true, scheme: http}
+    - {name: http, flag: --longpoll-port, web: true, scheme: http, tls: true, tlsPort: https}
 stomp:
   command: stomp
   title: STOMP over TCP and WebSocket
@@ -131,10 +136,10 @@ stomp:
 avro:
   command: avro
   title: Avro over HTTP
-  tls: false
+  tls: true
   ingress: true
   listeners:
-    - {name: http, flag: --avro-port, web: true, scheme: http}
+    - {name: http, flag: --avro-port, web: true, scheme: http, tls: true, tlsPort: https}
 amqp:
   command: amqp
   title: AMQP 0-9-1
@@ -149,7 +154,8 @@ amqp:
 {{/*
 A frontend's listeners as they are deployed, as a YAML list: (dict "root" $ "name" "stomp").
 Those that exist only with TLS are left out without it; `secure` says whether one speaks TLS,
-and `scheme` becomes its TLS form (https, wss, stomp+ssl) then.
+and `scheme` becomes its TLS form (https, wss, stomp+ssl) then; `port` is its container and
+Service port name (`tlsPort` when secure, else `name`), `name` its key in the values.
 */}}
 {{- define "polymq.listeners" -}}
 {{- $fe := index (include "polymq.frontendTable" .root | fromYaml) .name }}
@@ -160,7 +166,8 @@ and `scheme` becomes its TLS form (https, wss, stomp+ssl) then.
 {{- if or (not .tlsOnly) $tls }}
 {{- $secure := and $tls .tls | default false }}
 {{- $scheme := ternary (get $secureScheme .scheme) .scheme (eq (toString $secure) "true") }}
-{{- $out = append $out (dict "name" .name "flag" .flag "web" (.web | default false) "scheme" $scheme "secure" $secure) }}
+{{- $port := ternary (.tlsPort | default .name) .name (eq (toString $secure) "true") }}
+{{- $out = append $out (dict "name" .name "port" $port "flag" .flag "web" (.web | default false) "scheme" $scheme "secure" $secure) }}
 {{- end }}
 {{- end }}
 {{- toYaml $out }}
@@ -177,17 +184,32 @@ and `scheme` becomes its TLS form (https, wss, stomp+ssl) then.
 {{- join "," $names }}
 {{- end }}
 
-{{/* Whether a frontend serves TLS: (dict "root" $ "name" "stomp") -> "true" or "" */}}
+{{/* Whether a frontend serves TLS: (dict "root" $ "name" "stomp") -> "true" or "".
+     Its own <name>.tls.enabled, or the global tls.enabled (every frontend that can). */}}
 {{- define "polymq.frontendTLS" -}}
 {{- $fe := index (include "polymq.frontendTable" .root | fromYaml) .name }}
 {{- $values := index .root.Values .name }}
-{{- if and $fe.tls $values.tls $values.tls.enabled }}true{{ end }}
+{{- if and $fe.tls (or .root.Values.tls.enabled (and $values.tls $values.tls.enabled)) }}true{{ end }}
 {{- end }}
 
-{{/* The listener that serves /healthz, /readyz and /metrics: (dict "root" $ "name" "stomp") */}}
+{{/* Where a frontend's certificate and key come from, as YAML {secret, certKey, keyKey}:
+     its own <name>.tls.existingSecret (with its certKey/keyKey), else the global
+     tls.existingSecret (with the global keys); secret is "" when neither is set.
+     (dict "root" $ "name" "http") */}}
+{{- define "polymq.tlsSecret" -}}
+{{- $own := (index .root.Values .name).tls | default dict }}
+{{- $global := .root.Values.tls }}
+{{- if $own.existingSecret }}
+{{- toYaml (dict "secret" $own.existingSecret "certKey" ($own.certKey | default "tls.crt") "keyKey" ($own.keyKey | default "tls.key")) }}
+{{- else }}
+{{- toYaml (dict "secret" ($global.existingSecret | default "") "certKey" ($global.certKey | default "tls.crt") "keyKey" ($global.keyKey | default "tls.key")) }}
+{{- end }}
+{{- end }}
+
+{{/* The port name of the listener that serves /healthz, /readyz and /metrics (`https` once
+     an HTTP listener speaks TLS): (dict "root" $ "name" "stomp") */}}
 {{- define "polymq.webListener" -}}
-{{- $fe := index (include "polymq.frontendTable" .root | fromYaml) .name }}
-{{- range $fe.listeners }}
-{{- if .web }}{{ .name }}{{ end }}
+{{- range include "polymq.listeners" . | fromYamlArray }}
+{{- if .web }}{{ .port }}{{ end }}
 {{- end }}
 {{- end }}

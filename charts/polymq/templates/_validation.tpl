@@ -15,6 +15,7 @@ rabbitmq chart does in templates/validation.yaml). Rendered by validation.yaml, 
 {{- $messages = append $messages (include "polymq.validateValues.autoscaling" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.pdb" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.metrics" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.serviceMonitorTLS" . | trim) -}}
 {{- $messages = without $messages "" -}}
 {{- $message := join "\n" $messages -}}
 {{- if $message -}}
@@ -82,15 +83,58 @@ polymq: auth.frontendLogin.existingSecret
 {{- end -}}
 {{- end -}}
 
+{{/* Every frontend with TLS on (its own tls.enabled, or the global one) has a Secret to
+     take the certificate from: its own tls.existingSecret or the global one. */}}
 {{- define "polymq.validateValues.tls" -}}
+{{- $globalMissing := list }}
 {{- range $name, $fe := include "polymq.frontendTable" . | fromYaml }}
 {{- $v := index $.Values $name }}
-{{- if and $fe.tls $v.enabled $v.tls.enabled (not $v.tls.existingSecret) }}
+{{- $from := include "polymq.tlsSecret" (dict "root" $ "name" $name) | fromYaml }}
+{{- if and $v.enabled (include "polymq.frontendTLS" (dict "root" $ "name" $name)) (not $from.secret) }}
+{{- if and $v.tls $v.tls.enabled }}
 polymq: {{ $name }}.tls.existingSecret
     {{ $name }}.tls.enabled=true needs the certificate and key in a Secret:
       kubectl create secret tls polymq-{{ $name }}-tls --cert=tls.crt --key=tls.key
     and set {{ $name }}.tls.existingSecret=polymq-{{ $name }}-tls (keys tls.crt and tls.key,
-    or name them with {{ $name }}.tls.certKey / {{ $name }}.tls.keyKey).
+    or name them with {{ $name }}.tls.certKey / {{ $name }}.tls.keyKey), or set
+    tls.existingSecret for every frontend at once.
+{{- else }}
+{{- $globalMissing = append $globalMissing $name }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with $globalMissing }}
+polymq: tls.existingSecret
+    tls.enabled=true puts every frontend listener on TLS, but these have no Secret to take
+    the certificate from: {{ join ", " . }}.
+    Create one (for the Services' DNS names, or the hosts clients use):
+      kubectl create secret tls polymq-tls --cert=tls.crt --key=tls.key
+    and set tls.existingSecret=polymq-tls (keys tls.crt and tls.key, or tls.certKey /
+    tls.keyKey), or <frontend>.tls.existingSecret for each of them.
+{{- end }}
+{{- end -}}
+
+{{/* A ServiceMonitor scraping an https /metrics must say how to check the certificate:
+     Prometheus scrapes the pod's IP, which a certificate rarely names. */}}
+{{- define "polymq.validateValues.serviceMonitorTLS" -}}
+{{- $sm := .Values.metrics.serviceMonitor }}
+{{- if and .Values.metrics.enabled $sm.enabled (not $sm.tlsConfig) }}
+{{- $https := list }}
+{{- range $name, $fe := include "polymq.frontendTable" . | fromYaml }}
+{{- if and (index $.Values $name).enabled (include "polymq.frontendTLS" (dict "root" $ "name" $name)) }}
+{{- range include "polymq.listeners" (dict "root" $ "name" $name) | fromYamlArray }}
+{{- if and .web .secure }}{{ $https = append $https $name }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with $https }}
+polymq: metrics.serviceMonitor.tlsConfig
+    These serve /metrics over https (on their TLS listener): {{ join ", " . }}.
+    Prometheus scrapes pod IPs, which the certificate does not name: tell it how to check
+    the certificate, e.g.
+      metrics.serviceMonitor.tlsConfig: {ca: {secret: {name: polymq-ca, key: ca.crt}},
+                                          serverName: <a DNS name in the certificate>}
+    or, to encrypt without checking, metrics.serviceMonitor.tlsConfig.insecureSkipVerify=true.
 {{- end }}
 {{- end }}
 {{- end -}}

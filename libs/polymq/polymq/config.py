@@ -4,13 +4,17 @@ starlette's ``config.py``. Each service declares one frozen dataclass and reads 
 
 Every frontend's settings have the fields of :class:`FrontendSettings`; its ``check()``
 starts with the checks they share (:func:`check_frontend`, or :func:`check_addresses` and
-:func:`check_access` around its own) and bounds its numbers with :func:`check_range`.
+:func:`check_access` around its own), :func:`check_tls` when it serves TLS, and bounds its
+numbers with :func:`check_range`. :func:`server_ssl_context` turns ``POLYMQ_TLS_CERT`` and
+``POLYMQ_TLS_KEY`` into the listener's ``ssl.SSLContext``, or a :class:`ConfigError` that
+says which file is wrong and how.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import ssl
 import types
 import typing
 from collections.abc import Mapping
@@ -24,7 +28,9 @@ __all__ = [
     "check_addresses",
     "check_frontend",
     "check_range",
+    "check_tls",
     "from_env",
+    "server_ssl_context",
 ]
 
 T = TypeVar("T")
@@ -92,7 +98,8 @@ def from_env(cls: type[T], prefix: str = "POLYMQ_", env: Mapping[str, str] | Non
 
 class FrontendSettings(Protocol):
     """What the settings of every frontend have: where it listens, the core it reaches,
-    ``POLYMQ_AUTH`` and its own credentials at the core."""
+    ``POLYMQ_AUTH``, its own credentials at the core, and the PEM certificate (chain) and
+    private key of its listeners (``POLYMQ_TLS_CERT``/``POLYMQ_TLS_KEY``; both None: plain)."""
 
     @property
     def host(self) -> str: ...
@@ -108,6 +115,10 @@ class FrontendSettings(Protocol):
     def core_password(self) -> str | None: ...
     @property
     def core_token(self) -> str | None: ...
+    @property
+    def tls_cert(self) -> str | None: ...
+    @property
+    def tls_key(self) -> str | None: ...
 
     def check(self) -> None: ...
 
@@ -145,3 +156,66 @@ def check_range(name: str, value: float, low: float, high: float, unit: str = ""
     if not low <= value <= high:
         suffix = f" {unit}" if unit else ""
         raise ConfigError(f"POLYMQ_{name.upper()} must be {low:g}..{high:g}{suffix}")
+
+
+def check_tls(settings: FrontendSettings) -> None:
+    """``POLYMQ_TLS_CERT`` and ``POLYMQ_TLS_KEY``: both or neither, each a file this process
+    can read (what is in them is :func:`server_ssl_context`'s to judge)."""
+    if bool(settings.tls_cert) != bool(settings.tls_key):
+        raise ConfigError(
+            "TLS needs both POLYMQ_TLS_CERT and POLYMQ_TLS_KEY (--tls-cert/--tls-key)"
+        )
+    for name in ("tls_cert", "tls_key"):
+        path = getattr(settings, name)
+        if not path:
+            continue
+        var = f"POLYMQ_{name.upper()}={path!r}"
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+        except FileNotFoundError:
+            raise ConfigError(f"{var}: no such file") from None
+        except IsADirectoryError:
+            raise ConfigError(f"{var}: a directory, not a PEM file") from None
+        except PermissionError:
+            raise ConfigError(f"{var}: not readable by this process (uid {os.getuid()})") from None
+        except OSError as exc:
+            raise ConfigError(f"{var}: cannot read it: {exc.strerror or exc}") from None
+
+
+def _encrypted_key() -> bytes:
+    # called by OpenSSL for a password, instead of prompting on the terminal
+    raise ConfigError(
+        "POLYMQ_TLS_KEY: the private key is encrypted; polymq needs it unencrypted "
+        "(openssl pkey -in key.pem -out plain.pem), readable by this process only"
+    )
+
+
+def server_ssl_context(cert: str, key: str) -> ssl.SSLContext:
+    """A server-side TLS context (Python's defaults for serving clients: TLS 1.2 or later,
+    no client certificates) with the PEM certificate (chain) ``cert`` and its private key
+    ``key``; a :class:`ConfigError` naming the file when they do not load."""
+    for path, marker, var, what in (
+        (cert, b"-----BEGIN CERTIFICATE-----", "POLYMQ_TLS_CERT", "a PEM certificate"),
+        (key, b"PRIVATE KEY-----", "POLYMQ_TLS_KEY", "a PEM private key"),
+    ):
+        try:
+            with open(path, "rb") as f:
+                found = marker in f.read()
+        except OSError as exc:
+            raise ConfigError(f"{var}={path!r}: cannot read it: {exc.strerror or exc}") from None
+        if not found:
+            raise ConfigError(f"{var}={path!r}: not {what} (no {marker.decode()!r} line)")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        ctx.load_cert_chain(cert, key, password=_encrypted_key)
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            raise ConfigError(
+                f"POLYMQ_TLS_KEY={key!r} is not the private key of POLYMQ_TLS_CERT={cert!r}"
+            ) from None
+        raise ConfigError(
+            f"POLYMQ_TLS_CERT={cert!r} / POLYMQ_TLS_KEY={key!r}: OpenSSL cannot load them "
+            f"({exc.reason or exc})"
+        ) from None
+    return ctx

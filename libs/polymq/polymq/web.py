@@ -1,10 +1,12 @@
 """The shared base of polymq's aiohttp frontends (``polymq_http``, ``polymq_longpoll``,
 ``polymq_avro``): what each of them would otherwise write again.
 
-- :class:`WebService`: one aiohttp app on one TCP listener, started and stopped in aiohttp's
-  documented order (``docs/web_advanced.rst``): stop accepting, ``on_shutdown`` (waiting
-  requests answer now), let in-flight requests finish within :data:`SHUTDOWN_TIMEOUT`,
-  then the app's ``cleanup_ctx`` (the core link closes last: :func:`add_core_link`).
+- :class:`WebService`: one aiohttp app on one TCP listener (HTTPS when the settings name a
+  certificate and key, ``POLYMQ_TLS_CERT``/``POLYMQ_TLS_KEY``, or an ``ssl.SSLContext`` is
+  given; plain HTTP otherwise), started and stopped in aiohttp's documented order
+  (``docs/web_advanced.rst``): stop accepting, ``on_shutdown`` (waiting requests answer
+  now), let in-flight requests finish within :data:`SHUTDOWN_TIMEOUT`, then the app's
+  ``cleanup_ctx`` (the core link closes last: :func:`add_core_link`).
 - :class:`RequestMetrics`, :func:`metrics_middleware` and :func:`metrics_endpoint`: the
   metrics every frontend declares against an injected ``CollectorRegistry``
   (``polymq_<service>_requests``, ``..._request_duration_seconds``,
@@ -31,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from http import HTTPStatus
@@ -48,7 +51,7 @@ from prometheus_client import (
 )
 
 from .client import Client
-from .config import FrontendSettings
+from .config import FrontendSettings, server_ssl_context
 from .corelink import CORE_TIMEOUT, CoreLink
 from .errors import NotFound
 from .types import Destination, Kind, Message
@@ -97,7 +100,10 @@ _CODES = {413: "too-large", 503: "unavailable", 504: "timeout"}  # as polymq.err
 # ---- the service ---------------------------------------------------------------------------
 class WebService(Generic[S]):
     """An aiohttp frontend as a running service: its app (made by ``build_app`` from the
-    checked settings and the registry, a new one if none is given) on ``port``.
+    checked settings and the registry, a new one if none is given) on ``port``, over TLS
+    with ``ssl_context`` (by default the one of the settings' ``tls_cert``/``tls_key``, and
+    none when they are unset). The context is made here, so that a certificate that does
+    not load is a ``ConfigError`` before anything starts.
 
     ``start()`` runs the app's ``cleanup_ctx`` (which connects to the core), binds the
     listener and returns ``{name: port}``; ``stop()`` shuts down in aiohttp's order."""
@@ -112,9 +118,13 @@ class WebService(Generic[S]):
         build_app: Callable[[S, CollectorRegistry], web.Application],
         *,
         port: int,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         settings.check()
+        if ssl_context is None and settings.tls_cert and settings.tls_key:
+            ssl_context = server_ssl_context(settings.tls_cert, settings.tls_key)
         self.settings = settings
+        self.ssl_context = ssl_context
         self.registry = registry if registry is not None else CollectorRegistry()
         self.app = build_app(settings, self.registry)
         self.port = port
@@ -133,6 +143,7 @@ class WebService(Generic[S]):
             self._runner,
             self.settings.host,
             self.port,
+            ssl_context=self.ssl_context,
             reuse_address=True,
             backlog=self.backlog,
         )
@@ -141,8 +152,21 @@ class WebService(Generic[S]):
         self.started()
         return self.ports
 
+    @property
+    def scheme(self) -> str:
+        """``https`` when the listener speaks TLS, else ``http``."""
+        return "https" if self.ssl_context is not None else "http"
+
+    @property
+    def url(self) -> str:
+        """The listener's base URL, once started (``https://127.0.0.1:7480/``)."""
+        host = self.settings.host
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address
+        return f"{self.scheme}://{host}:{self.ports[self.name]}/"
+
     def started(self) -> None:
-        """Say where it listens and what it serves (each frontend logs its own line)."""
+        """Say where it listens (:attr:`url`: https or http) and what it serves (each
+        frontend logs its own line)."""
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polymq.config import ConfigError, check_frontend, check_range
+from polymq.config import ConfigError, check_frontend, check_range, check_tls
 
 from .compat import Compatibility
 
@@ -27,6 +27,8 @@ class AvroSettings:
     core_user: str | None = None  # credentials of this frontend at the core
     core_password: str | None = None
     core_token: str | None = None  # a bearer token at the core (`polymq run` makes one)
+    tls_cert: str | None = None  # PEM certificate (chain): the listener speaks HTTPS only
+    tls_key: str | None = None  # its PEM private key
     # One POST is one atomic publish at the core, so these bound it: the request body, the
     # records in it, and their bytes once decompressed (also held under the core's frame).
     avro_max_body: int = 64 * MIB
@@ -41,6 +43,7 @@ class AvroSettings:
 
     def check(self) -> None:
         check_frontend(self, "avro_port")
+        check_tls(self)
         check_range("avro_max_body", self.avro_max_body, 1024, 1024 * MIB, "bytes")
         check_range("avro_max_records", self.avro_max_records, 1, 1_000_000)
         check_range("avro_max_decoded", self.avro_max_decoded, 1024, 1024 * MIB, "bytes")

@@ -1,11 +1,12 @@
 """The Avro frontend as a running service: an aiohttp app, its listener and its core link.
 
 ``start()`` builds the app, connects to the core (waiting for the first attempt only: a core
-that is away makes ``/readyz`` answer 503 until it is back), binds the listener and returns
-``{"avro": port}``. ``stop()`` shuts down in aiohttp's documented order: stop accepting, wake
-waiting reads (they answer with what they have), let in-flight requests finish (a publish
-being made durable included), then close the connection to the core (the ``cleanup_ctx``).
-The runner is every frontend's (:class:`polymq.web.WebService`).
+that is away makes ``/readyz`` answer 503 until it is back), binds the listener (HTTPS when
+``tls_cert``/``tls_key`` are set, plain HTTP otherwise) and returns ``{"avro": port}``.
+``stop()`` shuts down in aiohttp's documented order: stop accepting, wake waiting reads
+(they answer with what they have), let in-flight requests finish (a publish being made
+durable included), then close the connection to the core (the ``cleanup_ctx``). The runner
+is every frontend's (:class:`polymq.web.WebService`).
 """
 
 from __future__ import annotations
@@ -65,10 +66,9 @@ class AvroService(WebService[AvroSettings]):
     def started(self) -> None:
         s, core = self.settings, self.app[api.CORE]
         log.info(
-            "avro: Avro over HTTP and a schema registry on http://%s:%d/ (OpenAPI at "
-            "/openapi.json), core %s %s; compatibility %s by default; %s",
-            s.host,
-            self.ports["avro"],
+            "avro: Avro over HTTP and a schema registry on %s (OpenAPI at /openapi.json), "
+            "core %s %s; compatibility %s by default; %s",
+            self.url,
             core.address,
             link_state(core),
             s.compatibility.value,

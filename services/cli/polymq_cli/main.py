@@ -7,11 +7,12 @@
                  [--longpoll-port N] [--avro-port N] [--amqp-port N] [--amqp-admin-port N]
                  [--amqp-tls-port N] [--data-dir DIR] [--ports-file FILE]
     polymq core  [--host H] [--core-port N] [--admin-port N] [--data-dir DIR] ...
-    polymq http  [--host H] [--http-port N] [--core HOST:PORT] ...
+    polymq http  [--host H] [--http-port N] [--tls-cert PEM --tls-key PEM] [--core HOST:PORT] ...
     polymq stomp [--host H] [--stomp-port N] [--stomp-ws-port N] [--tls-cert PEM --tls-key PEM]
                  [--core HOST:PORT] ...
-    polymq longpoll [--host H] [--longpoll-port N] [--core HOST:PORT] ...
-    polymq avro  [--host H] [--avro-port N] [--core HOST:PORT] ...
+    polymq longpoll [--host H] [--longpoll-port N] [--tls-cert PEM --tls-key PEM]
+                 [--core HOST:PORT] ...
+    polymq avro  [--host H] [--avro-port N] [--tls-cert PEM --tls-key PEM] [--core HOST:PORT] ...
     polymq amqp  [--host H] [--amqp-port N] [--amqp-admin-port N] [--amqp-tls-port N]
                  [--tls-cert PEM --tls-key PEM] [--core HOST:PORT] ...
 
@@ -24,6 +25,13 @@ A port of 0 picks a free one; ``--ports-file`` receives ``{"core": N, "admin": N
 every listener is bound. When a port is left at its default and that port is taken, a free
 one is picked instead (and said). SIGTERM and Ctrl-C stop gracefully: stop accepting,
 finish in-flight writes, flush the store, exit 0.
+
+``--tls-cert``/``--tls-key`` (or ``POLYMQ_TLS_CERT``/``POLYMQ_TLS_KEY``) put a frontend's
+listeners on TLS: HTTPS on the ``http``, ``longpoll`` and ``avro`` ports, STOMP over TLS and
+WSS on both STOMP ports, and AMQP's extra ``amqps`` listener. In ``run`` they apply to every
+frontend at once; the core's wire and admin ports, AMQP's plain port and its admin port stay
+plain. A certificate or key that is missing, unreadable or does not load is a configuration
+error (exit 2).
 """
 
 from __future__ import annotations
@@ -118,6 +126,9 @@ def _frontend_changes(
             raise ConfigError(f"--core {args.core!r}: expected HOST:PORT") from None
     if args.auth is not None:
         changes["auth"] = args.auth
+    for name in ("tls_cert", "tls_key"):
+        if getattr(args, name, None) is not None:
+            changes[name] = getattr(args, name)
     return changes
 
 
@@ -132,11 +143,7 @@ def _stomp_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> A
     from polymq_stomp.config import StompSettings
 
     base = from_env(StompSettings)
-    changes = _frontend_changes(args, core, base, ("stomp", "stomp_ws"))
-    for name in ("tls_cert", "tls_key"):
-        if getattr(args, name, None) is not None:
-            changes[name] = getattr(args, name)
-    return dataclasses.replace(base, **changes)
+    return dataclasses.replace(base, **_frontend_changes(args, core, base, ("stomp", "stomp_ws")))
 
 
 def _longpoll_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
@@ -158,9 +165,6 @@ def _amqp_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> An
 
     base = from_env(AmqpSettings)
     changes = _frontend_changes(args, core, base, ("amqp", "amqp_admin", "amqp_tls"))
-    for name in ("tls_cert", "tls_key"):
-        if getattr(args, name, None) is not None:
-            changes[name] = getattr(args, name)
     return dataclasses.replace(base, **changes)
 
 
@@ -175,6 +179,7 @@ async def _serve(args: argparse.Namespace) -> int:
     registry = CollectorRegistry()
     services: list[Service] = []
     ports: dict[str, int] = {}
+    secure: set[str] = set()  # the listeners that speak TLS (https:// in the list below)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -204,7 +209,8 @@ async def _serve(args: argparse.Namespace) -> int:
             http = HttpService(http_settings, registry)
             services.append(http)
             ports.update(await http.start())
-        tls = False
+            if http.ssl_context is not None:
+                secure.add("http")
         if args.command in ("run", "stomp"):
             from polymq_stomp.service import StompService
 
@@ -214,7 +220,8 @@ async def _serve(args: argparse.Namespace) -> int:
             stomp = StompService(stomp_settings, registry)
             services.append(stomp)
             ports.update(await stomp.start())
-            tls = stomp_settings.tls
+            if stomp_settings.tls:
+                secure.add("stomp_ws")
         if args.command in ("run", "longpoll"):
             from polymq_longpoll.service import LongpollService
 
@@ -224,6 +231,8 @@ async def _serve(args: argparse.Namespace) -> int:
             longpoll = LongpollService(longpoll_settings, registry)
             services.append(longpoll)
             ports.update(await longpoll.start())
+            if longpoll.ssl_context is not None:
+                secure.add("longpoll")
         if args.command in ("run", "avro"):
             from polymq_avro.service import AvroService
 
@@ -233,6 +242,8 @@ async def _serve(args: argparse.Namespace) -> int:
             avro = AvroService(avro_settings, registry)
             services.append(avro)
             ports.update(await avro.start())
+            if avro.ssl_context is not None:
+                secure.add("avro")
         if args.command in ("run", "amqp"):
             from polymq_amqp.service import AmqpService
 
@@ -255,8 +266,7 @@ async def _serve(args: argparse.Namespace) -> int:
             "amqp_tls": "amqps://",
             "amqp_admin": "http://",
         }
-        if tls:
-            schemes["stomp_ws"] = "https://"
+        schemes.update(dict.fromkeys(secure, "https://"))
         for name, port in ports.items():
             scheme = schemes.get(name, "")
             print(f"polymq {name:<10} listening on {scheme}{host}:{port}", flush=True)
@@ -301,8 +311,20 @@ def _parser() -> argparse.ArgumentParser:
             default=None,
             help="STOMP over WebSocket at /ws, and a page at / (15674; 0=any)",
         )
-        sp.add_argument("--tls-cert", default=None, help="PEM certificate: STOMP over TLS")
-        sp.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+
+    def tls_flags(sp: argparse.ArgumentParser, what: str) -> None:
+        sp.add_argument(
+            "--tls-cert",
+            default=None,
+            metavar="PEM",
+            help=f"PEM certificate (chain): {what} (POLYMQ_TLS_CERT)",
+        )
+        sp.add_argument(
+            "--tls-key",
+            default=None,
+            metavar="PEM",
+            help="PEM private key of --tls-cert, unencrypted (POLYMQ_TLS_KEY)",
+        )
 
     def longpoll_flags(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
@@ -343,30 +365,39 @@ def _parser() -> argparse.ArgumentParser:
     longpoll_flags(run)
     avro_flags(run)
     amqp_flags(run)
+    tls_flags(
+        run,
+        "TLS on every frontend listener: HTTPS on the http, longpoll and avro ports, STOMP "
+        "over TLS and WSS, and AMQP's amqps port; the core's wire and admin ports, plain "
+        "AMQP and AMQP's admin port stay plain",
+    )
     core = sub.add_parser("core", help="the core broker")
     common(core)
     core_flags(core)
     http = sub.add_parser("http", help="the JSON over HTTP frontend")
     common(http)
     http_flags(http)
+    tls_flags(http, "HTTPS on --http-port (one listener, TLS only)")
     http.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
     stomp = sub.add_parser("stomp", help="the STOMP frontend (TCP and WebSocket)")
     common(stomp)
     stomp_flags(stomp)
+    tls_flags(stomp, "STOMP over TLS on both listeners (WSS on --stomp-ws-port)")
     stomp.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
     longpoll = sub.add_parser("longpoll", help="the long-polling and SSE frontend for browsers")
     common(longpoll)
     longpoll_flags(longpoll)
+    tls_flags(longpoll, "HTTPS on --longpoll-port (one listener, TLS only)")
     longpoll.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
     avro = sub.add_parser("avro", help="the Avro over HTTP frontend and schema registry")
     common(avro)
     avro_flags(avro)
+    tls_flags(avro, "HTTPS on --avro-port (one listener, TLS only)")
     avro.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
     amqp = sub.add_parser("amqp", help="the AMQP 0-9-1 frontend")
     common(amqp)
     amqp_flags(amqp)
-    amqp.add_argument("--tls-cert", default=None, help="PEM certificate: AMQP over TLS")
-    amqp.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    tls_flags(amqp, "AMQP over TLS on --amqp-tls-port, besides plain AMQP")
     amqp.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
     bridge = sub.add_parser("bridge", help="move messages between polymq and a RabbitMQ")
     common(bridge)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polymq.config import ConfigError, check_access, check_addresses
+from polymq.config import ConfigError, check_access, check_addresses, check_tls
 
 MIB = 1024 * 1024
 
@@ -23,9 +23,12 @@ class HttpSettings:
     core_user: str | None = None  # credentials of this frontend at the core
     core_password: str | None = None
     core_token: str | None = None  # a bearer token at the core (`polymq run` makes one)
+    tls_cert: str | None = None  # PEM certificate (chain): the listener speaks HTTPS only
+    tls_key: str | None = None  # its PEM private key
 
     def check(self) -> None:
         check_addresses(self, "http_port")
+        check_tls(self)
         if not 1024 <= self.max_body <= 1024 * MIB:
             raise ConfigError("POLYMQ_MAX_BODY must be 1024..1073741824 bytes")
         if not 1 <= self.max_batch <= 100_000:

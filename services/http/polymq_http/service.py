@@ -1,7 +1,8 @@
 """The HTTP frontend as a running service: an aiohttp app, its listener and its core link.
 
 ``start()`` builds the app, connects to the core (waiting for the first attempt only: a core
-that is away makes ``/readyz`` answer 503 until it is back), binds the listener and returns
+that is away makes ``/readyz`` answer 503 until it is back), binds the listener (HTTPS when
+``tls_cert``/``tls_key`` are set, plain HTTP otherwise) and returns
 ``{"http": port}``. ``stop()`` shuts down in aiohttp's documented order: stop accepting, wake
 long polls (they answer with what they have), let in-flight requests finish, then close the
 connection to the core (the ``cleanup_ctx`` of the app). The runner is every frontend's
@@ -58,9 +59,8 @@ class HttpService(WebService[HttpSettings]):
     def started(self) -> None:
         core = self.app[api.CORE]
         log.info(
-            "http: JSON over HTTP on http://%s:%d/ (OpenAPI at /openapi.json), core %s %s; %s",
-            self.settings.host,
-            self.ports["http"],
+            "http: JSON over HTTP on %s (OpenAPI at /openapi.json), core %s %s; %s",
+            self.url,
             core.address,
             link_state(core),
             self.app[api.ACCESS].provider.describe(),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from polymq.config import ConfigError, check_frontend, check_range
+from polymq.config import ConfigError, check_frontend, check_range, check_tls
 
 MIB = 1024 * 1024
 
@@ -27,6 +27,8 @@ class LongpollSettings:
     core_user: str | None = None  # credentials of this frontend at the core
     core_password: str | None = None
     core_token: str | None = None  # a bearer token at the core (`polymq run` makes one)
+    tls_cert: str | None = None  # PEM certificate (chain): the listener speaks HTTPS only
+    tls_key: str | None = None  # its PEM private key
     # Origins that may call from a browser page served elsewhere: '*', 'none', or a comma-
     # separated list of 'scheme://host[:port]'. Unset: '*' in anonymous mode, else 'none'.
     longpoll_cors_origins: str = ""
@@ -44,6 +46,7 @@ class LongpollSettings:
 
     def check(self) -> None:
         check_frontend(self, "longpoll_port")
+        check_tls(self)
         self.cors_origins()  # raises on a malformed list
         check_range("longpoll_max_wait", self.longpoll_max_wait, 0, 3600, "seconds")
         check_range("longpoll_max_poll", self.longpoll_max_poll, 1, 100_000)

@@ -2,11 +2,12 @@
 core link.
 
 ``start()`` builds the app, connects to the core (waiting for the first attempt only: a core
-that is away makes ``/readyz`` answer 503 until it is back), binds the listener and returns
-``{"longpoll": port}``. ``stop()`` shuts down in aiohttp's documented order: stop accepting,
-wake long polls and SSE streams (polls answer with what they have, streams end and their
-clients reconnect elsewhere with their cursor), let in-flight requests finish, then close
-the connection to the core (the ``cleanup_ctx`` of the app). The runner is every frontend's
+that is away makes ``/readyz`` answer 503 until it is back), binds the listener (HTTPS when
+``tls_cert``/``tls_key`` are set, plain HTTP otherwise) and returns ``{"longpoll": port}``.
+``stop()`` shuts down in aiohttp's documented order: stop accepting, wake long polls and
+SSE streams (polls answer with what they have, streams end and their clients reconnect
+elsewhere with their cursor), let in-flight requests finish, then close the connection to
+the core (the ``cleanup_ctx`` of the app). The runner is every frontend's
 (:class:`polymq.web.WebService`).
 """
 
@@ -73,10 +74,8 @@ class LongpollService(WebService[LongpollSettings]):
         s, core = self.settings, self.app[api.CORE]
         origins = s.cors_origins()
         log.info(
-            "longpoll: long polling and SSE on http://%s:%d/ (a demo page at /), core %s %s; "
-            "CORS %s; %s",
-            s.host,
-            self.ports["longpoll"],
+            "longpoll: long polling and SSE on %s (a demo page at /), core %s %s; CORS %s; %s",
+            self.url,
             core.address,
             link_state(core),
             "from any origin" if origins is None else ", ".join(sorted(origins)) or "off",

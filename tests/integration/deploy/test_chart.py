@@ -245,6 +245,28 @@ REFUSED = [
         id="tls-no-secret",
     ),
     pytest.param(
+        {"avro": {"tls": {"enabled": True}}},
+        ["avro.tls.existingSecret", "kubectl create secret tls polymq-avro-tls"],
+        id="avro-tls-no-secret",
+    ),
+    pytest.param(
+        {"tls": {"enabled": True}, "amqp": {"tls": {"enabled": False, "existingSecret": "a"}}},
+        ["tls.existingSecret", "the certificate from: avro, http, longpoll, stomp.", "polymq-tls"],
+        id="global-tls-no-secret",
+    ),
+    pytest.param(
+        {
+            "tls": {"enabled": True, "existingSecret": "polymq-tls"},
+            "metrics": {"serviceMonitor": {"enabled": True}},
+        },
+        [
+            "metrics.serviceMonitor.tlsConfig",
+            "over https (on their TLS listener): avro, http, longpoll, stomp.",
+            "insecureSkipVerify",
+        ],
+        id="servicemonitor-https-no-tlsconfig",
+    ),
+    pytest.param(
         {"core": {"enabled": False}},
         ["http, longpoll, stomp", "core.enabled=true", "externalCore.host"],
         id="frontends-no-core",
@@ -467,6 +489,32 @@ def test_pods_are_locked_down(rendered: Rendered) -> None:
                 assert mount["readOnly"] is True
 
 
+def _tls_volume(workload: dict[str, Any]) -> dict[str, Any] | None:
+    """The Secret volume behind ``--tls-cert``/``--tls-key`` (checked: both files in it,
+    mounted read-only), or None without TLS."""
+    c, spec = container(workload), pod_spec(workload)
+    if "--tls-cert" not in c["args"]:
+        assert "--tls-key" not in c["args"]
+        return None
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    found = []
+    for flag, path_in_volume in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key")):
+        path = c["args"][c["args"].index(flag) + 1]
+        directory, _, filename = path.rpartition("/")
+        mount = mounts[directory]
+        assert mount["readOnly"] is True and filename == path_in_volume
+        found.append(volumes[mount["name"]]["secret"])
+    assert found[0] is found[1]
+    secret: dict[str, Any] = found[0]
+    return secret
+
+
+def _items(secret: dict[str, Any]) -> dict[str, str]:
+    """Secret key -> file name in the volume."""
+    return {i["key"]: i["path"] for i in secret["items"]}
+
+
 def test_logins_and_tls_come_from_the_existing_secrets() -> None:
     out = render(ci_values(CHART / "ci" / "full-tls-ingress-values.yaml"))
     for workload in out.workloads():
@@ -486,22 +534,90 @@ def test_logins_and_tls_come_from_the_existing_secrets() -> None:
                 "name": "polymq-frontend-login",
                 "key": "password",
             }
-        if name in ("stomp", "amqp"):
-            for flag, key in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key")):
-                path = c["args"][c["args"].index(flag) + 1]
-                tls = volumes[mounts[path.rsplit("/", 1)[0]]]["secret"]
-                assert tls["secretName"] == f"polymq-{name}-tls"
-                assert {"key": key, "path": path.rsplit("/", 1)[1]} in tls["items"]
-            # STOMP's WebSocket listener (the probed one) speaks TLS; AMQP's HTTP one does not
-            scheme = {"stomp": "HTTPS", "amqp": "HTTP"}[name]
-            assert {p["httpGet"]["scheme"] for _, p in probes(c)} == {scheme}
-        else:
-            assert "--tls-cert" not in c["args"]
+        tls = _tls_volume(workload)
+        if name == "core":  # the wire and admin ports stay plain
+            assert tls is None
+            continue
+        # STOMP and AMQP from their own Secrets, the HTTP frontends from the global one
+        assert tls is not None
+        own = name in ("stomp", "amqp")
+        assert tls["secretName"] == (f"polymq-{name}-tls" if own else "polymq-tls")
+        assert _items(tls) == {"tls.crt": "tls.crt", "tls.key": "tls.key"}
+        # the probed listener speaks TLS everywhere but on AMQP's admin port
+        scheme = "HTTP" if name == "amqp" else "HTTPS"
+        assert {p["httpGet"]["scheme"] for _, p in probes(c)} == {scheme}, name
     token = render({"auth": {"enabled": True, "existingSecret": "u", "frontendLogin": {
         "type": "token", "existingSecret": "t", "tokenKey": "tok"}}})  # fmt: skip
     env = container(token.workload("http"))["env"]
     assert env == [{"name": "POLYMQ_CORE_TOKEN",
                     "valueFrom": {"secretKeyRef": {"name": "t", "key": "tok"}}}]  # fmt: skip
+
+
+def test_global_tls_covers_every_frontend_and_a_frontend_may_bring_its_own_secret() -> None:
+    out = render({
+        "tls": {"enabled": True, "existingSecret": "all", "certKey": "c.pem", "keyKey": "k.pem"},
+        "stomp": {"tls": {"enabled": False, "existingSecret": "own", "keyKey": "key"}},
+    })  # fmt: skip
+    assert _tls_volume(out.workload("core")) is None
+    for name in FRONTENDS:
+        tls = _tls_volume(out.workload(name))
+        assert tls is not None, name
+        if name == "stomp":  # its own Secret and keys, though its own switch is off
+            assert tls["secretName"] == "own"
+            assert _items(tls) == {"tls.crt": "tls.crt", "key": "tls.key"}
+        else:
+            assert tls["secretName"] == "all"
+            assert _items(tls) == {"c.pem": "tls.crt", "k.pem": "tls.key"}
+    amqp = container(out.workload("amqp"))
+    assert "amqps" in {p["name"] for p in amqp["ports"]}  # AMQP over TLS besides plain AMQP
+
+
+def test_one_frontend_alone_may_have_tls_from_the_global_secret() -> None:
+    out = render({"tls": {"existingSecret": "all"}, "http": {"tls": {"enabled": True}}})
+    for name in FRONTENDS:
+        tls = _tls_volume(out.workload(name))
+        assert (tls is not None) is (name == "http"), name
+    http_tls = _tls_volume(out.workload("http"))
+    assert http_tls is not None and http_tls["secretName"] == "all"
+
+
+def test_an_http_listener_with_tls_is_the_https_port_everywhere() -> None:
+    """Once it speaks TLS the HTTP frontends' port is named https in the pod, the Service,
+    the probes and the Ingress, and the ServiceMonitor scrapes https ports with TLS and http
+    ones without, whichever frontends have TLS."""
+    ingress = {"enabled": True, "hosts": [{"host": "h.example", "paths": [{"path": "/",
+                                           "pathType": "Prefix"}]}]}  # fmt: skip
+    values = {
+        "http": {"tls": {"enabled": True, "existingSecret": "s"}, "ingress": ingress},
+        "longpoll": {"ingress": ingress},
+        "metrics": {"serviceMonitor": {"enabled": True, "tlsConfig": {"insecureSkipVerify": True}}},
+    }
+    out = render(values)
+    http, longpoll = out.workload("http"), out.workload("longpoll")
+    assert [p["name"] for p in container(http)["ports"]] == ["https"]
+    assert [p["name"] for p in container(longpoll)["ports"]] == ["http"]
+    for workload, port, scheme in ((http, "https", "HTTPS"), (longpoll, "http", "HTTP")):
+        for _, probe in probes(container(workload)):
+            assert probe["httpGet"]["port"] == port and probe["httpGet"]["scheme"] == scheme
+        [svc] = out.services_selecting(workload)
+        assert [p["name"] for p in svc["spec"]["ports"]] == [port]
+        assert [p["targetPort"] for p in svc["spec"]["ports"]] == [port]
+        [ing] = [i for i in out.of_kind("Ingress") if component_of(i) == component_of(workload)]
+        backend = ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+        assert backend["port"] == {"name": port}
+    [sm] = out.of_kind("ServiceMonitor")
+    schemes = {e["port"]: e["scheme"] for e in sm["spec"]["endpoints"]}
+    assert schemes == {"admin": "http", "http": "http", "https": "https", "ws": "http"}
+    [https] = [e for e in sm["spec"]["endpoints"] if e["scheme"] == "https"]
+    assert https["tlsConfig"] == {"insecureSkipVerify": True}
+    assert all("tlsConfig" not in e for e in sm["spec"]["endpoints"] if e["scheme"] == "http")
+    for workload, _, _, scheme in scrape_targets(out):
+        readiness = container(workload)["readinessProbe"]["httpGet"]
+        assert scheme == readiness["scheme"].lower(), component_of(workload)
+    # without the ServiceMonitor, the pod annotations say https
+    annotated = render({**values, "metrics": {"serviceMonitor": {"enabled": False}}})
+    meta = annotated.workload("http")["spec"]["template"]["metadata"]["annotations"]
+    assert meta["prometheus.io/scheme"] == "https"
 
 
 # ---- the core: StatefulSet, headless Service, storage, RBAC, NetworkPolicy ----------------------

@@ -4,8 +4,10 @@ answers 200 on the port it names, the ports the chart declares are exactly the o
 binds, and every target Prometheus is told to scrape serves polymq metrics.
 
 With logins and TLS (ci/full-tls-ingress-values.yaml) the frontends only become ready when the
-login the chart wires from the Secret is accepted by the core, and STOMP's probes only answer
-over HTTPS with the certificate mounted from its Secret."""
+login the chart wires from the Secret is accepted by the core, and the probes and /metrics of
+every frontend whose web listener has TLS (http, longpoll, avro and STOMP's WebSocket one)
+answer only over HTTPS, with the certificate mounted from its Secret: plain HTTP on that port
+gets no answer."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import requests
 
 from polymq.auth import hash_password
 
@@ -56,7 +59,7 @@ def make_secrets(tmp: Path) -> Secrets:
          "-addext", "subjectAltName=IP:127.0.0.1"],
         check=True, capture_output=True,
     )  # fmt: skip
-    for name in ("polymq-stomp-tls", "polymq-amqp-tls"):
+    for name in ("polymq-tls", "polymq-stomp-tls", "polymq-amqp-tls"):
         secrets[name] = {"tls.crt": cert.read_text(), "tls.key": key.read_text()}
     return secrets
 
@@ -71,6 +74,7 @@ def test_rendered_pods_start_and_answer_their_probes(ci_file: str, tmp_path: Pat
     secrets = make_secrets(tmp_path)
     cert = str(tmp_path / "tls.crt")
     pods: dict[str, LocalPod] = {}
+    tls_probed: set[str] = set()
 
     def resolve(service: str, port: int) -> int:
         workload, target = service_target(rendered, service, port)
@@ -103,7 +107,14 @@ def test_rendered_pods_start_and_answer_their_probes(ci_file: str, tmp_path: Pat
                 answer = pod.get(get["scheme"], port, get["path"], cert, PROBE_TIMEOUT)
                 assert answer.status_code == 200, (name, kind, answer.text, pod.log())
                 seen.add(kind)
+                if get["scheme"] == "HTTPS":  # the TLS is real: no plain HTTP on that port
+                    with pytest.raises(requests.ConnectionError):
+                        requests.get(f"http://127.0.0.1:{pod.local(port)}{get['path']}", timeout=5)
+                    tls_probed.add(name)
             assert {"livenessProbe", "readinessProbe"} <= seen, (name, seen)
+        # with TLS on, every frontend but AMQP (its admin port stays plain) is probed over it
+        wanted = {"http", "longpoll", "avro", "stomp"} if "full-tls" in ci_file else set()
+        assert tls_probed == wanted & set(pods), tls_probed
 
         targets = scrape_targets(rendered)
         assert sorted(component_of(w) for w, *_ in targets) == sorted(pods), targets
