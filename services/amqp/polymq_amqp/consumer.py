@@ -182,11 +182,17 @@ class Consumers:
         names = ch.names
         dtag = ch.next_tag()
         exchange, routing_key = _shown_route(message, names)
-        method = commands.Basic.Deliver(
-            consumer.tag, dtag, message.delivery_count > 1, exchange, routing_key
-        )
         props = delivery_properties(message, names)
-        if not session.send_content(ch.number, method, props, message.body):
+        if not session.send_deliver(
+            ch.number,
+            consumer.tag,
+            dtag,
+            message.delivery_count > 1,
+            exchange,
+            routing_key,
+            props,
+            message.body,
+        ):
             return
         if consumer.no_ack:
             session.ack_after_write(consumer, core_tag)

@@ -31,6 +31,7 @@ class Hub:
     instance: str  # this frontend process, as exclusive queues name their owners
     sessions: dict[str, Session] = field(default_factory=dict)  # by connection id
     exclusive_consumers: dict[str, str] = field(default_factory=dict)  # core queue -> owner
+    refusing: set[str] = field(default_factory=set)  # core queues that refused a batch
     stopping: bool = False
 
     @property

@@ -30,6 +30,7 @@ never collide with those of ``/``.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Final
 
 __all__ = [
@@ -54,6 +55,7 @@ class UnmappableName(ValueError):
     """A name that cannot be mapped (too long once escaped, or not a core name)."""
 
 
+@lru_cache(maxsize=4096)  # every publish maps its names: the same few, many times
 def escape_word(word: str) -> str:
     """One AMQP word (no meaning given to dots) as one core segment."""
     if not word:
@@ -92,6 +94,7 @@ def unescape_word(segment: str) -> str:
         return out.decode("utf-8", "replace")
 
 
+@lru_cache(maxsize=4096)
 def escape_key(key: str) -> str:
     """A dotted AMQP name (routing key, queue name): each word escaped, dots kept."""
     if _PLAIN_RE.match(key.replace(".", "_")) and not _has_empty_word(key):

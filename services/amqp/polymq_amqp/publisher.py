@@ -3,8 +3,14 @@
 A publish is routed without awaiting when the records it needs are cached (see
 ``exchanges.py`` for where each exchange type sends it); otherwise the session's busy task
 looks them up first, and reading waits, so a channel's publishes reach the core in order.
-Each message is one core publish per destination, so that a refusal names the message
-that was refused; the client puts every request of a loop iteration in one frame.
+A publish to a queue that cannot refuse it (no ``reject-publish`` bound; the default
+exchange) joins its queue's batch in the session's :class:`Outbox`, published as one core
+request once the frames of one read are handled (as STOMP's SENDs); the batch's answer
+answers each of its messages. Every other publish is one core request per destination, so
+that a refusal names the message that was refused (a batch is refused whole). The outbox is
+flushed before any such request and before the session's busy task runs, so the core gets
+each channel's messages in order. The client puts every request of a loop iteration in one
+frame.
 
 The core's answer decides the rest: a topic publish says how many subscribers and bound
 queues took the message, and which bound queues refused it (full under ``reject``); a
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pamqp import commands
 
@@ -43,12 +49,17 @@ from .events import Content
 from .exchanges import ExchangeType, headers_match
 from .names import UnmappableName
 from .properties import delivery_properties, from_publish
-from .topology import BindingRecord, ExchangeRecord, plain_args
+from .tables import from_tagged
+from .topology import BindingRecord, ExchangeRecord, QueueRecord, plain_args
 
 if TYPE_CHECKING:
     from .channel import Channel
+    from .session import Session
 
-__all__ = ["Publisher"]
+__all__ = ["Outbox", "Publisher"]
+
+_BATCH_BYTES: Final = 4 * 1024 * 1024  # a queue's batch goes to the core past this
+_REJECTING: Final = frozenset({"reject-publish", "reject-publish-dlx"})
 
 
 class _Publish:
@@ -66,6 +77,67 @@ class _Publish:
         self.failed: BaseException | None = None
 
 
+class _Batch:
+    __slots__ = ("items", "messages", "nbytes")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Publisher, _Publish]] = []
+        self.messages: list[Message] = []
+        self.nbytes = 0
+
+
+class Outbox:
+    """The publishes of one session that go to the core as one request per queue."""
+
+    __slots__ = ("batches", "session")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.batches: dict[str, _Batch] = {}
+
+    def add(self, dest: str, publisher: Publisher, p: _Publish) -> None:
+        batch = self.batches.get(dest)
+        if batch is None:
+            batch = self.batches[dest] = _Batch()
+        batch.items.append((publisher, p))
+        batch.messages.append(p.message)
+        batch.nbytes += len(p.message.body)
+        if batch.nbytes >= _BATCH_BYTES:
+            del self.batches[dest]
+            self._publish(dest, batch)
+
+    def flush(self) -> None:
+        """Publish every batch (before any other core request of the session)."""
+        if self.batches:
+            batches, self.batches = self.batches, {}
+            for dest, batch in batches.items():
+                self._publish(dest, batch)
+
+    def clear(self) -> None:
+        self.batches.clear()
+
+    def _publish(self, dest: str, batch: _Batch) -> None:
+        try:
+            fut = self.session.client().publish_soon(dest, batch.messages)
+        except Exception as exc:  # no client (the core link is down)
+            fut = self.session.loop.create_future()
+            fut.set_exception(exc)
+            self._answered(dest, batch, fut)
+            return
+        fut.add_done_callback(partial(self._answered, dest, batch))
+
+    def _answered(self, dest: str, batch: _Batch, fut: asyncio.Future[dict[str, Any]]) -> None:
+        if not fut.cancelled() and isinstance(fut.exception(), QueueFull):
+            # the queue refuses after all (declared with a bound elsewhere): from now on its
+            # messages go one by one, so that a refusal names one message
+            refusing = self.session.hub.refusing
+            if len(refusing) >= 10_000:
+                refusing.clear()
+            refusing.add(dest)
+        for publisher, p in batch.items:
+            publisher.answered(p, fut)
+
+
 class Publisher:
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
@@ -73,6 +145,7 @@ class Publisher:
         self.tx: list[tuple[Content, list[str], Message]] = []
         self.tx_bytes = 0
         self._seq = 0
+        self._batch = False  # the publish being routed may join its queue's batch
 
     def close(self) -> None:
         self.tx.clear()
@@ -83,6 +156,7 @@ class Publisher:
         m = content.method
         if m.immediate:
             raise ConnectionException(NOT_IMPLEMENTED, "immediate=true", 60, 40)
+        self._batch = False
         route = self._route_now(content)
         if route is None:  # a record to read first; later frames wait
             self.session.start_busy(self._publish_later(content), self.channel.number, m)
@@ -95,6 +169,11 @@ class Publisher:
         exchange = content.method.exchange or ""
         routing_key = content.method.routing_key or ""
         if not exchange:
+            queue = topology.cached_queue(names, routing_key)
+            if queue is not None:  # declared over AMQP: its arguments say if it may refuse
+                dest = names.queue(routing_key)
+                self._batch = _cannot_refuse(queue, dest, self)
+                return [dest]
             try:
                 known = topology.known_queue(names, routing_key)
             except UnmappableName:
@@ -117,6 +196,7 @@ class Publisher:
         names = self.channel.names
         exchange = content.method.exchange or ""
         routing_key = content.method.routing_key or ""
+        self._batch = False
         if not exchange:
             try:
                 exists = await topology.queue_exists(names, routing_key)
@@ -206,15 +286,22 @@ class Publisher:
         if not route:
             self._done(p)
             return
+        if self._batch:
+            p.pending = 1
+            session.inflight += 1
+            session.inflight_bytes += len(message.body)
+            session.outbox.add(route[0], self, p)
+            return
+        session.outbox.flush()  # what was read before goes first
         client = session.client()
         p.pending = len(route)
         session.inflight += 1
         session.inflight_bytes += len(message.body)
         for dest in route:
             fut = client.publish_soon(dest, [message])
-            fut.add_done_callback(partial(self._answered, p))
+            fut.add_done_callback(partial(self.answered, p))
 
-    def _answered(self, p: _Publish, fut: asyncio.Future[dict[str, Any]]) -> None:
+    def answered(self, p: _Publish, fut: asyncio.Future[dict[str, Any]]) -> None:
         p.pending -= 1
         if fut.cancelled():
             p.failed = Unavailable("the publish was cancelled")
@@ -268,6 +355,7 @@ class Publisher:
         if not items:
             return
         session = self.session
+        session.outbox.flush()
         client = session.client()
         waits: list[tuple[_Publish, list[asyncio.Future[dict[str, Any]]]]] = []
         for content, route, message in items:
@@ -298,3 +386,23 @@ def _tally(p: _Publish, result: dict[str, Any]) -> None:
             p.routed = True
     else:
         p.routed = True
+
+
+def _cannot_refuse(rec: QueueRecord | None, dest: str, publisher: Publisher) -> bool:
+    """May a publish to ``dest`` join its batch: its queue never refuses a message (no
+    ``x-overflow: reject-publish`` with a length bound), as far as this frontend knows?"""
+    if rec is None or dest in publisher.session.hub.refusing:
+        return False
+    args = rec.arguments
+    if not args:
+        return True
+    overflow = args.get("x-overflow")
+    if overflow is None:
+        return True
+    try:
+        value = from_tagged(overflow)
+    except (ValueError, TypeError):
+        return False
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value).decode("utf-8", "replace")
+    return value not in _REJECTING or not ("x-max-length" in args or "x-max-length-bytes" in args)

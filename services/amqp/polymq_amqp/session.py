@@ -67,6 +67,7 @@ from .events import (
 )
 from .hub import Hub
 from .names import VhostNames
+from .publisher import Outbox
 from .states import State, method_name
 from .topology import Topology
 from .transports import Transport
@@ -114,12 +115,14 @@ class Session:
         self._tick_scheduled = False
         self._ack_after_write: dict[Any, int] = {}  # no-ack consumer -> last core tag
         self._in_bytes = 0
+        self._delivered_out = 0  # basic.deliver frames not yet counted in the metrics
         self._confirms: set[Channel] = set()  # channels with confirms to send
         # reading
         self._busy: asyncio.Task[None] | None = None
         self._reading_paused = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self.inflight = 0  # publishes awaiting the core
+        self.outbox = Outbox(self)  # publishes read, to go to the core after this read
         self.inflight_bytes = 0  # and their bodies' bytes
         # timers
         self._hb = 0.0
@@ -184,6 +187,9 @@ class Session:
         if self._in_bytes:
             self.metrics.bytes_in.inc(self._in_bytes)
             self._in_bytes = 0
+        if self._delivered_out:
+            self.metrics.method_out("basic.deliver", self._delivered_out)
+            self._delivered_out = 0
         self._flush()
 
     # ==== reading ============================================================================
@@ -206,6 +212,7 @@ class Session:
                     break
                 self._dispatch(event)
         finally:
+            self.outbox.flush()
             self.update_reading()
 
     def _dispatch(self, event: Event) -> None:
@@ -258,6 +265,7 @@ class Session:
         self, coro: Coroutine[Any, Any, None], channel: int, method: base.Frame | None
     ) -> None:
         """Run ``coro`` before any later frame is handled."""
+        self.outbox.flush()  # the publishes read before it reach the core first
         task = self.loop.create_task(coro)
         self._busy = task
         self._tasks.add(task)
@@ -339,6 +347,32 @@ class Session:
             log.debug("amqp %s: not sending %s: %s", self, method_name(method), exc)
             return False
         self.metrics.method_out(method_name(method))
+        self._write(data)
+        return True
+
+    def send_deliver(
+        self,
+        channel: int,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        properties: bytes,
+        body: bytes,
+    ) -> bool:
+        """basic.deliver (see :meth:`AmqpConnection.send_deliver`); False if not sent."""
+        if self._lost:
+            return False
+        try:
+            data = self.codec.send_deliver(
+                channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key,
+                properties, body,
+            )  # fmt: skip
+        except LocalProtocolError as exc:
+            log.debug("amqp %s: not sending basic.deliver: %s", self, exc)
+            return False
+        self._delivered_out += 1
         self._write(data)
         return True
 
@@ -437,6 +471,7 @@ class Session:
             return
         self._torn_down = True
         self.closing = True
+        self.outbox.flush()  # what was read is published, as it would have been at once
         for handle in (self._hb_timer, self._close_timer if self._lost else None):
             if handle is not None:
                 handle.cancel()
