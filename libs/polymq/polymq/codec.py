@@ -111,6 +111,8 @@ _FIELDS: dict[int, tuple[str, ...]] = {
     for op, cls in EVENT_TYPES.items()
 }
 _HAS_MESSAGES = frozenset(cls.OP for cls in (Publish, Deliver, Pulled, Polled))
+_TO_WIRE = Message.to_wire  # looked up once: a batch may hold thousands of messages
+_FROM_WIRE = Message.from_wire
 
 
 def _encode_op(event: Event) -> list[Any]:
@@ -118,7 +120,7 @@ def _encode_op(event: Event) -> list[Any]:
     values = [getattr(event, name) for name in _FIELDS[op]]
     if op in _HAS_MESSAGES:
         i = _FIELDS[op].index("messages")
-        values[i] = [m.to_wire() for m in values[i]]
+        values[i] = list(map(_TO_WIRE, values[i]))
     return [op, *values]
 
 
@@ -145,7 +147,7 @@ def _decode_op(raw: Any) -> Event:
         if not isinstance(msgs, list):
             raise RemoteProtocolError(f"{cls.__name__}.messages must be a list")
         try:
-            args[i] = [Message.from_wire(m) for m in msgs]
+            args[i] = list(map(_FROM_WIRE, msgs))
         except (TypeError, ValueError, Exception) as exc:
             raise RemoteProtocolError(f"malformed message in {cls.__name__}: {exc}") from None
     # Request ids and subscription ids must be integers; everything else is checked by the

@@ -10,8 +10,9 @@ exact bytes are wanted (a message body is the record as written, never decoded a
 again), every limit must hold *before* memory is spent (decompressed bytes are bounded as
 they are inflated, so a small body cannot expand into gigabytes), and a damaged file must
 be refused whole, with the place of the damage, before anything is published. The records
-themselves are decoded by fastavro (``split_records``), which checks each against the
-writer's schema.
+themselves are checked against the writer's schema by ``split_records``: a block is walked
+by the schema's compiled :mod:`.scanner` (fast, and stricter than fastavro), and a block the
+scanner does not take is decoded record by record by fastavro, which has the last word.
 
 Codecs: ``null``, ``deflate``, ``snappy`` (cramjam, CRC checked), ``zstandard`` (cramjam),
 ``bzip2`` and ``xz``: every codec fastavro reads but ``lz4``.
@@ -39,6 +40,8 @@ import cramjam
 from fastavro import schemaless_reader
 
 from polymq.avro import AvroError, AvroSchema, DecodeError
+
+from .scanner import scanner
 
 __all__ = [
     "CODECS",
@@ -256,31 +259,51 @@ def _inflate(codec: str, raw: bytes, budget: int) -> bytes:
 def split_records(container: Container, schema: AvroSchema) -> list[bytes]:
     """Every record's bytes, in order, each checked by decoding it with ``schema`` (the
     writer's); DecodeError names the first record that is not valid, and a block whose
-    records do not fill it exactly is corrupt."""
+    records do not fill it exactly is corrupt.
+
+    A block is first walked by the schema's :mod:`scanner`; one it does not vouch for
+    (damaged, or merely unusual) is decoded record by record with fastavro, which decides."""
     out: list[bytes] = []
-    plain = schema.plain
+    scan = scanner(schema.canonical, schema.plain)
     for b, (count, block) in enumerate(container.blocks):
-        stream = io.BytesIO(block)
-        pos = 0
-        for _ in range(count):
+        ends: list[int] | None = None
+        if scan is not None:
             try:
-                schemaless_reader(stream, plain, None)
-            except Exception as exc:
-                detail = str(exc).strip() or type(exc).__name__
-                raise DecodeError(
-                    f"record {len(out)} (block {b}) is not valid for schema {schema.id}: "
-                    f"{detail[:200]}"
-                ) from None
-            end = stream.tell()
-            if end > len(block):
-                raise DecodeError(f"record {len(out)} (block {b}) runs past its block")
-            out.append(block[pos:end])
-            pos = end
-        if pos != len(block):
-            raise CorruptContainer(
-                f"block {b} holds {len(block) - pos} byte(s) after its {count} record(s)"
-            )
+                ends = scan(block, count)
+            except Exception:  # fastavro looks at this block below, and decides
+                pass
+        if ends is not None and (ends[-1] if ends else 0) == len(block):
+            pos = 0
+            for end in ends:
+                out.append(block[pos:end])
+                pos = end
+            continue
+        _split_block(out, b, count, block, schema)
     return out
+
+
+def _split_block(out: list[bytes], b: int, count: int, block: bytes, schema: AvroSchema) -> None:
+    """The records of block ``b``, each decoded by fastavro, appended to ``out``."""
+    plain = schema.plain
+    stream = io.BytesIO(block)
+    pos = 0
+    for _ in range(count):
+        try:
+            schemaless_reader(stream, plain, None)
+        except Exception as exc:
+            detail = str(exc).strip() or type(exc).__name__
+            raise DecodeError(
+                f"record {len(out)} (block {b}) is not valid for schema {schema.id}: {detail[:200]}"
+            ) from None
+        end = stream.tell()
+        if end > len(block):
+            raise DecodeError(f"record {len(out)} (block {b}) runs past its block")
+        out.append(block[pos:end])
+        pos = end
+    if pos != len(block):
+        raise CorruptContainer(
+            f"block {b} holds {len(block) - pos} byte(s) after its {count} record(s)"
+        )
 
 
 # ---- writing -----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ one message whose body is the record in the single-object encoding.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import io
 import time
@@ -102,8 +103,8 @@ def sniff(body: bytes) -> BodyKind:
 def decode_container(body: bytes, *, max_records: int, max_decoded: int) -> Records:
     """Every record of a container, checked against the container's schema."""
     c = container.read_container(body, max_records=max_records, max_decoded=max_decoded)
-    schema = parse(c.schema_json)
-    apache_schema(schema.json)  # the registry keeps only schemas both parsers accept
+    text = c.schema_json
+    schema = _parse_writer(text) if len(text) <= _CACHED_SCHEMA_SIZE else _check_writer(text)
     datums = container.split_records(c, schema)
     header = schema.header
     return Records(
@@ -112,6 +113,20 @@ def decode_container(body: bytes, *, max_records: int, max_decoded: int) -> Reco
         [schema.id] * len(datums),
         {schema.id: schema},
     )
+
+
+_CACHED_SCHEMA_SIZE = 64 * 1024  # characters: longer schema texts are parsed every time
+
+
+def _check_writer(text: str) -> AvroSchema:
+    schema = parse(text)
+    apache_schema(schema.json)  # the registry keeps only schemas both parsers accept
+    return schema
+
+
+# A container's schema, parsed once a text: a writer sends the same one again and again, and
+# parsing and fingerprinting it costs as much as splitting a few hundred small records.
+_parse_writer = functools.lru_cache(maxsize=256)(_check_writer)
 
 
 def split_single(
@@ -172,15 +187,11 @@ def messages(
     headers = {sid: {SCHEMA_ID_HEADER: sid} for sid in records.schemas}
     expires = time.time() + ttl if ttl is not None else None
     prio = Message(b"").priority if priority is None else priority
+    if len(headers) == 1:
+        [shared] = headers.values()  # shared, never changed: the codec only reads it
+        return [Message(b, CONTENT_TYPE, shared, prio, persistent, expires) for b in records.bodies]
     return [
-        Message(
-            body=b,
-            content_type=CONTENT_TYPE,
-            headers=headers[sid],  # shared, never changed: the codec only reads it
-            priority=prio,
-            persistent=persistent,
-            expires=expires,
-        )
+        Message(b, CONTENT_TYPE, headers[sid], prio, persistent, expires)
         for b, sid in zip(records.bodies, records.ids, strict=True)
     ]
 
