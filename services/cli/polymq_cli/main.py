@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import gc
 import json
 import logging
 import os
@@ -175,6 +176,18 @@ def _write_ports(path: str, ports: dict[str, int]) -> None:
     os.replace(tmp, path)
 
 
+def _tune_gc() -> None:
+    """Keep the cyclic garbage collector off the message path. A broker holds many long-lived
+    objects (queued messages, subscriptions): with the default thresholds every full
+    collection walks all of them, which was ~half the CPU per record of Avro ingest into a
+    growing stream (bench `avro`: 4.4 of 9.2 us/record). Objects made at start-up are moved
+    out of the collector's view, and collections run less often; reference counting still
+    frees everything without cycles at once."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 10)
+
+
 async def _serve(args: argparse.Namespace) -> int:
     registry = CollectorRegistry()
     services: list[Service] = []
@@ -253,6 +266,7 @@ async def _serve(args: argparse.Namespace) -> int:
             amqp = AmqpService(amqp_settings, registry)
             services.append(amqp)
             ports.update(await amqp.start())
+        _tune_gc()
         if args.ports_file:
             _write_ports(args.ports_file, ports)
         host = args.host
