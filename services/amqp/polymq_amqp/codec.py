@@ -53,6 +53,7 @@ from .events import (
     OversizedContent,
     ProtocolHeader,
 )
+from .fastpath import ContentReader, decode_properties, decode_publish
 from .states import (
     CLASSES,
     CLIENT_METHODS,
@@ -91,26 +92,9 @@ _INDEX: Final = struct.Struct(">I")
 _HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 _BASIC: Final = 60
 _PUBLISH_INDEX: Final = 0x003C0028
-_U16: Final = struct.Struct(">H")
 _U64: Final = struct.Struct(">Q")
 _DELIVER_ID: Final = b"\x00\x3c\x00\x3c"  # basic.deliver
-_SIMPLE_PROPS: Final = 0xFFFE & ~(0x2000 | 0x0040)  # every property but headers, timestamp
-# the content header's properties in their order (flag, attribute, 1: short string / 0: octet)
-_PROPS: Final = (
-    (0x8000, "content_type", 1),
-    (0x4000, "content_encoding", 1),
-    (0x1000, "delivery_mode", 0),
-    (0x0800, "priority", 0),
-    (0x0400, "correlation_id", 1),
-    (0x0200, "reply_to", 1),
-    (0x0100, "expiration", 1),
-    (0x0080, "message_id", 1),
-    (0x0020, "message_type", 1),
-    (0x0010, "user_id", 1),
-    (0x0008, "app_id", 1),
-    (0x0004, "cluster_id", 1),
-)
-_PROPERTY_NAMES: Final = tuple(commands.Basic.Properties.__slots__)
+_PUBLISH_ID: Final = b"\x00\x3c\x00\x28"  # basic.publish
 
 
 @dataclass(slots=True)
@@ -141,6 +125,7 @@ class AmqpConnection:
         self._pos = 0  # bytes of _buf already read
         self._eof = False
         self._partial: dict[int, _Partial] = {}
+        self._reader = ContentReader()
 
     # ---- state ---------------------------------------------------------------------------
     def _fire(self, trigger: Trigger) -> None:
@@ -204,6 +189,13 @@ class AmqpConnection:
         if self.state in (State.CLOSED, State.CLOSE_RECEIVED):
             return None  # nothing more is read
         if kind == FRAME_METHOD:
+            if (
+                payload[:4] == _PUBLISH_ID
+                and self.channels.get(channel) is State.CHANNEL_OPEN
+                and self.state is State.OPEN
+                and channel not in self._partial
+            ):  # what _method would find, the common way
+                return self._publish(channel, self._decode_publish(payload))
             return self._method(channel, payload)
         if kind == FRAME_HEADER:
             return self._content_header(channel, payload)
@@ -254,15 +246,7 @@ class AmqpConnection:
                 NOT_IMPLEMENTED, f"unknown method {method_id} of class {class_id}", class_id
             )
         if index == _PUBLISH_INDEX:
-            try:
-                return decode_publish(payload)
-            except Exception as exc:  # IndexError, UnicodeDecodeError
-                raise ConnectionException(
-                    SYNTAX_ERROR,
-                    f"cannot decode the arguments of basic.publish: {exc}"[:200],
-                    class_id,
-                    method_id,
-                ) from None
+            return self._decode_publish(payload)
         if index not in CLIENT_METHODS:
             raise ConnectionException(
                 COMMAND_INVALID,
@@ -281,6 +265,28 @@ class AmqpConnection:
                 method_id,
             ) from None
         return method
+
+    @staticmethod
+    def _decode_publish(payload: bytes) -> commands.Basic.Publish:
+        try:
+            return decode_publish(payload)
+        except Exception as exc:  # IndexError, UnicodeDecodeError
+            raise ConnectionException(
+                SYNTAX_ERROR,
+                f"cannot decode the arguments of basic.publish: {exc}"[:200],
+                _BASIC,
+                40,
+            ) from None
+
+    def _publish(self, channel: int, method: commands.Basic.Publish) -> Event | None:
+        """A basic.publish on an open channel: its content, if its frames are all read and
+        as usual (see ``fastpath.py``); else they are read one by one."""
+        got = self._reader.take(self._buf, self._pos, channel, self.frame_max, self.max_body)
+        if got is None:
+            self._partial[channel] = _Partial(method)
+            return None
+        props, body, self._pos = got
+        return Content(channel, method, props, body)
 
     def _method(self, channel: int, payload: bytes) -> Event | None:
         method = self._decode(payload)
@@ -343,8 +349,7 @@ class AmqpConnection:
         if isinstance(method, commands.Channel.Close):
             self._fire_channel(channel, Trigger.RECV_CHANNEL_CLOSE)
         elif isinstance(method, commands.Basic.Publish):
-            self._partial[channel] = _Partial(method)
-            return None
+            return self._publish(channel, method)
         return Method(channel, method)
 
     def _connection_method(self, method: base.Frame, ids: tuple[int, int]) -> Event | None:
@@ -591,70 +596,3 @@ class AmqpConnection:
     @staticmethod
     def send_heartbeat() -> bytes:
         return _HEARTBEAT_FRAME
-
-
-# ---- the hot frames, without pamqp's generic decoding ------------------------------------
-# basic.publish and its content header come once per message; pamqp decodes them argument
-# by argument through its type tables. These give the same objects (the unit tests compare
-# them with pamqp's, field by field) in a fraction of the time. Anything unusual (a headers
-# table, a timestamp, more than one word of property flags) goes to pamqp.
-
-
-def decode_publish(payload: bytes) -> commands.Basic.Publish:
-    """basic.publish from a method frame's payload (class and method ids included), as
-    pamqp's ``unmarshal`` would make it (short strings are cut where the payload ends, as
-    pamqp does; a missing length or bit octet raises)."""
-    method: commands.Basic.Publish = object.__new__(commands.Basic.Publish)
-    (method.ticket,) = _U16.unpack_from(payload, 4)
-    n = payload[6]
-    end = 7 + n
-    method.exchange = payload[7:end].decode("utf-8")
-    n = payload[end]
-    start = end + 1
-    end = start + n
-    method.routing_key = payload[start:end].decode("utf-8")
-    bits = payload[end]
-    method.mandatory = bool(bits & 1)
-    method.immediate = bool(bits & 2)
-    return method
-
-
-def decode_properties(payload: bytes) -> commands.Basic.Properties:
-    """The properties of a content header frame's payload (class, weight and size first)."""
-    (flags,) = _U16.unpack_from(payload, 12)
-    if flags & ~_SIMPLE_PROPS:  # a headers table, a timestamp, or more flag words
-        return _pamqp_properties(payload)
-    props: commands.Basic.Properties = object.__new__(commands.Basic.Properties)
-    for name in _PROPERTY_NAMES:
-        setattr(props, name, None)
-    props.cluster_id = ""  # (pamqp's default)
-    if not flags:
-        return props
-    offset = 14
-    for flag, name, is_str in _PROPS:
-        if flags & flag:
-            if is_str:
-                n = payload[offset]
-                start = offset + 1
-                offset = start + n
-                setattr(props, name, payload[start:offset].decode("utf-8"))
-            else:
-                setattr(props, name, payload[offset])
-                offset += 1
-    return props
-
-
-def _pamqp_properties(payload: bytes) -> commands.Basic.Properties:
-    props = commands.Basic.Properties()
-    flags = 0
-    offset = 12
-    word = 0
-    while True:  # property flags: 15 bits a word, the lowest bit says another follows
-        (part,) = _U16.unpack_from(payload, offset)
-        offset += 2
-        flags |= part << (16 * word)
-        word += 1
-        if not part & 1:
-            break
-    props.unmarshal(flags, payload[offset:])
-    return props

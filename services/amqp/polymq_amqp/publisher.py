@@ -134,8 +134,26 @@ class Outbox:
             if len(refusing) >= 10_000:
                 refusing.clear()
             refusing.add(dest)
+            self.session.reads += 1  # (and a publisher's last route is forgotten)
+        # one answer for all: the same outcome for each message, in order
+        routed, refused, failed = _outcome(fut)
+        session = self.session
+        for _publisher, p in batch.items:
+            p.pending = 0
+            p.routed = routed
+            p.refused = refused
+            p.failed = failed
+            session.inflight -= 1
+            session.inflight_bytes -= len(p.message.body)
+        try:
+            session.update_reading()
+        except Exception as exc:  # pragma: no cover - a bug: this connection only
+            session.fail(exc, 0)
         for publisher, p in batch.items:
-            publisher.answered(p, fut)
+            try:
+                publisher._done(p)
+            except Exception as exc:  # pragma: no cover - a bug: this connection only
+                session.fail(exc, 0)
 
 
 class Publisher:
@@ -146,6 +164,8 @@ class Publisher:
         self.tx_bytes = 0
         self._seq = 0
         self._batch = False  # the publish being routed may join its queue's batch
+        # the last publish to a cached queue: (session.reads, routing key, dest, batch)
+        self._last: tuple[int, str, str, bool] | None = None
 
     def close(self) -> None:
         self.tx.clear()
@@ -169,10 +189,16 @@ class Publisher:
         exchange = content.method.exchange or ""
         routing_key = content.method.routing_key or ""
         if not exchange:
+            last = self._last
+            reads = self.session.reads
+            if last is not None and last[0] == reads and last[1] == routing_key:
+                self._batch = last[3]  # as a moment ago, in the same read
+                return [last[2]]
             queue = topology.cached_queue(names, routing_key)
             if queue is not None:  # declared over AMQP: its arguments say if it may refuse
                 dest = names.queue(routing_key)
                 self._batch = _cannot_refuse(queue, dest, self)
+                self._last = (reads, routing_key, dest, self._batch)
                 return [dest]
             try:
                 known = topology.known_queue(names, routing_key)
@@ -303,16 +329,11 @@ class Publisher:
 
     def answered(self, p: _Publish, fut: asyncio.Future[dict[str, Any]]) -> None:
         p.pending -= 1
-        if fut.cancelled():
-            p.failed = Unavailable("the publish was cancelled")
-        else:
-            exc = fut.exception()
-            if isinstance(exc, QueueFull):
-                p.routed = p.refused = True
-            elif exc is not None:
-                p.failed = exc
-            else:
-                _tally(p, fut.result())
+        routed, refused, failed = _outcome(fut)
+        p.routed |= routed
+        p.refused |= refused
+        if failed is not None:
+            p.failed = failed
         if p.pending:
             return
         session = self.session
@@ -374,6 +395,22 @@ class Publisher:
                     _tally(p, result)
             if p.content.method.mandatory and not p.routed:
                 self._return(p.content, p.message)
+
+
+def _outcome(fut: asyncio.Future[dict[str, Any]]) -> tuple[bool, bool, BaseException | None]:
+    """What the core's answer for one destination says: routed, refused, failed."""
+    if fut.cancelled():
+        return False, False, Unavailable("the publish was cancelled")
+    exc = fut.exception()
+    if isinstance(exc, QueueFull):
+        return True, True, None
+    if exc is not None:
+        return False, False, exc
+    result = fut.result()
+    if "subscribers" in result:  # a topic: subscribers, bound queues, and refusals
+        refused = bool(result.get("refused"))
+        return bool(result.get("subscribers") or result.get("queues") or refused), refused, None
+    return True, False, None
 
 
 def _tally(p: _Publish, result: dict[str, Any]) -> None:

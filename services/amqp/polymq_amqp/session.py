@@ -116,6 +116,10 @@ class Session:
         self._ack_after_write: dict[Any, int] = {}  # no-ack consumer -> last core tag
         self._in_bytes = 0
         self._delivered_out = 0  # basic.deliver frames not yet counted in the metrics
+        self._published_in = 0  # and basic.publish frames read
+        # what a publisher remembers of its last route is good until this changes: at every
+        # read, and at every method but basic.publish
+        self.reads = 0
         self._confirms: set[Channel] = set()  # channels with confirms to send
         # reading
         self._busy: asyncio.Task[None] | None = None
@@ -158,6 +162,7 @@ class Session:
             return
         self.codec.receive_data(b"")
         self._process()
+        self._schedule()
 
     def resume_writing(self) -> None:
         self._flush()
@@ -190,11 +195,15 @@ class Session:
         if self._delivered_out:
             self.metrics.method_out("basic.deliver", self._delivered_out)
             self._delivered_out = 0
+        if self._published_in:
+            self.metrics.method_in("basic.publish", self._published_in)
+            self._published_in = 0
         self._flush()
 
     # ==== reading ============================================================================
     def _process(self) -> None:
         codec = self.codec
+        self.reads += 1
         try:
             while self._busy is None and not self._done_reading:
                 try:
@@ -217,11 +226,12 @@ class Session:
 
     def _dispatch(self, event: Event) -> None:
         if isinstance(event, Content):
-            self.metrics.method_in("basic.publish")
+            self._published_in += 1  # (counted in the metrics at the end of the tick)
             ch = self.channels.get(event.channel)
             if ch is not None:
                 self._guard(event.channel, event.method, ch.publisher.publish, event)
         elif isinstance(event, Method):
+            self.reads += 1
             method = event.method
             self.metrics.method_in(method_name(method))
             if event.channel == 0:

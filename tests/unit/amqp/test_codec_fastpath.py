@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
-from polymq_amqp.codec import _pamqp_properties, decode_properties, decode_publish
 from polymq_amqp.events import Content
+from polymq_amqp.fastpath import _pamqp_properties, decode_properties, decode_publish
 
-from .helpers import content, open_conn, tr, with_channel
+from .helpers import TRAILING, beat, content, events, method, open_conn, tr, with_channel
 
 _INDEX = struct.Struct(">I")
 _HEAD = struct.Struct(">HHQ")
@@ -206,3 +206,107 @@ def test_deliver_on_a_channel_not_open_is_a_local_error() -> None:
     conn = with_channel(open_conn(), 1)
     with pytest.raises(LocalProtocolError):
         conn.send_deliver(2, "t", 1, False, "", "k", b"\x00\x00", b"x")
+
+
+# ---- ContentReader: a publish's content frames taken from the buffer in one pass ----------
+
+
+def _frames_after_publish(data: bytes) -> bytes:
+    """The content header and body frames of ``content(...)`` (its method frame dropped)."""
+    size = struct.unpack_from(">I", data, 3)[0]
+    return data[size + 8 :]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_props, st.binary(max_size=9000), st.sampled_from([4096, 8192, 131072]))
+def test_reader_takes_what_pamqp_made_and_nothing_of_a_part(
+    kw: dict[str, Any], body: bytes, frame_max: int
+) -> None:
+    from polymq_amqp.fastpath import ContentReader
+
+    props = commands.Basic.Properties(**kw)
+    frames = _frames_after_publish(content(5, body, props, frame_max=frame_max))
+    buf = bytearray(b"junk" + frames + TRAILING)
+    got = ContentReader().take(buf, 4, 5, frame_max, 1 << 20)
+    assert got is not None
+    fast_props, fast_body, end = got
+    assert fast_body == body and end == 4 + len(frames)
+    _same(fast_props, _pamqp_properties(_HEAD.pack(60, 0, len(body)) + props.marshal()))
+    assert fast_props.marshal() == props.marshal()  # byte for byte
+    for cut in range(len(frames)):  # cut short anywhere: nothing is taken
+        assert ContentReader().take(bytearray(frames[:cut]), 0, 5, frame_max, 1 << 20) is None
+    # another channel, a lower frame_max, a lower size limit: left to the codec
+    assert ContentReader().take(bytearray(frames), 0, 6, frame_max, 1 << 20) is None
+    assert ContentReader().take(bytearray(frames), 0, 5, frame_max, len(body) - 1) is None
+    if len(body) > 4096 - 8:
+        assert ContentReader().take(bytearray(frames), 0, 5, len(body), 1 << 20) is None
+
+
+def test_reader_gives_the_last_properties_again_unless_they_hold_a_table() -> None:
+    from polymq_amqp.fastpath import ContentReader
+
+    reader = ContentReader()
+    same = commands.Basic.Properties(delivery_mode=1, content_type="text/plain")
+    a = reader.take(bytearray(_frames_after_publish(content(1, b"a", same))), 0, 1, 4096, 99)
+    b = reader.take(bytearray(_frames_after_publish(content(1, b"bb", same))), 0, 1, 4096, 99)
+    assert a is not None and b is not None and a[0] is b[0] and (a[1], b[1]) == (b"a", b"bb")
+    other = commands.Basic.Properties(delivery_mode=2)
+    c = reader.take(bytearray(_frames_after_publish(content(1, b"c", other))), 0, 1, 4096, 99)
+    assert c is not None and c[0].delivery_mode == 2
+    table = commands.Basic.Properties(headers={"k": 1})
+    frames = _frames_after_publish(content(1, b"d", table))
+    d = reader.take(bytearray(frames), 0, 1, 4096, 99)
+    e = reader.take(bytearray(frames), 0, 1, 4096, 99)
+    assert d is not None and e is not None and d[0] is not e[0]
+    assert d[0].headers == e[0].headers == {"k": 1}
+
+
+def test_bad_content_frames_after_a_publish_get_the_codec_s_answers() -> None:
+    from polymq_amqp.errors import ConnectionException
+
+    publish = method(1, commands.Basic.Publish(routing_key="k"))
+    good = _frames_after_publish(content(1, b"xy"))
+    head_end = struct.unpack_from(">I", good, 3)[0] + 8
+    cases = {
+        "body before header": (good[head_end:], 505),
+        "bad frame end": (good[:head_end - 1] + b"\x00" + good[head_end:], 501),
+        "body too long": (good[:head_end] + b"\x03\x00\x01\x00\x00\x00\x03xyz\xce", 501),
+        "another method": (method(1, commands.Basic.Qos()), 505),
+    }  # fmt: skip
+    for name, (frames, code) in cases.items():
+        for feed in ("whole", "bytes"):
+            conn = with_channel(open_conn())
+            data = publish + frames
+            chunks = [data] if feed == "whole" else [data[i : i + 1] for i in range(len(data))]
+            with pytest.raises(ConnectionException) as err:
+                for chunk in chunks:
+                    conn.receive_data(chunk)
+                    events(conn)
+            assert err.value.reply_code == code, (name, feed)
+
+
+def _frames(data: bytes) -> list[bytes]:
+    out = []
+    while data:
+        n = struct.unpack_from(">I", data, 3)[0] + 8
+        out.append(data[:n])
+        data = data[n:]
+    return out
+
+
+def test_publishes_interleaved_with_other_channels_and_heartbeats() -> None:
+    def make() -> Any:
+        return with_channel(with_channel(open_conn(frame_max=4096), 1), 2)
+
+    one = _frames(content(1, b"a" * 5000, commands.Basic.Properties(), frame_max=4096))
+    two = content(2, b"b", commands.Basic.Properties(delivery_mode=2), frame_max=4096)
+    assert len(one) == 4  # method, header, two body frames
+    # channel 2's publish and a heartbeat between channel 1's body frames
+    data = b"".join(one[:3]) + two + beat() + one[3] + two
+    evs = tr(make, data)
+    assert [(e[0], e[1] if len(e) > 1 else None, e[5] if len(e) > 1 else None) for e in evs] == [
+        ("Content", 2, b"b"),
+        ("Heartbeat", None, None),
+        ("Content", 1, b"a" * 5000),
+        ("Content", 2, b"b"),
+    ]

@@ -52,6 +52,7 @@ class _Session(FakeSession):
         self.inflight = 0
         self.inflight_bytes = 0
         self.closing = False
+        self.reads = 0
         self.failed: list[BaseException] = []
 
     def client(self) -> _Client:
