@@ -195,7 +195,7 @@ class AmqpConnection:
                 and self.state is State.OPEN
                 and channel not in self._partial
             ):  # what _method would find, the common way
-                return self._publish(channel, self._decode_publish(payload))
+                return self._publish(channel, self._decode_publish(payload, self._reader))
             return self._method(channel, payload)
         if kind == FRAME_HEADER:
             return self._content_header(channel, payload)
@@ -267,9 +267,11 @@ class AmqpConnection:
         return method
 
     @staticmethod
-    def _decode_publish(payload: bytes) -> commands.Basic.Publish:
+    def _decode_publish(
+        payload: bytes, reader: ContentReader | None = None
+    ) -> commands.Basic.Publish:
         try:
-            return decode_publish(payload)
+            return decode_publish(payload) if reader is None else reader.publish(payload)
         except Exception as exc:  # IndexError, UnicodeDecodeError
             raise ConnectionException(
                 SYNTAX_ERROR,

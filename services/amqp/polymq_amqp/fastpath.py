@@ -12,7 +12,7 @@ reads frame by frame, with every check and its reply code) at anything but the c
 case: all the frames there, on the publish's channel, well formed, within frame-max and the
 size limit, the properties decodable. Consecutive publishes mostly carry the same
 properties: the last ones decoded (without a headers table) are kept and given again for
-the same bytes (the codec's events are read, never changed).
+the same bytes (the codec's events are read, never changed); so is the last publish method.
 """
 
 from __future__ import annotations
@@ -113,11 +113,23 @@ def _pamqp_properties(payload: bytes) -> commands.Basic.Properties:
 class ContentReader:
     """Reads a basic.publish's content from the buffer in one pass (see the module)."""
 
-    __slots__ = ("_props", "_raw")
+    __slots__ = ("_method", "_method_raw", "_props", "_raw")
 
     def __init__(self) -> None:
         self._raw = b""  # the last content header's properties (flags and values)...
         self._props: commands.Basic.Properties | None = None  # ...decoded
+        self._method_raw = b""  # the last basic.publish method payload...
+        self._method: commands.Basic.Publish | None = None  # ...decoded
+
+    def publish(self, payload: bytes) -> commands.Basic.Publish:
+        """:func:`decode_publish`, given again (the same object) for the same payload as the
+        last one (the codec's events are read, never changed)."""
+        if payload == self._method_raw and self._method is not None:
+            return self._method
+        method = decode_publish(payload)  # (raises before anything is kept)
+        self._method_raw = payload
+        self._method = method
+        return method
 
     def take(
         self, buf: bytearray, pos: int, channel: int, frame_max: int, max_body: int

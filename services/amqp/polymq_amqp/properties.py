@@ -52,7 +52,14 @@ from .errors import PRECONDITION_FAILED, ChannelException
 from .names import VhostNames
 from .tables import encode_table, from_tagged, to_tagged, to_text
 
-__all__ = ["H_EXCHANGE", "H_ROUTING_KEY", "H_TYPED", "delivery_properties", "from_publish"]
+__all__ = [
+    "H_EXCHANGE",
+    "H_ROUTING_KEY",
+    "H_TYPED",
+    "PublishTemplate",
+    "delivery_properties",
+    "from_publish",
+]
 
 H_EXCHANGE: Final = "x-amqp-exchange"
 H_ROUTING_KEY: Final = "x-amqp-routing-key"
@@ -141,6 +148,75 @@ def from_publish(
         correlation_id=props.correlation_id or None,
         reply_to=_reply_to_core(reply_to, names) if reply_to else None,
     )
+
+
+class PublishTemplate:
+    """:func:`from_publish` for a run of publishes with the same properties object (the
+    codec gives the same one again for the same property bytes), exchange, routing key and
+    vhost: the first message's fields are kept and each next message gets them with a copy
+    of their headers (never the same dict) and, with an expiration, its own ``expires``.
+    Properties with a headers table are not kept (a table is a dict: it could change)."""
+
+    __slots__ = ("_exchange", "_expiration_ms", "_message", "_names", "_props", "_routing_key")
+
+    def __init__(self) -> None:
+        self._props: commands.Basic.Properties | None = None
+        self._exchange = ""
+        self._routing_key = ""
+        self._names: VhostNames | None = None
+        self._message: Message | None = None
+        self._expiration_ms: int | None = None
+
+    def message(
+        self,
+        props: commands.Basic.Properties,
+        body: bytes,
+        exchange: str,
+        routing_key: str,
+        names: VhostNames,
+    ) -> Message:
+        """What ``from_publish(props, body, exchange, routing_key, names)`` gives."""
+        t = self._message
+        if (
+            t is not None
+            and props is self._props
+            and routing_key == self._routing_key
+            and exchange == self._exchange
+            and names is self._names
+        ):
+            ms = self._expiration_ms
+            return Message(
+                body,
+                t.content_type,
+                t.headers.copy(),
+                t.priority,
+                t.persistent,
+                None if ms is None else time.time() + ms / 1000.0,
+                None,
+                t.correlation_id,
+                t.reply_to,
+            )
+        message = from_publish(props, body, exchange, routing_key, names)
+        if props.headers:
+            self._message = self._props = None
+            return message
+        self._props = props
+        self._exchange = exchange
+        self._routing_key = routing_key
+        self._names = names
+        self._expiration_ms = _expiration(props.expiration) if props.expiration else None
+        self._message = Message(
+            b"",
+            message.content_type,
+            message.headers.copy(),
+            message.priority,
+            message.persistent,
+            None,
+            None,
+            message.correlation_id,
+            message.reply_to,
+        )
+        return message
 
 
 def _expiration(raw: str) -> int:

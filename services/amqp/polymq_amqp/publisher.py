@@ -48,7 +48,7 @@ from .errors import (
 from .events import Content
 from .exchanges import ExchangeType, headers_match
 from .names import UnmappableName
-from .properties import delivery_properties, from_publish
+from .properties import PublishTemplate, delivery_properties
 from .tables import from_tagged
 from .topology import BindingRecord, ExchangeRecord, QueueRecord, plain_args
 
@@ -166,6 +166,7 @@ class Publisher:
         self._batch = False  # the publish being routed may join its queue's batch
         # the last publish to a cached queue: (session.reads, routing key, dest, batch)
         self._last: tuple[int, str, str, bool] | None = None
+        self._template = PublishTemplate()  # the message of the last properties, kept
 
     def close(self) -> None:
         self.tx.clear()
@@ -285,7 +286,9 @@ class Publisher:
         for dest in route:
             session.authorize(Permission.WRITE, dest)
         m = content.method
-        message = from_publish(props, content.body, m.exchange or "", m.routing_key or "", ch.names)
+        message = self._template.message(
+            props, content.body, m.exchange or "", m.routing_key or "", ch.names
+        )
         if ch.transactional:
             s = ch.settings
             self.tx_bytes += len(content.body)

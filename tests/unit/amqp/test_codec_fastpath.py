@@ -261,6 +261,20 @@ def test_reader_gives_the_last_properties_again_unless_they_hold_a_table() -> No
     assert d[0].headers == e[0].headers == {"k": 1}
 
 
+def test_reader_gives_the_last_publish_method_again_for_the_same_payload() -> None:
+    from polymq_amqp.fastpath import ContentReader
+
+    reader = ContentReader()
+    one = _INDEX.pack(60 << 16 | 40) + b"\x00\x00\x02ex\x01k\x01"
+    a, b = reader.publish(one), reader.publish(bytes(one))
+    assert a is b and (a.exchange, a.routing_key, a.mandatory) == ("ex", "k", True)
+    c = reader.publish(one[:-1] + b"\x00")
+    assert c is not a and not c.mandatory and reader.publish(one[:-1] + b"\x00") is c
+    with pytest.raises(IndexError):  # a bad payload raises and is not kept
+        reader.publish(one[:8])
+    assert reader.publish(one[:-1] + b"\x00") is c
+
+
 def test_bad_content_frames_after_a_publish_get_the_codec_s_answers() -> None:
     from polymq_amqp.errors import ConnectionException
 

@@ -17,7 +17,13 @@ from pamqp import commands, decode
 from polymq.types import Message
 from polymq_amqp.errors import ChannelException
 from polymq_amqp.names import VhostNames
-from polymq_amqp.properties import H_TYPED, delivery_properties, from_publish, route_of
+from polymq_amqp.properties import (
+    H_TYPED,
+    PublishTemplate,
+    delivery_properties,
+    from_publish,
+    route_of,
+)
 from polymq_amqp.tables import encode_table, from_tagged, to_tagged, to_text
 
 NAMES = VhostNames("/")
@@ -199,3 +205,73 @@ def test_internal_headers_from_clients_are_not_trusted() -> None:
     m = from_publish(props, b"", "real", "k", NAMES)
     assert m.headers["x-amqp-exchange"] == "real"
     assert H_TYPED not in m.headers
+
+
+# ---- PublishTemplate ------------------------------------------------------------------------
+def _fields(m: Message) -> tuple[Any, ...]:
+    t = m.to_wire()
+    return t[:5] + t[6:]  # all but expires
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        commands.Basic.Properties(),
+        commands.Basic.Properties(
+            content_type="text/plain",
+            content_encoding="gzip",
+            delivery_mode=2,
+            priority=12,
+            correlation_id="c",
+            reply_to="rq",
+            message_id="m",
+            message_type="t",
+            user_id="u",
+            app_id="a",
+        ),
+        commands.Basic.Properties(headers={"n": 1, "s": "x"}, expiration="1000"),
+    ],
+)
+def test_template_gives_what_from_publish_gives(props: commands.Basic.Properties) -> None:
+    template = PublishTemplate()
+    names = VhostNames("v")
+    for body, exchange, key, vhost in [
+        (b"a", "", "q", NAMES),
+        (b"bb", "", "q", NAMES),  # kept
+        (b"c", "", "q2", NAMES),
+        (b"d", "ex", "q2", NAMES),
+        (b"e", "ex", "q2", names),
+        (b"f", "ex", "q2", names),
+    ]:
+        got = template.message(props, body, exchange, key, vhost)
+        want = from_publish(props, body, exchange, key, vhost)
+        assert _fields(got) == _fields(want)
+        assert list(got.headers) == list(want.headers)
+        assert (got.expires is None) == (want.expires is None)
+
+
+def test_template_never_shares_headers_and_times_each_expiration() -> None:
+    template = PublishTemplate()
+    props = commands.Basic.Properties(expiration="60000", message_id="m")
+    a = template.message(props, b"a", "", "q", NAMES)
+    a.headers["changed"] = "yes"
+    b = template.message(props, b"b", "", "q", NAMES)
+    c = template.message(props, b"c", "", "q", NAMES)
+    assert "changed" not in b.headers and b.headers is not c.headers
+    assert b.headers == c.headers == from_publish(props, b"", "", "q", NAMES).headers
+    assert b.expires is not None and abs(b.expires - (time.time() + 60.0)) < 5
+    assert b.body == b"b" and c.body == b"c"
+
+
+def test_template_keeps_no_properties_with_a_table() -> None:
+    template = PublishTemplate()
+    props = commands.Basic.Properties(headers={"k": "1"})
+    template.message(props, b"a", "", "q", NAMES)
+    props.headers["k"] = "2"  # (a table could change: it is read again)
+    assert template.message(props, b"b", "", "q", NAMES).headers["k"] == "2"
+
+
+def test_template_bad_expiration_raises_as_from_publish() -> None:
+    template = PublishTemplate()
+    with pytest.raises(ChannelException):
+        template.message(commands.Basic.Properties(expiration="soon"), b"", "", "q", NAMES)
