@@ -40,9 +40,11 @@ class Publisher:
 
     # ---- Publish ---------------------------------------------------------------------------
     def publish(self, session: Session, ev: Publish) -> Any:
-        if ev.batch_id is None:
-            return self._publish_now(session, ev)
         broker = self.broker
+        if ev.batch_id is None:
+            return self._publish_now(
+                session, ev, broker.destination(session, ev.destination, Permission.WRITE)
+            )
         batch_id, ttl = ev.batch_id, ev.batch_ttl
         if not isinstance(batch_id, str) or not 0 < len(batch_id) <= MAX_BATCH_ID:
             raise BadRequest(f"batch_id must be a string of 1..{MAX_BATCH_ID} characters")
@@ -57,16 +59,15 @@ class Publisher:
         if answer is not None:
             broker.sensors.on_duplicate_batch(session.protocol)
             return answer
-        result = self._publish_now(session, ev)
+        result = self._publish_now(session, ev, dest)
         if isinstance(result, dict):
             result["duplicate"] = False
         else:
             result = _with(result, "duplicate", False)
         return window.remember(key, min(float(ttl), MAX_BATCH_TTL), result)
 
-    def _publish_now(self, session: Session, ev: Publish) -> Any:
+    def _publish_now(self, session: Session, ev: Publish, dest: Destination) -> Any:
         broker = self.broker
-        dest = broker.destination(session, ev.destination, Permission.WRITE)
         msgs = ev.messages
         if not msgs:
             return {"count": 0}
