@@ -118,6 +118,16 @@ class Avro(WebApi):
         out: dict[str, Any] = r.json()
         return out
 
+    def depth(self, dest: str) -> int:
+        """Messages held in ``dest``; 0 once the core forgot it (an idle queue with default
+        options leaves memory when it is empty and unused, and stats then answer 404)."""
+        assert self.http is not None
+        r = requests.get(f"{self.http}/v1/{dest}", timeout=TIMEOUT)
+        if r.status_code == 404 and r.json().get("code") == "not-found":
+            return 0
+        assert r.status_code == 200, r.text
+        return int(r.json()["messages"])
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
