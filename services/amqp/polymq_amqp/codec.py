@@ -5,7 +5,7 @@ Like h11's ``Connection``, :class:`AmqpConnection` never touches a socket::
     conn = AmqpConnection(frame_max=131072, channel_max=2047, max_body=16 << 20)
     conn.receive_data(data)              # b"" means end of stream
     while not isinstance(event := conn.next_event(), NeedData):
-        ...                              # ProtocolHeader, Method, Content, Heartbeat, ...
+        ...                              # ProtocolHeader, Method, Content, ContentRun, ...
     transport.write(conn.send_method(0, commands.Connection.Start(...)))
 
 pamqp decodes and encodes the methods themselves; this module does the framing around
@@ -46,6 +46,7 @@ from .errors import (
 from .events import (
     ConnectionClosed,
     Content,
+    ContentRun,
     Event,
     Heartbeat,
     Method,
@@ -95,6 +96,7 @@ _PUBLISH_INDEX: Final = 0x003C0028
 _U64: Final = struct.Struct(">Q")
 _DELIVER_ID: Final = b"\x00\x3c\x00\x3c"  # basic.deliver
 _PUBLISH_ID: Final = b"\x00\x3c\x00\x28"  # basic.publish
+_MAX_RUN: Final = 4096  # publishes in one ContentRun at most
 
 
 @dataclass(slots=True)
@@ -282,12 +284,19 @@ class AmqpConnection:
 
     def _publish(self, channel: int, method: commands.Basic.Publish) -> Event | None:
         """A basic.publish on an open channel: its content, if its frames are all read and
-        as usual (see ``fastpath.py``); else they are read one by one."""
+        as usual (see ``fastpath.py``), with the publishes after it that repeat it (one
+        :class:`ContentRun`); else they are read one by one."""
         got = self._reader.take(self._buf, self._pos, channel, self.frame_max, self.max_body)
         if got is None:
             self._partial[channel] = _Partial(method)
             return None
-        props, body, self._pos = got
+        props, body, pos = got
+        bodies, self._pos = self._reader.more(
+            self._buf, pos, channel, props, self.frame_max, self.max_body, _MAX_RUN
+        )
+        if bodies:
+            bodies.insert(0, body)
+            return ContentRun(channel, method, props, bodies)
         return Content(channel, method, props, body)
 
     def _method(self, channel: int, payload: bytes) -> Event | None:

@@ -1,7 +1,8 @@
 """What the AMQP codec reads off the wire, as frozen dataclasses (as h11's ``_events.py``).
 
 ``Method`` and ``Content`` hold pamqp's method objects (the spec's classes, decoded);
-``Content`` is a basic.publish with its header and body frames put together.
+``Content`` is a basic.publish with its header and body frames put together; ``ContentRun``
+is a run of them that differ only in their bodies (what a client publishing in a loop sends).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pamqp import base, commands
 __all__ = [
     "ConnectionClosed",
     "Content",
+    "ContentRun",
     "Event",
     "Heartbeat",
     "Method",
@@ -46,6 +48,18 @@ class Content:
 
 
 @dataclass(frozen=True, slots=True)
+class ContentRun:
+    """Consecutive basic.publishes on one channel with the same method (exchange, routing
+    key, flags) and the same properties, in one event: their bodies, in order (two or
+    more). Handling it must be what handling a :class:`Content` per body would be."""
+
+    channel: int
+    method: commands.Basic.Publish
+    properties: commands.Basic.Properties
+    bodies: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
 class OversizedContent:
     """A basic.publish whose body was over the size limit; the body was read and dropped."""
 
@@ -69,4 +83,6 @@ class NeedData:
     """More bytes are needed before the next event."""
 
 
-Event = ProtocolHeader | Method | Content | OversizedContent | Heartbeat | ConnectionClosed
+Event = (
+    ProtocolHeader | Method | Content | ContentRun | OversizedContent | Heartbeat | ConnectionClosed
+)

@@ -13,6 +13,9 @@ case: all the frames there, on the publish's channel, well formed, within frame-
 size limit, the properties decodable. Consecutive publishes mostly carry the same
 properties: the last ones decoded (without a headers table) are kept and given again for
 the same bytes (the codec's events are read, never changed); so is the last publish method.
+:meth:`ContentReader.more` then takes the publishes right after one that repeat it (the same
+method bytes, the same kept properties, one body frame each): the codec gives them as one
+event, and the frontend handles the run at once.
 """
 
 from __future__ import annotations
@@ -27,10 +30,14 @@ __all__ = ["ContentReader", "decode_properties", "decode_publish"]
 _FRAME_HEAD: Final = struct.Struct(">BHI")
 _CONTENT_HEAD: Final = struct.Struct(">HHQ")
 _U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+_U64: Final = struct.Struct(">Q")
 _FRAME_HEADER: Final = 2
 _FRAME_BODY: Final = 3
 _FRAME_END: Final = 0xCE
+_FRAME_METHOD: Final = 1
 _BASIC: Final = 60
+_BASIC_HEAD: Final = b"\x00\x3c\x00\x00"  # a content header's class (basic) and weight (0)
 _SIMPLE_PROPS: Final = 0xFFFE & ~(0x2000 | 0x0040)  # every property but headers, timestamp
 # the content header's properties in their order (flag, attribute, 1: short string / 0: octet)
 _PROPS: Final = (
@@ -189,3 +196,68 @@ class ContentReader:
             chunks.append(bytes(buf[pos + 7 : end]))
             pos = end + 1
         return props, chunks[0] if len(chunks) == 1 else b"".join(chunks), pos
+
+    def more(
+        self,
+        buf: bytearray,
+        pos: int,
+        channel: int,
+        props: commands.Basic.Properties,
+        frame_max: int,
+        max_body: int,
+        limit: int,
+    ) -> tuple[list[bytes], int]:
+        """The bodies of the publishes at ``pos`` of ``buf`` that repeat the last one read
+        (by :meth:`publish` and :meth:`take`, which gave ``props``): on ``channel``, the same
+        method payload, a content header with the same properties, one body frame (or none),
+        every frame there and well formed, within frame-max and the size limit; at most
+        ``limit`` of them. And where the frames after them start. It stops, without reading
+        it, at the first publish that differs in anything: :meth:`take` reads that one."""
+        method_raw = self._method_raw
+        props_raw = self._raw
+        if props is not self._props or not method_raw or not props_raw:
+            return [], pos
+        # the method frame, whole; the content header frame up to its body size, and after it
+        method_frame = _FRAME_HEAD.pack(_FRAME_METHOD, channel, len(method_raw)) + method_raw
+        method_frame += b"\xce"
+        mlen = len(method_frame)
+        hsize = 12 + len(props_raw)
+        if hsize + 8 > frame_max:  # (take() read the first one: it is not)
+            return [], pos
+        header_head = _FRAME_HEAD.pack(_FRAME_HEADER, channel, hsize) + _BASIC_HEAD
+        header_tail = props_raw + b"\xce"
+        tail = 19 + len(header_tail)
+        body_head = bytes((_FRAME_BODY,)) + channel.to_bytes(2, "big")
+        have = len(buf)
+        bodies: list[bytes] = []
+        body_max = min(max_body, frame_max - 8)
+        startswith = buf.startswith
+        size_at = _U64.unpack_from
+        while len(bodies) < limit:
+            h = pos + mlen  # the content header frame
+            b = h + tail  # the body frame
+            if (
+                b > have
+                or not startswith(method_frame, pos)
+                or not startswith(header_head, h)
+                or not startswith(header_tail, h + 19)
+            ):
+                break
+            (size,) = size_at(buf, h + 11)
+            if size > body_max:
+                break
+            if not size:
+                bodies.append(b"")
+                pos = b
+                continue
+            end = b + 7 + size
+            if (
+                end >= have
+                or not startswith(body_head, b)
+                or _U32.unpack_from(buf, b + 3)[0] != size
+                or buf[end] != _FRAME_END
+            ):
+                break
+            bodies.append(bytes(buf[b + 7 : end]))
+            pos = end + 1
+        return bodies, pos

@@ -20,6 +20,12 @@ NO_ROUTE when it is mandatory. In confirm mode each publish is then answered wit
 basic.ack, or basic.nack when a queue refused it (after the return, if any). A refused
 message on a channel without confirms is dropped, as in RabbitMQ.
 
+The codec gives a run of publishes that differ only in their bodies as one event
+(:class:`~polymq_amqp.events.ContentRun`): it is routed, checked and authorized once, its
+messages are made from one template, and in a batch it is one entry whose answer answers
+each message (a return each, a confirm each); off the batch path each of its messages is
+one publish, as above.
+
 In a transaction publishes are routed at once (an unknown exchange is still a 404) but kept
 until tx.commit, which publishes them in order and answers after the core did.
 """
@@ -45,7 +51,7 @@ from .errors import (
     ChannelException,
     ConnectionException,
 )
-from .events import Content
+from .events import Content, ContentRun
 from .exchanges import ExchangeType, headers_match
 from .names import UnmappableName
 from .properties import PublishTemplate, delivery_properties
@@ -63,14 +69,18 @@ _REJECTING: Final = frozenset({"reject-publish", "reject-publish-dlx"})
 
 
 class _Publish:
-    """One basic.publish on its way to the core."""
+    """One basic.publish on its way to the core, or a run of them with one fate (the
+    messages of a :class:`ContentRun` in one batch)."""
 
-    __slots__ = ("content", "failed", "message", "pending", "refused", "routed", "seq")
+    __slots__ = ("failed", "messages", "method", "nbytes", "pending", "refused", "routed", "seq")
 
-    def __init__(self, seq: int, content: Content, message: Message) -> None:
-        self.seq = seq  # its confirm sequence number (0: not in confirm mode)
-        self.content = content
-        self.message = message
+    def __init__(
+        self, seq: int, method: commands.Basic.Publish, messages: list[Message], nbytes: int
+    ) -> None:
+        self.seq = seq  # the first one's confirm sequence number (0: not in confirm mode)
+        self.method = method
+        self.messages = messages
+        self.nbytes = nbytes  # of the bodies
         self.pending = 0  # core answers awaited
         self.routed = False
         self.refused = False
@@ -100,8 +110,8 @@ class Outbox:
         if batch is None:
             batch = self.batches[dest] = _Batch()
         batch.items.append((publisher, p))
-        batch.messages.append(p.message)
-        batch.nbytes += len(p.message.body)
+        batch.messages += p.messages
+        batch.nbytes += p.nbytes
         if batch.nbytes >= _BATCH_BYTES:
             del self.batches[dest]
             self._publish(dest, batch)
@@ -143,8 +153,8 @@ class Outbox:
             p.routed = routed
             p.refused = refused
             p.failed = failed
-            session.inflight -= 1
-            session.inflight_bytes -= len(p.message.body)
+            session.inflight -= len(p.messages)
+            session.inflight_bytes -= p.nbytes
         try:
             session.update_reading()
         except Exception as exc:  # pragma: no cover - a bug: this connection only
@@ -160,7 +170,7 @@ class Publisher:
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
         self.session = channel.session
-        self.tx: list[tuple[Content, list[str], Message]] = []
+        self.tx: list[tuple[commands.Basic.Publish, list[str], Message]] = []
         self.tx_bytes = 0
         self._seq = 0
         self._batch = False  # the publish being routed may join its queue's batch
@@ -173,7 +183,7 @@ class Publisher:
         self.tx_bytes = 0
 
     # ---- routing --------------------------------------------------------------------------
-    def publish(self, content: Content) -> None:
+    def publish(self, content: Content | ContentRun) -> None:
         m = content.method
         if m.immediate:
             raise ConnectionException(NOT_IMPLEMENTED, "immediate=true", 60, 40)
@@ -184,7 +194,7 @@ class Publisher:
             return
         self._accept(content, route)
 
-    def _route_now(self, content: Content) -> list[str] | None:
+    def _route_now(self, content: Content | ContentRun) -> list[str] | None:
         topology = self.session.topology
         names = self.channel.names
         exchange = content.method.exchange or ""
@@ -218,7 +228,7 @@ class Publisher:
                 return None
         return self._route(rec, content, bindings)
 
-    async def _publish_later(self, content: Content) -> None:
+    async def _publish_later(self, content: Content | ContentRun) -> None:
         topology = self.session.topology
         names = self.channel.names
         exchange = content.method.exchange or ""
@@ -244,7 +254,10 @@ class Publisher:
             self._accept(content, route)
 
     def _route(
-        self, rec: ExchangeRecord, content: Content, bindings: list[BindingRecord] | None
+        self,
+        rec: ExchangeRecord,
+        content: Content | ContentRun,
+        bindings: list[BindingRecord] | None,
     ) -> list[str]:
         names = self.channel.names
         if rec.internal:
@@ -267,7 +280,7 @@ class Publisher:
         topic = names.publish_topic(rec.name, content.method.routing_key or "")
         return [topic] if topic is not None else []
 
-    def _accept(self, content: Content, route: list[str]) -> None:
+    def _accept(self, content: Content | ContentRun, route: list[str]) -> None:
         session = self.session
         ch = self.channel
         props = content.properties
@@ -286,49 +299,68 @@ class Publisher:
         for dest in route:
             session.authorize(Permission.WRITE, dest)
         m = content.method
-        message = self._template.message(
-            props, content.body, m.exchange or "", m.routing_key or "", ch.names
-        )
+        exchange = m.exchange or ""
+        routing_key = m.routing_key or ""
+        make = self._template.message
+        names = ch.names
+        if isinstance(content, Content):
+            bodies = [content.body]
+        else:
+            bodies = content.bodies
+        messages = [make(props, body, exchange, routing_key, names) for body in bodies]
         if ch.transactional:
             s = ch.settings
-            self.tx_bytes += len(content.body)
-            if len(self.tx) >= s.amqp_max_tx_messages or self.tx_bytes > s.amqp_max_tx_bytes:
-                raise ChannelException(
-                    PRECONDITION_FAILED,
-                    f"transaction too large: at most {s.amqp_max_tx_messages} messages and "
-                    f"{s.amqp_max_tx_bytes} bytes",
-                )
-            self.tx.append((content, route, message))
+            for message in messages:
+                self.tx_bytes += len(message.body)
+                if len(self.tx) >= s.amqp_max_tx_messages or self.tx_bytes > s.amqp_max_tx_bytes:
+                    raise ChannelException(
+                        PRECONDITION_FAILED,
+                        f"transaction too large: at most {s.amqp_max_tx_messages} messages "
+                        f"and {s.amqp_max_tx_bytes} bytes",
+                    )
+                self.tx.append((m, route, message))
             return
-        self._send(content, route, message)
+        self._send(m, route, messages)
 
     # ---- to the core ---------------------------------------------------------------------
-    def _send(self, content: Content, route: list[str], message: Message) -> None:
+    def _send(
+        self, method: commands.Basic.Publish, route: list[str], messages: list[Message]
+    ) -> None:
         ch = self.channel
         session = self.session
         seq = 0
         if ch.confirming:
-            self._seq += 1
-            seq = self._seq
-            ch.unconfirmed[seq] = None
-        p = _Publish(seq, content, message)
-        if not route:
-            self._done(p)
-            return
-        if self._batch:
+            seq = self._seq + 1
+            self._seq += len(messages)
+            unconfirmed = ch.unconfirmed
+            for n in range(seq, self._seq + 1):
+                unconfirmed[n] = None
+        if self._batch and route:
+            nbytes = 0
+            for message in messages:
+                nbytes += len(message.body)
+            p = _Publish(seq, method, messages, nbytes)
             p.pending = 1
-            session.inflight += 1
-            session.inflight_bytes += len(message.body)
+            session.inflight += len(messages)
+            session.inflight_bytes += nbytes
             session.outbox.add(route[0], self, p)
             return
-        session.outbox.flush()  # what was read before goes first
-        client = session.client()
-        p.pending = len(route)
-        session.inflight += 1
-        session.inflight_bytes += len(message.body)
-        for dest in route:
-            fut = client.publish_soon(dest, [message])
-            fut.add_done_callback(partial(self.answered, p))
+        if route:
+            session.outbox.flush()  # what was read before goes first
+            client = session.client()
+        for message in messages:
+            p = _Publish(seq, method, [message], len(message.body))
+            if seq:
+                seq += 1
+            if not route:
+                self._done(p)
+                continue
+            p.pending = len(route)
+            session.inflight += 1
+            session.inflight_bytes += p.nbytes
+            for dest in route:
+                fut = client.publish_soon(dest, [message])
+                fut.add_done_callback(partial(self.answered, p))
 
     def answered(self, p: _Publish, fut: asyncio.Future[dict[str, Any]]) -> None:
         p.pending -= 1
@@ -341,7 +373,7 @@ class Publisher:
             return
         session = self.session
         session.inflight -= 1
-        session.inflight_bytes -= len(p.message.body)
+        session.inflight_bytes -= p.nbytes
         try:
             session.update_reading()
             self._done(p)
@@ -354,18 +386,20 @@ class Publisher:
         if ch.closed or session.closing:
             return
         if p.failed is not None:
-            session.fail(p.failed, ch.number, p.content.method)
+            session.fail(p.failed, ch.number, p.method)
             return
-        if p.content.method.mandatory and not p.routed:
-            self._return(p.content, p.message)
+        if p.method.mandatory and not p.routed:
+            for message in p.messages:
+                self._return(p.method, message)
         if p.seq:
-            ch.confirm(p.seq, not p.refused)
+            ok = not p.refused
+            for seq in range(p.seq, p.seq + len(p.messages)):
+                ch.confirm(seq, ok)
 
-    def _return(self, content: Content, message: Message) -> None:
-        m = content.method
+    def _return(self, m: commands.Basic.Publish, message: Message) -> None:
         ret = commands.Basic.Return(NO_ROUTE, "NO_ROUTE", m.exchange or "", m.routing_key or "")
         props = delivery_properties(message, self.channel.names)
-        if self.session.send_content(self.channel.number, ret, props, content.body):
+        if self.session.send_content(self.channel.number, ret, props, message.body):
             self.session.metrics.returns.inc()
 
     # ---- transactions ----------------------------------------------------------------------
@@ -382,8 +416,8 @@ class Publisher:
         session.outbox.flush()
         client = session.client()
         waits: list[tuple[_Publish, list[asyncio.Future[dict[str, Any]]]]] = []
-        for content, route, message in items:
-            p = _Publish(0, content, message)
+        for method, route, message in items:
+            p = _Publish(0, method, [message], len(message.body))
             futs = [client.publish_soon(dest, [message]) for dest in route]
             waits.append((p, futs))
         for p, futs in waits:
@@ -396,8 +430,8 @@ class Publisher:
                     raise result
                 else:
                     _tally(p, result)
-            if p.content.method.mandatory and not p.routed:
-                self._return(p.content, p.message)
+            if p.method.mandatory and not p.routed:
+                self._return(p.method, p.messages[0])
 
 
 def _outcome(fut: asyncio.Future[dict[str, Any]]) -> tuple[bool, bool, BaseException | None]:

@@ -58,6 +58,7 @@ from .errors import (
 from .events import (
     ConnectionClosed,
     Content,
+    ContentRun,
     Event,
     Heartbeat,
     Method,
@@ -225,8 +226,13 @@ class Session:
             self.update_reading()
 
     def _dispatch(self, event: Event) -> None:
-        if isinstance(event, Content):
-            self._published_in += 1  # (counted in the metrics at the end of the tick)
+        if isinstance(event, ContentRun):
+            self._published_in += len(event.bodies)  # (counted at the end of the tick)
+            ch = self.channels.get(event.channel)
+            if ch is not None:
+                self._guard(event.channel, event.method, ch.publisher.publish, event)
+        elif isinstance(event, Content):
+            self._published_in += 1
             ch = self.channels.get(event.channel)
             if ch is not None:
                 self._guard(event.channel, event.method, ch.publisher.publish, event)

@@ -9,7 +9,7 @@ from typing import Any
 from pamqp import base, body, commands, frame, header, heartbeat
 
 from polymq_amqp.codec import PROTOCOL_HEADER, AmqpConnection
-from polymq_amqp.events import Event, NeedData
+from polymq_amqp.events import Content, ContentRun, Event, NeedData
 
 TRAILING = frame.marshal(commands.Basic.Qos(prefetch_count=7), 1)[:5]  # half a frame
 
@@ -36,9 +36,14 @@ def beat() -> bytes:
     return frame.marshal(heartbeat.Heartbeat(), 0)
 
 
-def events(conn: AmqpConnection) -> list[Event]:
+def events(conn: AmqpConnection, *, runs: bool = False) -> list[Event]:
+    """The events until more data is needed; a ContentRun as the Content of each body (what
+    it stands for) unless ``runs``."""
     out: list[Event] = []
     while not isinstance(ev := conn.next_event(), NeedData):
+        if isinstance(ev, ContentRun) and not runs:
+            out += (Content(ev.channel, ev.method, ev.properties, b) for b in ev.bodies)
+            continue
         out.append(ev)
         if type(ev).__name__ == "ConnectionClosed":
             break

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
-from polymq_amqp.events import Content
+from polymq_amqp.errors import ConnectionException
+from polymq_amqp.events import Content, ContentRun, NeedData
 from polymq_amqp.fastpath import _pamqp_properties, decode_properties, decode_publish
 
 from .helpers import TRAILING, beat, content, events, method, open_conn, tr, with_channel
@@ -324,3 +325,111 @@ def test_publishes_interleaved_with_other_channels_and_heartbeats() -> None:
         ("Content", 1, b"a" * 5000),
         ("Content", 2, b"b"),
     ]
+
+
+# ---- runs: publishes that repeat the one before them, given as one ContentRun -----------------
+def _run_events(data: bytes, frame_max: int = 4096) -> list[Any]:
+    conn = with_channel(with_channel(open_conn(frame_max=frame_max), 1), 2)
+    conn.receive_data(data)
+    return events(conn, runs=True)
+
+
+def _shape(evs: list[Any]) -> list[tuple[str, int, int]]:
+    """(event, channel, bodies) of each event."""
+    out = []
+    for e in evs:
+        if isinstance(e, ContentRun):
+            out.append(("run", e.channel, len(e.bodies)))
+        elif isinstance(e, Content):
+            out.append(("one", e.channel, 1))
+        else:
+            out.append((type(e).__name__, 0, 0))
+    return out
+
+
+def test_repeated_publishes_come_as_one_run_of_their_bodies() -> None:
+    props = commands.Basic.Properties(delivery_mode=1, content_type="text/plain")
+    bodies = [b"m%d" % i for i in range(50)] + [b""] + [b"last"]
+    data = b"".join(content(1, b, props, frame_max=4096) for b in bodies)
+    [run] = _run_events(data)
+    assert isinstance(run, ContentRun)
+    assert run.bodies == bodies
+    assert (run.channel, run.method.routing_key, run.properties.content_type) == (
+        1,
+        "k",
+        "text/plain",
+    )
+    # the same events as Contents when fed byte by byte (no run is ever whole) and with a
+    # partial publish after them
+    evs = tr(lambda: with_channel(open_conn(frame_max=4096)), data)
+    assert [e[5] for e in evs] == bodies
+
+
+def test_a_run_stops_at_the_first_publish_that_differs() -> None:
+    p1 = commands.Basic.Properties(delivery_mode=1)
+    p2 = commands.Basic.Properties(delivery_mode=2)
+    table = commands.Basic.Properties(headers={"a": 1})
+    parts = [
+        *(content(1, b"x", p1) for _ in range(3)),
+        content(1, b"x", p1, key="other"),  # another routing key
+        content(1, b"x", p1, key="other"),
+        content(1, b"x", p2, key="other"),  # other properties
+        content(1, b"x", p2, key="other"),
+        content(2, b"x", p2, key="other"),  # another channel
+        content(2, b"x", table, key="other"),  # a headers table: never a run
+        content(2, b"x", table, key="other"),
+        content(2, b"y" * 5000, p1, frame_max=4096),  # a body in two frames: read by
+        content(2, b"z", p1),  # take(), the run goes on with one-frame bodies
+        content(2, b"y" * 5000, p1, frame_max=4096),  # ends the run: read alone
+        beat(),
+        content(2, b"z", p1),
+    ]
+    evs = _run_events(b"".join(parts))
+    assert _shape(evs) == [
+        ("run", 1, 3),
+        ("run", 1, 2),
+        ("run", 1, 2),
+        ("one", 2, 1),
+        ("one", 2, 1),
+        ("one", 2, 1),
+        ("run", 2, 2),
+        ("one", 2, 1),
+        ("Heartbeat", 0, 0),
+        ("one", 2, 1),
+    ]
+    assert evs[6].bodies == [b"y" * 5000, b"z"]
+
+
+def test_a_run_ends_where_the_data_ends_and_goes_on_as_more_comes() -> None:
+    props = commands.Basic.Properties()
+    one = content(1, b"abc", props)
+    conn = with_channel(open_conn())
+    cut = len(one) * 3 + 10  # three whole publishes and a part of the fourth
+    data = one * 6
+    conn.receive_data(data[:cut])
+    assert _shape(events(conn, runs=True)) == [("run", 1, 3)]
+    conn.receive_data(data[cut:])
+    assert _shape(events(conn, runs=True)) == [("run", 1, 3)]
+
+
+def test_a_run_respects_the_body_limit_and_a_frame_error_is_still_found() -> None:
+    props = commands.Basic.Properties()
+    ok = content(1, b"abc", props)
+    big = content(1, b"x" * 100, props)
+    conn = with_channel(open_conn(max_body=50))
+    conn.receive_data(ok * 2 + big)
+    evs = events(conn, runs=True)
+    assert _shape(evs)[0] == ("run", 1, 2)
+    assert type(evs[-1]).__name__ == "OversizedContent"
+    # a repeated publish whose body frame lacks its end byte: the run stops before it and
+    # the codec answers it as it would without runs
+    bad = bytearray(ok)
+    bad[-1] = 0
+    conn = with_channel(open_conn())
+    conn.receive_data(ok * 2 + bytes(bad))
+    got: list[Any] = []
+    with pytest.raises(ConnectionException) as err:
+        while not isinstance(ev := conn.next_event(), NeedData):
+            got.append(ev)
+    assert _shape(got) == [("run", 1, 2)]
+    assert err.value.reply_code == 501
