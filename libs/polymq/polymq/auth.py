@@ -23,6 +23,16 @@ A topic subscription pattern is checked as text too: ``topic/news.#`` is allowed
 match the characters ``*`` and ``#`` of a subscription pattern, grant with ``*`` only where
 topic wildcards may be used.
 
+The core's key/value keys are ``kv/<key>``: ``READ`` gets a key, ``WRITE`` puts or deletes
+it, and listing the keys under a prefix needs ``READ`` on every key that could start with it
+(``authorize_prefix``: a pattern that ends in ``*`` and matches the prefix itself). So
+``kv/avro/schemas/*`` (the schema registry's schemas by id), ``kv/avro/*`` (all of the
+registry: ``subjects/``, ``versions/``, ``schemas/``), ``kv/amqp/?/prod/*`` (the AMQP topology
+records of the vhost ``prod``; ``kv/amqp/i/*`` holds the AMQP instances' heartbeats) and
+``kv/*`` (every key). A key/value pattern must name a key (not ``kv/`` alone), close every
+``[``, and not end in ``/`` without a wildcard (``kv/avro/`` would be the one key ``avro/``;
+``kv/avro/*`` is every key under it).
+
 Providers (``load_provider`` picks one from a spec string):
 
 - ``AnonymousProvider`` (spec ``None``, ``""`` or ``"anonymous"``): a development mode. No
@@ -33,7 +43,8 @@ Providers (``load_provider`` picks one from a spec string):
     {
       "users": {
         "alice": {"password_hash": "scrypt$16384$8$1$<salt b64>$<hash b64>",
-                  "grants": [{"pattern": "queue/*", "permissions": ["read", "write"]}]},
+                  "grants": [{"pattern": "queue/*", "permissions": ["read", "write"]},
+                             {"pattern": "kv/avro/schemas/*", "permissions": ["read"]}]},
         "bot": {"grants": [{"pattern": "*", "permissions": ["read", "write", "configure"]}]}
       },
       "tokens": {"<sha256 hex of the token>": {"user": "bot"}},
@@ -67,7 +78,7 @@ import secrets
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import Forbidden, Unauthorized
 from .types import Kind
@@ -91,6 +102,7 @@ __all__ = [
 ]
 
 _KINDS = {k.value for k in Kind}
+_KV = "kv"  # the key/value store's keys are kv/<key>
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P, _SALT_BYTES, _DKLEN = 2**14, 8, 1, 16, 32
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}\Z")
 _BAD_LOGIN = "invalid user name or password"
@@ -117,6 +129,16 @@ class Grant:
     def allows(self, permission: Permission, destination: str) -> bool:
         return permission in self.permissions and fnmatch.fnmatchcase(destination, self.pattern)
 
+    def allows_prefix(self, permission: Permission, prefix: str) -> bool:
+        """``permission`` on every string that starts with ``prefix``: the pattern ends in a
+        ``*`` and matches ``prefix`` itself (not ``prefix + "*"`` as text, which ``?`` and
+        ``[...]`` would match too)."""
+        return (
+            permission in self.permissions
+            and self.pattern.endswith("*")
+            and fnmatch.fnmatchcase(prefix, self.pattern)
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Principal:
@@ -128,6 +150,9 @@ class Principal:
 
     def allows(self, permission: Permission, destination: str) -> bool:
         return any(g.allows(permission, destination) for g in self.grants)
+
+    def allows_prefix(self, permission: Permission, prefix: str) -> bool:
+        return any(g.allows_prefix(permission, prefix) for g in self.grants)
 
 
 _EVERYTHING = (Grant("*", ALL_PERMISSIONS),)
@@ -153,8 +178,18 @@ class AuthProvider(abc.ABC):
     def authorize(self, principal: Principal, permission: Permission, destination: str) -> None:
         """Return if ``principal`` holds ``permission`` on ``destination``, else raise Forbidden."""
         if not principal.allows(permission, destination):
-            who = "anonymous client" if principal.anonymous else f"user {principal.name!r}"
-            raise Forbidden(f"{who} has no {permission.value} permission on {destination[:300]!r}")
+            _forbid(principal, permission, destination)
+
+    def authorize_prefix(self, principal: Principal, permission: Permission, prefix: str) -> None:
+        """Return if ``principal`` holds ``permission`` on every string that starts with
+        ``prefix`` (listing the keys ``kv/<prefix>...``), else raise Forbidden."""
+        if not principal.allows_prefix(permission, prefix):
+            _forbid(principal, permission, prefix + "*")
+
+
+def _forbid(principal: Principal, permission: Permission, destination: str) -> NoReturn:
+    who = "anonymous client" if principal.anonymous else f"user {principal.name!r}"
+    raise Forbidden(f"{who} has no {permission.value} permission on {destination[:300]!r}")
 
 
 class AnonymousProvider(AuthProvider):
@@ -328,6 +363,50 @@ def _object(v: Any, what: str, allowed: Iterable[str] | None = None) -> dict[str
     return v
 
 
+def _pattern_problem(pattern: str) -> str | None:
+    """Why a grant's pattern is refused, or None."""
+    head = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+    kind, sep, _ = head.partition("/")
+    known = kind in _KINDS or (kind == _KV and sep == "/")
+    if (sep or head == pattern) and not known:
+        return (
+            "can never match: destinations start with queue/, topic/, stream/ or channel/, "
+            "key/value keys with kv/"
+        )
+    if kind != _KV or not sep:
+        return None
+    if pattern == "kv/":
+        return "names no key: write kv/<key>, or kv/<prefix>* for every key under a prefix"
+    if _unclosed_bracket(pattern):
+        return "has a '[' without a closing ']': write '[[]' to match a '[' itself"
+    if head == pattern and pattern.endswith("/"):
+        return (
+            f"is the one key {pattern[3:]!r}, not the keys under it: write {pattern + '*'!r} "
+            f"for those (or {pattern[:-1] + '[/]'!r} for that key alone)"
+        )
+    return None
+
+
+def _unclosed_bracket(pattern: str) -> bool:
+    """True if a ``[`` starts no set (fnmatch would take it for itself), as ``fnmatch.translate``
+    reads sets: ``[!`` negates, and a ``]`` right after ``[`` or ``[!`` is a member."""
+    i, n = 0, len(pattern)
+    while i < n:
+        if pattern[i] != "[":
+            i += 1
+            continue
+        j = i + 1
+        if j < n and pattern[j] == "!":
+            j += 1
+        if j < n and pattern[j] == "]":
+            j += 1
+        end = pattern.find("]", j)
+        if end < 0:
+            return True
+        i = end + 1
+    return False
+
+
 def _parse_grants(v: Any, what: str) -> tuple[Grant, ...]:
     if not isinstance(v, list):
         raise ValueError(f"{what}: 'grants' must be a list")
@@ -337,13 +416,9 @@ def _parse_grants(v: Any, what: str) -> tuple[Grant, ...]:
         pattern, perms = g.get("pattern"), g.get("permissions")
         if not isinstance(pattern, str) or not pattern:
             raise ValueError(f"{what}, grant {i}: 'pattern' must be a non-empty string")
-        head = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
-        kind, sep, _ = head.partition("/")
-        if (sep or head == pattern) and kind not in _KINDS:
-            raise ValueError(
-                f"{what}, grant {i}: pattern {pattern!r} can never match: destinations "
-                "start with queue/, topic/, stream/ or channel/"
-            )
+        problem = _pattern_problem(pattern)
+        if problem:
+            raise ValueError(f"{what}, grant {i}: pattern {pattern!r} {problem}")
         if not isinstance(perms, list) or not perms or not all(isinstance(p, str) for p in perms):
             raise ValueError(f"{what}, grant {i}: 'permissions' must be a non-empty list")
         for p in perms:

@@ -1,8 +1,10 @@
 """The core's key/value store: ``KvGet``, ``KvPut``, ``KvDelete`` and ``KvList``.
 
 A key lives in the store of the shard that owns ``kv/<key>``; writes go through
-``Shard.commit`` and are answered once durable. Permissions apply to ``kv/<key>`` (a list
-reads every key under its prefix: READ on ``kv/<prefix>*``).
+``Shard.commit`` and are answered once durable. Permissions apply to ``kv/<key>``: READ to
+get, WRITE to put or delete. A list reads every key under its prefix: it needs READ by a grant
+that covers all of ``kv/<prefix>...`` (``AuthProvider.authorize_prefix``), such as
+``kv/<prefix>*`` or a shorter ``kv/...*``.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class KeyValue:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_KV_LIST:
             raise BadRequest(f"limit must be 1..{MAX_KV_LIST}")
         if session.principal is not None:  # listing reads every key under the prefix
-            self.broker.auth.authorize(session.principal, Permission.READ, f"kv/{prefix}*")
+            self.broker.auth.authorize_prefix(session.principal, Permission.READ, f"kv/{prefix}")
         shards = self.broker.shards
 
         async def listed() -> list[str]:

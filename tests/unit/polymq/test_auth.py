@@ -269,6 +269,138 @@ def test_malformed_file_raises_value_error_naming_file_and_problem(
     assert expected in str(e.value)
 
 
+# --- key/value grants ---------------------------------------------------------------------
+
+KV_GRANTS = {
+    # the schema registry's keys, read only (a consumer that decodes records)
+    "schemas": [{"pattern": "kv/avro/*", "permissions": ["read"]}],
+    # an AMQP frontend that serves the vhost "prod" only, and its heartbeats
+    "amqp-prod": [
+        {"pattern": "kv/amqp/?/prod/*", "permissions": ["read", "write"]},
+        {"pattern": "kv/amqp/i/*", "permissions": ["read", "write"]},
+    ],
+}
+
+
+@pytest.fixture
+def kv_provider(tmp_path: Path) -> FileProvider:
+    users = {name: {"grants": grants} for name, grants in KV_GRANTS.items()}
+    tokens = {hash_token(f"{name}-token"): {"user": name} for name in KV_GRANTS}
+    return FileProvider(write(tmp_path / "kv.json", {"users": users, "tokens": tokens}))
+
+
+async def test_kv_grants_narrow_to_the_registry_keys(kv_provider: FileProvider) -> None:
+    reader = await kv_provider.authenticate_token("schemas-token")
+    for key in ("avro/schemas/7f3a", "avro/subjects/orders", "avro/versions/orders/1"):
+        kv_provider.authorize(reader, Permission.READ, f"kv/{key}")
+    for prefix in ("avro/", "avro/subjects/", "avro/schemas/7"):
+        kv_provider.authorize_prefix(reader, Permission.READ, f"kv/{prefix}")
+    refused = [
+        (Permission.WRITE, "kv/avro/subjects/orders"),  # read only
+        (Permission.READ, "kv/amqp/x/prod/orders"),
+        (Permission.READ, "kv/avrox/schemas/1"),
+        (Permission.READ, "queue/avro"),  # kv/ grants name keys, not destinations
+    ]
+    for permission, destination in refused:
+        with pytest.raises(Forbidden, match=f"user 'schemas' has no {permission.value}"):
+            kv_provider.authorize(reader, permission, destination)
+    for prefix in ("", "av", "amqp/"):
+        with pytest.raises(Forbidden) as e:
+            kv_provider.authorize_prefix(reader, Permission.READ, f"kv/{prefix}")
+        assert f"read permission on 'kv/{prefix}*'" in str(e.value)
+
+
+async def test_kv_grants_narrow_to_one_vhost_of_amqp(kv_provider: FileProvider) -> None:
+    amqp = await kv_provider.authenticate_token("amqp-prod-token")
+    for key in (
+        "amqp/x/prod/orders",
+        "amqp/q/prod/work",
+        "amqp/b/prod/work/orders/0a1b",
+        "amqp/e/prod/orders/work/0a1b",
+        "amqp/i/host-1",
+    ):
+        for permission in (Permission.READ, Permission.WRITE):
+            kv_provider.authorize(amqp, permission, f"kv/{key}")
+    kv_provider.authorize_prefix(amqp, Permission.READ, "kv/amqp/b/prod/work/")
+    kv_provider.authorize_prefix(amqp, Permission.READ, "kv/amqp/e/prod/orders/")
+    for key in ("amqp/x/test/orders", "amqp/q/:2F/work", "amqp/q/production/work", "avro/x"):
+        with pytest.raises(Forbidden):
+            kv_provider.authorize(amqp, Permission.WRITE, f"kv/{key}")
+    for prefix in ("amqp/", "amqp/b/", "amqp/b/test/work/"):
+        with pytest.raises(Forbidden):
+            kv_provider.authorize_prefix(amqp, Permission.READ, f"kv/{prefix}")
+    with pytest.raises(Forbidden):
+        kv_provider.authorize(amqp, Permission.CONFIGURE, "kv/amqp/x/prod/orders")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "prefix", "allowed"),
+    [
+        ("*", "kv/", True),
+        ("kv/*", "kv/", True),
+        ("k*", "kv/a", True),
+        ("kv/a/*", "kv/a/", True),
+        ("kv/a/*", "kv/a/b/c", True),
+        ("kv/a*", "kv/a/", True),
+        ("kv/a/*", "kv/a", False),  # "kv/ab" starts with it too
+        ("kv/a/*", "kv/", False),
+        ("kv/a/", "kv/a/", False),  # one key, not what starts with it
+        # "?" and "[...]" match the "*" of "kv/a/*" as text, but not every key under kv/a/:
+        ("kv/a/?*", "kv/a/", False),
+        ("kv/a/?", "kv/a/", False),
+        ("kv/a/[bc]*", "kv/a/", False),
+        ("kv/a/[bc]*", "kv/a/b", True),
+        ("kv/a/[*]", "kv/a/", False),
+    ],
+)
+def test_listing_needs_a_grant_that_covers_every_key_under_the_prefix(
+    pattern: str, prefix: str, allowed: bool
+) -> None:
+    principal = auth.Principal(
+        "u", anonymous=False, grants=(auth.Grant(pattern, {Permission.READ}),)
+    )
+    assert principal.allows_prefix(Permission.READ, prefix) is allowed
+    assert not principal.allows_prefix(Permission.WRITE, prefix)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("kv/", "pattern 'kv/' names no key: write kv/<key>, or kv/<prefix>*"),
+        ("kv/avro/", "is the one key 'avro/', not the keys under it: write 'kv/avro/*'"),
+        ("kv/avro/schemas/[0-9", "has a '[' without a closing ']': write '[[]'"),
+        ("kv/a[]/*", "has a '[' without a closing ']'"),  # "]" first is a member of the set
+        ("kv/a[!]b", "has a '[' without a closing ']'"),
+        ("kv", "pattern 'kv' can never match: destinations start with queue/"),
+        ("kvs/*", "can never match"),
+        ("kv:avro/*", "can never match"),
+        ("/kv/avro/*", "can never match"),
+    ],
+)
+def test_malformed_kv_pattern_is_refused_with_a_hint(
+    tmp_path: Path, pattern: str, expected: str
+) -> None:
+    doc = {"users": {"u": {"grants": [{"pattern": pattern, "permissions": ["read"]}]}}}
+    with pytest.raises(ValueError) as e:
+        FileProvider(write(tmp_path / "kv.json", doc))
+    assert f"user 'u', grant 1: pattern {pattern!r} " in str(e.value)
+    assert expected in str(e.value)
+    assert "key/value keys with kv/" in str(e.value) or pattern.startswith("kv/")
+
+
+async def test_grant_patterns_that_loaded_before_still_load(tmp_path: Path) -> None:
+    patterns = ["*", "k*", "*/public.*", "queue/a[", "queue/", "topic/[ab]*", "?*"]
+    patterns += ["kv/*", "kv/a[/]", "kv/[[]x", "kv/a[]]b", "kv/amqp/?/:2F/*", "kv/x"]
+    doc = {"users": {"u": {"grants": [{"pattern": p, "permissions": ["read"]} for p in patterns]}}}
+    doc["tokens"] = {hash_token("t"): {"user": "u"}}
+    provider = FileProvider(write(tmp_path / "ok.json", doc))
+    u = await provider.authenticate_token("t")
+    assert [g.pattern for g in u.grants] == patterns
+    provider.authorize(u, Permission.READ, "kv/a/")  # kv/a[/]: that one key
+    provider.authorize(u, Permission.READ, "kv/[x")
+    provider.authorize(u, Permission.READ, "kv/a]b")
+
+
 def test_missing_file_is_a_value_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot read it"):
         FileProvider(tmp_path / "absent.json")
