@@ -15,8 +15,11 @@ An incompatible schema is a 409 whose problem details list the checker's reasons
 
 Schemas are given as JSON text or as JSON, and answered as JSON text (as Confluent's
 registry does). Permissions, checked as if on the core's key/value keys: reading needs READ
-and changing WRITE on ``kv/avro/subjects/<subject>``; listing subjects READ on
-``kv/avro/subjects/*``, a schema by id READ on ``kv/avro/schemas/<id>``.
+and changing WRITE on ``kv/avro/subjects/<subject>`` (listing a subject's versions reads that
+one key); a schema by id READ on ``kv/avro/schemas/<id>``. Listing the subjects, and reading
+the server's default rule, need READ on every subject, checked as the core checks a listing
+(``authorize_prefix``): a grant whose pattern ends in ``*`` and matches ``kv/avro/subjects/``
+itself, such as ``kv/avro/subjects/*``, ``kv/avro/*`` or ``*`` (not ``kv/avro/subjects/?*``).
 """
 
 from __future__ import annotations
@@ -44,9 +47,18 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def _authorized(request: web.Request, permission: Permission, key: str) -> None:
+    """Return if the request's principal holds ``permission`` on ``kv/<key>``, else Forbidden."""
     principal = await principal_of(request)
     no_query(request, frozenset())
     request.app[ACCESS].authorize(principal, permission, f"kv/{key}")
+
+
+async def _authorized_prefix(request: web.Request, permission: Permission, prefix: str) -> None:
+    """Return if the request's principal holds ``permission`` on every key ``kv/<prefix>...``,
+    else Forbidden."""
+    principal = await principal_of(request)
+    no_query(request, frozenset())
+    request.app[ACCESS].authorize_prefix(principal, permission, f"kv/{prefix}")
 
 
 def _subject(request: web.Request) -> str:
@@ -81,7 +93,7 @@ async def register(request: web.Request) -> web.Response:
 
 
 async def list_subjects(request: web.Request) -> web.Response:
-    await _authorized(request, Permission.READ, SUBJECTS + "*")
+    await _authorized_prefix(request, Permission.READ, SUBJECTS)
     return web.json_response(await request.app[REGISTRY].subjects())
 
 
@@ -133,7 +145,7 @@ def _rule(data: Any) -> Compatibility:
 async def get_config(request: web.Request) -> web.Response:
     registry = request.app[REGISTRY]
     if "subject" not in request.match_info:
-        await _authorized(request, Permission.READ, SUBJECTS + "*")
+        await _authorized_prefix(request, Permission.READ, SUBJECTS)
         return web.json_response({"compatibility": registry.default.value})
     subject = _subject(request)
     await _authorized(request, Permission.READ, SUBJECTS + subject)

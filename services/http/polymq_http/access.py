@@ -47,3 +47,8 @@ class Access:
     def authorize(self, principal: Principal, permission: Permission, destination: str) -> None:
         """Return if allowed, else raise Forbidden."""
         self.provider.authorize(principal, permission, destination)
+
+    def authorize_prefix(self, principal: Principal, permission: Permission, prefix: str) -> None:
+        """Return if allowed on every string that starts with ``prefix`` (listing the keys
+        ``kv/<prefix>...``: ``AuthProvider.authorize_prefix``), else raise Forbidden."""
+        self.provider.authorize_prefix(principal, permission, prefix)

@@ -105,9 +105,9 @@ class Avro(WebApi):
             assert r.status_code == 200, r.text
             assert r.json()["settled"] == len(receipts[i : i + 1000])
 
-    def declare(self, dest: str) -> None:
+    def declare(self, dest: str, **options: Any) -> None:
         assert self.http is not None
-        r = requests.put(f"{self.http}/v1/{dest}", json={}, timeout=TIMEOUT)
+        r = requests.put(f"{self.http}/v1/{dest}", json=options, timeout=TIMEOUT)
         assert r.status_code == 200, r.text
 
     def stats(self, dest: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The service around the API: health and readiness, metrics, the OpenAPI document, a core
-that is away, logins and permissions, and a graceful stop that answers waiting reads."""
+that is away, logins and permissions (listing subjects included), and a graceful stop that
+answers waiting reads."""
 
 from __future__ import annotations
 
@@ -101,6 +102,7 @@ def test_sigterm_answers_a_waiting_read_and_exits_0(tmp_path: Path) -> None:
 
 # ---- logins and permissions ----------------------------------------------------------------
 WRITER, READER, ADMIN = "writer-pw", "reader-pw", "admin-pw"
+REGISTRY_READER, ODD_READER = "registry-reader-pw", "odd-reader-pw"
 
 
 def basic(user: str, password: str) -> dict[str, str]:
@@ -127,6 +129,14 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]
                     "admin": {
                         "password_hash": hash_password(ADMIN),
                         "grants": [{"pattern": "*", "permissions": ["read", "write", "configure"]}],
+                    },
+                    "registry-reader": {
+                        "password_hash": hash_password(REGISTRY_READER),
+                        "grants": [{"pattern": "kv/avro/*", "permissions": ["read"]}],
+                    },
+                    "odd-reader": {  # every subject one by one, yet not "every key under"
+                        "password_hash": hash_password(ODD_READER),
+                        "grants": [{"pattern": "kv/avro/subjects/?*", "permissions": ["read"]}],
                     },
                 }
             }
@@ -178,3 +188,34 @@ def test_logins_and_permissions(secured: PolymqProcess) -> None:
     r = requests.post(f"{base}/v1/ack", json={"receipts": receipts},
                       headers=basic("reader", READER), timeout=10)  # fmt: skip
     assert r.status_code == 200 and r.json() == {"settled": 3, "missing": []}
+
+
+def test_listing_subjects_needs_read_on_every_subject(secured: PolymqProcess) -> None:
+    """As the core checks a key/value listing: a grant ending in '*' that matches the prefix
+    kv/avro/subjects/ itself. kv/avro/subjects/?* reads each subject, but lists none."""
+    base = secured.url("avro")
+    subject = unique("listed")
+    schema = {"schema": {"type": "record", "name": "L", "fields": []}}
+
+    def get(path: str, user: str, password: str) -> requests.Response:
+        return requests.get(base + path, headers=basic(user, password), timeout=10)
+
+    r = requests.post(f"{base}/v1/schemas/subjects/{subject}/versions", json=schema,
+                      headers=basic("admin", ADMIN), timeout=10)  # fmt: skip
+    assert r.status_code == 200, r.text
+    # the odd grant reads the subject itself (so the 403s below are about listing) ...
+    r = get(f"/v1/schemas/subjects/{subject}/versions", "odd-reader", ODD_READER)
+    assert r.status_code == 200 and r.json() == [1], r.text
+    assert get(f"/v1/schemas/subjects/{subject}/versions/1", "odd-reader", ODD_READER).ok
+    # ... but not the list of subjects, nor the server's default rule
+    body = assert_problem(get("/v1/schemas/subjects", "odd-reader", ODD_READER), 403)
+    assert "kv/avro/subjects/*" in body["detail"], body
+    assert_problem(get("/v1/schemas/config", "odd-reader", ODD_READER), 403)
+    # kv/avro/* and * list them
+    for user, password in (("registry-reader", REGISTRY_READER), ("admin", ADMIN)):
+        r = get("/v1/schemas/subjects", user, password)
+        assert r.status_code == 200 and subject in r.json(), (user, r.text)
+        r = get("/v1/schemas/config", user, password)
+        assert r.status_code == 200 and "compatibility" in r.json(), (user, r.text)
+    # grants on queues alone list no subjects
+    assert_problem(get("/v1/schemas/subjects", "reader", READER), 403)
