@@ -433,3 +433,23 @@ def test_a_run_respects_the_body_limit_and_a_frame_error_is_still_found() -> Non
             got.append(ev)
     assert _shape(got) == [("run", 1, 2)]
     assert err.value.reply_code == 501
+
+
+def test_an_empty_headers_table_is_decoded_without_pamqp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aio-pika sends ``headers={}`` and a new message id with every publish."""
+    props = commands.Basic.Properties(headers={}, message_id="a1b2", delivery_mode=1)
+    payload = _HEAD.pack(60, 0, 32) + props.marshal()
+    expected = _pamqp_properties(payload)
+    import polymq_amqp.fastpath as fastpath
+
+    def refuse(_: bytes) -> Any:
+        raise AssertionError("went to pamqp")
+
+    monkeypatch.setattr(fastpath, "_pamqp_properties", refuse)
+    got = decode_properties(payload)
+    _same(got, expected)
+    assert got.headers == {} and got.marshal() == props.marshal()
+    with pytest.raises(AssertionError):  # a table with something in it goes to pamqp
+        decode_properties(
+            _HEAD.pack(60, 0, 1) + commands.Basic.Properties(headers={"a": 1}).marshal()
+        )
