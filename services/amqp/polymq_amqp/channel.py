@@ -34,6 +34,8 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Callable
+from itertools import groupby
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
 from pamqp import base, commands
@@ -57,6 +59,8 @@ if TYPE_CHECKING:
     from .session import Session
 
 __all__ = ["Channel", "Pending"]
+
+_CONSUMER: Final[Callable[[Pending], Consumer | None]] = attrgetter("consumer")
 
 
 class Channel:
@@ -90,6 +94,12 @@ class Channel:
     def next_tag(self) -> int:
         self._tags += 1
         return self._tags
+
+    def next_tags(self, n: int) -> int:
+        """The first of ``n`` delivery tags in a row."""
+        first = self._tags + 1
+        self._tags += n
+        return first
 
     # ---- dispatch --------------------------------------------------------------------------
     def handle(self, method: base.Frame) -> None:
@@ -194,14 +204,13 @@ class Channel:
     def apply(self, pending: list[Pending], action: str) -> None:
         receipts: list[str] = []
         touched: set[Consumer] = set()
-        for p in pending:
-            consumer = p.consumer
+        for consumer, run in groupby(pending, _CONSUMER):  # runs of one consumer, in order
             if consumer is None:
-                if p.receipt is not None:
-                    receipts.append(p.receipt)
+                receipts += [p.receipt for p in run if p.receipt is not None]
                 continue
-            self.consumer_unacked -= 1
-            consumer.settle(p.tag, action)
+            tags = [p.tag for p in run]
+            self.consumer_unacked -= len(tags)
+            consumer.settle_many(tags, action)
             touched.add(consumer)
         if receipts:
             self.settle_leases(receipts, action)

@@ -604,6 +604,14 @@ class AmqpConnection:
             parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, len(chunk)), chunk, b"\xce")
         return b"".join(parts)
 
+    def send_delivers(self, channel: int, frames: list[bytes]) -> bytes:
+        """The frames of basic.deliver methods with their content on ``channel`` (made by
+        ``deliver.py``, byte for byte those of :meth:`send_deliver`), joined; the same
+        LocalProtocolError as :meth:`send_deliver` if the channel is not open."""
+        if self.state is not State.OPEN or self.channels.get(channel) is not State.CHANNEL_OPEN:
+            raise LocalProtocolError(f"content on channel {channel}, which is not open")
+        return b"".join(frames)
+
     @staticmethod
     def send_heartbeat() -> bytes:
         return _HEARTBEAT_FRAME

@@ -34,9 +34,11 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Final
 
-from pamqp import commands, constants
+from pamqp import commands
 
 from polymq.auth import Permission
 from polymq.client import Subscription
@@ -44,9 +46,9 @@ from polymq.corelink import CoreLink
 from polymq.errors import ConnectionClosed, PolymqError, Unavailable
 from polymq.types import Message
 
+from .deliver import DeliverFrames, shown_route
 from .errors import ACCESS_REFUSED, NOT_ALLOWED, ChannelException, ConnectionException
-from .names import VhostNames
-from .properties import delivery_properties, route_of
+from .properties import delivery_properties
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -56,7 +58,6 @@ __all__ = ["Consumer", "Consumers", "Pending"]
 log = logging.getLogger(__name__)
 
 _BIG_BUFFER: Final = 1 << 40  # core buffer of window-bounded subscriptions: never reached
-_EXCHANGE_RE: Final = constants.DOMAIN_REGEX["exchange-name"]
 
 
 class Consumer:
@@ -70,6 +71,7 @@ class Consumer:
         "core",
         "core_queue",
         "exclusive",
+        "frames",
         "no_ack",
         "outstanding",
         "queue",
@@ -98,6 +100,7 @@ class Consumer:
         self.closed = False  # released: its core subscription is (being) unsubscribed
         self.cancelled = False  # basic.cancel: no more deliveries, draining what is out
         self.outstanding = 0  # delivered and not yet acknowledged
+        self.frames = DeliverFrames(channel.number, tag, channel.names)
 
     @property
     def live(self) -> bool:
@@ -122,16 +125,21 @@ class Consumer:
                 self.channel.session.fail(exc, 0)
 
     # ---- acknowledgements -----------------------------------------------------------------
-    def settle(self, core_tag: int, action: str) -> None:
-        self.outstanding -= 1
+    def settle_many(self, core_tags: list[int], action: str) -> None:
+        """Ack (``"ack"``), requeue or reject each of ``core_tags`` at the core, in order."""
+        self.outstanding -= len(core_tags)
         core = self.core
         if core is None or core.closed:
             return  # its queue was deleted, or the link broke: nothing left to settle
         if action == "ack":
-            core.ack(core_tag)
+            ack = core.ack
+            for tag in core_tags:
+                ack(tag)
         else:
-            with contextlib.suppress(PolymqError):
-                core.nack(core_tag, requeue=action == "requeue")
+            requeue = action == "requeue"
+            for tag in core_tags:
+                with contextlib.suppress(PolymqError):
+                    core.nack(tag, requeue=requeue)
 
     def written(self, core_tag: int) -> None:
         """A no-ack delivery left for the socket: the core may forget it."""
@@ -165,42 +173,53 @@ class Consumers:
 
     # ---- deliveries ----------------------------------------------------------------------
     def deliver(self, consumer: Consumer, tags: list[int], messages: list[Message]) -> None:
+        """Deliver ``messages`` (core ``tags``) in one write; those past the channel's global
+        prefetch window wait in ``held``."""
         ch = self.channel
         if not self.session.open:
             return
-        limit = ch.global_prefetch
-        held = ch.held
-        for tag, message in zip(tags, messages, strict=True):
-            if not consumer.no_ack and (held or (limit and ch.consumer_unacked >= limit)):
-                held.append((consumer, tag, message))
-                continue
-            self.deliver_one(consumer, tag, message)
+        n = len(messages)
+        if len(tags) != n:
+            raise ValueError(f"{len(tags)} delivery tags for {n} messages")
+        if not n:
+            return
+        room = n
+        if not consumer.no_ack:
+            limit = ch.global_prefetch
+            if ch.held:
+                room = 0
+            elif limit:
+                room = min(n, max(0, limit - ch.consumer_unacked))
+        if room == n:
+            self._send(consumer, tags, messages)
+            return
+        if room and not self._send(consumer, tags[:room], messages[:room]):
+            return  # not sent (the channel is closing): nor would the rest be
+        ch.held.extend(zip(repeat(consumer), tags[room:], messages[room:]))
 
     def deliver_one(self, consumer: Consumer, core_tag: int, message: Message) -> None:
+        self._send(consumer, (core_tag,), (message,))
+
+    def _send(
+        self, consumer: Consumer, core_tags: Sequence[int], messages: Sequence[Message]
+    ) -> bool:
         ch = self.channel
         session = self.session
-        names = ch.names
-        dtag = ch.next_tag()
-        exchange, routing_key = _shown_route(message, names)
-        props = delivery_properties(message, names)
-        if not session.send_deliver(
-            ch.number,
-            consumer.tag,
-            dtag,
-            message.delivery_count > 1,
-            exchange,
-            routing_key,
-            props,
-            message.body,
-        ):
-            return
+        n = len(messages)
+        first = ch.next_tags(n)
+        frames: list[bytes] = []
+        consumer.frames.frames(frames, first, messages, session.codec.frame_max)
+        if not session.send_delivers(ch.number, frames, n):
+            return False
         if consumer.no_ack:
-            session.ack_after_write(consumer, core_tag)
+            session.ack_after_write(consumer, core_tags[-1])
         else:
-            ch.unacked[dtag] = Pending(consumer, core_tag, None)
-            ch.consumer_unacked += 1
-            consumer.outstanding += 1
-        session.metrics.delivered_consume.inc()
+            pending = map(Pending, repeat(consumer), core_tags, repeat(None))
+            ch.unacked.update(zip(range(first, first + n), pending, strict=True))
+            ch.consumer_unacked += n
+            consumer.outstanding += n
+        session.metrics.delivered_consume.inc(n)
+        return True
 
     def ended(self, consumer: Consumer, error: BaseException) -> None:
         """The core ended a subscription: its queue was deleted, or the link broke."""
@@ -382,7 +401,7 @@ class Consumers:
         if ch.closed:
             return
         dtag = ch.next_tag()
-        exchange, routing_key = _shown_route(message, ch.names)
+        exchange, routing_key = shown_route(message, ch.names)
         ok = commands.Basic.GetOk(
             dtag, message.delivery_count > 1, exchange, routing_key, message_count=count
         )
@@ -393,17 +412,6 @@ class Consumers:
             ch.unacked[dtag] = Pending(None, 0, lease.receipt)
         session.send_content(ch.number, ok, props, message.body)
         session.metrics.delivered_get.inc()
-
-
-def _shown_route(message: Message, names: VhostNames) -> tuple[str, str]:
-    """The exchange and routing key a delivery shows, as AMQP short strings can carry them
-    (headers written by another protocol may name anything)."""
-    exchange, routing_key = route_of(message, names)
-    if len(exchange) > 127 or not _EXCHANGE_RE.fullmatch(exchange):
-        exchange = ""
-    if len(routing_key.encode("utf-8", "surrogatepass")) > 255:
-        routing_key = routing_key.encode("utf-8", "surrogatepass")[:255].decode("utf-8", "ignore")
-    return exchange, routing_key
 
 
 async def _unsubscribe(core: Subscription) -> None:

@@ -366,29 +366,17 @@ class Session:
         self._write(data)
         return True
 
-    def send_deliver(
-        self,
-        channel: int,
-        consumer_tag: str,
-        delivery_tag: int,
-        redelivered: bool,
-        exchange: str,
-        routing_key: str,
-        properties: bytes,
-        body: bytes,
-    ) -> bool:
-        """basic.deliver (see :meth:`AmqpConnection.send_deliver`); False if not sent."""
+    def send_delivers(self, channel: int, frames: list[bytes], count: int) -> bool:
+        """``count`` basic.deliver (made by ``deliver.py``, see
+        :meth:`AmqpConnection.send_delivers`) in one write; False if not sent."""
         if self._lost:
             return False
         try:
-            data = self.codec.send_deliver(
-                channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key,
-                properties, body,
-            )  # fmt: skip
+            data = self.codec.send_delivers(channel, frames)
         except LocalProtocolError as exc:
             log.debug("amqp %s: not sending basic.deliver: %s", self, exc)
             return False
-        self._delivered_out += 1
+        self._delivered_out += count
         self._write(data)
         return True
 

@@ -265,6 +265,8 @@ class Queue:
         idle = 0
         rr = self._rr
         delivered = 0
+        pop = self._pop
+        deliver = self._deliver
         while self.count and idle < n:
             if rr >= n:
                 rr = 0
@@ -273,10 +275,10 @@ class Queue:
             if not sub.has_credit():
                 idle += 1
                 continue
-            msg = self._pop(now)
+            msg = pop(now)
             if msg is None:
                 break
-            self._deliver(sub, msg, now)
+            deliver(sub, msg, now)
             delivered += 1
             idle = 0
             n = len(consumers)  # a delivery may cut a slow consumer off: it left the list
@@ -292,13 +294,18 @@ class Queue:
             self.shard.settled(self, msg)
             sub.deliver(msg, msg.seq)
             return
+        seq = msg.seq
         timeout = msg.ack_timeout or sub.options.ack_timeout or self.options.ack_timeout
-        did = self.shard.new_delivery_id()
-        deadline = now + timeout if timeout else None
-        self.inflight[msg.seq] = Delivery(msg, sub, did, deadline)
-        sub.deliver(msg, msg.seq)
-        if deadline is not None:
-            self.shard.schedule(deadline, self, msg.seq, did)
+        shard = self.shard
+        did = shard.new_delivery_id()
+        if timeout:
+            deadline = now + timeout
+            self.inflight[seq] = Delivery(msg, sub, did, deadline)
+            sub.deliver(msg, seq)
+            shard.schedule(deadline, self, seq, did)
+        else:
+            self.inflight[seq] = Delivery(msg, sub, did, None)
+            sub.deliver(msg, seq)
 
     def unsent(self, sub: Subscription, msg: Message) -> None:
         """An auto-ack delivery never left the core (its consumer was cut): take it back."""
@@ -308,12 +315,25 @@ class Queue:
 
     def settle(self, sub: Subscription, keys: list[Any], action: str) -> None:
         """Ack (``'ack'``), requeue (``'requeue'``) or dead-letter (``'reject'``) deliveries."""
-        for seq in keys:
-            d = self.inflight.get(seq)
-            if d is None or d.sub is not sub:
-                continue
-            del self.inflight[seq]
-            self._settle_one(d.message, action)
+        inflight = self.inflight
+        if action == "ack":  # the common case, in one loop
+            settled = self.shard.settled
+            acked = 0
+            for seq in keys:
+                d = inflight.get(seq)
+                if d is None or d.sub is not sub:
+                    continue
+                del inflight[seq]
+                acked += 1
+                settled(self, d.message)
+            self.acked += acked
+        else:
+            for seq in keys:
+                d = inflight.get(seq)
+                if d is None or d.sub is not sub:
+                    continue
+                del inflight[seq]
+                self._settle_one(d.message, action)
         self.pump()
 
     def _settle_one(self, msg: Message, action: str) -> None:

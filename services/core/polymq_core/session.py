@@ -273,7 +273,7 @@ class Session(asyncio.Protocol):
             o = sub.options
             if len(b.tags) > o.buffer_messages or b.nbytes > o.buffer_bytes:
                 self._slow(sub, b)
-        else:
+        elif not self._flush_scheduled:
             self._schedule_flush()
 
     def _slow(self, sub: Subscription, b: _Backlog) -> None:

@@ -76,9 +76,10 @@ class Subscription:
         tag = self.next_tag
         self.next_tag = tag + 1
         if not self.auto:
-            if self.inflight is _NONE_UNACKED:
-                self.inflight = {}
-            self.inflight[tag] = key
+            inflight = self.inflight
+            if inflight is _NONE_UNACKED:
+                inflight = self.inflight = {}
+            inflight[tag] = key
         self.session.push_delivery(self, tag, message, key)
         return tag
 

@@ -137,6 +137,10 @@ def delivered(ch: Channel, n: int) -> tuple[Any, FakeCore]:
             else:
                 core.nack(tag, requeue=action == "requeue")
 
+        def settle_many(self, tags: list[int], action: str) -> None:
+            for tag in tags:
+                self.settle(tag, action)
+
     consumer = Consumer()
     for i in range(n):
         tag = ch.next_tag()

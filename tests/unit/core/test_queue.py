@@ -1,0 +1,144 @@
+"""Tests for polymq_core.queue and polymq_core.subscription without sockets: round robin
+within the prefetch windows, acks and nacks by sequence, ack timeouts, against stand-ins for
+the shard and the session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from polymq.types import AckMode, DeclareOptions, Message, SubscribeOptions
+from polymq_core.queue import Queue
+from polymq_core.subscription import Subscription
+
+
+class _Sensors:
+    def __init__(self) -> None:
+        self.delivered = 0
+        self.redelivered: list[str] = []
+
+    def on_deliver(self, n: int) -> None:
+        self.delivered += n
+
+    def on_redeliver(self, reason: str, n: int) -> None:
+        self.redelivered += [reason] * n
+
+    def on_discard(self, reason: str, n: int) -> None:
+        pass
+
+
+class FakeShard:
+    def __init__(self) -> None:
+        self.sensors = _Sensors()
+        self.settled_seqs: list[int] = []
+        self.discarded: list[tuple[int, str]] = []
+        self.timers: list[tuple[float, int, int]] = []
+        self._did = 0
+
+    def settled(self, queue: Queue, msg: Message) -> None:
+        self.settled_seqs.append(msg.seq)
+
+    def discard(self, queue: Queue, msg: Message, reason: str) -> None:
+        self.discarded.append((msg.seq, reason))
+
+    def new_delivery_id(self) -> int:
+        self._did += 1
+        return self._did
+
+    def schedule(self, deadline: float, box: Queue, seq: int, did: int) -> None:
+        self.timers.append((deadline, seq, did))
+
+
+class FakeSession:
+    """What a core session does with deliveries: here, keeps them."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[int, int, int]] = []  # (sid, tag, seq)
+
+    def accepts(self, sub: Subscription) -> bool:
+        return True
+
+    def push_delivery(self, sub: Subscription, tag: int, msg: Message, key: Any) -> None:
+        self.got.append((sub.sid, tag, msg.seq))
+
+
+def queue(**options: Any) -> tuple[Queue, FakeShard]:
+    shard = FakeShard()
+    return Queue(shard, "queue/q", DeclareOptions(**options)), shard  # type: ignore[arg-type]
+
+
+def fill(q: Queue, n: int) -> None:
+    for _ in range(n):
+        m = Message(body=b"x")
+        m.seq = q.next_seq()
+        q.put(m)
+    q.pump()  # as the shard does after a publish
+
+
+def subscribe(q: Queue, session: FakeSession, sid: int, **options: Any) -> Subscription:
+    options.setdefault("ack_mode", AckMode.CLIENT_INDIVIDUAL)
+    sub = Subscription(session, sid, "queue/q", SubscribeOptions(**options), q)  # type: ignore[arg-type]
+    q.attach(sub)
+    return sub
+
+
+def test_round_robin_within_each_window() -> None:
+    q, _ = queue()
+    session = FakeSession()
+    a = subscribe(q, session, 1, prefetch=2)
+    b = subscribe(q, session, 2, prefetch=3)
+    fill(q, 7)
+    assert session.got == [(1, 1, 1), (2, 1, 2), (1, 2, 3), (2, 2, 4), (2, 3, 5)]
+    assert q.count == 2 and len(q.inflight) == 5 and q.delivered == 5
+    assert a.inflight == {1: 1, 2: 3} and b.inflight == {1: 2, 2: 4, 3: 5}
+
+
+def test_acks_settle_what_the_subscription_holds_and_refill_its_window() -> None:
+    q, shard = queue()
+    session = FakeSession()
+    a = subscribe(q, session, 1, prefetch=3)
+    b = subscribe(q, session, 2, prefetch=1)
+    fill(q, 6)
+    assert [seq for sid, _, seq in session.got if sid == 1] == [1, 3, 4]
+    q.settle(a, [*a.take([1, 3], False), 2], "ack")  # seq 2 is b's: not a's to settle
+    assert shard.settled_seqs == [1, 4] and q.acked == 2
+    assert 2 in q.inflight and 1 not in q.inflight and 4 not in q.inflight
+    assert session.got[-2:] == [(1, 4, 5), (1, 5, 6)]  # the room made goes to a
+    q.settle(a, [1, 4], "ack")  # already settled: nothing
+    assert q.acked == 2 and shard.settled_seqs == [1, 4]
+    assert b.inflight == {1: 2}
+
+
+def test_nacks_requeue_in_order_or_dead_letter() -> None:
+    q, shard = queue()
+    session = FakeSession()
+    a = subscribe(q, session, 1, prefetch=3)
+    fill(q, 4)
+    q.settle(a, a.take([2, 1], False), "requeue")
+    assert shard.sensors.redelivered == ["nack", "nack"]
+    assert [seq for _, _, seq in session.got] == [1, 2, 3, 1, 2]  # back first, in order
+    q.settle(a, a.take([5], False), "reject")
+    assert shard.discarded == [(2, "rejected")] and q.acked == 0
+    assert [seq for _, _, seq in session.got][-1] == 4
+
+
+def test_an_ack_timeout_is_scheduled_only_when_there_is_one() -> None:
+    q, shard = queue()
+    session = FakeSession()
+    subscribe(q, session, 1, prefetch=10)
+    fill(q, 2)
+    assert shard.timers == [] and all(d.deadline is None for d in q.inflight.values())
+    q2, shard2 = queue(ack_timeout=30.0)
+    subscribe(q2, FakeSession(), 1, prefetch=10)
+    fill(q2, 2)
+    assert [seq for _, seq, _ in shard2.timers] == [1, 2]
+    assert [d.deadline for d in q2.inflight.values()] == [t for t, _, _ in shard2.timers]
+    q2.expire_delivery(1, shard2.timers[0][2])
+    assert shard2.sensors.redelivered == ["ack-timeout"] and 1 in q2.inflight  # again
+
+
+def test_auto_ack_deliveries_are_settled_as_they_go() -> None:
+    q, shard = queue()
+    session = FakeSession()
+    subscribe(q, session, 1, ack_mode=AckMode.AUTO, prefetch=0)
+    fill(q, 3)
+    assert shard.settled_seqs == [1, 2, 3] and not q.inflight
