@@ -21,9 +21,21 @@ Equivalent work on both brokers: 32-byte transient messages (``delivery_mode`` 1
 the default exchange into a non-durable queue ``polymq.bench.amqp`` that is purged before
 every run and deleted at the end.
 
+Both brokers are up for the whole scenario, and each cell is measured against one and at
+once against the other (which goes first alternates), ``rounds`` times (3; 1 with
+``--quick``): the two measurements of a pair are seconds apart, so a slow spell of the
+machine falls on both. A cell's ratio is the median of its rounds' ratios (paired measurements);
+its figures for a broker are the median of its rounds (msg/s, and the CPU-seconds per
+million of the same measurement). Here the speed of the machine
+drifts by a third within minutes (RabbitMQ's pamqp publish: 65k, 85k, 75k msg/s in three
+runs), and aio-pika cells, bound by the client's CPU against either broker, move by ±15%
+from one measurement to the next: one measurement each, minutes apart, made their ratio a
+coin toss.
+
 The entry's ``value`` is the geometric mean over the cells of polymq's msg/s / RabbitMQ's
-(``x RabbitMQ``); ``cells`` lists each client and workload with both figures, the ratio and
-both brokers' CPU-seconds per million messages; ``details`` holds every measurement in full.
+(``x RabbitMQ``); ``cells`` lists each client and workload with both figures, the ratio, the
+ratio of each round, and both brokers' CPU-seconds per million messages; ``details`` holds
+every measurement in full (``details.<broker>.rounds``).
 ``--set amqp.clients='["pamqp"]'`` and ``--set amqp.workloads='["publish"]'`` narrow it.
 """
 
@@ -32,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import statistics
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -127,44 +140,57 @@ def _measure(t: AmqpTarget, w: Worker, workload: str, p: dict[str, Any]) -> dict
     return out
 
 
-def _side(
+class _Side:
+    """One broker (open for the whole scenario) and its client workers, one process per
+    client (made again after a cell fails)."""
+
+    def __init__(self, ctx: Context, target: AmqpTarget, pool: Any) -> None:
+        self.ctx = ctx
+        self.target = target
+        self.pool = pool
+        self.live: dict[str, Worker] = {}
+        self.rounds: list[dict[str, Any]] = []  # each round's cells
+
+    def measure(self, client: str, workload: str) -> dict[str, Any]:
+        ctx, t = self.ctx, self.target
+        p = _params(ctx, client)
+        try:
+            w = self.live.get(client)
+            if w is None:
+                w = ctx.spawn(self.pool, f"bench.amqp_load:{CLIENTS[client]}_worker", t.endpoint)
+                w.expect("ready", 60)
+                self.live[client] = w
+            _housekeep(t.endpoint, "purge")
+            return {"status": "ok", **_measure(t, w, workload, p)}
+        except Exception as exc:
+            dead = self.live.pop(client, None)
+            if dead is not None:
+                dead.close()
+            return {
+                "status": "failed",
+                "error": f"{type(exc).__name__}: {exc}".strip()[:2000],
+                "traceback": traceback.format_exc(limit=6),
+            }
+
+    def close(self) -> None:
+        for w in self.live.values():
+            with contextlib.suppress(Exception):
+                w.send(stop=True)
+                w.wait_result(15)
+        _housekeep(self.target.endpoint, "delete")
+
+
+def _open(
+    stack: contextlib.ExitStack,
     ctx: Context,
     opener: Callable[[], contextlib.AbstractContextManager[AmqpTarget]],
-    cells: list[tuple[str, str]],
-) -> dict[str, Any]:
-    """Every cell against one broker (started once), one worker process per client (made
-    again after a cell fails)."""
+) -> _Side | dict[str, Any]:
+    """A broker's side, or why there is none (skipped / failed)."""
     try:
-        with opener() as t, workers() as pool:
-            results: dict[str, Any] = {"status": "ok", "broker": t.facts, "cells": {}}
-            live: dict[str, Worker] = {}
-            for client, workload in cells:
-                p = _params(ctx, client)
-                key = f"{client}/{workload}"
-                try:
-                    w = live.get(client)
-                    if w is None:
-                        w = ctx.spawn(pool, f"bench.amqp_load:{CLIENTS[client]}_worker", t.endpoint)
-                        w.expect("ready", 60)
-                        live[client] = w
-                    _housekeep(t.endpoint, "purge")
-                    m = _measure(t, w, workload, p)
-                    results["cells"][key] = {"status": "ok", **m}
-                except Exception as exc:
-                    dead = live.pop(client, None)
-                    if dead is not None:
-                        dead.close()
-                    results["cells"][key] = {
-                        "status": "failed",
-                        "error": f"{type(exc).__name__}: {exc}".strip()[:2000],
-                        "traceback": traceback.format_exc(limit=6),
-                    }
-            for w in live.values():
-                with contextlib.suppress(Exception):
-                    w.send(stop=True)
-                    w.wait_result(15)
-            _housekeep(t.endpoint, "delete")
-            return results
+        t = stack.enter_context(opener())
+        side = _Side(ctx, t, stack.enter_context(workers()))
+        stack.callback(side.close)
+        return side
     except Skipped as exc:
         return {"status": "skipped", "reason": str(exc)}
     except Unavailable as exc:
@@ -177,10 +203,64 @@ def _side(
         }
 
 
+def _measure_all(
+    ctx: Context, cells: list[tuple[str, str]], rounds: int
+) -> dict[str, dict[str, Any]]:
+    """Both brokers open at once; each cell measured against one and then at once against
+    the other (the first broker alternating from round to round), ``rounds`` times: the two
+    measurements of a pair are seconds apart, so a slow spell of the machine falls on both."""
+    with contextlib.ExitStack() as stack:
+        sides: dict[str, _Side | dict[str, Any]] = {
+            "rabbitmq": _open(stack, ctx, lambda: rabbitmq_target(ctx)),
+            "polymq": _open(stack, ctx, lambda: polymq_target(ctx)),
+        }
+        open_sides = {name: s for name, s in sides.items() if isinstance(s, _Side)}
+        order = list(open_sides)
+        for r in range(rounds):
+            for side in open_sides.values():
+                side.rounds.append({})
+            for client, workload in cells:
+                for name in order if r % 2 == 0 else order[::-1]:
+                    side = open_sides[name]
+                    side.rounds[-1][f"{client}/{workload}"] = side.measure(client, workload)
+        out: dict[str, dict[str, Any]] = {}
+        for name, s in sides.items():
+            if isinstance(s, _Side):
+                out[name] = _combined(
+                    [{"status": "ok", "broker": s.target.facts, "cells": c} for c in s.rounds]
+                )
+            else:
+                out[name] = s
+        return out
+
+
 def _cell(side: dict[str, Any], key: str) -> dict[str, Any]:
     if side.get("status") != "ok":
         return {"status": side.get("status"), "why": side.get("reason") or side.get("error")}
     return dict(side["cells"].get(key, {"status": "missing"}))
+
+
+def _combined(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One broker's rounds as one side: each cell is the measurement with the median msg/s
+    of the rounds that measured it (the lower middle one of an even count), with every
+    round's msg/s beside it."""
+    ok = [r for r in rounds if r.get("status") == "ok"]
+    if not ok:
+        return rounds[-1]
+    keys = {k for r in ok for k in r["cells"]}
+    cells: dict[str, Any] = {}
+    for key in sorted(keys):
+        runs = [r["cells"][key] for r in ok if key in r["cells"]]
+        good = sorted((c for c in runs if c.get("status") == "ok"), key=lambda c: c["value"])
+        if not good:
+            cells[key] = runs[-1]
+            continue
+        median = dict(good[(len(good) - 1) // 2])
+        median["rounds_msg_per_s"] = [
+            round(c["value"], 1) if c.get("status") == "ok" else None for c in runs
+        ]
+        cells[key] = median
+    return {**ok[-1], "cells": cells, "rounds": rounds}
 
 
 def run_amqp(ctx: Context) -> Result:
@@ -191,10 +271,10 @@ def run_amqp(ctx: Context) -> Result:
     if unknown:
         raise BenchError(f"unknown client(s)/workload(s): {unknown}")
     cells = [(c, w) for c in clients for w in workloads]
-    sides = {
-        "rabbitmq": _side(ctx, lambda: rabbitmq_target(ctx), cells),
-        "polymq": _side(ctx, lambda: polymq_target(ctx), cells),
-    }
+    rounds = int(ctx.option("rounds", 1 if ctx.quick else 3))
+    if rounds < 1:
+        raise BenchError("amqp.rounds must be at least 1")
+    sides = _measure_all(ctx, cells, rounds)
     table: list[dict[str, Any]] = []
     ratios: list[float] = []
     errors: list[str] = []
@@ -220,19 +300,29 @@ def run_amqp(ctx: Context) -> Result:
                 else {"status": c.get("status"), "why": c.get("why") or c.get("error")}
             )
         if pm.get("status") == "ok" and rb.get("status") == "ok":
-            row["ratio_to_rabbitmq"] = round(pm["value"] / rb["value"], 3)
+            both = zip(
+                pm.get("rounds_msg_per_s") or [], rb.get("rounds_msg_per_s") or [], strict=False
+            )
+            paired = [a / b for a, b in both if a and b]
+            # the median of the rounds' ratios (each of two measurements seconds apart);
+            # with one round, the ratio of the two measurements
+            ratio = statistics.median(paired) if paired else pm["value"] / rb["value"]
+            row["ratio_to_rabbitmq"] = round(ratio, 3)
+            row["ratio_each_round"] = [round(r, 3) for r in paired]
             if rb["cpu_seconds_per_million"]:
                 row["cpu_ratio_to_rabbitmq"] = round(
                     pm["cpu_seconds_per_million"] / rb["cpu_seconds_per_million"], 3
                 )
-            ratios.append(pm["value"] / rb["value"])
+            ratios.append(ratio)
         table.append(row)
     value = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
     notes = [
         "AMQP 0-9-1, polymq vs RabbitMQ: publish (no confirms), publish with confirms, "
         "consume with acks; 32-byte transient messages, default exchange, one non-durable "
         f"queue; clients {', '.join(clients)}, each in its own process on the load CPU(s). "
-        "value = geometric mean over the cells of polymq msg/s / RabbitMQ msg/s."
+        "value = geometric mean over the cells of polymq msg/s / RabbitMQ msg/s, each cell's "
+        f"ratio the median over {rounds} round(s) of a pair of measurements seconds apart; "
+        "msg/s and CPU-s/M: each broker's median."
     ]
     for row in table:
         pm, rb = row["polymq"], row["rabbitmq"]
@@ -240,18 +330,29 @@ def run_amqp(ctx: Context) -> Result:
             notes.append(
                 f"{row['client']} {row['workload']}: polymq {pm['msg_per_s']:,.0f} vs RabbitMQ "
                 f"{rb['msg_per_s']:,.0f} msg/s (x{row['ratio_to_rabbitmq']}), CPU-s/M "
-                f"{pm['cpu_seconds_per_million']:.1f} vs {rb['cpu_seconds_per_million']:.1f}."
+                f"{pm['cpu_seconds_per_million']:.1f} vs {rb['cpu_seconds_per_million']:.1f}"
+                + (
+                    f" (rounds x{', x'.join(str(r) for r in row['ratio_each_round'])})."
+                    if row.get("ratio_each_round")
+                    else "."
+                )
             )
     if sides["rabbitmq"]["status"] == "skipped":
         notes.append(f"RabbitMQ skipped: {sides['rabbitmq']['reason']}")
     rb_cpu = sum(
         c.get("broker_cpu_seconds", 0.0)
-        for c in sides["rabbitmq"].get("cells", {}).values()
+        for r in sides["rabbitmq"].get("rounds", [])
+        for c in r.get("cells", {}).values()
         if c.get("status") == "ok"
     )
     return Result(
         value=value,
-        params={**_params(ctx, "pamqp"), "clients": clients, "workloads": workloads},
+        params={
+            **_params(ctx, "pamqp"),
+            "clients": clients,
+            "workloads": workloads,
+            "rounds": rounds,
+        },
         notes=" ".join(notes),
         details=sides,
         verdict=True,
