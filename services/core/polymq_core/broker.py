@@ -78,6 +78,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_KNOWN_DESTINATIONS = 1024  # destinations kept per session (parsed and authorized)
+
 
 class Broker:
     def __init__(self, settings: CoreSettings, sensors: Sensors, auth: AuthProvider) -> None:
@@ -197,7 +199,13 @@ class Broker:
         self, session: Session, text: Any, perm: Permission, *, pattern: bool = False
     ) -> Destination:
         """The destination ``text`` names (a topic pattern if ``pattern``), once ``session``
-        may use it with ``perm``."""
+        may use it with ``perm``. Kept per session (its principal does not change): a
+        frontend names the same few destinations request after request."""
+        key = (text, perm, pattern) if type(text) is str else None
+        if key is not None:
+            known = session.destinations.get(key)
+            if known is not None:
+                return known
         dest = Destination.parse(text, pattern=pattern)
         if dest.is_pattern:
             try:
@@ -206,6 +214,10 @@ class Broker:
                 raise BadRequest(str(exc)) from None
         if session.principal is not None:
             self.auth.authorize(session.principal, perm, str(dest))
+        if key is not None:
+            if len(session.destinations) >= _KNOWN_DESTINATIONS:
+                session.destinations.clear()
+            session.destinations[key] = dest
         return dest
 
     def box_key(self, dest: Destination, role: Any) -> str:

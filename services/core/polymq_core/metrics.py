@@ -10,6 +10,7 @@ are in the admin API's stats instead.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -31,6 +32,7 @@ class Sensors:
             ["protocol", "kind"],
             registry=registry,
         )
+        self._published: dict[tuple[str, str], Any] = {}
         self.duplicate_batches = Counter(
             "polymq_duplicate_batches",
             "Publishes of a batch id already published within its window (nothing published)",
@@ -123,7 +125,10 @@ class Sensors:
         self.bindings.set_function(count)
 
     def on_publish(self, protocol: str, kind: str, n: int) -> None:
-        self.published.labels(protocol, kind).inc(n)
+        child = self._published.get((protocol, kind))
+        if child is None:  # (protocols and kinds are few: the children are kept)
+            child = self._published[protocol, kind] = self.published.labels(protocol, kind)
+        child.inc(n)
 
     def on_duplicate_batch(self, protocol: str) -> None:
         self.duplicate_batches.labels(protocol).inc()

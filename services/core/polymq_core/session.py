@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from polymq.codec import NEED_DATA, Connection, Role
 from polymq.errors import PolymqError, RemoteProtocolError, RequestError, Unavailable
 from polymq.events import Cancelled, Deliver, Event, Fail, Goodbye, Hello, Ok, Pulled, Welcome
-from polymq.types import Message, SlowPolicy
+from polymq.types import Destination, Message, SlowPolicy
 
 from .metrics import protocol_label
 from .subscription import Subscription
@@ -84,6 +84,8 @@ class Session(asyncio.Protocol):
         self.name = "?"
         self.protocol = "native"
         self.principal: Principal | None = None
+        # destinations named in requests, parsed and authorized (see Broker.destination)
+        self.destinations: dict[tuple[str, Any, bool], Destination] = {}
         self.subs: dict[int, Subscription] = {}
         self._replies: list[Event] = []
         self._backlog: dict[Subscription, _Backlog] = {}
@@ -174,6 +176,7 @@ class Session(asyncio.Protocol):
             self.close(code, str(exc))
             return
         self.principal = task.result()
+        self.destinations.clear()  # (none is known before: requests wait for the hello)
         self.broker.sensors.on_connection(self.protocol, 1)
         self.reply(Welcome(1, self.broker.server_name, self.name, self.broker.settings.limits()))
         self._process()
