@@ -42,6 +42,7 @@ import contextlib
 import dataclasses
 import errno
 import gc
+import importlib
 import json
 import logging
 import os
@@ -51,7 +52,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -133,39 +134,41 @@ def _frontend_changes(
     return changes
 
 
-def _http_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
-    from polymq_http.config import HttpSettings
-
-    base = from_env(HttpSettings)
-    return dataclasses.replace(base, **_frontend_changes(args, core, base, ("http",)))
-
-
-def _stomp_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
-    from polymq_stomp.config import StompSettings
-
-    base = from_env(StompSettings)
-    return dataclasses.replace(base, **_frontend_changes(args, core, base, ("stomp", "stomp_ws")))
-
-
-def _longpoll_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
-    from polymq_longpoll.config import LongpollSettings
-
-    base = from_env(LongpollSettings)
-    return dataclasses.replace(base, **_frontend_changes(args, core, base, ("longpoll",)))
+# The frontends, in the order `polymq run` starts them: the command, its settings and service
+# classes ("module:class", imported when used), the ports its flags set, and the listener
+# that serves https:// with TLS (the AMQP frontend names its TLS port apart: amqp_tls).
+_FRONTENDS: Final = (
+    ("http", "polymq_http.config:HttpSettings", "polymq_http.service:HttpService",
+     ("http",), "http"),
+    ("stomp", "polymq_stomp.config:StompSettings", "polymq_stomp.service:StompService",
+     ("stomp", "stomp_ws"), "stomp_ws"),
+    ("longpoll", "polymq_longpoll.config:LongpollSettings",
+     "polymq_longpoll.service:LongpollService", ("longpoll",), "longpoll"),
+    ("avro", "polymq_avro.config:AvroSettings", "polymq_avro.service:AvroService",
+     ("avro",), "avro"),
+    ("amqp", "polymq_amqp.config:AmqpSettings", "polymq_amqp.service:AmqpService",
+     ("amqp", "amqp_admin", "amqp_tls"), None),
+)  # fmt: skip
 
 
-def _avro_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
-    from polymq_avro.config import AvroSettings
-
-    base = from_env(AvroSettings)
-    return dataclasses.replace(base, **_frontend_changes(args, core, base, ("avro",)))
+def _load(ref: str) -> Any:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-def _amqp_settings(args: argparse.Namespace, core: tuple[str, int] | None) -> Any:
-    from polymq_amqp.config import AmqpSettings
-
-    base = from_env(AmqpSettings)
-    changes = _frontend_changes(args, core, base, ("amqp", "amqp_admin", "amqp_tls"))
+def _frontend_settings(
+    args: argparse.Namespace,
+    core: tuple[str, int] | None,
+    settings_ref: str,
+    ports: Sequence[str],
+    token: str | None,
+) -> Any:
+    """A frontend's settings: the environment's, changed by the flags (and, in `polymq
+    run`, the one-off token its in-process core gave it)."""
+    base = from_env(_load(settings_ref))
+    changes = _frontend_changes(args, core, base, ports)
+    if token is not None:
+        changes["core_token"] = token
     return dataclasses.replace(base, **changes)
 
 
@@ -213,59 +216,17 @@ async def _serve(args: argparse.Namespace) -> int:
             core_addr = (settings.host, ports["core"])
             if args.command == "run" and settings.auth in ("", "anonymous"):
                 log.warning("%s (set --auth file:users.json to require logins)", auth.describe())
-        if args.command in ("run", "http"):
-            from polymq_http.service import HttpService
-
-            http_settings = _http_settings(args, core_addr)
-            if service_token is not None:
-                http_settings = dataclasses.replace(http_settings, core_token=service_token)
-            http = HttpService(http_settings, registry)
-            services.append(http)
-            ports.update(await http.start())
-            if http.ssl_context is not None:
-                secure.add("http")
-        if args.command in ("run", "stomp"):
-            from polymq_stomp.service import StompService
-
-            stomp_settings = _stomp_settings(args, core_addr)
-            if service_token is not None:
-                stomp_settings = dataclasses.replace(stomp_settings, core_token=service_token)
-            stomp = StompService(stomp_settings, registry)
-            services.append(stomp)
-            ports.update(await stomp.start())
-            if stomp_settings.tls:
-                secure.add("stomp_ws")
-        if args.command in ("run", "longpoll"):
-            from polymq_longpoll.service import LongpollService
-
-            longpoll_settings = _longpoll_settings(args, core_addr)
-            if service_token is not None:
-                longpoll_settings = dataclasses.replace(longpoll_settings, core_token=service_token)
-            longpoll = LongpollService(longpoll_settings, registry)
-            services.append(longpoll)
-            ports.update(await longpoll.start())
-            if longpoll.ssl_context is not None:
-                secure.add("longpoll")
-        if args.command in ("run", "avro"):
-            from polymq_avro.service import AvroService
-
-            avro_settings = _avro_settings(args, core_addr)
-            if service_token is not None:
-                avro_settings = dataclasses.replace(avro_settings, core_token=service_token)
-            avro = AvroService(avro_settings, registry)
-            services.append(avro)
-            ports.update(await avro.start())
-            if avro.ssl_context is not None:
-                secure.add("avro")
-        if args.command in ("run", "amqp"):
-            from polymq_amqp.service import AmqpService
-
-            amqp_settings = _amqp_settings(args, core_addr)
-            if service_token is not None:
-                amqp_settings = dataclasses.replace(amqp_settings, core_token=service_token)
-            amqp = AmqpService(amqp_settings, registry)
-            services.append(amqp)
-            ports.update(await amqp.start())
+        for command, settings_ref, service_ref, port_names, secure_port in _FRONTENDS:
+            if args.command not in ("run", command):
+                continue
+            fe_settings = _frontend_settings(
+                args, core_addr, settings_ref, port_names, service_token
+            )
+            service = _load(service_ref)(fe_settings, registry)
+            services.append(service)
+            ports.update(await service.start())
+            if secure_port is not None and fe_settings.tls_cert:
+                secure.add(secure_port)
         _tune_gc()
         if args.ports_file:
             _write_ports(args.ports_file, ports)
