@@ -137,6 +137,10 @@ def _frontend_changes(
 # The frontends, in the order `polymq run` starts them: the command, its settings and service
 # classes ("module:class", imported when used), the ports its flags set, and the listener
 # that serves https:// with TLS (the AMQP frontend names its TLS port apart: amqp_tls).
+# seconds a service may take to stop: a frontend; the core (it answers what it read for up to
+# 10 s, then flushes its stores)
+_STOP_TIMEOUT: Final = 12.0
+_CORE_STOP_TIMEOUT: Final = 60.0
 _FRONTENDS: Final = (
     ("http", "polymq_http.config:HttpSettings", "polymq_http.service:HttpService",
      ("http",), "http"),
@@ -251,10 +255,32 @@ async def _serve(args: argparse.Namespace) -> int:
     finally:
         for svc in reversed(services):
             try:
-                await svc.stop()
+                limit = _CORE_STOP_TIMEOUT if isinstance(svc, CoreService) else _STOP_TIMEOUT
+                await asyncio.wait_for(svc.stop(), limit)
+            except TimeoutError:
+                log.error(
+                    "%s did not stop within %.0f s; going on without it. Tasks:\n%s",
+                    type(svc).__name__,
+                    limit,
+                    _task_dump(),
+                )
             except Exception:
                 log.exception("error while stopping %s", type(svc).__name__)
     return 0
+
+
+def _task_dump() -> str:
+    """Where each task of the loop waits (a line of its innermost frame each)."""
+    lines = []
+    for task in asyncio.all_tasks():
+        frames = task.get_stack(limit=None)
+        where = (
+            f"{frames[-1].f_code.co_filename}:{frames[-1].f_lineno} {frames[-1].f_code.co_name}"
+            if frames
+            else "(not started)"
+        )
+        lines.append(f"  {task.get_name()}: {task.get_coro()!r} at {where}")
+    return "\n".join(sorted(lines)[:200])
 
 
 def _parser() -> argparse.ArgumentParser:
