@@ -21,7 +21,10 @@ AMQP property               polymq message
 ``expiration``              ``expires`` (now + the milliseconds), and ``amqp-expiration``
 ``content_encoding``        header ``content-encoding``
 ``message_id``              header ``amqp-message-id`` (the core's own id is another)
-``timestamp``               header ``amqp-timestamp`` (unix seconds); absent: the core's time
+``timestamp``               header ``amqp-timestamp`` (unix seconds); absent: none for a
+                            message published over AMQP (as RabbitMQ: the publisher's
+                            properties, nothing added), the core's time for one from
+                            another protocol
 ``type``                    header ``amqp-type``
 ``user_id``                 header ``amqp-user-id``
 ``app_id``                  header ``amqp-app-id``
@@ -331,7 +334,7 @@ def delivery_properties(message: Message, names: VhostNames) -> bytes:
         flags |= 0x0080
         parts.append(_shortstr(mid))
     ts = _int(mapped.get("timestamp"))
-    if ts is None and message.timestamp:
+    if ts is None and message.timestamp and H_EXCHANGE not in h:  # from another protocol
         ts = int(message.timestamp)
     if ts is not None:
         flags |= 0x0040

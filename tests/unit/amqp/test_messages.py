@@ -275,3 +275,20 @@ def test_template_bad_expiration_raises_as_from_publish() -> None:
     template = PublishTemplate()
     with pytest.raises(ChannelException):
         template.message(commands.Basic.Properties(expiration="soon"), b"", "", "q", NAMES)
+
+
+def test_a_timestamp_is_the_publisher_s_over_amqp_and_the_core_s_from_elsewhere() -> None:
+    """As RabbitMQ: a message published over AMQP is delivered with the properties its
+    publisher set, and no timestamp is added; one from STOMP or HTTP shows the core's time."""
+    message = from_publish(commands.Basic.Properties(delivery_mode=1), b"x", "", "k", NAMES)
+    message.timestamp = 1_700_000_123.5  # as the core sets it
+    assert decoded(delivery_properties(message, NAMES)).timestamp is None
+    stamped = commands.Basic.Properties(
+        timestamp=datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
+    )
+    message = from_publish(stamped, b"x", "", "k", NAMES)
+    message.timestamp = 1_700_000_123.5
+    assert decoded(delivery_properties(message, NAMES)).timestamp == stamped.timestamp
+    other = Message(b"x", destination="queue/k", timestamp=1_700_000_123.5)
+    got = decoded(delivery_properties(other, NAMES)).timestamp
+    assert got == datetime.datetime.fromtimestamp(1_700_000_123, tz=datetime.UTC)
