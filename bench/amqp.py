@@ -22,7 +22,7 @@ the default exchange into a non-durable queue ``polymq.bench.amqp`` that is purg
 every run and deleted at the end.
 
 Both brokers are up for the whole scenario, and each cell is measured against one and at
-once against the other (which goes first alternates), ``rounds`` times (3; 1 with
+once against the other (which goes first alternates), ``rounds`` times (5; 1 with
 ``--quick``): the two measurements of a pair are seconds apart, so a slow spell of the
 machine falls on both. A cell's ratio is the median of its rounds' ratios (paired measurements);
 its figures for a broker are the median of its rounds (msg/s, and the CPU-seconds per
@@ -271,7 +271,7 @@ def run_amqp(ctx: Context) -> Result:
     if unknown:
         raise BenchError(f"unknown client(s)/workload(s): {unknown}")
     cells = [(c, w) for c in clients for w in workloads]
-    rounds = int(ctx.option("rounds", 1 if ctx.quick else 3))
+    rounds = int(ctx.option("rounds", 1 if ctx.quick else 5))
     if rounds < 1:
         raise BenchError("amqp.rounds must be at least 1")
     sides = _measure_all(ctx, cells, rounds)
