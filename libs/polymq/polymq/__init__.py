@@ -4,8 +4,9 @@ The public API is what ``__all__`` lists (checked by ``tests/unit/polymq/test_ex
 the primitive API's types, the exception tree, and the asyncio client of the core.
 The wire codec (``polymq.codec``, ``polymq.events``), settings (``polymq.config``),
 authentication (``polymq.auth``), Avro records (``polymq.avro``, ``polymq.avroview``), the
-frontends' reconnecting core link (``polymq.corelink``) and the shared base of the aiohttp
-frontends (``polymq.web``) are imported from their modules.
+frontends' reconnecting core link (``polymq.corelink``), the shared base of the aiohttp
+frontends (``polymq.web``) and the TCP adapter of the STOMP and AMQP sessions
+(``polymq.transport``) are imported from their modules.
 """
 
 from __future__ import annotations

@@ -28,13 +28,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from polymq import Client
 from polymq.auth import AuthProvider, load_provider
 from polymq.corelink import CoreLink
+from polymq.transport import TcpTransport
 
 from .config import AmqpSettings
 from .hub import Hub
 from .metrics import AmqpMetrics
 from .session import Session
 from .topology import Topology
-from .transports import TcpTransport
 
 __all__ = ["AmqpService", "build_app"]
 

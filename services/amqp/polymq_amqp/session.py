@@ -39,6 +39,7 @@ from polymq.auth import Permission, Principal
 from polymq.client import Client
 from polymq.corelink import CoreLink
 from polymq.errors import PolymqError
+from polymq.transport import Transport
 
 from . import handshake
 from .codec import AmqpConnection
@@ -71,7 +72,6 @@ from .names import VhostNames
 from .publisher import Outbox
 from .states import State, method_name
 from .topology import Topology
-from .transports import Transport
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -148,7 +148,7 @@ class Session:
     def open(self) -> bool:
         return not self.closing and self.codec.state is State.OPEN
 
-    # ==== transport events (transports.Endpoint) ============================================
+    # ==== transport events (polymq.transport.Endpoint) ============================================
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
         self._in_bytes += len(data)

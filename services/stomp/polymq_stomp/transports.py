@@ -9,7 +9,8 @@ then closes (a peer that does not read within :data:`LINGER` seconds is cut off)
 closes at once. The session is an :class:`Endpoint`: the adapter calls it with what
 arrives, an end of stream, the socket draining again, and the connection's end (once).
 
-- :class:`TcpTransport` is an :class:`asyncio.Protocol` (plain or TLS);
+- :class:`TcpTransport` is an :class:`asyncio.Protocol` (plain or TLS), the one of
+  :mod:`polymq.transport`, shared with the AMQP frontend;
 - :func:`serve_websocket` runs one aiohttp WebSocket: a reader loop that feeds the session
   every message's payload (text or binary, any number of frames per message) and one writer
   task that drains a queue of outgoing chunks, each sent as a text message when it is UTF-8
@@ -27,6 +28,16 @@ from typing import Protocol
 
 from aiohttp import WSMsgType, web
 
+from polymq.transport import (
+    HIGH_WATER,
+    LINGER,
+    LOW_WATER,
+    Endpoint,
+    TcpTransport,
+    peer_name,
+)
+from polymq.transport import Transport as BaseTransport
+
 __all__ = [
     "LINGER",
     "SUBPROTOCOLS",
@@ -40,130 +51,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-LINGER = 5.0  # seconds a closing connection has to take what we wrote
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")  # best first
-_HIGH_WATER = 256 * 1024  # bytes the socket layer may hold before writable turns False
-_LOW_WATER = 64 * 1024
 
 
-class Transport(Protocol):
+class Transport(BaseTransport, Protocol):
+    """:class:`polymq.transport.Transport`, and the kind of connection it is."""
+
     kind: str  # "tcp" or "ws": the metrics' transport label
-    peer: str
-
-    @property
-    def writable(self) -> bool: ...
-    def write(self, data: bytes) -> None: ...
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
-    def close(self) -> None: ...
-    def abort(self) -> None: ...
-
-
-class Endpoint(Protocol):
-    def data_received(self, data: bytes) -> None: ...
-    def eof_received(self) -> None: ...
-    def resume_writing(self) -> None: ...
-    def connection_lost(self) -> None: ...
-
-
-def _peer(info: object) -> str:
-    if isinstance(info, tuple) and len(info) >= 2:
-        return f"{info[0]}:{info[1]}"
-    return str(info)
-
-
-class TcpTransport(asyncio.Protocol):
-    """STOMP over TCP (or TLS): the asyncio protocol and the session's transport in one."""
-
-    kind = "tcp"
-
-    def __init__(self, make_endpoint: Callable[[TcpTransport], Endpoint]) -> None:
-        self._make_endpoint = make_endpoint
-        self._transport: asyncio.Transport | None = None
-        self._endpoint: Endpoint | None = None
-        self._writable = True
-        self._closing = False
-        self._peer_eof = False
-        self._linger: asyncio.TimerHandle | None = None
-        self.peer = "?"
-
-    # ---- asyncio.Protocol --------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
-        self._transport.set_write_buffer_limits(high=_HIGH_WATER, low=_LOW_WATER)  # type: ignore[union-attr]
-        self.peer = _peer(transport.get_extra_info("peername"))
-        self._endpoint = self._make_endpoint(self)
-
-    def data_received(self, data: bytes) -> None:
-        if self._endpoint is not None and not self._closing:
-            self._endpoint.data_received(data)
-
-    def eof_received(self) -> bool:
-        self._peer_eof = True
-        if self._closing:
-            return False  # the lingering close is over: the peer read our last words
-        if self._endpoint is not None:
-            self._endpoint.eof_received()
-        # keep the socket open to send what is still owed; the session closes it
-        return not self._closing
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._linger is not None:
-            self._linger.cancel()
-            self._linger = None
-        endpoint, self._endpoint = self._endpoint, None
-        if endpoint is not None:
-            endpoint.connection_lost()
-
-    def pause_writing(self) -> None:
-        self._writable = False
-
-    def resume_writing(self) -> None:
-        self._writable = True
-        if self._endpoint is not None:
-            self._endpoint.resume_writing()
-
-    # ---- Transport -----------------------------------------------------------------------
-    @property
-    def writable(self) -> bool:
-        return self._writable
-
-    def write(self, data: bytes) -> None:
-        t = self._transport
-        if t is not None and not t.is_closing():
-            t.write(data)
-
-    def pause_reading(self) -> None:
-        t = self._transport
-        if t is not None and not t.is_closing():
-            t.pause_reading()
-
-    def resume_reading(self) -> None:
-        t = self._transport
-        if t is not None and not t.is_closing():
-            t.resume_reading()
-
-    def close(self) -> None:
-        """A lingering close: send what is buffered and a FIN, then read (and drop) what the
-        peer still sends until it closes too, or LINGER passes. Closing at once with unread
-        input would make the kernel answer with a reset, and a reset can destroy an ERROR
-        frame the peer has not read yet."""
-        t = self._transport
-        if t is None or t.is_closing() or self._closing:
-            return
-        self._closing = True
-        loop = asyncio.get_running_loop()
-        if t.can_write_eof() and not self._peer_eof:
-            t.write_eof()  # after what is buffered
-            t.resume_reading()
-            self._linger = loop.call_later(LINGER, t.abort)
-        else:  # TLS (close_notify), or the peer is done sending: close after the buffer
-            t.close()
-            self._linger = loop.call_later(LINGER, t.abort)
-
-    def abort(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
 
 
 class WsTransport:
@@ -174,7 +68,7 @@ class WsTransport:
     def __init__(self, ws: web.WebSocketResponse, request: web.Request) -> None:
         self.ws = ws
         self.request = request
-        self.peer = _peer(
+        self.peer = peer_name(
             request.transport.get_extra_info("peername") if request.transport else "?"
         )
         self._queue: deque[bytes] = deque()
@@ -195,7 +89,7 @@ class WsTransport:
             return
         self._queue.append(data)
         self._queued += len(data)
-        if self._queued > _HIGH_WATER:
+        if self._queued > HIGH_WATER:
             self._writable = False
         self._wake.set()
 
@@ -236,7 +130,7 @@ class WsTransport:
                         except UnicodeDecodeError:
                             pass
                     await ws.send_frame(data, WSMsgType.TEXT if text else WSMsgType.BINARY)
-                    if not self._writable and self._queued < _LOW_WATER:
+                    if not self._writable and self._queued < LOW_WATER:
                         self._writable = True
                         if self.endpoint is not None:
                             self.endpoint.resume_writing()

@@ -1,4 +1,5 @@
-"""The TCP (and TLS) adapter between asyncio and a session (as amqtt's ``adapters.py``).
+"""The TCP (and TLS) adapter between asyncio and a frontend's session, shared by the STOMP
+and AMQP frontends (as amqtt's ``adapters.py``; STOMP adds a WebSocket one beside it).
 
 A session sees a :class:`Transport`: ``write`` hands bytes on at once (never blocks),
 ``writable`` turns False while the socket does not drain (the session then keeps its output
@@ -15,11 +16,19 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["LINGER", "Endpoint", "TcpTransport", "Transport"]
+__all__ = [
+    "HIGH_WATER",
+    "LINGER",
+    "LOW_WATER",
+    "Endpoint",
+    "TcpTransport",
+    "Transport",
+    "peer_name",
+]
 
 LINGER = 5.0  # seconds a closing connection has to take what we wrote
-_HIGH_WATER = 256 * 1024  # bytes the socket layer may hold before writable turns False
-_LOW_WATER = 64 * 1024
+HIGH_WATER = 256 * 1024  # bytes the socket layer may hold before writable turns False
+LOW_WATER = 64 * 1024
 
 
 class Transport(Protocol):
@@ -41,14 +50,17 @@ class Endpoint(Protocol):
     def connection_lost(self) -> None: ...
 
 
-def _peer(info: object) -> str:
+def peer_name(info: object) -> str:
+    """``host:port`` of a socket address (what ``get_extra_info("peername")`` gives)."""
     if isinstance(info, tuple) and len(info) >= 2:
         return f"{info[0]}:{info[1]}"
     return str(info)
 
 
 class TcpTransport(asyncio.Protocol):
-    """AMQP over TCP (or TLS): the asyncio protocol and the session's transport in one."""
+    """A session over TCP (or TLS): the asyncio protocol and the session's transport in one."""
+
+    kind = "tcp"  # the metrics' transport label
 
     def __init__(self, make_endpoint: Callable[[TcpTransport], Endpoint]) -> None:
         self._make_endpoint = make_endpoint
@@ -63,8 +75,8 @@ class TcpTransport(asyncio.Protocol):
     # ---- asyncio.Protocol --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
-        self._transport.set_write_buffer_limits(high=_HIGH_WATER, low=_LOW_WATER)  # type: ignore[union-attr]
-        self.peer = _peer(transport.get_extra_info("peername"))
+        self._transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)  # type: ignore[union-attr]
+        self.peer = peer_name(transport.get_extra_info("peername"))
         self._endpoint = self._make_endpoint(self)
 
     def data_received(self, data: bytes) -> None:
@@ -77,7 +89,8 @@ class TcpTransport(asyncio.Protocol):
             return False  # the lingering close is over: the peer read our last words
         if self._endpoint is not None:
             self._endpoint.eof_received()
-        return not self._closing  # keep the socket open to send what is owed
+        # keep the socket open to send what is still owed; the session closes it
+        return not self._closing
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._linger is not None:
@@ -117,17 +130,18 @@ class TcpTransport(asyncio.Protocol):
 
     def close(self) -> None:
         """A lingering close: send what is buffered and a FIN, then read (and drop) what the
-        peer still sends until it closes too, or LINGER passes, so that a reset cannot
-        destroy a connection.close the peer has not read yet."""
+        peer still sends until it closes too, or LINGER passes. Closing at once with unread
+        input would make the kernel answer with a reset, and a reset can destroy the last
+        words (a STOMP ERROR frame, an AMQP connection.close) the peer has not read yet."""
         t = self._transport
         if t is None or t.is_closing() or self._closing:
             return
         self._closing = True
         loop = asyncio.get_running_loop()
         if t.can_write_eof() and not self._peer_eof:
-            t.write_eof()
+            t.write_eof()  # after what is buffered
             t.resume_reading()
-        else:
+        else:  # TLS (close_notify), or the peer is done sending: close after the buffer
             t.close()
         self._linger = loop.call_later(LINGER, t.abort)
 
