@@ -23,7 +23,9 @@ import contextlib
 import logging
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+
+from polymq.web import PROMETHEUS, healthz, metrics_endpoint
 
 from .bridge_config import BridgeConfig, BridgeSettings, OutboundLink
 from .bridge_inbound import InboundRunner
@@ -37,16 +39,6 @@ __all__ = ["BridgeService", "build_app"]
 log = logging.getLogger(__name__)
 
 BRIDGE: web.AppKey[BridgeService] = web.AppKey("bridge")
-REGISTRY = web.AppKey("registry", CollectorRegistry)
-
-
-async def metrics_endpoint(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[REGISTRY])
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -63,7 +55,7 @@ async def links(request: web.Request) -> web.Response:
 def build_app(bridge: BridgeService, registry: CollectorRegistry) -> web.Application:
     app = web.Application()
     app[BRIDGE] = bridge
-    app[REGISTRY] = registry
+    app[PROMETHEUS] = registry
     app.router.add_get("/metrics", metrics_endpoint)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -23,12 +23,13 @@ import socket
 import ssl
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from polymq import Client
 from polymq.auth import AuthProvider, load_provider
 from polymq.corelink import CoreLink
 from polymq.transport import TcpTransport
+from polymq.web import PROMETHEUS, healthz, metrics_endpoint
 
 from .config import AmqpSettings
 from .hub import Hub
@@ -41,17 +42,7 @@ __all__ = ["AmqpService", "build_app"]
 log = logging.getLogger(__name__)
 
 HUB = web.AppKey("hub", Hub)
-REGISTRY = web.AppKey("registry", CollectorRegistry)
 _SHUTDOWN_GRACE = 5.0  # seconds connections get to answer what they read before the close
-
-
-async def metrics_endpoint(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[REGISTRY])
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -70,7 +61,7 @@ async def readyz(request: web.Request) -> web.Response:
 def build_app(hub: Hub, registry: CollectorRegistry) -> web.Application:
     app = web.Application()
     app[HUB] = hub
-    app[REGISTRY] = registry
+    app[PROMETHEUS] = registry
     app.router.add_get("/metrics", metrics_endpoint)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -22,11 +22,12 @@ import socket
 import ssl
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from polymq import Client
 from polymq.auth import AuthProvider, load_provider
 from polymq.corelink import CoreLink
+from polymq.web import PROMETHEUS, healthz, metrics_endpoint
 
 from . import page
 from .config import StompSettings
@@ -39,18 +40,8 @@ __all__ = ["StompService", "build_app"]
 log = logging.getLogger(__name__)
 
 HUB = web.AppKey("hub", Hub)
-REGISTRY = web.AppKey("registry", CollectorRegistry)
 _WS_MESSAGE_FLOOR = 16 * 1024 * 1024  # bytes of one WebSocket message, at least
 _SHUTDOWN_GRACE = 5.0  # seconds sessions get to answer what they read before the ERROR
-
-
-async def metrics_endpoint(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[REGISTRY])
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -85,7 +76,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
 def build_app(hub: Hub, registry: CollectorRegistry) -> web.Application:
     app = web.Application()
     app[HUB] = hub
-    app[REGISTRY] = registry
+    app[PROMETHEUS] = registry
     page.add_routes(app, hub.settings.stomp_stompjs)
     app.router.add_get("/ws", websocket)
     app.router.add_get("/metrics", metrics_endpoint)
