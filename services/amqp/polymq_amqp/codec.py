@@ -93,8 +93,6 @@ _INDEX: Final = struct.Struct(">I")
 _HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 _BASIC: Final = 60
 _PUBLISH_INDEX: Final = 0x003C0028
-_U64: Final = struct.Struct(">Q")
-_DELIVER_ID: Final = b"\x00\x3c\x00\x3c"  # basic.deliver
 _PUBLISH_ID: Final = b"\x00\x3c\x00\x28"  # basic.publish
 _MAX_RUN: Final = 4096  # publishes in one ContentRun at most
 
@@ -534,80 +532,10 @@ class AmqpConnection:
             parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, len(chunk)), chunk, b"\xce")
         return b"".join(parts)
 
-    def send_deliver(
-        self,
-        channel: int,
-        consumer_tag: str,
-        delivery_tag: int,
-        redelivered: bool,
-        exchange: str,
-        routing_key: str,
-        properties: bytes,
-        body: bytes,
-    ) -> bytes:
-        """basic.deliver with its content, as :meth:`send_content` of a pamqp
-        ``Basic.Deliver`` would make it (byte for byte), without building that object."""
-        if self.state is not State.OPEN or self.channels.get(channel) is not State.CHANNEL_OPEN:
-            raise LocalProtocolError(f"content on channel {channel}, which is not open")
-        ctag = consumer_tag.encode("utf-8")
-        ex = exchange.encode("utf-8")
-        rk = routing_key.encode("utf-8")
-        payload = b"".join(
-            (
-                _DELIVER_ID,
-                bytes((len(ctag),)),
-                ctag,
-                _U64.pack(delivery_tag),
-                b"\x01" if redelivered else b"\x00",
-                bytes((len(ex),)),
-                ex,
-                bytes((len(rk),)),
-                rk,
-            )
-        )
-        size = len(body)
-        head = _CONTENT_HEAD.pack(_BASIC, 0, size) + properties
-        if size <= self.frame_max - 8:
-            return b"".join(
-                (
-                    _FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)),
-                    payload,
-                    b"\xce",
-                    _FRAME_HEAD.pack(FRAME_HEADER, channel, len(head)),
-                    head,
-                    b"\xce",
-                    _FRAME_HEAD.pack(FRAME_BODY, channel, size),
-                    body,
-                    b"\xce",
-                )
-                if size
-                else (
-                    _FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)),
-                    payload,
-                    b"\xce",
-                    _FRAME_HEAD.pack(FRAME_HEADER, channel, len(head)),
-                    head,
-                    b"\xce",
-                )
-            )
-        parts = [
-            _FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)),
-            payload,
-            b"\xce",
-            _FRAME_HEAD.pack(FRAME_HEADER, channel, len(head)),
-            head,
-            b"\xce",
-        ]
-        step = self.frame_max - 8
-        for i in range(0, size, step):
-            chunk = body[i : i + step]
-            parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, len(chunk)), chunk, b"\xce")
-        return b"".join(parts)
-
     def send_delivers(self, channel: int, frames: list[bytes]) -> bytes:
         """The frames of basic.deliver methods with their content on ``channel`` (made by
-        ``deliver.py``, byte for byte those of :meth:`send_deliver`), joined; the same
-        LocalProtocolError as :meth:`send_deliver` if the channel is not open."""
+        ``deliver.py``, byte for byte those of :meth:`send_content` with a pamqp
+        ``Basic.Deliver``), joined; LocalProtocolError if the channel is not open."""
         if self.state is not State.OPEN or self.channels.get(channel) is not State.CHANNEL_OPEN:
             raise LocalProtocolError(f"content on channel {channel}, which is not open")
         return b"".join(frames)

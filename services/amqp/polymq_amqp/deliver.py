@@ -1,6 +1,7 @@
 """The basic.deliver frames of one consumer, made a run of messages at a time (sans-IO).
 
-A delivery's frames are ``AmqpConnection.send_deliver``'s, byte for byte: a method frame
+A delivery's frames are what ``AmqpConnection.send_content`` makes of a pamqp
+``Basic.Deliver``, byte for byte: a method frame
 (the consumer tag, the delivery tag, redelivered, the exchange and routing key shown), a
 content header (the message's properties, see ``properties.py``) and the body in frames of
 at most frame_max. Most of that is the same from one message to the next: only the delivery

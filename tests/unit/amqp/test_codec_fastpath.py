@@ -168,45 +168,12 @@ def test_a_publish_event_holds_pamqp_objects() -> None:
     assert ev.properties.delivery_mode == 2 and ev.properties.cluster_id == ""
 
 
-_tags = st.text(max_size=40).filter(lambda s: len(s.encode("utf-8")) <= 255)
-
-
-@settings(max_examples=200)
-@given(
-    _tags,
-    st.integers(1, (1 << 63) - 1),  # (pamqp encodes it signed; ours count from 1)
-    st.booleans(),
-    _names,
-    _keys,
-    _props,
-    st.binary(max_size=9000),
-    st.sampled_from([4096, 8192, 131072]),
-)
-def test_deliver_as_pamqp_encodes_it(
-    tag: str,
-    dtag: int,
-    redelivered: bool,
-    exchange: str,
-    key: str,
-    kw: dict[str, Any],
-    body: bytes,
-    frame_max: int,
-) -> None:
-    conn = with_channel(open_conn(frame_max=frame_max), 3)
-    props = commands.Basic.Properties(**kw).marshal()
-    fast = conn.send_deliver(3, tag, dtag, redelivered, exchange, key, props, body)
-    slow = conn.send_content(
-        3, commands.Basic.Deliver(tag, dtag, redelivered, exchange, key), props, body
-    )
-    assert fast == slow
-
-
 def test_deliver_on_a_channel_not_open_is_a_local_error() -> None:
     from polymq_amqp.errors import LocalProtocolError
 
     conn = with_channel(open_conn(), 1)
     with pytest.raises(LocalProtocolError):
-        conn.send_deliver(2, "t", 1, False, "", "k", b"\x00\x00", b"x")
+        conn.send_delivers(2, [b"frames"])
 
 
 # ---- ContentReader: a publish's content frames taken from the buffer in one pass ----------
