@@ -10,7 +10,9 @@
                 print(delivery.message.body)
                 delivery.ack()
 
-Requests issued in the same loop iteration travel in one frame (batching). Acks are
+A core served in this process (:mod:`polymq.inproc`; ``polymq run``) is reached over an
+in-process pipe, any other over TCP. Requests issued in the same loop iteration travel in one
+frame (batching). Acks are
 fire-and-forget and coalesced. Writing waits while the socket does not drain; reading
 pauses while a subscription has ``local_buffer`` undelivered messages, which pushes back on
 the core (where the slow-consumer policy of that subscription applies).
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
+from . import inproc
 from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role
 from .errors import (
     ConnectionClosed,
@@ -316,14 +319,16 @@ class Client:
     ) -> Client:
         self = cls(local_buffer=local_buffer)
         loop = asyncio.get_running_loop()
-        try:
-            await asyncio.wait_for(
-                loop.create_connection(lambda: _Protocol(self), host, port), timeout
-            )
-        except (OSError, TimeoutError) as exc:
-            raise ConnectionClosed(
-                f"cannot connect to polymq core at {host}:{port}: {exc}"
-            ) from exc
+        # a core in this process (polymq run) is reached without a socket
+        if inproc.connect(host, port, lambda: _Protocol(self)) is None:
+            try:
+                await asyncio.wait_for(
+                    loop.create_connection(lambda: _Protocol(self), host, port), timeout
+                )
+            except (OSError, TimeoutError) as exc:
+                raise ConnectionClosed(
+                    f"cannot connect to polymq core at {host}:{port}: {exc}"
+                ) from exc
         self._welcome = loop.create_future()
         self._send(Hello(PROTOCOL_VERSION, client, user, password, token))
         try:

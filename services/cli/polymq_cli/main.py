@@ -214,7 +214,8 @@ async def _serve(args: argparse.Namespace) -> int:
             if args.command == "run":  # in-process frontends log in with a one-off token
                 service_token = secrets.token_urlsafe(32)
                 auth = WithServiceToken(auth, service_token)
-            core = CoreService(settings, registry, auth)
+            # polymq run: its frontends reach the core without a socket
+            core = CoreService(settings, registry, auth, in_process=args.command == "run")
             services.append(core)
             ports.update(await core.start())
             core_addr = (settings.host, ports["core"])

@@ -1,8 +1,10 @@
 """The core as a running service: the broker, its wire listener and its admin HTTP.
 
 ``start()`` opens the stores (recovering what they hold), then binds the listeners and
-returns their ports; ``stop()`` shuts down in order: stop accepting, say goodbye to every
-session, let in-flight writes finish, flush and close the stores.
+returns their ports (with ``in_process``, clients in this process reach the core over a
+:mod:`polymq.inproc` pipe instead of its TCP port); ``stop()`` shuts down in order: stop
+accepting, say goodbye to every session, let in-flight writes finish, flush and close the
+stores.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import socket
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from polymq import inproc
 from polymq.auth import AuthProvider, load_provider
 
 from .admin import admin_app
@@ -31,8 +34,11 @@ class CoreService:
         settings: CoreSettings,
         registry: CollectorRegistry | None = None,
         auth: AuthProvider | None = None,
+        *,
+        in_process: bool = False,
     ) -> None:
         self.settings = settings
+        self.in_process = in_process  # clients in this process connect without a socket
         self.registry = registry if registry is not None else CollectorRegistry()
         self.auth = auth if auth is not None else load_provider(settings.auth)
         self.sensors = Sensors(self.registry)
@@ -51,6 +57,8 @@ class CoreService:
             lambda: Session(self.broker), s.host, s.core_port, reuse_address=True, backlog=1024
         )
         self.ports["core"] = _port(self._server.sockets[0])
+        if self.in_process:
+            inproc.serve(s.host, self.ports["core"], lambda: Session(self.broker))
         self._admin = web.AppRunner(admin_app(self.broker, self.registry), access_log=None)
         await self._admin.setup()
         site = web.TCPSite(self._admin, s.host, s.admin_port, reuse_address=True)
@@ -70,6 +78,8 @@ class CoreService:
         return self.ports
 
     async def stop(self) -> None:
+        if self.in_process and "core" in self.ports:
+            inproc.unserve(self.settings.host, self.ports["core"])
         if self._server is not None:
             self._server.close()
         await self.broker.stop()

@@ -1,0 +1,213 @@
+"""polymq.inproc: the in-process pipe between a client and a server protocol."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from polymq import inproc
+
+
+class Recorder(asyncio.Protocol):
+    """Records what the pipe does to it, in order."""
+
+    def __init__(self) -> None:
+        self.transport: inproc.PipeEnd | None = None
+        self.calls: list[tuple[str, object]] = []
+        self.lost = asyncio.get_event_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, inproc.PipeEnd)
+        self.transport = transport
+        self.calls.append(("made", None))
+
+    def data_received(self, data: bytes) -> None:
+        self.calls.append(("data", data))
+
+    def eof_received(self) -> bool | None:
+        self.calls.append(("eof", None))
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.calls.append(("lost", exc))
+        if not self.lost.done():
+            self.lost.set_result(exc)
+
+    def pause_writing(self) -> None:
+        self.calls.append(("pause_writing", None))
+
+    def resume_writing(self) -> None:
+        self.calls.append(("resume_writing", None))
+
+    def data(self) -> bytes:
+        return b"".join(d for k, d in self.calls if k == "data")  # type: ignore[misc]
+
+
+async def turns(n: int = 3) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def server() -> Iterator[list[Recorder]]:
+    made: list[Recorder] = []
+
+    def factory() -> Recorder:
+        made.append(Recorder())
+        return made[-1]
+
+    inproc.serve("127.0.0.1", 65001, factory)
+    yield made
+    inproc.unserve("127.0.0.1", 65001)
+
+
+async def connect(made: list[Recorder]) -> tuple[Recorder, Recorder]:
+    res = inproc.connect("127.0.0.1", 65001, Recorder)
+    assert res is not None
+    end, client = res
+    assert isinstance(client, Recorder) and client.transport is end
+    return client, made[-1]
+
+
+async def test_nothing_served_means_no_pipe() -> None:
+    assert not inproc.served("127.0.0.1", 65002)
+    assert inproc.connect("127.0.0.1", 65002, Recorder) is None
+
+
+async def test_connect_makes_both_sides_and_names_them(server: list[Recorder]) -> None:
+    assert inproc.served("127.0.0.1", 65001)
+    client, srv = await connect(server)
+    assert client.calls == [("made", None)] and srv.calls == [("made", None)]
+    assert srv.transport is not None and client.transport is not None
+    assert str(srv.transport.get_extra_info("peername")).startswith("in-process:")
+    assert client.transport.get_extra_info("peername") == "127.0.0.1:65001"
+    assert client.transport.get_extra_info("socket") is None
+
+
+async def test_writes_of_one_turn_arrive_together_in_order_next_turn(
+    server: list[Recorder],
+) -> None:
+    client, srv = await connect(server)
+    assert client.transport is not None and srv.transport is not None
+    client.transport.write(b"one ")
+    client.transport.write(bytearray(b"two "))
+    client.transport.write(memoryview(b"three"))
+    client.transport.write(b"")
+    assert srv.data() == b""  # never re-entrant: nothing is handed on within the write
+    await turns()
+    assert [d for k, d in srv.calls if k == "data"] == [b"one two three"]
+    srv.transport.write(b"back")
+    await turns()
+    assert client.data() == b"back"
+
+
+async def test_big_writes_are_handed_on_in_chunks_in_order(server: list[Recorder]) -> None:
+    client, srv = await connect(server)
+    assert client.transport is not None
+    payload = bytes(range(256)) * (3 * inproc.CHUNK // 256 + 7)
+    client.transport.set_write_buffer_limits(high=len(payload) * 2)
+    client.transport.write(payload)
+    await turns(10)
+    chunks = [d for k, d in srv.calls if k == "data"]
+    assert all(len(c) <= inproc.CHUNK for c in chunks) and len(chunks) == 4
+    assert b"".join(chunks) == payload  # type: ignore[arg-type]
+
+
+async def test_a_reader_that_pauses_pushes_back_on_the_writer(server: list[Recorder]) -> None:
+    client, srv = await connect(server)
+    assert client.transport is not None and srv.transport is not None
+    client.transport.set_write_buffer_limits(high=100, low=20)
+    assert client.transport.get_write_buffer_limits() == (20, 100)
+    srv.transport.pause_reading()
+    assert not srv.transport.is_reading()
+    client.transport.write(b"x" * 60)
+    await turns()
+    assert srv.data() == b"" and client.transport.get_write_buffer_size() == 60
+    assert ("pause_writing", None) not in client.calls
+    client.transport.write(b"y" * 60)
+    assert client.calls[-1] == ("pause_writing", None)  # as a socket that does not drain
+    srv.transport.resume_reading()
+    await turns()
+    assert srv.data() == b"x" * 60 + b"y" * 60
+    assert client.calls[-1] == ("resume_writing", None)
+    assert client.transport.get_write_buffer_size() == 0
+
+
+async def test_close_hands_on_what_was_written_then_ends_both(server: list[Recorder]) -> None:
+    client, srv = await connect(server)
+    assert client.transport is not None
+    client.transport.write(b"last words")
+    client.transport.close()
+    assert client.transport.is_closing()
+    client.transport.write(b"dropped")  # as a socket transport after close()
+    assert await asyncio.wait_for(srv.lost, 1) is None
+    assert await asyncio.wait_for(client.lost, 1) is None
+    assert [k for k, _ in srv.calls] == ["made", "data", "eof", "lost"]
+    assert srv.data() == b"last words"
+    client.transport.close()  # twice: nothing more happens
+    await turns()
+    assert [k for k, _ in client.calls] == ["made", "lost"]
+
+
+async def test_close_waits_for_a_paused_reader(server: list[Recorder]) -> None:
+    client, srv = await connect(server)
+    assert client.transport is not None and srv.transport is not None
+    srv.transport.pause_reading()
+    client.transport.write(b"held")
+    client.transport.close()
+    await turns(5)
+    assert not srv.lost.done() and srv.data() == b""
+    srv.transport.resume_reading()
+    assert await asyncio.wait_for(srv.lost, 1) is None
+    assert srv.data() == b"held"
+
+
+async def test_abort_drops_what_was_not_handed_on_and_resets_the_peer(
+    server: list[Recorder],
+) -> None:
+    client, srv = await connect(server)
+    assert client.transport is not None and srv.transport is not None
+    client.transport.write(b"never")
+    srv.transport.write(b"never either")
+    client.transport.abort()
+    assert await asyncio.wait_for(client.lost, 1) is None
+    exc = await asyncio.wait_for(srv.lost, 1)
+    assert isinstance(exc, ConnectionResetError)
+    await turns()
+    assert srv.data() == b"" and client.data() == b""
+    assert srv.transport.is_closing() and not srv.transport.is_reading()
+    srv.transport.write(b"after")  # dropped, no error
+    srv.transport.abort()  # already gone: nothing more
+    await turns()
+    assert [k for k, _ in srv.calls].count("lost") == 1
+
+
+async def test_abort_from_inside_data_received(server: list[Recorder]) -> None:
+    client, srv = await connect(server)
+    assert client.transport is not None and srv.transport is not None
+    st = srv.transport
+
+    def data_received(data: bytes) -> None:
+        srv.calls.append(("data", data))
+        st.abort()
+
+    srv.data_received = data_received  # type: ignore[method-assign]
+    client.transport.set_write_buffer_limits(high=1)
+    client.transport.write(b"bad input")
+    assert client.calls[-1] == ("pause_writing", None)
+    assert isinstance(await asyncio.wait_for(client.lost, 1), ConnectionResetError)
+    assert await asyncio.wait_for(srv.lost, 1) is None
+    assert ("resume_writing", None) not in client.calls  # a lost connection drains no more
+
+
+async def test_write_buffer_limits_are_checked(server: list[Recorder]) -> None:
+    client, _ = await connect(server)
+    assert client.transport is not None
+    with pytest.raises(ValueError):
+        client.transport.set_write_buffer_limits(high=10, low=20)
+    client.transport.set_write_buffer_limits(low=1000)
+    assert client.transport.get_write_buffer_limits() == (1000, 4000)
+    client.transport.set_write_buffer_limits(high=400)
+    assert client.transport.get_write_buffer_limits() == (100, 400)
