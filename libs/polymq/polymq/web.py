@@ -22,7 +22,10 @@
 - :func:`healthz`, :func:`readiness` and :func:`add_health_routes`: ``/healthz`` and
   ``/readyz``.
 - :func:`settle_receipts`: ``POST /v1/ack`` and ``/v1/nack`` once their body is parsed:
-  settle queue leases by receipt, from any request.
+  settle queue leases by receipt, from any request (with the core's action of
+  :func:`settle_action`); :func:`add_settle_routes` routes both to one handler.
+- :func:`published_json`: the answer to a JSON publish (``POST /v1/{kind}/{name}/messages``).
+- :func:`add_openapi_route`: ``GET /openapi.json``.
 
 Errors: :func:`settle_receipts` raises ``polymq.errors.NotFound`` (404) when no receipt is
 well-formed, and lets the ``Forbidden`` of ``authorize`` and the core's errors through.
@@ -37,7 +40,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from http import HTTPStatus
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -63,10 +66,13 @@ __all__ = [
     "SHUTDOWN_TIMEOUT",
     "FrontendLink",
     "RequestMetrics",
+    "SettleHandler",
     "WebService",
     "add_core_link",
     "add_health_routes",
     "add_metrics_route",
+    "add_openapi_route",
+    "add_settle_routes",
     "healthz",
     "link_state",
     "method_label",
@@ -74,8 +80,10 @@ __all__ = [
     "metrics_middleware",
     "problem_code",
     "problem_response",
+    "published_json",
     "readiness",
     "receipt_destination",
+    "settle_action",
     "settle_receipts",
     "status_phrase",
 ]
@@ -447,6 +455,24 @@ def problem_response(
     )
 
 
+# ---- the JSON APIs' shared routes and answers -------------------------------------------------
+def published_json(dest: Destination, result: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer to a publish to ``dest`` from the core's ``result``: ``count`` and
+    ``subscribers`` for a topic, else ``count``, ``ids`` and ``seqs``."""
+    if dest.kind is Kind.TOPIC:
+        return {"count": result["count"], "subscribers": result["subscribers"]}
+    return {"count": result["count"], "ids": result["ids"], "seqs": result["seqs"]}
+
+
+def add_openapi_route(app: web.Application, document: web.AppKey[bytes]) -> None:
+    """``GET /openapi.json``: the JSON document stored under ``document``."""
+
+    async def openapi(request: web.Request) -> web.Response:
+        return web.Response(body=request.app[document], content_type="application/json")
+
+    app.router.add_get("/openapi.json", openapi)
+
+
 # ---- health ----------------------------------------------------------------------------------
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
@@ -484,6 +510,31 @@ def receipt_destination(receipt: str) -> str | None:
     except Exception:
         return None
     return str(dest) if dest.kind is Kind.QUEUE else None
+
+
+def settle_action(*, nack: bool, requeue: bool) -> str:
+    """The core's action for ``POST /v1/ack`` (``ack``) or ``POST /v1/nack`` (``requeue``,
+    or ``reject``, to the dead letters, when its body says ``"requeue": false``)."""
+    return "ack" if not nack else "requeue" if requeue else "reject"
+
+
+class SettleHandler(Protocol):
+    """A frontend's handler of ``POST /v1/ack`` (``nack`` false) and ``/v1/nack``."""
+
+    def __call__(self, request: web.Request, *, nack: bool) -> Awaitable[web.StreamResponse]: ...
+
+
+def add_settle_routes(app: web.Application, settle: SettleHandler) -> None:
+    """``POST /v1/ack`` and ``POST /v1/nack``, both answered by ``settle``."""
+
+    async def ack(request: web.Request) -> web.StreamResponse:
+        return await settle(request, nack=False)
+
+    async def nack(request: web.Request) -> web.StreamResponse:
+        return await settle(request, nack=True)
+
+    app.router.add_post("/v1/ack", ack)
+    app.router.add_post("/v1/nack", nack)
 
 
 async def settle_receipts(

@@ -27,7 +27,13 @@ from polymq import Lease, Message
 from polymq.auth import Permission, Principal
 from polymq.avro import AvroError, AvroSchema, SchemaCache, UnknownSchema, is_avro
 from polymq.types import Destination, Kind
-from polymq.web import add_health_routes, settle_receipts
+from polymq.web import (
+    add_health_routes,
+    add_openapi_route,
+    add_settle_routes,
+    settle_action,
+    settle_receipts,
+)
 from polymq_http.access import Access
 from polymq_http.payloads import parse_pull_query, parse_settle, read_json
 from polymq_http.problems import Problem, bad_request
@@ -358,35 +364,21 @@ async def _settle(request: web.Request, *, nack: bool) -> web.Response:
     settings, access = app[SETTINGS], app[ACCESS]
     data, _ = await read_json(request, 16 * 1024 * 1024)
     receipts, requeue = parse_settle(data, settings.avro_max_pull, nack=nack)
-    action = "ack" if not nack else "requeue" if requeue else "reject"
     answer = await settle_receipts(
         app[CORE],
         receipts,
-        action,
+        settle_action(nack=nack, requeue=requeue),
         lambda queue: access.authorize(principal, Permission.READ, queue),
     )
     return web.json_response(answer)
 
 
-async def ack(request: web.Request) -> web.Response:
-    return await _settle(request, nack=False)
-
-
-async def nack(request: web.Request) -> web.Response:
-    return await _settle(request, nack=True)
-
-
-# ---- operations ------------------------------------------------------------------------------
-async def openapi(request: web.Request) -> web.Response:
-    return web.Response(body=request.app[OPENAPI], content_type="application/json")
-
-
+# ---- routes ----------------------------------------------------------------------------------
 def add_routes(app: web.Application) -> None:
+    add_settle_routes(app, _settle)
     r = app.router
-    r.add_post("/v1/ack", ack)
-    r.add_post("/v1/nack", nack)
     r.add_get("/v1/queue/{name}/records", read_queue)
     r.add_get("/v1/stream/{name}/records", read_stream)
     r.add_post("/v1/{kind}/{name}/records", publish)
-    r.add_get("/openapi.json", openapi)
+    add_openapi_route(app, OPENAPI)
     add_health_routes(app, CORE)

@@ -7,24 +7,15 @@ import html
 import json
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from polymq.errors import RequestError
 from polymq.types import Destination
+from polymq.web import add_metrics_route, healthz
 
 from .broker import Broker
 
 BROKER = web.AppKey("broker", Broker)
-REGISTRY = web.AppKey("registry", CollectorRegistry)
-
-
-async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[REGISTRY])
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -90,9 +81,8 @@ td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}td:first-child{
 def admin_app(broker: Broker, registry: CollectorRegistry) -> web.Application:
     app = web.Application()
     app[BROKER] = broker
-    app[REGISTRY] = registry
+    add_metrics_route(app, registry)
     app.router.add_get("/", console)
-    app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/api/cluster", cluster)

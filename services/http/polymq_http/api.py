@@ -12,7 +12,14 @@ from aiohttp import web
 from polymq.auth import Permission, Principal
 from polymq.avroview import load_schemas
 from polymq.types import Destination, Kind
-from polymq.web import add_health_routes, settle_receipts
+from polymq.web import (
+    add_health_routes,
+    add_openapi_route,
+    add_settle_routes,
+    published_json,
+    settle_action,
+    settle_receipts,
+)
 
 from .access import Access
 from .config import HttpSettings
@@ -71,11 +78,7 @@ async def publish(request: web.Request) -> web.Response:
     messages, role = parse_publish(data, dest, settings.max_batch)
     result = await core.publish(str(dest), messages, size, role=role)
     request.app[METRICS].messages.labels("publish").inc(len(messages))
-    if dest.kind is Kind.TOPIC:
-        return web.json_response({"count": result["count"], "subscribers": result["subscribers"]})
-    return web.json_response(
-        {"count": result["count"], "ids": result["ids"], "seqs": result["seqs"]}
-    )
+    return web.json_response(published_json(dest, result))
 
 
 async def pull(request: web.Request) -> web.Response:
@@ -98,23 +101,14 @@ async def _settle(request: web.Request, *, nack: bool) -> web.Response:
     settings, access = request.app[SETTINGS], request.app[ACCESS]
     data, _ = await read_json(request, settings.max_body)
     receipts, requeue = parse_settle(data, settings.max_batch, nack=nack)
-    action = "ack" if not nack else "requeue" if requeue else "reject"
     answer = await settle_receipts(
         request.app[CORE],
         receipts,
-        action,
+        settle_action(nack=nack, requeue=requeue),
         lambda queue: access.authorize(principal, Permission.READ, queue),
     )
     request.app[METRICS].messages.labels("ack" if not nack else "nack").inc(answer["settled"])
     return web.json_response(answer)
-
-
-async def ack(request: web.Request) -> web.Response:
-    return await _settle(request, nack=False)
-
-
-async def nack(request: web.Request) -> web.Response:
-    return await _settle(request, nack=True)
 
 
 # ---- destinations --------------------------------------------------------------------------
@@ -156,15 +150,10 @@ async def set_metadata(request: web.Request) -> web.Response:
     return web.json_response(metadata)
 
 
-# ---- operations ------------------------------------------------------------------------------
-async def openapi(request: web.Request) -> web.Response:
-    return web.Response(body=request.app[OPENAPI], content_type="application/json")
-
-
+# ---- routes ----------------------------------------------------------------------------------
 def add_routes(app: web.Application) -> None:
+    add_settle_routes(app, _settle)
     r = app.router
-    r.add_post("/v1/ack", ack)
-    r.add_post("/v1/nack", nack)
     r.add_post("/v1/queue/{name}/pull", pull)
     r.add_post("/v1/{kind}/{name}/messages", publish)
     r.add_post("/v1/{kind}/{name}/purge", purge)
@@ -173,5 +162,5 @@ def add_routes(app: web.Application) -> None:
     r.add_put("/v1/{kind}/{name}", declare)
     r.add_delete("/v1/{kind}/{name}", delete)
     r.add_get("/v1/{kind}/{name}", stats)
-    r.add_get("/openapi.json", openapi)
+    add_openapi_route(app, OPENAPI)
     add_health_routes(app, CORE)

@@ -25,7 +25,13 @@ from aiohttp import web
 
 from polymq.auth import Permission, Principal
 from polymq.types import Destination, Kind
-from polymq.web import add_health_routes, settle_receipts
+from polymq.web import (
+    add_health_routes,
+    add_settle_routes,
+    published_json,
+    settle_action,
+    settle_receipts,
+)
 from polymq_http.access import Access
 from polymq_http.payloads import parse_publish, parse_settle, read_json
 
@@ -167,24 +173,15 @@ async def _settle(request: web.Request, *, nack: bool) -> web.Response:
     settings, access = app[SETTINGS], app[ACCESS]
     data, _ = await read_json(request, settings.longpoll_max_body)
     receipts, requeue = parse_settle(data, settings.longpoll_max_batch, nack=nack)
-    action = "ack" if not nack else "nack" if requeue else "reject"
     answer = await settle_receipts(
         app[CORE],
         receipts,
-        action,
+        settle_action(nack=nack, requeue=requeue),
         lambda queue: access.authorize(principal, Permission.READ, queue),
         done=app[WINDOWS].settled,
     )
     app[METRICS].messages.labels("ack" if not nack else "nack").inc(answer["settled"])
     return web.json_response(answer)
-
-
-async def ack(request: web.Request) -> web.Response:
-    return await _settle(request, nack=False)
-
-
-async def nack(request: web.Request) -> web.Response:
-    return await _settle(request, nack=True)
 
 
 async def publish(request: web.Request) -> web.Response:
@@ -198,11 +195,7 @@ async def publish(request: web.Request) -> web.Response:
     messages, role = parse_publish(data, dest, settings.longpoll_max_batch)
     result = await core.publish(str(dest), messages, size, role=role)
     app[METRICS].messages.labels("publish").inc(len(messages))
-    if dest.kind is Kind.TOPIC:
-        return web.json_response({"count": result["count"], "subscribers": result["subscribers"]})
-    return web.json_response(
-        {"count": result["count"], "ids": result["ids"], "seqs": result["seqs"]}
-    )
+    return web.json_response(published_json(dest, result))
 
 
 def add_routes(app: web.Application) -> None:
@@ -211,7 +204,6 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/v1/subscriptions", open_subscription)
     r.add_delete("/v1/subscriptions/{id}", close_subscription)
     r.add_get("/v1/subscriptions/{id}/poll", poll)
-    r.add_post("/v1/ack", ack)
-    r.add_post("/v1/nack", nack)
+    add_settle_routes(app, _settle)
     r.add_post("/v1/{kind}/{name}/messages", publish)
     add_health_routes(app, CORE)
