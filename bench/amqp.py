@@ -50,16 +50,14 @@ import asyncio
 import contextlib
 import math
 import statistics
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 from .amqp_load import admin
 from .amqp_targets import AmqpTarget, polymq_target, rabbitmq_target
 from .harness import BenchError, Worker, workers
-from .scenario import Context, Result, Scenario, Skipped
-from .stomp import _idle_cpu_share, _Window
-from .stomp_targets import Unavailable
+from .scenario import Context, Result, Scenario
+from .stomp import _failed, _idle_cpu_share, _not_run, _Window
 
 __all__ = ["SCENARIOS"]
 
@@ -171,11 +169,7 @@ class _Side:
             dead = self.live.pop(client, None)
             if dead is not None:
                 dead.close()
-            return {
-                "status": "failed",
-                "error": f"{type(exc).__name__}: {exc}".strip()[:2000],
-                "traceback": traceback.format_exc(limit=6),
-            }
+            return _failed(exc)
 
     def close(self) -> None:
         for w in self.live.values():
@@ -196,16 +190,8 @@ def _open(
         side = _Side(ctx, t, stack.enter_context(workers()))
         stack.callback(side.close)
         return side
-    except Skipped as exc:
-        return {"status": "skipped", "reason": str(exc)}
-    except Unavailable as exc:
-        return {"status": "failed", "error": str(exc)}
     except Exception as exc:
-        return {
-            "status": "failed",
-            "error": f"{type(exc).__name__}: {exc}".strip()[:2000],
-            "traceback": traceback.format_exc(limit=6),
-        }
+        return _not_run(exc)
 
 
 def _measure_all(

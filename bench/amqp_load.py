@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .amqp_wire import AmqpError, Link, open_link, publish_template
@@ -43,7 +44,9 @@ def _body(params: dict[str, Any]) -> bytes:
     return b"x" * int(params.get("body_bytes", 32))
 
 
-async def _until_enqueued(count_fn: Any, want: int, limit: float = 30.0) -> float | None:
+async def _until_enqueued(
+    count_fn: Callable[[], Awaitable[int]], want: int, limit: float = 30.0
+) -> float | None:
     """Seconds until the queue holds ``want`` messages (polled), or None."""
     t0 = now()
     while now() - t0 < limit:
@@ -51,6 +54,32 @@ async def _until_enqueued(count_fn: Any, want: int, limit: float = 30.0) -> floa
             return now() - t0
         await asyncio.sleep(0.005)
     return None
+
+
+async def _published(
+    params: dict[str, Any],
+    ch: Any,
+    sent: int,
+    t0: float,
+    cpu0: float,
+    depth: Callable[[], Awaitable[int]] | None,
+) -> dict[str, Any]:
+    """The end of a publish run, whichever the client: the clock stops (and the parent stops
+    measuring the broker); then, with ``depth`` (runs without confirms) and unless
+    ``check_enqueued`` is false, how long until the queue held all ``sent``."""
+    t_done = now()
+    ch.send(measured=True)  # the parent stops measuring the broker here
+    cpu = time.process_time() - cpu0
+    enqueued = None
+    if depth is not None and params.get("check_enqueued", True):
+        enqueued = await _until_enqueued(depth, sent)
+    return {
+        "sent": sent,
+        "t_go": t0,
+        "t_done": t_done,
+        "enqueued_seconds": None if enqueued is None else (t_done - t0) + enqueued,
+        "cpu_seconds": cpu,
+    }
 
 
 # =========================================================================================
@@ -109,23 +138,11 @@ async def _wire_publish(params: dict[str, Any], ch: Any) -> dict[str, Any]:
                 raise AmqpError(f"the broker nacked {link.nacked} publishes")
         else:
             await link.declare_queue(queue, passive=True)  # after every publish before it
-        t_done = now()
-        ch.send(measured=True)  # the parent stops measuring the broker here
-        cpu = time.process_time() - cpu0
-        enqueued = None
-        if not confirms and params.get("check_enqueued", True):
 
-            async def depth() -> int:
-                return int((await link.declare_queue(queue, passive=True)).message_count)
+        async def depth() -> int:
+            return int((await link.declare_queue(queue, passive=True)).message_count)
 
-            enqueued = await _until_enqueued(depth, sent)
-        return {
-            "sent": sent,
-            "t_go": t0,
-            "t_done": t_done,
-            "enqueued_seconds": None if enqueued is None else (t_done - t0) + enqueued,
-            "cpu_seconds": cpu,
-        }
+        return await _published(params, ch, sent, t0, cpu0, None if confirms else depth)
     finally:
         await link.close()
 
@@ -238,24 +255,12 @@ async def _pika_publish(params: dict[str, Any], ch: Any) -> dict[str, Any]:
             sent += k
         if not confirms:
             await chan.declare_queue(queue, passive=True)
-        t_done = now()
-        ch.send(measured=True)  # the parent stops measuring the broker here
-        cpu = time.process_time() - cpu0
-        enqueued = None
-        if not confirms and params.get("check_enqueued", True):
 
-            async def depth() -> int:
-                d = await chan.declare_queue(queue, passive=True)
-                return int(d.declaration_result.message_count or 0)
+        async def depth() -> int:
+            d = await chan.declare_queue(queue, passive=True)
+            return int(d.declaration_result.message_count or 0)
 
-            enqueued = await _until_enqueued(depth, sent)
-        return {
-            "sent": sent,
-            "t_go": t0,
-            "t_done": t_done,
-            "enqueued_seconds": None if enqueued is None else (t_done - t0) + enqueued,
-            "cpu_seconds": cpu,
-        }
+        return await _published(params, ch, sent, t0, cpu0, None if confirms else depth)
     finally:
         await conn.close()
 

@@ -34,7 +34,7 @@ import psutil
 
 from .harness import BenchError
 from .scenario import Context, Skipped
-from .stomp_targets import Unavailable, _beam, _listening, _pinned
+from .stomp_targets import Unavailable, _beam, _listening, _pinned, _run_knows
 
 __all__ = ["DEFAULT_URL", "AmqpTarget", "polymq_target", "rabbitmq_target"]
 
@@ -142,26 +142,6 @@ def rabbitmq_target(ctx: Context) -> Iterator[AmqpTarget]:
 
 
 # ---- polymq ----------------------------------------------------------------------------------
-_run_flags: bool | None = None
-
-
-def _run_has_amqp() -> bool:
-    """Whether ``polymq run`` knows ``--amqp-port`` yet (asked once per bench run)."""
-    global _run_flags
-    if _run_flags is None:
-        try:
-            out = subprocess.run(
-                [sys.executable, "-m", "polymq_cli", "run", "--help"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        _run_flags = "--amqp-port" in out
-    return _run_flags
-
-
 def _pin_all(proc: psutil.Process, cpus: list[int] | None) -> None:
     if cpus is None:
         return
@@ -174,7 +154,7 @@ def _pin_all(proc: psutil.Process, cpus: list[int] | None) -> None:
 @contextlib.contextmanager
 def polymq_target(ctx: Context) -> Iterator[AmqpTarget]:
     ep = {"host": "127.0.0.1", "user": "guest", "password": "guest", "vhost": "/"}
-    if _run_has_amqp():
+    if _run_knows("--amqp-port"):
         with ctx.broker("run", "--amqp-port", "0") as b:
             if "amqp" not in b.ports:
                 raise Unavailable(

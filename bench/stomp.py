@@ -204,6 +204,25 @@ def _relay_target(ctx: Context, transport: str) -> Iterator[Target]:
         w.wait_result(15)
 
 
+def _failed(exc: Exception) -> dict[str, Any]:
+    """What raised, as a failed side or cell records it (call it in the ``except`` block)."""
+    return {
+        "status": "failed",
+        "error": f"{type(exc).__name__}: {exc}".strip()[:2000],
+        "traceback": traceback.format_exc(limit=6),
+    }
+
+
+def _not_run(exc: Exception) -> dict[str, Any]:
+    """Why a broker's side did not run: skipped (:class:`Skipped`), failed for the reason
+    given (:class:`Unavailable`), or failed with a traceback (anything else)."""
+    if isinstance(exc, Skipped):
+        return {"status": "skipped", "reason": str(exc)}
+    if isinstance(exc, Unavailable):
+        return {"status": "failed", "error": str(exc)}
+    return _failed(exc)
+
+
 def _side(
     ctx: Context,
     opener: Callable[[], contextlib.AbstractContextManager[Target]],
@@ -214,16 +233,8 @@ def _side(
         with opener() as t:
             m = measure(ctx, t.endpoint(transport), t)
             return {"status": "ok", **m, "broker": t.facts}
-    except Skipped as exc:
-        return {"status": "skipped", "reason": str(exc)}
-    except Unavailable as exc:
-        return {"status": "failed", "error": str(exc)}
     except Exception as exc:
-        return {
-            "status": "failed",
-            "error": f"{type(exc).__name__}: {exc}".strip()[:2000],
-            "traceback": traceback.format_exc(limit=6),
-        }
+        return _not_run(exc)
 
 
 def _compare(

@@ -17,6 +17,7 @@ pinned to the broker CPU like polymq, and the previous affinity is restored afte
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -77,29 +78,28 @@ def _listening(host: str, port: int) -> bool:
 
 
 # ---- polymq -------------------------------------------------------------------------------
-_stomp_flags: bool | None = None
+@functools.cache
+def _run_help() -> str:
+    """``polymq run --help`` (asked once per bench run; empty if it could not be asked)."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "polymq_cli", "run", "--help"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
-def _polymq_has_stomp_flags() -> bool:
-    """Whether ``polymq run`` knows ``--stomp-port`` yet (asked once per bench run)."""
-    global _stomp_flags
-    if _stomp_flags is None:
-        try:
-            out = subprocess.run(
-                [sys.executable, "-m", "polymq_cli", "run", "--help"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        _stomp_flags = "--stomp-port" in out
-    return _stomp_flags
+def _run_knows(flag: str) -> bool:
+    """Whether ``polymq run`` knows ``flag`` (``--stomp-port``, ``--amqp-port``) yet."""
+    return flag in _run_help()
 
 
 @contextlib.contextmanager
 def polymq_target(ctx: Context) -> Iterator[Target]:
-    args = ["--stomp-port", "0", "--stomp-ws-port", "0"] if _polymq_has_stomp_flags() else []
+    args = ["--stomp-port", "0", "--stomp-ws-port", "0"] if _run_knows("--stomp-port") else []
     with ctx.broker("run", *args) as b:
         ports = b.ports
         if "stomp" not in ports:

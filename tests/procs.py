@@ -1,4 +1,5 @@
-"""Real polymq processes on 127.0.0.1 with ephemeral ports, for integration tests."""
+"""Real polymq processes on 127.0.0.1 with ephemeral ports, and raw sockets to their
+listeners, for integration tests."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,65 +15,38 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+WAIT = 10.0  # seconds to wait for something that should come at once
 
-class PolymqProcess:
-    """``polymq <command>`` in a subprocess; ``ports`` is read from its ports file."""
 
-    def __init__(self, command: str, workdir: Path, *args: str, env: dict[str, str] | None = None):
-        self.command = command
-        self.workdir = workdir
-        self.data_dir = workdir / "data"
-        self.args = list(args)
+class LoggedProcess:
+    """A subprocess with our environment (``POLYMQ_LOG_LEVEL=INFO``, then ``env``), its
+    output in ``log_path``, that tells its ports in a ports file once it listens: the base of
+    :class:`PolymqProcess` and of the bridge tests' ``BridgeProcess``."""
+
+    def __init__(self, log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.log_path = log_path
         self.env = {**os.environ, "POLYMQ_LOG_LEVEL": "INFO", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
-        self.ports: dict[str, int] = {}
-        self.log_path = workdir / f"{command}.log"
 
-    def start(self, timeout: float = 20.0) -> PolymqProcess:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        ports_file = self.workdir / f"{self.command}-ports.json"
+    def spawn(self, argv: list[str], ports_file: Path, what: str, timeout: float) -> Any:
+        """Start ``argv`` and wait until it wrote ``ports_file``; what that file holds.
+        RuntimeError (with the log) if ``what`` exits first or is not up by ``timeout``."""
         ports_file.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "polymq_cli", self.command, "--ports-file", str(ports_file)]
-        for flag in ("core", "admin", "http"):
-            if self.command in ("run", "core") or flag == "http":
-                if flag == "http" and self.command in ("core", "stomp", "longpoll", "avro", "amqp"):
-                    continue
-                if f"--{flag}-port" not in self.args:
-                    argv += [f"--{flag}-port", "0"]
-        if self.command in ("run", "stomp"):
-            for flag in ("stomp", "stomp-ws"):
-                if f"--{flag}-port" not in self.args:
-                    argv += [f"--{flag}-port", "0"]
-        if self.command in ("run", "longpoll") and "--longpoll-port" not in self.args:
-            argv += ["--longpoll-port", "0"]
-        if self.command in ("run", "avro") and "--avro-port" not in self.args:
-            argv += ["--avro-port", "0"]
-        if self.command in ("run", "amqp"):
-            for flag in ("amqp", "amqp-admin", "amqp-tls"):
-                if f"--{flag}-port" not in self.args:
-                    argv += [f"--{flag}-port", "0"]
-        if self.command in ("run", "core") and "--data-dir" not in self.args:
-            argv += ["--data-dir", str(self.data_dir)]
-        argv += self.args
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         log.close()
         deadline = time.monotonic() + timeout
         while not ports_file.exists():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"polymq {self.command} exited early:\n{self.log()}")
+                raise RuntimeError(f"{what} exited early:\n{self.log()}")
             if time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError(f"polymq {self.command} did not start:\n{self.log()}")
+                raise RuntimeError(f"{what} did not start:\n{self.log()}")
             time.sleep(0.02)
-        self.ports = json.loads(ports_file.read_text())
-        return self
+        return json.loads(ports_file.read_text())
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def url(self, name: str = "http") -> str:
-        return f"http://127.0.0.1:{self.ports[name]}"
 
     @property
     def alive(self) -> bool:
@@ -96,6 +71,49 @@ class PolymqProcess:
             self.proc.kill()
             self.proc.wait()
 
+
+class PolymqProcess(LoggedProcess):
+    """``polymq <command>`` in a subprocess; ``ports`` is read from its ports file."""
+
+    def __init__(self, command: str, workdir: Path, *args: str, env: dict[str, str] | None = None):
+        super().__init__(workdir / f"{command}.log", env)
+        self.command = command
+        self.workdir = workdir
+        self.data_dir = workdir / "data"
+        self.args = list(args)
+        self.ports: dict[str, int] = {}
+
+    def start(self, timeout: float = 20.0) -> PolymqProcess:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        ports_file = self.workdir / f"{self.command}-ports.json"
+        argv = [sys.executable, "-m", "polymq_cli", self.command, "--ports-file", str(ports_file)]
+        for flag in ("core", "admin", "http"):
+            if self.command in ("run", "core") or flag == "http":
+                if flag == "http" and self.command in ("core", "stomp", "longpoll", "avro", "amqp"):
+                    continue
+                if f"--{flag}-port" not in self.args:
+                    argv += [f"--{flag}-port", "0"]
+        if self.command in ("run", "stomp"):
+            for flag in ("stomp", "stomp-ws"):
+                if f"--{flag}-port" not in self.args:
+                    argv += [f"--{flag}-port", "0"]
+        if self.command in ("run", "longpoll") and "--longpoll-port" not in self.args:
+            argv += ["--longpoll-port", "0"]
+        if self.command in ("run", "avro") and "--avro-port" not in self.args:
+            argv += ["--avro-port", "0"]
+        if self.command in ("run", "amqp"):
+            for flag in ("amqp", "amqp-admin", "amqp-tls"):
+                if f"--{flag}-port" not in self.args:
+                    argv += [f"--{flag}-port", "0"]
+        if self.command in ("run", "core") and "--data-dir" not in self.args:
+            argv += ["--data-dir", str(self.data_dir)]
+        argv += self.args
+        self.ports = self.spawn(argv, ports_file, f"polymq {self.command}", timeout)
+        return self
+
+    def url(self, name: str = "http") -> str:
+        return f"http://127.0.0.1:{self.ports[name]}"
+
     def __enter__(self) -> PolymqProcess:
         return self.start() if self.proc is None else self
 
@@ -115,3 +133,36 @@ def serving(
         assert proc.stop() == 0, proc.log()
     finally:
         proc.kill()
+
+
+class RawSocket:
+    """A plain TCP connection to a listener, for what no client library would send: bytes
+    out, and what comes back gathered in ``buf`` for the protocol's own reader to parse."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def receive(self, deadline: float) -> None:
+        """More bytes into ``buf`` (by ``deadline``, a ``time.monotonic()``); AssertionError
+        if the server closes the connection first."""
+        self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+        chunk = self.sock.recv(65536)
+        assert chunk, f"the server closed the connection; unread: {self.buf!r}"
+        self.buf += chunk
+
+    def closed_by_server(self, timeout: float = WAIT) -> bool:
+        """True once the server closed (EOF or reset), reading and dropping what comes."""
+        self.sock.settimeout(timeout)
+        try:
+            while self.sock.recv(65536):
+                pass
+        except ConnectionResetError:
+            pass
+        return True
+
+    def close(self) -> None:
+        self.sock.close()

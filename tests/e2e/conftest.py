@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import stomp
 from playwright.async_api import Browser, Page, async_playwright
 from stomp.utils import Frame as StompPyFrame
 
+from ..integration.stomp.conftest import Recorder
 from ..procs import PolymqProcess
 
 WAIT = 10.0  # seconds to wait for something that should come at once
@@ -143,28 +143,8 @@ async def browser_page(browser: Browser, polymq: PolymqProcess) -> AsyncIterator
         await context.close()
 
 
-class Collector(stomp.ConnectionListener):  # type: ignore[misc]
+class Collector(Recorder):
     """What stomp.py hands its listener, and a way to wait for it from another thread."""
-
-    def __init__(self) -> None:
-        self.messages: list[StompPyFrame] = []
-        self.receipts: list[str] = []
-        self.errors: list[StompPyFrame] = []
-        self._cond = threading.Condition()
-
-    def _add(self, items: list[Any], item: Any) -> None:
-        with self._cond:
-            items.append(item)
-            self._cond.notify_all()
-
-    def on_message(self, frame: StompPyFrame) -> None:
-        self._add(self.messages, frame)
-
-    def on_receipt(self, frame: StompPyFrame) -> None:
-        self._add(self.receipts, frame.headers["receipt-id"])
-
-    def on_error(self, frame: StompPyFrame) -> None:
-        self._add(self.errors, frame)
 
     def _wait(self, check: Callable[[], bool], what: str, timeout: float) -> None:
         with self._cond:

@@ -5,7 +5,6 @@ a raw socket for what no client library would send."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import struct
 import time
 import uuid
@@ -17,7 +16,7 @@ import pika
 from pamqp import base, commands, frame, header, heartbeat
 from pamqp.body import ContentBody
 
-from ...procs import PolymqProcess, serving
+from ...procs import WAIT, PolymqProcess, RawSocket, serving
 
 __all__ = [
     "QUIET",
@@ -30,7 +29,6 @@ __all__ = [
     "unique",
 ]
 
-WAIT = 10.0  # seconds to wait for something that should come at once
 ENV = {
     "POLYMQ_AMQP_HANDSHAKE_TIMEOUT": "3",  # the handshake timeout test waits less
     "POLYMQ_AMQP_VHOSTS": "/,other",
@@ -96,15 +94,8 @@ def pika_connection(broker: Broker, **params: Any) -> pika.BlockingConnection:
 Received = tuple[int, Any]  # (channel, pamqp frame object)
 
 
-class RawAmqp:
+class RawAmqp(RawSocket):
     """AMQP 0-9-1 by hand over a socket: pamqp marshals what we send and parses what comes."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
-        self.buf = b""
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
 
     def method(self, channel: int, method: base.Frame) -> None:
         self.send(frame.marshal(method, channel))
@@ -133,10 +124,7 @@ class RawAmqp:
                     if isinstance(value, heartbeat.Heartbeat):
                         continue
                     return channel, value
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            chunk = self.sock.recv(65536)
-            assert chunk, f"the server closed the connection; unread: {self.buf!r}"
-            self.buf += chunk
+            self.receive(deadline)
 
     def expect(self, cls: type, timeout: float = WAIT) -> Any:
         channel, value = self.read(timeout)
@@ -163,16 +151,3 @@ class RawAmqp:
     def open_channel(self, channel: int = 1) -> None:
         self.method(channel, commands.Channel.Open())
         self.expect(commands.Channel.OpenOk)
-
-    def closed_by_server(self, timeout: float = WAIT) -> bool:
-        """True once the server closed (EOF or reset), reading and dropping what comes."""
-        self.sock.settimeout(timeout)
-        try:
-            while self.sock.recv(65536):
-                pass
-        except ConnectionResetError:
-            pass
-        return True
-
-    def close(self) -> None:
-        self.sock.close()

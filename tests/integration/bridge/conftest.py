@@ -10,9 +10,6 @@ Clients are aio-pika on the RabbitMQ side and :class:`polymq.Client` on the poly
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -23,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ...procs import PolymqProcess, serving
+from ...procs import LoggedProcess, PolymqProcess, serving
 from ...rabbit import RabbitNode, find_server
 
 WAIT = 20.0
@@ -34,7 +31,7 @@ def unique(prefix: str = "b") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-class BridgeProcess:
+class BridgeProcess(LoggedProcess):
     """``python -m polymq_amqp.bridge_main`` with a links file; ``metrics()`` to read it."""
 
     def __init__(
@@ -47,6 +44,16 @@ class BridgeProcess:
         env: dict[str, str] | None = None,
         config_text: str | None = None,
     ) -> None:
+        super().__init__(
+            workdir / "bridge.log",
+            {
+                # quick reconnects, so that a restart costs the test little time
+                "POLYMQ_BRIDGE_BACKOFF_MIN": "0.05",
+                "POLYMQ_BRIDGE_BACKOFF_MAX": "0.5",
+                "POLYMQ_BRIDGE_STATS_INTERVAL": "0.5",
+                **(env or {}),
+            },
+        )
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.config = workdir / "links.json"
@@ -55,18 +62,7 @@ class BridgeProcess:
         )
         self.rabbit_url = rabbit_url
         self.core_port = core_port
-        self.env = {
-            **os.environ,
-            "POLYMQ_LOG_LEVEL": "INFO",
-            # quick reconnects, so that a restart costs the test little time
-            "POLYMQ_BRIDGE_BACKOFF_MIN": "0.05",
-            "POLYMQ_BRIDGE_BACKOFF_MAX": "0.5",
-            "POLYMQ_BRIDGE_STATS_INTERVAL": "0.5",
-            **(env or {}),
-        }
-        self.log_path = workdir / "bridge.log"
         self.ports_file = workdir / "bridge-ports.json"
-        self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
 
     def argv(self) -> list[str]:
@@ -87,25 +83,8 @@ class BridgeProcess:
         ]
 
     def start(self, timeout: float = 20.0) -> BridgeProcess:
-        self.ports_file.unlink(missing_ok=True)
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            self.argv(), stdout=log, stderr=subprocess.STDOUT, env=self.env
-        )
-        log.close()
-        deadline = time.monotonic() + timeout
-        while not self.ports_file.exists():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the bridge exited early:\n{self.log()}")
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"the bridge did not start:\n{self.log()}")
-            time.sleep(0.02)
-        self.port = json.loads(self.ports_file.read_text())["bridge"]
+        self.port = self.spawn(self.argv(), self.ports_file, "the bridge", timeout)["bridge"]
         return self
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def get(self, path: str) -> tuple[int, str]:
         try:
@@ -147,21 +126,8 @@ class BridgeProcess:
             time.sleep(0.05)
 
     def stop(self, timeout: float = 20.0) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        """SIGTERM (the bridge lets what is in flight be confirmed first); the exit code."""
+        return super().stop(timeout)
 
 
 @pytest.fixture(scope="module")

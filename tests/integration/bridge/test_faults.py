@@ -5,6 +5,7 @@ allowed, and reported), and the bridge's metrics show the reconnects."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,27 +40,56 @@ async def wait_moved(bridge: Any, n: int) -> None:
         )  # fmt: skip
 
 
+@dataclass
+class Flow:
+    """N persistent messages on their way each way through a bridge: polymq ``queue/src``
+    -> RabbitMQ ``rq_out``, RabbitMQ ``rq_in`` -> polymq ``queue/dst``."""
+
+    rabbit_url: str
+    port: int  # the core's
+    links: list[dict[str, Any]]
+    rq_out: str
+    dst: str
+    out_ids: list[str]
+    in_ids: list[str]
+    producers: asyncio.Future[tuple[int, int]]  # each producer's retries
+
+    async def finish(self, across: str) -> tuple[int, int]:
+        """Once the producers are done, every message arrives on the other side; the
+        producers' retries (polymq, RabbitMQ)."""
+        retries = await self.producers
+        seen_out = await drain_rabbit(self.rabbit_url, self.rq_out, set(self.out_ids))
+        seen_in = await drain_polymq(self.port, f"queue/{self.dst}", set(self.in_ids))
+        report(f"polymq -> RabbitMQ across {across}", set(self.out_ids), seen_out)
+        report(f"RabbitMQ -> polymq across {across}", set(self.in_ids), seen_in)
+        return retries
+
+
+async def start_flow(bridge_factory: Any, rabbit_url: str, port: int, tag: str) -> tuple[Any, Flow]:
+    """Queues on both sides, a bridge (to the core on ``port``) between them and N messages
+    produced into each; returns once each direction has moved 300 (mid-stream)."""
+    src, rq_out = unique(f"{tag}o"), unique(f"{tag}o")
+    rq_in, dst = unique(f"{tag}i"), unique(f"{tag}i")
+    await rabbit_queue(rabbit_url, rq_out)
+    await rabbit_queue(rabbit_url, rq_in)
+    flow_links = links(src, rq_out, rq_in, dst)
+    bridge = bridge_factory(flow_links, core_port=port)
+    bridge.wait_ready()
+    out_ids, in_ids = ids("o", N), ids("i", N)
+    producers = asyncio.gather(
+        produce_polymq(port, f"queue/{src}", out_ids),
+        produce_rabbit(rabbit_url, rq_in, in_ids),
+    )
+    await wait_moved(bridge, 300)
+    return bridge, Flow(rabbit_url, port, flow_links, rq_out, dst, out_ids, in_ids, producers)
+
+
 async def test_rabbitmq_restart_mid_stream_loses_nothing(
     bridge_factory: Any, rabbit: RabbitNode, core: PolymqProcess
 ) -> None:
-    src, rq_out, rq_in, dst = unique("fo"), unique("fo"), unique("fi"), unique("fi")
-    await rabbit_queue(rabbit.url, rq_out)
-    await rabbit_queue(rabbit.url, rq_in)
-    bridge = bridge_factory(links(src, rq_out, rq_in, dst))
-    bridge.wait_ready()
-    out_ids, in_ids = ids("o", N), ids("i", N)
-    port = core.ports["core"]
-    producers = asyncio.gather(
-        produce_polymq(port, f"queue/{src}", out_ids),
-        produce_rabbit(rabbit.url, rq_in, in_ids),
-    )
-    await wait_moved(bridge, 300)
+    bridge, flow = await start_flow(bridge_factory, rabbit.url, core.ports["core"], "f")
     await asyncio.to_thread(rabbit.restart)  # a clean stop and start, same port and data
-    retries = await producers
-    seen_out = await drain_rabbit(rabbit.url, rq_out, set(out_ids))
-    seen_in = await drain_polymq(port, f"queue/{dst}", set(in_ids))
-    report("polymq -> RabbitMQ across a RabbitMQ restart", set(out_ids), seen_out)
-    report("RabbitMQ -> polymq across a RabbitMQ restart", set(in_ids), seen_in)
+    retries = await flow.finish("a RabbitMQ restart")
     print(f"producer retries (polymq, RabbitMQ): {retries}")
     assert retries[1] >= 1, "the RabbitMQ producer never noticed the restart: not mid-stream"
     m = bridge.metrics()
@@ -80,25 +110,11 @@ async def test_core_restart_mid_stream_loses_nothing(
     core = PolymqProcess("core", workdir).start()
     try:
         port = core.ports["core"]
-        src, rq_out, rq_in, dst = unique("co"), unique("co"), unique("ci"), unique("ci")
-        await rabbit_queue(rabbit.url, rq_out)
-        await rabbit_queue(rabbit.url, rq_in)
-        bridge = bridge_factory(links(src, rq_out, rq_in, dst), core_port=port)
-        bridge.wait_ready()
-        out_ids, in_ids = ids("o", N), ids("i", N)
-        producers = asyncio.gather(
-            produce_polymq(port, f"queue/{src}", out_ids),
-            produce_rabbit(rabbit.url, rq_in, in_ids),
-        )
-        await wait_moved(bridge, 300)
+        bridge, flow = await start_flow(bridge_factory, rabbit.url, port, "c")
         assert await asyncio.to_thread(core.stop) == 0, core.log()
         # the same port and data directory: persistent messages and durable queues come back
         core = PolymqProcess("core", workdir, "--core-port", str(port)).start()
-        retries = await producers
-        seen_out = await drain_rabbit(rabbit.url, rq_out, set(out_ids))
-        seen_in = await drain_polymq(port, f"queue/{dst}", set(in_ids))
-        report("polymq -> RabbitMQ across a core restart", set(out_ids), seen_out)
-        report("RabbitMQ -> polymq across a core restart", set(in_ids), seen_in)
+        retries = await flow.finish("a core restart")
         print(f"producer retries (polymq, RabbitMQ): {retries}")
         assert retries[0] >= 1, "the polymq producer never noticed the restart: not mid-stream"
         m = bridge.metrics()
@@ -119,28 +135,13 @@ async def test_bridge_replaced_mid_stream_loses_nothing(
     to its source (the core and RabbitMQ each see the connection drop). SIGTERM: the bridge
     stops consuming, lets what is in flight be confirmed, gives back the rest and exits 0.
     Either way the next bridge moves everything that is left."""
-    src, rq_out, rq_in, dst = unique("ko"), unique("ko"), unique("ki"), unique("ki")
-    await rabbit_queue(rabbit.url, rq_out)
-    await rabbit_queue(rabbit.url, rq_in)
-    bridge = bridge_factory(links(src, rq_out, rq_in, dst))
-    bridge.wait_ready()
-    out_ids, in_ids = ids("o", N), ids("i", N)
-    port = core.ports["core"]
-    producers = asyncio.gather(
-        produce_polymq(port, f"queue/{src}", out_ids),
-        produce_rabbit(rabbit.url, rq_in, in_ids),
-    )
-    await wait_moved(bridge, 300)
+    bridge, flow = await start_flow(bridge_factory, rabbit.url, core.ports["core"], "k")
     if how == "SIGKILL":
         bridge.kill()
     else:
         assert await asyncio.to_thread(bridge.stop) == 0, bridge.log()
         assert "Traceback" not in bridge.log()
-    second = bridge_factory(links(src, rq_out, rq_in, dst))
-    await producers
-    seen_out = await drain_rabbit(rabbit.url, rq_out, set(out_ids))
-    seen_in = await drain_polymq(port, f"queue/{dst}", set(in_ids))
-    report(f"polymq -> RabbitMQ across a bridge stopped by {how}", set(out_ids), seen_out)
-    report(f"RabbitMQ -> polymq across a bridge stopped by {how}", set(in_ids), seen_in)
+    second = bridge_factory(flow.links)
+    await flow.finish(f"a bridge stopped by {how}")
     assert second.metric("polymq_bridge_messages_total", link="out", direction="to_rabbitmq") > 0
     assert second.stop() == 0, second.log()

@@ -12,15 +12,13 @@ from typing import Any
 
 import pika
 import pytest
-import requests
 from pika.adapters.blocking_connection import BlockingChannel
 
 from ..amqp.helpers import WAIT, Broker, pika_connection, serving_broker, unique
 from ..stomp.helpers import Clients, clients
+from .helpers import BINARY, body_of, post, pull
 
 pytestmark = pytest.mark.timeout(60)
-
-BINARY = b"\x00\x01\x02\xfe\xff\x00NUL\x00\r\n\x00"
 
 
 @pytest.fixture(scope="module")
@@ -42,28 +40,6 @@ def channel(broker: Broker) -> Iterator[BlockingChannel]:
 def stomp_client(broker: Broker) -> Iterator[Clients]:
     with clients(broker.run, "tcp") as make:
         yield make
-
-
-def post(broker: Broker, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-    r = requests.post(f"{broker.url('http')}/v1/{path}", json=payload, timeout=WAIT)
-    assert r.status_code == 200, r.text
-    out: dict[str, Any] = r.json()
-    return out
-
-
-def pull(broker: Broker, name: str, n: int = 10) -> list[dict[str, Any]]:
-    r = requests.post(
-        f"{broker.url('http')}/v1/queue/{name}/pull", params={"max": n, "wait": 5}, timeout=WAIT
-    )
-    assert r.status_code == 200, r.text
-    messages: list[dict[str, Any]] = r.json()["messages"]
-    return messages
-
-
-def body_of(m: dict[str, Any]) -> bytes:
-    if m["encoding"] == "base64":
-        return base64.b64decode(m["body"])
-    return str(m["body"]).encode()
 
 
 def get(channel: BlockingChannel, q: str) -> tuple[Any, Any, bytes]:

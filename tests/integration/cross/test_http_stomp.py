@@ -18,10 +18,9 @@ from polymq import Client, Message
 
 from ...procs import PolymqProcess
 from ..stomp.helpers import WAIT, Clients, clients, unique
+from .helpers import BINARY, body_of, post, pull
 
 pytestmark = pytest.mark.timeout(60)
-
-BINARY = b"\x00\x01\x02\xfe\xff\x00NUL\x00\r\n\x00"
 
 
 @pytest.fixture(scope="module")
@@ -40,28 +39,6 @@ def transport(request: pytest.FixtureRequest) -> str:
 def stomp_client(run: PolymqProcess, transport: str) -> Iterator[Clients]:
     with clients(run, transport) as make:
         yield make
-
-
-def post(run: PolymqProcess, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-    r = requests.post(f"{run.url('http')}/v1/{path}", json=payload, timeout=WAIT)
-    assert r.status_code == 200, r.text
-    out: dict[str, Any] = r.json()
-    return out
-
-
-def pull(run: PolymqProcess, name: str, n: int = 10) -> list[dict[str, Any]]:
-    r = requests.post(
-        f"{run.url('http')}/v1/queue/{name}/pull", params={"max": n, "wait": 5}, timeout=WAIT
-    )
-    assert r.status_code == 200, r.text
-    messages: list[dict[str, Any]] = r.json()["messages"]
-    return messages
-
-
-def body_of(m: dict[str, Any]) -> bytes:
-    if m["encoding"] == "base64":
-        return base64.b64decode(m["body"])
-    return str(m["body"]).encode()
 
 
 # ---- HTTP -> STOMP --------------------------------------------------------------------------

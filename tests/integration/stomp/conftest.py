@@ -4,7 +4,6 @@ WebSocket, and with raw sockets for what stomp.py would never send."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import uuid
@@ -16,9 +15,7 @@ import pytest
 import stomp
 from stomp.utils import Frame as StompPyFrame
 
-from ...procs import PolymqProcess
-
-WAIT = 10.0  # seconds to wait for something that should come at once
+from ...procs import WAIT, PolymqProcess, RawSocket
 
 
 def eventually(check: Callable[[], bool], timeout: float = WAIT) -> None:
@@ -33,14 +30,15 @@ def unique(prefix: str = "t") -> str:
     return f"{prefix}{uuid.uuid4().hex[:12]}"
 
 
-class Collector(stomp.ConnectionListener):  # type: ignore[misc]
-    """Every frame stomp.py hands its listener, and a way to wait for them."""
+class Recorder(stomp.ConnectionListener):  # type: ignore[misc]
+    """The MESSAGE and ERROR frames and RECEIPT ids stomp.py hands its listener, each added
+    under ``_cond`` and notified: what :class:`Collector` (and the browser tests' own
+    collector) wait on, each their own way."""
 
     def __init__(self) -> None:
         self.messages: list[StompPyFrame] = []
         self.receipts: list[str] = []
         self.errors: list[StompPyFrame] = []
-        self.disconnected = threading.Event()
         self._cond = threading.Condition()
 
     def _add(self, items: list[Any], item: Any) -> None:
@@ -56,6 +54,14 @@ class Collector(stomp.ConnectionListener):  # type: ignore[misc]
 
     def on_error(self, frame: StompPyFrame) -> None:
         self._add(self.errors, frame)
+
+
+class Collector(Recorder):
+    """Every frame stomp.py hands its listener, and a way to wait for them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.disconnected = threading.Event()
 
     def on_disconnected(self) -> None:
         self.disconnected.set()
@@ -132,15 +138,8 @@ def connect(run_stomp: PolymqProcess, transport: str) -> Iterator[Callable[..., 
         client.close()
 
 
-class RawStomp:
+class RawStomp(RawSocket):
     """STOMP over a plain TCP socket: frames in, bytes out, for bad input and heart-beats."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
-        self.buf = b""
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
 
     def frame(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
         lines = [command] + [f"{k}:{v}" for k, v in (headers or {}).items()]
@@ -161,20 +160,4 @@ class RawStomp:
                     k, _, v = line.partition(":")
                     headers.setdefault(k, v)
                 return command, headers, body
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            chunk = self.sock.recv(65536)
-            assert chunk, f"the server closed the connection; unread: {self.buf!r}"
-            self.buf += chunk
-
-    def closed_by_server(self, timeout: float = WAIT) -> bool:
-        """True once the server closed (EOF or reset), reading and dropping what comes."""
-        self.sock.settimeout(timeout)
-        try:
-            while self.sock.recv(65536):
-                pass
-        except ConnectionResetError:
-            pass
-        return True
-
-    def close(self) -> None:
-        self.sock.close()
+            self.receive(deadline)
