@@ -73,6 +73,7 @@ __all__ = [
     "add_metrics_route",
     "add_openapi_route",
     "add_settle_routes",
+    "core_link_metrics",
     "healthz",
     "link_state",
     "method_label",
@@ -211,6 +212,23 @@ def method_label(method: str) -> str:
     return method if method in _METHODS else "other"
 
 
+def core_link_metrics(registry: CollectorRegistry, service: str) -> tuple[Gauge, Counter]:
+    """``polymq_<service>_core_connected`` (1 while the frontend holds a connection to the
+    core) and ``polymq_<service>_core_connects`` (connections made), declared in
+    ``registry``."""
+    connected = Gauge(
+        f"polymq_{service}_core_connected",
+        "1 while the frontend holds a connection to the core, else 0",
+        registry=registry,
+    )
+    connects = Counter(
+        f"polymq_{service}_core_connects",
+        "Connections made to the core (a reconnect counts again)",
+        registry=registry,
+    )
+    return connected, connects
+
+
 class RequestMetrics:
     """The request metrics of frontend ``service``: ``polymq_<service>_requests`` (by method,
     route template and status; ``requests`` is its help), and with ``duration`` (the help of
@@ -249,16 +267,7 @@ class RequestMetrics:
 
     def core_link_metrics(self, registry: CollectorRegistry) -> None:
         """Declare ``polymq_<service>_core_connected`` and ``..._core_connects``."""
-        self.core_connected = Gauge(
-            f"polymq_{self.service}_core_connected",
-            "1 while the frontend holds a connection to the core, else 0",
-            registry=registry,
-        )
-        self.core_connects = Counter(
-            f"polymq_{self.service}_core_connects",
-            "Connections made to the core (a reconnect counts again)",
-            registry=registry,
-        )
+        self.core_connected, self.core_connects = core_link_metrics(registry, self.service)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         m = method_label(method)

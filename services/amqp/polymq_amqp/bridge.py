@@ -25,7 +25,7 @@ import logging
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq.web import PROMETHEUS, healthz, metrics_endpoint
+from polymq.frontend import add_admin_routes, admin_runner, start_site
 
 from .bridge_config import BridgeConfig, BridgeSettings, OutboundLink
 from .bridge_inbound import InboundRunner
@@ -55,10 +55,7 @@ async def links(request: web.Request) -> web.Response:
 def build_app(bridge: BridgeService, registry: CollectorRegistry) -> web.Application:
     app = web.Application()
     app[BRIDGE] = bridge
-    app[PROMETHEUS] = registry
-    app.router.add_get("/metrics", metrics_endpoint)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    add_admin_routes(app, registry, readyz)
     app.router.add_get("/links", links)
     return app
 
@@ -127,11 +124,8 @@ class BridgeService:
         await asyncio.gather(self.rabbit.start(), self.core.start())
         for link in self.links:
             link.start()
-        self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=2.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, s.host, s.bridge_port, reuse_address=True)
-        await site.start()
-        self.ports["bridge"] = int(self._runner.addresses[0][1])
+        self._runner = admin_runner(self.app)
+        _, self.ports["bridge"] = await start_site(self._runner, s.host, s.bridge_port)
         log.info(
             "bridge: %d link(s) between RabbitMQ at %s (%s) and the core at %s (%s); "
             "metrics on http://%s:%d/metrics",

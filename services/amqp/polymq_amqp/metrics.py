@@ -12,6 +12,8 @@ from pamqp import base, commands
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics import MetricWrapperBase
 
+from polymq.frontend import FrontendMetrics
+
 from .errors import REPLY_NAMES
 from .states import method_name
 
@@ -35,7 +37,7 @@ def _all_methods() -> list[str]:
     return names
 
 
-class AmqpMetrics:
+class AmqpMetrics(FrontendMetrics):
     def __init__(self, registry: CollectorRegistry) -> None:
         self.methods = Counter(
             "polymq_amqp_methods",
@@ -72,22 +74,7 @@ class AmqpMetrics:
             ["code", "scope"],
             registry=registry,
         )
-        self.bytes = Counter(
-            "polymq_amqp_bytes",
-            "Bytes received (in) and sent (out) over AMQP connections",
-            ["direction"],
-            registry=registry,
-        )
-        self.core_connected = Gauge(
-            "polymq_amqp_core_connected",
-            "1 while the frontend holds a connection to the core, else 0",
-            registry=registry,
-        )
-        self.core_connects = Counter(
-            "polymq_amqp_core_connects",
-            "Connections made to the core (a reconnect counts again)",
-            registry=registry,
-        )
+        self.declare_shared(registry, "amqp", "AMQP")  # bytes, core_connected, core_connects
         # children resolved once: a method costs a dict lookup, not a labels() call
         names = _all_methods()
         self.methods_in: dict[str, MetricWrapperBase] = {
@@ -99,8 +86,6 @@ class AmqpMetrics:
         for n in ("heartbeat",):
             self.methods_in[n] = self.methods.labels(n, "in")
             self.methods_out[n] = self.methods.labels(n, "out")
-        self.bytes_in = self.bytes.labels("in")
-        self.bytes_out = self.bytes.labels("out")
         self.confirm_ack = self.confirms.labels("ack")
         self.confirm_nack = self.confirms.labels("nack")
         self.delivered_consume = self.deliveries.labels("consume")

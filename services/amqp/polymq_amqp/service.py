@@ -25,11 +25,10 @@ import ssl
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq import Client
+from polymq import Client, frontend
 from polymq.auth import AuthProvider, load_provider
-from polymq.corelink import CoreLink
 from polymq.transport import TcpTransport
-from polymq.web import PROMETHEUS, healthz, metrics_endpoint
+from polymq.web import link_state
 
 from .config import AmqpSettings
 from .hub import Hub
@@ -47,24 +46,18 @@ _SHUTDOWN_GRACE = 5.0  # seconds connections get to answer what they read before
 
 async def readyz(request: web.Request) -> web.Response:
     hub = request.app[HUB]
-    link = hub.link
-    if hub.stopping:
-        return web.json_response({"status": "shutting down"}, status=503)
-    if not link.connected:
-        detail = f"not connected to the core at {link.address}: {link.last_error}"
-        return web.json_response({"status": "unavailable", "detail": detail}, status=503)
+    refusal = frontend.not_ready(hub.stopping, hub.link)
+    if refusal is not None:
+        return refusal
     return web.json_response(
-        {"status": "ready", "core": link.address, "connections": len(hub.sessions)}
+        {"status": "ready", "core": hub.link.address, "connections": len(hub.sessions)}
     )
 
 
 def build_app(hub: Hub, registry: CollectorRegistry) -> web.Application:
     app = web.Application()
     app[HUB] = hub
-    app[PROMETHEUS] = registry
-    app.router.add_get("/metrics", metrics_endpoint)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    frontend.add_admin_routes(app, registry, readyz)
     return app
 
 
@@ -79,16 +72,7 @@ class AmqpService:
         self.settings = settings
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = AmqpMetrics(self.registry)
-        self.link = CoreLink(
-            settings.core_host,
-            settings.core_port,
-            service="amqp",
-            user=settings.core_user,
-            password=settings.core_password,
-            token=settings.core_token,
-            on_connect=self._core_connected,
-            on_lost=self._core_lost,
-        )
+        self.link = frontend.core_link(settings, "amqp", self.metrics, on_lost=self._core_lost)
         instance = f"{socket.gethostname().replace('/', '_')}-{secrets.token_hex(6)}"
         self.topology = Topology(self.link, instance, cache_ttl=settings.amqp_cache_ttl)
         self.hub = Hub(
@@ -105,23 +89,9 @@ class AmqpService:
         self._runner: web.AppRunner | None = None
         self.ports: dict[str, int] = {}
 
-    def _core_connected(self, client: Client) -> None:
-        self.metrics.core_connected.set(1)
-        self.metrics.core_connects.inc()
-
     def _core_lost(self, client: Client, reason: str) -> None:
-        self.metrics.core_connected.set(0)
         for session in list(self.hub.sessions.values()):
             session.core_lost(reason)
-
-    def _ssl(self) -> ssl.SSLContext | None:
-        s = self.settings
-        if not s.tls:
-            return None
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        assert s.tls_cert is not None
-        ctx.load_cert_chain(s.tls_cert, s.tls_key)
-        return ctx
 
     async def _listen(self, port: int, ctx: ssl.SSLContext | None) -> int:
         hub = self.hub
@@ -139,17 +109,16 @@ class AmqpService:
 
     async def start(self) -> dict[str, int]:
         s = self.settings
-        ctx = self._ssl()
+        ctx = frontend.tls_context(s)
         await self.link.start()
         self.topology.start()
         self.ports["amqp"] = await self._listen(s.amqp_port, None)
         if ctx is not None:
             self.ports["amqp_tls"] = await self._listen(s.amqp_tls_port, ctx)
-        self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=2.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, s.host, s.amqp_admin_port, reuse_address=True)
-        await site.start()
-        self.ports["amqp_admin"] = int(self._runner.addresses[0][1])
+        self._runner = frontend.admin_runner(self.app)
+        _, self.ports["amqp_admin"] = await frontend.start_site(
+            self._runner, s.host, s.amqp_admin_port
+        )
         log.info(
             "amqp: AMQP 0-9-1 on %s:%d%s, admin on http://%s:%d, core %s %s; vhosts %s; %s",
             s.host,
@@ -158,7 +127,7 @@ class AmqpService:
             s.host,
             self.ports["amqp_admin"],
             self.link.address,
-            "connected" if self.link.connected else "not reachable yet (retrying)",
+            link_state(self.link),
             s.amqp_vhosts,
             self.hub.auth.describe(),
         )
@@ -168,15 +137,12 @@ class AmqpService:
         self.hub.stopping = True
         for server in self._servers:
             server.close()  # stop accepting
-        sessions = list(self.hub.sessions.values())
-        if sessions:
-            done = asyncio.gather(
-                *(s.shutdown(_SHUTDOWN_GRACE) for s in sessions), return_exceptions=True
-            )
-            try:
-                await asyncio.wait_for(done, _SHUTDOWN_GRACE * 2)
-            except TimeoutError:
-                log.warning("amqp: %d connections did not shut down in time", len(sessions))
+        await frontend.shutdown_sessions(
+            list(self.hub.sessions.values()),
+            _SHUTDOWN_GRACE,
+            log,
+            "amqp: %d connections did not shut down in time",
+        )
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()

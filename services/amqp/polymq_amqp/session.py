@@ -39,6 +39,7 @@ from polymq.auth import Permission, Principal
 from polymq.client import Client
 from polymq.corelink import CoreLink
 from polymq.errors import PolymqError
+from polymq.frontend import FrontendSession
 from polymq.transport import Transport
 
 from . import handshake
@@ -68,6 +69,7 @@ from .events import (
     ProtocolHeader,
 )
 from .hub import Hub
+from .metrics import AmqpMetrics
 from .names import VhostNames
 from .publisher import Outbox
 from .states import State, method_name
@@ -83,19 +85,21 @@ log = logging.getLogger(__name__)
 _MAX_INFLIGHT_BYTES: Final = 16 * 1024 * 1024  # bytes of publishes awaiting the core, then pause
 
 
-class Session:
-    """The AMQP side of one connection."""
+class Session(FrontendSession):
+    """The AMQP side of one connection (writing, reading's pauses, its tasks and the close
+    of the transport are :class:`~polymq.frontend.FrontendSession`'s)."""
+
+    metrics: AmqpMetrics
 
     def __init__(self, hub: Hub, transport: Transport) -> None:
+        super().__init__(transport)
         s = hub.settings
         self.hub = hub
         self.settings = s
         self.metrics = hub.metrics
-        self.transport = transport
         self.codec = AmqpConnection(
             frame_max=s.amqp_frame_max, channel_max=s.amqp_channel_max, max_body=hub.max_body
         )
-        self.loop = asyncio.get_running_loop()
         self.conn_id = secrets.token_hex(6)
         self.owner = f"{hub.instance}/{self.conn_id}"
         self.principal: Principal | None = None
@@ -105,15 +109,10 @@ class Session:
         self.cancel_notify = False  # the client takes basic.cancel from the server
         self.channels: dict[int, Channel] = {}
         self.exclusive_queues: set[str] = set()  # AMQP names of this connection's ones
-        self.closing = False  # connection.close sent or received: nothing more is handled
-        self._lost = False
+        # closing (True once connection.close is sent or received): nothing more is handled
         self._done_reading = False  # the transport is closing: no more events
-        self._torn_down = False
         self._allowed: set[tuple[Permission, str]] = set()
         # writing
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._tick_scheduled = False
         self._ack_after_write: dict[Any, int] = {}  # no-ack consumer -> last core tag
         self._in_bytes = 0
         self._delivered_out = 0  # basic.deliver frames not yet counted in the metrics
@@ -123,16 +122,11 @@ class Session:
         self.reads = 0
         self._confirms: set[Channel] = set()  # channels with confirms to send
         # reading
-        self._busy: asyncio.Task[None] | None = None
-        self._reading_paused = False
-        self._tasks: set[asyncio.Task[Any]] = set()
         self.inflight = 0  # publishes awaiting the core
         self.outbox = Outbox(self)  # publishes read, to go to the core after this read
         self.inflight_bytes = 0  # and their bodies' bytes
         # timers
         self._hb = 0.0
-        self._last_read = self.loop.time()
-        self._last_write = self._last_read
         self._hb_timer: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = self.loop.call_later(
             s.amqp_handshake_timeout, self._handshake_timeout
@@ -165,9 +159,6 @@ class Session:
         self._process()
         self._schedule()
 
-    def resume_writing(self) -> None:
-        self._flush()
-
     def connection_lost(self) -> None:
         if self._lost:
             return
@@ -176,11 +167,6 @@ class Session:
         self.closing = True
         self._teardown()
         self.metrics.connections.dec()
-
-    def _schedule(self) -> None:
-        if not self._tick_scheduled:
-            self._tick_scheduled = True
-            self.loop.call_soon(self._tick)
 
     def _tick(self) -> None:
         """Once per loop iteration with something to do: confirms made in it go out (acks
@@ -282,22 +268,13 @@ class Session:
     ) -> None:
         """Run ``coro`` before any later frame is handled."""
         self.outbox.flush()  # the publishes read before it reach the core first
-        task = self.loop.create_task(coro)
-        self._busy = task
-        self._tasks.add(task)
-        task.add_done_callback(partial(self._busy_done, channel, method))
-        self.update_reading()
+        self._run_busy(coro, partial(self._busy_done, channel, method))
 
-    def _busy_done(self, channel: int, method: base.Frame | None, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if self._busy is task:
-            self._busy = None
-        if task.cancelled():
-            return
-        exc = task.exception()
+    def _busy_done(
+        self, channel: int, method: base.Frame | None, exc: BaseException | None
+    ) -> None:
         if exc is not None:
-            if channel == 0 or channel in self.channels:
-                self.fail(exc, channel, method)
+            self._task_failed(channel, method, exc)
         if not self._done_reading:
             self._process()
             self._schedule()
@@ -306,39 +283,24 @@ class Session:
         self, coro: Coroutine[Any, Any, None], channel: int, method: base.Frame | None = None
     ) -> None:
         """A task of this session nothing waits for; its failure closes ``channel``."""
-        task = self.loop.create_task(coro)
-        self._tasks.add(task)
+        self._run_task(coro, partial(self._task_failed, channel, method))
 
-        def done(t: asyncio.Task[None]) -> None:
-            self._tasks.discard(t)
-            if t.cancelled():
-                return
-            exc = t.exception()
-            if exc is not None and (channel == 0 or channel in self.channels):
-                self.fail(exc, channel, method)
-
-        task.add_done_callback(done)
+    def _task_failed(self, channel: int, method: base.Frame | None, exc: BaseException) -> None:
+        if channel == 0 or channel in self.channels:  # (not closed since)
+            self.fail(exc, channel, method)
 
     def update_reading(self) -> None:
-        pause = not self._lost and (
-            self._busy is not None
-            or self._out_bytes > self.settings.amqp_write_buffer
-            or self.inflight >= self.settings.amqp_max_inflight
-            or self.inflight_bytes > _MAX_INFLIGHT_BYTES
+        self._set_reading(
+            not self._lost
+            and (
+                self._busy is not None
+                or self._out_bytes > self.settings.amqp_write_buffer
+                or self.inflight >= self.settings.amqp_max_inflight
+                or self.inflight_bytes > _MAX_INFLIGHT_BYTES
+            )
         )
-        if pause != self._reading_paused:
-            self._reading_paused = pause
-            if pause:
-                self.transport.pause_reading()
-            else:
-                self.transport.resume_reading()
 
     # ==== writing ============================================================================
-    def _write(self, data: bytes) -> None:
-        self._out.append(data)
-        self._out_bytes += len(data)
-        self._schedule()
-
     def send_method(self, channel: int, method: base.Frame) -> bool:
         """Write ``method``; False (nothing written) if it may not be sent now."""
         if self._lost:
@@ -388,24 +350,11 @@ class Session:
         self._confirms.add(channel)
         self._schedule()
 
-    def _flush(self, force: bool = False) -> None:
-        if not self._out or self._lost:
-            return
-        if not force and not self.transport.writable:
-            self.update_reading()
-            return
-        out = self._out
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self._out_bytes = 0
-        self.transport.write(data)
-        self.metrics.bytes_out.inc(len(data))
-        self._last_write = self.loop.time()
+    def _written(self, force: bool) -> None:
         if self._ack_after_write:
             acks, self._ack_after_write = self._ack_after_write, {}
             for consumer, tag in acks.items():
                 consumer.written(tag)
-        self.update_reading()
 
     # ==== closing ============================================================================
     def close_channel(self, number: int, err: AmqpError) -> None:
@@ -448,11 +397,8 @@ class Session:
         self._close_timer = self.loop.call_later(delay, self._close_transport)
 
     def _close_transport(self) -> None:
-        self.closing = True
         self._done_reading = True
-        self._flush(force=True)
-        self._teardown()
-        self.transport.close()
+        self._close()
 
     def _wrong_header(self, exc: ProtocolHeaderMismatch) -> None:
         """Not AMQP 0-9-1: answer with the header we speak, and close (as the spec says)."""
@@ -480,8 +426,7 @@ class Session:
             if handle is not None:
                 handle.cancel()
         self._hb_timer = None
-        for task in list(self._tasks):
-            task.cancel()
+        self._cancel_tasks()
         channels, self.channels = list(self.channels.values()), {}
         for ch in channels:
             ch.teardown()
@@ -507,9 +452,7 @@ class Session:
         """The frontend stops: answer what was read, then connection.close 320."""
         if self.closing:
             return
-        busy = self._busy
-        if busy is not None:
-            await asyncio.wait({busy}, timeout=grace)
+        await self._wait_busy(grace)
         self.close_connection(
             ConnectionException(
                 CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'"

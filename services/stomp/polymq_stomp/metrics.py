@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from polymq.frontend import FrontendMetrics
+
 from .frames import Command
 
 REASONS = frozenset(
@@ -33,7 +35,7 @@ REASONS = frozenset(
 )
 
 
-class StompMetrics:
+class StompMetrics(FrontendMetrics):
     def __init__(self, registry: CollectorRegistry) -> None:
         self.frames = Counter(
             "polymq_stomp_frames",
@@ -62,29 +64,12 @@ class StompMetrics:
         self.subscriptions = Gauge(
             "polymq_stomp_subscriptions", "Active STOMP subscriptions", registry=registry
         )
-        self.bytes = Counter(
-            "polymq_stomp_bytes",
-            "Bytes received (in) and sent (out) over STOMP connections",
-            ["direction"],
-            registry=registry,
-        )
-        self.core_connected = Gauge(
-            "polymq_stomp_core_connected",
-            "1 while the frontend holds a connection to the core, else 0",
-            registry=registry,
-        )
-        self.core_connects = Counter(
-            "polymq_stomp_core_connects",
-            "Connections made to the core (a reconnect counts again)",
-            registry=registry,
-        )
+        self.declare_shared(registry, "stomp", "STOMP")  # bytes, core_connected, core_connects
         # children resolved once: a frame costs a dict lookup, not a labels() call
         self.frames_in = {c.value: self.frames.labels(c.value, "in") for c in Command}
         self.frames_in["HEARTBEAT"] = self.frames.labels("HEARTBEAT", "in")
         self.frames_out = {c.value: self.frames.labels(c.value, "out") for c in Command}
         self.frames_out["HEARTBEAT"] = self.frames.labels("HEARTBEAT", "out")
-        self.bytes_in = self.bytes.labels("in")
-        self.bytes_out = self.bytes.labels("out")
         for reason in REASONS:
             self.errors.labels(reason)
         for transport in ("tcp", "ws"):

@@ -19,15 +19,13 @@ import asyncio
 import contextlib
 import logging
 import socket
-import ssl
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq import Client
+from polymq import frontend
 from polymq.auth import AuthProvider, load_provider
-from polymq.corelink import CoreLink
-from polymq.web import PROMETHEUS, healthz, metrics_endpoint
+from polymq.web import link_state
 
 from . import page
 from .config import StompSettings
@@ -46,13 +44,10 @@ _SHUTDOWN_GRACE = 5.0  # seconds sessions get to answer what they read before th
 
 async def readyz(request: web.Request) -> web.Response:
     hub = request.app[HUB]
-    link = hub.link
-    if hub.stopping:
-        return web.json_response({"status": "shutting down"}, status=503)
-    if not link.connected:
-        detail = f"not connected to the core at {link.address}: {link.last_error}"
-        return web.json_response({"status": "unavailable", "detail": detail}, status=503)
-    return web.json_response({"status": "ready", "core": link.address})
+    refusal = frontend.not_ready(hub.stopping, hub.link)
+    if refusal is not None:
+        return refusal
+    return web.json_response({"status": "ready", "core": hub.link.address})
 
 
 async def websocket(request: web.Request) -> web.StreamResponse:
@@ -76,12 +71,9 @@ async def websocket(request: web.Request) -> web.StreamResponse:
 def build_app(hub: Hub, registry: CollectorRegistry) -> web.Application:
     app = web.Application()
     app[HUB] = hub
-    app[PROMETHEUS] = registry
     page.add_routes(app, hub.settings.stomp_stompjs)
     app.router.add_get("/ws", websocket)
-    app.router.add_get("/metrics", metrics_endpoint)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    frontend.add_admin_routes(app, registry, readyz)
     return app
 
 
@@ -96,16 +88,7 @@ class StompService:
         self.settings = settings
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = StompMetrics(self.registry)
-        self.link = CoreLink(
-            settings.core_host,
-            settings.core_port,
-            service="stomp",
-            user=settings.core_user,
-            password=settings.core_password,
-            token=settings.core_token,
-            on_connect=self._core_connected,
-            on_lost=self._core_lost,
-        )
+        self.link = frontend.core_link(settings, "stomp", self.metrics)
         self.hub = Hub(
             settings,
             self.link,
@@ -118,25 +101,9 @@ class StompService:
         self._site: web.TCPSite | None = None
         self.ports: dict[str, int] = {}
 
-    def _core_connected(self, client: Client) -> None:
-        self.metrics.core_connected.set(1)
-        self.metrics.core_connects.inc()
-
-    def _core_lost(self, client: Client, reason: str) -> None:
-        self.metrics.core_connected.set(0)
-
-    def _ssl(self) -> ssl.SSLContext | None:
-        s = self.settings
-        if not s.tls:
-            return None
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        assert s.tls_cert is not None
-        ctx.load_cert_chain(s.tls_cert, s.tls_key)
-        return ctx
-
     async def start(self) -> dict[str, int]:
         s = self.settings
-        ctx = self._ssl()
+        ctx = frontend.tls_context(s)
         await self.link.start()
         loop = asyncio.get_running_loop()
         hub = self.hub
@@ -149,13 +116,10 @@ class StompService:
         )
         sock: socket.socket = self._server.sockets[0]
         self.ports["stomp"] = int(sock.getsockname()[1])
-        self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=2.0)
-        await self._runner.setup()
-        self._site = web.TCPSite(
-            self._runner, s.host, s.stomp_ws_port, ssl_context=ctx, reuse_address=True
+        self._runner = frontend.admin_runner(self.app)
+        self._site, self.ports["stomp_ws"] = await frontend.start_site(
+            self._runner, s.host, s.stomp_ws_port, ctx
         )
-        await self._site.start()
-        self.ports["stomp_ws"] = int(self._runner.addresses[0][1])
         scheme = "wss" if ctx else "ws"
         log.info(
             "stomp: STOMP 1.0-1.2 on %s:%d%s and %s://%s:%d/ws (page at /), core %s %s; %s",
@@ -166,7 +130,7 @@ class StompService:
             s.host,
             self.ports["stomp_ws"],
             self.link.address,
-            "connected" if self.link.connected else "not reachable yet (retrying)",
+            link_state(self.link),
             self.hub.auth.describe(),
         )
         return self.ports
@@ -178,15 +142,12 @@ class StompService:
         if self._site is not None:
             with contextlib.suppress(RuntimeError):
                 await self._site.stop()
-        sessions = list(self.hub.sessions)
-        if sessions:
-            done = asyncio.gather(
-                *(s.shutdown(_SHUTDOWN_GRACE) for s in sessions), return_exceptions=True
-            )
-            try:
-                await asyncio.wait_for(done, _SHUTDOWN_GRACE * 2)
-            except TimeoutError:
-                log.warning("stomp: %d sessions did not shut down in time", len(sessions))
+        await frontend.shutdown_sessions(
+            list(self.hub.sessions),
+            _SHUTDOWN_GRACE,
+            log,
+            "stomp: %d sessions did not shut down in time",
+        )
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()

@@ -45,6 +45,7 @@ from polymq.errors import (
     Unauthorized,
     Unavailable,
 )
+from polymq.frontend import FrontendSession
 from polymq.types import AckMode
 
 from .codec import CLOSED, NEED_DATA, VERSIONS, Role, State, StompConnection
@@ -79,50 +80,42 @@ class Hub:
     stopping: bool = False
 
 
-class Session:
-    """The STOMP side of one connection (the transport's endpoint)."""
+class Session(FrontendSession):
+    """The STOMP side of one connection (the transport's endpoint; writing, reading's pauses,
+    its tasks and the close of the transport are :class:`~polymq.frontend.FrontendSession`'s)."""
+
+    transport: Transport
+    metrics: StompMetrics
 
     def __init__(self, hub: Hub, transport: Transport) -> None:
+        super().__init__(transport)
         s = hub.settings
         self.hub = hub
         self.settings = s
         self.metrics = hub.metrics
-        self.transport = transport
         self.codec = StompConnection(
             Role.SERVER,
             max_frame=s.stomp_max_frame,
             max_headers=s.stomp_max_headers,
             max_header_length=s.stomp_max_header_length,
         )
-        self.loop = asyncio.get_running_loop()
         self.conn_id = secrets.token_hex(6)
         self.version = "1.0"
         self.principal: Principal | None = None
-        self.closing = False  # an ERROR or DISCONNECT is on its way: read nothing more
-        self._lost = False
-        self._torn_down = False
+        # closing (True once an ERROR or DISCONNECT is on its way): read nothing more
         self.subscriptions = Subscriptions(self)
         self.publisher = Publisher(self)
         self._temps: set[str] = set()  # temp queues declared for this connection
         self._allowed: set[tuple[Permission, str]] = set()
         self._targets: dict[str, Target | Control] = {}
         # writing
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._tick_scheduled = False
         self._ack_after_write: dict[StompSubscription, int] = {}
         self._unwritten: set[StompSubscription] = set()
         self._in_counts: dict[str, int] = {}
         self._in_bytes = 0
-        # reading
-        self._busy: asyncio.Task[None] | None = None
-        self._reading_paused = False
-        self._tasks: set[asyncio.Task[Any]] = set()
         # heart-beats (seconds; 0 = none)
         self._hb_out = 0.0
         self._hb_in = 0.0
-        self._last_read = self.loop.time()
-        self._last_write = self._last_read
         self._hb_send_timer: asyncio.TimerHandle | None = None
         self._hb_check_timer: asyncio.TimerHandle | None = None
         hub.sessions.add(self)
@@ -152,14 +145,6 @@ class Session:
             return
         self.codec.receive_data(b"")
         self._process()
-
-    def resume_writing(self) -> None:
-        self._flush()
-
-    def _schedule(self) -> None:
-        if not self._tick_scheduled:
-            self._tick_scheduled = True
-            self.loop.call_soon(self._tick)
 
     def _tick(self) -> None:
         """Once per loop iteration with something to do: the SENDs read in it go to the core
@@ -203,7 +188,7 @@ class Session:
                 if event is NEED_DATA:
                     break
                 if event is CLOSED:  # the client closed its side
-                    self._close_quietly()
+                    self._close()
                     break
                 if isinstance(event, Heartbeat):
                     counts["HEARTBEAT"] = counts.get("HEARTBEAT", 0) + 1
@@ -242,22 +227,11 @@ class Session:
     def start_busy(self, coro: Coroutine[Any, Any, None], frame: Frame) -> None:
         """Run ``coro`` before any later frame is read (a frame that needs an answer first)."""
         self.publisher.flush()  # SENDs read before this frame go first
-        task = self.loop.create_task(coro)
-        self._busy = task
-        self._tasks.add(task)
-        task.add_done_callback(partial(self._busy_done, frame))
-        self.update_reading()
+        self._run_busy(coro, partial(self._busy_done, frame))
 
-    def _busy_done(self, frame: Frame, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if self._busy is task:
-            self._busy = None
-        if task.cancelled():
-            return
-        exc = task.exception()
+    def _busy_done(self, frame: Frame, exc: BaseException | None) -> None:
         if exc is not None:
-            if not self.closing:
-                self.refuse(exc, frame)
+            self._task_failed(frame, exc)
             return
         if not self.closing:
             self._process()
@@ -265,38 +239,23 @@ class Session:
 
     def spawn(self, coro: Coroutine[Any, Any, None], frame: Frame) -> None:
         """A task of this session nothing waits for (e.g. an UNSUBSCRIBE's receipt)."""
-        task = self.loop.create_task(coro)
-        self._tasks.add(task)
+        self._run_task(coro, partial(self._task_failed, frame))
 
-        def done(t: asyncio.Task[None]) -> None:
-            self._tasks.discard(t)
-            if t.cancelled():
-                return
-            exc = t.exception()
-            if exc is not None and not self.closing:
-                self.refuse(exc, frame)
-
-        task.add_done_callback(done)
+    def _task_failed(self, frame: Frame, exc: BaseException) -> None:
+        if not self.closing:
+            self.refuse(exc, frame)
 
     def update_reading(self) -> None:
-        pause = not self.closing and (
-            self._busy is not None
-            or self._out_bytes > self.settings.stomp_write_buffer
-            or self.publisher.full
+        self._set_reading(
+            not self.closing
+            and (
+                self._busy is not None
+                or self._out_bytes > self.settings.stomp_write_buffer
+                or self.publisher.full
+            )
         )
-        if pause != self._reading_paused:
-            self._reading_paused = pause
-            if pause:
-                self.transport.pause_reading()
-            else:
-                self.transport.resume_reading()
 
     # ==== writing ============================================================================
-    def _write(self, data: bytes) -> None:
-        self._out.append(data)
-        self._out_bytes += len(data)
-        self._schedule()
-
     def _send(self, frame: Frame) -> None:
         if self.closing:
             return  # after an ERROR nothing more goes out
@@ -327,20 +286,7 @@ class Session:
     def log_unsendable(self, exc: LocalStompError) -> None:  # pragma: no cover - a bug
         log.warning("stomp %s: cannot send a message: %s", self, exc.detail)
 
-    def _flush(self, force: bool = False) -> None:
-        """Hand the output to the transport while it drains (``force``: even if not)."""
-        if not self._out or self._lost:
-            return
-        if not force and not self.transport.writable:
-            self.update_reading()
-            return
-        out = self._out
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self._out_bytes = 0
-        self.transport.write(data)
-        self.metrics.bytes_out.inc(len(data))
-        self._last_write = self.loop.time()
+    def _written(self, force: bool) -> None:
         if self._unwritten:
             for sub in self._unwritten:
                 sub.unwritten = sub.unwritten_bytes = 0
@@ -351,7 +297,6 @@ class Session:
                 for sub, tag in acks.items():
                     if not sub.closed and sub.core is not None:
                         sub.core.ack(tag)
-        self.update_reading()
 
     # ==== closing ============================================================================
     def fail(self, message: str, detail: str, reason: str, receipt_id: str | None = None) -> None:
@@ -363,16 +308,7 @@ class Session:
         self.metrics.frames_out["ERROR"].inc()
         log.info("stomp %s: ERROR %s: %s", self, message, detail)
         self._write(self.codec.error_bytes(message, detail, receipt_id))
-        self._flush(force=True)
-        self._teardown()
-        self.transport.close()
-
-    def _close_quietly(self) -> None:
-        """Close after what is written (DISCONNECT, or the client closed its side)."""
-        self.closing = True
-        self._flush(force=True)
-        self._teardown()
-        self.transport.close()
+        self._close()
 
     def _teardown(self) -> None:
         """Release what the connection holds at the core (once)."""
@@ -383,8 +319,7 @@ class Session:
             if handle is not None:
                 handle.cancel()
         self._hb_send_timer = self._hb_check_timer = None
-        for task in list(self._tasks):
-            task.cancel()
+        self._cancel_tasks()
         self.publisher.close()
         subs = self.subscriptions.close_all()
         cores = [sub.core for sub in subs if sub.core is not None and not sub.core.closed]
@@ -399,9 +334,7 @@ class Session:
             return
         self.transport.pause_reading()
         self._reading_paused = True
-        busy = self._busy
-        if busy is not None:
-            await asyncio.wait({busy}, timeout=grace)  # (its outcome is handled by _busy_done)
+        await self._wait_busy(grace)  # (its outcome is handled by _busy_done)
         if not self.closing:
             self.publisher.flush()
             await self.publisher.drain(grace)
@@ -499,9 +432,7 @@ class Session:
             data,
         )
         self._write(self.codec.send(frame))
-        self._flush(force=True)
-        self._teardown()
-        self.transport.close()
+        self._close()
 
     def _heartbeats(self, raw: str) -> tuple[int, int]:
         """Our heart-beat header ``(sx, sy)``: we send every sx ms, and expect every sy ms.
@@ -681,7 +612,7 @@ class Session:
         receipt = frame.get("receipt")
         if receipt is not None:
             self.receipt(receipt)
-        self._close_quietly()
+        self._close()  # after what is written
 
 
 _HANDLERS: Final[dict[Command, Callable[[Session, Frame], None]]] = {
