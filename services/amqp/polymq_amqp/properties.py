@@ -14,7 +14,8 @@ AMQP property               polymq message
                             kept in the ``x-amqp-typed`` header for AMQP consumers
 ``delivery_mode``           ``persistent`` (2 = persistent)
 ``priority``                ``priority``, 0..9 (above 9 counts as 9; absent is 0, as in
-                            RabbitMQ)
+                            RabbitMQ); delivered only when above 0, so a consumer sees no
+                            priority where the publisher set none (nor where it set 0)
 ``correlation_id``          ``correlation_id``
 ``reply_to``                ``reply_to`` in the core's form, ``queue/<name>`` (STOMP shows
                             ``/queue/<name>``); a core ``queue/x`` comes back as ``x``
@@ -310,9 +311,11 @@ def delivery_properties(message: Message, names: VhostNames) -> bytes:
     if table:
         flags |= 0x2000
         parts.append(encode_table(table))
-    flags |= 0x1000 | 0x0800
+    flags |= 0x1000
     parts.append(b"\x02" if message.persistent else b"\x01")
-    parts.append(bytes((max(0, min(message.priority, 255)),)))
+    if message.priority > 0:  # 0 is the default that absent means: not invented
+        flags |= 0x0800
+        parts.append(bytes((min(message.priority, 255),)))
     if message.correlation_id is not None:
         flags |= 0x0400
         parts.append(_shortstr(message.correlation_id))

@@ -132,7 +132,12 @@ def test_absent_properties_stay_absent() -> None:
     got = through(commands.Basic.Properties())
     assert got.content_type is None
     assert got.headers is None
-    assert (got.delivery_mode, got.priority) == (1, 0)
+    assert (got.delivery_mode, got.priority) == (1, None)  # no priority invented
+
+
+def test_priority_zero_is_the_default_and_not_sent() -> None:
+    assert through(commands.Basic.Properties(priority=0)).priority is None
+    assert through(commands.Basic.Properties(priority=1)).priority == 1
 
 
 def test_the_message_other_protocols_see() -> None:
