@@ -19,13 +19,16 @@ its protocol:
   socket that does not drain);
 - ``close`` hands on what was written, then an end of stream (``eof_received``) and the
   connection's end (``connection_lost(None)``) on both sides; ``abort`` drops what was not
-  handed on and ends both at once (the peer sees ``ConnectionResetError``, as a reset).
+  handed on and ends both at once (the peer sees ``ConnectionResetError``, as a reset); a
+  protocol whose ``data_received`` raises is logged and ends both the same way (it gets its
+  exception in ``connection_lost``), as a socket transport does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +36,8 @@ __all__ = ["CHUNK", "Pipe", "PipeEnd", "connect", "serve", "served", "unserve"]
 
 CHUNK = 256 * 1024  # bytes per data_received call, as a socket read hands on
 _HIGH, _LOW = 64 * 1024, 16 * 1024  # asyncio's default write buffer limits
+
+log = logging.getLogger(__name__)
 
 _servers: dict[tuple[str, int], Callable[[], asyncio.Protocol]] = {}
 _ids = itertools.count(1)
@@ -87,6 +92,7 @@ class PipeEnd(asyncio.Transport):
         self._loop = loop
         self.protocol = protocol
         self.peer: PipeEnd | None = None
+        self.name = name
         self._extra = {"peername": peer, "sockname": name}
         self._out: list[bytes] = []  # written, not yet handed to the peer
         self._size = 0
@@ -204,7 +210,12 @@ class PipeEnd(asyncio.Transport):
             self._size = len(rest)
             if rest:
                 self._schedule()
-            peer.protocol.data_received(data)
+            try:
+                peer.protocol.data_received(data)
+            except Exception as exc:  # a bug in the protocol: end the connection, as uvloop
+                log.exception("in-process connection %s: data_received failed", peer.name)
+                peer._fail(exc)
+                return
             if self._writing_paused and self._size <= self._low and not self._lost:
                 self._writing_paused = False
                 self.protocol.resume_writing()
@@ -213,6 +224,17 @@ class PipeEnd(asyncio.Transport):
                 peer.protocol.eof_received()
             peer._end(None)
             self._end(None)
+
+    def _fail(self, exc: Exception) -> None:
+        """Our protocol failed: both ends go, ours with ``exc``, the peer's with a reset."""
+        self._out.clear()
+        self._size = 0
+        peer = self.peer
+        self._end(exc)
+        if peer is not None:
+            peer._out.clear()
+            peer._size = 0
+            peer._end(ConnectionResetError("the in-process peer failed"))
 
     def _end(self, exc: Exception | None) -> None:
         if self._lost:

@@ -211,3 +211,22 @@ async def test_write_buffer_limits_are_checked(server: list[Recorder]) -> None:
     assert client.transport.get_write_buffer_limits() == (1000, 4000)
     client.transport.set_write_buffer_limits(high=400)
     assert client.transport.get_write_buffer_limits() == (100, 400)
+
+
+async def test_a_protocol_that_fails_on_data_ends_both_sides(
+    server: list[Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    client, srv = await connect(server)
+    assert client.transport is not None and srv.transport is not None
+    boom = RuntimeError("a bug")
+
+    def data_received(data: bytes) -> None:
+        raise boom
+
+    srv.data_received = data_received  # type: ignore[method-assign]
+    client.transport.write(b"trigger")
+    client.transport.write(b"more")
+    assert await asyncio.wait_for(srv.lost, 1) is boom
+    assert isinstance(await asyncio.wait_for(client.lost, 1), ConnectionResetError)
+    assert "data_received failed" in caplog.text
+    assert srv.transport.is_closing() and client.transport.is_closing()
