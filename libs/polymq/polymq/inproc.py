@@ -174,16 +174,8 @@ class PipeEnd(asyncio.Transport):
         return False
 
     def abort(self) -> None:
-        if self._lost:
-            return
-        self._out.clear()
-        self._size = 0
-        peer = self.peer
-        self._end(None)
-        if peer is not None:
-            peer._out.clear()
-            peer._size = 0
-            peer._end(ConnectionResetError("the in-process peer aborted the connection"))
+        if not self._lost:
+            self._drop(None, "the in-process peer aborted the connection")
 
     # ---- handing on ---------------------------------------------------------------------
     def _schedule(self) -> None:
@@ -198,9 +190,8 @@ class PipeEnd(asyncio.Transport):
         if self._lost or peer is None:
             return
         if peer._lost:
-            self._out.clear()
-            self._size = 0
-            self._end(ConnectionResetError("the in-process peer is gone"))
+            gone = "the in-process peer is gone"
+            self._drop(ConnectionResetError(gone), gone)
             return
         if self._out and peer._reading:
             data = b"".join(self._out)
@@ -214,7 +205,7 @@ class PipeEnd(asyncio.Transport):
                 peer.protocol.data_received(data)
             except Exception as exc:  # a bug in the protocol: end the connection, as uvloop
                 log.exception("in-process connection %s: data_received failed", peer.name)
-                peer._fail(exc)
+                peer._drop(exc, "the in-process peer failed")
                 return
             if self._writing_paused and self._size <= self._low and not self._lost:
                 self._writing_paused = False
@@ -225,16 +216,17 @@ class PipeEnd(asyncio.Transport):
             peer._end(None)
             self._end(None)
 
-    def _fail(self, exc: Exception) -> None:
-        """Our protocol failed: both ends go, ours with ``exc``, the peer's with a reset."""
-        self._out.clear()
-        self._size = 0
-        peer = self.peer
+    def _drop(self, exc: Exception | None, reset: str) -> None:
+        """End both sides at once, dropping what neither handed on: our protocol's
+        ``connection_lost`` gets ``exc``, the peer's a ``ConnectionResetError(reset)`` (a
+        side already gone is left as it is)."""
+        for end in (self, self.peer):
+            if end is not None:
+                end._out.clear()
+                end._size = 0
         self._end(exc)
-        if peer is not None:
-            peer._out.clear()
-            peer._size = 0
-            peer._end(ConnectionResetError("the in-process peer failed"))
+        if self.peer is not None:
+            self.peer._end(ConnectionResetError(reset))
 
     def _end(self, exc: Exception | None) -> None:
         if self._lost:
