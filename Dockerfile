@@ -33,9 +33,9 @@ COPY pyproject.toml README.md ./
 COPY libs/ libs/
 COPY services/ services/
 # `fast` adds uvloop, which the CLI installs as the event loop when present.
-RUN pip wheel --wheel-dir /wheels ".[fast]" \
+RUN pip wheel --wheel-dir /wheels ".[fast,cluster]" \
  && python -m venv /opt/polymq \
- && /opt/polymq/bin/pip install --no-index --find-links /wheels "polymq[fast]" \
+ && /opt/polymq/bin/pip install --no-index --find-links /wheels "polymq[fast,cluster]" \
  && /opt/polymq/bin/pip uninstall -y pip \
  && /opt/polymq/bin/polymq --help >/dev/null
 

@@ -25,7 +25,7 @@ chromium:
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test,dev,fast,spark]'
+	$(PIP) install -q -e '.[test,dev,fast,cluster,spark]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -108,7 +108,9 @@ class PolymqProcess(LoggedProcess):
         if self.command in ("run", "core") and "--data-dir" not in self.args:
             argv += ["--data-dir", str(self.data_dir)]
         argv += self.args
-        self.ports = self.spawn(argv, ports_file, f"polymq {self.command}", timeout)
+        told = self.spawn(argv, ports_file, f"polymq {self.command}", timeout)
+        self.pids: list[int] = told.pop("pids", [])  # the node's processes (polymq, nats-server)
+        self.ports = told
         return self
 
     def url(self, name: str = "http") -> str:

@@ -16,6 +16,11 @@
     polymq amqp  [--host H] [--amqp-port N] [--amqp-admin-port N] [--amqp-tls-port N]
                  [--tls-cert PEM --tls-key PEM] [--core HOST:PORT] ...
 
+    polymq run   --node-id ID --peers HOST:PORT,... [--cluster-port N] [--nats URL] ...
+                 (one node of a replicated core: docs/cluster.md)
+    polymq cluster list --admin URL [--timeout S] [--json]
+                 (the nodes that answered, as one node's admin API sees them)
+
     polymq bridge --config LINKS.json [--rabbitmq-url URL] ...
                  (moves messages between polymq and an existing RabbitMQ, both ways)
     polymq spark-push --input FILE --destination KIND/NAME --url AVRO-URL ...
@@ -106,6 +111,10 @@ def _core_settings(args: argparse.Namespace) -> CoreSettings:
         changes["shards"] = args.shards
     if args.auth is not None:
         changes["auth"] = args.auth
+    for flag in ("node_id", "peers", "cluster_port", "nats_url"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            changes[flag] = value
     settings: CoreSettings = dataclasses.replace(base, **changes)
     settings.check()
     return settings
@@ -176,10 +185,11 @@ def _frontend_settings(
     return dataclasses.replace(base, **changes)
 
 
-def _write_ports(path: str, ports: dict[str, int]) -> None:
-    """Atomically, so a reader never sees half a file."""
+def _write_ports(path: str, ports: dict[str, int], pids: list[int]) -> None:
+    """Atomically, so a reader never sees half a file. ``pids``: every process of this
+    node (polymq, and in a cluster its nats-server), for tests that kill or freeze it."""
     tmp = Path(path + ".tmp")
-    tmp.write_text(json.dumps(ports))
+    tmp.write_text(json.dumps({**ports, "pids": pids}))
     os.replace(tmp, path)
 
 
@@ -207,6 +217,7 @@ async def _serve(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
     try:
         core_addr: tuple[str, int] | None = None
+        core: CoreService | None = None
         service_token: str | None = None
         if args.command in ("run", "core"):
             settings = _core_settings(args)
@@ -233,8 +244,11 @@ async def _serve(args: argparse.Namespace) -> int:
             if secure_port is not None and fe_settings.tls_cert:
                 secure.add(secure_port)
         _tune_gc()
+        if core is not None and core.cluster is not None:
+            core.cluster.add_listeners({k: v for k, v in ports.items() if k not in core.ports})
         if args.ports_file:
-            _write_ports(args.ports_file, ports)
+            pids = core.pids if core is not None else [os.getpid()]
+            _write_ports(args.ports_file, ports, pids)
         host = args.host
         schemes = {
             "admin": "http://",
@@ -299,6 +313,29 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--admin-port", type=int, default=None, help="admin HTTP (7401; 0=any)")
         sp.add_argument("--data-dir", default=None, help="where the store lives")
         sp.add_argument("--shards", type=int, default=None, help="number of shards (4)")
+        sp.add_argument(
+            "--node-id", default=None, help="this node's id in a cluster (POLYMQ_NODE_ID)"
+        )
+        sp.add_argument(
+            "--peers",
+            default=None,
+            metavar="HOST:PORT,...",
+            help="the cluster nodes' cluster addresses, the same list on every node (self is "
+            "skipped); turns on the replicated core (POLYMQ_PEERS; docs/cluster.md)",
+        )
+        sp.add_argument(
+            "--cluster-port",
+            type=int,
+            default=None,
+            help="this node's cluster (NATS route) port (7422; POLYMQ_CLUSTER_PORT)",
+        )
+        sp.add_argument(
+            "--nats",
+            dest="nats_url",
+            default=None,
+            metavar="URL",
+            help="use a NATS server run apart instead of starting one (POLYMQ_NATS_URL)",
+        )
 
     def http_flags(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--http-port", type=int, default=None, help="JSON over HTTP (7480; 0=any)")
@@ -401,6 +438,9 @@ def _parser() -> argparse.ArgumentParser:
     amqp_flags(amqp)
     tls_flags(amqp, "AMQP over TLS on --amqp-tls-port, besides plain AMQP")
     amqp.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    from polymq_cli.cluster_cmd import add_arguments as cluster_arguments
+
+    cluster_arguments(sub)
     bridge = sub.add_parser("bridge", help="move messages between polymq and a RabbitMQ")
     common(bridge)
     from polymq_amqp.bridge_main import add_arguments as bridge_arguments
@@ -421,6 +461,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if args.command == "cluster":  # a client of a node's admin API
+        from polymq_cli.cluster_cmd import run as run_cluster
+
+        return run_cluster(args)
     if args.command == "bridge":  # its own service loop, settings and exit codes
         from polymq_amqp.bridge_main import run as run_bridge
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -15,11 +16,29 @@ from polymq.web import add_metrics_route, healthz
 
 from .broker import Broker
 
+
+class ClusterView(Protocol):
+    def ready(self) -> bool: ...
+    def describe(self) -> dict[str, Any]: ...
+
+
 BROKER = web.AppKey("broker", Broker)
+CLUSTER = web.AppKey("cluster", object)  # a ClusterView, or None on a single node
+
+
+def _cluster(app: web.Application) -> ClusterView | None:
+    return app.get(CLUSTER)  # type: ignore[return-value]
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """Ready: the stores are open; in a cluster, this node can also commit or forward every
+    shard's writes (each has a leader this node is or reaches)."""
     ready = request.app[BROKER].ready
+    view = _cluster(request.app)
+    if ready and view is not None and not view.ready():
+        return web.json_response(
+            {"status": "not ready", "cluster": view.describe()["shards"]}, status=503
+        )
     return web.json_response(
         {"status": "ready" if ready else "starting"}, status=200 if ready else 503
     )
@@ -27,8 +46,17 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def cluster(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
-    me = {"name": broker.settings.node_name, "self": True, **broker.describe()}
-    return web.json_response({"nodes": [me]})
+    view = _cluster(request.app)
+    if view is not None:
+        return web.json_response(view.describe())
+    me = {
+        "id": broker.settings.node_name,
+        "self": True,
+        "state": "ready" if broker.ready else "joining",
+        "shards_led": [s.index for s in broker.shards],
+        **broker.describe(),
+    }
+    return web.json_response({"node_id": broker.settings.node_name, "nodes": [me]})
 
 
 async def destinations(request: web.Request) -> web.Response:
@@ -78,9 +106,13 @@ td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}td:first-child{
     return web.Response(text=page, content_type="text/html")
 
 
-def admin_app(broker: Broker, registry: CollectorRegistry) -> web.Application:
+def admin_app(
+    broker: Broker, registry: CollectorRegistry, view: ClusterView | None = None
+) -> web.Application:
+    """``view``: this node's part in a cluster, or None on a single node."""
     app = web.Application()
     app[BROKER] = broker
+    app[CLUSTER] = view
     add_metrics_route(app, registry)
     app.router.add_get("/", console)
     app.router.add_get("/healthz", healthz)

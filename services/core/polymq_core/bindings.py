@@ -19,6 +19,7 @@ in a tuple and only more than :data:`_SMALL` in a set.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from .routing import TopicRouter
@@ -123,6 +124,15 @@ class BindingTable:
         if cur is _MISSING:
             return 0
         return 1 if type(cur) is str else len(cur)
+
+    def watch(self, on_interest: Callable[[str, int], None] | None) -> None:
+        """Tell ``on_interest`` (pattern, +1 / -1) as patterns gain their first queue and
+        lose their last (see :attr:`TopicRouter.on_interest`)."""
+        self._router.on_interest = on_interest
+
+    def bound_queues(self) -> list[str]:
+        """The keys of the queues with at least one binding."""
+        return list(self._by_queue)
 
     def queues(self) -> int:
         """The number of queues with at least one binding."""

@@ -25,7 +25,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.auth import AuthProvider, Permission, Principal
 from polymq.errors import BadRequest, Unauthorized, Unavailable
@@ -57,7 +57,7 @@ from polymq.events import (
     Unbind,
     Unsubscribe,
 )
-from polymq.types import Destination
+from polymq.types import Destination, Message
 
 from .bindings import BindingTable
 from .catalog import Catalog
@@ -68,28 +68,51 @@ from .publisher import Publisher
 from .queue import Queue
 from .routing import TopicRouter, validate_pattern
 from .shard import Shard
-from .store import SqliteStore
+from .store import SqliteStore, Store
 from .subscription import Subscription, TopicSource
 
 if TYPE_CHECKING:
     from .config import CoreSettings
     from .metrics import Sensors
+    from .relay import Leaders
     from .session import Session
 
 log = logging.getLogger(__name__)
+
+
+class Mesh(Protocol):
+    """Where topic messages go to reach the other nodes' subscribers."""
+
+    def publish(self, name: str, messages: list[Message]) -> None: ...
+
 
 _KNOWN_DESTINATIONS = 1024  # destinations kept per session (parsed and authorized)
 
 
 class Broker:
-    def __init__(self, settings: CoreSettings, sensors: Sensors, auth: AuthProvider) -> None:
+    def __init__(
+        self,
+        settings: CoreSettings,
+        sensors: Sensors,
+        auth: AuthProvider,
+        *,
+        stores: Callable[[int], Store] | None = None,
+        cluster: Leaders | None = None,
+    ) -> None:
+        """``stores``: the store of shard *i* (default: its own SQLite file in the data
+        dir). ``cluster``: this node's view of the cluster; the stores are then replicated
+        logs and each shard is served only while this node leads it (others forward)."""
         self.settings = settings
         self.sensors = sensors
         self.auth = auth
         self.server_name = f"polymq-core/{settings.node_name}"
         self.bindings = BindingTable()  # every queue's bindings; the shards store durable ones
+        self.cluster = cluster
+        self.mesh: Mesh | None = None  # in a cluster: topic messages to and from other nodes
+        if stores is None:
+            stores = self._sqlite_store
         self.shards = [
-            Shard(self, i, SqliteStore(settings.data_dir / f"shard-{i:03d}.db"), sensors)
+            Shard(self, i, stores(i), sensors, replicated=cluster is not None)
             for i in range(settings.shards)
         ]
         self.topics: TopicRouter[Subscription] = TopicRouter()
@@ -128,6 +151,9 @@ class Broker:
             CursorPoll: consumers.cursor_poll,
             CursorClose: consumers.cursor_close,
         }
+
+    def _sqlite_store(self, index: int) -> Store:
+        return SqliteStore(self.settings.data_dir / f"shard-{index:03d}.db")
 
     # ---- life cycle ----------------------------------------------------------------------
     async def start(self) -> None:

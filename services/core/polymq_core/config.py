@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from polymq.config import ConfigError
+
+_NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,12 @@ class CoreSettings:
     max_pull: int = 1000
     max_wait: float = 60.0
     batch_window: float = 900.0  # seconds a publish's batch id is remembered (idempotency)
+    # cluster mode (docs/cluster.md): on when `peers` is set
+    node_id: str = ""  # this node's id in the cluster (default: node_name)
+    peers: str = ""  # "host:port,host:port": the nodes' cluster (NATS route) addresses
+    cluster_port: int = 7422  # this node's cluster (NATS route) listener
+    nats_url: str = ""  # a NATS server run apart (e.g. a sidecar) instead of our own child
+    cluster_secret: str = ""  # peer links log in with it; the same on every node
 
     def check(self) -> None:
         if not 1 <= self.shards <= 1024:
@@ -36,6 +45,29 @@ class CoreSettings:
             raise ConfigError("POLYMQ_BATCH_WINDOW must be 0 < seconds <= 604800 (a week)")
         if self.max_body > self.max_frame:
             raise ConfigError("POLYMQ_MAX_BODY cannot exceed POLYMQ_MAX_FRAME")
+        if self.clustered:
+            if not 1 <= self.cluster_port <= 65535:
+                raise ConfigError("POLYMQ_CLUSTER_PORT must be 1..65535 (the peers know it)")
+            if not _NODE_ID.fullmatch(self.node):
+                raise ConfigError(
+                    f"node id {self.node!r}: use 1..64 letters, digits, '-' and '_' "
+                    "(it names the node's NATS server too); set --node-id"
+                )
+            self.peer_addresses()  # a ConfigError if unparsable
+
+    @property
+    def clustered(self) -> bool:
+        return bool(self.peers.strip())
+
+    @property
+    def node(self) -> str:
+        """This node's id: ``node_id``, else ``node_name``."""
+        return self.node_id or self.node_name
+
+    def peer_addresses(self) -> tuple[tuple[str, int], ...]:
+        from .natsd import parse_peers
+
+        return parse_peers(self.peers)
 
     def limits(self) -> dict[str, Any]:
         return {

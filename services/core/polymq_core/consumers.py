@@ -70,6 +70,9 @@ class Consumers:
             if dest.kind is not Kind.STREAM and options.offset != "next":
                 raise BadRequest("offset applies to streams only")
             sub = Subscription(session, ev.sid, str(dest), options, box)
+            first = session.first_tags.get(ev.sid)
+            if first is not None:  # a subscription moved here from another leader
+                sub.next_tag = first
             session.add_sub(sub)
             box.attach(sub)
         broker.sensors.on_subscription(dest.kind.value, 1)

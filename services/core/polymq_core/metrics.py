@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-PROTOCOLS = ("native", "http", "longpoll", "stomp", "avro", "amqp", "bridge")
+PROTOCOLS = ("native", "http", "longpoll", "stomp", "avro", "amqp", "bridge", "peer")
 
 
 def protocol_label(client: str) -> str:

@@ -78,6 +78,8 @@ class Publisher:
         broker.sensors.on_publish(session.protocol, kind, len(msgs))
         if dest.kind is Kind.TOPIC:
             n = self.publish_topic(dest.name, msgs)
+            if broker.mesh is not None:
+                broker.mesh.publish(dest.name, msgs)
             result = {"count": len(msgs), "subscribers": n, "queues": 0, "refused": []}
             if not broker.bindings.size:  # nothing bound anywhere: the fanout path as it was
                 return result
@@ -181,6 +183,8 @@ class Publisher:
         skip = source if reason in _NO_RETURN else ""
         if dest.kind is Kind.TOPIC:
             self.publish_topic(dest.name, [dl])
+            if self.broker.mesh is not None:
+                self.broker.mesh.publish(dest.name, [dl])
             if self.broker.bindings.size:
                 refused: list[str] = []
                 _, futs = self._route(dest.name, [dl], refused, skip)

@@ -23,6 +23,7 @@ A pattern with a single subscriber stores it bare; a ``set`` appears only from t
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 __all__ = ["TopicRouter", "matches", "validate_pattern", "validate_topic"]
@@ -167,6 +168,9 @@ class TopicRouter(Generic[T]):
         self._prefix: dict[str, _Subs] = {}  # prefix text (without '*') -> subscribers
         self._prefix_lens: dict[int, int] = {}  # prefix length -> number of prefixes
         self._size = 0
+        # Told (pattern, +1) when a pattern gets its first subscriber and (pattern, -1) when
+        # it loses its last: the cluster's topic mesh subscribes to what this node wants.
+        self.on_interest: Callable[[str, int], None] | None = None
 
     def __len__(self) -> int:
         return self._size
@@ -187,6 +191,8 @@ class TopicRouter(Generic[T]):
         if not _put(table, key, sub):
             return
         self._size += 1
+        if new_key and self.on_interest is not None:
+            self.on_interest(pattern, 1)
         if new_key and table is self._prefix:
             self._prefix_lens[len(key)] = self._prefix_lens.get(len(key), 0) + 1
         elif new_key and table is self._wild:
@@ -201,6 +207,8 @@ class TopicRouter(Generic[T]):
         if not _drop(table, key, sub):
             return
         self._size -= 1
+        if key not in table and self.on_interest is not None:
+            self.on_interest(pattern, -1)
         if key not in table and table is self._prefix:
             left = self._prefix_lens.pop(len(key)) - 1
             if left:

@@ -3,7 +3,7 @@ its versions and their migrations, the statements, and how a batch of queued wri
 applied in one transaction. No threads and no asyncio here: the store's writer thread calls
 :func:`apply_batch` between ``BEGIN IMMEDIATE`` and ``COMMIT``.
 
-Layout of the SQLite file (WAL journal, ``PRAGMA user_version = 2``)::
+Layout of the SQLite file (WAL journal, ``PRAGMA user_version = 3``)::
 
     messages      (destination, seq) -> blob     msgpack of Message.to_wire()
     destinations  destination -> options, metadata (JSON)
@@ -12,13 +12,18 @@ Layout of the SQLite file (WAL journal, ``PRAGMA user_version = 2``)::
     bindings      (destination, pattern)          a queue's bindings (topic patterns, without
                                                   ``topic/``); dropped by delete_destination
     kv            key -> value
+    replication   one row (id 0) -> applied       in cluster mode, the sequence of the last
+                                                  entry of the shard's log applied here
 
-Schema versions: 1 had no ``bindings`` table. Opening a version 1 file creates the table and
-sets version 2 (nothing else changes, so the migration is one ``CREATE TABLE``); a file of a
-version newer than this code knows is refused (by the store, which says so).
+Schema versions: 1 had no ``bindings`` table, 2 no ``replication`` table. Opening an older
+file creates what it lacks and sets version 3 (nothing else changes, so each migration is one
+``CREATE TABLE``); a file of a version newer than this code knows is refused (by the store,
+which says so).
 
 A queued write is a flat tuple ``(future, kind, *fields)`` (:data:`Write`); its
-:class:`WriteKind` lists the fields.
+:class:`WriteKind` lists the fields. In the replicated log (:mod:`polymq_core.replog`) a write
+travels as ``(kind.value, *fields)``, its fields plain msgpack values (blobs as bytes, JSON as
+str); :data:`ARITY` says how many fields each kind has.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS messages ("
     " destination TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,"
@@ -43,6 +48,9 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS bindings ("
     " destination TEXT NOT NULL, pattern TEXT NOT NULL,"
     " PRIMARY KEY (destination, pattern)) WITHOUT ROWID",
+    # version 3
+    "CREATE TABLE IF NOT EXISTS replication ("
+    " id INTEGER PRIMARY KEY CHECK (id = 0), applied INTEGER NOT NULL)",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 _INSERT_MESSAGE = "INSERT OR REPLACE INTO messages (destination, seq, blob) VALUES (?, ?, ?)"
@@ -62,6 +70,8 @@ _DELETE_BINDING = "DELETE FROM bindings WHERE destination = ? AND pattern = ?"
 _DELETE_BINDINGS = "DELETE FROM bindings WHERE destination = ?"
 _KV_PUT = "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)"
 _KV_DELETE = "DELETE FROM kv WHERE key = ?"
+_SET_APPLIED = "INSERT OR REPLACE INTO replication (id, applied) VALUES (0, ?)"
+LOAD_APPLIED = "SELECT applied FROM replication WHERE id = 0"
 
 LOAD_DESTINATIONS = """
     SELECT d.destination, d.options, d.metadata, coalesce(s.last_seq, 0)
@@ -88,6 +98,24 @@ class WriteKind(enum.Enum):
     DELETE_BINDINGS = enum.auto()  # destination, [pattern, ...]
     KV_PUT = enum.auto()  # key, value
     KV_DELETE = enum.auto()  # key
+    # seq, [write, ...]: one entry of the replicated log, its writes queued as (None, kind,
+    # *fields), then ``replication.applied = seq``, all in one transaction. Never in the log.
+    APPLIED = enum.auto()
+
+
+# How many fields follow the kind, for the kinds a log entry may carry.
+ARITY = {
+    WriteKind.APPEND: 3,
+    WriteKind.APPEND_MANY: 2,
+    WriteKind.REMOVE: 2,
+    WriteKind.PURGE: 1,
+    WriteKind.SAVE_DESTINATION: 3,
+    WriteKind.DELETE_DESTINATION: 1,
+    WriteKind.SAVE_BINDINGS: 2,
+    WriteKind.DELETE_BINDINGS: 2,
+    WriteKind.KV_PUT: 2,
+    WriteKind.KV_DELETE: 1,
+}
 
 
 # A queued write is a flat tuple ``(future, kind, *fields)``, not an object: with tens of
@@ -189,6 +217,13 @@ def apply_batch(conn: sqlite3.Connection, batch: list[Write]) -> None:
     destination."""
     run = _Run(conn)
     high: dict[str, int] = {}
+    _apply(run, high, batch)
+    run.flush()
+    if high:
+        conn.executemany(_RAISE_SEQUENCE, high.items())
+
+
+def _apply(run: _Run, high: dict[str, int], batch: list[Write]) -> None:
     for write in batch:
         kind = write[1]
         if kind is APPEND:
@@ -225,8 +260,8 @@ def apply_batch(conn: sqlite3.Connection, batch: list[Write]) -> None:
             run.execute(_KV_PUT, write[2:])
         elif kind is WriteKind.KV_DELETE:
             run.execute(_KV_DELETE, write[2:])
+        elif kind is WriteKind.APPLIED:
+            _apply(run, high, write[3])
+            run.execute(_SET_APPLIED, (write[2],))
         else:
             raise AssertionError(f"unknown write {kind!r}")
-    run.flush()
-    if high:
-        conn.executemany(_RAISE_SEQUENCE, high.items())

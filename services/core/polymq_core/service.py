@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq import inproc
-from polymq.auth import AuthProvider, load_provider
+from polymq.auth import AuthProvider, WithServiceToken, load_provider
 
 from .admin import admin_app
 from .broker import Broker
 from .config import CoreSettings
 from .metrics import Sensors
 from .session import Session
+
+if TYPE_CHECKING:
+    from .cluster import ClusterNode
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +47,19 @@ class CoreService:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.auth = auth if auth is not None else load_provider(settings.auth)
         self.sensors = Sensors(self.registry)
-        self.broker = Broker(settings, self.sensors, self.auth)
+        self.cluster: ClusterNode | None = None
+        if settings.clustered:  # nats-py is needed only here (the `cluster` extra)
+            from .cluster import ClusterNode
+
+            self.cluster = ClusterNode(settings)
+            self.auth = WithServiceToken(self.auth, self.cluster.secret)  # peer links
+        self.broker = Broker(
+            settings,
+            self.sensors,
+            self.auth,
+            stores=self.cluster.store if self.cluster is not None else None,
+            cluster=self.cluster,
+        )
         self.sensors.watch_depth(self.broker.depth, self.broker.in_flight)
         self.sensors.watch_bindings(lambda: len(self.broker.bindings))
         self._server: asyncio.Server | None = None
@@ -51,6 +68,8 @@ class CoreService:
 
     async def start(self) -> dict[str, int]:
         s = self.settings
+        if self.cluster is not None:
+            await self.cluster.connect()
         await self.broker.start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
@@ -59,7 +78,9 @@ class CoreService:
         self.ports["core"] = _port(self._server.sockets[0])
         if self.in_process:
             inproc.serve(s.host, self.ports["core"], lambda: Session(self.broker))
-        self._admin = web.AppRunner(admin_app(self.broker, self.registry), access_log=None)
+        self._admin = web.AppRunner(
+            admin_app(self.broker, self.registry, self.cluster), access_log=None
+        )
         await self._admin.setup()
         site = web.TCPSite(self._admin, s.host, s.admin_port, reuse_address=True)
         await site.start()
@@ -75,9 +96,18 @@ class CoreService:
             s.data_dir,
             self.auth.describe(),
         )
+        if self.cluster is not None:
+            await self.cluster.start(self.broker, self.ports)
         return self.ports
 
+    @property
+    def pids(self) -> list[int]:
+        """The processes of this node: polymq, and its nats-server in a cluster."""
+        return self.cluster.pids if self.cluster is not None else [os.getpid()]
+
     async def stop(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.leave()
         if self.in_process and "core" in self.ports:
             inproc.unserve(self.settings.host, self.ports["core"])
         if self._server is not None:
@@ -90,6 +120,8 @@ class CoreService:
                 pass
         if self._admin is not None:
             await self._admin.cleanup()
+        if self.cluster is not None:
+            await self.cluster.close()
 
 
 def _port(sock: socket.socket) -> int:

@@ -22,10 +22,22 @@ from typing import TYPE_CHECKING, Any
 
 from polymq.codec import NEED_DATA, Connection, Role
 from polymq.errors import PolymqError, RemoteProtocolError, RequestError, Unavailable
-from polymq.events import Cancelled, Deliver, Event, Fail, Goodbye, Hello, Ok, Pulled, Welcome
+from polymq.events import (
+    Cancelled,
+    Deliver,
+    Event,
+    Fail,
+    Goodbye,
+    Hello,
+    Ok,
+    Pulled,
+    Subscribe,
+    Welcome,
+)
 from polymq.types import Destination, Message, SlowPolicy
 
 from .metrics import protocol_label
+from .relay import PEER_CLIENT, Relay
 from .subscription import Subscription
 
 if TYPE_CHECKING:
@@ -87,6 +99,7 @@ class Session(asyncio.Protocol):
         # destinations named in requests, parsed and authorized (see Broker.destination)
         self.destinations: dict[tuple[str, Any, bool], Destination] = {}
         self.subs: dict[int, Subscription] = {}
+        self.first_tags: dict[int, int] = {}  # sid -> its first delivery tag, if not 1 (moved)
         self._replies: list[Event] = []
         self._backlog: dict[Subscription, _Backlog] = {}
         self._flush_scheduled = False
@@ -98,6 +111,8 @@ class Session(asyncio.Protocol):
         self._hello_pending = False
         self._closed = False
         self.loop = asyncio.get_event_loop()
+        # in a cluster: forwards requests for shards led by other nodes
+        self.relay = Relay(self, broker, broker.cluster) if broker.cluster is not None else None
 
     # ---- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -127,13 +142,19 @@ class Session(asyncio.Protocol):
             pending = backlog.get(sub)
             self._drop_sub(sub, pending)
         self.subs.clear()
+        if self.relay is not None:
+            self.relay.close()
         self.broker.session_closed(self)
 
     def pause_writing(self) -> None:
         self._paused = True
+        if self.relay is not None:
+            self.relay.pause()
 
     def resume_writing(self) -> None:
         self._paused = False
+        if self.relay is not None:
+            self.relay.resume()
         self._flush()
         for sub in list(self.subs.values()):
             sub.source.pump()
@@ -182,6 +203,21 @@ class Session(asyncio.Protocol):
         self._process()
 
     def _request(self, event: Event) -> None:
+        relay = self.relay
+        if relay is not None:
+            try:
+                if relay.take(event):
+                    return
+            except RequestError as exc:
+                self.broker.sensors.on_request_error(exc.code)
+                rid = getattr(event, "rid", 0)
+                if rid:
+                    self.reply(Fail(rid, exc.code, exc.message))
+                return
+        self.handle_here(event)
+
+    def handle_here(self, event: Event) -> None:
+        """Serve ``event`` on this node (no forwarding) and answer it."""
         rid: int = getattr(event, "rid", 0)
         try:
             result = self.broker.handle(self, event)
@@ -364,6 +400,36 @@ class Session(asyncio.Protocol):
             self._backlog.pop(sub, None)
             self.broker.sensors.on_subscription(sub.destination.split("/", 1)[0], -1)
             self.reply(Cancelled(sub.sid, code, message))
+
+    def moved(self, sub: Subscription, reason: str) -> None:
+        """The shard of ``sub`` is led elsewhere now (cluster): subscribe it again there.
+        What it held unacked comes back from the new leader, flagged as redelivered."""
+        if self.subs.pop(sub.sid, None) is None:
+            return
+        sub.closed = True
+        self._backlog.pop(sub, None)
+        self.broker.sensors.on_subscription(sub.destination.split("/", 1)[0], -1)
+        if self.protocol == PEER_CLIENT:  # the origin node's relay moves it
+            self.reply(Cancelled(sub.sid, "moved", reason))
+        elif self.relay is not None:
+            self.relay.relocate(sub.sid, sub.next_tag - 1)
+        else:
+            self.reply(Cancelled(sub.sid, "unavailable", reason))
+
+    def resubscribe_here(self, request: Subscribe, top: int) -> None:
+        """Take back a moved subscription now that this node leads its shard; its tags go
+        on after ``top``."""
+        if request.sid in self.subs:
+            return
+        self.first_tags[request.sid] = top + 1
+        try:
+            self.broker.handle(
+                self, Subscribe(0, request.sid, request.destination, request.options)
+            )
+        except RequestError as exc:
+            self.reply(Cancelled(request.sid, exc.code, exc.message))
+        finally:
+            self.first_tags.pop(request.sid, None)
 
     # ---- closing ------------------------------------------------------------------------
     def quiesce(self) -> None:

@@ -20,7 +20,7 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from polymq.errors import Conflict, NotFound, Unavailable
@@ -41,14 +41,34 @@ Box = Queue | Stream
 _DEFAULTS = DeclareOptions()
 
 
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Mark a failure as seen: nobody may be waiting for this write (those who are still
+    get the exception)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 def channel_inbox(name: str, role: str) -> str:
     """The key of the queue a channel member with ``role`` reads from."""
     return f"channel/{name}>{role}"
 
 
 class Shard:
-    def __init__(self, broker: Broker, index: int, store: Store, sensors: Sensors) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        index: int,
+        store: Store,
+        sensors: Sensors,
+        *,
+        replicated: bool = False,
+    ) -> None:
         self.broker = broker
+        # replicated: the store is a replicated log that this node may or may not lead; a
+        # message is then delivered only once its write is committed. A single node leads
+        # all of its shards.
+        self.replicated = replicated
+        self.leading = not replicated
         self.index = index
         self.store = store
         self.sensors = sensors
@@ -74,6 +94,14 @@ class Shard:
         self.loop = asyncio.get_running_loop()
         await self.store.open()
         self.store.on_commit = self.sensors.on_commit
+        if self.leading:
+            await self._load(redelivered=False)
+        self._task = self.loop.create_task(self._run_timers(), name=f"shard-{self.index}")
+
+    async def _load(self, *, redelivered: bool) -> None:
+        """Read the shard's destinations, messages and bindings back from the store.
+        ``redelivered``: a new leader's load: any message may have been delivered by the
+        old leader and not acked, so each comes back flagged as a redelivery."""
         for rec in await self.store.load_destinations():
             try:
                 options = DeclareOptions.from_dict(rec.options) if rec.options else _DEFAULTS
@@ -90,6 +118,8 @@ class Shard:
             box = self._make(rec.destination, options, rec.last_seq)
             box.metadata = dict(rec.metadata)
             for m in messages:
+                if redelivered and m.delivery_count < 1:
+                    m.delivery_count = 1
                 box.put(m)
             if isinstance(box, Queue):
                 box.published = 0
@@ -99,7 +129,56 @@ class Shard:
                 bindings.add(pattern, key)
             except ValueError:
                 log.warning("shard %d: ignoring binding %s -> %s", self.index, pattern, key)
-        self._task = self.loop.create_task(self._run_timers(), name=f"shard-{self.index}")
+
+    # ---- leadership (cluster mode) -----------------------------------------------------------
+    async def promote(self) -> None:
+        """This node now leads the shard: fence the log (the store's takeover), then load
+        the shard as the log has it. Until this returns, requests for it are refused."""
+        if self.leading:
+            return
+        promote: Callable[[], Awaitable[Any]] = self.store.promote  # type: ignore[attr-defined]
+        await promote()
+        await self._load(redelivered=True)
+        self.leading = True
+        for box in self.boxes.values():
+            box.pump()
+        log.info("shard %d: this node leads it now (%d destinations)", self.index, len(self.boxes))
+
+    def demote(self, reason: str) -> None:
+        """This node no longer leads the shard: writes still pending fail, subscribers are
+        moved (their sessions resubscribe through the new leader), memory is dropped."""
+        if not self.leading:
+            return
+        self.leading = False
+        demote: Callable[[], None] | None = getattr(self.store, "demote", None)
+        if demote is not None:
+            demote()
+        for box in list(self.boxes.values()):
+            if isinstance(box, Queue):
+                for w in box.waiters:
+                    if not w.future.done():
+                        w.future.set_exception(Unavailable(f"{box.key}: {reason}"))
+                box.waiters.clear()
+                subs = list(box.consumers)
+                box.consumers.clear()
+                box.inflight.clear()
+            else:
+                subs = list(box.cursors)
+                box.cursors.clear()
+            for sub in subs:
+                sub.inflight.clear()
+                sub.session.moved(sub, reason)
+        bindings = self.broker.bindings
+        for key in bindings.bound_queues():
+            if self.broker.shard_for(key) is self:
+                bindings.drop_queue(key)
+        self.sensors.on_destinations(-len(self.boxes))
+        self.boxes.clear()
+        self.dormant.clear()
+        self._timers.clear()
+        self._removes.clear()
+        self.batches = BatchWindow()
+        log.warning("shard %d: no longer led by this node (%s)", self.index, reason)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -122,14 +201,36 @@ class Shard:
 
     # ---- the one place durable changes leave the shard ------------------------------------
     def commit(self, op: str, *args: Any) -> asyncio.Future[None]:
-        """Make one durable change (a Store write); resolves once it is durable."""
+        """Make one durable change (a Store write); resolves once it is durable (in a
+        cluster: committed by a majority of the shard's log and applied here)."""
         method: Callable[..., asyncio.Future[None]] = getattr(self.store, op)
         try:
-            return method(*args)
+            fut = method(*args)
         except StoreError as exc:
-            fut: asyncio.Future[None] = self.loop.create_future()
+            fut = self.loop.create_future()
             fut.set_exception(Unavailable(f"store failed: {exc}"))
+            fut.add_done_callback(_retrieved)
             return fut
+        if not self.replicated:
+            return fut
+        # A replicated write can fail for reasons of the cluster (no majority, deposed):
+        # the client is told "unavailable" (retry), and a write nobody waits for (an ack's
+        # removal) fails quietly: its message comes back, at least once.
+        out: asyncio.Future[None] = self.loop.create_future()
+
+        def done(f: asyncio.Future[None]) -> None:
+            if out.done():
+                return
+            if f.cancelled():
+                out.cancel()
+            elif (exc := f.exception()) is not None:
+                out.set_exception(Unavailable(f"not committed: {exc}"))
+            else:
+                out.set_result(None)
+
+        fut.add_done_callback(done)
+        out.add_done_callback(_retrieved)
+        return out
 
     # ---- destinations ----------------------------------------------------------------------
     def _make(self, key: str, options: DeclareOptions, last_seq: int = 0) -> Box:
@@ -246,6 +347,9 @@ class Shard:
             box.check_room(len(messages), sum(len(m.body) for m in messages))
         ttl = box.options.message_ttl
         durable: list[Message] = []
+        # cluster mode: a publish holding persistent messages is enqueued as a whole once
+        # committed (its transient ones wait with them, so the order stays)
+        later = self.replicated and box.durable and any(m.persistent for m in messages)
         for m in messages:
             m.seq = box.next_seq()
             self._mid += 1
@@ -258,10 +362,35 @@ class Shard:
                 m.expires = now + ttl
             if m.persistent and box.durable:
                 durable.append(m)
-            box.put(m)
+            if not later:
+                box.put(m)
+        if later:
+            box.last_used = time.monotonic()
+            return self._publish_committed(box, messages, durable)
         box.last_used = time.monotonic()
         fut = self.commit("append_many", key, durable) if durable else None
         box.pump()
+        return fut
+
+    def _publish_committed(
+        self, box: Box, messages: list[Message], durable: list[Message]
+    ) -> asyncio.Future[None]:
+        """Cluster mode: the messages are enqueued (and so delivered) only once their write
+        is committed by a majority; if it fails, they were never there."""
+        key = box.key
+        fut = self.commit("append_many", key, durable)
+
+        def committed(f: asyncio.Future[None]) -> None:
+            if f.cancelled() or f.exception() is not None or not self.leading:
+                return
+            current = self.boxes.get(key)
+            if current is None:  # evicted or deleted meanwhile
+                current = self.get(key)
+            for m in messages:
+                current.put(m)
+            current.pump()
+
+        fut.add_done_callback(committed)
         return fut
 
     def settled(self, queue: Queue, msg: Message) -> None:
@@ -354,6 +483,7 @@ class Shard:
     def describe(self) -> dict[str, Any]:
         return {
             "shard": self.index,
+            "leading": self.leading,
             "in_memory": len(self.boxes),
             "dormant": len(self.dormant),
             "messages": sum(

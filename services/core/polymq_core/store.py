@@ -38,6 +38,13 @@ Errors::
     StoreError      the store failed: disk full, I/O error, corrupt file, not open or closed.
                     ``__cause__`` holds the sqlite3 or OS error beneath, when there is one.
 
+Replication
+    In cluster mode (:mod:`polymq_core.replog`) a :class:`SqliteStore` is the snapshot of a
+    shard's replicated log. :meth:`SqliteStore.encode` turns a write call into the plain tuple
+    a log entry carries (the write methods use the same encoders), :meth:`SqliteStore.apply_entry`
+    applies one entry's writes together with its log sequence, and
+    :meth:`SqliteStore.applied` reads that sequence back.
+
 The SQLite file, its schema versions and how a batch of writes is applied are in
 :mod:`polymq_core.schema`; this module is the interface and its threads.
 """
@@ -67,6 +74,8 @@ from polymq.types import Message
 from .schema import (
     APPEND,
     APPEND_MANY,
+    ARITY,
+    LOAD_APPLIED,
     LOAD_DESTINATIONS,
     REMOVE,
     SCHEMA,
@@ -218,6 +227,19 @@ class SqliteStore(Store):
         self._reader: ThreadPoolExecutor | None = None
         self._rconn: sqlite3.Connection | None = None
         self._packer = msgpack.Packer(use_bin_type=True)
+        # op name (a Store write method) -> its encoder: (kind, *fields) from the call's args
+        self._encoders: dict[str, Callable[..., tuple[Any, ...]]] = {
+            "append": self._encode_append,
+            "append_many": self._encode_append_many,
+            "remove": self._encode_remove,
+            "purge": self._encode_purge,
+            "save_destination": self._encode_save_destination,
+            "delete_destination": self._encode_delete_destination,
+            "save_bindings": self._encode_save_bindings,
+            "delete_bindings": self._encode_delete_bindings,
+            "kv_put": self._encode_kv_put,
+            "kv_delete": self._encode_kv_delete,
+        }
 
     def __repr__(self) -> str:
         return f"<SqliteStore {str(self._path)!r} {self._state.value}>"
@@ -320,43 +342,109 @@ class SqliteStore(Store):
         # The hot path: _submit inlined.
         if self._state is not _State.OPEN:
             raise self._not_open()
-        blob = self._packer.pack(message.to_wire())
+        write = self._encode_append(destination, message)
         assert self._loop is not None
         future: asyncio.Future[None] = self._loop.create_future()
-        self._queue.put((future, APPEND, destination, message.seq, blob))
+        self._queue.put((future, *write))
         return future
 
     def append_many(self, destination: str, messages: Sequence[Message]) -> asyncio.Future[None]:
-        pack = self._packer.pack
-        rows = [(m.seq, pack(m.to_wire())) for m in messages]
-        return self._submit(APPEND_MANY, destination, rows)
+        return self._submit(*self._encode_append_many(destination, messages))
 
     def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
-        return self._submit(REMOVE, destination, list(seqs))
+        return self._submit(*self._encode_remove(destination, seqs))
 
     def purge(self, destination: str) -> asyncio.Future[None]:
-        return self._submit(WriteKind.PURGE, destination)
+        return self._submit(*self._encode_purge(destination))
 
     def save_destination(
         self, destination: str, options: dict[str, Any], metadata: dict[str, str]
     ) -> asyncio.Future[None]:
-        options_json, metadata_json = json.dumps(options), json.dumps(metadata)
-        return self._submit(WriteKind.SAVE_DESTINATION, destination, options_json, metadata_json)
+        return self._submit(*self._encode_save_destination(destination, options, metadata))
 
     def delete_destination(self, destination: str) -> asyncio.Future[None]:
-        return self._submit(WriteKind.DELETE_DESTINATION, destination)
+        return self._submit(*self._encode_delete_destination(destination))
 
     def save_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
-        return self._submit(WriteKind.SAVE_BINDINGS, destination, [str(p) for p in patterns])
+        return self._submit(*self._encode_save_bindings(destination, patterns))
 
     def delete_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
-        return self._submit(WriteKind.DELETE_BINDINGS, destination, [str(p) for p in patterns])
+        return self._submit(*self._encode_delete_bindings(destination, patterns))
 
     def kv_put(self, key: str, value: bytes) -> asyncio.Future[None]:
-        return self._submit(WriteKind.KV_PUT, key, bytes(value))
+        return self._submit(*self._encode_kv_put(key, value))
 
     def kv_delete(self, key: str) -> asyncio.Future[None]:
-        return self._submit(WriteKind.KV_DELETE, key)
+        return self._submit(*self._encode_kv_delete(key))
+
+    # -- encoding: a write call's (kind, *fields), serialized when the call is made -------------
+
+    def _encode_append(self, destination: str, message: Message) -> tuple[Any, ...]:
+        return (APPEND, destination, message.seq, self._packer.pack(message.to_wire()))
+
+    def _encode_append_many(self, destination: str, messages: Sequence[Message]) -> tuple[Any, ...]:
+        pack = self._packer.pack
+        return (APPEND_MANY, destination, [(m.seq, pack(m.to_wire())) for m in messages])
+
+    def _encode_remove(self, destination: str, seqs: Sequence[int]) -> tuple[Any, ...]:
+        return (REMOVE, destination, list(seqs))
+
+    def _encode_purge(self, destination: str) -> tuple[Any, ...]:
+        return (WriteKind.PURGE, destination)
+
+    def _encode_save_destination(
+        self, destination: str, options: dict[str, Any], metadata: dict[str, str]
+    ) -> tuple[Any, ...]:
+        options_json, metadata_json = json.dumps(options), json.dumps(metadata)
+        return (WriteKind.SAVE_DESTINATION, destination, options_json, metadata_json)
+
+    def _encode_delete_destination(self, destination: str) -> tuple[Any, ...]:
+        return (WriteKind.DELETE_DESTINATION, destination)
+
+    def _encode_save_bindings(self, destination: str, patterns: Sequence[str]) -> tuple[Any, ...]:
+        return (WriteKind.SAVE_BINDINGS, destination, [str(p) for p in patterns])
+
+    def _encode_delete_bindings(self, destination: str, patterns: Sequence[str]) -> tuple[Any, ...]:
+        return (WriteKind.DELETE_BINDINGS, destination, [str(p) for p in patterns])
+
+    def _encode_kv_put(self, key: str, value: bytes) -> tuple[Any, ...]:
+        return (WriteKind.KV_PUT, key, bytes(value))
+
+    def _encode_kv_delete(self, key: str) -> tuple[Any, ...]:
+        return (WriteKind.KV_DELETE, key)
+
+    def encode(self, op: str, *args: Any) -> tuple[Any, ...]:
+        """The write that the Store method ``op`` called with ``args`` would queue, as a log
+        entry carries it: ``(kind.value, *fields)``, every field a plain msgpack value (blobs
+        as bytes, JSON as str). Works whether or not the store is open; a bad ``op`` is a
+        ``ValueError``, unserializable data a ``TypeError`` or ``ValueError`` as for the
+        methods themselves."""
+        encoder = self._encoders.get(op)
+        if encoder is None:
+            raise ValueError(f"{op!r} is not a Store write")
+        kind, *fields = encoder(*args)
+        return (kind.value, *fields)
+
+    def apply_entry(self, seq: int, writes: Sequence[Sequence[Any]]) -> asyncio.Future[None]:
+        """Queue one log entry: ``writes`` (as :meth:`encode` made them, possibly after a
+        msgpack round trip) and ``replication.applied = seq``, all in one transaction and in
+        order with every other write. The future resolves as a write's does. A write that is
+        not well formed is a :class:`StoreError` at once, and nothing of the entry is queued."""
+        if self._state is not _State.OPEN:
+            raise self._not_open()
+        queued: list[Write] = []
+        for write in writes:
+            try:
+                kind = WriteKind(write[0])
+                arity = ARITY[kind]
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                raise StoreError(f"log entry {seq}: not a write: {write!r:.200}") from exc
+            if len(write) != arity + 1:
+                raise StoreError(
+                    f"log entry {seq}: a {kind.name} write has {arity} fields, not {len(write) - 1}"
+                )
+            queued.append((None, kind, *write[1:]))
+        return self._submit(WriteKind.APPLIED, seq, queued)
 
     def _settle(
         self, futures: list[asyncio.Future[None]], error: Exception | None, elapsed: float
@@ -512,5 +600,14 @@ class SqliteStore(Store):
             sql = "SELECT count(*) FROM messages WHERE destination = ?"
             count: int = conn.execute(sql, (destination,)).fetchone()[0]
             return count
+
+        return await self._read(read)
+
+    async def applied(self) -> int:
+        """The log sequence of the last entry applied (:meth:`apply_entry`); 0 if none."""
+
+        def read(conn: sqlite3.Connection) -> int:
+            row = conn.execute(LOAD_APPLIED).fetchone()
+            return 0 if row is None else int(row[0])
 
         return await self._read(read)

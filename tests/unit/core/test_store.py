@@ -25,6 +25,7 @@ import pytest
 import polymq.types
 import polymq_core.store
 from polymq.types import Message
+from polymq_core.schema import SCHEMA_VERSION, WriteKind
 from polymq_core.store import DestinationRecord, SqliteStore, StoreError
 
 Q = "queue/orders"
@@ -310,14 +311,15 @@ async def test_a_version_1_file_is_migrated_and_keeps_its_data(db: Path) -> None
     async with opened(db) as store:
         assert await store.load_bindings() == [(Q, "a.*")]
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 async def test_a_file_of_a_newer_schema_is_refused(db: Path) -> None:
+    newer = SCHEMA_VERSION + 1
     with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        conn.execute("PRAGMA user_version = 3")
+        conn.execute(f"PRAGMA user_version = {newer}")
     store = SqliteStore(db)
-    with pytest.raises(StoreError, match="schema version 3"):
+    with pytest.raises(StoreError, match=f"schema version {newer}"):
         await store.open()
 
 
@@ -576,3 +578,170 @@ async def test_acknowledged_appends_survive_sigkill(tmp_path: Path, db: Path) ->
     async with opened(db) as store:
         assert await store.load_messages(Q) == messages
         assert await store.load_destinations() == [DestinationRecord(Q, {}, {}, last_seq=2000)]
+
+
+# -- replication: the encoding a log entry carries, entries applied with their sequence ----------
+
+# Every Store write, as the shard calls it: (op, args). Run in this order they touch every
+# table, replace, delete and re-create.
+WRITE_CALLS: list[tuple[str, tuple[Any, ...]]] = [
+    ("save_destination", (Q, {"durable": True, "ttl": 1.5, "n": [1, "x"]}, {"ü": "✓"})),
+    ("append", (Q, full_message(1))),
+    ("append_many", (Q, [full_message(2), small_message(3), Message(body=b"", seq=4)])),
+    ("append_many", ("queue/empty", [])),
+    ("remove", (Q, [2, 99])),
+    ("save_bindings", (Q, ["a.*", "b.#"])),
+    ("delete_bindings", (Q, ["a.*", "never"])),
+    ("append", ("queue/gone", small_message(7, "queue/gone"))),
+    ("save_bindings", ("queue/gone", ["g.#"])),
+    ("delete_destination", ("queue/gone",)),
+    ("append_many", ("queue/p", [small_message(s, "queue/p") for s in (1, 2)])),
+    ("purge", ("queue/p",)),
+    ("kv_put", ("k", b"\x00\xff")),
+    ("kv_put", ("k2", bytearray(b"v2"))),
+    ("kv_delete", ("k2",)),
+    ("kv_delete", ("never",)),
+]
+
+
+def dump(db: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table but ``replication``."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        tables = [
+            name
+            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if name != "replication"
+        ]
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall()) for t in tables}
+
+
+def test_every_write_call_is_in_the_catalogue() -> None:
+    """The test below is only as good as the writes it covers."""
+    ops = {op for op, _ in WRITE_CALLS}
+    abstract = {
+        name
+        for name in polymq_core.store.Store.__abstractmethods__
+        if name not in {"open", "close"}
+        and not name.startswith(("load_", "kv_get", "kv_keys", "count_"))
+    }
+    assert ops == abstract
+
+
+async def test_encoded_writes_applied_as_an_entry_make_the_same_rows(tmp_path: Path) -> None:
+    """What the leader's methods write and what a follower applies from the log (each write
+    encoded, through msgpack and back) are the same rows."""
+    direct_db, replica_db = tmp_path / "direct.db", tmp_path / "replica.db"
+    async with opened(direct_db) as direct, opened(replica_db) as replica:
+        encoded = []
+        for op, args in WRITE_CALLS:
+            await settled(getattr(direct, op)(*args))
+            write = replica.encode(op, *args)
+            assert isinstance(write[0], int)
+            encoded.append(write)
+        wire = msgpack.unpackb(msgpack.packb(encoded, use_bin_type=True), raw=False)
+        assert await replica.applied() == 0
+        await settled(replica.apply_entry(41, wire[:5]))
+        await settled(replica.apply_entry(42, wire[5:]))
+        assert await replica.applied() == 42
+        assert await direct.applied() == 0
+        assert await replica.load_destinations() == await direct.load_destinations()
+        assert await replica.load_messages(Q) == await direct.load_messages(Q)
+
+    assert dump(replica_db) == dump(direct_db)
+    assert dump(direct_db)["messages"]  # not vacuous
+    with contextlib.closing(sqlite3.connect(replica_db)) as conn:
+        assert conn.execute("SELECT id, applied FROM replication").fetchall() == [(0, 42)]
+
+
+async def test_encode_works_before_open_and_refuses_what_is_not_a_write(db: Path) -> None:
+    store = SqliteStore(db)
+    kind, destination, seqs = store.encode("remove", Q, (3, 1))
+    assert (kind, destination, seqs) == (WriteKind.REMOVE.value, Q, [3, 1])
+    with pytest.raises(ValueError, match="not a Store write"):
+        store.encode("kv_get", "k")
+    with pytest.raises(TypeError):
+        store.encode("save_destination", Q, {"x": object()}, {})
+
+
+async def test_an_entry_shares_a_batch_in_order_and_is_applied_whole(
+    db: Path, store: SqliteStore
+) -> None:
+    sizes: list[int] = []
+    store.on_commit = lambda seconds, n: sizes.append(n)
+    async with writer_held(store, db):
+        futures = [
+            store.kv_put("k", b"1"),
+            store.apply_entry(
+                7, [store.encode("kv_put", "k", b"2"), store.encode("append", Q, small_message(1))]
+            ),
+            store.kv_put("k", b"3"),
+            store.apply_entry(8, []),  # a takeover: nothing but its sequence
+        ]
+    await settled(*futures)
+    assert 4 in sizes  # one commit, one write per entry
+    assert await store.kv_get("k") == b"3"
+    assert await store.count_messages(Q) == 1
+    assert await store.applied() == 8
+
+
+async def test_a_malformed_entry_is_refused_at_once_and_nothing_of_it_is_kept(
+    store: SqliteStore,
+) -> None:
+    good = store.encode("kv_put", "k", b"v")
+    for bad in ([99, "x"], [], ["kv_put", "k", b"v"], [good[0], "k"], [*good, "extra"]):
+        with pytest.raises(StoreError, match="log entry 5"):
+            store.apply_entry(5, [good, bad])
+    applied = WriteKind.APPLIED.value
+    with pytest.raises(StoreError, match="log entry 5"):
+        store.apply_entry(5, [[applied, 4, []]])  # never carried by the log
+    await settled(store.apply_entry(6, [good]))
+    assert await store.applied() == 6
+    assert await store.kv_keys("", 10) == ["k"]
+
+
+async def test_apply_entry_after_close_raises_store_error(db: Path) -> None:
+    store = SqliteStore(db)
+    with pytest.raises(StoreError):
+        store.apply_entry(1, [])
+    await store.open()
+    await store.close()
+    with pytest.raises(StoreError):
+        store.apply_entry(1, [])
+    with pytest.raises(StoreError):
+        await store.applied()
+
+
+_V2_SCHEMA = (
+    *_V1_SCHEMA[:-1],
+    "CREATE TABLE bindings (destination TEXT NOT NULL, pattern TEXT NOT NULL,"
+    " PRIMARY KEY (destination, pattern)) WITHOUT ROWID",
+    "PRAGMA user_version = 2",
+)
+
+
+async def test_a_version_2_file_is_migrated_to_3_and_keeps_its_data(db: Path) -> None:
+    """A data file written before replication existed opens with nothing applied, keeps
+    everything and records entries from then on."""
+    message = full_message(3)
+    with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        for sql in _V2_SCHEMA:
+            conn.execute(sql)
+        blob = msgpack.packb(message.to_wire(), use_bin_type=True)
+        conn.execute("INSERT INTO messages VALUES (?, 3, ?)", (Q, blob))
+        conn.execute("INSERT INTO destinations VALUES (?, '{}', '{}')", (Q,))
+        conn.execute("INSERT INTO sequences VALUES (?, 3)", (Q,))
+        conn.execute("INSERT INTO bindings VALUES (?, 'a.*')", (Q,))
+        conn.execute("INSERT INTO kv VALUES ('k', x'01')")
+
+    async with opened(db) as store:
+        assert await store.applied() == 0
+        assert await store.load_messages(Q) == [message]
+        assert await store.load_bindings() == [(Q, "a.*")]
+        assert await store.kv_get("k") == b"\x01"
+        await settled(store.apply_entry(12, [store.encode("kv_delete", "k")]))
+    async with opened(db) as store:
+        assert await store.applied() == 12
+        assert await store.kv_get("k") is None
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3 == SCHEMA_VERSION

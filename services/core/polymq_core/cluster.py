@@ -1,0 +1,373 @@
+"""This node's part in a cluster (docs/cluster.md): its NATS server and connection, one
+replicated log per shard, who leads which shard, forwarding addresses, announcements on
+``system.peers`` and topic messages between nodes.
+
+Life cycle, driven by :class:`~polymq_core.service.CoreService`:
+
+1. :meth:`ClusterNode.connect`: start our ``nats-server`` (or use ``--nats``), connect, make
+   sure every shard's stream exists (waiting for JetStream's own leader election);
+2. the broker opens its shards on :meth:`ClusterNode.store` (each tails its log);
+3. :meth:`ClusterNode.start`: announce ourselves, exchange topic interest, and follow the
+   shards' leaders every second: a shard whose stream this node leads is promoted (fenced
+   takeover, then loaded), one led elsewhere is demoted;
+4. :meth:`ClusterNode.leave` (announce leaving, stop following) and, once the broker has
+   answered what it read and closed its shards, :meth:`ClusterNode.close` (hand the streams
+   this node leads to others, close NATS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from nats.aio.client import Client as NatsClient
+
+from polymq.types import Message
+
+from .membership import Membership
+from .mesh import TopicMesh
+from .natsd import NatsConfig, NatsServer
+from .replog import LogError, ReplicatedStore, ShardLog
+from .store import SqliteStore, Store
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .config import CoreSettings
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.1.0"
+_POLL = 1.0  # seconds between looks at who leads each shard's stream
+_LEADERLESS = 3.0  # seconds a shard may have no known leader before this node stops serving it
+_CONNECT_FOR = 90.0  # seconds to wait for the cluster's JetStream to answer at start-up
+_DEV_SECRET = "polymq-insecure-development-cluster-secret"
+
+
+class ClusterNode:
+    def __init__(self, settings: CoreSettings) -> None:
+        self.settings = settings
+        self.node_id = settings.node
+        self.secret = settings.cluster_secret or _DEV_SECRET
+        if not settings.cluster_secret:
+            log.warning(
+                "POLYMQ_CLUSTER_SECRET is not set: peer links use a well-known development "
+                "secret. Set the same secret on every node in production."
+            )
+        self.peers = _others(settings.peer_addresses(), settings.cluster_port)
+        nodes = len(self.peers) + 1
+        self.replicas = min(3, nodes)
+        self.nc = NatsClient()
+        self.js = self.nc.jetstream(timeout=5.0)
+        self.logs = [
+            ShardLog(self.js, i, self.node_id, replicas=self.replicas)
+            for i in range(settings.shards)
+        ]
+        self.stores: list[ReplicatedStore] = []
+        self.leaders: dict[int, str | None] = {}
+        self._leaderless_since: dict[int, float] = {}
+        self.nats: NatsServer | None = None
+        self.broker: Broker | None = None
+        self.membership: Membership | None = None
+        self.mesh: TopicMesh | None = None
+        self.addresses: dict[str, str] = {}
+        self.admin_url = ""
+        self.started = time.time()
+        self.state = "joining"
+        self._task: asyncio.Task[None] | None = None
+        self._promoting: dict[int, asyncio.Task[None]] = {}
+
+    # ---- life cycle ------------------------------------------------------------------------
+    async def connect(self) -> None:
+        s = self.settings
+        url = s.nats_url
+        if not url:
+            self.nats = NatsServer(
+                NatsConfig(
+                    server_name=self.node_id,
+                    store_dir=s.data_dir / "nats",
+                    cluster_port=s.cluster_port,
+                    routes=self.peers,
+                    host=s.host,
+                ),
+                log_path=s.data_dir / "nats-server.log",
+                work_dir=s.data_dir / "nats-run",
+            )
+            await self.nats.start()
+            url = self.nats.client_url
+        await self.nc.connect(
+            url,
+            name=f"polymq-core/{self.node_id}",
+            no_echo=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=1,
+            allow_reconnect=True,
+        )
+        deadline = time.monotonic() + _CONNECT_FOR
+        for shard_log in self.logs:
+            while True:
+                try:
+                    await shard_log.ensure()
+                    break
+                except LogError as exc:
+                    if time.monotonic() > deadline:
+                        raise
+                    log.info("waiting for the cluster's JetStream (%s)", exc)
+                    await asyncio.sleep(1.0)
+        log.info(
+            "cluster node %s: NATS at %s, %d shard logs of %d replicas, peers %s",
+            self.node_id,
+            url,
+            len(self.logs),
+            self.replicas,
+            ", ".join(f"{h}:{p}" for h, p in self.peers) or "(none)",
+        )
+
+    def store(self, index: int) -> Store:
+        """Shard ``index``'s store: its log, applied to a local SQLite snapshot."""
+        local = SqliteStore(self.settings.data_dir / f"shard-{index:03d}.db", synchronous="NORMAL")
+        store = ReplicatedStore(
+            local, self.logs[index], self.node_id, on_deposed=lambda: self._deposed(index)
+        )
+        self.stores.append(store)
+        return store
+
+    async def start(self, broker: Broker, ports: dict[str, int]) -> None:
+        self.broker = broker
+        host = self.settings.host
+        self.addresses = {name: f"{host}:{port}" for name, port in ports.items()}
+        if "admin" in ports:
+            self.admin_url = f"http://{host}:{ports['admin']}/"
+        self.mesh = TopicMesh(self.nc, self.node_id, self._remote_topic)
+        await self.mesh.start()
+        broker.mesh = self.mesh
+        broker.topics.on_interest = self.mesh.interest
+        broker.bindings.watch(self.mesh.interest)
+        self.membership = Membership(
+            self.nc, self.node_id, self._describe_self, on_announce=self._announced
+        )
+        await self.membership.start()
+        self._task = asyncio.get_running_loop().create_task(self._follow(), name="leaders")
+
+    def add_listeners(self, ports: dict[str, int]) -> None:
+        """The frontends' listeners, announced with the core's."""
+        host = self.settings.host
+        self.addresses.update({name: f"{host}:{port}" for name, port in ports.items()})
+
+    async def leave(self) -> None:
+        """Planned stop, step one: say we are leaving and stop following leaders (the
+        broker then answers what it read and closes its shards)."""
+        self.state = "leaving"
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for task in list(self._promoting.values()):
+            task.cancel()
+        if self.membership is not None:
+            with contextlib.suppress(Exception):
+                await self.membership.stop()
+
+    async def close(self) -> None:
+        """Step two, once the broker closed its shards: hand the streams this node leads to
+        the others (one election instead of a timeout), then close NATS."""
+        if self.replicas > 1 and self.nc.is_connected:
+            for shard_log in self.logs:
+                with contextlib.suppress(Exception):
+                    leader, _ = await asyncio.wait_for(shard_log.info(), 2.0)
+                    if leader == self.node_id:
+                        await asyncio.wait_for(shard_log.step_down(), 2.0)
+        if self.mesh is not None:
+            with contextlib.suppress(Exception):
+                await self.mesh.stop()
+        if self.nc.is_connected:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.nc.drain(), 3.0)
+        with contextlib.suppress(Exception):
+            await self.nc.close()
+        if self.nats is not None:
+            await self.nats.stop()
+
+    @property
+    def pids(self) -> list[int]:
+        pids = [os.getpid()]
+        if self.nats is not None and self.nats.pid is not None:
+            pids.append(self.nats.pid)
+        return pids
+
+    # ---- leaders ------------------------------------------------------------------------------
+    def leader_of(self, shard: int) -> str | None:
+        return self.leaders.get(shard)
+
+    def address_of(self, node: str) -> tuple[str, int] | None:
+        if self.membership is None:
+            return None
+        return self.membership.address_of(node, "core")
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                await self._look()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("following the shards' leaders failed; trying again")
+            await asyncio.sleep(_POLL)
+
+    async def _look(self) -> None:
+        broker = self.broker
+        assert broker is not None
+        now = time.monotonic()
+        infos = await asyncio.gather(
+            *(shard_log.info() for shard_log in self.logs), return_exceptions=True
+        )
+        for i, info in enumerate(infos):
+            shard = broker.shards[i]
+            leader = None if isinstance(info, BaseException) else info[0]
+            self.leaders[i] = leader
+            if leader is None:
+                since = self._leaderless_since.setdefault(i, now)
+                if shard.leading and now - since >= _LEADERLESS:
+                    shard.demote("its log has no leader (no majority?)")
+                continue
+            self._leaderless_since.pop(i, None)
+            if leader == self.node_id:
+                if not shard.leading and i not in self._promoting:
+                    self._promoting[i] = asyncio.get_running_loop().create_task(
+                        self._promote(i), name=f"promote-{i}"
+                    )
+            elif shard.leading:
+                shard.demote(f"node {leader} leads it now")
+        if self.state == "joining" and self.ready():
+            self.state = "ready"
+
+    async def _promote(self, index: int) -> None:
+        assert self.broker is not None
+        try:
+            await self.broker.shards[index].promote()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("shard %d: taking over failed (%s); trying again", index, exc)
+        finally:
+            self._promoting.pop(index, None)
+
+    def _deposed(self, index: int) -> None:
+        """The shard's log refused our append: somebody else leads it now."""
+        if self.broker is not None:
+            self.broker.shards[index].demote("another node appended to its log (deposed)")
+
+    def ready(self) -> bool:
+        """Can this node serve every shard: lead it, or forward to a leader it can reach?"""
+        if self.broker is None or self.state == "leaving":
+            return False
+        for shard in self.broker.shards:
+            leader = self.leaders.get(shard.index)
+            if leader is None:
+                return False
+            if leader == self.node_id:
+                if not shard.leading:
+                    return False
+            elif self.address_of(leader) is None:
+                return False
+        return True
+
+    # ---- announcements and topics --------------------------------------------------------------
+    def _describe_self(self) -> dict[str, Any]:
+        broker = self.broker
+        return {
+            "node_id": self.node_id,
+            "addresses": dict(self.addresses),
+            "admin_url": self.admin_url,
+            "shards_led": [s.index for s in broker.shards if s.leading] if broker else [],
+            "version": VERSION,
+            "started": self.started,
+            "applied": {str(i): st.applied for i, st in enumerate(self.stores)},
+            "state": self.state,
+        }
+
+    def _announced(self, announcement: dict[str, Any]) -> None:
+        """Every announcement heard (ours too) goes to local subscribers of ``system.peers``."""
+        broker = self.broker
+        if broker is None:
+            return
+        body = json.dumps(announcement, sort_keys=True).encode()
+        msg = Message(body=body, content_type="application/json")
+        broker.publisher.publish_topic("system.peers", [msg])
+
+    def _remote_topic(self, name: str, messages: list[Message]) -> None:
+        """Messages another node published to ``topic/<name>``: our subscribers and the bound
+        queues this node leads."""
+        broker = self.broker
+        if broker is None:
+            return
+        broker.publisher.publish_topic(name, messages)
+        if broker.bindings.size:
+            result: dict[str, Any] = {"refused": []}
+            answer = broker.publisher.route(name, messages, result)
+            if not isinstance(answer, dict):
+                asyncio.ensure_future(answer).add_done_callback(_quiet)
+
+    def describe(self) -> dict[str, Any]:
+        nodes = self.membership.describe() if self.membership is not None else []
+        return {
+            "node_id": self.node_id,
+            "state": self.state,
+            "ready": self.ready(),
+            "replicas": self.replicas,
+            "nodes": nodes,
+            "shards": [
+                {
+                    "shard": i,
+                    "leader": self.leaders.get(i),
+                    "leading": bool(self.broker and self.broker.shards[i].leading),
+                    "applied": self.stores[i].applied if i < len(self.stores) else 0,
+                }
+                for i in range(len(self.logs))
+            ],
+        }
+
+
+def _quiet(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("a topic message from another node was not kept: %s", fut.exception())
+
+
+def _local_addresses() -> set[str]:
+    out = {"127.0.0.1", "::1", "localhost", "0.0.0.0"}
+    name = socket.gethostname()
+    out.add(name)
+    with contextlib.suppress(OSError):
+        for info in socket.getaddrinfo(name, None):
+            out.add(str(info[4][0]))
+    return out
+
+
+def _resolves_to(host: str, local: set[str]) -> bool:
+    if host in local:
+        return True
+    try:
+        return any(str(info[4][0]) in local for info in socket.getaddrinfo(host, None))
+    except OSError:
+        return False
+
+
+def _others(peers: tuple[tuple[str, int], ...], port: int) -> tuple[tuple[str, int], ...]:
+    """``peers`` without this node (same cluster port on one of this machine's addresses),
+    as SMQ's cluster connection manager detects itself in the shared list."""
+    local = _local_addresses()
+    out = []
+    for host, p in peers:
+        if p == port and _resolves_to(host.strip("[]"), local):
+            continue
+        if (host, p) not in out:
+            out.append((host, p))
+    return tuple(out)
+
+
+__all__ = ["ClusterNode"]

@@ -1,0 +1,349 @@
+"""The topic mesh: topic messages between nodes, over NATS subjects with interest.
+
+A topic publish is delivered to the local subscribers by the broker, and published once on
+NATS subject ``polymq.topic.<name>`` (each polymq segment one NATS token, see
+:func:`escape`). Each node subscribes to the NATS subjects that cover its local topic
+subscriptions' patterns (:func:`subjects_for`), so NATS carries a message only to nodes
+that want it: its route protocol exchanges interest.
+
+======================  =============================================================
+polymq pattern          NATS subjects (after ``polymq.topic.``)
+======================  =============================================================
+``a.b``                 ``a.b``
+``a.*.c``               ``a.*.c``
+``a.#``                 ``a.>`` and ``a`` (``#`` may match no segment; ``>`` needs one)
+``a.#.c``               ``a.>``
+``#``, ``#.a``          ``>``
+``a.bc*`` (prefix)      ``a.>`` (the whole segments before the partial one)
+======================  =============================================================
+
+A NATS subject can be broader than its pattern, so what arrives is matched again with
+polymq's own rules before it is delivered. One node's subscriptions share one queue group
+(named after the node): NATS hands each message to one member of a group, so a message
+covered by two of our subjects (``a.*.c`` and ``a.>``) still arrives once. They also share
+one inbox, read by one task, so messages are handled in the order NATS sent them (nats-py
+would give each subscription its own queue and task, and reorder across them).
+
+Messages travel as msgpack ``[m.to_wire(), ...]`` with header ``Polymq-Node`` (the origin;
+a node ignores its own). Topic messages are transient: a publish is fire and forget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from polymq.types import Message
+
+from .routing import TopicRouter, validate_pattern
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NatsClient
+    from nats.aio.msg import Msg
+    from nats.aio.subscription import Subscription
+
+__all__ = ["TopicMesh", "escape", "name_for", "subject_for", "subjects_for", "unescape"]
+
+log = logging.getLogger(__name__)
+
+PREFIX = "polymq.topic."
+NODE_HEADER = "Polymq-Node"
+_SPECIAL = frozenset(".*>%")  # NATS token separator and wildcards, and our escape
+_EMPTY = "%"  # an empty segment (a lone '%' is never an escape)
+_INBOX_LIMIT = 65536  # messages received and not yet handled; beyond, NATS drops (slow consumer)
+
+
+def escape(segment: str) -> str:
+    """One polymq segment as one NATS token: printable ASCII stays, except ``. * > %``;
+    everything else (spaces, controls, non-ASCII) becomes ``%XX`` per UTF-8 byte."""
+    if not segment:
+        return _EMPTY
+    if segment.isascii() and segment.isprintable() and " " not in segment:
+        if not any(c in _SPECIAL for c in segment):
+            return segment  # the common case: a plain name
+    out = []
+    for c in segment:
+        if "!" <= c <= "~" and c not in _SPECIAL:
+            out.append(c)
+        else:
+            out.extend(f"%{b:02X}" for b in c.encode())
+    return "".join(out)
+
+
+def unescape(token: str) -> str:
+    """The inverse of :func:`escape`; ``ValueError`` for what it never produces."""
+    if token == _EMPTY:
+        return ""
+    if "%" not in token:
+        return token
+    raw = bytearray()
+    i = 0
+    while i < len(token):
+        c = token[i]
+        if c == "%":
+            hex_ = token[i + 1 : i + 3]
+            if len(hex_) != 2 or not all(h in "0123456789ABCDEF" for h in hex_):
+                raise ValueError(f"bad escape in NATS token {token!r}")
+            raw.append(int(hex_, 16))
+            i += 3
+        else:
+            raw.extend(c.encode())
+            i += 1
+    return raw.decode()
+
+
+def subject_for(name: str) -> str:
+    """The NATS subject a topic's messages are published on."""
+    return PREFIX + ".".join(escape(seg) for seg in name.split("."))
+
+
+def name_for(subject: str) -> str | None:
+    """The topic name of a mesh subject; None if it is not one."""
+    if not subject.startswith(PREFIX):
+        return None
+    try:
+        return ".".join(unescape(tok) for tok in subject[len(PREFIX) :].split("."))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def subjects_for(pattern: str) -> tuple[str, ...]:
+    """The NATS subjects that together cover every topic ``pattern`` matches (and maybe
+    more: filter again). ``ValueError`` for an invalid pattern."""
+    validate_pattern(pattern)
+    if pattern.endswith("*") and len(pattern) > 1 and pattern[-2] != ".":  # prefix 'a.bc*'
+        whole = pattern[:-1].split(".")[:-1]
+        return (PREFIX + "".join(escape(s) + "." for s in whole) + ">",)
+    segs = pattern.split(".")
+    tokens: list[str] = []
+    for i, seg in enumerate(segs):
+        if seg == "#":
+            if not tokens:
+                return (PREFIX + ">",)
+            head = PREFIX + ".".join(tokens)
+            if all(s == "#" for s in segs[i:]):  # '#'s may match nothing: 'a.#' is 'a' too
+                return (head + ".>", head)
+            return (head + ".>",)
+        tokens.append("*" if seg == "*" else escape(seg))
+    return (PREFIX + ".".join(tokens),)
+
+
+@dataclass(frozen=True)
+class _Publish:
+    subject: str
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class _Subscribe:
+    subject: str
+
+
+@dataclass(frozen=True)
+class _Unsubscribe:
+    subject: str
+
+
+_Op = _Publish | _Subscribe | _Unsubscribe
+
+
+class TopicMesh:
+    """Carries topic messages to the other nodes and delivers theirs here.
+
+    ``interest`` and ``publish`` are synchronous; their NATS calls run, in call order, in
+    one owned task (so a subscribe is never overtaken by its unsubscribe, nor one publish
+    by the next)."""
+
+    PREFIX = PREFIX
+
+    def __init__(
+        self,
+        nc: NatsClient,
+        node_id: str,
+        deliver_local: Callable[[str, list[Message]], None],
+    ) -> None:
+        self.nc = nc
+        self.node_id = node_id
+        self._deliver_local = deliver_local
+        self._queue_group = "polymq-" + escape(node_id)
+        self._headers = {NODE_HEADER: node_id}
+        self._patterns: dict[str, int] = {}  # pattern -> local interest (refcount)
+        self._wanted: dict[str, int] = {}  # NATS subject -> patterns needing it
+        self._router: TopicRouter[str] = TopicRouter()  # the patterns, to filter arrivals
+        self._subs: dict[str, Subscription] = {}  # NATS subject -> our subscription
+        self._ops: asyncio.Queue[_Op | None] = asyncio.Queue()
+        self._inbox: asyncio.Queue[Msg] = asyncio.Queue(maxsize=_INBOX_LIMIT)
+        self._task: asyncio.Task[None] | None = None  # runs the NATS calls
+        self._reader: asyncio.Task[None] | None = None  # handles what arrives
+        self._closed = False
+
+    # ---- life cycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Run the NATS calls (those queued before start too)."""
+        if self._task is not None or self._closed:
+            raise RuntimeError("the topic mesh is already started (or stopped)")
+        self._task = asyncio.create_task(self._run(), name=f"topic-mesh-{self.node_id}")
+        self._reader = asyncio.create_task(self._read(), name=f"topic-mesh-in-{self.node_id}")
+
+    async def stop(self, grace: float = 2.0) -> None:
+        """Send what is queued (up to ``grace`` seconds), then unsubscribe. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            self._ops.put_nowait(None)
+            try:
+                await asyncio.wait_for(asyncio.shield(task), grace)
+            except TimeoutError:
+                log.warning("topic mesh: %d operations unsent at stop", self._ops.qsize())
+        for owned in (task, self._reader):
+            if owned is not None:
+                owned.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await owned
+        self._reader = None
+        subs, self._subs = list(self._subs.values()), {}
+        for sub in subs:
+            with contextlib.suppress(Exception):  # the connection may be closed already
+                await sub.unsubscribe()
+        while not self._inbox.empty():  # unhandled: let a Subscription.drain's join() end
+            self._inbox.get_nowait()
+            self._inbox.task_done()
+
+    # ---- the broker's side -------------------------------------------------------------------
+    def interest(self, pattern: str, delta: int) -> None:
+        """Add ``delta`` local subscriptions to ``pattern``: the first one subscribes the
+        NATS subjects that cover it, the last one gone unsubscribes them. ``ValueError``
+        for an invalid pattern; a count going below zero is logged and taken as zero."""
+        subjects = subjects_for(pattern)
+        old = self._patterns.get(pattern, 0)
+        new = old + delta
+        if new < 0:  # a caller's bug: say so, but never fail the broker's unsubscribe
+            log.error("topic mesh: interest in %r dropped below zero (%+d)", pattern, delta)
+            new = 0
+        if old == new:
+            return
+        if new:
+            self._patterns[pattern] = new
+        else:
+            del self._patterns[pattern]
+        if old == 0:
+            self._router.add(pattern, pattern)
+            for subject in subjects:
+                count = self._wanted.get(subject, 0)
+                self._wanted[subject] = count + 1
+                if count == 0:
+                    self._ops.put_nowait(_Subscribe(subject))
+        elif new == 0:
+            self._router.remove(pattern, pattern)
+            for subject in subjects:
+                count = self._wanted.pop(subject) - 1
+                if count:
+                    self._wanted[subject] = count
+                else:
+                    self._ops.put_nowait(_Unsubscribe(subject))
+
+    def publish(self, name: str, messages: list[Message]) -> None:
+        """Send ``messages`` of topic ``name`` to the nodes that want them (fire and
+        forget). A batch larger than NATS' max payload goes in several parts."""
+        if self._closed or not messages:
+            return
+        subject = subject_for(name)
+        for payload in self._payloads(messages):
+            self._ops.put_nowait(_Publish(subject, payload))
+
+    def _payloads(self, messages: list[Message]) -> list[bytes]:
+        payload = msgpack.packb([m.to_wire() for m in messages], use_bin_type=True)
+        limit = self.nc.max_payload or 0
+        if limit <= 0 or len(payload) < limit - 1024:  # room for the headers
+            return [payload]
+        if len(messages) == 1:
+            log.warning(
+                "topic mesh: a message of %d bytes exceeds NATS' max payload (%d): it"
+                " reaches this node's subscribers only",
+                len(payload),
+                limit,
+            )
+            return []
+        half = len(messages) // 2
+        return self._payloads(messages[:half]) + self._payloads(messages[half:])
+
+    # ---- NATS --------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            op = await self._ops.get()
+            if op is None:
+                return
+            try:
+                if isinstance(op, _Publish):
+                    await self.nc.publish(op.subject, op.payload, headers=self._headers)
+                elif isinstance(op, _Subscribe):
+                    if op.subject not in self._subs:
+                        self._subs[op.subject] = await self._subscribe(op.subject)
+                else:
+                    sub = self._subs.pop(op.subject, None)
+                    if sub is not None:
+                        await sub.unsubscribe()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a closed or reconnecting connection: go on
+                log.warning("topic mesh: %s on %s failed: %r", type(op).__name__, op.subject, exc)
+
+    async def _subscribe(self, subject: str) -> Subscription:
+        # Without a callback, nats-py only puts a subscription's messages on its
+        # ``_pending_queue`` (its reader, in arrival order); with our inbox there, every
+        # subscription feeds one queue. No byte limit: nats-py would count bytes it never
+        # sees consumed. Should a later nats-py lack the attribute, fall back to a
+        # callback per subscription (order across subscriptions is then not kept).
+        sub = await self.nc.subscribe(subject, queue=self._queue_group, pending_bytes_limit=0)
+        own = getattr(sub, "_pending_queue", None)
+        if isinstance(own, asyncio.Queue):
+            sub._pending_queue = self._inbox
+            while not own.empty():  # arrived before the swap (it cannot, but be sure)
+                self._inbox.put_nowait(own.get_nowait())
+            return sub
+        log.warning("topic mesh: this nats-py has no _pending_queue; order may suffer")
+        await sub.unsubscribe()
+        return await self.nc.subscribe(subject, queue=self._queue_group, cb=self._received)
+
+    async def _read(self) -> None:
+        while True:
+            msg = await self._inbox.get()
+            try:
+                self._handle(msg)
+            finally:
+                self._inbox.task_done()
+
+    async def _received(self, msg: Msg) -> None:
+        self._handle(msg)
+
+    def _handle(self, msg: Msg) -> None:
+        headers = msg.headers
+        if headers is not None and headers.get(NODE_HEADER) == self.node_id:
+            return
+        name = name_for(msg.subject)
+        if name is None:
+            log.warning("topic mesh: ignoring a message on %s", msg.subject)
+            return
+        if not self._router.match(name):
+            return  # the NATS subject is broader than our patterns
+        try:
+            fields: Any = msgpack.unpackb(msg.data, raw=False)
+            if not isinstance(fields, list):
+                raise ValueError("not a list of messages")
+            messages = [Message.from_wire(f) for f in fields]
+        except Exception as exc:
+            origin = headers.get(NODE_HEADER) if headers else None
+            log.warning("topic mesh: a malformed message from %s on %r: %s", origin, name, exc)
+            return
+        try:
+            self._deliver_local(name, messages)
+        except Exception:
+            log.exception("topic mesh: delivering %r failed", name)

