@@ -27,6 +27,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from polymq.types import Message
 
@@ -44,8 +46,11 @@ log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 _POLL = 1.0  # seconds between looks at who leads each shard's stream
+_INFO_TIMEOUT = 1.5  # seconds a look may take (a dead leader's stream does not answer)
+_ELECTED = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"
 _LEADERLESS = 3.0  # seconds a shard may have no known leader before this node stops serving it
 _CONNECT_FOR = 90.0  # seconds to wait for the cluster's JetStream to answer at start-up
+_MAX_PAYLOAD = 64 * 1024 * 1024
 _DEV_SECRET = "polymq-insecure-development-cluster-secret"
 
 
@@ -79,7 +84,9 @@ class ClusterNode:
         self.admin_url = ""
         self.started = time.time()
         self.state = "joining"
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []  # one per shard: following its leader
+        self._wake = [asyncio.Event() for _ in self.logs]
+        self._advisories: Subscription | None = None
         self._promoting: dict[int, asyncio.Task[None]] = {}
 
     # ---- life cycle ------------------------------------------------------------------------
@@ -94,6 +101,8 @@ class ClusterNode:
                     cluster_port=s.cluster_port,
                     routes=self.peers,
                     host=s.host,
+                    # a log entry carries a whole frame's worth of messages (NATS allows 64 MiB)
+                    max_payload=min(_MAX_PAYLOAD, s.max_frame + 1024 * 1024),
                 ),
                 log_path=s.data_dir / "nats-server.log",
                 work_dir=s.data_dir / "nats-run",
@@ -152,7 +161,11 @@ class ClusterNode:
             self.nc, self.node_id, self._describe_self, on_announce=self._announced
         )
         await self.membership.start()
-        self._task = asyncio.get_running_loop().create_task(self._follow(), name="leaders")
+        self._advisories = await self.nc.subscribe(_ELECTED, cb=self._elected)
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._follow(i), name=f"leader-{i}") for i in range(len(self.logs))
+        ]
 
     def add_listeners(self, ports: dict[str, int]) -> None:
         """The frontends' listeners, announced with the core's."""
@@ -163,10 +176,15 @@ class ClusterNode:
         """Planned stop, step one: say we are leaving and stop following leaders (the
         broker then answers what it read and closes its shards)."""
         self.state = "leaving"
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
+        self._tasks = []
+        if self._advisories is not None:
+            with contextlib.suppress(Exception):
+                await self._advisories.unsubscribe()
         for task in list(self._promoting.values()):
             task.cancel()
         if self.membership is not None:
@@ -209,32 +227,43 @@ class ClusterNode:
             return None
         return self.membership.address_of(node, "core")
 
-    async def _follow(self) -> None:
+    async def _follow(self, index: int) -> None:
+        """Follow shard ``index``'s stream leader: every second, and at once when JetStream
+        announces a new leader for it."""
+        wake = self._wake[index]
         while True:
             try:
-                await self._look()
+                await self._look(index)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("following the shards' leaders failed; trying again")
-            await asyncio.sleep(_POLL)
+                log.exception("following shard %d's leader failed; trying again", index)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), _POLL)
+            wake.clear()
 
-    async def _look(self) -> None:
+    async def _elected(self, msg: Msg) -> None:
+        """A JetStream advisory: a stream has a new leader. Look at once."""
+        stream = msg.subject.rsplit(".", 1)[-1]
+        for i, shard_log in enumerate(self.logs):
+            if shard_log.stream == stream:
+                self._wake[i].set()
+
+    async def _look(self, i: int) -> None:
         broker = self.broker
         assert broker is not None
+        shard = broker.shards[i]
+        try:
+            leader, _ = await asyncio.wait_for(self.logs[i].info(), _INFO_TIMEOUT)
+        except (LogError, TimeoutError):
+            leader = None
+        self.leaders[i] = leader
         now = time.monotonic()
-        infos = await asyncio.gather(
-            *(shard_log.info() for shard_log in self.logs), return_exceptions=True
-        )
-        for i, info in enumerate(infos):
-            shard = broker.shards[i]
-            leader = None if isinstance(info, BaseException) else info[0]
-            self.leaders[i] = leader
-            if leader is None:
-                since = self._leaderless_since.setdefault(i, now)
-                if shard.leading and now - since >= _LEADERLESS:
-                    shard.demote("its log has no leader (no majority?)")
-                continue
+        if leader is None:
+            since = self._leaderless_since.setdefault(i, now)
+            if shard.leading and now - since >= _LEADERLESS:
+                shard.demote("its log has no leader (no majority?)")
+        else:
             self._leaderless_since.pop(i, None)
             if leader == self.node_id:
                 if not shard.leading and i not in self._promoting:

@@ -375,9 +375,12 @@ class ShardLog:
         if seq < first:
             raise _TailEnd(f"purged: {self.stream} starts at entry {first}; {seq} is gone")
         if seq > last + 1:
-            raise _TailEnd(
+            # Seen when a restarted node asks before its replica and the stream's leader
+            # have caught up with each other: try again (with back-off) rather than stop;
+            # the log keeps saying so if it lasts (a log that lost entries, or another
+            # log under the same name).
+            raise LogError(
                 f"behind: {self.stream} ends at entry {last}, but {seq - 1} was applied here"
-                " (a log that lost entries, or another log under the same name?)"
             )
 
     async def _consume(
