@@ -55,7 +55,7 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -228,7 +228,7 @@ async def _serve(args: argparse.Namespace) -> int:
             # polymq run: its frontends reach the core without a socket
             core = CoreService(settings, registry, auth, in_process=args.command == "run")
             services.append(core)
-            ports.update(await core.start())
+            ports.update(await _starting(core.start(), stop))
             core_addr = (settings.host, ports["core"])
             if args.command == "run" and settings.auth in ("", "anonymous"):
                 log.warning("%s (set --auth file:users.json to require logins)", auth.describe())
@@ -240,7 +240,7 @@ async def _serve(args: argparse.Namespace) -> int:
             )
             service = _load(service_ref)(fe_settings, registry)
             services.append(service)
-            ports.update(await service.start())
+            ports.update(await _starting(service.start(), stop))
             if secure_port is not None and fe_settings.tls_cert:
                 secure.add(secure_port)
         _tune_gc()
@@ -282,6 +282,29 @@ async def _serve(args: argparse.Namespace) -> int:
             except Exception:
                 log.exception("error while stopping %s", type(svc).__name__)
     return 0
+
+
+class _Interrupted(Exception):
+    """SIGTERM or Ctrl-C came while a service was still starting."""
+
+
+async def _starting(
+    start: Coroutine[Any, Any, dict[str, int]], stop: asyncio.Event
+) -> dict[str, int]:
+    """A service's start, given up when the process is told to stop meanwhile (a cluster
+    node waiting for its peers must not ignore SIGTERM)."""
+    task = asyncio.ensure_future(start)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((task, stopping), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise _Interrupted
+    return task.result()
 
 
 def _task_dump() -> str:
@@ -486,6 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"polymq: cannot start: {exc}", file=sys.stderr)
         return 1
+    except _Interrupted:
+        print("polymq: stopped while starting", file=sys.stderr)
+        return 0
 
 
 if __name__ == "__main__":

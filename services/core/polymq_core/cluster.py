@@ -195,11 +195,10 @@ class ClusterNode:
         """Step two, once the broker closed its shards: hand the streams this node leads to
         the others (one election instead of a timeout), then close NATS."""
         if self.replicas > 1 and self.nc.is_connected:
-            for shard_log in self.logs:
+            led = [log for i, log in enumerate(self.logs) if self.leaders.get(i) == self.node_id]
+            for shard_log in led:
                 with contextlib.suppress(Exception):
-                    leader, _ = await asyncio.wait_for(shard_log.info(), 2.0)
-                    if leader == self.node_id:
-                        await asyncio.wait_for(shard_log.step_down(), 2.0)
+                    await asyncio.wait_for(shard_log.step_down(), 2.0)
         if self.mesh is not None:
             with contextlib.suppress(Exception):
                 await self.mesh.stop()

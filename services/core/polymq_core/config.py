@@ -54,6 +54,11 @@ class CoreSettings:
                     "(it names the node's NATS server too); set --node-id"
                 )
             self.peer_addresses()  # a ConfigError if unparsable
+            if self.cluster_secret and len(self.cluster_secret) < 32:
+                raise ConfigError(
+                    "POLYMQ_CLUSTER_SECRET needs at least 32 characters (e.g. `openssl rand "
+                    "-hex 16`), the same on every node"
+                )
 
     @property
     def clustered(self) -> bool:
