@@ -75,6 +75,7 @@ PEER_CLIENT = "peer"  # the Hello.client of a peer link: its requests are never 
 _CURSOR_SEP = "~"  # a cursor id in a cluster: "<node>~<id>"
 _RELOCATE_FOR = 30.0  # seconds a moved subscription waits for a new leader before it is cancelled
 _RETRY = 0.5
+_ANSWER_WITHIN = 15.0  # seconds a forwarded request may go unanswered (plus its own wait)
 
 
 class Leaders(Protocol):
@@ -89,10 +90,11 @@ class Leaders(Protocol):
 
 @dataclasses.dataclass
 class _RemoteSub:
-    node: str
+    node: str  # "" while it is being moved
     request: Subscribe
     offset: int  # tags from this generation's node are shifted by this much
     top: int  # the highest (shifted) tag handed to the client so far
+    shard: int = 0
 
 
 class PeerLink(asyncio.Protocol):
@@ -179,7 +181,10 @@ class Relay:
         self.links: dict[str, PeerLink] = {}
         self.subs: dict[int, _RemoteSub] = {}  # forwarded subscriptions by sid
         self.requests: dict[int, Subscribe] = {}  # every queue/stream subscription's request
-        self.pending: dict[int, str] = {}  # forwarded rid -> node
+        # forwarded rid -> (node, deadline): a node that stops answering (frozen, cut off)
+        # must not leave the client waiting forever
+        self.pending: dict[int, tuple[str, float, int]] = {}  # rid -> (node, deadline, shard)
+        self._watching = False
         self.sub_rids: dict[int, int] = {}  # forwarded Subscribe rid -> sid
         self.cursor_rids: dict[int, str] = {}  # forwarded CursorOpen rid -> node
         # our own requests (rid < 0: resubscribing a moved subscription): rid -> (node, answer)
@@ -212,11 +217,14 @@ class Relay:
         if isinstance(event, Subscribe):
             if event.sid in self.subs or event.sid in self.session.subs:
                 return False  # the local handler says it is in use
-            self.subs[event.sid] = _RemoteSub(node, event, 0, 0)
+            self.subs[event.sid] = _RemoteSub(node, event, 0, 0, shard.index)
+            if not self._watching:
+                self._watching = True
+                self._spawn(self._watch())
             self.sub_rids[event.rid] = event.sid
         elif isinstance(event, CursorOpen):
             self.cursor_rids[event.rid] = node
-        self._forward(node, event)
+        self._forward(node, event, shard.index)
         return True
 
     def _leader(self, shard: Shard) -> str:
@@ -227,12 +235,54 @@ class Relay:
             raise Unavailable(f"shard {shard.index} is electing a leader; retry in a moment")
         return node
 
-    def _forward(self, node: str, event: Event) -> None:
+    def _forward(self, node: str, event: Event, shard: int = -1) -> None:
         rid: int = getattr(event, "rid", 0)
         link = self._link(node)
         if rid:
-            self.pending[rid] = node
+            wait = getattr(event, "wait", 0.0)
+            patience = _ANSWER_WITHIN + (wait if isinstance(wait, int | float) else 0.0)
+            self.pending[rid] = (node, time.monotonic() + patience, shard)
+            if not self._watching:
+                self._watching = True
+                self._spawn(self._watch())
         link.send(event)
+
+    async def _watch(self) -> None:
+        """While anything is forwarded: answer requests a node does not answer in time
+        ``unavailable``, and move subscriptions whose shard is now led by another node
+        (the old one may be frozen: its link stays open and says nothing)."""
+        try:
+            while (self.pending or self.subs) and not self._closed:
+                await asyncio.sleep(_RETRY)
+                now = time.monotonic()
+                for rid, (node, deadline, shard) in list(self.pending.items()):
+                    leader = self.cluster.leader_of(shard) if shard >= 0 else None
+                    if deadline <= now or (leader is not None and leader != node):
+                        self._unanswered(rid, node)
+                for sid, rs in list(self.subs.items()):
+                    if not rs.node:
+                        continue  # being moved
+                    leader = self.cluster.leader_of(rs.shard)
+                    if leader is not None and leader != rs.node:
+                        self.relocate(sid, rs.top)
+        finally:
+            self._watching = False
+
+    def _unanswered(self, rid: int, node: str) -> None:
+        del self.pending[rid]
+        sid = self.sub_rids.pop(rid, None)
+        if sid is not None:
+            self.subs.pop(sid, None)
+            self.requests.pop(sid, None)
+        self.cursor_rids.pop(rid, None)
+        self.session.reply(
+            Fail(
+                rid,
+                "unavailable",
+                f"node {node} did not answer in time (or no longer leads); it may or may not "
+                "have been done: retry",
+            )
+        )
 
     def _link(self, node: str) -> PeerLink:
         link = self.links.get(node)
@@ -390,7 +440,8 @@ class Relay:
             if asked is not None and not asked[1].done():
                 asked[1].set_result(event)
             return
-        self.pending.pop(rid, None)
+        if rid and self.pending.pop(rid, None) is None:
+            return  # answered "unavailable" already (too late)
         sid = self.sub_rids.pop(rid, None)
         if sid is not None and isinstance(event, Fail):
             self.subs.pop(sid, None)
@@ -407,7 +458,7 @@ class Relay:
         if self._closed:
             return
         node = link.node
-        for rid, n in list(self.pending.items()):
+        for rid, (n, _, _) in list(self.pending.items()):
             if n == node:
                 del self.pending[rid]
                 sid = self.sub_rids.pop(rid, None)
@@ -452,16 +503,21 @@ class Relay:
                     return
                 node = self.cluster.leader_of(shard.index)
                 if node is not None and node != self.cluster.node_id:
-                    answer = await self._ask(node, request, sid, top)
+                    answer = await self._ask(node, request, sid, top, shard.index)
                     if isinstance(answer, Ok):
                         if self.requests.get(sid) is request:
-                            self.subs[sid] = _RemoteSub(node, request, top, top)
+                            self.subs[sid] = _RemoteSub(node, request, top, top, shard.index)
+                            if not self._watching:
+                                self._watching = True
+                                self._spawn(self._watch())
                         return
                     why = f"{answer}"
             except RequestError as exc:
                 why = exc.message
             except Exception as exc:  # a link that failed: try again
-                why = str(exc)
+                why = str(exc) or type(exc).__name__
+            if sid in self.subs and self.requests.get(sid) is request:
+                self.subs[sid] = _RemoteSub("", request, top, top)  # still moving
             await asyncio.sleep(_RETRY)
         if self.requests.pop(sid, None) is not None and not self._closed:
             self.subs.pop(sid, None)
@@ -469,13 +525,13 @@ class Relay:
                 Cancelled(sid, "unavailable", f"its shard found no new leader in time: {why}")
             )
 
-    async def _ask(self, node: str, request: Subscribe, sid: int, top: int) -> Event:
+    async def _ask(self, node: str, request: Subscribe, sid: int, top: int, shard: int) -> Event:
         self._next_internal -= 1
         rid = self._next_internal
         fut: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
         self._internal[rid] = (node, fut)
         # the subscription must be known for its node when deliveries start to arrive
-        self.subs[sid] = _RemoteSub(node, request, top, top)
+        self.subs[sid] = _RemoteSub(node, request, top, top, shard)
         self._link(node).send(dataclasses.replace(request, rid=rid))
         try:
             return await asyncio.wait_for(fut, 10.0)
