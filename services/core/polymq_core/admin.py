@@ -1,10 +1,16 @@
 """The core's admin HTTP: ``/metrics``, ``/healthz``, ``/readyz``, ``/api/cluster``,
-``/api/destinations``, ``/api/destinations/{kind}/{name}`` and a small console at ``/``."""
+``/api/destinations``, ``/api/destinations/{kind}/{name}`` and a small console at ``/``; on a
+cluster node also ``/api/cluster/snapshot/{shard}``, a copy of a shard's SQLite for another
+node (its bearer token the cluster secret)."""
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import html
 import json
+import os
+from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -15,15 +21,21 @@ from polymq.types import Destination
 from polymq.web import add_metrics_route, healthz
 
 from .broker import Broker
+from .snapshot import APPLIED_HEADER
+from .store import StoreError
 
 
 class ClusterView(Protocol):
+    secret: str  # the cluster secret: what other nodes present
+
     def ready(self) -> bool: ...
     def describe(self) -> dict[str, Any]: ...
+    async def snapshot(self, shard: int) -> tuple[Path, int]: ...
 
 
 BROKER = web.AppKey("broker", Broker)
 CLUSTER = web.AppKey("cluster", object)  # a ClusterView, or None on a single node
+_CHUNK = 1024 * 1024  # bytes of a snapshot read and sent at a time
 
 
 def _cluster(app: web.Application) -> ClusterView | None:
@@ -57,6 +69,58 @@ async def cluster(request: web.Request) -> web.Response:
         **broker.describe(),
     }
     return web.json_response({"node_id": broker.settings.node_name, "nodes": [me]})
+
+
+def _problem(
+    status: int, title: str, detail: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.json_response(
+        {"type": "about:blank", "title": title, "status": status, "detail": detail},
+        status=status,
+        content_type="application/problem+json",
+        headers=headers,
+    )
+
+
+async def snapshot(request: web.Request) -> web.StreamResponse:
+    """A consistent copy of a shard's SQLite, for a node whose next log entry was purged:
+    only for peers (``Authorization: Bearer <cluster secret>``); the log sequence applied in
+    the copy in ``X-Polymq-Applied``."""
+    view = _cluster(request.app)
+    if view is None:
+        return _problem(404, "not-found", "this node is not part of a cluster")
+    given = request.headers.get("Authorization", "").encode()
+    if not hmac.compare_digest(given, f"Bearer {view.secret}".encode()):
+        return _problem(
+            401,
+            "unauthorized",
+            "a shard's snapshot is for the cluster's nodes: send the cluster secret as a"
+            " bearer token",
+            {"WWW-Authenticate": 'Bearer realm="polymq-cluster"'},
+        )
+    shard = int(request.match_info["shard"])
+    try:
+        path, applied = await view.snapshot(shard)
+    except IndexError:
+        return _problem(404, "not-found", f"no shard {shard}")
+    except StoreError as exc:
+        return _problem(503, "unavailable", f"shard {shard} cannot be copied now: {exc}")
+    try:
+        f = await asyncio.to_thread(path.open, "rb")
+    finally:
+        await asyncio.to_thread(path.unlink, missing_ok=True)  # the open file stays readable
+    try:
+        response = web.StreamResponse(
+            headers={APPLIED_HEADER: str(applied), "Content-Type": "application/vnd.sqlite3"}
+        )
+        response.content_length = os.fstat(f.fileno()).st_size
+        await response.prepare(request)
+        while chunk := await asyncio.to_thread(f.read, _CHUNK):
+            await response.write(chunk)
+        await response.write_eof()
+    finally:
+        await asyncio.to_thread(f.close)
+    return response
 
 
 async def destinations(request: web.Request) -> web.Response:
@@ -118,6 +182,7 @@ def admin_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/api/cluster", cluster)
+    app.router.add_get(r"/api/cluster/snapshot/{shard:\d+}", snapshot)
     app.router.add_get("/api/destinations", destinations)
     app.router.add_get("/api/destinations/{kind}/{name}", destination)
     return app

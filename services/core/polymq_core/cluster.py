@@ -10,6 +10,10 @@ Life cycle, driven by :class:`~polymq_core.service.CoreService`:
 3. :meth:`ClusterNode.start`: announce ourselves, exchange topic interest, and follow the
    shards' leaders every second: a shard whose stream this node leads is promoted (fenced
    takeover, then loaded), one led elsewhere is demoted;
+   The leader of each shard also purges its log every ``purge_every`` seconds, below what
+   every node announced it applied (:mod:`polymq_core.snapshot`); a node whose next entry was
+   purged copies the shard from another node's admin HTTP (:meth:`ClusterNode.snapshot`
+   serves it there);
 4. :meth:`ClusterNode.leave` (announce leaving, stop following) and, once the broker has
    answered what it read and closed its shards, :meth:`ClusterNode.close` (hand the streams
    this node leads to others, close NATS).
@@ -19,11 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
+import shutil
 import socket
 import time
+import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client as NatsClient
@@ -32,10 +40,21 @@ from nats.aio.subscription import Subscription
 
 from polymq.types import Message
 
-from .membership import Membership
+from .membership import LEAVING, UNREACHABLE, Membership
 from .mesh import TopicMesh
 from .natsd import NatsConfig, NatsServer
 from .replog import LogError, ReplicatedStore, ShardLog
+from .snapshot import (
+    KEEP_ENTRIES,
+    MAX_ENTRIES,
+    PURGE_EVERY,
+    SnapshotError,
+    download,
+    lowest_applied,
+    purge_point,
+    snapshot_sources,
+    snapshot_url,
+)
 from .store import SqliteStore, Store
 
 if TYPE_CHECKING:
@@ -55,8 +74,24 @@ _DEV_SECRET = "polymq-insecure-development-cluster-secret"
 
 
 class ClusterNode:
-    def __init__(self, settings: CoreSettings) -> None:
+    """``purge_every``: seconds between the purges of the logs this node leads, each keeping
+    at least ``keep_entries`` entries and at most ``max_entries`` (:func:`purge_point`)."""
+
+    def __init__(
+        self,
+        settings: CoreSettings,
+        *,
+        purge_every: float = PURGE_EVERY,
+        keep_entries: int = KEEP_ENTRIES,
+        max_entries: int | None = MAX_ENTRIES,
+    ) -> None:
+        if purge_every <= 0:
+            raise ValueError("purge_every must be positive")
+        purge_point(None, first=1, last=1, keep=keep_entries, most=max_entries)  # checks them
         self.settings = settings
+        self.purge_every = purge_every
+        self.keep_entries = keep_entries
+        self.max_entries = max_entries
         self.node_id = settings.node
         self.secret = settings.cluster_secret or _DEV_SECRET
         if not settings.cluster_secret:
@@ -88,6 +123,7 @@ class ClusterNode:
         self._wake = [asyncio.Event() for _ in self.logs]
         self._advisories: Subscription | None = None
         self._promoting: dict[int, asyncio.Task[None]] = {}
+        self._purger: asyncio.Task[None] | None = None
 
     # ---- life cycle ------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -109,6 +145,8 @@ class ClusterNode:
             )
             await self.nats.start()
             url = self.nats.client_url
+        # copies served to other nodes (GET /api/cluster/snapshot) that a crash left behind
+        shutil.rmtree(self._snapshots, ignore_errors=True)
         await self.nc.connect(
             url,
             name=f"polymq-core/{self.node_id}",
@@ -141,7 +179,11 @@ class ClusterNode:
         """Shard ``index``'s store: its log, applied to a local SQLite snapshot."""
         local = SqliteStore(self.settings.data_dir / f"shard-{index:03d}.db", synchronous="NORMAL")
         store = ReplicatedStore(
-            local, self.logs[index], self.node_id, on_deposed=lambda: self._deposed(index)
+            local,
+            self.logs[index],
+            self.node_id,
+            on_deposed=lambda: self._deposed(index),
+            fetch_snapshot=functools.partial(self._fetch_snapshot, index),
         )
         self.stores.append(store)
         return store
@@ -166,6 +208,7 @@ class ClusterNode:
         self._tasks = [
             loop.create_task(self._follow(i), name=f"leader-{i}") for i in range(len(self.logs))
         ]
+        self._purger = loop.create_task(self._purge_logs(), name="purge-logs")
 
     def add_listeners(self, ports: dict[str, int]) -> None:
         """The frontends' listeners, announced with the core's."""
@@ -182,6 +225,11 @@ class ClusterNode:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self._purger is not None:
+            self._purger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._purger
+            self._purger = None
         if self._advisories is not None:
             with contextlib.suppress(Exception):
                 await self._advisories.unsubscribe()
@@ -304,6 +352,92 @@ class ClusterNode:
             elif self.address_of(leader) is None:
                 return False
         return True
+
+    # ---- a bounded log, and snapshots for who fell behind it -------------------------------------
+    async def _purge_logs(self) -> None:
+        """Every ``purge_every`` seconds, purge the logs of the shards this node leads."""
+        while True:
+            await asyncio.sleep(self.purge_every)
+            for i, store in enumerate(self.stores):
+                if not store.is_leader:
+                    continue
+                try:
+                    await self.purge(i)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("shard %d: purging its log failed: %s", i, exc)
+
+    async def purge(self, index: int) -> int:
+        """Purge shard ``index``'s log below what every node announced it applied (keeping
+        at least ``keep_entries``); the sequence purged below, 0 if nothing was."""
+        if self.membership is None:
+            return 0
+        shard_log = self.logs[index]
+        lowest = lowest_applied(self.membership.peers().values(), index)
+        first, last = await shard_log.span()
+        point = purge_point(
+            lowest, first=first, last=last, keep=self.keep_entries, most=self.max_entries
+        )
+        if point:
+            await shard_log.purge_below(point)
+            log.info(
+                "shard %d: purged its log below entry %d (every node applied %s; last %d)",
+                index,
+                point,
+                lowest,
+                last,
+            )
+        return point
+
+    @property
+    def _snapshots(self) -> Path:
+        return self.settings.data_dir / "snapshots"
+
+    async def snapshot(self, shard: int) -> tuple[Path, int]:
+        """A consistent copy of shard ``shard``'s SQLite in a new file (the caller removes
+        it) and the log sequence applied in it: what ``GET /api/cluster/snapshot/<shard>``
+        serves. IndexError for no such shard, StoreError if it cannot be copied now."""
+        if not 0 <= shard < len(self.stores):
+            raise IndexError(f"no shard {shard}")
+        path = self._snapshots / f"shard-{shard:03d}-{uuid.uuid4().hex}.db"
+        try:
+            return path, await self.stores[shard].snapshot(path)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+
+    async def _fetch_snapshot(self, index: int, target: Path) -> int:
+        """Copy shard ``index`` from another node into ``target`` (its leader if it can,
+        else a node that announced enough applied); the sequence applied in the copy."""
+        membership = self.membership
+        if membership is None:
+            raise SnapshotError("no other node heard from yet")
+        try:
+            first: int | None = (await self.logs[index].span())[0]
+        except LogError:
+            first = None
+        reachable = [
+            peer
+            for peer in membership.peers().values()
+            if membership.state_of(peer.node_id) not in (LEAVING, UNREACHABLE)
+        ]
+        sources = snapshot_sources(
+            reachable, index, me=self.node_id, leader=self.leaders.get(index), first=first
+        )
+        if not sources:
+            needed = f" applied up to entry {first - 1}" if first else ""
+            raise SnapshotError(f"no reachable node has announced shard {index}{needed}")
+        failures = []
+        for peer in sources:
+            try:
+                applied = await download(snapshot_url(peer.admin_url, index), self.secret, target)
+            except SnapshotError as exc:
+                failures.append(str(exc))
+                continue
+            log.info("shard %d: copied from node %s at entry %d", index, peer.node_id, applied)
+            return applied
+        raise SnapshotError("; ".join(failures))
 
     # ---- announcements and topics --------------------------------------------------------------
     def _describe_self(self) -> dict[str, Any]:

@@ -18,7 +18,9 @@ Three layers, each usable alone:
   resolves once its entry is in the log (acknowledged by a majority, fsynced) *and* applied
   locally. A leader whose append fails the fence, or that sees an entry it did not write, is
   deposed: its pending writes fail and ``on_deposed`` is called. A deposed leader never
-  confirms a write.
+  confirms a write. A store whose next entry was purged copies the shard from another node
+  (``fetch_snapshot``, :mod:`polymq_core.snapshot`), puts it in place of its SQLite file and
+  tails on from there.
 
 Errors::
 
@@ -43,6 +45,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -52,7 +55,14 @@ from nats.js import api
 
 from polymq.types import Message
 
-from .store import DestinationRecord, SqliteStore, Store, StoreError
+from .store import (
+    DestinationRecord,
+    SqliteStore,
+    Store,
+    StoreError,
+    check_snapshot,
+    install_snapshot,
+)
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NatsClient
@@ -202,6 +212,7 @@ _HEARTBEAT = 1.0  # seconds between the server's idle heartbeats during a pull
 _STALE = 3 * _HEARTBEAT  # silence after which the tail's consumer is presumed lost
 _INACTIVE = 10.0  # seconds after which the server drops an abandoned tail consumer
 _BACKOFF = (0.05, 2.0)  # the tail's retry delays: first, most
+_RESTORE_BACKOFF = (0.5, 30.0)  # delays between attempts to copy a snapshot: first, most
 _HEADROOM = 4096  # bytes of a NATS message left for headers and protocol
 
 
@@ -256,7 +267,8 @@ class ShardLog:
     async def _call(self, what: str, call: Awaitable[Any]) -> Any:
         """``call`` within the log's timeout, nats errors translated."""
         try:
-            return await asyncio.wait_for(call, self.timeout)
+            async with asyncio.timeout(self.timeout):
+                return await call
         except _NATS_ERRORS as exc:
             raise _translate(exc, f"{what} {self.stream}") from exc
 
@@ -314,6 +326,12 @@ class ShardLog:
             raise _translate(exc, f"appending to {self.stream} after {expected_last}") from exc
         return int(ack.seq)
 
+    async def span(self) -> tuple[int, int]:
+        """(the sequence of the stream's first entry, of its last); the first is the last
+        plus one when the stream is empty, (0, 0) if it never had an entry."""
+        state = (await self._stream_info()).state
+        return int(state.first_seq or 0), int(state.last_seq or 0)
+
     async def purge_below(self, seq: int) -> None:
         """Drop every entry before ``seq`` (``seq`` and after stay)."""
         if seq <= 1:
@@ -354,6 +372,7 @@ class ShardLog:
         expected = [start]  # the next sequence to deliver; a cell shared with _consume
         delay = _BACKOFF[0]
         while True:
+            _check_cancelled()
             began = expected[0]
             try:
                 await self._check_start(expected[0])
@@ -416,6 +435,7 @@ class ShardLog:
             ).encode()
             next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{consumer}"
             while True:
+                _check_cancelled()
                 try:
                     await nc.publish(next_subject, pull, reply=inbox)
                 except _NATS_ERRORS as exc:
@@ -423,6 +443,7 @@ class ShardLog:
                 wanted = _BATCH
                 while wanted:
                     msg = await self._next(sub)
+                    _check_cancelled()
                     headers = msg.headers or {}
                     status = headers.get("Status")
                     if status is not None:
@@ -450,7 +471,8 @@ class ShardLog:
                 pass
             if consumer is not None and not _cancelling():
                 try:
-                    await asyncio.wait_for(self.js.delete_consumer(self.stream, consumer), 1.0)
+                    async with asyncio.timeout(1.0):
+                        await self.js.delete_consumer(self.stream, consumer)
                 except _NATS_ERRORS:
                     pass  # it goes by itself after _INACTIVE
 
@@ -469,6 +491,26 @@ def _cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+def _check_cancelled() -> None:
+    """Raise CancelledError if this task was asked to stop. On Python 3.11 a cancellation
+    that meets a result in ``asyncio.wait_for`` (nats-py uses it inside) is swallowed, but
+    the request stays counted: a loop that checks it cannot run on past its owner's close."""
+    if _cancelling():
+        raise asyncio.CancelledError
+
+
+async def _stop(task: asyncio.Task[Any] | None) -> None:
+    """Cancel ``task`` and wait until it is done (cancelling again if a cancellation was
+    swallowed on the way); what it raised, bar CancelledError, is logged."""
+    if task is None:
+        return
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=1.0)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("task %s failed", task.get_name(), exc_info=task.exception())
+
+
 # -- the store ---------------------------------------------------------------------------------
 
 _Pending = tuple[asyncio.Future[None], tuple[Any, ...]]  # a write's future, its encoding
@@ -484,10 +526,18 @@ class ReplicatedStore(Store):
     """A shard's :class:`~polymq_core.store.Store` in cluster mode: the shard's log, applied
     to ``local`` (its snapshot, which this store opens and closes).
 
-    ``applied`` is the sequence of the last entry applied locally (or queued to be:
-    the local writer thread keeps the order); ``is_leader`` says whether writes are taken.
+    ``applied`` is the sequence of the last entry committed to ``local`` (what a node may
+    announce: everything up to it is in its SQLite); ``is_leader`` says whether writes are
+    taken.
     ``on_deposed`` is called (on the event loop) when this store stops leading because
-    another node appended to the log, or its local snapshot failed."""
+    another node appended to the log, or its local snapshot failed.
+
+    ``fetch_snapshot(path)``, if given, is how a store whose next entry was purged gets the
+    shard: it writes a copy of another node's SQLite file to ``path`` and returns the
+    sequence applied in it. The store retries it (with back-off) until a copy ahead of its own
+    is installed, and tails on from there; ``restoring`` is true meanwhile (:meth:`promote`
+    waits; reads fail while the copy goes in place). Without it the tail stops for good
+    (``tail_error``)."""
 
     def __init__(
         self,
@@ -497,6 +547,7 @@ class ReplicatedStore(Store):
         *,
         on_deposed: Callable[[], None] | None = None,
         max_entry_writes: int = 10_000,
+        fetch_snapshot: Callable[[Path], Awaitable[int]] | None = None,
     ) -> None:
         if max_entry_writes < 1:
             raise ValueError("max_entry_writes must be at least 1")
@@ -507,9 +558,13 @@ class ReplicatedStore(Store):
         self.on_deposed = on_deposed
         self.is_leader = False
         self.applied = 0
+        self._issued = 0  # the last entry queued to ``local`` (applied once it commits)
         self.last = 0  # as leader: the log's last sequence, as far as this node knows
         self.epoch = 0  # as leader: the sequence of the takeover entry that made it so
         self.tail_error: LogError | None = None  # why the tail stopped for good, if it did
+        self.fetch_snapshot = fetch_snapshot
+        self.restoring = False  # copying a snapshot: the local store may be closed
+        self._swap: asyncio.Task[None] | None = None  # putting a snapshot in place
         self._max_writes = max_entry_writes
         self._state = _State.NEW
         self._pending: list[_Pending] = []
@@ -536,7 +591,7 @@ class ReplicatedStore(Store):
             raise StoreError(f"replicated store {self.log.stream} was already opened")
         await self.local.open()
         try:
-            self.applied = self.last = await self.local.applied()
+            self.applied = self.last = self._issued = await self.local.applied()
         except BaseException:
             await self.local.close()
             raise
@@ -555,15 +610,10 @@ class ReplicatedStore(Store):
         for task in (self._flusher, self._follower):
             if task is not None:
                 task.cancel()
-        for task in (self._flusher, self._follower):
-            if task is not None:
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    if _cancelling():
-                        raise
-                except Exception:
-                    log.exception("%s: a task failed while closing", self.log.stream)
+        await _stop(self._flusher)
+        await _stop(self._follower)
+        if self._swap is not None:  # a snapshot going in place: let it, then close that
+            await asyncio.wait([self._swap])
         self._fail(self._flushing, StoreError(f"replicated store {self.log.stream} closed"))
         self._fail_pending(f"replicated store {self.log.stream} closed")
         if was_open:
@@ -599,12 +649,11 @@ class ReplicatedStore(Store):
                     else:
                         await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
                     continue
-                if self.applied > seq:  # somebody appended after our takeover already
+                if self._issued > seq:  # somebody appended after our takeover already
                     continue
                 self.epoch = self.last = seq
                 self._uncertain = False
-                if seq > self.applied:
-                    self._advance(seq)
+                self._issued = max(self._issued, seq)
                 self.is_leader = True
                 try:
                     # Also a barrier: resolves once everything before it is applied.
@@ -612,6 +661,8 @@ class ReplicatedStore(Store):
                 except BaseException:
                     self.is_leader = False
                     raise
+                if seq > self.applied:
+                    self._advance(seq)
                 log.info("%s: this node leads from entry %d on", self.log.stream, seq)
                 return seq
 
@@ -637,20 +688,24 @@ class ReplicatedStore(Store):
 
     async def _wait_applied(self, seq: int, deadline: float) -> None:
         loop = asyncio.get_running_loop()
-        while self.applied < seq:
+        while self.applied < seq or self.restoring:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise LogUnavailable(
                     f"{self.log.stream}: applied {self.applied} of {seq} entries in time"
                     + (f" (the tail stopped: {self.tail_error})" if self.tail_error else "")
+                    + (" (copying a snapshot from another node)" if self.restoring else "")
                 )
             try:
-                await asyncio.wait_for(self._progress.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._progress.wait()
             except TimeoutError:
                 pass
 
     def _advance(self, seq: int) -> None:
+        """Entries up to ``seq`` are committed to ``local``."""
         self.applied = seq
+        self._issued = max(self._issued, seq)
         self._progress.set()
         self._progress = asyncio.Event()
 
@@ -791,6 +846,8 @@ class ReplicatedStore(Store):
             self._fail(batch, exc)
             self._local_failed(exc)
             return
+        if seq > self.applied:
+            self._advance(seq)
         for future, _ in batch:
             if not future.done():
                 future.set_result(None)
@@ -809,8 +866,7 @@ class ReplicatedStore(Store):
         try:
             seq = await self.log.append(payload, expected_last=self.last)
             self.last = seq
-            if seq > self.applied:
-                self._advance(seq)
+            self._issued = max(self._issued, seq)
             return seq
         finally:
             self._inflight = None
@@ -854,6 +910,9 @@ class ReplicatedStore(Store):
             except StoreError as exc:
                 self._local_failed(exc)
             except LogError as exc:
+                if isinstance(exc, _TailEnd) and self.fetch_snapshot is not None:
+                    await self._restore(exc)
+                    continue
                 self.tail_error = exc
                 log.error("%s: stopped tailing the log: %s", self.log.stream, exc)
                 return
@@ -862,14 +921,14 @@ class ReplicatedStore(Store):
             await asyncio.sleep(1.0)
             while True:
                 try:
-                    self.applied = await self.local.applied()
+                    self.applied = self._issued = await self.local.applied()
                     break
                 except StoreError as exc:
                     log.error("%s: reading the local store failed: %s", self.log.stream, exc)
                     await asyncio.sleep(1.0)
 
     async def _on_entry(self, seq: int, data: bytes) -> None:
-        if seq <= self.applied:
+        if seq <= self._issued:
             return  # this leader's own entry, applied when its append was answered
         try:
             entry: Entry | None = decode_entry(data)
@@ -885,15 +944,102 @@ class ReplicatedStore(Store):
             )
             if ours and self._inflight is not None:
                 await asyncio.shield(self._inflight)  # the flusher applies it
-                if seq <= self.applied:
+                if seq <= self._issued:
                     return
             if ours:  # an append of ours whose answer was lost
                 self.last = max(self.last, seq)
             else:
                 writer = entry.node_id if entry is not None else "an unknown writer"
                 self._deposed(f"entry {seq} was appended by {writer}")
-        self._advance(seq)
+        self._issued = seq
         await self.local.apply_entry(seq, entry.writes if entry is not None else [])
+        if seq > self.applied:
+            self._advance(seq)
+
+    # -- snapshots ---------------------------------------------------------------------------------
+
+    async def snapshot(self, path: Path) -> int:
+        """A consistent copy of the local SQLite in the new file ``path``
+        (:meth:`~polymq_core.store.SqliteStore.backup`); the sequence applied in it.
+        :class:`StoreError` while this store is not open or is copying a snapshot itself."""
+        if self._state is not _State.OPEN or self.restoring:
+            state = "copying a snapshot itself" if self.restoring else self._state.value
+            raise StoreError(f"replicated store {self.log.stream} is {state}")
+        return await self.local.backup(path)
+
+    async def _restore(self, why: LogError) -> None:
+        """The tail found its next entry purged. If it is really past ``applied + 1`` (the
+        tail's position may lag behind entries applied on appending), copy the shard from
+        another node until a copy ahead of ``applied`` is in place of the local store."""
+        assert self.fetch_snapshot is not None
+        target = self.local.path.with_name(self.local.path.name + ".snapshot")
+        delay = _RESTORE_BACKOFF[0]
+        try:
+            while True:
+                try:
+                    first, _ = await self.log.span()
+                    if self.applied + 1 >= first:
+                        return  # nothing this node needs was purged: tail on
+                    if not self.restoring:
+                        log.warning(
+                            "%s: %s; this node applied %d: copying the shard from another node",
+                            self.log.stream,
+                            why,
+                            self.applied,
+                        )
+                        self.restoring = True
+                        self._deposed(f"entry {self.applied + 1} was purged from its log")
+                    target.unlink(missing_ok=True)
+                    said = await self.fetch_snapshot(target)
+                    found = await asyncio.to_thread(check_snapshot, target)
+                    if found != said:
+                        raise StoreError(f"the copy holds entry {found}, its node said {said}")
+                    if found > self.applied:
+                        self._swap = asyncio.get_running_loop().create_task(
+                            self._install(target), name=f"install {self.log.stream}"
+                        )
+                        await asyncio.shield(self._swap)  # close() waits for it
+                        log.info("%s: copied the shard at entry %d", self.log.stream, found)
+                        return
+                    log.warning(
+                        "%s: the copy is at entry %d, no further than this node",
+                        self.log.stream,
+                        found,
+                    )
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning(
+                        "%s: copying the shard failed (%s); trying again in %.1f s",
+                        self.log.stream,
+                        exc,
+                        delay,
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RESTORE_BACKOFF[1])
+        finally:
+            if self.restoring:
+                self.restoring = False
+                self._advance(self.applied)  # wakes promote()
+
+    async def _install(self, snapshot: Path) -> None:
+        """Put the copy ``snapshot`` in place of the local store's file and open it (the old
+        file again if that failed); ``applied`` is the copy's."""
+        old = self.local
+        try:
+            await old.close()
+            fresh = old.reopened()
+            try:
+                await asyncio.to_thread(install_snapshot, snapshot, old.path)
+            finally:
+                await fresh.open()
+                self.local = fresh
+            applied = await fresh.applied()
+            self.last = applied
+            self.restoring = False
+            self._advance(applied)
+        finally:
+            self._swap = None
 
     # -- reads -------------------------------------------------------------------------------------
 

@@ -45,6 +45,13 @@ Replication
     applies one entry's writes together with its log sequence, and
     :meth:`SqliteStore.applied` reads that sequence back.
 
+Snapshots
+    A node whose next log entry was purged copies the shard from another node:
+    :meth:`SqliteStore.backup` makes a consistent copy of the open store (SQLite's online
+    backup, writes going on meanwhile); :func:`check_snapshot` reads a received copy's
+    applied sequence (and refuses a file that is not an intact store this polymq reads);
+    :func:`install_snapshot` puts it in place of a closed store's file.
+
 The SQLite file, its schema versions and how a batch of writes is applied are in
 :mod:`polymq_core.schema`; this module is the interface and its threads.
 """
@@ -85,7 +92,14 @@ from .schema import (
     apply_batch,
 )
 
-__all__ = ["DestinationRecord", "SqliteStore", "Store", "StoreError"]
+__all__ = [
+    "DestinationRecord",
+    "SqliteStore",
+    "Store",
+    "StoreError",
+    "check_snapshot",
+    "install_snapshot",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -243,6 +257,18 @@ class SqliteStore(Store):
 
     def __repr__(self) -> str:
         return f"<SqliteStore {str(self._path)!r} {self._state.value}>"
+
+    @property
+    def path(self) -> Path:
+        """The SQLite file."""
+        return self._path
+
+    def reopened(self) -> SqliteStore:
+        """A new, unopened store on the same file, with the same settings and commit hook
+        (a closed store does not open again)."""
+        store = SqliteStore(self._path, synchronous=self._synchronous, max_batch=self._max_batch)
+        store.on_commit = self.on_commit
+        return store
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -611,3 +637,77 @@ class SqliteStore(Store):
             return 0 if row is None else int(row[0])
 
         return await self._read(read)
+
+    async def backup(self, target: str | os.PathLike[str]) -> int:
+        """A consistent copy of the store in the new file ``target`` (replaced if there),
+        made by SQLite's online backup on a connection of its own, on a thread of its own:
+        the writer goes on meanwhile, the copy is the store as of one commit. The copy is a
+        single file (no ``-wal``). Returns the log sequence applied in the copy (0 if none)."""
+        if self._state is not _State.OPEN:
+            raise self._not_open()
+        try:
+            return await asyncio.to_thread(_backup, self._path, Path(target))
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"copying store {self._path} to {target} failed: {exc}") from exc
+
+
+def _backup(source: Path, target: Path) -> int:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for path in (target, *_sidecars(target)):
+        path.unlink(missing_ok=True)
+    src = sqlite3.connect(source)
+    try:
+        dst = sqlite3.connect(target, isolation_level=None)
+        try:
+            src.backup(dst)  # all pages in one step: one read transaction, one commit's state
+            dst.execute("PRAGMA journal_mode = DELETE")
+            row = dst.execute(LOAD_APPLIED).fetchone()
+            return 0 if row is None else int(row[0])
+        finally:
+            dst.close()
+    finally:
+        src.close()
+
+
+def _sidecars(db: Path) -> tuple[Path, ...]:
+    """The files SQLite keeps beside ``db``."""
+    return tuple(db.with_name(db.name + suffix) for suffix in ("-wal", "-shm", "-journal"))
+
+
+def check_snapshot(path: str | os.PathLike[str]) -> int:
+    """The log sequence applied in the store copy at ``path``, after checking that it is an
+    intact SQLite store (``quick_check``) of a schema this polymq reads; :class:`StoreError`
+    if it is not. Blocking: run it on a thread."""
+    try:
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if not 1 <= version <= SCHEMA_VERSION:
+                raise StoreError(f"{path}: schema version {version}, not 1..{SCHEMA_VERSION}")
+            (verdict,) = conn.execute("PRAGMA quick_check").fetchone()
+            if verdict != "ok":
+                raise StoreError(f"{path} is damaged: {verdict}")
+            row = conn.execute(LOAD_APPLIED).fetchone()
+            return 0 if row is None else int(row[0])
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path} is not a polymq store: {exc}") from exc
+
+
+def install_snapshot(snapshot: str | os.PathLike[str], db: str | os.PathLike[str]) -> None:
+    """Put the store copy ``snapshot`` in place of the (closed) store file ``db``, atomically:
+    ``db``'s ``-wal`` and ``-shm`` go first (a WAL left beside another file would be replayed
+    into it), then ``snapshot`` is renamed over ``db`` and the directory synced. Blocking:
+    run it on a thread."""
+    db = Path(db)
+    with open(snapshot, "rb+") as f:
+        os.fsync(f.fileno())
+    for path in _sidecars(db):
+        path.unlink(missing_ok=True)
+    os.replace(snapshot, db)
+    fd = os.open(db.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,387 @@
+"""Tests of ``polymq_core.replog`` without NATS: the entry codec, and ReplicatedStore's
+leader and follower logic over an in-memory log that fences appends as JetStream does (the
+real stream is in tests/integration/core/test_replog.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from polymq.types import Message
+from polymq_core.replog import (
+    ENTRY_VERSION,
+    Deposed,
+    Entry,
+    LogError,
+    LogUnavailable,
+    ReplicatedStore,
+    ShardLog,
+    decode_entry,
+    encode_entry,
+)
+from polymq_core.store import SqliteStore, StoreError
+
+Q = "queue/q"
+DEADLINE = 5.0
+
+# -- the entry codec ---------------------------------------------------------------------------
+
+
+def test_an_entry_round_trips() -> None:
+    writes = [
+        (1, Q, 3, b"\x00blob"),
+        (2, Q, [[4, b"a"], [5, b"b"]]),
+        (5, Q, '{"durable": true}', "{}"),
+        (9, "k", b""),
+    ]
+    data = encode_entry("node-a", 17, writes)
+    assert msgpack.unpackb(data, raw=False)[:3] == [ENTRY_VERSION, "node-a", 17]
+    entry = decode_entry(data)
+    assert entry == Entry("node-a", 17, [tuple(w) for w in msgpack.unpackb(data)[3]])
+    assert entry.writes[0] == (1, Q, 3, b"\x00blob") and not entry.takeover
+    assert isinstance(entry.writes[0][3], bytes) and isinstance(entry.writes[2][2], str)
+
+
+def test_a_takeover_entry_has_no_writes_and_says_so() -> None:
+    entry = decode_entry(encode_entry("b", 9, [], takeover=True))
+    assert entry == Entry("b", 9, [], takeover=True)
+    assert decode_entry(encode_entry("b", 9, [])) == Entry("b", 9, [], takeover=False)
+    with pytest.raises(ValueError):
+        encode_entry("b", 9, [(9, "k")], takeover=True)
+
+
+write_values = st.one_of(
+    st.integers(-(2**63), 2**64 - 1), st.text(max_size=20), st.binary(max_size=40)
+)
+writes_strategy = st.lists(
+    st.tuples(st.integers(1, 20), st.lists(write_values, max_size=4)).map(lambda t: (t[0], *t[1])),
+    max_size=8,
+)
+
+
+@given(
+    node=st.text(min_size=1, max_size=20),
+    epoch=st.integers(0, 2**63),
+    writes=writes_strategy,
+)
+def test_any_entry_round_trips(node: str, epoch: int, writes: list[tuple[Any, ...]]) -> None:
+    assert decode_entry(encode_entry(node, epoch, writes)) == Entry(node, epoch, writes)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xc1",  # never used in msgpack
+        b"\x93\x01\x02",  # truncated
+        msgpack.packb({"a": 1}),
+        msgpack.packb([1, "a", 1]),
+        msgpack.packb([2, "a", 1, []]),  # a version from the future
+        msgpack.packb([1, "", 1, []]),
+        msgpack.packb([1, 7, 1, []]),
+        msgpack.packb([1, "a", -1, []]),
+        msgpack.packb([1, "a", True, []]),
+        msgpack.packb([1, "a", 1, "writes"]),
+        msgpack.packb([1, "a", 1, [[]]]),
+        msgpack.packb([1, "a", 1, [["kv_put", "k", b"v"]]]),
+        msgpack.packb([1, "a", 1, [], False]),
+        msgpack.packb([1, "a", 1, [[9, "k"]], True]),  # a takeover with writes
+        msgpack.packb([1, "a", 1, [], True, "more"]),
+    ],
+)
+def test_garbage_is_a_log_error(data: bytes) -> None:
+    with pytest.raises(LogError):
+        decode_entry(data)
+
+
+@given(st.binary(max_size=64))
+def test_no_bytes_break_the_decoder(data: bytes) -> None:
+    try:
+        decode_entry(data)
+    except LogError:
+        pass
+
+
+def test_the_error_tree() -> None:
+    assert issubclass(Deposed, LogError) and issubclass(LogUnavailable, LogError)
+    assert not issubclass(Deposed, LogUnavailable)
+    assert Deposed("x", last=4).last == 4
+
+
+def test_a_shard_log_names_its_stream_and_subject() -> None:
+    shard_log = ShardLog(None, 7, "a", replicas=3)  # type: ignore[arg-type]
+    assert (shard_log.stream, shard_log.subject) == ("POLYMQ_SHARD_7", "polymq.shard.7")
+    assert ShardLog(None, 0, "a", replicas=1, prefix="T").stream == "T_0"  # type: ignore[arg-type]
+
+
+# -- ReplicatedStore over an in-memory log -----------------------------------------------------
+
+
+class MemoryLog:
+    """What ReplicatedStore uses of a ShardLog, in memory: appends fenced on the expected
+    last sequence, a tail per reader. ``down`` makes appends fail unavailable;
+    ``lose_answers`` appends them but answers unavailable (a timeout after the fact)."""
+
+    stream = "MEMORY_0"
+    timeout = 1.0
+    max_entry = 64 * 1024
+
+    def __init__(self) -> None:
+        self.entries: list[bytes] = []
+        self.down = False
+        self.lose_answers = False
+        self._grew = asyncio.Event()
+
+    async def info(self) -> tuple[str | None, int]:
+        if self.down:
+            raise LogUnavailable("down")
+        return "memory", len(self.entries)
+
+    async def append(self, payload: bytes, expected_last: int) -> int:
+        await asyncio.sleep(0.001)
+        if self.down:
+            raise LogUnavailable("down")
+        if len(payload) > self.max_entry:
+            raise LogError("too big")
+        if expected_last != len(self.entries):
+            raise Deposed(f"wrong last sequence: {len(self.entries)}", last=len(self.entries))
+        self.entries.append(payload)
+        self._grew.set()
+        self._grew = asyncio.Event()
+        if self.lose_answers:
+            raise LogUnavailable("timeout")
+        return len(self.entries)
+
+    def tail(
+        self, start: int, on_entry: Callable[[int, bytes], Awaitable[None]]
+    ) -> asyncio.Task[None]:
+        async def run() -> None:
+            seq = start
+            while True:
+                while seq <= len(self.entries):
+                    await on_entry(seq, self.entries[seq - 1])
+                    seq += 1
+                await self._grew.wait()
+
+        return asyncio.get_running_loop().create_task(run())
+
+    def writers(self) -> list[tuple[str, bool, int]]:
+        """(node, takeover, number of writes) of every entry."""
+        return [(e.node_id, e.takeover, len(e.writes)) for e in map(decode_entry, self.entries)]
+
+
+@contextlib.asynccontextmanager
+async def replicated(
+    tmp_path: Path, log: MemoryLog, name: str, **kw: Any
+) -> AsyncIterator[tuple[ReplicatedStore, list[str]]]:
+    deposed: list[str] = []
+    store = ReplicatedStore(
+        SqliteStore(tmp_path / f"{name}.db", synchronous="NORMAL"),
+        log,  # type: ignore[arg-type]
+        name,
+        on_deposed=lambda: deposed.append(name),
+        **kw,
+    )
+    await store.open()
+    try:
+        yield store, deposed
+    finally:
+        await store.close()
+
+
+def msg(seq: int) -> Message:
+    return Message(body=f"m{seq}".encode(), persistent=True, seq=seq, destination=Q)
+
+
+async def settled(*futures: asyncio.Future[None]) -> None:
+    await asyncio.wait_for(asyncio.gather(*futures), DEADLINE)
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    deadline = asyncio.get_running_loop().time() + DEADLINE
+    while True:
+        if predicate():
+            return
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+async def seqs(store: ReplicatedStore) -> list[int]:
+    return [m.seq for m in await store.load_messages(Q)]
+
+
+async def test_a_follower_refuses_writes_and_applies_the_leaders(tmp_path: Path) -> None:
+    log = MemoryLog()
+    async with replicated(tmp_path, log, "a") as (a, _), replicated(tmp_path, log, "b") as (b, _):
+        with pytest.raises(StoreError, match="not the leader"):
+            a.append(Q, msg(1))
+        assert await a.promote() == 1 == a.epoch
+        commits: list[int] = []
+        a.on_commit = lambda seconds, n: commits.append(n)
+        await settled(a.append_many(Q, [msg(1), msg(2)]), a.kv_put("k", b"v"), a.append(Q, msg(3)))
+        await settled(a.remove(Q, [1]))
+        assert await seqs(a) == [2, 3]  # the leader reads its writes once they resolve
+        await until(lambda: b.applied == a.applied)
+        assert await seqs(b) == [2, 3] and await b.kv_get("k") == b"v"
+        assert await b.local.applied() == a.applied == len(log.entries)
+        assert log.writers()[0] == ("a", True, 0)
+        assert sum(commits) == 4 and len(commits) == len(log.entries) - 1
+        assert all(node == "a" for node, _, _ in log.writers())
+
+
+async def test_writes_issued_together_share_one_entry(tmp_path: Path) -> None:
+    log = MemoryLog()
+    async with replicated(tmp_path, log, "a", max_entry_writes=50) as (a, _):
+        await a.promote()
+        await settled(*(a.append(Q, msg(i)) for i in range(1, 201)))
+        sizes = [n for _, takeover, n in log.writers() if not takeover]
+        assert sum(sizes) == 200 and len(sizes) <= 6 and max(sizes) <= 50
+        assert await seqs(a) == list(range(1, 201))
+
+
+async def test_an_entry_too_large_is_split_and_a_write_too_large_fails_alone(
+    tmp_path: Path,
+) -> None:
+    log = MemoryLog()
+    log.max_entry = 4096
+    async with replicated(tmp_path, log, "a") as (a, _):
+        await a.promote()
+        big = [a.kv_put(f"k{i}", b"x" * 1000) for i in range(10)]
+        huge = a.kv_put("huge", b"x" * 5000)
+        after = a.kv_put("after", b"y")
+        await settled(*big, after)
+        with pytest.raises(StoreError, match="more than the log takes"):
+            await huge
+        assert len(await a.kv_keys("k", 100)) == 10 and await a.kv_get("huge") is None
+        assert all(len(entry) <= 4096 for entry in log.entries)
+
+
+async def test_a_takeover_deposes_the_old_leader_through_its_tail(tmp_path: Path) -> None:
+    log = MemoryLog()
+    async with (
+        replicated(tmp_path, log, "a") as (a, a_deposed),
+        replicated(tmp_path, log, "b") as (b, b_deposed),
+    ):
+        await a.promote()
+        await settled(a.append(Q, msg(1)))
+        epoch = await b.promote()
+        assert epoch == len(log.entries) and b.is_leader
+        await until(lambda: not a.is_leader)
+        assert a_deposed == ["a"] and b_deposed == []
+        with pytest.raises(StoreError, match="not the leader"):
+            a.append(Q, msg(2))
+        await settled(b.append(Q, msg(3)))
+        await until(lambda: a.applied == b.applied)
+        assert await seqs(a) == await seqs(b) == [1, 3]
+
+
+async def test_an_old_leader_that_missed_the_takeover_is_fenced(tmp_path: Path) -> None:
+    log = MemoryLog()
+    async with (
+        replicated(tmp_path, log, "a") as (a, a_deposed),
+        replicated(tmp_path, log, "b") as (b, _),
+    ):
+        await a.promote()
+        await settled(a.append(Q, msg(1)))
+        # another node's takeover that a's tail has not delivered yet
+        log.entries.append(encode_entry("b", len(log.entries) + 1, [], takeover=True))
+        pending = a.append(Q, msg(2))
+        with pytest.raises(StoreError, match="deposed"):
+            await asyncio.wait_for(pending, DEADLINE)
+        assert not a.is_leader and a_deposed == ["a"]
+        assert b.applied <= len(log.entries)
+        assert all(decode_entry(e).node_id == "a" or decode_entry(e).takeover for e in log.entries)
+        assert await seqs(a) == [1]
+
+
+async def test_a_lost_answer_is_caught_up_on_not_taken_for_a_rival(tmp_path: Path) -> None:
+    """An append that landed although its answer was lost fails its writes (their outcome
+    is unknown), is applied from the tail, and the leader goes on without being deposed."""
+    log = MemoryLog()
+    async with replicated(tmp_path, log, "a") as (a, deposed):
+        await a.promote()
+        log.lose_answers = True
+        with pytest.raises(StoreError, match="unavailable"):
+            await asyncio.wait_for(a.append(Q, msg(1)), DEADLINE)
+        log.lose_answers = False
+        await settled(a.append(Q, msg(2)))
+        assert a.is_leader and deposed == []
+        assert await seqs(a) == [1, 2]  # it was in the log, so it is here too
+        assert a.applied == len(log.entries) == await a.local.applied()
+
+
+async def test_an_unavailable_log_fails_writes_and_promote_gives_up(tmp_path: Path) -> None:
+    log = MemoryLog()
+    async with replicated(tmp_path, log, "a") as (a, deposed):
+        await a.promote()
+        log.down = True
+        with pytest.raises(StoreError, match="unavailable"):
+            await asyncio.wait_for(a.append(Q, msg(1)), DEADLINE)
+        assert a.is_leader and deposed == []
+        log.down = False
+        await settled(a.append(Q, msg(2)))
+        assert await seqs(a) == [2]
+    async with replicated(tmp_path, log, "b") as (b, _):
+        log.down = True
+        with pytest.raises(LogUnavailable):
+            await b.promote(timeout=0.3)
+        assert not b.is_leader
+
+
+async def test_demote_and_close_fail_pending_writes(tmp_path: Path) -> None:
+    log = MemoryLog()
+    async with replicated(tmp_path, log, "a") as (a, deposed):
+        await a.promote()
+        first = a.append(Q, msg(1))
+        for _ in range(3):
+            await asyncio.sleep(0)  # the flusher takes it and appends it
+        queued = a.append(Q, msg(2))  # waits for the next entry
+        a.demote()
+        with pytest.raises(StoreError, match="no longer leads"):
+            await queued
+        await settled(first)
+        assert deposed == [] and not a.is_leader
+        await a.promote()
+        stuck = a.append(Q, msg(3))
+    with pytest.raises(StoreError):
+        await stuck
+    with pytest.raises(StoreError):
+        a.append(Q, msg(4))
+
+
+async def test_a_reopened_store_tails_from_what_it_applied(tmp_path: Path) -> None:
+    log = MemoryLog()
+    async with replicated(tmp_path, log, "a") as (a, _):
+        await a.promote()
+        await settled(a.append_many(Q, [msg(1), msg(2)]))
+        async with replicated(tmp_path, log, "b") as (b, _):
+            await until(lambda: b.applied == a.applied)
+            stopped = b.applied
+        await settled(a.remove(Q, [1]), a.append(Q, msg(3)))
+        entries: list[int] = []
+        async with replicated(tmp_path, log, "b") as (b, _):
+            assert b.applied == stopped
+            b.local.on_commit = lambda seconds, n: entries.append(n)
+            await until(lambda: b.applied == a.applied)
+            assert await seqs(b) == [2, 3]
+            await settled(b.local.kv_put("barrier", b""))  # every apply before it is counted
+        assert sum(entries) - 1 == len(log.entries) - stopped
+
+
+async def test_promote_waits_until_the_log_is_applied(tmp_path: Path) -> None:
+    log = MemoryLog()
+    async with replicated(tmp_path, log, "a") as (a, _):
+        await a.promote()
+        await settled(*(a.append(Q, msg(i)) for i in range(1, 50)))
+        async with replicated(tmp_path, log, "b") as (b, _):
+            await b.promote()
+            assert b.applied == len(log.entries)
+            assert await seqs(b) == list(range(1, 50))  # loaded after promote: complete
