@@ -17,8 +17,9 @@ queues took the message, and which bound queues refused it (full under ``reject`
 queue publish that is refused fails with QueueFull. A message nothing took (no queue, no
 subscriber; or the default exchange naming no queue) is returned with basic.return 312
 NO_ROUTE when it is mandatory. In confirm mode each publish is then answered with
-basic.ack, or basic.nack when a queue refused it (after the return, if any). A refused
-message on a channel without confirms is dropped, as in RabbitMQ.
+basic.ack, or basic.nack when a queue refused it (after the return, if any), or when the
+core could not take it now (``unavailable``: a cluster without a majority, a shard changing
+leader). A refused message on a channel without confirms is dropped, as in RabbitMQ.
 
 The codec gives a run of publishes that differ only in their bodies as one event
 (:class:`~polymq_amqp.events.ContentRun`): it is routed, checked and authorized once, its
@@ -386,6 +387,13 @@ class Publisher:
         if ch.closed or session.closing:
             return
         if p.failed is not None:
+            if p.seq and isinstance(p.failed, Unavailable):
+                # In confirm mode a message the core could not take now (a cluster with no
+                # majority, a shard changing leader) is nacked, as RabbitMQ nacks what a
+                # quorum queue could not commit: the publisher retries; the connection stays.
+                for seq in range(p.seq, p.seq + len(p.messages)):
+                    ch.confirm(seq, False)
+                return
             session.fail(p.failed, ch.number, p.method)
             return
         if p.method.mandatory and not p.routed:

@@ -67,7 +67,9 @@ VERSION = "0.1.0"
 _POLL = 1.0  # seconds between looks at who leads each shard's stream
 _INFO_TIMEOUT = 1.5  # seconds a look may take (a dead leader's stream does not answer)
 _ELECTED = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"
-_LEADERLESS = 3.0  # seconds a shard may have no known leader before this node stops serving it
+# seconds a shard may go without a leader (reported, or no answer at all) before this node
+# stops serving it from memory; its writes fail meanwhile anyway (no majority, no commit)
+_LEADERLESS = 10.0
 _CONNECT_FOR = 90.0  # seconds to wait for the cluster's JetStream to answer at start-up
 _MAX_PAYLOAD = 64 * 1024 * 1024
 _DEV_SECRET = "polymq-insecure-development-cluster-secret"
@@ -300,12 +302,15 @@ class ClusterNode:
         broker = self.broker
         assert broker is not None
         shard = broker.shards[i]
+        now = time.monotonic()
         try:
             leader, _ = await asyncio.wait_for(self.logs[i].info(), _INFO_TIMEOUT)
         except (LogError, TimeoutError):
+            # No answer is not "no leader": under load a look can time out. Keep what we
+            # knew for routing; only a long silence counts as leaderless (below).
             leader = None
-        self.leaders[i] = leader
-        now = time.monotonic()
+        else:
+            self.leaders[i] = leader
         if leader is None:
             since = self._leaderless_since.setdefault(i, now)
             if shard.leading and now - since >= _LEADERLESS:

@@ -75,6 +75,7 @@ PEER_CLIENT = "peer"  # the Hello.client of a peer link: its requests are never 
 _CURSOR_SEP = "~"  # a cursor id in a cluster: "<node>~<id>"
 _RELOCATE_FOR = 30.0  # seconds a moved subscription waits for a new leader before it is cancelled
 _RETRY = 0.5
+_INTERNAL = 1 << 62  # request ids the relay uses for itself (the wire takes unsigned ids)
 _ANSWER_WITHIN = 15.0  # seconds a forwarded request may go unanswered (plus its own wait)
 
 
@@ -187,9 +188,10 @@ class Relay:
         self._watching = False
         self.sub_rids: dict[int, int] = {}  # forwarded Subscribe rid -> sid
         self.cursor_rids: dict[int, str] = {}  # forwarded CursorOpen rid -> node
-        # our own requests (rid < 0: resubscribing a moved subscription): rid -> (node, answer)
+        # our own requests (resubscribing a moved subscription), with request ids from
+        # _INTERNAL up, far above any a client counts to: rid -> (node, answer)
         self._internal: dict[int, tuple[str, asyncio.Future[Event]]] = {}
-        self._next_internal = 0
+        self._next_internal = _INTERNAL
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._paused = False
@@ -237,6 +239,8 @@ class Relay:
 
     def _forward(self, node: str, event: Event, shard: int = -1) -> None:
         rid: int = getattr(event, "rid", 0)
+        if rid >= _INTERNAL:
+            raise BadRequest(f"in a cluster, request ids must be below {_INTERNAL}")
         link = self._link(node)
         if rid:
             wait = getattr(event, "wait", 0.0)
@@ -435,7 +439,7 @@ class Relay:
             self.session.reply(event)
             return
         rid: int = getattr(event, "rid", 0)
-        if rid < 0:
+        if rid >= _INTERNAL:
             asked = self._internal.pop(rid, None)
             if asked is not None and not asked[1].done():
                 asked[1].set_result(event)
@@ -526,7 +530,7 @@ class Relay:
             )
 
     async def _ask(self, node: str, request: Subscribe, sid: int, top: int, shard: int) -> Event:
-        self._next_internal -= 1
+        self._next_internal += 1
         rid = self._next_internal
         fut: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
         self._internal[rid] = (node, fut)

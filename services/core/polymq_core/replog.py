@@ -633,6 +633,7 @@ class ReplicatedStore(Store):
                 return self.epoch
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
+            backoff = 0.05
             while True:
                 try:
                     _, last = await self.log.info()
@@ -645,9 +646,12 @@ class ReplicatedStore(Store):
                             f"{self.log.stream}: no takeover within {timeout:.1f} s: {exc}"
                         ) from exc
                     if isinstance(exc, Deposed):
+                        # a stale look at the log (a minority's replica) can fail the fence
+                        # again and again: back off, and say so once per try
                         log.info("%s: takeover raced another append (%s)", self.log.stream, exc)
-                    else:
-                        await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
+                    pause = min(backoff, max(0.0, deadline - loop.time()))
+                    backoff = min(backoff * 2, 1.0)
+                    await asyncio.sleep(pause)
                     continue
                 if self._issued > seq:  # somebody appended after our takeover already
                     continue

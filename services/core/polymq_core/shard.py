@@ -88,6 +88,7 @@ class Shard:
         self._removes_scheduled = False
         self._task: asyncio.Task[None] | None = None
         self.batches = BatchWindow()  # idempotent publishes to this shard's destinations
+        self._committing: dict[str, int] = {}  # cluster: publishes awaiting commit, per key
 
     # ---- life cycle ----------------------------------------------------------------------
     async def open(self) -> None:
@@ -379,8 +380,15 @@ class Shard:
         is committed by a majority; if it fails, they were never there."""
         key = box.key
         fut = self.commit("append_many", key, durable)
+        committing = self._committing
+        committing[key] = committing.get(key, 0) + 1
 
         def committed(f: asyncio.Future[None]) -> None:
+            left = committing.get(key, 1) - 1
+            if left:
+                committing[key] = left
+            else:
+                committing.pop(key, None)
             if f.cancelled() or f.exception() is not None or not self.leading:
                 return
             current = self.boxes.get(key)
@@ -463,8 +471,8 @@ class Shard:
                     log.info("shard %d: %s idle for %.0fs, deleting", self.index, key, ttl)
                     self.delete(key)
                 continue
-            if not box.idle:
-                continue
+            if not box.idle or key in self._committing:
+                continue  # (publishes waiting for their commit are enqueued into this box)
             if box.options != _DEFAULTS and not box.options.durable:
                 continue  # non-durable options live only in this object: keep it
             self._doze(key, box.options, box.last_seq)
