@@ -67,6 +67,8 @@ VERSION = "0.1.0"
 _POLL = 1.0  # seconds between looks at who leads each shard's stream
 _INFO_TIMEOUT = 1.5  # seconds a look may take (a dead leader's stream does not answer)
 _ELECTED = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"
+_BALANCE_EVERY = 10.0  # seconds between looks at how the shards' leaders are spread
+_CAUGHT_UP = 100  # entries a node may be behind and still be handed a shard's lead
 # seconds a shard may go without a leader (reported, or no answer at all) before this node
 # stops serving it from memory; its writes fail meanwhile anyway (no majority, no commit)
 _LEADERLESS = 10.0
@@ -210,6 +212,8 @@ class ClusterNode:
         self._tasks = [
             loop.create_task(self._follow(i), name=f"leader-{i}") for i in range(len(self.logs))
         ]
+        if self.replicas > 1:
+            self._tasks.append(loop.create_task(self._balance(), name="balance"))
         self._purger = loop.create_task(self._purge_logs(), name="purge-logs")
 
     def add_listeners(self, ports: dict[str, int]) -> None:
@@ -326,6 +330,51 @@ class ClusterNode:
                 shard.demote(f"node {leader} leads it now")
         if self.state == "joining" and self.ready():
             self.state = "ready"
+
+    async def _balance(self) -> None:
+        """Spread the shards' leaders over the live nodes: a node that leads more than its
+        share hands one shard at a time to the ready, caught-up node that leads the fewest
+        (a JetStream leader step-down with that node preferred). JetStream places leaders
+        where its elections fall; after a restart one node may lead everything."""
+        while True:
+            await asyncio.sleep(_BALANCE_EVERY)
+            try:
+                await self._balance_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("balancing the shards' leaders failed (%s); trying again", exc)
+
+    async def _balance_once(self) -> None:
+        broker, membership = self.broker, self.membership
+        if broker is None or membership is None:
+            return
+        ready = {
+            node: peer
+            for node, peer in membership.peers().items()
+            if membership.state_of(node) == "ready"
+        }
+        if self.node_id not in ready or len(ready) < 2:
+            return
+        led: dict[str, list[int]] = {node: [] for node in ready}
+        for i in range(len(self.logs)):
+            leader = self.leaders.get(i)
+            if leader in led:
+                led[leader].append(i)
+        mine = [i for i in led[self.node_id] if broker.shards[i].leading]
+        share = -(-len(self.logs) // len(ready))  # the most any node should lead
+        if len(mine) <= share:
+            return
+        target = min((n for n in ready if n != self.node_id), key=lambda n: (len(led[n]), n))
+        if len(led[target]) + 1 > share:
+            return
+        for i in mine:
+            ours = self.stores[i].applied if i < len(self.stores) else 0
+            theirs = ready[target].applied.get(i, 0)
+            if ours - theirs <= _CAUGHT_UP:
+                log.info("shard %d: handing its lead to node %s (balance)", i, target)
+                await asyncio.wait_for(self.logs[i].step_down(preferred=target), 5.0)
+                return
 
     async def _promote(self, index: int) -> None:
         assert self.broker is not None

@@ -338,10 +338,12 @@ class ShardLog:
             return
         await self._call("purging", self.js.purge_stream(self.stream, seq=seq))
 
-    async def step_down(self) -> None:
-        """Ask the stream's Raft leader to hand leadership to another replica."""
+    async def step_down(self, preferred: str | None = None) -> None:
+        """Ask the stream's Raft leader to hand leadership to another replica (to the
+        server named ``preferred``, if given and able)."""
         subject = f"$JS.API.STREAM.LEADER.STEPDOWN.{self.stream}"
-        msg = await self._call("moving the leader of", self._nc.request(subject, b""))
+        body = json.dumps({"placement": {"preferred": preferred}}).encode() if preferred else b""
+        msg = await self._call("moving the leader of", self._nc.request(subject, body))
         try:
             answer = json.loads(msg.data)
         except ValueError as exc:

@@ -1,0 +1,87 @@
+"""Forming a cluster: three nodes started at the same moment agree on one cluster, every node
+shows all three, ``polymq cluster list`` lists them, and a malformed ``--peers`` is refused
+before anything starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .harness import Cluster, eventually, free_ports, run_cli
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_three_nodes_started_together_form_one_cluster(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    print(f"\nformed {cluster.formed_after:.1f}s after the three nodes were spawned")
+    assert cluster.formed_after is not None and cluster.formed_after <= 30.0
+    leaders = cluster.wait_formed(timeout=30)
+    ids = {n.id for n in cluster.nodes}
+    for node in cluster.nodes:
+        info = node.cluster_info()
+        assert info is not None, node.id
+        assert info["node_id"] == node.id and info["ready"] is True, info
+        assert info["state"] == "ready" and info["replicas"] == 3, info
+        listed = {m["id"]: m for m in info["nodes"]}
+        assert set(listed) == ids, info
+        assert all(m["state"] == "ready" for m in listed.values()), info
+        assert [m["id"] for m in info["nodes"] if m.get("self")] == [node.id], info
+        for other in cluster.nodes:  # every node knows where to find the others' admin API
+            assert str(other.ports["admin"]) in listed[other.id]["admin_url"], listed[other.id]
+        assert {s["shard"]: s["leader"] for s in info["shards"]} == {
+            s: n.id for s, n in leaders.items()
+        }
+        assert node.readyz() == 200
+
+    def announced_leads_match() -> bool:
+        for node in cluster.nodes:
+            info = node.cluster_info()
+            if info is None:
+                return False
+            for member in info["nodes"]:
+                led = {s for s, n in leaders.items() if n.id == member["id"]}
+                if set(member["shards_led"]) != led:
+                    return False
+        return True
+
+    eventually(announced_leads_match, 10, "every node's shards_led as announced to all")
+    print("leaders:", {s: n.id for s, n in leaders.items()})
+
+
+def test_cluster_list_shows_three_ready_nodes(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    cluster.wait_formed(timeout=30)
+    node = cluster.nodes[1]
+    done = run_cli("cluster", "list", "--admin", node.admin, "--timeout", "10")
+    assert done.returncode == 0, done.stderr
+    print(done.stdout)
+    lines = done.stdout.splitlines()
+    for member in cluster.nodes:
+        mine = [line for line in lines if member.id in line]
+        assert len(mine) == 1 and "ready" in mine[0], (member.id, done.stdout)
+
+    done = run_cli("cluster", "list", "--admin", node.admin, "--timeout", "10", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    nodes = data["nodes"] if isinstance(data, dict) else data
+    assert {m["id"]: m["state"] for m in nodes} == {m.id: "ready" for m in cluster.nodes}
+
+
+def test_unparsable_peers_exits_2_with_a_message(tmp_path: Path) -> None:
+    [cluster_port] = free_ports(1)
+    ports_file = tmp_path / "ports.json"
+    args = ["run", "--node-id", "bad", "--peers", "a:b,:7", "--cluster-port", str(cluster_port)]
+    args += ["--data-dir", str(tmp_path / "data"), "--ports-file", str(ports_file)]
+    for flag in ("core", "admin", "http", "stomp", "stomp-ws", "longpoll", "avro", "amqp",
+                 "amqp-admin", "amqp-tls"):  # fmt: skip
+        args += [f"--{flag}-port", "0"]
+    done = run_cli(*args, timeout=30)
+    print(done.stderr)
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "--peers" in done.stderr or "POLYMQ_PEERS" in done.stderr, done.stderr
+    assert "a:b" in done.stderr or ":7" in done.stderr, done.stderr  # names the bad item
+    assert "Traceback" not in done.stderr, done.stderr
+    assert not ports_file.exists()
