@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+import requests
 
-from .harness import Cluster, eventually, free_ports, run_cli
+from .harness import Cluster, Node, eventually, free_ports, run_cli
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -37,12 +38,13 @@ def test_three_nodes_started_together_form_one_cluster(shared_cluster: Cluster) 
         assert node.readyz() == 200
 
     def announced_leads_match() -> bool:
+        now = cluster.leaders()  # (the leaders may be rebalanced meanwhile)
         for node in cluster.nodes:
             info = node.cluster_info()
             if info is None:
                 return False
             for member in info["nodes"]:
-                led = {s for s, n in leaders.items() if n.id == member["id"]}
+                led = {s for s, n in now.items() if n.id == member["id"]}
                 if set(member["shards_led"]) != led:
                     return False
         return True
@@ -85,3 +87,33 @@ def test_unparsable_peers_exits_2_with_a_message(tmp_path: Path) -> None:
     assert "a:b" in done.stderr or ":7" in done.stderr, done.stderr  # names the bad item
     assert "Traceback" not in done.stderr, done.stderr
     assert not ports_file.exists()
+
+
+def test_metrics_show_each_shard_led_once(shared_cluster: Cluster) -> None:
+    """Every node's /metrics: the shards it leads add up to all four, each node sees three
+    ready nodes, and the forwarding counter moves when a request crosses nodes."""
+    cluster = shared_cluster
+    cluster.wait_formed(timeout=30)
+
+    def scrape(node: Node, name: str) -> float:
+        text = requests.get(f"{node.admin}/metrics", timeout=5).text
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and not line.startswith("#")
+        )
+
+    def led_once() -> bool:
+        return sum(scrape(n, "polymq_cluster_shards_led ") for n in cluster.nodes) == 4
+
+    eventually(led_once, 15, "the shards led, summed over the nodes' /metrics, are 4")
+    for node in cluster.nodes:
+        assert scrape(node, 'polymq_cluster_nodes{state="ready"}') == 3
+    leaders = cluster.leaders()
+    shard, leader = next(iter(leaders.items()))
+    other = next(n for n in cluster.nodes if n is not leader)
+    before = scrape(other, "polymq_cluster_forwarded_requests_total")
+    q = cluster.queue_in_shard(shard, "metrics")
+    r = requests.get(f"http://127.0.0.1:{other.ports['http']}/v1/queue/{q}", timeout=10)
+    assert r.status_code in (200, 404), r.text  # served by the leader, through `other`
+    assert scrape(other, "polymq_cluster_forwarded_requests_total") > before

@@ -160,6 +160,8 @@ class Broker:
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         for shard in self.shards:
             await shard.open()
+        if self.cluster is None:  # one node leads every shard (a cluster's follow theirs)
+            self.sensors.shards_led.set(len(self.shards))
         self.cursors.start()
         self.ready = True
 

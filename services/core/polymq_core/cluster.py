@@ -207,6 +207,9 @@ class ClusterNode:
             self.nc, self.node_id, self._describe_self, on_announce=self._announced
         )
         await self.membership.start()
+        broker.sensors.watch_cluster(
+            lambda: sum(1 for s in broker.shards if s.leading), self._node_states
+        )
         self._advisories = await self.nc.subscribe(_ELECTED, cb=self._elected)
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -391,6 +394,14 @@ class ClusterNode:
         """The shard's log refused our append: somebody else leads it now."""
         if self.broker is not None:
             self.broker.shards[index].demote("another node appended to its log (deposed)")
+
+    def _node_states(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        if self.membership is not None:
+            for node in self.membership.peers():
+                state = self.membership.state_of(node)
+                counts[state] = counts.get(state, 0) + 1
+        return counts
 
     def ready(self) -> bool:
         """Can this node serve every shard: lead it, or forward to a leader it can reach?"""

@@ -110,6 +110,29 @@ class Sensors:
             "Bindings from topic patterns to queues",
             registry=registry,
         )
+        # cluster mode (docs/cluster.md); absent values stay 0 on a single node
+        self.shards_led = Gauge(
+            "polymq_cluster_shards_led",
+            "Shards this node leads (a single node leads all of its shards)",
+            registry=registry,
+        )
+        self.cluster_nodes = Gauge(
+            "polymq_cluster_nodes",
+            "Nodes of the cluster by the state this node sees them in",
+            ["state"],
+            registry=registry,
+        )
+        self.leadership = Counter(
+            "polymq_cluster_leadership_changes",
+            "Shards this node took the lead of (promoted) or gave up (demoted)",
+            ["change"],
+            registry=registry,
+        )
+        self.forwarded = Counter(
+            "polymq_cluster_forwarded_requests",
+            "Requests forwarded to the node that leads their shard",
+            registry=registry,
+        )
 
     def watch_depth(self, depth: Callable[[str], int], in_flight: Callable[[], int]) -> None:
         """Read queue depths when scraped (never on the message path)."""
@@ -123,6 +146,24 @@ class Sensors:
 
     def watch_bindings(self, count: Callable[[], int]) -> None:
         self.bindings.set_function(count)
+
+    def watch_cluster(
+        self, shards_led: Callable[[], int], nodes: Callable[[], dict[str, int]]
+    ) -> None:
+        """Read the cluster's state when scraped."""
+        self.shards_led.set_function(shards_led)
+
+        def of(state: str) -> Callable[[], float]:
+            return lambda: nodes().get(state, 0)
+
+        for state in ("ready", "joining", "leaving", "unreachable"):
+            self.cluster_nodes.labels(state).set_function(of(state))
+
+    def on_leadership(self, change: str) -> None:
+        self.leadership.labels(change).inc()
+
+    def on_forward(self) -> None:
+        self.forwarded.inc()
 
     def on_publish(self, protocol: str, kind: str, n: int) -> None:
         child = self._published.get((protocol, kind))

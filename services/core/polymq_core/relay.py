@@ -242,6 +242,7 @@ class Relay:
         if rid >= _INTERNAL:
             raise BadRequest(f"in a cluster, request ids must be below {_INTERNAL}")
         link = self._link(node)
+        self.broker.sensors.on_forward()
         if rid:
             wait = getattr(event, "wait", 0.0)
             patience = _ANSWER_WITHIN + (wait if isinstance(wait, int | float) else 0.0)

@@ -141,6 +141,7 @@ class Shard:
         await promote()
         await self._load(redelivered=True)
         self.leading = True
+        self.sensors.on_leadership("promoted")
         for box in self.boxes.values():
             box.pump()
         log.info("shard %d: this node leads it now (%d destinations)", self.index, len(self.boxes))
@@ -151,6 +152,7 @@ class Shard:
         if not self.leading:
             return
         self.leading = False
+        self.sensors.on_leadership("demoted")
         demote: Callable[[], None] | None = getattr(self.store, "demote", None)
         if demote is not None:
             demote()
