@@ -44,7 +44,7 @@ from .scenario import Context, Scenario, Skipped
 
 
 def all_scenarios() -> list[Scenario]:
-    from . import amqp, avro, http, longpoll, native, rabbitmq, stomp
+    from . import amqp, avro, cluster, http, longpoll, native, rabbitmq, stomp
 
     return [
         *native.SCENARIOS,
@@ -54,6 +54,7 @@ def all_scenarios() -> list[Scenario]:
         *stomp.SCENARIOS,
         *avro.SCENARIOS,
         *amqp.SCENARIOS,
+        *cluster.SCENARIOS,
     ]
 
 
