@@ -45,6 +45,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -211,6 +212,7 @@ _EXPIRES = 5.0  # seconds a pull request waits on the server
 _HEARTBEAT = 1.0  # seconds between the server's idle heartbeats during a pull
 _STALE = 3 * _HEARTBEAT  # silence after which the tail's consumer is presumed lost
 _INACTIVE = 10.0  # seconds after which the server drops an abandoned tail consumer
+_APPLY_AHEAD = 256  # entries a follower queues to its SQLite before it waits for them
 _BACKOFF = (0.05, 2.0)  # the tail's retry delays: first, most
 _RESTORE_BACKOFF = (0.5, 30.0)  # delays between attempts to copy a snapshot: first, most
 _HEADROOM = 4096  # bytes of a NATS message left for headers and protocol
@@ -580,6 +582,8 @@ class ReplicatedStore(Store):
         self._follower: asyncio.Task[None] | None = None
         self._tail: asyncio.Task[None] | None = None
         self._restart_tail = False
+        self._applying = 0  # entries the tail queued to ``local`` that have not committed
+        self._last_applying: asyncio.Future[None] | None = None  # the last of those
 
     def __repr__(self) -> str:
         role = "leader" if self.is_leader else "follower"
@@ -917,6 +921,7 @@ class ReplicatedStore(Store):
                 self._local_failed(exc)
             except LogError as exc:
                 if isinstance(exc, _TailEnd) and self.fetch_snapshot is not None:
+                    await self._settled()
                     await self._restore(exc)
                     continue
                 self.tail_error = exc
@@ -924,6 +929,7 @@ class ReplicatedStore(Store):
                 return
             finally:
                 self._tail = None
+                await self._settled()
             await asyncio.sleep(1.0)
             while True:
                 try:
@@ -932,6 +938,12 @@ class ReplicatedStore(Store):
                 except StoreError as exc:
                     log.error("%s: reading the local store failed: %s", self.log.stream, exc)
                     await asyncio.sleep(1.0)
+
+    async def _settled(self) -> None:
+        """Wait until the entries the tail queued to ``local`` have committed or failed."""
+        applying, self._last_applying = self._last_applying, None
+        if applying is not None:
+            await asyncio.wait([applying])
 
     async def _on_entry(self, seq: int, data: bytes) -> None:
         if seq <= self._issued:
@@ -957,8 +969,30 @@ class ReplicatedStore(Store):
             else:
                 writer = entry.node_id if entry is not None else "an unknown writer"
                 self._deposed(f"entry {seq} was appended by {writer}")
-        self._issued = seq
-        await self.local.apply_entry(seq, entry.writes if entry is not None else [])
+        # Entries are applied in the order they are queued (one writer thread), so the tail
+        # need not wait for each: the writer takes those queued meanwhile into one
+        # transaction (and a message acked within it is never written). At most
+        # _APPLY_AHEAD are queued at once; each names the one before it, so none commits
+        # behind one that failed (the tail then starts again from what was applied).
+        after, self._issued = self._issued, seq
+        applying = self.local.apply_entry(
+            seq, entry.writes if entry is not None else [], after=after
+        )
+        self._applying += 1
+        self._last_applying = applying
+        applying.add_done_callback(partial(self._entry_applied, seq))
+        if self._applying >= _APPLY_AHEAD:
+            await asyncio.shield(applying)
+
+    def _entry_applied(self, seq: int, applying: asyncio.Future[None]) -> None:
+        self._applying -= 1
+        if applying.cancelled():
+            return
+        exc = applying.exception()
+        if exc is not None:
+            if isinstance(exc, StoreError) and self._state is _State.OPEN:
+                self._local_failed(exc)
+            return
         if seq > self.applied:
             self._advance(seq)
 

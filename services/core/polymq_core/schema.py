@@ -98,8 +98,9 @@ class WriteKind(enum.Enum):
     DELETE_BINDINGS = enum.auto()  # destination, [pattern, ...]
     KV_PUT = enum.auto()  # key, value
     KV_DELETE = enum.auto()  # key
-    # seq, [write, ...]: one entry of the replicated log, its writes queued as (None, kind,
-    # *fields), then ``replication.applied = seq``, all in one transaction. Never in the log.
+    # seq, after, [write, ...]: one entry of the replicated log, its writes queued as (None,
+    # kind, *fields), then ``replication.applied = seq``, all in one transaction; ``after``
+    # (or None) is the entry that must be the last applied before it. Never in the log.
     APPLIED = enum.auto()
 
 
@@ -214,27 +215,100 @@ class _Run:
 
 def apply_batch(conn: sqlite3.Connection, batch: list[Write]) -> None:
     """Apply a batch in issue order; the sequence high-water marks go in last, one row per
-    destination."""
+    destination. A message that a later write of the same batch removes (its ack, a purge,
+    its destination's deletion) is never inserted: the outcome is the same, without writing
+    its body (acks often follow publishes within one group commit, and in a cluster within
+    the entries a follower applies at once)."""
     run = _Run(conn)
     high: dict[str, int] = {}
-    _apply(run, high, batch)
+    _apply(run, high, batch, _doomed(batch), _Applied(conn))
     run.flush()
     if high:
         conn.executemany(_RAISE_SEQUENCE, high.items())
 
 
-def _apply(run: _Run, high: dict[str, int], batch: list[Write]) -> None:
+def _flat(batch: list[Write]) -> Iterator[Write]:
+    for write in batch:
+        if write[1] is WriteKind.APPLIED:
+            yield from _flat(write[4])
+        else:
+            yield write
+
+
+def _doomed(batch: list[Write]) -> set[tuple[int, int]] | None:
+    """The appends in ``batch`` of messages removed later in it, as (id of the write, seq);
+    None when the batch removes nothing (the common case of a publish-only batch: no
+    scan)."""
+    removes = False
+    for write in _flat(batch):
+        kind = write[1]
+        if kind is REMOVE or kind is WriteKind.PURGE or kind is WriteKind.DELETE_DESTINATION:
+            removes = True
+            break
+    if not removes:
+        return None
+    doomed: set[tuple[int, int]] = set()
+    gone: set[tuple[str, int]] = set()  # removed by a write after the one looked at
+    wiped: set[str] = set()  # destinations purged or deleted after the write looked at
+    for write in reversed(list(_flat(batch))):
+        kind = write[1]
+        if kind is REMOVE:
+            destination = write[2]
+            gone.update((destination, seq) for seq in write[3])
+        elif kind is WriteKind.PURGE or kind is WriteKind.DELETE_DESTINATION:
+            wiped.add(write[2])
+        elif kind is APPEND:
+            if (write[2], write[3]) in gone or write[2] in wiped:
+                doomed.add((id(write), write[3]))
+        elif kind is APPEND_MANY:
+            destination = write[2]
+            for seq, _ in write[3]:
+                if (destination, seq) in gone or destination in wiped:
+                    doomed.add((id(write), seq))
+    return doomed or None
+
+
+class _Applied:
+    """The last log entry applied, as a batch of entries advances it: an entry that names
+    the one it must follow (``after``) fails the batch if another was applied last, so a
+    replica that failed to apply an entry never applies those queued behind it (no gap)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._seq: int | None = None
+
+    def advance(self, seq: int, after: int | None) -> None:
+        if after is not None:
+            if self._seq is None:
+                row = self._conn.execute(LOAD_APPLIED).fetchone()
+                self._seq = 0 if row is None else int(row[0])
+            if self._seq != after:
+                raise sqlite3.IntegrityError(
+                    f"log entry {seq} follows entry {after}, but {self._seq} was applied last"
+                )
+        self._seq = seq
+
+
+def _apply(
+    run: _Run,
+    high: dict[str, int],
+    batch: list[Write],
+    doomed: set[tuple[int, int]] | None,
+    applied: _Applied,
+) -> None:
     for write in batch:
         kind = write[1]
         if kind is APPEND:
             _, _, destination, seq, blob = write
-            run.insert(destination, seq, blob)
+            if doomed is None or (id(write), seq) not in doomed:
+                run.insert(destination, seq, blob)
             if seq > high.get(destination, -1):
                 high[destination] = seq
         elif kind is APPEND_MANY:
             _, _, destination, rows = write
             for seq, blob in rows:
-                run.insert(destination, seq, blob)
+                if doomed is None or (id(write), seq) not in doomed:
+                    run.insert(destination, seq, blob)
                 if seq > high.get(destination, -1):
                     high[destination] = seq
         elif kind is REMOVE:
@@ -261,7 +335,9 @@ def _apply(run: _Run, high: dict[str, int], batch: list[Write]) -> None:
         elif kind is WriteKind.KV_DELETE:
             run.execute(_KV_DELETE, write[2:])
         elif kind is WriteKind.APPLIED:
-            _apply(run, high, write[3])
-            run.execute(_SET_APPLIED, (write[2],))
+            _, _, seq, after, writes = write
+            applied.advance(seq, after)
+            _apply(run, high, writes, doomed, applied)
+            run.execute(_SET_APPLIED, (seq,))
         else:
             raise AssertionError(f"unknown write {kind!r}")

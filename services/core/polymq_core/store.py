@@ -451,11 +451,16 @@ class SqliteStore(Store):
         kind, *fields = encoder(*args)
         return (kind.value, *fields)
 
-    def apply_entry(self, seq: int, writes: Sequence[Sequence[Any]]) -> asyncio.Future[None]:
+    def apply_entry(
+        self, seq: int, writes: Sequence[Sequence[Any]], *, after: int | None = None
+    ) -> asyncio.Future[None]:
         """Queue one log entry: ``writes`` (as :meth:`encode` made them, possibly after a
         msgpack round trip) and ``replication.applied = seq``, all in one transaction and in
         order with every other write. The future resolves as a write's does. A write that is
-        not well formed is a :class:`StoreError` at once, and nothing of the entry is queued."""
+        not well formed is a :class:`StoreError` at once, and nothing of the entry is queued.
+        With ``after``, the entry commits only if entry ``after`` (0: none) is then the last
+        applied; otherwise it fails as a failed commit does: a caller that queues entries
+        without waiting for each never leaves a gap behind one that failed."""
         if self._state is not _State.OPEN:
             raise self._not_open()
         queued: list[Write] = []
@@ -470,7 +475,7 @@ class SqliteStore(Store):
                     f"log entry {seq}: a {kind.name} write has {arity} fields, not {len(write) - 1}"
                 )
             queued.append((None, kind, *write[1:]))
-        return self._submit(WriteKind.APPLIED, seq, queued)
+        return self._submit(WriteKind.APPLIED, seq, after, queued)
 
     def _settle(
         self, futures: list[asyncio.Future[None]], error: Exception | None, elapsed: float

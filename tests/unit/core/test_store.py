@@ -745,3 +745,21 @@ async def test_a_version_2_file_is_migrated_to_3_and_keeps_its_data(db: Path) ->
         assert await store.kv_get("k") is None
     with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 3 == SCHEMA_VERSION
+
+
+async def test_an_entry_queued_behind_one_that_failed_fails_too(store: SqliteStore) -> None:
+    """Entries queued without waiting (``after`` names the one before): the first commits,
+    the one whose predecessor never committed fails and writes nothing, so the replica
+    never has a gap; started again from what was applied, it goes on."""
+    await settled(store.apply_entry(3, [store.encode("kv_put", "a", b"1")], after=0))
+    # entry 4 "failed" (never queued): 5 says it follows 4
+    with pytest.raises(StoreError, match="follows entry 4, but 3 was applied last"):
+        await store.apply_entry(5, [store.encode("kv_put", "b", b"2")], after=4)
+    assert await store.applied() == 3
+    assert await store.kv_keys("", 10) == ["a"]
+    first = store.apply_entry(4, [store.encode("kv_put", "c", b"3")], after=3)
+    second = store.apply_entry(5, [store.encode("kv_put", "b", b"2")], after=4)
+    await settled(first)
+    await settled(second)
+    assert await store.applied() == 5
+    assert await store.kv_keys("", 10) == ["a", "b", "c"]

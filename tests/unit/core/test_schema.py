@@ -1,0 +1,90 @@
+"""apply_batch: a batch applied at once leaves the SQLite file exactly as its writes applied
+one at a time, though it never inserts a message that a later write of the batch removes."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from polymq_core.schema import SCHEMA, WriteKind, apply_batch
+
+DESTS = ("queue/a", "queue/b")
+SEQS = st.integers(min_value=1, max_value=6)
+
+
+def _db() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    for sql in SCHEMA:
+        conn.execute(sql)
+    return conn
+
+
+def _dump(conn: sqlite3.Connection) -> dict[str, list[Any]]:
+    return {
+        table: sorted(conn.execute(f"SELECT * FROM {table}").fetchall())
+        for table in ("messages", "sequences", "destinations", "replication")
+    }
+
+
+def _write() -> st.SearchStrategy[tuple[Any, ...]]:
+    dest = st.sampled_from(DESTS)
+    blob = st.binary(min_size=1, max_size=4)
+    return st.one_of(
+        st.tuples(st.none(), st.just(WriteKind.APPEND), dest, SEQS, blob),
+        st.tuples(
+            st.none(),
+            st.just(WriteKind.APPEND_MANY),
+            dest,
+            st.lists(st.tuples(SEQS, blob), min_size=1, max_size=3),
+        ),
+        st.tuples(st.none(), st.just(WriteKind.REMOVE), dest, st.lists(SEQS, max_size=3)),
+        st.tuples(st.none(), st.just(WriteKind.PURGE), dest),
+        st.tuples(st.none(), st.just(WriteKind.DELETE_DESTINATION), dest),
+        st.tuples(
+            st.none(), st.just(WriteKind.SAVE_DESTINATION), dest, st.just("{}"), st.just("{}")
+        ),
+    )
+
+
+def _entries(writes: list[tuple[Any, ...]], cut: int) -> list[tuple[Any, ...]]:
+    """The same writes as two replicated-log entries (APPLIED), split at ``cut``."""
+    cut = min(cut, len(writes))
+    return [
+        (None, WriteKind.APPLIED, 1, 0, writes[:cut]),
+        (None, WriteKind.APPLIED, 2, 1, writes[cut:]),
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_write(), max_size=12), st.integers(min_value=0, max_value=12))
+def test_a_batch_ends_as_its_writes_one_by_one(writes: list[tuple[Any, ...]], cut: int) -> None:
+    one_by_one, at_once, as_entries = _db(), _db(), _db()
+    for write in writes:
+        apply_batch(one_by_one, [write])
+    apply_batch(at_once, list(writes))
+    assert _dump(at_once) == _dump(one_by_one)
+    apply_batch(as_entries, _entries(list(writes), cut))
+    expected = _dump(one_by_one)
+    expected["replication"] = [(0, 2)]
+    assert _dump(as_entries) == expected
+
+
+def test_an_acked_message_is_never_written_but_its_sequence_is() -> None:
+    conn = _db()
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    apply_batch(
+        conn,
+        [
+            (None, WriteKind.APPEND_MANY, "queue/a", [(1, b"one"), (2, b"two")]),
+            (None, WriteKind.REMOVE, "queue/a", [1]),
+        ],
+    )
+    assert conn.execute("SELECT seq, blob FROM messages").fetchall() == [(2, b"two")]
+    assert conn.execute("SELECT last_seq FROM sequences").fetchall() == [(2,)]
+    inserts = [s for s in statements if s.startswith("INSERT OR REPLACE INTO messages")]
+    assert len(inserts) == 1 and inserts[0].count("(") == 2  # one row: seq 2
+    assert b"one".hex().upper() not in inserts[0].upper()
