@@ -360,8 +360,9 @@ class PolymqCluster:
         return [p for n in self.running() for p in n.pids]
 
     def view(self, members: list[PolymqNode] | None = None) -> tuple[dict[int, str] | None, str]:
-        """The leader of every shard if every member says it is ready and all agree on the
-        leaders (members each); else None and why not."""
+        """The leader of every shard if every member says it is ready, all agree on the
+        leaders and none leads more than its share (the nodes' balancer moves a leader at a
+        time; a cell measured meanwhile would see it move); else None and why not."""
         members = members if members is not None else self.running()
         ids = {n.id for n in members}
         agreed: dict[int, str] | None = None
@@ -381,6 +382,12 @@ class PolymqCluster:
                 agreed = leaders
             elif leaders != agreed:
                 return None, f"leaders disagree: {agreed} vs {node.id}'s {leaders}"
+        if agreed is not None:
+            share = -(-SHARDS // len(members))
+            for nid in ids:
+                led = sum(1 for leader in agreed.values() if leader == nid)
+                if led > share:
+                    return None, f"{nid} leads {led} shards, more than its share ({share})"
         return agreed, "ok"
 
     def wait_ready(

@@ -127,6 +127,7 @@ class ClusterNode:
         self._wake = [asyncio.Event() for _ in self.logs]
         self._advisories: Subscription | None = None
         self._promoting: dict[int, asyncio.Task[None]] = {}
+        self._applied_seen: dict[int, int] = {}  # per shard, at the balancer's last look
         self._purger: asyncio.Task[None] | None = None
 
     # ---- life cycle ------------------------------------------------------------------------
@@ -337,8 +338,9 @@ class ClusterNode:
     async def _balance(self) -> None:
         """Spread the shards' leaders over the live nodes: a node that leads more than its
         share hands one shard at a time to the ready, caught-up node that leads the fewest
-        (a JetStream leader step-down with that node preferred). JetStream places leaders
-        where its elections fall; after a restart one node may lead everything."""
+        (a JetStream leader step-down with that node preferred), the quietest shard
+        first. JetStream places leaders where its elections fall; after a restart one node
+        may lead everything."""
         while True:
             await asyncio.sleep(_BALANCE_EVERY)
             try:
@@ -364,7 +366,15 @@ class ClusterNode:
             leader = self.leaders.get(i)
             if leader in led:
                 led[leader].append(i)
-        mine = [i for i in led[self.node_id] if broker.shards[i].leading]
+        # The quietest shards first (entries since the last look): moving a leader fails
+        # the writes it had not appended yet, so a busy shard moves last.
+        applied = {i: store.applied for i, store in enumerate(self.stores)}
+        busy = {i: n - self._applied_seen.get(i, n) for i, n in applied.items()}
+        self._applied_seen = applied
+        mine = sorted(
+            (i for i in led[self.node_id] if broker.shards[i].leading),
+            key=lambda i: (busy.get(i, 0), i),
+        )
         share = -(-len(self.logs) // len(ready))  # the most any node should lead
         if len(mine) <= share:
             return

@@ -15,10 +15,14 @@ Three layers, each usable alone:
 - :class:`ReplicatedStore`: the :class:`~polymq_core.store.Store` a shard uses in cluster
   mode. Reads go to the local SQLite. Writes are taken only while this node leads the shard
   (:meth:`ReplicatedStore.promote`); one entry is in flight at a time, and a write's future
-  resolves once its entry is in the log (acknowledged by a majority, fsynced) *and* applied
-  locally. A leader whose append fails the fence, or that sees an entry it did not write, is
-  deposed: its pending writes fail and ``on_deposed`` is called. A deposed leader never
-  confirms a write. A store whose next entry was purged copies the shard from another node
+  resolves once its entry is in the log (acknowledged by a majority, fsynced). A leader
+  whose append fails the fence, or that sees an entry it did not write, is deposed: its
+  pending writes fail and ``on_deposed`` is called. A deposed leader never confirms a write.
+  Every node, leader or not, holds the entries it appended or tailed for a moment
+  (``_HOLD``) and then queues them to its SQLite together, without waiting for each: one
+  transaction, in which a message acked meanwhile is never written. Reads, and a takeover,
+  first wait until what is held is applied; SQLite sets the pace when it falls behind
+  (``_APPLY_AHEAD``). A store whose next entry was purged copies the shard from another node
   (``fetch_snapshot``, :mod:`polymq_core.snapshot`), puts it in place of its SQLite file and
   tails on from there.
 
@@ -213,6 +217,12 @@ _HEARTBEAT = 1.0  # seconds between the server's idle heartbeats during a pull
 _STALE = 3 * _HEARTBEAT  # silence after which the tail's consumer is presumed lost
 _INACTIVE = 10.0  # seconds after which the server drops an abandoned tail consumer
 _APPLY_AHEAD = 256  # entries a follower queues to its SQLite before it waits for them
+# A follower holds the entries it receives this long (at most _HOLD_ENTRIES of them, of
+# _HOLD_BYTES in all) before it queues them to its SQLite at once: one transaction, in which
+# a message whose ack came within that time is never written.
+_HOLD = 0.2
+_HOLD_ENTRIES = 256
+_HOLD_BYTES = 8 * 1024 * 1024
 _BACKOFF = (0.05, 2.0)  # the tail's retry delays: first, most
 _RESTORE_BACKOFF = (0.5, 30.0)  # delays between attempts to copy a snapshot: first, most
 _HEADROOM = 4096  # bytes of a NATS message left for headers and protocol
@@ -562,7 +572,8 @@ class ReplicatedStore(Store):
         self.on_deposed = on_deposed
         self.is_leader = False
         self.applied = 0
-        self._issued = 0  # the last entry queued to ``local`` (applied once it commits)
+        self._issued = 0  # the last entry known here: appended by this node, or tailed
+        self._queued = 0  # the last entry held or queued to ``local`` (applied once it commits)
         self.last = 0  # as leader: the log's last sequence, as far as this node knows
         self.epoch = 0  # as leader: the sequence of the takeover entry that made it so
         self.tail_error: LogError | None = None  # why the tail stopped for good, if it did
@@ -584,6 +595,11 @@ class ReplicatedStore(Store):
         self._restart_tail = False
         self._applying = 0  # entries the tail queued to ``local`` that have not committed
         self._last_applying: asyncio.Future[None] | None = None  # the last of those
+        # entries received, not yet queued to ``local``: (seq, writes, the one before)
+        self._held: list[tuple[int, Sequence[Sequence[Any]], int]] = []
+        self._held_bytes = 0
+        self._hold_timer: asyncio.TimerHandle | None = None
+        self._waiting = 0  # callers of _wait_applied: held entries are queued at once
 
     def __repr__(self) -> str:
         role = "leader" if self.is_leader else "follower"
@@ -598,6 +614,7 @@ class ReplicatedStore(Store):
         await self.local.open()
         try:
             self.applied = self.last = self._issued = await self.local.applied()
+            self._queued = self.applied
         except BaseException:
             await self.local.close()
             raise
@@ -620,6 +637,10 @@ class ReplicatedStore(Store):
         await _stop(self._follower)
         if self._swap is not None:  # a snapshot going in place: let it, then close that
             await asyncio.wait([self._swap])
+        if self._hold_timer is not None:  # held entries stay in the log: applied on reopening
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        self._held.clear()
         self._fail(self._flushing, StoreError(f"replicated store {self.log.stream} closed"))
         self._fail_pending(f"replicated store {self.log.stream} closed")
         if was_open:
@@ -628,9 +649,12 @@ class ReplicatedStore(Store):
     # -- leadership --------------------------------------------------------------------------
 
     async def promote(self, timeout: float = 10.0) -> int:
-        """Lead the shard: wait until everything in the log is applied here, then append a
-        takeover entry fenced on the log's last sequence (if somebody appended meanwhile,
-        start over). Returns the takeover entry's sequence, this leader's epoch.
+        """Lead the shard: wait until everything in the log is applied here (this node can
+        follow it), append a takeover entry fenced on the log's last sequence, then wait
+        until everything up to it is applied (if somebody appended before it or after it
+        meanwhile, start over, appending before applying: a rival that is still writing
+        then has only a round trip to slip in, not the time to apply its entries). Returns
+        the takeover entry's sequence, this leader's epoch.
         :class:`LogUnavailable` if that did not succeed within ``timeout`` seconds."""
         if self._state is not _State.OPEN:
             raise StoreError(f"replicated store {self.log.stream} is {self._state.value}, not open")
@@ -640,12 +664,15 @@ class ReplicatedStore(Store):
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
             backoff = 0.05
+            followed = False  # the log was applied up to its end once: the tail works
             while True:
                 try:
                     _, last = await self.log.info()
-                    await self._wait_applied(last, deadline)
+                    await self._wait_applied(0 if followed else last, deadline)
+                    followed = True
                     payload = encode_entry(self.node_id, last + 1, [], takeover=True)
                     seq = await self.log.append(payload, expected_last=last)
+                    await self._wait_applied(seq, deadline)  # the tail brings it, too
                 except (Deposed, LogUnavailable) as exc:
                     if loop.time() >= deadline:
                         raise LogUnavailable(
@@ -663,16 +690,7 @@ class ReplicatedStore(Store):
                     continue
                 self.epoch = self.last = seq
                 self._uncertain = False
-                self._issued = max(self._issued, seq)
                 self.is_leader = True
-                try:
-                    # Also a barrier: resolves once everything before it is applied.
-                    await self.local.apply_entry(seq, [])
-                except BaseException:
-                    self.is_leader = False
-                    raise
-                if seq > self.applied:
-                    self._advance(seq)
                 log.info("%s: this node leads from entry %d on", self.log.stream, seq)
                 return seq
 
@@ -698,19 +716,27 @@ class ReplicatedStore(Store):
 
     async def _wait_applied(self, seq: int, deadline: float) -> None:
         loop = asyncio.get_running_loop()
-        while self.applied < seq or self.restoring:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise LogUnavailable(
-                    f"{self.log.stream}: applied {self.applied} of {seq} entries in time"
-                    + (f" (the tail stopped: {self.tail_error})" if self.tail_error else "")
-                    + (" (copying a snapshot from another node)" if self.restoring else "")
-                )
-            try:
-                async with asyncio.timeout(remaining):
-                    await self._progress.wait()
-            except TimeoutError:
-                pass
+        self._waiting += 1
+        try:
+            while self.applied < seq or self.restoring:
+                self._release()
+                await self._wait_progress(seq, deadline - loop.time())
+        finally:
+            self._waiting -= 1
+
+    async def _wait_progress(self, seq: int, remaining: float) -> None:
+        """Wait up to ``remaining`` seconds for ``applied`` to move."""
+        if remaining <= 0:
+            raise LogUnavailable(
+                f"{self.log.stream}: applied {self.applied} of {seq} entries in time"
+                + (f" (the tail stopped: {self.tail_error})" if self.tail_error else "")
+                + (" (copying a snapshot from another node)" if self.restoring else "")
+            )
+        try:
+            async with asyncio.timeout(remaining):
+                await self._progress.wait()
+        except TimeoutError:
+            pass
 
     def _advance(self, seq: int) -> None:
         """Entries up to ``seq`` are committed to ``local``."""
@@ -827,7 +853,6 @@ class ReplicatedStore(Store):
                     self._fail(batch, StoreError(reason))
                     return
                 seq = await self._append(payload)
-                applying = self.local.apply_entry(seq, writes)
             except Deposed as exc:
                 # The fence failed. If every entry past the one we expected is ours (appends
                 # whose answers were lost), nobody else appended: catch up and try again.
@@ -845,19 +870,11 @@ class ReplicatedStore(Store):
                 self._uncertain = True
                 self._fail(batch, _store_error(f"{self.log.stream}: log unavailable: {exc}", exc))
                 return
-            except StoreError as exc:
-                self._fail(batch, exc)
-                self._local_failed(exc)
-                return
             break
-        try:
-            await applying
-        except StoreError as exc:
-            self._fail(batch, exc)
-            self._local_failed(exc)
-            return
-        if seq > self.applied:
-            self._advance(seq)
+        # Committed: in the log, on a majority, fsynced. The local SQLite is a snapshot of
+        # the log, so it takes the entry later, held with the others for a moment (a
+        # message acked meanwhile is never written); reads wait for it (sync).
+        pace = self._hold(seq, writes, len(payload))
         for future, _ in batch:
             if not future.done():
                 future.set_result(None)
@@ -867,6 +884,11 @@ class ReplicatedStore(Store):
                 self.on_commit(time.perf_counter() - started, len(writes))
             except Exception:
                 log.exception("%s: the on_commit hook failed", self.log.stream)
+        if pace is not None:  # too many queued: SQLite sets the pace
+            try:
+                await pace
+            except StoreError:
+                pass  # the entry is committed; _entry_applied saw to the local failure
 
     async def _append(self, payload: bytes) -> int:
         """Append after ``self.last``; the tail waits meanwhile before it judges an entry
@@ -933,14 +955,16 @@ class ReplicatedStore(Store):
             await asyncio.sleep(1.0)
             while True:
                 try:
-                    self.applied = self._issued = await self.local.applied()
+                    self.applied = self._issued = self._queued = await self.local.applied()
                     break
                 except StoreError as exc:
                     log.error("%s: reading the local store failed: %s", self.log.stream, exc)
                     await asyncio.sleep(1.0)
 
     async def _settled(self) -> None:
-        """Wait until the entries the tail queued to ``local`` have committed or failed."""
+        """Queue the held entries, then wait until those the tail queued to ``local`` have
+        committed or failed."""
+        self._release()
         applying, self._last_applying = self._last_applying, None
         if applying is not None:
             await asyncio.wait([applying])
@@ -969,20 +993,51 @@ class ReplicatedStore(Store):
             else:
                 writer = entry.node_id if entry is not None else "an unknown writer"
                 self._deposed(f"entry {seq} was appended by {writer}")
-        # Entries are applied in the order they are queued (one writer thread), so the tail
-        # need not wait for each: the writer takes those queued meanwhile into one
-        # transaction (and a message acked within it is never written). At most
-        # _APPLY_AHEAD are queued at once; each names the one before it, so none commits
-        # behind one that failed (the tail then starts again from what was applied).
-        after, self._issued = self._issued, seq
-        applying = self.local.apply_entry(
-            seq, entry.writes if entry is not None else [], after=after
-        )
-        self._applying += 1
-        self._last_applying = applying
-        applying.add_done_callback(partial(self._entry_applied, seq))
-        if self._applying >= _APPLY_AHEAD:
-            await asyncio.shield(applying)
+        self._issued = seq
+        pace = self._hold(seq, entry.writes if entry is not None else [], len(data))
+        if pace is not None:
+            await pace
+
+    def _hold(
+        self, seq: int, writes: Sequence[Sequence[Any]], size: int
+    ) -> asyncio.Future[None] | None:
+        """Hold entry ``seq`` (``size`` bytes in the log) for _HOLD seconds (at most
+        _HOLD_ENTRIES entries of _HOLD_BYTES), then queue it to ``local`` with the others;
+        at once when somebody waits for ``applied``. Returns what to await before going
+        on, if anything: when too many entries are queued (_APPLY_AHEAD), the commit of the
+        last one queued (StoreError if it failed)."""
+        after, self._queued = self._queued, seq
+        self._held.append((seq, writes, after))
+        self._held_bytes += size
+        if self._waiting or len(self._held) >= _HOLD_ENTRIES or self._held_bytes >= _HOLD_BYTES:
+            self._release()
+        elif self._hold_timer is None:
+            self._hold_timer = asyncio.get_running_loop().call_later(_HOLD, self._release)
+        last = self._last_applying
+        if last is not None and self._applying >= _APPLY_AHEAD:
+            return asyncio.shield(last)
+        return None
+
+    def _release(self) -> None:
+        """Queue the held entries to ``local``. The writer applies them in the order they
+        are queued (one thread), taking those queued meanwhile into one transaction, so
+        the tail need not wait for each (at most _APPLY_AHEAD are queued at once); each
+        names the one before it, so none commits behind one that failed (the tail then
+        starts again from what was applied)."""
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        held, self._held, self._held_bytes = self._held, [], 0
+        for seq, writes, after in held:
+            try:
+                applying = self.local.apply_entry(seq, writes, after=after)
+            except StoreError as exc:
+                if self._state is _State.OPEN:
+                    self._local_failed(exc)
+                return
+            self._applying += 1
+            self._last_applying = applying
+            applying.add_done_callback(partial(self._entry_applied, seq))
 
     def _entry_applied(self, seq: int, applying: asyncio.Future[None]) -> None:
         self._applying -= 1
@@ -1005,6 +1060,7 @@ class ReplicatedStore(Store):
         if self._state is not _State.OPEN or self.restoring:
             state = "copying a snapshot itself" if self.restoring else self._state.value
             raise StoreError(f"replicated store {self.log.stream} is {state}")
+        await self.sync()  # what this node holds goes in too
         return await self.local.backup(path)
 
     async def _restore(self, why: LogError) -> None:
@@ -1075,7 +1131,7 @@ class ReplicatedStore(Store):
                 await fresh.open()
                 self.local = fresh
             applied = await fresh.applied()
-            self.last = applied
+            self.last = self._queued = applied
             self.restoring = False
             self._advance(applied)
         finally:
@@ -1083,22 +1139,39 @@ class ReplicatedStore(Store):
 
     # -- reads -------------------------------------------------------------------------------------
 
+    async def sync(self) -> int:
+        """Queue the entries held here and wait until they are in the local store (every
+        read does so first); the sequence applied."""
+        if self.applied < self._queued:
+            loop = asyncio.get_running_loop()
+            try:
+                await self._wait_applied(self._queued, loop.time() + self.log.timeout)
+            except LogError as exc:
+                raise _store_error(f"{self.log.stream}: applying: {exc}", exc) from exc
+        return self.applied
+
     async def kv_get(self, key: str) -> bytes | None:
+        await self.sync()
         return await self.local.kv_get(key)
 
     async def kv_keys(self, prefix: str, limit: int) -> list[str]:
+        await self.sync()
         return await self.local.kv_keys(prefix, limit)
 
     async def load_destinations(self) -> list[DestinationRecord]:
+        await self.sync()
         return await self.local.load_destinations()
 
     async def load_messages(self, destination: str) -> list[Message]:
+        await self.sync()
         return await self.local.load_messages(destination)
 
     async def load_bindings(self) -> list[tuple[str, str]]:
+        await self.sync()
         return await self.local.load_bindings()
 
     async def count_messages(self, destination: str) -> int:
+        await self.sync()
         return await self.local.count_messages(destination)
 
 

@@ -155,13 +155,13 @@ def _unopened(db: Path, log: ShardLog, name: str) -> ReplicatedStore:
 
 
 async def state(store: ReplicatedStore) -> tuple[Any, ...]:
-    """Everything a shard would load from the store."""
-    local = store.local
+    """Everything a shard would load from the store (each read waits until the entries the
+    node holds are applied)."""
     return (
-        await local.load_destinations(),
-        await local.load_messages(Q),
-        await local.load_bindings(),
-        {k: await local.kv_get(k) for k in await local.kv_keys("", 1000)},
+        await store.load_destinations(),
+        await store.load_messages(Q),
+        await store.load_bindings(),
+        {k: await store.kv_get(k) for k in await store.kv_keys("", 1000)},
     )
 
 
@@ -361,12 +361,12 @@ async def test_a_restarted_follower_applies_only_the_tail(tmp_path: Path) -> Non
         follower = nodes[2]
         await follower.store.close()
         closed_at = await _applied_in_file(follower.db)
-        assert closed_at == a.applied
+        assert closed_at == await a.sync()
 
         for i in range(11, 31):
             await settle(a.append(Q, message(i)), a.remove(Q, [i - 10]))
         await settle(a.kv_put("k", b"2"))
-        expected_entries = a.applied - closed_at
+        expected_entries = await a.sync() - closed_at
         assert expected_entries >= 21
 
         store = follower.new_store()
@@ -377,7 +377,7 @@ async def test_a_restarted_follower_applies_only_the_tail(tmp_path: Path) -> Non
         _, messages, _, kv = await converged(nodes)
         assert [m.seq for m in messages] == list(range(21, 31))
         assert kv == {"k": b"2"}
-        assert await store.local.applied() == a.applied
+        assert await store.local.applied() == await a.sync()
         assert sum(entries) == expected_entries  # the tail, every entry once, nothing more
 
 
