@@ -625,13 +625,26 @@ def http_publish_ok(node: Node, queue: str, body: str, **fields: Any) -> dict[st
 
 
 def http_pull(
-    node: Node, queue: str, n: int = 100, wait: float = 1.0, visibility: float = 30.0
+    node: Node,
+    queue: str,
+    n: int = 100,
+    wait: float = 1.0,
+    visibility: float = 30.0,
+    retry_until: float = 0.0,
 ) -> list[dict[str, Any]]:
-    r = requests.post(
-        f"{node.url()}/v1/queue/{queue}/pull",
-        params={"max": n, "wait": wait, "visibility": visibility},
-        timeout=HTTP_TIMEOUT + wait,
-    )
+    """Pull up to ``n``; a 503 (the shard's leader moving: nothing was taken) is tried
+    again after its Retry-After until the monotonic time ``retry_until``, as a client
+    would."""
+    while True:
+        r = requests.post(
+            f"{node.url()}/v1/queue/{queue}/pull",
+            params={"max": n, "wait": wait, "visibility": visibility},
+            timeout=HTTP_TIMEOUT + wait,
+        )
+        if r.status_code != 503 or time.monotonic() >= retry_until:
+            break
+        assert "Retry-After" in r.headers, r.headers
+        time.sleep(min(float(r.headers["Retry-After"]), 1.0))
     assert r.status_code == 200, f"pull {queue} via {node.id}: {r.status_code} {r.text}"
     messages: list[dict[str, Any]] = r.json()["messages"]
     return messages
@@ -660,7 +673,7 @@ def drain(
     got: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        batch = http_pull(node, queue, 100, wait=1.0)
+        batch = http_pull(node, queue, 100, wait=1.0, retry_until=deadline)
         if batch and ack:
             answer = http_ack(node, [m["receipt"] for m in batch])
             assert answer["settled"] == len(batch), answer

@@ -300,16 +300,24 @@ class ClusterNode:
             wake.clear()
 
     async def _elected(self, msg: Msg) -> None:
-        """A JetStream advisory: a stream has a new leader. Look at once."""
+        """A JetStream advisory: a stream has a new leader. Act on the leader it names at
+        once (a look in flight may be waiting for an answer the election never gave), and
+        look again to be sure."""
         stream = msg.subject.rsplit(".", 1)[-1]
+        try:
+            leader = json.loads(msg.data).get("leader")
+        except (ValueError, AttributeError):
+            leader = None
         for i, shard_log in enumerate(self.logs):
             if shard_log.stream == stream:
+                shard_log.nudge()
+                if isinstance(leader, str) and leader and self.broker is not None:
+                    self.leaders[i] = leader
+                    self._saw(i, leader, time.monotonic())
                 self._wake[i].set()
 
     async def _look(self, i: int) -> None:
-        broker = self.broker
-        assert broker is not None
-        shard = broker.shards[i]
+        assert self.broker is not None
         now = time.monotonic()
         try:
             leader, _ = await asyncio.wait_for(self.logs[i].info(), _INFO_TIMEOUT)
@@ -319,6 +327,13 @@ class ClusterNode:
             leader = None
         else:
             self.leaders[i] = leader
+        self._saw(i, leader, now)
+
+    def _saw(self, i: int, leader: str | None, now: float) -> None:
+        """Shard ``i``'s stream is led by ``leader`` (None: no answer): take the shard over,
+        let it go, or, after _LEADERLESS seconds without a leader, stop serving it."""
+        assert self.broker is not None
+        shard = self.broker.shards[i]
         if leader is None:
             since = self._leaderless_since.setdefault(i, now)
             if shard.leading and now - since >= _LEADERLESS:

@@ -77,6 +77,13 @@ _RELOCATE_FOR = 30.0  # seconds a moved subscription waits for a new leader befo
 _RETRY = 0.5
 _INTERNAL = 1 << 62  # request ids the relay uses for itself (the wire takes unsigned ids)
 _ANSWER_WITHIN = 15.0  # seconds a forwarded request may go unanswered (plus its own wait)
+_FRAME_BYTES = 1024 * 1024  # message bytes per frame to a peer, roughly (far below max_frame)
+_EVENT_BYTES = 64  # what an event or a message costs in a frame besides its body, roughly
+
+
+def _weight(event: Event) -> int:
+    messages = event.messages if isinstance(event, Publish) else ()
+    return _EVENT_BYTES + sum(len(m.body) + _EVENT_BYTES for m in messages)
 
 
 class Leaders(Protocol):
@@ -106,25 +113,44 @@ class PeerLink(asyncio.Protocol):
         self.node = node
         self.conn = Connection(Role.CLIENT, max_frame=relay.broker.settings.max_frame)
         self.transport: asyncio.Transport | None = None
-        self.queued: list[Event] = []
+        self.queued: list[Event] = []  # to send: written together, once per loop iteration
+        self._flush_scheduled = False
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         hello = Hello(1, f"{PEER_CLIENT}/{self.relay.cluster.node_id}", token=self.relay.secret)
-        out = self.conn.send(hello)
-        if self.queued:
-            out += self.conn.send_many(self.queued)
-            self.queued = []
-        self.transport.write(out)  # type: ignore[union-attr]
+        self.transport.write(self.conn.send(hello))  # type: ignore[union-attr]
+        self._flush()
 
     def send(self, event: Event) -> None:
+        """Queue ``event``: what a client frame asks for (a batch of publishes, acks) goes
+        out in one frame and one write, not one each."""
         if self.closed:
             raise Unavailable(f"the link to node {self.node} is closed")
-        if self.transport is None:
-            self.queued.append(event)
-        else:
-            self.transport.write(self.conn.send(event))
+        self.queued.append(event)
+        if not self._flush_scheduled and self.transport is not None:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        transport = self.transport
+        if not self.queued or transport is None or transport.is_closing():
+            return
+        queued, self.queued = self.queued, []
+        try:
+            start = size = 0
+            for i, event in enumerate(queued):
+                weight = _weight(event)
+                if size and size + weight > _FRAME_BYTES:
+                    transport.write(self.conn.send_many(queued[start:i]))
+                    start, size = i, 0
+                size += weight
+            transport.write(self.conn.send_many(queued[start:]))
+        except PolymqError as exc:  # an event we cannot encode: a bug, not the peer's fault
+            log.exception("link to node %s: cannot send: %s", self.node, exc)
+            self.close()
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn

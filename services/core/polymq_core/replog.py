@@ -257,6 +257,7 @@ class ShardLog:
         self.stream = f"{prefix}_{shard}"
         self.subject = f"polymq.shard.{shard}"
         self.timeout = timeout
+        self._nudged = asyncio.Event()  # a new leader: a tail waiting to retry tries now
 
     def __repr__(self) -> str:
         return f"<ShardLog {self.stream} x{self.replicas}>"
@@ -399,8 +400,18 @@ class ShardLog:
                 log.warning("%s: tail restarts at %d (%s)", self.stream, expected[0], exc)
             if expected[0] > began:  # it was going well: try again at once
                 delay = _BACKOFF[0]
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _BACKOFF[1])
+            self._nudged.clear()
+            try:
+                await asyncio.wait_for(self._nudged.wait(), delay)
+            except TimeoutError:
+                delay = min(delay * 2, _BACKOFF[1])
+            else:
+                delay = _BACKOFF[0]
+
+    def nudge(self) -> None:
+        """The stream has a new leader: a tail waiting to try again (its consumer was lost
+        with the old leader, or could not be made without one) tries at once."""
+        self._nudged.set()
 
     async def _check_start(self, seq: int) -> None:
         state = (await self._stream_info()).state

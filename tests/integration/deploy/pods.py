@@ -151,6 +151,7 @@ class LocalPod:
                 raise AssertionError(f"{self.name} did not bind in {timeout}s:\n{self.log()}")
             time.sleep(0.02)
         self.bound = json.loads(self.ports_file.read_text())
+        self.bound.pop("pids", None)  # the process ids, beside the listeners' ports
         for key, port in self.listeners.items():
             assert key in self.bound, f"{self.name}: no {key} listener in {self.bound}"
             self.ports[port] = self.bound[key]

