@@ -290,6 +290,20 @@ class Connection:
             out = PREAMBLE + out
         return out
 
+    def send_frames(self, events: list[Any], weights: list[int], frame_bytes: int) -> list[bytes]:
+        """The bytes of ``events`` as frames of about ``frame_bytes`` each (``weights``:
+        what each event adds to a frame): many small events share one, a big one goes alone.
+        Each frame is all or nothing, as :meth:`send_many`."""
+        frames = []
+        start = size = 0
+        for i, weight in enumerate(weights):
+            if size and size + weight > frame_bytes:
+                frames.append(self.send_many(events[start:i]))
+                start, size = i, 0
+            size += weight
+        frames.append(self.send_many(events[start:]))
+        return frames
+
     def goodbye(self, code: str, message: str) -> bytes:
         """Bytes of a Goodbye frame, valid in any state but CLOSED; then CLOSED."""
         if self.state is State.CLOSED:

@@ -140,14 +140,8 @@ class PeerLink(asyncio.Protocol):
             return
         queued, self.queued = self.queued, []
         try:
-            start = size = 0
-            for i, event in enumerate(queued):
-                weight = _weight(event)
-                if size and size + weight > _FRAME_BYTES:
-                    transport.write(self.conn.send_many(queued[start:i]))
-                    start, size = i, 0
-                size += weight
-            transport.write(self.conn.send_many(queued[start:]))
+            weights = [_weight(event) for event in queued]
+            transport.writelines(self.conn.send_frames(queued, weights, _FRAME_BYTES))
         except PolymqError as exc:  # an event we cannot encode: a bug, not the peer's fault
             log.exception("link to node %s: cannot send: %s", self.node, exc)
             self.close()

@@ -355,16 +355,8 @@ class Session(asyncio.Protocol):
             if len(events) == 1:
                 transport.write(self.conn.send(events[0]))
                 return
-            # Frames of about _FRAME_BYTES each: many small events share one, a big one
-            # goes alone, and no frame nears the peer's maximum.
-            start = 0
-            size = 0
-            for i, w in enumerate(weights):
-                if size and size + w > _FRAME_BYTES:
-                    transport.write(self.conn.send_many(events[start:i]))
-                    start, size = i, 0
-                size += w
-            transport.write(self.conn.send_many(events[start:]))
+            # Frames of about _FRAME_BYTES each: no frame nears the peer's maximum.
+            transport.writelines(self.conn.send_frames(events, weights, _FRAME_BYTES))
         except PolymqError as exc:  # an event we cannot encode: a bug, not the peer's fault
             log.exception("session %s: cannot send: %s", self.name, exc)
             self.close("internal", "the server could not encode a reply", abort=True)

@@ -315,6 +315,17 @@ def test_send_many_large_batch() -> None:
     assert struct.unpack_from(">I", data)[0] == len(data) - 4
 
 
+def test_send_frames_packs_small_events_together_and_a_big_one_alone() -> None:
+    client = open_connection(Role.CLIENT)
+    events = [Ack(0, 1, [i]) for i in range(5)]
+    frames = client.send_frames(events, [10, 10, 100, 10, 10], frame_bytes=25)
+    # 10+10 | 100 (alone) | 10+10
+    assert [struct.unpack_from(">I", f)[0] == len(f) - 4 for f in frames] == [True] * 3
+    tr(lambda: open_connection(Role.SERVER), b"".join(frames), events, state=State.OPEN)
+    counts = [len(msgpack.unpackb(f[4:])) for f in frames]
+    assert counts == [2, 1, 2]
+
+
 def test_send_many_of_nothing_is_an_empty_frame() -> None:
     pair = ConnectionPair()
     pair.handshake()
