@@ -220,9 +220,11 @@ _APPLY_AHEAD = 256  # entries a follower queues to its SQLite before it waits fo
 # A follower holds the entries it receives this long (at most _HOLD_ENTRIES of them, of
 # _HOLD_BYTES in all) before it queues them to its SQLite at once: one transaction, in which
 # a message whose ack came within that time is never written.
-_HOLD = 0.2
-_HOLD_ENTRIES = 256
-_HOLD_BYTES = 8 * 1024 * 1024
+# (A second: under load a consumer acks a window of messages some 100-300 ms after they
+# were published; a shorter hold missed most of those acks and wrote the bodies after all.)
+_HOLD = 1.0
+_HOLD_ENTRIES = 1024
+_HOLD_BYTES = 16 * 1024 * 1024
 _BACKOFF = (0.05, 2.0)  # the tail's retry delays: first, most
 _RESTORE_BACKOFF = (0.5, 30.0)  # delays between attempts to copy a snapshot: first, most
 _HEADROOM = 4096  # bytes of a NATS message left for headers and protocol
@@ -676,9 +678,13 @@ class ReplicatedStore(Store):
             deadline = loop.time() + timeout
             backoff = 0.05
             followed = False  # the log was applied up to its end once: the tail works
+            hint: int | None = None  # the last sequence a failed fence named
             while True:
                 try:
-                    _, last = await self.log.info()
+                    if hint is None:
+                        _, last = await self.log.info()
+                    else:
+                        last, hint = hint, None
                     await self._wait_applied(0 if followed else last, deadline)
                     followed = True
                     payload = encode_entry(self.node_id, last + 1, [], takeover=True)
@@ -690,6 +696,11 @@ class ReplicatedStore(Store):
                             f"{self.log.stream}: no takeover within {timeout:.1f} s: {exc}"
                         ) from exc
                     if isinstance(exc, Deposed):
+                        if followed and exc.last is not None:
+                            # the stream's leader named its last entry: fence on that at once
+                            # (a rival still appending leaves only a round trip to win)
+                            hint = exc.last
+                            continue
                         # a stale look at the log (a minority's replica) can fail the fence
                         # again and again: back off, and say so once per try
                         log.info("%s: takeover raced another append (%s)", self.log.stream, exc)
