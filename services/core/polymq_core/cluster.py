@@ -312,7 +312,6 @@ class ClusterNode:
             if shard_log.stream == stream:
                 shard_log.nudge()
                 if isinstance(leader, str) and leader and self.broker is not None:
-                    self.leaders[i] = leader
                     self._saw(i, leader, time.monotonic())
                 self._wake[i].set()
 
@@ -325,13 +324,12 @@ class ClusterNode:
             # No answer is not "no leader": under load a look can time out. Keep what we
             # knew for routing; only a long silence counts as leaderless (below).
             leader = None
-        else:
-            self.leaders[i] = leader
         self._saw(i, leader, now)
 
     def _saw(self, i: int, leader: str | None, now: float) -> None:
-        """Shard ``i``'s stream is led by ``leader`` (None: no answer): take the shard over,
-        let it go, or, after _LEADERLESS seconds without a leader, stop serving it."""
+        """Shard ``i``'s stream is led by ``leader`` (None: no answer, and the known leader
+        stays for routing): take the shard over, let it go, or, after _LEADERLESS seconds
+        without a leader, stop serving it."""
         assert self.broker is not None
         shard = self.broker.shards[i]
         if leader is None:
@@ -339,6 +337,7 @@ class ClusterNode:
             if shard.leading and now - since >= _LEADERLESS:
                 shard.demote("its log has no leader (no majority?)")
         else:
+            self.leaders[i] = leader
             self._leaderless_since.pop(i, None)
             if leader == self.node_id:
                 if not shard.leading and i not in self._promoting:

@@ -216,8 +216,8 @@ _EXPIRES = 5.0  # seconds a pull request waits on the server
 _HEARTBEAT = 1.0  # seconds between the server's idle heartbeats during a pull
 _STALE = 3 * _HEARTBEAT  # silence after which the tail's consumer is presumed lost
 _INACTIVE = 10.0  # seconds after which the server drops an abandoned tail consumer
-_APPLY_AHEAD = 256  # entries a follower queues to its SQLite before it waits for them
-# A follower holds the entries it receives this long (at most _HOLD_ENTRIES of them, of
+_APPLY_AHEAD = 256  # entries a node queues to its SQLite before it waits for them
+# A node holds the entries it appends or tails this long (at most _HOLD_ENTRIES of them, of
 # _HOLD_BYTES in all) before it queues them to its SQLite at once: one transaction, in which
 # a message whose ack came within that time is never written.
 # (A second: under load a consumer acks a window of messages some 100-300 ms after they
@@ -606,7 +606,7 @@ class ReplicatedStore(Store):
         self._follower: asyncio.Task[None] | None = None
         self._tail: asyncio.Task[None] | None = None
         self._restart_tail = False
-        self._applying = 0  # entries the tail queued to ``local`` that have not committed
+        self._applying = 0  # entries queued to ``local`` that have not committed
         self._last_applying: asyncio.Future[None] | None = None  # the last of those
         # entries received, not yet queued to ``local``: (seq, writes, the one before)
         self._held: list[tuple[int, Sequence[Sequence[Any]], int]] = []
@@ -738,27 +738,24 @@ class ReplicatedStore(Store):
 
     async def _wait_applied(self, seq: int, deadline: float) -> None:
         loop = asyncio.get_running_loop()
-        self._waiting += 1
+        self._waiting += 1  # meanwhile, entries are queued as they come, not held
         try:
             while self.applied < seq or self.restoring:
                 self._release()
-                await self._wait_progress(seq, deadline - loop.time())
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise LogUnavailable(
+                        f"{self.log.stream}: applied {self.applied} of {seq} entries in time"
+                        + (f" (the tail stopped: {self.tail_error})" if self.tail_error else "")
+                        + (" (copying a snapshot from another node)" if self.restoring else "")
+                    )
+                try:
+                    async with asyncio.timeout(remaining):
+                        await self._progress.wait()
+                except TimeoutError:
+                    pass
         finally:
             self._waiting -= 1
-
-    async def _wait_progress(self, seq: int, remaining: float) -> None:
-        """Wait up to ``remaining`` seconds for ``applied`` to move."""
-        if remaining <= 0:
-            raise LogUnavailable(
-                f"{self.log.stream}: applied {self.applied} of {seq} entries in time"
-                + (f" (the tail stopped: {self.tail_error})" if self.tail_error else "")
-                + (" (copying a snapshot from another node)" if self.restoring else "")
-            )
-        try:
-            async with asyncio.timeout(remaining):
-                await self._progress.wait()
-        except TimeoutError:
-            pass
 
     def _advance(self, seq: int) -> None:
         """Entries up to ``seq`` are committed to ``local``."""
@@ -984,7 +981,7 @@ class ReplicatedStore(Store):
                     await asyncio.sleep(1.0)
 
     async def _settled(self) -> None:
-        """Queue the held entries, then wait until those the tail queued to ``local`` have
+        """Queue the held entries, then wait until every entry queued to ``local`` has
         committed or failed."""
         self._release()
         applying, self._last_applying = self._last_applying, None
@@ -993,7 +990,7 @@ class ReplicatedStore(Store):
 
     async def _on_entry(self, seq: int, data: bytes) -> None:
         if seq <= self._issued:
-            return  # this leader's own entry, applied when its append was answered
+            return  # this leader's own entry, held when its append was answered
         try:
             entry: Entry | None = decode_entry(data)
         except LogError as exc:
