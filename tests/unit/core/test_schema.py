@@ -88,3 +88,23 @@ def test_an_acked_message_is_never_written_but_its_sequence_is() -> None:
     inserts = [s for s in statements if s.startswith("INSERT OR REPLACE INTO messages")]
     assert len(inserts) == 1 and inserts[0].count("(") == 2  # one row: seq 2
     assert b"one".hex().upper() not in inserts[0].upper()
+
+
+def test_messages_of_a_queue_purged_later_in_the_batch_are_never_written() -> None:
+    conn = _db()
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    apply_batch(
+        conn,
+        [
+            (None, WriteKind.APPEND, "queue/a", 1, b"one"),
+            (None, WriteKind.APPEND, "queue/b", 1, b"kept"),
+            (None, WriteKind.PURGE, "queue/a"),
+            (None, WriteKind.APPEND, "queue/a", 2, b"two"),  # after the purge: written
+        ],
+    )
+    rows = conn.execute("SELECT destination, seq, blob FROM messages ORDER BY destination")
+    assert rows.fetchall() == [("queue/a", 2, b"two"), ("queue/b", 1, b"kept")]
+    inserts = " ".join(s for s in statements if s.startswith("INSERT OR REPLACE INTO messages"))
+    assert b"one".hex().upper() not in inserts.upper()
+    assert b"two".hex().upper() in inserts.upper() and b"kept".hex().upper() in inserts.upper()
