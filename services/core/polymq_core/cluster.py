@@ -69,6 +69,10 @@ _INFO_TIMEOUT = 1.5  # seconds a look may take (a dead leader's stream does not 
 _ELECTED = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"
 _BALANCE_EVERY = 10.0  # seconds between looks at how the shards' leaders are spread
 _CAUGHT_UP = 100  # entries a node may be behind and still be handed a shard's lead
+# seconds a node keeps a shard it has just taken over before the balancer may hand it on: a
+# failover is not followed at once by a second move (each move sends a subscription's
+# unacknowledged deliveries again and refuses the writes in flight)
+_SETTLE = 20.0
 # seconds a shard may go without a leader (reported, or no answer at all) before this node
 # stops serving it from memory; its writes fail meanwhile anyway (no majority, no commit)
 _LEADERLESS = 10.0
@@ -128,6 +132,7 @@ class ClusterNode:
         self._advisories: Subscription | None = None
         self._promoting: dict[int, asyncio.Task[None]] = {}
         self._applied_seen: dict[int, int] = {}  # per shard, at the balancer's last look
+        self._led_since: dict[int, float] = {}  # per shard this node took over: when
         self._purger: asyncio.Task[None] | None = None
 
     # ---- life cycle ------------------------------------------------------------------------
@@ -392,6 +397,8 @@ class ClusterNode:
         share = -(-len(self.logs) // len(ready))  # the most any node should lead
         if len(mine) <= share:
             return
+        now = time.monotonic()
+        mine = [i for i in mine if now - self._led_since.get(i, -_SETTLE) >= _SETTLE]
         target = min((n for n in ready if n != self.node_id), key=lambda n: (len(led[n]), n))
         if len(led[target]) + 1 > share:
             return
@@ -407,6 +414,8 @@ class ClusterNode:
         assert self.broker is not None
         try:
             await self.broker.shards[index].promote()
+            if self.broker.shards[index].leading:
+                self._led_since[index] = time.monotonic()
         except asyncio.CancelledError:
             raise
         except Exception as exc:

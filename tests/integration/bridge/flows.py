@@ -21,15 +21,25 @@ def ids(prefix: str, n: int) -> list[str]:
 
 
 async def produce_polymq(
-    port: int, dest: str, keys: list[str], *, batch: int = 20, pause: float = 0.04
+    port: int,
+    dest: str,
+    keys: list[str],
+    *,
+    batch: int = 20,
+    pause: float = 0.04,
+    hold: asyncio.Event | None = None,
 ) -> int:
     """Persistent messages with ``id`` headers, ``batch`` per publish; a batch without its
-    receipt (the core went away) is published again after reconnecting. Returns retries."""
+    receipt (the core went away) is published again after reconnecting. With ``hold``, the
+    producer stops halfway until it is set (so a fault made meanwhile is mid-stream).
+    Returns retries."""
     retries = 0
     i = 0
     client: Client | None = None
     try:
         while i < len(keys):
+            if hold is not None and i >= len(keys) // 2:
+                await hold.wait()
             try:
                 if client is None or client.closed:
                     client = await Client.connect("127.0.0.1", port, timeout=2)

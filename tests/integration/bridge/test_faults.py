@@ -53,10 +53,12 @@ class Flow:
     out_ids: list[str]
     in_ids: list[str]
     producers: asyncio.Future[tuple[int, int]]  # each producer's retries
+    hold: asyncio.Event  # set: the polymq producer goes on past halfway
 
     async def finish(self, across: str) -> tuple[int, int]:
         """Once the producers are done, every message arrives on the other side; the
         producers' retries (polymq, RabbitMQ)."""
+        self.hold.set()
         retries = await self.producers
         seen_out = await drain_rabbit(self.rabbit_url, self.rq_out, set(self.out_ids))
         seen_in = await drain_polymq(self.port, f"queue/{self.dst}", set(self.in_ids))
@@ -65,9 +67,13 @@ class Flow:
         return retries
 
 
-async def start_flow(bridge_factory: Any, rabbit_url: str, port: int, tag: str) -> tuple[Any, Flow]:
+async def start_flow(
+    bridge_factory: Any, rabbit_url: str, port: int, tag: str, *, hold: bool = False
+) -> tuple[Any, Flow]:
     """Queues on both sides, a bridge (to the core on ``port``) between them and N messages
-    produced into each; returns once each direction has moved 300 (mid-stream)."""
+    produced into each; returns once each direction has moved 300 (mid-stream). ``hold``:
+    the polymq producer waits halfway until :meth:`Flow.finish`, so it cannot be done before
+    a fault made meanwhile."""
     src, rq_out = unique(f"{tag}o"), unique(f"{tag}o")
     rq_in, dst = unique(f"{tag}i"), unique(f"{tag}i")
     await rabbit_queue(rabbit_url, rq_out)
@@ -76,12 +82,16 @@ async def start_flow(bridge_factory: Any, rabbit_url: str, port: int, tag: str) 
     bridge = bridge_factory(flow_links, core_port=port)
     bridge.wait_ready()
     out_ids, in_ids = ids("o", N), ids("i", N)
+    gate = asyncio.Event()
+    if not hold:
+        gate.set()
     producers = asyncio.gather(
-        produce_polymq(port, f"queue/{src}", out_ids),
+        produce_polymq(port, f"queue/{src}", out_ids, hold=gate),
         produce_rabbit(rabbit_url, rq_in, in_ids),
     )
     await wait_moved(bridge, 300)
-    return bridge, Flow(rabbit_url, port, flow_links, rq_out, dst, out_ids, in_ids, producers)
+    flow = Flow(rabbit_url, port, flow_links, rq_out, dst, out_ids, in_ids, producers, gate)
+    return bridge, flow
 
 
 async def test_rabbitmq_restart_mid_stream_loses_nothing(
@@ -110,7 +120,9 @@ async def test_core_restart_mid_stream_loses_nothing(
     core = PolymqProcess("core", workdir).start()
     try:
         port = core.ports["core"]
-        bridge, flow = await start_flow(bridge_factory, rabbit.url, port, "c")
+        # the polymq producer waits halfway (past the 300 moved) until the core is back: it
+        # was seen to finish all its messages before the stop otherwise
+        bridge, flow = await start_flow(bridge_factory, rabbit.url, port, "c", hold=True)
         assert await asyncio.to_thread(core.stop) == 0, core.log()
         # the same port and data directory: persistent messages and durable queues come back
         core = PolymqProcess("core", workdir, "--core-port", str(port)).start()

@@ -1,0 +1,114 @@
+"""The balancer of ``polymq_core.cluster`` without NATS: which shard a node that leads more
+than its share hands on, and that a shard it has just taken over stays put for a while (a
+failover followed at once by a balance move was seen to send a consumer's unacknowledged
+deliveries twice)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from polymq_core import cluster as cluster_mod
+from polymq_core.cluster import ClusterNode
+from polymq_core.config import CoreSettings
+
+SHARDS = 4
+
+
+@dataclass
+class FakeShard:
+    leading: bool = False
+
+    async def promote(self) -> None:
+        self.leading = True
+
+
+@dataclass
+class FakeLog:
+    handed: list[str] = field(default_factory=list)
+
+    async def step_down(self, preferred: str | None = None) -> None:
+        assert preferred is not None
+        self.handed.append(preferred)
+
+
+@dataclass
+class FakeStore:
+    applied: int = 0
+
+
+@dataclass
+class FakePeer:
+    applied: dict[int, int]
+
+
+class FakeMembership:
+    def __init__(self, peers: dict[str, FakePeer]) -> None:
+        self._peers = peers
+
+    def peers(self) -> dict[str, FakePeer]:
+        return self._peers
+
+    def state_of(self, node: str) -> str:
+        return "ready"
+
+
+def node_a(leads: list[int], applied: list[int]) -> tuple[ClusterNode, list[FakeLog]]:
+    """Node a of a, b, c, where a leads ``leads`` and b the rest (c leads nothing, and is
+    behind on every shard but shard 3: b is the one to hand to)."""
+    settings = CoreSettings(
+        node_id="a", peers="127.0.0.1:17422,127.0.0.1:27422", shards=SHARDS,
+        cluster_secret="s" * 32,
+    )  # fmt: skip
+    node = ClusterNode(settings)
+    logs = [FakeLog() for _ in range(SHARDS)]
+    node.logs = logs  # type: ignore[assignment]
+    node.stores = [FakeStore(n) for n in applied]  # type: ignore[misc]
+    shards = [FakeShard(leading=i in leads) for i in range(SHARDS)]
+    node.broker = type("Broker", (), {"shards": shards})()  # type: ignore[assignment]
+    node.membership = FakeMembership(  # type: ignore[assignment]
+        {
+            "a": FakePeer(dict(enumerate(applied))),
+            "b": FakePeer(dict(enumerate(applied))),
+        }
+    )
+    node.leaders = {i: ("a" if i in leads else "b") for i in range(SHARDS)}
+    return node, logs
+
+
+def handed(logs: list[FakeLog]) -> dict[int, list[str]]:
+    return {i: log.handed for i, log in enumerate(logs) if log.handed}
+
+
+async def test_a_node_over_its_share_hands_the_quietest_shard_on() -> None:
+    # entries since the balancer's last look: 50, 5 and 500
+    node, logs = node_a(leads=[0, 1, 2], applied=[150, 105, 600, 100])
+    node._applied_seen = dict.fromkeys(range(SHARDS), 100)
+    await node._balance_once()
+    assert handed(logs) == {1: ["b"]}  # shard 1 had the fewest entries since
+
+
+async def test_a_node_within_its_share_keeps_its_shards() -> None:
+    node, logs = node_a(leads=[0, 1], applied=[0] * SHARDS)
+    await node._balance_once()
+    assert handed(logs) == {}
+
+
+async def test_a_shard_just_taken_over_is_not_the_one_handed_on() -> None:
+    node, logs = node_a(leads=[0, 1], applied=[0] * SHARDS)
+    assert node.broker is not None
+    await node._promote(2)  # a failover: shard 2 comes to a, which now leads 3 of 4
+    node.leaders[2] = "a"
+    await node._balance_once()
+    assert handed(logs) == {0: ["b"]}  # 0 and 1 have been led for long; 2 is new
+
+
+async def test_shards_just_taken_over_stay_until_they_have_settled() -> None:
+    node, logs = node_a(leads=[], applied=[0] * SHARDS)
+    for i in (0, 1, 2):  # b's node died a moment ago, say, and a took these over
+        await node._promote(i)
+        node.leaders[i] = "a"
+    await node._balance_once()
+    assert handed(logs) == {}, "a shard taken over just now was handed on"
+    node._led_since[1] -= cluster_mod._SETTLE
+    await node._balance_once()
+    assert handed(logs) == {1: ["b"]}
