@@ -14,6 +14,11 @@ Like h11's ``Connection``, :class:`Connection` never touches a socket::
     transport.write(conn.send(Ok(rid, None)))
     transport.write(conn.send_many([ev1, ev2]))   # one frame
 
+A relay can pass operations through without encoding them again: a connection made with
+``keep_raw=True`` sets :attr:`Connection.raw` to the encoded operation of each event carrying
+messages that :meth:`~Connection.next_event` returns, and :meth:`~Connection.send_many` takes
+such bytes in place of encoding the event (``raws``).
+
 The states of one side are in :data:`TRANSITIONS`; a malformed frame raises
 :class:`~polymq.errors.RemoteProtocolError`, after which the connection is ``ERROR`` and the
 owner should send :meth:`Connection.goodbye` and close.
@@ -25,6 +30,7 @@ import dataclasses
 import enum
 import struct
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import MISSING
 from typing import Any, Final
 
@@ -167,12 +173,19 @@ def _decode_op(raw: Any) -> Event:
 class Connection:
     """One side of a polymq wire connection. Owns no socket."""
 
-    def __init__(self, role: Role, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(
+        self, role: Role, *, max_frame: int = DEFAULT_MAX_FRAME, keep_raw: bool = False
+    ) -> None:
         self.role = role
         self.max_frame = max_frame
+        self.keep_raw = keep_raw
+        # with keep_raw: the operation of the event next_event returned last, as it came on
+        # the wire, if it carries messages (Publish, Deliver, Pulled, Polled); else None
+        self.raw: bytes | None = None
         self.state = State.PREAMBLE if role is Role.SERVER else State.HELLO
         self._buf = bytearray()
         self._events: deque[Event] = deque()
+        self._raws: deque[bytes | None] = deque()  # with keep_raw: one per event queued
         self._eof = False
         # An error found behind events still queued: raised once those are consumed, so
         # the events come out the same however the bytes were chunked.
@@ -194,7 +207,8 @@ class Connection:
         Raises RemoteProtocolError on garbage; the connection is then in ``State.ERROR``.
         """
         if self._events:
-            return self._events.popleft()
+            return self._pop()
+        self.raw = None
         if self._error is not None:
             exc, self._error = self._error, None
             self.state = State.ERROR
@@ -209,7 +223,7 @@ class Connection:
                 raise
             self._error = exc
         if self._events:
-            return self._events.popleft()
+            return self._pop()
         if self._eof:
             if self._buf:
                 self.state = State.ERROR
@@ -218,6 +232,11 @@ class Connection:
                 self.state = State.CLOSED
                 return Goodbye("closed", "the peer closed the connection")
         return NEED_DATA
+
+    def _pop(self) -> Event:
+        if self.keep_raw:
+            self.raw = self._raws.popleft()
+        return self._events.popleft()
 
     def _parse(self) -> None:
         buf = self._buf
@@ -242,6 +261,9 @@ class Connection:
                 break
             payload = bytes(buf[pos + 4 : pos + 4 + length])
             pos += 4 + length
+            if self.keep_raw:
+                self._parse_keeping_raw(payload)
+                continue
             try:
                 ops = msgpack.unpackb(payload, raw=False, strict_map_key=True)
             except Exception as exc:  # msgpack raises several unrelated types
@@ -253,6 +275,41 @@ class Connection:
         if pos:
             del buf[:pos]
 
+    def _parse_keeping_raw(self, payload: bytes) -> None:
+        """As ``unpackb`` of the frame (the same events, the same errors), and the bytes of
+        each operation that carries messages."""
+        unpacker = msgpack.Unpacker(
+            raw=False, strict_map_key=True, max_buffer_size=max(len(payload), 1)
+        )
+        unpacker.feed(payload)
+        ops: list[tuple[Any, bytes | None]] = []
+        try:
+            try:
+                n = unpacker.read_array_header()
+            except ValueError:  # not an array (valid msgpack or not: found out below)
+                unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
+                unpacker.feed(payload)
+                unpacker.unpack()  # (raises if it is not valid msgpack either)
+                if unpacker.tell() != len(payload):
+                    raise msgpack.ExtraData(None, None) from None
+                raise RemoteProtocolError("a frame must be a list of operations") from None
+            start = unpacker.tell()
+            for _ in range(n):
+                op = unpacker.unpack()
+                end = unpacker.tell()
+                has = type(op) is list and bool(op) and type(op[0]) is int
+                ops.append((op, payload[start:end] if has and op[0] in _HAS_MESSAGES else None))
+                start = end
+            if start != len(payload):
+                raise msgpack.ExtraData(None, None)
+        except RemoteProtocolError:
+            raise
+        except Exception as exc:  # msgpack raises several unrelated types
+            raise RemoteProtocolError(f"frame is not valid msgpack: {exc}") from None
+        for op, raw in ops:
+            self._events.append(self._receive_event(_decode_op(op)))
+            self._raws.append(raw)
+
     def _receive_event(self, event: Event) -> Event:
         peer = Role.SERVER if self.role is Role.CLIENT else Role.CLIENT
         self._transition(event, peer, RemoteProtocolError)
@@ -263,20 +320,33 @@ class Connection:
         """Bytes of one frame carrying ``event``."""
         return self.send_many((event,))
 
-    def send_many(self, events: Any) -> bytes:
+    def send_many(self, events: Any, raws: Sequence[bytes | None] | None = None) -> bytes:
         """Bytes of one frame carrying every event in ``events`` (an iterable).
+
+        ``raws``, one per event: where not None, the event's operation as it came from
+        another connection's :attr:`raw` (the event itself is still checked against the
+        state), sent as it is instead of encoded again.
 
         All or nothing: if any event cannot be sent, this raises LocalProtocolError and the
         state is as it was before the call.
         """
         state = self.state
         try:
-            ops = []
-            for ev in events:
-                self._transition(ev, self.role, LocalProtocolError)
-                ops.append(_encode_op(ev))
+            payload: bytes
             try:
-                payload: bytes = self._packer.pack(ops)
+                if raws is None or not any(raws):
+                    ops = []
+                    for ev in events:
+                        self._transition(ev, self.role, LocalProtocolError)
+                        ops.append(_encode_op(ev))
+                    payload = self._packer.pack(ops)
+                else:
+                    pack = self._packer.pack
+                    parts = [self._packer.pack_array_header(len(raws))]
+                    for ev, raw in zip(events, raws, strict=True):
+                        self._transition(ev, self.role, LocalProtocolError)
+                        parts.append(raw if raw is not None else pack(_encode_op(ev)))
+                    payload = b"".join(parts)
             except (TypeError, ValueError, OverflowError) as exc:  # msgpack's, translated
                 raise LocalProtocolError(f"cannot encode the frame: {exc}") from exc
             if len(payload) > self.max_frame:
@@ -290,18 +360,24 @@ class Connection:
             out = PREAMBLE + out
         return out
 
-    def send_frames(self, events: list[Any], weights: list[int], frame_bytes: int) -> list[bytes]:
+    def send_frames(
+        self,
+        events: list[Any],
+        weights: list[int],
+        frame_bytes: int,
+        raws: list[bytes | None] | None = None,
+    ) -> list[bytes]:
         """The bytes of ``events`` as frames of about ``frame_bytes`` each (``weights``:
         what each event adds to a frame): many small events share one, a big one goes alone.
-        Each frame is all or nothing, as :meth:`send_many`."""
+        Each frame is all or nothing, as :meth:`send_many` (``raws``: as there)."""
         frames = []
         start = size = 0
         for i, weight in enumerate(weights):
             if size and size + weight > frame_bytes:
-                frames.append(self.send_many(events[start:i]))
+                frames.append(self.send_many(events[start:i], raws and raws[start:i]))
                 start, size = i, 0
             size += weight
-        frames.append(self.send_many(events[start:]))
+        frames.append(self.send_many(events[start:], raws and raws[start:]))
         return frames
 
     def goodbye(self, code: str, message: str) -> bytes:

@@ -81,7 +81,9 @@ _FRAME_BYTES = 1024 * 1024  # message bytes per frame to a peer, roughly (far be
 _EVENT_BYTES = 64  # what an event or a message costs in a frame besides its body, roughly
 
 
-def _weight(event: Event) -> int:
+def _weight(event: Event, raw: bytes | None) -> int:
+    if raw is not None:
+        return len(raw)
     messages = event.messages if isinstance(event, Publish) else ()
     return _EVENT_BYTES + sum(len(m.body) + _EVENT_BYTES for m in messages)
 
@@ -111,9 +113,12 @@ class PeerLink(asyncio.Protocol):
     def __init__(self, relay: Relay, node: str) -> None:
         self.relay = relay
         self.node = node
-        self.conn = Connection(Role.CLIENT, max_frame=relay.broker.settings.max_frame)
+        self.conn = Connection(
+            Role.CLIENT, max_frame=relay.broker.settings.max_frame, keep_raw=True
+        )
         self.transport: asyncio.Transport | None = None
         self.queued: list[Event] = []  # to send: written together, once per loop iteration
+        self.raws: list[bytes | None] = []  # each queued event's op as the client sent it
         self._flush_scheduled = False
         self.closed = False
 
@@ -123,12 +128,14 @@ class PeerLink(asyncio.Protocol):
         self.transport.write(self.conn.send(hello))  # type: ignore[union-attr]
         self._flush()
 
-    def send(self, event: Event) -> None:
+    def send(self, event: Event, raw: bytes | None = None) -> None:
         """Queue ``event``: what a client frame asks for (a batch of publishes, acks) goes
-        out in one frame and one write, not one each."""
+        out in one frame and one write, not one each. ``raw``: the event's op as the client
+        encoded it (passed on as it is)."""
         if self.closed:
             raise Unavailable(f"the link to node {self.node} is closed")
         self.queued.append(event)
+        self.raws.append(raw)
         if not self._flush_scheduled and self.transport is not None:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -139,9 +146,10 @@ class PeerLink(asyncio.Protocol):
         if not self.queued or transport is None or transport.is_closing():
             return
         queued, self.queued = self.queued, []
+        raws, self.raws = self.raws, []
         try:
-            weights = [_weight(event) for event in queued]
-            transport.writelines(self.conn.send_frames(queued, weights, _FRAME_BYTES))
+            weights = list(map(_weight, queued, raws))
+            transport.writelines(self.conn.send_frames(queued, weights, _FRAME_BYTES, raws))
         except PolymqError as exc:  # an event we cannot encode: a bug, not the peer's fault
             log.exception("link to node %s: cannot send: %s", self.node, exc)
             self.close()
@@ -166,7 +174,7 @@ class PeerLink(asyncio.Protocol):
                 self.close()
                 return
             assert isinstance(event, Event)
-            self.relay.from_peer(self, event)
+            self.relay.from_peer(self, event, conn.raw)
 
     def eof_received(self) -> bool | None:
         return None
@@ -217,9 +225,10 @@ class Relay:
         self._paused = False
 
     # ---- from the client ------------------------------------------------------------------
-    def take(self, event: Event) -> bool:
+    def take(self, event: Event, raw: bytes | None = None) -> bool:
         """Forward ``event`` if another node must serve it (True), or leave it to this one.
-        Raises RequestError (answered as Fail) for what cannot be served anywhere now."""
+        Raises RequestError (answered as Fail) for what cannot be served anywhere now.
+        ``raw``: the event's op as the client encoded it, if it carries messages."""
         if isinstance(event, Ack | Nack | Unsubscribe):
             return self._by_sid(event)
         if isinstance(event, CursorPoll | CursorClose):
@@ -246,7 +255,7 @@ class Relay:
             self.sub_rids[event.rid] = event.sid
         elif isinstance(event, CursorOpen):
             self.cursor_rids[event.rid] = node
-        self._forward(node, event, shard.index)
+        self._forward(node, event, shard.index, raw if isinstance(event, Publish) else None)
         return True
 
     def _leader(self, shard: Shard) -> str:
@@ -257,7 +266,7 @@ class Relay:
             raise Unavailable(f"shard {shard.index} is electing a leader; retry in a moment")
         return node
 
-    def _forward(self, node: str, event: Event, shard: int = -1) -> None:
+    def _forward(self, node: str, event: Event, shard: int = -1, raw: bytes | None = None) -> None:
         rid: int = getattr(event, "rid", 0)
         if rid >= _INTERNAL:
             raise BadRequest(f"in a cluster, request ids must be below {_INTERNAL}")
@@ -270,7 +279,7 @@ class Relay:
             if not self._watching:
                 self._watching = True
                 self._spawn(self._watch())
-        link.send(event)
+        link.send(event, raw)
 
     async def _watch(self) -> None:
         """While anything is forwarded: answer requests a node does not answer in time
@@ -431,7 +440,9 @@ class Relay:
         return None
 
     # ---- from the peers ---------------------------------------------------------------------
-    def from_peer(self, link: PeerLink, event: Event) -> None:
+    def from_peer(self, link: PeerLink, event: Event, raw: bytes | None = None) -> None:
+        """What node ``link.node`` sends back (``raw``: the op as it came, for deliveries
+        passed on unchanged)."""
         if self.links.get(link.node) is not link:
             return  # an old link's late words
         t = type(event)
@@ -443,9 +454,10 @@ class Relay:
             if rs.offset:
                 off = rs.offset
                 event = Deliver(event.sid, [t + off for t in event.tags], event.messages)
+                raw = None
             if event.tags:
                 rs.top = max(rs.top, event.tags[-1])
-            self.session.reply(event)
+            self.session.reply(event, raw)
             return
         if t is Cancelled:
             assert isinstance(event, Cancelled)

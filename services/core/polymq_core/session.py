@@ -54,7 +54,7 @@ _EVENT_BYTES = 64  # what a small event weighs in a frame, roughly
 
 
 def _weight(event: Event) -> int:
-    if isinstance(event, Pulled):
+    if isinstance(event, Pulled | Deliver):  # (Deliver: those a relay passes on)
         return _EVENT_BYTES + sum(len(m.body) + _EVENT_BYTES for m in event.messages)
     return _EVENT_BYTES
 
@@ -91,7 +91,12 @@ class _Backlog:
 class Session(asyncio.Protocol):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.conn = Connection(Role.SERVER, max_frame=broker.settings.max_frame)
+        # (in a cluster, what carries messages is kept as it came, for a relay to pass on)
+        self.conn = Connection(
+            Role.SERVER,
+            max_frame=broker.settings.max_frame,
+            keep_raw=broker.cluster is not None,
+        )
         self.transport: asyncio.Transport | None = None
         self.name = "?"
         self.protocol = "native"
@@ -101,6 +106,7 @@ class Session(asyncio.Protocol):
         self.subs: dict[int, Subscription] = {}
         self.first_tags: dict[int, int] = {}  # sid -> its first delivery tag, if not 1 (moved)
         self._replies: list[Event] = []
+        self._raws: dict[int, bytes] = {}  # index in _replies -> that event's encoded op
         self._backlog: dict[Subscription, _Backlog] = {}
         self._flush_scheduled = False
         self._paused = False  # the socket is not draining
@@ -206,7 +212,7 @@ class Session(asyncio.Protocol):
         relay = self.relay
         if relay is not None:
             try:
-                if relay.take(event):
+                if relay.take(event, self.conn.raw):
                     return
             except RequestError as exc:
                 self.broker.sensors.on_request_error(exc.code)
@@ -269,7 +275,10 @@ class Session(asyncio.Protocol):
             self.reply(Fail(rid, err.code, err.message))
 
     # ---- writing --------------------------------------------------------------------------
-    def reply(self, event: Event) -> None:
+    def reply(self, event: Event, raw: bytes | None = None) -> None:
+        """Send ``event`` (``raw``: its operation, encoded already by another node)."""
+        if raw is not None:
+            self._raws[len(self._replies)] = raw
         self._replies.append(event)
         self._schedule_flush()
 
@@ -343,6 +352,7 @@ class Session(asyncio.Protocol):
             return
         events: list[Event] = self._replies
         self._replies = []
+        given, self._raws = self._raws, {}
         weights = [_weight(ev) for ev in events]
         if not self._paused and self._backlog:
             backlog, self._backlog = self._backlog, {}
@@ -351,12 +361,13 @@ class Session(asyncio.Protocol):
                     _deliveries(sub.sid, b, events, weights)
         if not events:
             return
+        raws = [given.get(i) for i in range(len(events))] if given else None
         try:
             if len(events) == 1:
-                transport.write(self.conn.send(events[0]))
+                transport.write(self.conn.send_many(events, raws))
                 return
             # Frames of about _FRAME_BYTES each: no frame nears the peer's maximum.
-            transport.writelines(self.conn.send_frames(events, weights, _FRAME_BYTES))
+            transport.writelines(self.conn.send_frames(events, weights, _FRAME_BYTES, raws))
         except PolymqError as exc:  # an event we cannot encode: a bug, not the peer's fault
             log.exception("session %s: cannot send: %s", self.name, exc)
             self.close("internal", "the server could not encode a reply", abort=True)

@@ -631,8 +631,10 @@ _HELLO_FRAME = frame([Hello.OP, 1, "py"])
         (msgpack.packb([[Ack.OP, 1, False, [1]]]), "Ack.sid must be a non-negative integer"),
     ],
 )
-def test_malformed_frame_from_client(payload: bytes, error: str) -> None:
-    tr(_server, PREAMBLE + _HELLO_FRAME + frame(payload=payload), [Hello(1, "py")], error=error)
+@pytest.mark.parametrize("keep_raw", [False, True], ids=["decoded", "keeping-raw"])
+def test_malformed_frame_from_client(payload: bytes, error: str, keep_raw: bool) -> None:
+    data = PREAMBLE + _HELLO_FRAME + frame(payload=payload)
+    tr(_kept(_server, keep_raw), data, [Hello(1, "py")], error=error)
 
 
 def _publish(*messages: Any) -> bytes:
@@ -661,22 +663,139 @@ GOOD_WIRE_MESSAGE = PLAIN_MESSAGE.to_wire()
         ),
     ],
 )
-def test_malformed_message_list(payload: bytes, error: str) -> None:
-    tr(_opened_server, frame(payload=payload), [], error=error)
+@pytest.mark.parametrize("keep_raw", [False, True], ids=["decoded", "keeping-raw"])
+def test_malformed_message_list(payload: bytes, error: str, keep_raw: bool) -> None:
+    tr(_kept(_opened_server, keep_raw), frame(payload=payload), [], error=error)
 
 
 @pytest.mark.parametrize("op", [Deliver.OP, Pulled.OP])
-def test_malformed_message_list_from_server(op: int) -> None:
+@pytest.mark.parametrize("keep_raw", [False, True], ids=["decoded", "keeping-raw"])
+def test_malformed_message_list_from_server(op: int, keep_raw: bool) -> None:
     payload = msgpack.packb([[op, 1, [1], [[b"short"]]]], use_bin_type=True)
-    tr(_opened_client, frame(payload=payload), [], error="malformed message in")
+    tr(_kept(_opened_client, keep_raw), frame(payload=payload), [], error="malformed message in")
 
 
-def test_events_before_a_bad_frame_come_out_first_however_chunked() -> None:
+@pytest.mark.parametrize("keep_raw", [False, True], ids=["decoded", "keeping-raw"])
+def test_events_before_a_bad_frame_come_out_first_however_chunked(keep_raw: bool) -> None:
+    make = _kept(_opened_server, keep_raw)
     data = frame([Ping.OP, 1], [Ping.OP, 2]) + frame([Ping.OP, 3]) + frame(payload=b"\xc1")
-    tr(_opened_server, data, [Ping(1), Ping(2), Ping(3)], error="not valid msgpack")
+    tr(make, data, [Ping(1), Ping(2), Ping(3)], error="not valid msgpack")
     # and a bad op after good ones in the same frame: the good ones first
     data = frame([Ping.OP, 1], [Ping.OP, -1])
-    tr(_opened_server, data, [Ping(1)], error="non-negative")
+    tr(make, data, [Ping(1)], error="non-negative")
+
+
+# ---- passing operations through (keep_raw) ---------------------------------------------------
+
+
+def _kept(make: Callable[[], Connection], keep_raw: bool) -> Callable[[], Connection]:
+    def kept() -> Connection:
+        conn = make()
+        conn.keep_raw = keep_raw
+        return conn
+
+    return kept
+
+
+def _relayed(sender: Role, events: list[Event]) -> tuple[list[Event], list[bytes | None], bytes]:
+    """``events`` sent by ``sender`` to a connection keeping raw ops, then passed on by a
+    second ``sender`` connection with those ops: what the second's peer receives, the ops
+    kept, and the bytes passed on."""
+    first, relay = ConnectionPair(), ConnectionPair()
+    first.handshake()
+    relay.handshake()
+    receiver = first.conn[Role.CLIENT if sender is Role.SERVER else Role.SERVER]
+    receiver.keep_raw = True
+    receiver.receive_data(first.conn[sender].send_many(events))
+    got: list[Event] = []
+    raws: list[bytes | None] = []
+    while (event := receiver.next_event()) is not NEED_DATA:
+        assert isinstance(event, Event)
+        got.append(event)
+        raws.append(receiver.raw)
+    assert got == events
+    data = relay.conn[sender].send_many(got, raws)
+    final = relay.conn[Role.CLIENT if sender is Role.SERVER else Role.SERVER]
+    final.receive_data(data)
+    return get_all_events(final), raws, data
+
+
+@pytest.mark.parametrize(
+    ("sender", "samples"), [(Role.CLIENT, CLIENT_EVENTS), (Role.SERVER, SERVER_EVENTS)]
+)
+def test_ops_kept_raw_pass_through_unchanged(sender: Role, samples: list[Event]) -> None:
+    passed, raws, data = _relayed(sender, samples)
+    assert passed == samples
+    carrying = (Publish, Deliver, Pulled, Polled)
+    assert [raw is not None for raw in raws] == [isinstance(e, carrying) for e in samples]
+    assert any(raws)
+    # the same bytes as encoding them again: passing on changes nothing but the work
+    pair = ConnectionPair()
+    pair.handshake()
+    assert data == pair.conn[sender].send_many(samples)
+
+
+@given(st.lists(st.sampled_from(CLIENT_EVENTS), max_size=12))
+def test_any_mix_of_client_ops_passes_through(events: list[Event]) -> None:
+    assert _relayed(Role.CLIENT, events)[0] == events
+
+
+def test_raw_is_none_for_ops_without_messages_and_after_them() -> None:
+    server = open_connection(Role.SERVER)
+    server.keep_raw = True
+    server.receive_data(frame([Publish.OP, 1, "queue/a", [GOOD_WIRE_MESSAGE]], [Ping.OP, 2]))
+    assert isinstance(server.next_event(), Publish) and server.raw is not None
+    assert server.next_event() == Ping(2) and server.raw is None
+    assert server.next_event() is NEED_DATA and server.raw is None
+
+
+def test_a_raw_op_is_still_checked_against_the_state() -> None:
+    """Passing an op on is still sending its event: a client may not send a Deliver."""
+    _, raws, _ = _relayed(Role.SERVER, [Deliver(1, [1], [PLAIN_MESSAGE])])
+    client = open_connection(Role.CLIENT)
+    with pytest.raises(LocalProtocolError):
+        client.send_many([Deliver(1, [1], [PLAIN_MESSAGE])], raws)
+
+
+_MSGPACK_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text()
+    | st.binary(),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=3), children, max_size=3),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@given(
+    st.lists(
+        st.one_of(
+            _MSGPACK_VALUES,
+            st.sampled_from(CLIENT_EVENTS).map(lambda e: [e.OP, *dataclasses.astuple(e)]),
+        ),
+        max_size=4,
+    ),
+    st.binary(max_size=3),
+)
+@settings(suppress_health_check=[HealthCheck.too_slow])
+def test_keeping_raw_reads_any_frame_as_decoding_does(ops: list[Any], tail: bytes) -> None:
+    """The same events, and an error where the other has one, for frames good and bad."""
+    try:
+        payload = msgpack.packb(ops, use_bin_type=True) + tail
+    except (TypeError, ValueError, OverflowError):
+        return
+    outcomes = []
+    for keep_raw in (False, True):
+        conn = open_connection(Role.SERVER)
+        conn.keep_raw = keep_raw
+        conn.receive_data(frame(payload=payload))
+        events: list[Any] = []
+        try:
+            while (event := conn.next_event()) is not NEED_DATA:
+                events.append(event)
+        except RemoteProtocolError:
+            events.append("error")
+        outcomes.append(events)
+    assert outcomes[0] == outcomes[1]
 
 
 def test_errored_connection_can_still_say_goodbye() -> None:
