@@ -260,6 +260,11 @@ class ShardLog:
         self.subject = f"polymq.shard.{shard}"
         self.timeout = timeout
         self._nudged = asyncio.Event()  # a new leader: a tail waiting to retry tries now
+        # the tails' current tries (see nudge); those applying an entry; those to restart
+        # once the entry is applied
+        self._attempts: set[asyncio.Future[None]] = set()
+        self._in_entry: set[asyncio.Future[None] | None] = set()
+        self._restart_after_entry: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
         return f"<ShardLog {self.stream} x{self.replicas}>"
@@ -341,6 +346,12 @@ class ShardLog:
             raise _translate(exc, f"appending to {self.stream} after {expected_last}") from exc
         return int(ack.seq)
 
+    async def get(self, seq: int) -> bytes:
+        """Entry ``seq``, read from the stream's leader: no consumer needed (JetStream makes
+        consumers through its meta leader, which may be electing too after a crash)."""
+        msg = await self._call("reading", self.js.get_msg(self.stream, seq))
+        return bytes(msg.data or b"")
+
     async def span(self) -> tuple[int, int]:
         """(the sequence of the stream's first entry, of its last); the first is the last
         plus one when the stream is empty, (0, 0) if it never had an entry."""
@@ -391,18 +402,30 @@ class ShardLog:
         while True:
             _check_cancelled()
             began = expected[0]
+            self._nudged.clear()
+            attempt = asyncio.ensure_future(self._tail_once(expected, on_entry))
+            self._attempts.add(attempt)
             try:
-                await self._check_start(expected[0])
-                await self._consume(expected, on_entry)
+                await attempt
+            except asyncio.CancelledError:
+                if _cancelling():
+                    raise
+                # nudged: the try was waiting on a request to the old leader, which would
+                # only have failed after its timeout (seconds of a failover)
+                log.debug("%s: tail restarts at %d (a new leader)", self.stream, expected[0])
             except (LogUnavailable, _Restart) as exc:
                 log.debug("%s: tail restarts at %d (%s)", self.stream, expected[0], exc)
             except _TailEnd:
                 raise
             except LogError as exc:
                 log.warning("%s: tail restarts at %d (%s)", self.stream, expected[0], exc)
-            if expected[0] > began:  # it was going well: try again at once
+            finally:
+                self._attempts.discard(attempt)
+                self._restart_after_entry.discard(attempt)
+            if expected[0] > began or self._nudged.is_set():  # going well, or a new leader
                 delay = _BACKOFF[0]
-            self._nudged.clear()
+                if self._nudged.is_set():
+                    continue  # at once
             try:
                 await asyncio.wait_for(self._nudged.wait(), delay)
             except TimeoutError:
@@ -410,10 +433,25 @@ class ShardLog:
             else:
                 delay = _BACKOFF[0]
 
+    async def _tail_once(
+        self, expected: list[int], on_entry: Callable[[int, bytes], Awaitable[None]]
+    ) -> None:
+        await self._check_start(expected[0])
+        await self._consume(expected, on_entry)
+
     def nudge(self) -> None:
         """The stream has a new leader: a tail waiting to try again (its consumer was lost
-        with the old leader, or could not be made without one) tries at once."""
+        with the old leader, or could not be made without one) tries at once, and a try
+        waiting on NATS (a request the dead leader will never answer, a consumer gone with
+        it) starts again at once; one applying an entry, once it is applied."""
         self._nudged.set()
+        for attempt in list(self._attempts):
+            if attempt.done():
+                continue
+            if attempt in self._in_entry:
+                self._restart_after_entry.add(attempt)
+            else:
+                attempt.cancel()
 
     async def _check_start(self, seq: int) -> None:
         state = (await self._stream_info()).state
@@ -489,8 +527,15 @@ class ShardLog:
                     if seq > expected[0]:
                         await self._check_start(expected[0])  # purged: _TailEnd
                         raise _Restart(f"entry {seq} came, {expected[0]} was next")
-                    await on_entry(seq, msg.data)
+                    me = asyncio.current_task()
+                    self._in_entry.add(me)
+                    try:
+                        await on_entry(seq, msg.data)
+                    finally:
+                        self._in_entry.discard(me)
                     expected[0] = seq + 1
+                    if me in self._restart_after_entry:
+                        raise _Restart("the stream has a new leader")
         finally:
             try:
                 await sub.unsubscribe()
@@ -685,11 +730,15 @@ class ReplicatedStore(Store):
                         _, last = await self.log.info()
                     else:
                         last, hint = hint, None
+                    if not followed:
+                        await self._read_ahead(last)
                     await self._wait_applied(0 if followed else last, deadline)
                     followed = True
                     payload = encode_entry(self.node_id, last + 1, [], takeover=True)
                     seq = await self.log.append(payload, expected_last=last)
-                    await self._wait_applied(seq, deadline)  # the tail brings it, too
+                    if self._issued == seq - 1:  # (the tail may have brought it already)
+                        await self._on_entry(seq, payload)
+                    await self._wait_applied(seq, deadline)
                 except (Deposed, LogUnavailable) as exc:
                     if loop.time() >= deadline:
                         raise LogUnavailable(
@@ -715,6 +764,26 @@ class ReplicatedStore(Store):
                 self.is_leader = True
                 log.info("%s: this node leads from entry %d on", self.log.stream, seq)
                 return seq
+
+    async def _read_ahead(self, seq: int) -> None:
+        """While taking over: take the entries up to ``seq`` the tail has not brought yet,
+        read one by one from the stream's leader (this node). The tail's consumer may have
+        lived on the server that died (JetStream places it on any replica), and a new one
+        is made through JetStream's meta leader: when the dead server led that too, its
+        election (4-9 s) came on top of the stream's. Entries the tail brings later are
+        skipped as applied (``_on_entry`` takes each sequence once, in order: before this
+        node leads, nothing in it awaits until the entry is taken)."""
+        while self._issued < seq and not self.is_leader:
+            nxt = self._issued + 1
+            try:
+                data = await self.log.get(nxt)
+            except LogError as exc:
+                log.debug("%s: reading entry %d for the takeover: %s", self.log.stream, nxt, exc)
+                return  # the tail brings it
+            if self._issued + 1 == nxt:
+                await self._on_entry(nxt, data)
+                if self._issued < nxt:
+                    return  # (not taken: leave it to the tail)
 
     def demote(self) -> None:
         """Stop leading: writes not yet sent fail with StoreError (one being appended

@@ -138,6 +138,9 @@ class MemoryLog:
         self.entries: list[bytes] = []
         self.down = False
         self.lose_answers = False
+        self.tails_flow = asyncio.Event()  # cleared: tails deliver nothing (their consumer
+        self.tails_flow.set()  # died with a server, say)
+        self.got: list[int] = []  # entries read one by one
         self._grew = asyncio.Event()
 
     async def info(self) -> tuple[str | None, int]:
@@ -160,11 +163,19 @@ class MemoryLog:
             raise LogUnavailable("timeout")
         return len(self.entries)
 
+    async def get(self, seq: int) -> bytes:
+        await asyncio.sleep(0.001)
+        if self.down:
+            raise LogUnavailable("down")
+        self.got.append(seq)
+        return self.entries[seq - 1]
+
     def tail(
         self, start: int, on_entry: Callable[[int, bytes], Awaitable[None]]
     ) -> asyncio.Task[None]:
         async def run() -> None:
             seq = start
+            await self.tails_flow.wait()
             while True:
                 while seq <= len(self.entries):
                     await on_entry(seq, self.entries[seq - 1])
@@ -385,3 +396,25 @@ async def test_promote_waits_until_the_log_is_applied(tmp_path: Path) -> None:
             await b.promote()
             assert b.applied == len(log.entries)
             assert await seqs(b) == list(range(1, 50))  # loaded after promote: complete
+
+
+async def test_a_takeover_reads_what_a_stuck_tail_has_not_brought(tmp_path: Path) -> None:
+    """A tail whose consumer died with a server waits seconds for a new one; the node that
+    takes over reads the entries it lacks (and its own takeover entry) from the log."""
+    log = MemoryLog()
+    async with replicated(tmp_path, log, "a") as (a, _):
+        await a.promote()
+        await settled(a.append_many(Q, [msg(1), msg(2)]), a.append(Q, msg(3)))
+        await settled(a.remove(Q, [1]))
+    last = len(log.entries)
+    log.tails_flow.clear()
+    log.got.clear()
+    async with replicated(tmp_path, log, "b") as (b, _):  # its tail brings nothing
+        epoch = await asyncio.wait_for(b.promote(timeout=2.0), DEADLINE)
+        assert epoch == last + 1 == b.applied  # everything, its takeover entry too
+        assert log.got == list(range(1, last + 1))  # (its own takeover entry it knows)
+        assert await seqs(b) == [2, 3]
+        log.tails_flow.set()  # the tail comes back: what it brings is not applied twice
+        await settled(b.append(Q, msg(4)))
+        await until(lambda: b.applied == len(log.entries))
+        assert await seqs(b) == [2, 3, 4]
