@@ -774,16 +774,19 @@ class ReplicatedStore(Store):
         skipped as applied (``_on_entry`` takes each sequence once, in order: before this
         node leads, nothing in it awaits until the entry is taken)."""
         while self._issued < seq and not self.is_leader:
+            if self.restoring or self._state is not _State.OPEN:
+                return  # (a snapshot being copied in place: what comes after is the tail's)
             nxt = self._issued + 1
             try:
                 data = await self.log.get(nxt)
-            except LogError as exc:
+            except LogError as exc:  # (purged, say: the tail ends, a snapshot follows)
                 log.debug("%s: reading entry %d for the takeover: %s", self.log.stream, nxt, exc)
-                return  # the tail brings it
-            if self._issued + 1 == nxt:
-                await self._on_entry(nxt, data)
-                if self._issued < nxt:
-                    return  # (not taken: leave it to the tail)
+                return
+            if self.restoring or self._issued + 1 != nxt:
+                continue  # the tail took it meanwhile (or a snapshot came)
+            await self._on_entry(nxt, data)
+            if self._issued < nxt:
+                return  # (not taken: leave it to the tail)
 
     def demote(self) -> None:
         """Stop leading: writes not yet sent fail with StoreError (one being appended

@@ -215,6 +215,12 @@ class PurgeableLog:
         self._grew = asyncio.Event()
         return self.last
 
+    async def get(self, seq: int) -> bytes:
+        await asyncio.sleep(0.001)
+        if not self.first <= seq <= self.last:
+            raise LogError(f"no entry {seq}: the log holds {self.first}..{self.last}")
+        return self.entries[seq]
+
     async def purge_below(self, seq: int) -> None:
         for s in range(self.first, min(seq, self.last + 1)):
             del self.entries[s]
