@@ -34,6 +34,12 @@ class CoreSettings:
     cluster_port: int = 7422  # this node's cluster (NATS route) listener
     nats_url: str = ""  # a NATS server run apart (e.g. a sidecar) instead of our own child
     cluster_secret: str = ""  # peer links log in with it; the same on every node
+    # the replicated log of each shard (docs/cluster.md): seconds between a leader's purges,
+    # entries a purge always keeps, entries past which a purge cuts even past a node that
+    # has not applied them (0: never)
+    log_purge_every: float = 30.0
+    log_keep_entries: int = 10_000
+    log_max_entries: int = 1_000_000
 
     def check(self) -> None:
         if not 1 <= self.shards <= 1024:
@@ -54,6 +60,15 @@ class CoreSettings:
                     "(it names the node's NATS server too); set --node-id"
                 )
             self.peer_addresses()  # a ConfigError if unparsable
+            if not 0 < self.log_purge_every <= 86400:
+                raise ConfigError("POLYMQ_LOG_PURGE_EVERY must be 0 < seconds <= 86400 (a day)")
+            if self.log_keep_entries < 0:
+                raise ConfigError("POLYMQ_LOG_KEEP_ENTRIES must be 0 or more")
+            if self.log_max_entries and self.log_max_entries < max(self.log_keep_entries, 1):
+                raise ConfigError(
+                    "POLYMQ_LOG_MAX_ENTRIES must be 0 (never cut) or at least "
+                    "POLYMQ_LOG_KEEP_ENTRIES"
+                )
             if self.cluster_secret and len(self.cluster_secret) < 32:
                 raise ConfigError(
                     "POLYMQ_CLUSTER_SECRET needs at least 32 characters (e.g. `openssl rand "

@@ -51,7 +51,12 @@ class CoreService:
         if settings.clustered:  # nats-py is needed only here (the `cluster` extra)
             from .cluster import ClusterNode
 
-            self.cluster = ClusterNode(settings)
+            self.cluster = ClusterNode(
+                settings,
+                purge_every=settings.log_purge_every,
+                keep_entries=settings.log_keep_entries,
+                max_entries=settings.log_max_entries or None,
+            )
             self.auth = WithServiceToken(self.auth, self.cluster.secret)  # peer links
         self.broker = Broker(
             settings,
