@@ -52,6 +52,7 @@ from .types import Message
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
+    "EVENT_BYTES",
     "NEED_DATA",
     "PREAMBLE",
     "PROTOCOL_VERSION",
@@ -59,6 +60,7 @@ __all__ = [
     "Connection",
     "Role",
     "State",
+    "weight",
 ]
 
 PREAMBLE: Final = b"PMQ\x01"
@@ -119,6 +121,20 @@ _FIELDS: dict[int, tuple[str, ...]] = {
 _HAS_MESSAGES = frozenset(cls.OP for cls in (Publish, Deliver, Pulled, Polled))
 _TO_WIRE = Message.to_wire  # looked up once: a batch may hold thousands of messages
 _FROM_WIRE = Message.from_wire
+
+
+EVENT_BYTES: Final = 64  # what an event or a message adds to a frame besides bodies, roughly
+
+
+def weight(event: Event, raw: bytes | None = None) -> int:
+    """About how many bytes ``event`` adds to a frame (``raw``: its encoded op, if at hand),
+    for :meth:`Connection.send_frames`: its bodies count, and a little for everything else."""
+    if raw is not None:
+        return len(raw)
+    if event.OP not in _HAS_MESSAGES:
+        return EVENT_BYTES
+    messages: list[Message] = event.messages  # type: ignore[attr-defined]
+    return EVENT_BYTES + sum(len(m.body) + EVENT_BYTES for m in messages)
 
 
 def _encode_op(event: Event) -> list[Any]:

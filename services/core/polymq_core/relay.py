@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.auth import Permission
-from polymq.codec import NEED_DATA, Connection, Role
+from polymq.codec import NEED_DATA, Connection, Role, weight
 from polymq.errors import BadRequest, PolymqError, RequestError, Unavailable
 from polymq.events import (
     Ack,
@@ -78,14 +78,6 @@ _RETRY = 0.5
 _INTERNAL = 1 << 62  # request ids the relay uses for itself (the wire takes unsigned ids)
 _ANSWER_WITHIN = 15.0  # seconds a forwarded request may go unanswered (plus its own wait)
 _FRAME_BYTES = 1024 * 1024  # message bytes per frame to a peer, roughly (far below max_frame)
-_EVENT_BYTES = 64  # what an event or a message costs in a frame besides its body, roughly
-
-
-def _weight(event: Event, raw: bytes | None) -> int:
-    if raw is not None:
-        return len(raw)
-    messages = event.messages if isinstance(event, Publish) else ()
-    return _EVENT_BYTES + sum(len(m.body) + _EVENT_BYTES for m in messages)
 
 
 class Leaders(Protocol):
@@ -148,7 +140,7 @@ class PeerLink(asyncio.Protocol):
         queued, self.queued = self.queued, []
         raws, self.raws = self.raws, []
         try:
-            weights = list(map(_weight, queued, raws))
+            weights = list(map(weight, queued, raws))
             transport.writelines(self.conn.send_frames(queued, weights, _FRAME_BYTES, raws))
         except PolymqError as exc:  # an event we cannot encode: a bug, not the peer's fault
             log.exception("link to node %s: cannot send: %s", self.node, exc)

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from polymq.codec import NEED_DATA, Connection, Role
+from polymq.codec import EVENT_BYTES, NEED_DATA, Connection, Role, weight
 from polymq.errors import PolymqError, RemoteProtocolError, RequestError, Unavailable
 from polymq.events import (
     Cancelled,
@@ -50,13 +50,6 @@ log = logging.getLogger(__name__)
 _MAX_WAITING = 20_000  # requests awaiting an answer before reading pauses
 _FRAME_MESSAGES = 4096  # deliveries per Deliver event
 _FRAME_BYTES = 4 * 1024 * 1024  # body bytes per frame, roughly
-_EVENT_BYTES = 64  # what a small event weighs in a frame, roughly
-
-
-def _weight(event: Event) -> int:
-    if isinstance(event, Pulled | Deliver):  # (Deliver: those a relay passes on)
-        return _EVENT_BYTES + sum(len(m.body) + _EVENT_BYTES for m in event.messages)
-    return _EVENT_BYTES
 
 
 def _deliveries(sid: int, b: _Backlog, events: list[Event], weights: list[int]) -> None:
@@ -64,12 +57,12 @@ def _deliveries(sid: int, b: _Backlog, events: list[Event], weights: list[int]) 
     n = len(b.tags)
     if n <= _FRAME_MESSAGES and b.nbytes <= _FRAME_BYTES:  # the common case
         events.append(Deliver(sid, b.tags, b.messages))
-        weights.append(b.nbytes + n * _EVENT_BYTES)
+        weights.append(b.nbytes + n * EVENT_BYTES)
         return
     start = 0
     size = 0
     for i, m in enumerate(b.messages):
-        size += len(m.body) + _EVENT_BYTES
+        size += len(m.body) + EVENT_BYTES
         if i + 1 - start >= _FRAME_MESSAGES or size >= _FRAME_BYTES or i + 1 == n:
             events.append(Deliver(sid, b.tags[start : i + 1], b.messages[start : i + 1]))
             weights.append(size)
@@ -353,7 +346,7 @@ class Session(asyncio.Protocol):
         events: list[Event] = self._replies
         self._replies = []
         given, self._raws = self._raws, {}
-        weights = [_weight(ev) for ev in events]
+        weights = [weight(ev, given.get(i)) for i, ev in enumerate(events)]
         if not self._paused and self._backlog:
             backlog, self._backlog = self._backlog, {}
             for sub, b in backlog.items():

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from polymq.codec import (
     DEFAULT_MAX_FRAME,
+    EVENT_BYTES,
     NEED_DATA,
     PREAMBLE,
     PROTOCOL_VERSION,
@@ -25,6 +26,7 @@ from polymq.codec import (
     Connection,
     Role,
     State,
+    weight,
 )
 from polymq.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from polymq.events import (
@@ -324,6 +326,13 @@ def test_send_frames_packs_small_events_together_and_a_big_one_alone() -> None:
     tr(lambda: open_connection(Role.SERVER), b"".join(frames), events, state=State.OPEN)
     counts = [len(msgpack.unpackb(f[4:])) for f in frames]
     assert counts == [2, 1, 2]
+
+
+@pytest.mark.parametrize("event", [*CLIENT_EVENTS, *SERVER_EVENTS], ids=lambda e: type(e).__name__)
+def test_an_events_weight_counts_its_bodies(event: Event) -> None:
+    bodies = [m.body for m in getattr(event, "messages", [])]
+    assert weight(event) == EVENT_BYTES * (1 + len(bodies)) + sum(map(len, bodies))
+    assert weight(event, b"x" * 5) == 5  # its encoded op, when at hand
 
 
 def test_send_many_of_nothing_is_an_empty_frame() -> None:
