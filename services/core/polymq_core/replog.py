@@ -260,11 +260,9 @@ class ShardLog:
         self.subject = f"polymq.shard.{shard}"
         self.timeout = timeout
         self._nudged = asyncio.Event()  # a new leader: a tail waiting to retry tries now
-        # the tails' current tries (see nudge); those applying an entry; those to restart
-        # once the entry is applied
+        # the tails' current tries (see nudge), and those of them applying an entry
         self._attempts: set[asyncio.Future[None]] = set()
         self._in_entry: set[asyncio.Future[None] | None] = set()
-        self._restart_after_entry: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
         return f"<ShardLog {self.stream} x{self.replicas}>"
@@ -421,7 +419,6 @@ class ShardLog:
                 log.warning("%s: tail restarts at %d (%s)", self.stream, expected[0], exc)
             finally:
                 self._attempts.discard(attempt)
-                self._restart_after_entry.discard(attempt)
             if expected[0] > began or self._nudged.is_set():  # going well, or a new leader
                 delay = _BACKOFF[0]
                 if self._nudged.is_set():
@@ -444,13 +441,9 @@ class ShardLog:
         with the old leader, or could not be made without one) tries at once, and a try
         waiting on NATS (a request the dead leader will never answer, a consumer gone with
         it) starts again at once; one applying an entry, once it is applied."""
-        self._nudged.set()
+        self._nudged.set()  # (cleared as each try begins: one applying sees it after)
         for attempt in list(self._attempts):
-            if attempt.done():
-                continue
-            if attempt in self._in_entry:
-                self._restart_after_entry.add(attempt)
-            else:
+            if not attempt.done() and attempt not in self._in_entry:
                 attempt.cancel()
 
     async def _check_start(self, seq: int) -> None:
@@ -534,7 +527,7 @@ class ShardLog:
                     finally:
                         self._in_entry.discard(me)
                     expected[0] = seq + 1
-                    if me in self._restart_after_entry:
+                    if self._nudged.is_set():  # nudged while applying it
                         raise _Restart("the stream has a new leader")
         finally:
             try:
