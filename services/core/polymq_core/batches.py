@@ -6,9 +6,16 @@ with ``"duplicate": True``; a repeat that arrives while the first is still being
 waits for it and shares its outcome. A batch whose publish failed is forgotten, so that a
 retry publishes it.
 
-The window lives in the memory of the shard that owns the destination: it survives anything
-but a restart of the core (then a retry within the window publishes again: at-least-once).
-Entries are dropped when they expire or, oldest first, when the shard holds ``max_entries``.
+The window lives in the memory of the shard that owns the destination, and a batch is
+remembered as durably as its messages: when any of them is written to the store (persistent
+messages, durable destination), the batch id and its answer go in the same write
+(``Store.append_batch``), so both are kept or neither; the shard reads them back when it
+opens or (in a cluster) when it takes over, and a retry through any node after a restart or a
+failover is still a duplicate. A batch of transient messages only, or one published to a
+topic (its copies may go to several shards), is remembered in memory only: a restart
+forgets it, and a retry publishes again (at-least-once). Entries are dropped when they expire
+or, oldest first, when the shard holds ``max_entries``; the shard drops expired ones from the
+store now and then (``Store.forget_batches``).
 """
 
 from __future__ import annotations
@@ -16,8 +23,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any
+
+import msgpack
+
+from polymq.types import Message
 
 MAX_BATCH_ID = 256  # characters
 MAX_BATCH_TTL = 7 * 86400.0
@@ -62,6 +73,15 @@ class BatchWindow:
         self._entries.move_to_end(key)
         return asyncio.shield(fut)
 
+    def restore(self, key: str, expires: float, answer: dict[str, Any]) -> None:
+        """Remember a batch read back from the store, until ``expires`` (wall-clock)."""
+        now = time.monotonic()
+        self._prune(now)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut.set_result(answer)
+        self._entries[key] = (now + (expires - time.time()), fut)
+        self._entries.move_to_end(key)
+
     def _settled(self, key: str, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             entry = self._entries.get(key)
@@ -82,3 +102,36 @@ async def _duplicate(fut: asyncio.Future[Any]) -> Any:
     if isinstance(result, dict):
         return {**result, "duplicate": True}
     return result
+
+
+def pack_answer(messages: Sequence[Message]) -> bytes:
+    """The answer to a publish of ``messages`` (their ids and seqs assigned), as a batch keeps
+    it in the store. A publish numbers its messages in a row (ids ``<boot>.<shard>.<n>``,
+    seqs), so a row is kept as its first id and seq; anything else as the lists."""
+    count = len(messages)
+    if count:
+        prefix, _, first = messages[0].id.rpartition(".")
+        if first.isdigit():
+            n, seq = int(first), messages[0].seq
+            if all(
+                m.id == f"{prefix}.{n + i}" and m.seq == seq + i for i, m in enumerate(messages)
+            ):
+                return bytes(msgpack.packb([0, count, prefix, n, seq]))
+    return bytes(msgpack.packb([1, count, [m.id for m in messages], [m.seq for m in messages]]))
+
+
+def unpack_answer(blob: bytes) -> dict[str, Any]:
+    """The answer that :func:`pack_answer` kept (``ValueError`` if ``blob`` is not one)."""
+    try:
+        form, count, *rest = msgpack.unpackb(blob)
+        if form == 0:
+            prefix, n, seq = rest
+            ids = [f"{prefix}.{n + i}" for i in range(count)]
+            seqs = list(range(seq, seq + count))
+        elif form == 1:
+            ids, seqs = rest
+        else:
+            raise ValueError(f"unknown form {form!r}")
+    except Exception as exc:
+        raise ValueError(f"not a stored batch answer: {exc}") from exc
+    return {"count": count, "ids": ids, "seqs": seqs, "duplicate": False}

@@ -59,14 +59,23 @@ class Publisher:
         if answer is not None:
             broker.sensors.on_duplicate_batch(session.protocol)
             return answer
-        result = self._publish_now(session, ev, dest)
+        ttl = min(float(ttl), MAX_BATCH_TTL)
+        result = self._publish_now(session, ev, dest, (key, time.time() + ttl))
         if isinstance(result, dict):
             result["duplicate"] = False
         else:
             result = _with(result, "duplicate", False)
-        return window.remember(key, min(float(ttl), MAX_BATCH_TTL), result)
+        return window.remember(key, ttl, result)
 
-    def _publish_now(self, session: Session, ev: Publish, dest: Destination) -> Any:
+    def _publish_now(
+        self,
+        session: Session,
+        ev: Publish,
+        dest: Destination,
+        batch: tuple[str, float] | None = None,
+    ) -> Any:
+        """``batch``: (key, expires) of an idempotent batch, kept with its messages in the
+        store when they are (a queue's, stream's or channel's persistent messages)."""
         broker = self.broker
         msgs = ev.messages
         if not msgs:
@@ -92,7 +101,7 @@ class Publisher:
             key = Shard.key_of(dest, other)
         else:
             key = str(dest)
-        fut = broker.shard_for(key).publish(key, msgs)
+        fut = broker.shard_for(key).publish(key, msgs, batch=batch)
         result = {"count": len(msgs), "ids": [m.id for m in msgs], "seqs": [m.seq for m in msgs]}
         if fut is None:
             return result

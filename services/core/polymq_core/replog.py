@@ -848,6 +848,14 @@ class ReplicatedStore(Store):
     def append_many(self, destination: str, messages: Sequence[Message]) -> asyncio.Future[None]:
         return self._write("append_many", destination, messages)
 
+    def append_batch(
+        self, destination: str, messages: Sequence[Message], key: str, expires: float, answer: bytes
+    ) -> asyncio.Future[None]:
+        return self._write("append_batch", destination, messages, key, expires, answer)
+
+    def forget_batches(self, before: float) -> asyncio.Future[None]:
+        return self._write("forget_batches", before)
+
     def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
         return self._write("remove", destination, seqs)
 
@@ -1253,6 +1261,10 @@ class ReplicatedStore(Store):
     async def load_bindings(self) -> list[tuple[str, str]]:
         await self.sync()
         return await self.local.load_bindings()
+
+    async def load_batches(self, now: float) -> list[tuple[str, float, bytes]]:
+        await self.sync()
+        return await self.local.load_batches(now)
 
     async def count_messages(self, destination: str) -> int:
         await self.sync()

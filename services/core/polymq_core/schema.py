@@ -3,7 +3,7 @@ its versions and their migrations, the statements, and how a batch of queued wri
 applied in one transaction. No threads and no asyncio here: the store's writer thread calls
 :func:`apply_batch` between ``BEGIN IMMEDIATE`` and ``COMMIT``.
 
-Layout of the SQLite file (WAL journal, ``PRAGMA user_version = 3``)::
+Layout of the SQLite file (WAL journal, ``PRAGMA user_version = 4``)::
 
     messages      (destination, seq) -> blob     msgpack of Message.to_wire()
     destinations  destination -> options, metadata (JSON)
@@ -14,11 +14,14 @@ Layout of the SQLite file (WAL journal, ``PRAGMA user_version = 3``)::
     kv            key -> value
     replication   one row (id 0) -> applied       in cluster mode, the sequence of the last
                                                   entry of the shard's log applied here
+    batches       key -> expires, answer          idempotent publishes (batch ids) remembered
+                                                  with their messages, until ``expires``
+                                                  (wall-clock seconds); see polymq_core.batches
 
-Schema versions: 1 had no ``bindings`` table, 2 no ``replication`` table. Opening an older
-file creates what it lacks and sets version 3 (nothing else changes, so each migration is one
-``CREATE TABLE``); a file of a version newer than this code knows is refused (by the store,
-which says so).
+Schema versions: 1 had no ``bindings`` table, 2 no ``replication`` table, 3 no ``batches``
+table. Opening an older file creates what it lacks and sets version 4 (nothing else changes,
+so each migration is a ``CREATE``); a file of a version newer than this code knows is refused
+(by the store, which says so).
 
 A queued write is a flat tuple ``(future, kind, *fields)`` (:data:`Write`); its
 :class:`WriteKind` lists the fields. In the replicated log (:mod:`polymq_core.replog`) a write
@@ -34,7 +37,7 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS messages ("
     " destination TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,"
@@ -51,6 +54,10 @@ SCHEMA = (
     # version 3
     "CREATE TABLE IF NOT EXISTS replication ("
     " id INTEGER PRIMARY KEY CHECK (id = 0), applied INTEGER NOT NULL)",
+    # version 4
+    "CREATE TABLE IF NOT EXISTS batches ("
+    " key TEXT PRIMARY KEY, expires REAL NOT NULL, answer BLOB NOT NULL) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS batches_expires ON batches (expires)",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 _INSERT_MESSAGE = "INSERT OR REPLACE INTO messages (destination, seq, blob) VALUES (?, ?, ?)"
@@ -70,6 +77,9 @@ _DELETE_BINDING = "DELETE FROM bindings WHERE destination = ? AND pattern = ?"
 _DELETE_BINDINGS = "DELETE FROM bindings WHERE destination = ?"
 _KV_PUT = "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)"
 _KV_DELETE = "DELETE FROM kv WHERE key = ?"
+_SAVE_BATCH = "INSERT OR REPLACE INTO batches (key, expires, answer) VALUES (?, ?, ?)"
+_FORGET_BATCHES = "DELETE FROM batches WHERE expires <= ?"
+LOAD_BATCHES = "SELECT key, expires, answer FROM batches WHERE expires > ? ORDER BY expires"
 _SET_APPLIED = "INSERT OR REPLACE INTO replication (id, applied) VALUES (0, ?)"
 LOAD_APPLIED = "SELECT applied FROM replication WHERE id = 0"
 
@@ -102,6 +112,10 @@ class WriteKind(enum.Enum):
     # kind, *fields), then ``replication.applied = seq``, all in one transaction; ``after``
     # (or None) is the entry that must be the last applied before it. Never in the log.
     APPLIED = enum.auto()
+    # destination, [(seq, blob), ...], batch key, expires, answer: APPEND_MANY and the
+    # idempotent batch it answers, which is remembered exactly when its messages are kept
+    APPEND_BATCH = enum.auto()
+    FORGET_BATCHES = enum.auto()  # before: drop the batches that expire by then
 
 
 # How many fields follow the kind, for the kinds a log entry may carry.
@@ -116,6 +130,8 @@ ARITY = {
     WriteKind.DELETE_BINDINGS: 2,
     WriteKind.KV_PUT: 2,
     WriteKind.KV_DELETE: 1,
+    WriteKind.APPEND_BATCH: 5,
+    WriteKind.FORGET_BATCHES: 1,
 }
 
 
@@ -125,6 +141,7 @@ Write = tuple[Any, ...]
 
 APPEND = WriteKind.APPEND
 APPEND_MANY = WriteKind.APPEND_MANY
+APPEND_BATCH = WriteKind.APPEND_BATCH
 REMOVE = WriteKind.REMOVE
 
 
@@ -260,7 +277,7 @@ def _doomed(batch: list[Write]) -> set[tuple[int, int]] | None:
         elif kind is APPEND:
             if (write[2], write[3]) in gone or write[2] in wiped:
                 doomed.add((id(write), write[3]))
-        elif kind is APPEND_MANY:
+        elif kind is APPEND_MANY or kind is APPEND_BATCH:
             destination = write[2]
             for seq, _ in write[3]:
                 if (destination, seq) in gone or destination in wiped:
@@ -304,13 +321,15 @@ def _apply(
                 run.insert(destination, seq, blob)
             if seq > high.get(destination, -1):
                 high[destination] = seq
-        elif kind is APPEND_MANY:
-            _, _, destination, rows = write
+        elif kind is APPEND_MANY or kind is APPEND_BATCH:
+            destination, rows = write[2], write[3]
             for seq, blob in rows:
                 if doomed is None or (id(write), seq) not in doomed:
                     run.insert(destination, seq, blob)
                 if seq > high.get(destination, -1):
                     high[destination] = seq
+            if kind is APPEND_BATCH:
+                run.execute(_SAVE_BATCH, write[4:])
         elif kind is REMOVE:
             run.remove(write[2], write[3])
         elif kind is WriteKind.PURGE:
@@ -334,6 +353,8 @@ def _apply(
             run.execute(_KV_PUT, write[2:])
         elif kind is WriteKind.KV_DELETE:
             run.execute(_KV_DELETE, write[2:])
+        elif kind is WriteKind.FORGET_BATCHES:
+            run.execute(_FORGET_BATCHES, write[2:])
         elif kind is WriteKind.APPLIED:
             _, _, seq, after, writes = write
             applied.advance(seq, after)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from polymq.errors import Conflict, NotFound, Unavailable
 from polymq.types import DeclareOptions, Destination, Message
 
-from .batches import BatchWindow
+from .batches import BatchWindow, pack_answer, unpack_answer
 from .queue import Queue
 from .store import Store, StoreError
 from .stream import Stream
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from .metrics import Sensors
 
 log = logging.getLogger(__name__)
+
+FORGET_BATCHES_EVERY = 60.0  # seconds between drops of expired batches from the store
 
 Box = Queue | Stream
 _DEFAULTS = DeclareOptions()
@@ -88,6 +90,8 @@ class Shard:
         self._removes_scheduled = False
         self._task: asyncio.Task[None] | None = None
         self.batches = BatchWindow()  # idempotent publishes to this shard's destinations
+        self._stored_batches: list[float] = []  # heap: when each batch in the store expires
+        self._batches_forgotten = time.monotonic()
         self._committing: dict[str, int] = {}  # cluster: publishes awaiting commit, per key
 
     # ---- life cycle ----------------------------------------------------------------------
@@ -130,6 +134,12 @@ class Shard:
                 bindings.add(pattern, key)
             except ValueError:
                 log.warning("shard %d: ignoring binding %s -> %s", self.index, pattern, key)
+        for key, expires, blob in await self.store.load_batches(time.time()):
+            heapq.heappush(self._stored_batches, expires)
+            try:
+                self.batches.restore(key, expires, unpack_answer(blob))
+            except ValueError as exc:
+                log.warning("shard %d: ignoring stored batch %r: %s", self.index, key, exc)
 
     # ---- leadership (cluster mode) -----------------------------------------------------------
     async def promote(self) -> None:
@@ -181,6 +191,7 @@ class Shard:
         self._timers.clear()
         self._removes.clear()
         self.batches = BatchWindow()
+        self._stored_batches.clear()
         log.warning("shard %d: no longer led by this node (%s)", self.index, reason)
 
     async def close(self) -> None:
@@ -338,12 +349,19 @@ class Shard:
 
     # ---- messages ------------------------------------------------------------------------
     def publish(
-        self, key: str, messages: list[Message], *, routed: bool = False
+        self,
+        key: str,
+        messages: list[Message],
+        *,
+        routed: bool = False,
+        batch: tuple[str, float] | None = None,
     ) -> asyncio.Future[None] | None:
         """Append messages to a queue or stream; the future resolves when durable.
 
         ``routed``: the messages came through a binding from the topic in their
-        ``destination``, which they keep (a consumer sees where they were published)."""
+        ``destination``, which they keep (a consumer sees where they were published).
+        ``batch``: (key, expires) of an idempotent batch (see :mod:`polymq_core.batches`),
+        stored with the messages when any of them is."""
         box = self.get(key)
         now = time.time()
         if isinstance(box, Queue):
@@ -367,21 +385,35 @@ class Shard:
                 durable.append(m)
             if not later:
                 box.put(m)
-        if later:
-            box.last_used = time.monotonic()
-            return self._publish_committed(box, messages, durable)
         box.last_used = time.monotonic()
-        fut = self.commit("append_many", key, durable) if durable else None
-        box.pump()
+        if not durable:
+            box.pump()
+            return None
+        fut = self._append(key, messages, durable, batch)
+        if later:
+            self._publish_committed(box, messages, fut)
+        else:
+            box.pump()
         return fut
 
-    def _publish_committed(
-        self, box: Box, messages: list[Message], durable: list[Message]
+    def _append(
+        self,
+        key: str,
+        messages: list[Message],
+        durable: list[Message],
+        batch: tuple[str, float] | None,
     ) -> asyncio.Future[None]:
+        if batch is None:
+            return self.commit("append_many", key, durable)
+        heapq.heappush(self._stored_batches, batch[1])
+        return self.commit("append_batch", key, durable, *batch, pack_answer(messages))
+
+    def _publish_committed(
+        self, box: Box, messages: list[Message], fut: asyncio.Future[None]
+    ) -> None:
         """Cluster mode: the messages are enqueued (and so delivered) only once their write
-        is committed by a majority; if it fails, they were never there."""
+        (``fut``) is committed by a majority; if it fails, they were never there."""
         key = box.key
-        fut = self.commit("append_many", key, durable)
         committing = self._committing
         committing[key] = committing.get(key, 0) + 1
 
@@ -401,7 +433,6 @@ class Shard:
             current.pump()
 
         fut.add_done_callback(committed)
-        return fut
 
     def settled(self, queue: Queue, msg: Message) -> None:
         """A message left the queue for good: forget it durably (batched)."""
@@ -459,6 +490,19 @@ class Shard:
             if mono - last_sweep >= 0.5:
                 last_sweep = mono
                 self._sweep(mono)
+                self._forget_batches(mono, now)
+
+    def _forget_batches(self, mono: float, now: float) -> None:
+        """Now and then, drop the batches that have expired from the store."""
+        expiries = self._stored_batches
+        if not (self.leading and expiries and expiries[0] <= now):
+            return
+        if mono - self._batches_forgotten < FORGET_BATCHES_EVERY:
+            return
+        self._batches_forgotten = mono
+        while expiries and expiries[0] <= now:
+            heapq.heappop(expiries)
+        self.commit("forget_batches", now)
 
     def _sweep(self, mono: float) -> None:
         """Idle TTL expiry, and eviction of idle destinations from memory."""

@@ -4,9 +4,9 @@ The core keeps its queues and streams in shards; each shard owns one :class:`Sto
 durable change of the shard goes through it. :class:`SqliteStore` keeps it in one SQLite file.
 
 Writes
-    ``append``, ``append_many``, ``remove``, ``purge``, ``save_destination``,
-    ``delete_destination``, ``save_bindings``, ``delete_bindings``, ``kv_put`` and
-    ``kv_delete`` are plain methods: they queue the change
+    ``append``, ``append_many``, ``append_batch``, ``remove``, ``purge``,
+    ``save_destination``, ``delete_destination``, ``save_bindings``, ``delete_bindings``,
+    ``forget_batches``, ``kv_put`` and ``kv_delete`` are plain methods: they queue the change
     and return an :class:`asyncio.Future` that resolves to ``None`` once the change is committed
     *and* fsynced. Changes are applied in the order they were issued. A write whose future is
     never awaited (or is cancelled) is still made; cancelling only stops the waiting.
@@ -23,8 +23,8 @@ Writes
     once: that is a bug in the caller, not a store failure.
 
 Reads
-    ``kv_get``, ``kv_keys``, ``load_destinations``, ``load_messages``, ``load_bindings`` and
-    ``count_messages`` run on a
+    ``kv_get``, ``kv_keys``, ``load_destinations``, ``load_messages``, ``load_bindings``,
+    ``load_batches`` and ``count_messages`` run on a
     thread of their own with a separate connection, so they never block the event loop. A read
     sees every write whose future has resolved.
 
@@ -80,9 +80,11 @@ from polymq.types import Message
 
 from .schema import (
     APPEND,
+    APPEND_BATCH,
     APPEND_MANY,
     ARITY,
     LOAD_APPLIED,
+    LOAD_BATCHES,
     LOAD_DESTINATIONS,
     REMOVE,
     SCHEMA,
@@ -143,6 +145,18 @@ class Store(abc.ABC):
         """``append`` each of ``messages``, in one write."""
 
     @abc.abstractmethod
+    def append_batch(
+        self, destination: str, messages: Sequence[Message], key: str, expires: float, answer: bytes
+    ) -> asyncio.Future[None]:
+        """``append_many``, and in the same write remember the idempotent batch ``key``
+        with its ``answer`` until ``expires`` (wall-clock seconds): both are kept, or
+        neither."""
+
+    @abc.abstractmethod
+    def forget_batches(self, before: float) -> asyncio.Future[None]:
+        """Drop the remembered batches that expire at or before ``before``."""
+
+    @abc.abstractmethod
     def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
         """Remove acknowledged messages; seqs that are not stored are ignored."""
 
@@ -195,6 +209,11 @@ class Store(abc.ABC):
         """Every stored binding as ``(destination, pattern)``, ordered."""
 
     @abc.abstractmethod
+    async def load_batches(self, now: float) -> list[tuple[str, float, bytes]]:
+        """The remembered batches that expire after ``now``, as ``(key, expires, answer)``,
+        soonest to expire first."""
+
+    @abc.abstractmethod
     async def count_messages(self, destination: str) -> int: ...
 
 
@@ -245,6 +264,8 @@ class SqliteStore(Store):
         self._encoders: dict[str, Callable[..., tuple[Any, ...]]] = {
             "append": self._encode_append,
             "append_many": self._encode_append_many,
+            "append_batch": self._encode_append_batch,
+            "forget_batches": self._encode_forget_batches,
             "remove": self._encode_remove,
             "purge": self._encode_purge,
             "save_destination": self._encode_save_destination,
@@ -377,6 +398,14 @@ class SqliteStore(Store):
     def append_many(self, destination: str, messages: Sequence[Message]) -> asyncio.Future[None]:
         return self._submit(*self._encode_append_many(destination, messages))
 
+    def append_batch(
+        self, destination: str, messages: Sequence[Message], key: str, expires: float, answer: bytes
+    ) -> asyncio.Future[None]:
+        return self._submit(*self._encode_append_batch(destination, messages, key, expires, answer))
+
+    def forget_batches(self, before: float) -> asyncio.Future[None]:
+        return self._submit(*self._encode_forget_batches(before))
+
     def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
         return self._submit(*self._encode_remove(destination, seqs))
 
@@ -411,6 +440,15 @@ class SqliteStore(Store):
     def _encode_append_many(self, destination: str, messages: Sequence[Message]) -> tuple[Any, ...]:
         pack = self._packer.pack
         return (APPEND_MANY, destination, [(m.seq, pack(m.to_wire())) for m in messages])
+
+    def _encode_append_batch(
+        self, destination: str, messages: Sequence[Message], key: str, expires: float, answer: bytes
+    ) -> tuple[Any, ...]:
+        _, _, rows = self._encode_append_many(destination, messages)
+        return (APPEND_BATCH, destination, rows, str(key), float(expires), bytes(answer))
+
+    def _encode_forget_batches(self, before: float) -> tuple[Any, ...]:
+        return (WriteKind.FORGET_BATCHES, float(before))
 
     def _encode_remove(self, destination: str, seqs: Sequence[int]) -> tuple[Any, ...]:
         return (REMOVE, destination, list(seqs))
@@ -623,6 +661,13 @@ class SqliteStore(Store):
         def read(conn: sqlite3.Connection) -> list[tuple[str, str]]:
             sql = "SELECT destination, pattern FROM bindings ORDER BY destination, pattern"
             return [(str(d), str(p)) for d, p in conn.execute(sql)]
+
+        return await self._read(read)
+
+    async def load_batches(self, now: float) -> list[tuple[str, float, bytes]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[str, float, bytes]]:
+            rows = conn.execute(LOAD_BATCHES, (now,))
+            return [(str(k), float(e), bytes(a)) for k, e, a in rows]
 
         return await self._read(read)
 

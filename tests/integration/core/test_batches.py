@@ -9,7 +9,7 @@ import pytest
 from polymq import BadRequest, Client, Message, QueueFull
 
 from ...procs import PolymqProcess
-from .helpers import connect, uid
+from .helpers import collect, connect, nothing_more, uid
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -89,6 +89,62 @@ async def test_topic_batches_are_deduplicated_too(client: Client) -> None:
     assert [d.message.body for d in got] == [b"m0", b"m1"]
     with pytest.raises(TimeoutError):
         await sub.get(0.3)
+
+
+@pytest.mark.parametrize("kind", ["queue", "stream", "channel"])
+async def test_a_batch_of_persistent_messages_is_remembered_across_kill_9(
+    core: PolymqProcess, kind: str
+) -> None:
+    """The batch id is kept with the messages: a retry after the core died (its answer
+    lost, say) is still a duplicate, answered with the first publish's ids and seqs."""
+    dest = f"{kind}/{uid()}"
+    role = "client" if kind == "channel" else None
+    async with await connect(core.ports["core"]) as c:
+        if kind == "queue":
+            await c.declare(dest, durable=True)
+        first = await c.publish(dest, batch(300), batch_id="kept", role=role)
+        other = await c.publish(dest, batch(2, "o"), batch_id="other", role=role)
+    core.kill()
+    core.start()
+    async with await connect(core.ports["core"]) as c:
+        again = await c.publish(dest, batch(300), batch_id="kept", role=role)
+        assert again["duplicate"] is True
+        assert (again["ids"], again["seqs"], again["count"]) == (
+            first["ids"],
+            first["seqs"],
+            300,
+        )
+        assert (await c.publish(dest, batch(2, "o"), batch_id="other", role=role))["duplicate"]
+        assert other["seqs"] == [301, 302]
+        fresh = await c.publish(dest, batch(1), batch_id="new", role=role)
+        assert fresh["duplicate"] is False and fresh["seqs"] == [303]
+        if kind == "channel":
+            sub = await c.subscribe(dest, role="server")
+            got = await collect(sub, 303)
+            await nothing_more(sub)
+            assert len({d.message.id for d in got}) == 303
+        else:
+            assert (await c.stats(dest))["messages"] == 303
+
+
+async def test_what_a_restart_forgets_transient_batches_and_expired_ones(
+    core: PolymqProcess,
+) -> None:
+    """A batch of transient messages is remembered as long as they are: in memory. A stored
+    batch whose window has passed publishes again, after a restart as before one."""
+    transient, expiring = f"queue/{uid()}", f"queue/{uid()}"
+    async with await connect(core.ports["core"]) as c:
+        await c.declare(expiring, durable=True)
+        await c.publish(transient, [Message(b"t")], batch_id="t")
+        assert (await c.publish(transient, [Message(b"t")], batch_id="t"))["duplicate"]
+        await c.publish(expiring, batch(2), batch_id="e", batch_ttl=1.0)
+    core.kill()
+    await asyncio.sleep(1.2)
+    core.start()
+    async with await connect(core.ports["core"]) as c:
+        assert (await c.publish(transient, [Message(b"t")], batch_id="t"))["duplicate"] is False
+        assert (await c.publish(expiring, batch(2), batch_id="e"))["duplicate"] is False
+        assert (await c.stats(expiring))["messages"] == 4
 
 
 @pytest.mark.parametrize(

@@ -601,6 +601,10 @@ WRITE_CALLS: list[tuple[str, tuple[Any, ...]]] = [
     ("kv_put", ("k2", bytearray(b"v2"))),
     ("kv_delete", ("k2",)),
     ("kv_delete", ("never",)),
+    ("append_batch", ("queue/b", [small_message(s, "queue/b") for s in (1, 2)], "k1", 2e9, b"a")),
+    ("append_batch", ("queue/b", [small_message(3, "queue/b")], "k2", 1000.0, b"\x00")),
+    ("append_batch", ("queue/b", [small_message(4, "queue/b")], "k1", 3e9, b"again")),
+    ("forget_batches", (1500.0,)),
 ]
 
 
@@ -711,6 +715,31 @@ async def test_apply_entry_after_close_raises_store_error(db: Path) -> None:
         await store.applied()
 
 
+async def test_batches_are_kept_with_their_messages_and_forgotten_once_expired(
+    store: SqliteStore,
+) -> None:
+    await settled(store.append_batch(Q, [small_message(1)], "late", 300.0, b"l"))
+    await settled(store.append_batch(Q, [small_message(2)], "soon", 200.0, b"s"))
+    await settled(store.append_batch(Q, [small_message(3)], "gone", 100.0, b"g"))
+    assert [m.seq for m in await store.load_messages(Q)] == [1, 2, 3]
+    assert await store.load_batches(100.0) == [("soon", 200.0, b"s"), ("late", 300.0, b"l")]
+    await settled(store.forget_batches(200.0))
+    assert await store.load_batches(0.0) == [("late", 300.0, b"l")]
+    assert len(await store.load_messages(Q)) == 3  # forgetting a batch keeps its messages
+
+
+async def test_a_batch_whose_messages_are_acked_in_the_same_commit_is_still_kept(
+    store: SqliteStore,
+) -> None:
+    """In one group commit the acked messages are never written (``apply_batch`` skips
+    them); the batch that brought them is, as it is when the ack comes in a later one."""
+    first = store.append_batch(Q, [small_message(1), small_message(2)], "b", 2e9, b"a")
+    second = store.remove(Q, [1, 2])
+    await settled(asyncio.gather(first, second))
+    assert await store.load_messages(Q) == []
+    assert await store.load_batches(0.0) == [("b", 2e9, b"a")]
+
+
 _V2_SCHEMA = (
     *_V1_SCHEMA[:-1],
     "CREATE TABLE bindings (destination TEXT NOT NULL, pattern TEXT NOT NULL,"
@@ -719,9 +748,9 @@ _V2_SCHEMA = (
 )
 
 
-async def test_a_version_2_file_is_migrated_to_3_and_keeps_its_data(db: Path) -> None:
+async def test_a_version_2_file_is_migrated_and_keeps_its_data(db: Path) -> None:
     """A data file written before replication existed opens with nothing applied, keeps
-    everything and records entries from then on."""
+    everything and records entries from then on; it remembers batches from then on too."""
     message = full_message(3)
     with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
         conn.execute("PRAGMA journal_mode = WAL")
@@ -739,12 +768,15 @@ async def test_a_version_2_file_is_migrated_to_3_and_keeps_its_data(db: Path) ->
         assert await store.load_messages(Q) == [message]
         assert await store.load_bindings() == [(Q, "a.*")]
         assert await store.kv_get("k") == b"\x01"
+        assert await store.load_batches(0.0) == []
         await settled(store.apply_entry(12, [store.encode("kv_delete", "k")]))
+        await settled(store.append_batch(Q, [small_message(4)], "b", 2e9, b"x"))
     async with opened(db) as store:
         assert await store.applied() == 12
         assert await store.kv_get("k") is None
+        assert await store.load_batches(0.0) == [("b", 2e9, b"x")]
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3 == SCHEMA_VERSION
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4 == SCHEMA_VERSION
 
 
 async def test_an_entry_queued_behind_one_that_failed_fails_too(store: SqliteStore) -> None:
