@@ -240,13 +240,20 @@ class Queue:
             self.pump()
 
     def _return(self, msg: Message, reason: str) -> None:
-        """A delivery came back unacked: requeue, or dead-letter past max deliveries."""
+        """A delivery came back unacked: requeue, or dead-letter past max deliveries.
+
+        Under ``max_deliveries`` a persistent message returned to a durable queue is
+        written again with its delivery count, so that a restart or a new leader goes on
+        counting (a consumer that dies of a poison message is what the limit is for); a
+        delivery under way when the core stops is counted from the last return."""
         limit = self.options.max_deliveries
         if limit is not None and msg.delivery_count >= limit:
             self.shard.discard(self, msg, "max-deliveries")
-        else:
-            self.requeue(msg)
-            self.shard.sensors.on_redeliver(reason, 1)
+            return
+        if limit is not None and msg.persistent and self.durable:
+            self.shard.commit("append_many", self.key, [msg])
+        self.requeue(msg)
+        self.shard.sensors.on_redeliver(reason, 1)
 
     def pump(self) -> None:
         """Deliver ready messages to waiters and consumers with credit."""

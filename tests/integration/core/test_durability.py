@@ -195,3 +195,31 @@ async def test_idle_ttl_still_applies_after_a_restart(core: PolymqProcess) -> No
     async with await connect(core.ports["core"]) as c:
         with pytest.raises(NotFound):
             await c.stats(q)
+
+
+async def test_max_deliveries_goes_on_counting_after_kill_9(core: PolymqProcess) -> None:
+    """A poison message returned twice of three allowed deliveries, then the core dies: it
+    comes back third time counted as such, and its next return dead-letters it."""
+    q, dlq = f"queue/{uid()}", f"queue/{uid('dlq')}"
+    async with await connect(core.ports["core"]) as c:
+        await c.declare(q, max_deliveries=3, dead_letter=dlq)
+        await c.publish(q, [Message(b"poison", persistent=True)])
+        sub = await c.subscribe(q, ack_mode="client-individual")
+        for n in (1, 2):
+            (d,) = await collect(sub, 1)
+            assert d.message.delivery_count == n
+            d.nack(requeue=True)
+        await c.stats(q)  # a round trip: the nacks sent before it have been handled
+        await asyncio.sleep(0.3)  # and the store has had its group commit
+    core.kill()
+    core.start()
+    async with await connect(core.ports["core"]) as c:
+        sub = await c.subscribe(q, ack_mode="client-individual")
+        (d,) = await collect(sub, 1)
+        assert (d.message.body, d.message.delivery_count) == (b"poison", 3)
+        assert d.message.redelivered
+        d.nack(requeue=True)
+        await nothing_more(sub)
+        (dead,) = await collect(await c.subscribe(dlq), 1)
+        assert dead.message.headers["x-death-reason"] == "max-deliveries"
+        assert dead.message.headers["x-delivery-count"] == "3"
