@@ -76,11 +76,12 @@ def shard_of(key: str, shards: int = SHARDS) -> int:
     return zlib.crc32(key.partition(">")[0].encode()) % shards
 
 
-def queue_in_shard(shard: int, prefix: str = "q", shards: int = SHARDS) -> str:
-    """A fresh queue name whose destination ``queue/<name>`` falls in ``shard``."""
+def queue_in_shard(shard: int, prefix: str = "q", shards: int = SHARDS, kind: str = "queue") -> str:
+    """A fresh queue name whose destination ``queue/<name>`` (or ``<kind>/<name>``) falls in
+    ``shard``."""
     while True:
         name = unique(prefix)
-        if shard_of(f"queue/{name}", shards) == shard:
+        if shard_of(f"{kind}/{name}", shards) == shard:
             return name
 
 
@@ -560,8 +561,8 @@ class Cluster:
     def leader_of(self, shard: int, timeout: float = 30.0) -> Node:
         return self.leaders(timeout)[shard]
 
-    def queue_in_shard(self, shard: int, prefix: str = "q") -> str:
-        return queue_in_shard(shard, prefix, self.shards)
+    def queue_in_shard(self, shard: int, prefix: str = "q", kind: str = "queue") -> str:
+        return queue_in_shard(shard, prefix, self.shards, kind)
 
     def diagnose(self, lines: int = 25) -> str:
         """Each node's state, cluster view, /readyz and the tail of its log."""

@@ -6,7 +6,8 @@ confirmed message is lost, and a message is there twice only if a publish of it 
 unconfirmed and was retried. Messages delivered and not yet acknowledged when the leader died
 (an HTTP pull's leases, an AMQP consumer's unacked deliveries) come back flagged redelivered.
 An Avro batch POSTed with an ``Idempotency-Key`` before the kill and retried through another
-node after it is answered as a duplicate, and is in the queue once."""
+node after it is answered as a duplicate, and is in the queue once; a long-polling
+subscription to a stream opened before it is polled on, through another node, after it."""
 
 from __future__ import annotations
 
@@ -63,6 +64,23 @@ def avro_post(node: Node, queue: str, body: bytes, key: str) -> dict[str, Any]:
     assert r.status_code == 200, f"avro publish via {node.id}: {r.status_code} {r.text}"
     out: dict[str, Any] = r.json()
     return out
+
+
+def longpoll(node: Node, sub_id: str, cursor: str | None, n: int) -> dict[str, Any]:
+    """Poll a long-polling subscription until ``n`` messages came (one answer); a 503 (its
+    shard's leader moving) is polled again, as a browser would."""
+    deadline = time.monotonic() + 60
+    while True:
+        params = {"wait": "2", **({"cursor": cursor} if cursor is not None else {})}
+        r = requests.get(
+            f"{node.url('longpoll')}/v1/subscriptions/{sub_id}/poll", params=params, timeout=30
+        )
+        if r.status_code == 200 and len(r.json()["messages"]) >= n:
+            out: dict[str, Any] = r.json()
+            return out
+        assert r.status_code in (200, 503), f"poll via {node.id}: {r.status_code} {r.text}"
+        assert time.monotonic() < deadline, f"poll via {node.id}: {r.status_code} {r.text}"
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +255,20 @@ def test_leader_killed_mid_stream(cluster: Cluster) -> None:
     first = avro_post(s1, q_batch, records.getvalue(), "spark-task-7")
     assert first["duplicate"] is False and first["count"] == BATCH
 
+    # a browser's subscription to a stream of the shard, through s1's long-polling frontend
+    stream = cluster.queue_in_shard(shard, "lp", kind="stream")
+    for i in range(3):
+        http_publish_ok(s1, stream, f"s{i}", kind="stream")
+    r = requests.post(
+        f"{s1.url('longpoll')}/v1/subscriptions",
+        json={"destination": f"stream/{stream}", "offset": "first"},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    sub_id = r.json()["id"]
+    seen_before = longpoll(s1, sub_id, None, 3)
+    assert [m["body"] for m in seen_before["messages"]] == ["s0", "s1", "s2"]
+
     # delivered and unacknowledged when the leader dies: HTTP leases and AMQP deliveries
     lease_bodies = [f"lease-{i}" for i in range(HELD)]
     held_bodies = [f"held-{i}" for i in range(HELD)]
@@ -323,6 +355,11 @@ def test_leader_killed_mid_stream(cluster: Cluster) -> None:
     assert again["duplicate"] is True, again
     assert (again["ids"], again["seqs"]) == (first["ids"], first["seqs"])
     assert len(drain(s2, q_batch, expect=BATCH, timeout=60)) == BATCH
+
+    # the stream subscription lives on with the shard: polled through s2, from its cursor
+    http_publish_ok(s2, stream, "s3", kind="stream")
+    after = longpoll(s2, sub_id, seen_before["cursor"], 1)
+    assert [m["body"] for m in after["messages"]] == ["s3"], after
 
     # everything from a survivor: nothing confirmed lost, duplicates only of retried bodies
     attempted: collections.Counter[str] = collections.Counter()

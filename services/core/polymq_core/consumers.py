@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from polymq.auth import Permission
-from polymq.errors import BadRequest, NotFound
+from polymq.errors import BadRequest, NotFound, Unavailable
 from polymq.events import (
     Ack,
     CursorClose,
@@ -30,7 +30,7 @@ from polymq.events import (
 )
 from polymq.types import Destination, Kind, Message, SubscribeOptions
 
-from .cursors import Cursor, QueueCursor
+from .cursors import Cursor, QueueCursor, StreamCursor, TopicCursor
 from .queue import Queue, Waiter
 from .subscription import Subscription
 
@@ -172,6 +172,8 @@ class Consumers:
 
     def cursor_poll(self, session: Session, ev: CursorPoll) -> Any:
         cur = self._cursor(session, ev.id)
+        if not isinstance(cur, TopicCursor) and not cur.shard.leading:
+            raise Unavailable(f"{cur.key}: its shard is moving to another node; poll again")
         max_, wait = self._max_wait(ev.max, ev.wait)
         c = ev.cursor
         if c is not None and (not isinstance(c, int) or isinstance(c, bool) or c < 0):
@@ -206,14 +208,16 @@ class Consumers:
                 cur.polling -= 1
                 if fut in cur.waiters:
                     cur.waiters.remove(fut)
+            if ev.id not in cursors.subs and isinstance(cur, StreamCursor):
+                if not cur.shard.leading:  # it moved with its shard while this poll waited
+                    raise Unavailable(f"{cur.key}: its shard moved to another node; poll again")
             return Polled(ev.rid, *cursors.get(ev.id).poll(c, max_))
 
         return later()
 
     def cursor_close(self, session: Session, ev: CursorClose) -> Any:
         self._cursor(session, ev.id)
-        self.broker.cursors.close(ev.id)
-        return None
+        return self.broker.cursors.close(ev.id)
 
 
 def _sub(session: Session, sid: int) -> Subscription:

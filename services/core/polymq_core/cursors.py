@@ -11,8 +11,15 @@ answer was lost is simply repeated with the same cursor (nothing lost, nothing t
 - queue: a poll leases messages for ``visibility`` seconds; receipts settle them and unacked
   ones come back when the lease expires (the cursor does not move).
 
-In a cluster these will be replicated with the shard of their destination; on one node they
-are memory only (a core restart forgets them, and a poll then gets NotFound).
+A queue's or stream's cursor subscription is kept with its destination: opening one writes
+it to the shard's store (``Store.save_cursor``: the answer waits until it is durable, in a
+cluster committed to the shard's log), closing it or its idle ``ttl`` removes it. A shard
+reads its cursors back when it opens or takes over, with their ``ttl`` started afresh, so a
+poll goes on after a restart of the core or a failover. In a cluster the id says where the
+subscription lives: ``~<shard>~<token>`` for a queue's or a stream's (the shard's leader
+holds it, whichever node that is; :mod:`polymq_core.relay` forwards polls there), and
+``<node>~<token>`` for a topic's, which holds transient messages in the memory of the node
+that opened it (gone with that node, as its messages are). One node's ids are the token.
 """
 
 from __future__ import annotations
@@ -24,9 +31,12 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+
 from polymq.errors import BadRequest, Gone, NotFound
 from polymq.types import Destination, Kind, Message, parse_offset
 
+from .answers import then
 from .queue import Queue
 
 if TYPE_CHECKING:
@@ -38,6 +48,8 @@ log = logging.getLogger(__name__)
 
 MAX_TTL = 24 * 3600.0
 MAX_BUFFER = 1_000_000
+SEP = "~"  # between the parts of a cursor id in a cluster
+_STREAM, _QUEUE = 0, 1  # what a stored cursor record is
 
 
 class _Waiting:
@@ -172,7 +184,7 @@ class Cursors:
             except asyncio.CancelledError:
                 pass
 
-    def open(self, dest: Destination, options: Any) -> dict[str, Any]:
+    def open(self, dest: Destination, options: Any) -> Any:
         if not isinstance(options, dict) or set(options) - {
             "offset",
             "ttl",
@@ -182,8 +194,11 @@ class Cursors:
             raise BadRequest("cursor options are offset, ttl, visibility and buffer")
         ttl = _number(options.get("ttl", 300.0), "ttl", 1.0, MAX_TTL)
         sub_id = secrets.token_urlsafe(12)
+        cluster = self.broker.cluster
         cur: Cursor
         if dest.kind is Kind.TOPIC:
+            if cluster is not None:
+                sub_id = f"{cluster.node_id}{SEP}{sub_id}"
             buffer = int(_number(options.get("buffer", 10_000), "buffer", 1, MAX_BUFFER))
             cur = TopicCursor(sub_id, dest.name, buffer)
             try:
@@ -196,20 +211,59 @@ class Cursors:
             box = shard.get(key)
             offset = parse_offset(options.get("offset"))
             assert not isinstance(box, Queue)
+            if cluster is not None:
+                sub_id = f"{SEP}{shard.index}{SEP}{sub_id}"
             cur = StreamCursor(sub_id, shard, key, box.start_of(offset))
             box.pollers.append(cur)
         elif dest.kind is Kind.QUEUE:
             key = str(dest)
             vis = _number(options.get("visibility", 30.0), "visibility", 0.1, 43200)
-            cur = QueueCursor(sub_id, self.broker.shard_for(key), key, vis)
+            shard = self.broker.shard_for(key)
+            if cluster is not None:
+                sub_id = f"{SEP}{shard.index}{SEP}{sub_id}"
+            cur = QueueCursor(sub_id, shard, key, vis)
             cur.queue()  # exists from now on
         else:
             raise BadRequest("cursor subscriptions work on queues, topics and streams")
-        self.subs[sub_id] = cur
-        self.ttl[sub_id] = ttl
-        self.deadline[sub_id] = time.monotonic() + ttl
-        self.destination[sub_id] = str(dest)
-        return {"id": sub_id, "cursor": cur.cursor}
+        self._add(cur, str(dest), ttl)
+        result = {"id": sub_id, "cursor": cur.cursor}
+        if isinstance(cur, TopicCursor):
+            return result
+        return then(cur.shard.commit("save_cursor", sub_id, cur.key, _record(cur, ttl)), result)
+
+    def _add(self, cur: Cursor, destination: str, ttl: float) -> None:
+        self.subs[cur.id] = cur
+        self.ttl[cur.id] = ttl
+        self.deadline[cur.id] = time.monotonic() + ttl
+        self.destination[cur.id] = destination
+
+    def restore(self, shard: Shard, records: list[tuple[str, str, bytes]]) -> None:
+        """Take back the cursor subscriptions a shard read from its store (it opened, or
+        this node took it over); their ttl starts afresh."""
+        for sub_id, key, blob in records:
+            try:
+                kind, value, ttl = msgpack.unpackb(blob)
+                cur: Cursor
+                if kind == _STREAM:
+                    box = shard.get(key)
+                    if isinstance(box, Queue):
+                        raise ValueError(f"{key} is not a stream")
+                    cur = StreamCursor(sub_id, shard, key, int(value))
+                    box.pollers.append(cur)
+                elif kind == _QUEUE:
+                    cur = QueueCursor(sub_id, shard, key, float(value))
+                else:
+                    raise ValueError(f"unknown kind {kind!r}")
+                self._add(cur, key, float(ttl))
+            except Exception as exc:
+                log.warning("shard %d: ignoring stored cursor %s: %s", shard.index, sub_id, exc)
+
+    def drop(self, shard: Shard) -> None:
+        """The shard is no longer led here: forget its cursor subscriptions (their polls
+        find them at the new leader), and wake the polls waiting on them."""
+        for sub_id, cur in list(self.subs.items()):
+            if not isinstance(cur, TopicCursor) and cur.shard is shard:
+                self._forget(sub_id)
 
     def get(self, sub_id: Any) -> Cursor:
         cur = self.subs.get(sub_id) if isinstance(sub_id, str) else None
@@ -218,7 +272,14 @@ class Cursors:
         self.deadline[sub_id] = time.monotonic() + self.ttl[sub_id]
         return cur
 
-    def close(self, sub_id: str) -> None:
+    def close(self, sub_id: str) -> asyncio.Future[None] | None:
+        """Remove a subscription; the future of its removal from the store, if it was there."""
+        cur = self._forget(sub_id)
+        if not isinstance(cur, TopicCursor) and cur.shard.leading:
+            return cur.shard.commit("delete_cursor", sub_id)
+        return None
+
+    def _forget(self, sub_id: str) -> Cursor:
         cur = self.subs.pop(sub_id, None)
         if cur is None:
             raise NotFound(f"no subscription {sub_id[:40]!r}")
@@ -231,6 +292,7 @@ class Cursors:
             if box is not None and not isinstance(box, Queue) and cur in box.pollers:
                 box.pollers.remove(cur)
             cur.wake()
+        return cur
 
     async def _expire(self) -> None:
         while True:
@@ -242,6 +304,13 @@ class Cursors:
                     continue
                 log.info("cursor subscription %s idle past its ttl: removed", sub_id)
                 self.close(sub_id)
+
+
+def _record(cur: StreamCursor | QueueCursor, ttl: float) -> bytes:
+    """What the store keeps of a queue's or stream's cursor subscription."""
+    if isinstance(cur, StreamCursor):
+        return bytes(msgpack.packb([_STREAM, cur.start, ttl]))
+    return bytes(msgpack.packb([_QUEUE, cur.visibility, ttl]))
 
 
 def _number(v: Any, name: str, lo: float, hi: float) -> float:

@@ -63,6 +63,7 @@ from polymq.events import (
 )
 from polymq.types import Destination, Kind
 
+from .cursors import SEP
 from .shard import Shard
 
 if TYPE_CHECKING:
@@ -72,7 +73,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PEER_CLIENT = "peer"  # the Hello.client of a peer link: its requests are never forwarded again
-_CURSOR_SEP = "~"  # a cursor id in a cluster: "<node>~<id>"
 _RELOCATE_FOR = 30.0  # seconds a moved subscription waits for a new leader before it is cancelled
 _RETRY = 0.5
 _INTERNAL = 1 << 62  # request ids the relay uses for itself (the wire takes unsigned ids)
@@ -207,7 +207,6 @@ class Relay:
         self.pending: dict[int, tuple[str, float, int]] = {}  # rid -> (node, deadline, shard)
         self._watching = False
         self.sub_rids: dict[int, int] = {}  # forwarded Subscribe rid -> sid
-        self.cursor_rids: dict[int, str] = {}  # forwarded CursorOpen rid -> node
         # our own requests (resubscribing a moved subscription), with request ids from
         # _INTERNAL up, far above any a client counts to: rid -> (node, answer)
         self._internal: dict[int, tuple[str, asyncio.Future[Event]]] = {}
@@ -232,9 +231,6 @@ class Relay:
         if isinstance(event, Subscribe):
             self.requests[event.sid] = event
         if shard.leading:
-            if isinstance(event, CursorOpen):
-                self._open_cursor_here(event)
-                return True
             return False
         node = self._leader(shard)
         if isinstance(event, Subscribe):
@@ -245,8 +241,6 @@ class Relay:
                 self._watching = True
                 self._spawn(self._watch())
             self.sub_rids[event.rid] = event.sid
-        elif isinstance(event, CursorOpen):
-            self.cursor_rids[event.rid] = node
         self._forward(node, event, shard.index, raw if isinstance(event, Publish) else None)
         return True
 
@@ -300,7 +294,6 @@ class Relay:
         if sid is not None:
             self.subs.pop(sid, None)
             self.requests.pop(sid, None)
-        self.cursor_rids.pop(rid, None)
         self.session.reply(
             Fail(
                 rid,
@@ -360,21 +353,25 @@ class Relay:
         return True
 
     def _by_cursor(self, event: CursorPoll | CursorClose) -> bool:
-        node, sep, raw = str(event.id).partition(_CURSOR_SEP)
+        """A cursor subscription's id says where it lives (:mod:`polymq_core.cursors`):
+        with the leader of a shard (``~<shard>~<token>``) or on a node (``<node>~<token>``).
+        An id that says neither is left to the local handler (it does not know it)."""
+        node, sep, rest = str(event.id).partition(SEP)
         if not sep:
             return False
-        if node == self.cluster.node_id:
-            self.session.handle_here(dataclasses.replace(event, id=raw))
+        if not node:
+            index, sep, _ = rest.partition(SEP)
+            if not (sep and index.isdigit() and int(index) < len(self.broker.shards)):
+                return False
+            shard = self.broker.shards[int(index)]
+            if shard.leading:
+                return False
+            self._forward(self._leader(shard), event, shard.index)
             return True
-        self._forward(node, dataclasses.replace(event, id=raw))
+        if node == self.cluster.node_id:
+            return False
+        self._forward(node, event)
         return True
-
-    def _open_cursor_here(self, event: CursorOpen) -> None:
-        result = self.broker.handle(self.session, event)
-        if isinstance(result, dict) and "id" in result:
-            result = {**result, "id": f"{self.cluster.node_id}{_CURSOR_SEP}{result['id']}"}
-        if event.rid:
-            self.session.reply(Ok(event.rid, result))
 
     def _key(self, ev: Event) -> str | None:
         """The shard key ``ev`` is served by, or None for what every node serves itself
@@ -475,10 +472,6 @@ class Relay:
         if sid is not None and isinstance(event, Fail):
             self.subs.pop(sid, None)
             self.requests.pop(sid, None)
-        node = self.cursor_rids.pop(rid, None)
-        if node is not None and isinstance(event, Ok) and isinstance(event.result, dict):
-            cid = event.result.get("id")
-            event = Ok(rid, {**event.result, "id": f"{node}{_CURSOR_SEP}{cid}"})
         self.session.reply(event)
 
     def link_lost(self, link: PeerLink) -> None:
@@ -496,7 +489,6 @@ class Relay:
                     if rs is not None and rs.node == node:
                         self.relocate(sid, rs.top)
                         continue  # the subscribe is retried through the new leader
-                self.cursor_rids.pop(rid, None)
                 self.session.reply(
                     Fail(rid, "unavailable", f"node {node} went away before answering; retry")
                 )

@@ -856,6 +856,12 @@ class ReplicatedStore(Store):
     def forget_batches(self, before: float) -> asyncio.Future[None]:
         return self._write("forget_batches", before)
 
+    def save_cursor(self, cursor: str, destination: str, record: bytes) -> asyncio.Future[None]:
+        return self._write("save_cursor", cursor, destination, record)
+
+    def delete_cursor(self, cursor: str) -> asyncio.Future[None]:
+        return self._write("delete_cursor", cursor)
+
     def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
         return self._write("remove", destination, seqs)
 
@@ -1265,6 +1271,10 @@ class ReplicatedStore(Store):
     async def load_batches(self, now: float) -> list[tuple[str, float, bytes]]:
         await self.sync()
         return await self.local.load_batches(now)
+
+    async def load_cursors(self) -> list[tuple[str, str, bytes]]:
+        await self.sync()
+        return await self.local.load_cursors()
 
     async def count_messages(self, destination: str) -> int:
         await self.sync()

@@ -17,11 +17,13 @@ Layout of the SQLite file (WAL journal, ``PRAGMA user_version = 4``)::
     batches       key -> expires, answer          idempotent publishes (batch ids) remembered
                                                   with their messages, until ``expires``
                                                   (wall-clock seconds); see polymq_core.batches
+    cursors       id -> destination, record       cursor subscriptions of queues and streams
+                                                  (see polymq_core.cursors)
 
 Schema versions: 1 had no ``bindings`` table, 2 no ``replication`` table, 3 no ``batches``
-table. Opening an older file creates what it lacks and sets version 4 (nothing else changes,
-so each migration is a ``CREATE``); a file of a version newer than this code knows is refused
-(by the store, which says so).
+and ``cursors`` tables. Opening an older file creates what it lacks and sets version 4
+(nothing else changes, so each migration is a ``CREATE``); a file of a version newer than
+this code knows is refused (by the store, which says so).
 
 A queued write is a flat tuple ``(future, kind, *fields)`` (:data:`Write`); its
 :class:`WriteKind` lists the fields. In the replicated log (:mod:`polymq_core.replog`) a write
@@ -58,6 +60,8 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS batches ("
     " key TEXT PRIMARY KEY, expires REAL NOT NULL, answer BLOB NOT NULL) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS batches_expires ON batches (expires)",
+    "CREATE TABLE IF NOT EXISTS cursors ("
+    " id TEXT PRIMARY KEY, destination TEXT NOT NULL, record BLOB NOT NULL) WITHOUT ROWID",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 _INSERT_MESSAGE = "INSERT OR REPLACE INTO messages (destination, seq, blob) VALUES (?, ?, ?)"
@@ -80,6 +84,9 @@ _KV_DELETE = "DELETE FROM kv WHERE key = ?"
 _SAVE_BATCH = "INSERT OR REPLACE INTO batches (key, expires, answer) VALUES (?, ?, ?)"
 _FORGET_BATCHES = "DELETE FROM batches WHERE expires <= ?"
 LOAD_BATCHES = "SELECT key, expires, answer FROM batches WHERE expires > ? ORDER BY expires"
+_SAVE_CURSOR = "INSERT OR REPLACE INTO cursors (id, destination, record) VALUES (?, ?, ?)"
+_DELETE_CURSOR = "DELETE FROM cursors WHERE id = ?"
+LOAD_CURSORS = "SELECT id, destination, record FROM cursors ORDER BY id"
 _SET_APPLIED = "INSERT OR REPLACE INTO replication (id, applied) VALUES (0, ?)"
 LOAD_APPLIED = "SELECT applied FROM replication WHERE id = 0"
 
@@ -116,6 +123,8 @@ class WriteKind(enum.Enum):
     # idempotent batch it answers, which is remembered exactly when its messages are kept
     APPEND_BATCH = enum.auto()
     FORGET_BATCHES = enum.auto()  # before: drop the batches that expire by then
+    SAVE_CURSOR = enum.auto()  # id, destination, record
+    DELETE_CURSOR = enum.auto()  # id
 
 
 # How many fields follow the kind, for the kinds a log entry may carry.
@@ -132,6 +141,8 @@ ARITY = {
     WriteKind.KV_DELETE: 1,
     WriteKind.APPEND_BATCH: 5,
     WriteKind.FORGET_BATCHES: 1,
+    WriteKind.SAVE_CURSOR: 3,
+    WriteKind.DELETE_CURSOR: 1,
 }
 
 
@@ -355,6 +366,10 @@ def _apply(
             run.execute(_KV_DELETE, write[2:])
         elif kind is WriteKind.FORGET_BATCHES:
             run.execute(_FORGET_BATCHES, write[2:])
+        elif kind is WriteKind.SAVE_CURSOR:
+            run.execute(_SAVE_CURSOR, write[2:])
+        elif kind is WriteKind.DELETE_CURSOR:
+            run.execute(_DELETE_CURSOR, write[2:])
         elif kind is WriteKind.APPLIED:
             _, _, seq, after, writes = write
             applied.advance(seq, after)

@@ -134,6 +134,7 @@ class Shard:
                 bindings.add(pattern, key)
             except ValueError:
                 log.warning("shard %d: ignoring binding %s -> %s", self.index, pattern, key)
+        self.broker.cursors.restore(self, await self.store.load_cursors())
         for key, expires, blob in await self.store.load_batches(time.time()):
             heapq.heappush(self._stored_batches, expires)
             try:
@@ -181,6 +182,7 @@ class Shard:
             for sub in subs:
                 sub.inflight.clear()
                 sub.session.moved(sub, reason)
+        self.broker.cursors.drop(self)
         bindings = self.broker.bindings
         for key in bindings.bound_queues():
             if self.broker.shard_for(key) is self:

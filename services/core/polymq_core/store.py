@@ -6,7 +6,8 @@ durable change of the shard goes through it. :class:`SqliteStore` keeps it in on
 Writes
     ``append``, ``append_many``, ``append_batch``, ``remove``, ``purge``,
     ``save_destination``, ``delete_destination``, ``save_bindings``, ``delete_bindings``,
-    ``forget_batches``, ``kv_put`` and ``kv_delete`` are plain methods: they queue the change
+    ``forget_batches``, ``save_cursor``, ``delete_cursor``, ``kv_put`` and ``kv_delete`` are
+    plain methods: they queue the change
     and return an :class:`asyncio.Future` that resolves to ``None`` once the change is committed
     *and* fsynced. Changes are applied in the order they were issued. A write whose future is
     never awaited (or is cancelled) is still made; cancelling only stops the waiting.
@@ -24,7 +25,7 @@ Writes
 
 Reads
     ``kv_get``, ``kv_keys``, ``load_destinations``, ``load_messages``, ``load_bindings``,
-    ``load_batches`` and ``count_messages`` run on a
+    ``load_batches``, ``load_cursors`` and ``count_messages`` run on a
     thread of their own with a separate connection, so they never block the event loop. A read
     sees every write whose future has resolved.
 
@@ -85,6 +86,7 @@ from .schema import (
     ARITY,
     LOAD_APPLIED,
     LOAD_BATCHES,
+    LOAD_CURSORS,
     LOAD_DESTINATIONS,
     REMOVE,
     SCHEMA,
@@ -157,6 +159,14 @@ class Store(abc.ABC):
         """Drop the remembered batches that expire at or before ``before``."""
 
     @abc.abstractmethod
+    def save_cursor(self, cursor: str, destination: str, record: bytes) -> asyncio.Future[None]:
+        """Create or replace cursor subscription ``cursor`` of ``destination``."""
+
+    @abc.abstractmethod
+    def delete_cursor(self, cursor: str) -> asyncio.Future[None]:
+        """Forget cursor subscription ``cursor`` (unknown ones are ignored)."""
+
+    @abc.abstractmethod
     def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
         """Remove acknowledged messages; seqs that are not stored are ignored."""
 
@@ -214,6 +224,10 @@ class Store(abc.ABC):
         soonest to expire first."""
 
     @abc.abstractmethod
+    async def load_cursors(self) -> list[tuple[str, str, bytes]]:
+        """Every stored cursor subscription as ``(id, destination, record)``, by id."""
+
+    @abc.abstractmethod
     async def count_messages(self, destination: str) -> int: ...
 
 
@@ -266,6 +280,8 @@ class SqliteStore(Store):
             "append_many": self._encode_append_many,
             "append_batch": self._encode_append_batch,
             "forget_batches": self._encode_forget_batches,
+            "save_cursor": self._encode_save_cursor,
+            "delete_cursor": self._encode_delete_cursor,
             "remove": self._encode_remove,
             "purge": self._encode_purge,
             "save_destination": self._encode_save_destination,
@@ -406,6 +422,12 @@ class SqliteStore(Store):
     def forget_batches(self, before: float) -> asyncio.Future[None]:
         return self._submit(*self._encode_forget_batches(before))
 
+    def save_cursor(self, cursor: str, destination: str, record: bytes) -> asyncio.Future[None]:
+        return self._submit(*self._encode_save_cursor(cursor, destination, record))
+
+    def delete_cursor(self, cursor: str) -> asyncio.Future[None]:
+        return self._submit(*self._encode_delete_cursor(cursor))
+
     def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
         return self._submit(*self._encode_remove(destination, seqs))
 
@@ -449,6 +471,12 @@ class SqliteStore(Store):
 
     def _encode_forget_batches(self, before: float) -> tuple[Any, ...]:
         return (WriteKind.FORGET_BATCHES, float(before))
+
+    def _encode_save_cursor(self, cursor: str, destination: str, record: bytes) -> tuple[Any, ...]:
+        return (WriteKind.SAVE_CURSOR, str(cursor), str(destination), bytes(record))
+
+    def _encode_delete_cursor(self, cursor: str) -> tuple[Any, ...]:
+        return (WriteKind.DELETE_CURSOR, str(cursor))
 
     def _encode_remove(self, destination: str, seqs: Sequence[int]) -> tuple[Any, ...]:
         return (REMOVE, destination, list(seqs))
@@ -668,6 +696,12 @@ class SqliteStore(Store):
         def read(conn: sqlite3.Connection) -> list[tuple[str, float, bytes]]:
             rows = conn.execute(LOAD_BATCHES, (now,))
             return [(str(k), float(e), bytes(a)) for k, e, a in rows]
+
+        return await self._read(read)
+
+    async def load_cursors(self) -> list[tuple[str, str, bytes]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[str, str, bytes]]:
+            return [(str(i), str(d), bytes(r)) for i, d, r in conn.execute(LOAD_CURSORS)]
 
         return await self._read(read)
 

@@ -128,3 +128,41 @@ async def test_a_waiting_poll_keeps_its_subscription_alive(client: Client) -> No
         await client.publish(dest, b"still here")
         r = await client.cursor_poll(sub["id"], r["cursor"])
         assert [m.body for m in r["messages"]] == [b"still here"], dest
+
+
+async def test_queue_and_stream_cursors_survive_kill_9_closed_and_idle_ones_do_not(
+    core: PolymqProcess,
+) -> None:
+    """A queue's or stream's cursor subscription is stored with its destination once it is
+    opened; closing it or its idle ttl removes it from the store too."""
+    s, q = f"stream/{uid()}", f"queue/{uid()}"
+    async with await connect(core.ports["core"]) as c:
+        await c.publish(s, [Message(str(i).encode(), persistent=True) for i in range(3)])
+        on_stream = await c.cursor_open(s, offset="first")
+        r = await c.cursor_poll(on_stream["id"], on_stream["cursor"])
+        assert _bodies(r) == [b"0", b"1", b"2"]
+        await c.publish(s, Message(b"3", persistent=True))
+        on_queue = await c.cursor_open(q, visibility=30)
+        await c.publish(q, [Message(b"a", persistent=True), Message(b"b", persistent=True)])
+        closed = await c.cursor_open(s)
+        await c.cursor_close(closed["id"])
+        idle = await c.cursor_open(q, ttl=1)
+        await asyncio.sleep(2.5)  # idle past its ttl: removed (and from the store)
+    core.kill()
+    core.start()
+    async with await connect(core.ports["core"]) as c:
+        assert _bodies(await c.cursor_poll(on_stream["id"], r["cursor"])) == [b"3"]
+        from_start = await c.cursor_poll(on_stream["id"], None)
+        assert _bodies(from_start) == [b"0", b"1", b"2", b"3"]
+        leased = await c.cursor_poll(on_queue["id"], None, max=10)
+        assert _bodies(leased) == [b"a", b"b"] and all(leased["receipts"])
+        for gone in (closed, idle):
+            with pytest.raises(NotFound):
+                await c.cursor_poll(gone["id"], None)
+        await c.cursor_close(on_stream["id"])
+    core.kill()
+    core.start()
+    async with await connect(core.ports["core"]) as c:
+        with pytest.raises(NotFound):
+            await c.cursor_poll(on_stream["id"], None)
+        assert _bodies(await c.cursor_poll(on_queue["id"], None, max=10)) == [b"a", b"b"]

@@ -605,6 +605,10 @@ WRITE_CALLS: list[tuple[str, tuple[Any, ...]]] = [
     ("append_batch", ("queue/b", [small_message(3, "queue/b")], "k2", 1000.0, b"\x00")),
     ("append_batch", ("queue/b", [small_message(4, "queue/b")], "k1", 3e9, b"again")),
     ("forget_batches", (1500.0,)),
+    ("save_cursor", ("c1", "stream/s", b"\x93\x01\x02\x03")),
+    ("save_cursor", ("c2", "queue/q", b"r")),
+    ("delete_cursor", ("c2",)),
+    ("delete_cursor", ("never",)),
 ]
 
 
