@@ -111,7 +111,7 @@ def pack_answer(messages: Sequence[Message]) -> bytes:
     count = len(messages)
     if count:
         prefix, _, first = messages[0].id.rpartition(".")
-        if first.isdigit():
+        if first.isascii() and first.isdigit():
             n, seq = int(first), messages[0].seq
             if all(
                 m.id == f"{prefix}.{n + i}" and m.seq == seq + i for i, m in enumerate(messages)

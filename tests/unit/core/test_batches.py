@@ -40,6 +40,8 @@ def test_a_numbered_row_is_kept_in_a_few_bytes_whatever_its_length() -> None:
         numbered(1, 1, 2) + numbered(3, 9, 1),  # a gap in the seqs
         numbered(1, 1, 2) + numbered(3, 3, 1, prefix="other.1"),
         [Message(b"x", id="no-counter", seq=1)],
+        [Message(b"x", id="a.\u00b9", seq=1)],  # a digit to str.isdigit, not to int()
+        [Message(b"x", id="a.007", seq=1)],
     ],
 )
 def test_anything_else_is_kept_as_lists(messages: list[Message]) -> None:
