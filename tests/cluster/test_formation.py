@@ -5,6 +5,9 @@ before anything starts."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +120,36 @@ def test_metrics_show_each_shard_led_once(shared_cluster: Cluster) -> None:
     r = requests.get(f"http://127.0.0.1:{other.ports['http']}/v1/queue/{q}", timeout=10)
     assert r.status_code in (200, 404), r.text  # served by the leader, through `other`
     assert scrape(other, "polymq_cluster_forwarded_requests_total") > before
+
+
+def test_a_node_with_another_secret_is_refused_and_says_why(
+    shared_cluster: Cluster, tmp_path: Path
+) -> None:
+    """A fourth node that names the cluster's nodes as its peers but has another cluster
+    secret: their NATS routes refuse it, it says why in its log, and no node lists it."""
+    cluster = shared_cluster
+    cluster.wait_formed(timeout=60)
+    [cluster_port] = free_ports(1)
+    args = [sys.executable, "-m", "polymq_cli", "run", "--node-id", "intruder"]
+    args += ["--peers", f"{cluster.peers},127.0.0.1:{cluster_port}"]
+    args += ["--cluster-port", str(cluster_port), "--data-dir", str(tmp_path / "data")]
+    for flag in ("core", "admin", "http", "stomp", "stomp-ws", "longpoll", "avro", "amqp",
+                 "amqp-admin", "amqp-tls"):  # fmt: skip
+        args += [f"--{flag}-port", "0"]
+    env = {**os.environ, "POLYMQ_CLUSTER_SECRET": "not-the-cluster-secret-" + "x" * 20}
+    log_path = tmp_path / "intruder.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        eventually(
+            lambda: "is POLYMQ_CLUSTER_SECRET the same on every node?" in log_path.read_text(),
+            60,
+            "the refused node saying why",
+        )
+        for node in cluster.nodes:
+            info = node.cluster_info()
+            assert info is not None and "intruder" not in {m["id"] for m in info["nodes"]}
+    finally:
+        proc.kill()
+        proc.wait(10)
+    print(next(line for line in log_path.read_text().splitlines() if "SECRET" in line))

@@ -42,7 +42,7 @@ from polymq.types import Message
 
 from .membership import LEAVING, UNREACHABLE, Membership
 from .mesh import TopicMesh
-from .natsd import NatsConfig, NatsServer
+from .natsd import AUTH_REFUSED, NatsConfig, NatsServer
 from .replog import LogError, ReplicatedStore, ShardLog
 from .snapshot import (
     KEEP_ENTRIES,
@@ -149,6 +149,7 @@ class ClusterNode:
                     host=s.host,
                     # a log entry carries a whole frame's worth of messages (NATS allows 64 MiB)
                     max_payload=min(_MAX_PAYLOAD, s.max_frame + 1024 * 1024),
+                    secret=self.secret,
                 ),
                 log_path=s.data_dir / "nats-server.log",
                 work_dir=s.data_dir / "nats-run",
@@ -157,8 +158,12 @@ class ClusterNode:
             url = self.nats.client_url
         # copies served to other nodes (GET /api/cluster/snapshot) that a crash left behind
         shutil.rmtree(self._snapshots, ignore_errors=True)
+        auth = self.nats.config.client_auth if self.nats is not None else None
+        user, password = auth if auth is not None else (None, None)
         await self.nc.connect(
             url,
+            user=user,
+            password=password,
             name=f"polymq-core/{self.node_id}",
             no_echo=True,
             max_reconnect_attempts=-1,
@@ -172,9 +177,15 @@ class ClusterNode:
                     await shard_log.ensure()
                     break
                 except LogError as exc:
+                    refused = self._refused()
                     if time.monotonic() > deadline:
+                        if refused:
+                            raise LogError(f"{exc}; {refused}") from exc
                         raise
-                    log.info("waiting for the cluster's JetStream (%s)", exc)
+                    if refused:
+                        log.error("waiting for the cluster's JetStream (%s): %s", exc, refused)
+                    else:
+                        log.info("waiting for the cluster's JetStream (%s)", exc)
                     await asyncio.sleep(1.0)
         log.info(
             "cluster node %s: NATS at %s, %d shard logs of %d replicas, peers %s",
@@ -183,6 +194,16 @@ class ClusterNode:
             len(self.logs),
             self.replicas,
             ", ".join(f"{h}:{p}" for h, p in self.peers) or "(none)",
+        )
+
+    def _refused(self) -> str:
+        """Why this node's NATS may not be joining the others: logins refused (its log
+        says so), else nothing."""
+        if self.nats is None or not self.peers or not self.nats.refused_logins():
+            return ""
+        return (
+            f"NATS routes between this node and its peers were refused ({AUTH_REFUSED} in"
+            f" {self.nats.log_path}): is POLYMQ_CLUSTER_SECRET the same on every node?"
         )
 
     def store(self, index: int) -> Store:

@@ -5,6 +5,12 @@ to the venv's ``python``) with ``server_name`` = the node id, a JetStream store 
 node's data dir, ``sync_interval: always`` (the default lazy fsync loses acknowledged writes
 on power loss) and a cluster block whose routes are the other nodes' cluster addresses.
 
+Given the cluster secret, both of its listeners ask for a password derived from it (HMAC-SHA256
+of the secret, one per purpose, so the secret itself is never written to the config file): the
+routes, so that a server without the same secret cannot join the JetStream cluster (it is
+refused with ``Authorization Violation``, in its log and the others'), and the client port, so
+that only this node's polymq reads and writes the log through it.
+
 The child dies with us: it is started with ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, so a
 ``kill -9`` of polymq takes its nats-server along (note: the signal fires when the *thread*
 that started the child exits, so start it from a thread that lives as long as the process,
@@ -22,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -37,11 +45,22 @@ from typing import BinaryIO
 
 from polymq.config import ConfigError
 
-__all__ = ["NatsConfig", "NatsError", "NatsServer", "find_binary", "parse_peers"]
+__all__ = [
+    "AUTH_REFUSED",
+    "NatsConfig",
+    "NatsError",
+    "NatsServer",
+    "derived_password",
+    "find_binary",
+    "parse_peers",
+]
 
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+ROUTE_USER = "polymq-route"  # the route listener's user (its password: derived_password)
+CLIENT_USER = "polymq"  # the client listener's
+AUTH_REFUSED = "Authorization Violation"  # what nats-server logs for a refused login
 _LOG_TAIL = 4000  # characters of the server's log quoted in a NatsError
 
 
@@ -118,6 +137,13 @@ def _quote(text: str) -> str:
     return f'"{escaped}"'
 
 
+def derived_password(secret: str, purpose: str) -> str:
+    """A password for one ``purpose`` (``"routes"``, ``"clients"``), derived from the
+    cluster secret: the same on every node that has the same secret, and URL-safe."""
+    label = f"polymq nats {purpose}".encode()
+    return hmac.new(secret.encode(), label, hashlib.sha256).hexdigest()
+
+
 def _hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -137,6 +163,14 @@ class NatsConfig:
     client_port: int = -1  # -1: a free port, read back from the ports file
     cluster_host: str | None = None  # the route listener's address when not ``host``
     max_payload: int | None = None  # bytes per NATS message; None: nats-server's 1 MiB
+    secret: str | None = None  # the cluster secret: routes and clients log in with it
+
+    @property
+    def client_auth(self) -> tuple[str, str] | None:
+        """(user, password) a client of this server logs in with; None: no login."""
+        if self.secret is None:
+            return None
+        return CLIENT_USER, derived_password(self.secret, "clients")
 
     def __post_init__(self) -> None:
         if not self.server_name or any(c.isspace() for c in self.server_name):
@@ -162,6 +196,9 @@ class NatsConfig:
         ]
         if self.max_payload is not None:
             lines.append(f"max_payload: {self.max_payload}")
+        if self.client_auth is not None:
+            user, password = self.client_auth
+            lines.append(f"authorization {{ user: {_quote(user)}, password: {_quote(password)} }}")
         if ports_file_dir is not None:
             lines.append(f"ports_file_dir: {_quote(str(ports_file_dir))}")
         lines += [
@@ -171,13 +208,26 @@ class NatsConfig:
             "}",
         ]
         if self.routes:
+            login = ""
             lines += [
                 "cluster {",
                 f"  name: {_quote(self.cluster_name)}",
                 f"  host: {_quote(self.cluster_host or self.host)}",
                 f"  port: {self.cluster_port}",
+            ]
+            if self.secret is not None:
+                password = derived_password(self.secret, "routes")
+                login = f"{ROUTE_USER}:{password}@"
+                lines.append(
+                    f"  authorization {{ user: {_quote(ROUTE_USER)},"
+                    f" password: {_quote(password)}, timeout: 2 }}"
+                )
+            lines += [
                 "  routes: [",
-                *(f"    {_quote('nats-route://' + _hostport(h, p))}" for h, p in self.routes),
+                *(
+                    f"    {_quote('nats-route://' + login + _hostport(h, p))}"
+                    for h, p in self.routes
+                ),
                 "  ]",
                 "}",
             ]
@@ -214,6 +264,8 @@ class NatsServer:
         self.log_path = log_path if log_path is not None else self.work_dir / "nats-server.log"
         self._proc: asyncio.subprocess.Process | None = None
         self._port: int | None = None
+        self._scanned = 0  # bytes of the log read by refused_logins
+        self._refused = 0
 
     @property
     def pid(self) -> int | None:
@@ -239,6 +291,22 @@ class NatsServer:
         if host == "::":
             return "::1"
         return host
+
+    def refused_logins(self) -> int:
+        """How many refused logins (routes or clients, either way) the server's log has
+        shown so far: with routes, a sign that another node has another cluster secret.
+        Reads on from where the last call stopped."""
+        word = AUTH_REFUSED.encode()
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._scanned)
+                text = f.read()
+        except OSError:
+            return self._refused
+        self._refused += text.count(word)
+        # the next read starts where a word cut off at the end (not counted) may begin
+        self._scanned += max(0, len(text) - len(word) + 1)
+        return self._refused
 
     def log_tail(self) -> str:
         try:

@@ -41,9 +41,11 @@ def alive(pid: int) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def nats_cluster(base: Path, n: int = 3) -> AsyncIterator[list[NatsServer]]:
-    """``n`` nats-servers routed to each other on free ports, with unique names; all are
-    stopped on exit."""
+async def nats_cluster(
+    base: Path, n: int = 3, secrets: list[str | None] | None = None
+) -> AsyncIterator[list[NatsServer]]:
+    """``n`` nats-servers routed to each other on free ports, with unique names (and each
+    its cluster secret from ``secrets``, if given); all are stopped on exit."""
     tag = uuid.uuid4().hex[:6]
     names = [f"n{i}-{tag}" for i in range(n)]
     ports = [free_port() for _ in names]
@@ -55,10 +57,11 @@ async def nats_cluster(base: Path, n: int = 3) -> AsyncIterator[list[NatsServer]
                 cluster_port=port,
                 routes=tuple(("127.0.0.1", p) for p in ports if p != port),
                 cluster_name=f"c-{tag}",
+                secret=secret,
             ),
             work_dir=base / name,
         )
-        for name, port in zip(names, ports, strict=True)
+        for name, port, secret in zip(names, ports, secrets or [None] * n, strict=True)
     ]
     try:
         await asyncio.gather(*(s.start(timeout=60) for s in servers))
@@ -80,13 +83,18 @@ async def add_stream_when_ready(js: JetStreamContext, config: StreamConfig) -> N
             await asyncio.sleep(0.5)
 
 
-async def test_three_node_jetstream_cluster(tmp_path: Path) -> None:
-    async with nats_cluster(tmp_path) as servers:
+SECRET = "a-cluster-secret-of-at-least-32-characters"
+
+
+@pytest.mark.parametrize("secret", [None, SECRET])
+async def test_three_node_jetstream_cluster(tmp_path: Path, secret: str | None) -> None:
+    async with nats_cluster(tmp_path, secrets=[secret] * 3) as servers:
         pids = [s.pid for s in servers]
         assert all(pid is not None and alive(pid) for pid in pids)
         assert len({s.client_url for s in servers}) == 3
         assert all(s.client_url.startswith("nats://127.0.0.1:") for s in servers)
-        nc = await nats.connect(servers[1].client_url)
+        user, password = servers[1].config.client_auth or (None, None)
+        nc = await nats.connect(servers[1].client_url, user=user, password=password)
         try:
             js = nc.jetstream(timeout=10)
             name = f"T{uuid.uuid4().hex[:8]}"
@@ -109,6 +117,24 @@ async def test_three_node_jetstream_cluster(tmp_path: Path) -> None:
         for pid in pids:
             assert pid is not None and not alive(pid)
         await servers[0].stop()  # idempotent
+
+
+async def test_a_server_with_another_secret_is_refused_and_so_is_a_client_without_one(
+    tmp_path: Path,
+) -> None:
+    other = "another-secret-of-at-least-32-characters!"
+    async with nats_cluster(tmp_path, secrets=[SECRET, SECRET, other]) as servers:
+        deadline = time.monotonic() + 20
+        while not all(s.refused_logins() for s in (servers[0], servers[2])):
+            assert time.monotonic() < deadline, [s.log_tail()[-500:] for s in servers]
+            await asyncio.sleep(0.2)
+        with pytest.raises(Exception, match=r"[Aa]uthoriz"):
+            await nats.connect(
+                servers[0].client_url, allow_reconnect=False, max_reconnect_attempts=0
+            )
+        user, password = servers[0].config.client_auth or (None, None)
+        nc = await nats.connect(servers[0].client_url, user=user, password=password)
+        await nc.close()
 
 
 async def test_start_failure_quotes_the_log(tmp_path: Path) -> None:

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from polymq.config import ConfigError
-from polymq_core.natsd import NatsConfig, NatsError, find_binary, parse_peers
+from polymq_core.natsd import (
+    NatsConfig,
+    NatsError,
+    NatsServer,
+    derived_password,
+    find_binary,
+    parse_peers,
+)
 
 
 @pytest.mark.parametrize(
@@ -156,3 +163,40 @@ def test_find_binary_prefers_the_venv(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.setattr("sys.executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", "/nonexistent")
     assert find_binary() == str(exe)
+
+
+def test_render_with_a_secret_asks_for_derived_passwords(tmp_path: Path) -> None:
+    secret = "s3cret-" * 6
+    conf = NatsConfig(
+        server_name="a", store_dir=tmp_path, cluster_port=6222, routes=(("b", 6223),), secret=secret
+    )
+    text = conf.render()
+    route_password = derived_password(secret, "routes")
+    client_user, client_password = conf.client_auth or ("", "")
+    assert secret not in text  # only what is derived from it
+    assert route_password != client_password and len(route_password) == 64
+    assert f'authorization {{ user: "{client_user}", password: "{client_password}" }}' in text
+    cluster = re.search(r"cluster \{(.*)\}", text, re.S)
+    assert cluster is not None
+    assert f'user: "polymq-route", password: "{route_password}"' in cluster.group(1)
+    assert f'"nats-route://polymq-route:{route_password}@b:6223"' in cluster.group(1)
+    other = NatsConfig(server_name="b", store_dir=tmp_path, cluster_port=1, secret=secret)
+    assert other.client_auth == conf.client_auth  # the same secret, the same passwords
+    assert derived_password(secret + "x", "routes") != route_password
+    assert NatsConfig(server_name="c", store_dir=tmp_path, cluster_port=1).client_auth is None
+
+
+def test_refused_logins_are_counted_as_the_log_grows(tmp_path: Path) -> None:
+    server = NatsServer(
+        NatsConfig(server_name="a", store_dir=tmp_path, cluster_port=1),
+        log_path=tmp_path / "nats.log",
+    )
+    assert server.refused_logins() == 0  # no log yet
+    with open(tmp_path / "nats.log", "ab") as log:
+        log.write(b"[ERR] -ERR 'Authorization Violation'\n[INF] ok\n-ERR 'Authoriz")
+        log.flush()
+        assert server.refused_logins() == 1
+        log.write(b"ation Violation'\n")
+        log.flush()
+        assert server.refused_logins() == 2  # the one cut off in the middle, once
+        assert server.refused_logins() == 2
