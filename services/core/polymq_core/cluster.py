@@ -40,6 +40,7 @@ from nats.aio.subscription import Subscription
 
 from polymq.types import Message
 
+from .endpoints import EndpointWatcher, Member, api_client, own_namespace
 from .membership import LEAVING, UNREACHABLE, Membership
 from .mesh import TopicMesh
 from .natsd import AUTH_REFUSED, NatsConfig, NatsServer
@@ -76,6 +77,7 @@ _SETTLE = 20.0
 # seconds a shard may go without a leader (reported, or no answer at all) before this node
 # stops serving it from memory; its writes fail meanwhile anyway (no majority, no commit)
 _LEADERLESS = 10.0
+_UNREADY_GRACE = 10.0  # seconds a pod Kubernetes calls not ready keeps its shards' leads
 _CONNECT_FOR = 90.0  # seconds to wait for the cluster's JetStream to answer at start-up
 _MAX_PAYLOAD = 64 * 1024 * 1024
 _DEV_SECRET = "polymq-insecure-development-cluster-secret"
@@ -134,6 +136,9 @@ class ClusterNode:
         self._applied_seen: dict[int, int] = {}  # per shard, at the balancer's last look
         self._led_since: dict[int, float] = {}  # per shard this node took over: when
         self._purger: asyncio.Task[None] | None = None
+        self.k8s: EndpointWatcher | None = None  # the Service's EndpointSlices, if set
+        self.k8s_members: dict[str, Member] = {}
+        self._unready_since: dict[str, float] = {}  # pods Kubernetes says are not ready
 
     # ---- life cycle ------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -245,6 +250,18 @@ class ClusterNode:
         if self.replicas > 1:
             self._tasks.append(loop.create_task(self._balance(), name="balance"))
         self._purger = loop.create_task(self._purge_logs(), name="purge-logs")
+        s = self.settings
+        if s.k8s_service:
+            namespace = s.k8s_namespace or own_namespace()
+            self.k8s = EndpointWatcher(
+                namespace,
+                s.k8s_service,
+                self._k8s_changed,
+                api=api_client(s.kubeconfig or None),
+                loop=loop,
+            )
+            self.k8s.start()
+            log.info("peers from Kubernetes: Service %s/%s", namespace, s.k8s_service)
 
     def add_listeners(self, ports: dict[str, int]) -> None:
         """The frontends' listeners, announced with the core's."""
@@ -278,6 +295,8 @@ class ClusterNode:
     async def close(self) -> None:
         """Step two, once the broker closed its shards: hand the streams this node leads to
         the others (one election instead of a timeout), then close NATS."""
+        if self.k8s is not None:
+            self.k8s.stop(timeout=0)
         if self.replicas > 1 and self.nc.is_connected:
             led = [log for i, log in enumerate(self.logs) if self.leaders.get(i) == self.node_id]
             for shard_log in led:
@@ -399,6 +418,15 @@ class ClusterNode:
             for node, peer in membership.peers().items()
             if membership.state_of(node) == "ready"
         }
+        # a pod Kubernetes says is not ready is no leader candidate: nothing is handed to
+        # it, and once it has been so for a while it hands on what it leads
+        unready = self._unready_since
+        if self.node_id in ready and self.node_id in unready:
+            others = {n: p for n, p in ready.items() if n not in unready}
+            if time.monotonic() - unready[self.node_id] >= _UNREADY_GRACE and others:
+                await self._hand_off(others)
+            return
+        ready = {n: p for n, p in ready.items() if n not in unready}
         if self.node_id not in ready or len(ready) < 2:
             return
         led: dict[str, list[int]] = {node: [] for node in ready}
@@ -430,6 +458,21 @@ class ClusterNode:
                 log.info("shard %d: handing its lead to node %s (balance)", i, target)
                 await asyncio.wait_for(self.logs[i].step_down(preferred=target), 5.0)
                 return
+
+    async def _hand_off(self, others: dict[str, Any]) -> None:
+        """Hand one shard this node leads to the candidate leading the fewest that has
+        caught up with it (one a round, as the balancer moves them)."""
+        assert self.broker is not None
+        led = {n: sum(1 for leader in self.leaders.values() if leader == n) for n in others}
+        for i, shard in enumerate(self.broker.shards):
+            if self.leaders.get(i) != self.node_id or not shard.leading:
+                continue
+            ours = self.stores[i].applied if i < len(self.stores) else 0
+            for target in sorted(others, key=lambda n: (led[n], n)):
+                if ours - others[target].applied.get(i, 0) <= _CAUGHT_UP:
+                    log.info("shard %d: handing its lead to node %s (not ready here)", i, target)
+                    await asyncio.wait_for(self.logs[i].step_down(preferred=target), 5.0)
+                    return
 
     async def _promote(self, index: int) -> None:
         assert self.broker is not None
@@ -611,7 +654,39 @@ class ClusterNode:
                 }
                 for i in range(len(self.logs))
             ],
+            "kubernetes": None
+            if self.k8s is None
+            else {
+                "service": f"{self.k8s.namespace}/{self.k8s.service}",
+                "members": [
+                    {"name": m.name, "address": m.address, "ready": m.ready}
+                    for m in sorted(self.k8s_members.values(), key=lambda m: m.name)
+                ],
+                "error": self.k8s.last_error,
+            },
         }
+
+    # ---- Kubernetes ------------------------------------------------------------------------
+    def _k8s_changed(self, members: dict[str, Member]) -> None:
+        """The Service's endpoints changed: note which pods are not ready (and since when:
+        a pod not ready for _UNREADY_GRACE hands its shards' leads to ready ones)."""
+        now = time.monotonic()
+        for name, member in members.items():
+            if member.ready:
+                self._unready_since.pop(name, None)
+            else:
+                self._unready_since.setdefault(name, now)
+        for name in [n for n in self._unready_since if n not in members]:
+            del self._unready_since[name]  # gone from the endpoints: its NATS peers tell
+        before = {m.name: m.ready for m in self.k8s_members.values()}
+        after = {m.name: m.ready for m in members.values()}
+        if before != after:
+            log.info(
+                "Kubernetes endpoints: ready %s, not ready %s",
+                sorted(n for n, r in after.items() if r) or "none",
+                sorted(n for n, r in after.items() if not r) or "none",
+            )
+        self.k8s_members = members
 
 
 def _quiet(fut: asyncio.Future[Any]) -> None:

@@ -40,6 +40,12 @@ class CoreSettings:
     log_purge_every: float = 30.0
     log_keep_entries: int = 10_000
     log_max_entries: int = 1_000_000
+    # peers from Kubernetes (docs/cluster.md): the core's headless Service, whose
+    # EndpointSlices are watched (empty: not on Kubernetes); its namespace (empty: this
+    # pod's own); a kubeconfig file for running outside the cluster (empty: in-cluster)
+    k8s_service: str = ""
+    k8s_namespace: str = ""
+    kubeconfig: str = ""
 
     def check(self) -> None:
         if not 1 <= self.shards <= 1024:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from polymq_core import cluster as cluster_mod
 from polymq_core.cluster import ClusterNode
 from polymq_core.config import CoreSettings
+from polymq_core.endpoints import Member
 
 SHARDS = 4
 
@@ -112,3 +113,23 @@ async def test_shards_just_taken_over_stay_until_they_have_settled() -> None:
     node._led_since[1] -= cluster_mod._SETTLE
     await node._balance_once()
     assert handed(logs) == {1: ["b"]}
+
+
+async def test_nothing_is_handed_to_a_pod_kubernetes_says_is_not_ready() -> None:
+    node, logs = node_a(leads=[0, 1, 2], applied=[0] * SHARDS)
+    node._k8s_changed({"a": Member("a", "10.0.0.1", True), "b": Member("b", "10.0.0.2", False)})
+    await node._balance_once()
+    assert handed(logs) == {}
+    node._k8s_changed({"a": Member("a", "10.0.0.1", True), "b": Member("b", "10.0.0.2", True)})
+    await node._balance_once()
+    assert handed(logs) == {0: ["b"]}
+
+
+async def test_a_pod_not_ready_for_a_while_hands_on_what_it_leads() -> None:
+    node, logs = node_a(leads=[2], applied=[0] * SHARDS)  # within its share
+    node._k8s_changed({"a": Member("a", "10.0.0.1", False), "b": Member("b", "10.0.0.2", True)})
+    await node._balance_once()
+    assert handed(logs) == {}, "handed on at the first sign (a blip is no failover)"
+    node._unready_since["a"] -= cluster_mod._UNREADY_GRACE
+    await node._balance_once()
+    assert handed(logs) == {2: ["b"]}
