@@ -7,6 +7,7 @@ wired to each other (Services, Ingresses, autoscalers, budgets, RBAC, the Networ
 from __future__ import annotations
 
 import argparse
+import base64
 import copy
 import dataclasses
 import re
@@ -649,12 +650,54 @@ def test_the_core_is_a_statefulset_with_a_headless_service_and_a_volume_per_pod(
     assert {"name": claim["metadata"]["name"], "mountPath": data_dir} in c["volumeMounts"]
     [pdb] = [p for p in out.of_kind("PodDisruptionBudget") if component_of(p) == "core"]
     assert pdb["spec"]["maxUnavailable"] == 1  # 2 of 3 stay: a majority
-    assert "does not replicate between nodes yet" in out.notes
+    assert "a replicated core" in out.notes and "polymq cluster list" in out.notes
     single = render()
-    assert "does not replicate" not in single.notes
+    assert "replicated" not in single.notes
     ephemeral = render({"core": {"persistence": {"enabled": False}}}).workload("core")
     assert "volumeClaimTemplates" not in ephemeral["spec"]
     assert {"name": "data", "emptyDir": {}} in pod_spec(ephemeral)["volumes"]
+
+
+def test_three_core_pods_form_one_replicated_cluster() -> None:
+    """Every pod names all three by their stable DNS names (the same list everywhere; each
+    skips itself), logs in with one generated cluster secret, watches the headless Service,
+    and the cluster port is open between core pods only."""
+    out = render(ci_values(CHART / "ci" / "ha-values.yaml"))
+    sts = out.workload("core")
+    c = container(sts)
+    args = _parser().parse_args(c["args"])
+    headless = sts["spec"]["serviceName"]
+    name = sts["metadata"]["name"]
+    assert args.peers == ",".join(f"{name}-{i}.{headless}:7422" for i in range(3))
+    assert args.cluster_port == 7422
+    assert {"name": "cluster", "containerPort": 7422, "protocol": "TCP"} in c["ports"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POLYMQ_K8S_SERVICE"]["value"] == headless
+    ref = env["POLYMQ_CLUSTER_SECRET"]["valueFrom"]["secretKeyRef"]
+    secret = out.get("Secret", ref["name"])
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    value = base64.b64decode(secret["data"][ref["key"]]).decode()
+    assert len(value) >= 32  # what the core requires of POLYMQ_CLUSTER_SECRET
+    ports = {p["name"]: p for p in out.get("Service", headless)["spec"]["ports"]}
+    assert ports["cluster"]["targetPort"] == "cluster"
+    [policy] = out.of_kind("NetworkPolicy")
+    [rule] = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "cluster"]
+    [source] = rule["from"]
+    assert _selects(source["podSelector"], pod_labels(sts))
+    assert not any(
+        _selects(source["podSelector"], pod_labels(w)) for w in out.workloads() if w is not sts
+    )
+    # a Secret of one's own instead; one node alone has none of this
+    own = render(
+        {"core": {"replicaCount": 3, "clusterSecret": {"existingSecret": "mine", "key": "k"}}}
+    )
+    ref = {e["name"]: e for e in container(own.workload("core"))["env"]}["POLYMQ_CLUSTER_SECRET"][
+        "valueFrom"
+    ]["secretKeyRef"]
+    assert ref == {"name": "mine", "key": "k"} and not own.of_kind("Secret")
+    single = container(render().workload("core"))
+    assert "--peers" not in single["args"] and "cluster" not in {p["name"] for p in single["ports"]}
+    assert "POLYMQ_CLUSTER_SECRET" not in {e["name"] for e in single.get("env", [])}
 
 
 def test_the_core_may_read_its_endpoints_and_nothing_else() -> None:
@@ -699,7 +742,9 @@ def test_the_network_policy_admits_only_frontends_and_peers_to_the_wire_port(
     admin = [
         r for r in policy["spec"]["ingress"] if r["ports"] == [{"port": "admin", "protocol": "TCP"}]
     ]
-    assert len(wire) == 1 and len(admin) == 1 and len(policy["spec"]["ingress"]) == 2
+    clustered = int(rendered.values.get("core", {}).get("replicaCount", 1)) > 1
+    assert len(wire) == 1 and len(admin) == 1
+    assert len(policy["spec"]["ingress"]) == 2 + clustered  # (the cluster port: peers only)
     peers = [p["podSelector"] for p in wire[0]["from"] if set(p) == {"podSelector"}]
     for workload in rendered.workloads():  # every frontend and every core pod (the peers)
         assert any(_selects(s, pod_labels(workload)) for s in peers), component_of(workload)
