@@ -717,9 +717,12 @@ def _others(peers: tuple[tuple[str, int], ...], port: int) -> tuple[tuple[str, i
     """``peers`` without this node (same cluster port on one of this machine's addresses),
     as SMQ's cluster connection manager detects itself in the shared list."""
     local = _local_addresses()
+    me = socket.gethostname()
     out = []
     for host, p in peers:
-        if p == port and _resolves_to(host.strip("[]"), local):
+        # (a StatefulSet pod is named by its hostname first: <pod>.<headless Service>, a
+        # name that may not resolve yet while the pod starts)
+        if p == port and (host.partition(".")[0] == me or _resolves_to(host.strip("[]"), local)):
             continue
         if (host, p) not in out:
             out.append((host, p))
