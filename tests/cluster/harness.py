@@ -160,7 +160,7 @@ class Node:
     def args(self) -> list[str]:
         out = [
             "--node-id", self.id,
-            "--peers", self.cluster.peers,
+            "--peers", self.cluster.peers_of(self),
             "--cluster-port", str(self.cluster_port),
         ]  # fmt: skip
         for name, port in self.ports.items():
@@ -314,9 +314,17 @@ class Node:
 class Cluster:
     """``n`` nodes under ``root`` (one workdir each, named by node id)."""
 
-    def __init__(self, root: Path, n: int = 3, *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        n: int = 3,
+        *,
+        env: dict[str, str] | None = None,
+        seeds: dict[int, list[int]] | None = None,
+    ) -> None:
         self.root = root
         self.n = n
+        self.seeds = seeds or {}  # node index -> the only other nodes its --peers names
         self.secret = secrets.token_hex(16)
         self.env = {"POLYMQ_CLUSTER_SECRET": self.secret, **(env or {})}
         self.shards = SHARDS
@@ -341,6 +349,14 @@ class Cluster:
 
     def __repr__(self) -> str:
         return f"<cluster {self.run_id} {self.nodes}>"
+
+    def peers_of(self, node: Node) -> str:
+        """``--peers`` of ``node``: every node, or its seeds and itself."""
+        seeds = self.seeds.get(node.index)
+        if seeds is None:
+            return self.peers
+        named = [self.nodes[i - 1] for i in seeds] + [node]
+        return ",".join(f"127.0.0.1:{n.cluster_port}" for n in named)
 
     # starting
     def start(self, timeout: float = START_TIMEOUT, tries: int = 3) -> Cluster:

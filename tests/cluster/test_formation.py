@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 import requests
 
-from .harness import Cluster, Node, eventually, free_ports, run_cli
+from .harness import (
+    Cluster,
+    Node,
+    drain,
+    eventually,
+    free_ports,
+    http_publish_ok,
+    run_cli,
+    running_cluster,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -153,3 +162,24 @@ def test_a_node_with_another_secret_is_refused_and_says_why(
         proc.kill()
         proc.wait(10)
     print(next(line for line in log_path.read_text().splitlines() if "SECRET" in line))
+
+
+def test_a_node_given_one_seed_learns_the_whole_cluster(tmp_path: Path) -> None:
+    """Nodes 1 and 2 list each other; node 3 lists only node 1 (and itself). NATS passes the
+    routes on and `system.peers` the nodes: every node lists all three, and node 3 serves a
+    shard led by node 2 (the streams keep the replicas their maker counted)."""
+    with running_cluster(tmp_path, seeds={3: [1]}) as cluster:
+        n1, _, n3 = cluster.nodes
+        leaders = cluster.wait_formed(timeout=60)
+        for node in cluster.nodes:
+            info = node.cluster_info()
+            assert info is not None and info["replicas"] in (2, 3), info
+            assert {m["id"] for m in info["nodes"]} == {n.id for n in cluster.nodes}, info
+        done = run_cli("cluster", "list", "--admin", n3.admin, "--timeout", "10")
+        assert done.returncode == 0, done.stderr
+        assert all(n.id in done.stdout for n in cluster.nodes), done.stdout
+        shard = next((s for s, n in leaders.items() if n is not n3), 0)
+        queue = cluster.queue_in_shard(shard, "seed")
+        http_publish_ok(n3, queue, "through a seeded node")
+        got = drain(n1, queue, expect=1, timeout=30)
+        assert [m["body"] for m in got] == ["through a seeded node"]

@@ -291,9 +291,11 @@ class ShardLog:
             raise _translate(exc, f"{what} {self.stream}") from exc
 
     async def ensure(self) -> None:
-        """Create the stream, or find it there with the same configuration. While the
-        cluster's JetStream has no meta leader (or too few peers), try again until
-        ``timeout``; then :class:`LogUnavailable`."""
+        """Create the stream, or find it there with the same configuration (or with another
+        number of replicas, which it then keeps: a node given only some of its peers
+        counts fewer nodes than the one that made the stream). While the cluster's
+        JetStream has no meta leader (or too few peers), try again until ``timeout``; then
+        :class:`LogUnavailable`."""
         config = api.StreamConfig(
             name=self.stream,
             subjects=[self.subject],
@@ -316,6 +318,21 @@ class ShardLog:
                 if time.monotonic() + delay > deadline:
                     raise
                 log.debug("%s: JetStream not ready (%s); trying again", self.stream, exc)
+            except LogError as exc:
+                try:
+                    there = (await self._stream_info()).config
+                except LogError:
+                    raise exc from None
+                if there.num_replicas == self.replicas or there.subjects != config.subjects:
+                    raise  # not a question of replicas
+                log.info(
+                    "%s: kept with %s replicas (this node counts %d nodes)",
+                    self.stream,
+                    there.num_replicas,
+                    self.replicas,
+                )
+                self.replicas = there.num_replicas or self.replicas
+                return
             await asyncio.sleep(delay)
             delay = min(delay * 2, _BACKOFF[1])
 
