@@ -16,6 +16,7 @@ import collections
 import io
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,6 +228,62 @@ class AmqpPublisher(Publisher):
         return f"amqp not confirmed: {result!r}"[:200]
 
 
+def publish_through(
+    publishers: list[Publisher], fault: Callable[[], None], what: str
+) -> tuple[float, float]:
+    """Run ``publishers`` until each has WARMUP confirmed, then ``fault()``, then until each
+    has AFTER confirmed publishes begun after it; stop them. (When the fault began, when it
+    ended), monotonic."""
+    for p in publishers:
+        p.start()
+    try:
+        for p in publishers:
+            eventually(lambda p=p: len(p.confirmed()) >= WARMUP, 60, f"{p.tag} warm-up")  # type: ignore[misc]
+        began = time.monotonic()
+        fault()
+        ended = time.monotonic()
+        for p in publishers:
+            eventually(
+                lambda p=p: len(p.confirmed(ended)) >= AFTER or p.crashed,  # type: ignore[misc]
+                90,
+                f"{p.tag}: {AFTER} confirmed publishes after {what}",
+            )
+    finally:
+        for p in publishers:
+            p.halt.set()
+        for p in publishers:
+            p.join(CONFIRM_TIMEOUT + 15)
+    for p in publishers:
+        assert p.crashed is None, f"{p.tag} crashed: {p.crashed!r}"
+        assert not p.is_alive(), f"{p.tag} did not stop"
+    return began, ended
+
+
+def assert_nothing_confirmed_lost(publishers: list[Publisher], node: Node, queue: str) -> None:
+    """Everything in ``queue``, consumed through ``node``: every body a publisher had
+    confirmed, no body nobody published, a body twice only if its publish was retried."""
+    attempted: collections.Counter[str] = collections.Counter()
+    confirmed: set[str] = set()
+    for p in publishers:
+        attempted += p.tries()
+        confirmed |= {a.body for a in p.confirmed()}
+    got = drain(node, queue, expect=len(confirmed), timeout=90)
+    seen = collections.Counter(m["body"] for m in got)
+    lost = sorted(confirmed - set(seen))
+    strangers = sorted(set(seen) - set(attempted))
+    dups = {b: c for b, c in seen.items() if c > 1}
+    unexplained = {b: c for b, c in dups.items() if attempted[b] < 2}
+    unconfirmed_present = sorted(set(seen) - confirmed)
+    print(
+        f"consumed {len(got)} ({len(seen)} distinct) of {len(confirmed)} confirmed; "
+        f"duplicates: {len(dups)} {dups}; present though never confirmed: "
+        f"{unconfirmed_present}"
+    )
+    assert not lost, f"{len(lost)} confirmed messages lost: {lost[:20]}"
+    assert not strangers, f"messages nobody published: {strangers[:20]}"
+    assert not unexplained, f"duplicates of messages published once: {unexplained}"
+
+
 def test_leader_killed_mid_stream(cluster: Cluster) -> None:
     leaders = cluster.wait_formed(timeout=30)
     # the shard led by the node leading the most, so its death moves the most
@@ -306,28 +363,8 @@ def test_leader_killed_mid_stream(cluster: Cluster) -> None:
     )
 
     publishers: list[Publisher] = [AmqpPublisher("amqp", s1, q), StompPublisher("stomp", s2, q)]
-    for p in publishers:
-        p.start()
-    try:
-        for p in publishers:
-            eventually(lambda p=p: len(p.confirmed()) >= WARMUP, 60, f"{p.tag} warm-up")  # type: ignore[misc]
-        t_kill = time.monotonic()
-        cluster.kill(victim)
-        print(f"killed {victim.id} {time.monotonic() - t_kill:.3f}s after deciding to")
-        for p in publishers:
-            eventually(
-                lambda p=p: len(p.confirmed(t_kill)) >= AFTER or p.crashed,  # type: ignore[misc]
-                90,
-                f"{p.tag}: {AFTER} confirmed publishes after the kill",
-            )
-    finally:
-        for p in publishers:
-            p.halt.set()
-        for p in publishers:
-            p.join(CONFIRM_TIMEOUT + 15)
-    for p in publishers:
-        assert p.crashed is None, f"{p.tag} crashed: {p.crashed!r}"
-        assert not p.is_alive(), f"{p.tag} did not stop"
+    t_kill, _ = publish_through(publishers, lambda: cluster.kill(victim), "the kill")
+    print(f"killed {victim.id}")
 
     # the outage as a publisher saw it
     after = [a for p in publishers for a in p.confirmed(t_kill)]
@@ -362,26 +399,7 @@ def test_leader_killed_mid_stream(cluster: Cluster) -> None:
     assert [m["body"] for m in after["messages"]] == ["s3"], after
 
     # everything from a survivor: nothing confirmed lost, duplicates only of retried bodies
-    attempted: collections.Counter[str] = collections.Counter()
-    confirmed: set[str] = set()
-    for p in publishers:
-        attempted += p.tries()
-        confirmed |= {a.body for a in p.confirmed()}
-    got = drain(s2, q, expect=len(confirmed), timeout=90)
-    seen = collections.Counter(m["body"] for m in got)
-    lost = sorted(confirmed - set(seen))
-    strangers = sorted(set(seen) - set(attempted))
-    dups = {b: c for b, c in seen.items() if c > 1}
-    unexplained = {b: c for b, c in dups.items() if attempted[b] < 2}
-    unconfirmed_present = sorted(set(seen) - confirmed)
-    print(
-        f"consumed {len(got)} ({len(seen)} distinct) of {len(confirmed)} confirmed; "
-        f"duplicates: {len(dups)} {dups}; present though never confirmed: "
-        f"{unconfirmed_present}"
-    )
-    assert not lost, f"{len(lost)} confirmed messages lost: {lost[:20]}"
-    assert not strangers, f"messages nobody published: {strangers[:20]}"
-    assert not unexplained, f"duplicates of messages published once: {unexplained}"
+    assert_nothing_confirmed_lost(publishers, s2, q)
 
     # the HTTP leases held on the dead leader come back, redelivered, long before they expire
     back: list[dict[str, Any]] = []
