@@ -183,3 +183,17 @@ def test_a_node_given_one_seed_learns_the_whole_cluster(tmp_path: Path) -> None:
         http_publish_ok(n3, queue, "through a seeded node")
         got = drain(n1, queue, expect=1, timeout=30)
         assert [m["body"] for m in got] == ["through a seeded node"]
+
+
+def test_each_console_links_every_node_and_names_each_shards_leader(
+    shared_cluster: Cluster,
+) -> None:
+    cluster = shared_cluster
+    leaders = cluster.wait_formed(timeout=30)
+    for node in cluster.nodes:
+        page = requests.get(f"{node.admin}/", timeout=10).text
+        for other in cluster.nodes:
+            assert f'href="{other.admin}/">{other.id}</a>' in page, (node.id, other.id, page)
+        assert f">{node.id}</a> (this node): ready" in page, page
+        for shard, leader in leaders.items():
+            assert f"<tr><td>{shard}</td><td>{leader.id}</td>" in page, (shard, page)

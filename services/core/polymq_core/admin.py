@@ -141,9 +141,50 @@ async def destination(request: web.Request) -> web.Response:
         )
 
 
+def _nodes_html(node_name: str, view: ClusterView | None) -> str:
+    """The console's nodes: this one alone, or every node of the cluster with a link to its
+    console, its state, the shards it leads and when it was last heard; then which node
+    leads each shard (and, on Kubernetes, the Service's pods)."""
+    if view is None:
+        return f'<ul><li><a href="/">{html.escape(node_name)}</a> (this node)</li></ul>'
+    info = view.describe()
+    items = []
+    for node in info["nodes"]:
+        url = str(node.get("admin_url") or "")
+        name = html.escape(str(node["id"]))
+        link = f'<a href="{html.escape(url.rstrip("/"))}/">{name}</a>' if url else name
+        items.append(
+            f"<li>{link}{' (this node)' if node.get('self') else ''}: "
+            f"{html.escape(str(node['state']))}, leads shards "
+            f"{html.escape(str(node.get('shards_led', [])))}, heard "
+            f"{float(node.get('last_heard_seconds_ago', 0)):.1f}s ago</li>"
+        )
+    shards = "".join(
+        f"<tr><td>{s['shard']}</td><td>{html.escape(str(s['leader'] or '-'))}</td>"
+        f"<td>{s['applied']}</td></tr>"
+        for s in info["shards"]
+    )
+    out = (
+        f"<ul>{''.join(items)}</ul><h2>Shards</h2><table><tr><th>shard</th><th>leader</th>"
+        f"<th>applied here</th></tr>{shards}</table>"
+    )
+    k8s = info.get("kubernetes")
+    if k8s:
+        pods = ", ".join(
+            f"{html.escape(m['name'])} ({'ready' if m['ready'] else 'not ready'})"
+            for m in k8s["members"]
+        )
+        error = f" (last error: {html.escape(k8s['error'])})" if k8s.get("error") else ""
+        out += (
+            f"<p>Kubernetes Service {html.escape(k8s['service'])}: {pods or 'no pods'}{error}</p>"
+        )
+    return out
+
+
 async def console(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
     info = broker.describe()
+    nodes = _nodes_html(broker.settings.node_name, _cluster(request.app))
     rows = "".join(
         "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
             html.escape(d["destination"]),
@@ -159,7 +200,7 @@ async def console(request: web.Request) -> web.Response:
 body{{font-family:system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}td:first-child{{text-align:left}}
 </style></head><body><h1>polymq</h1>
-<h2>Nodes</h2><ul><li><a href="/">{html.escape(broker.settings.node_name)}</a> (this node)</li></ul>
+<h2>Nodes</h2>{nodes}
 <p>{info["connections"]} connections, {info["topic_subscriptions"]} topic subscriptions,
 {info["bindings"]} bindings, up {info["uptime_seconds"]:.0f}s. <a href="/metrics">metrics</a>
 <a href="/api/cluster">cluster</a></p>
