@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,36 @@ def test_each_console_links_every_node_and_names_each_shards_leader(
         assert f">{node.id}</a> (this node): ready" in page, page
         for shard, leader in leaders.items():
             assert f"<tr><td>{shard}</td><td>{leader.id}</td>" in page, (shard, page)
+
+
+def test_a_reload_through_one_node_reaches_every_node_within_5_s(
+    shared_cluster: Cluster,
+) -> None:
+    cluster = shared_cluster
+    cluster.wait_formed(timeout=30)
+    via = cluster.nodes[1]
+    url = f"{via.admin}/api/config/reload"
+    assert requests.post(url, json={"log_level": "INFO"}, timeout=10).status_code == 401
+    secret = {"Authorization": f"Bearer {cluster.secret}"}
+    bad = requests.post(url, json={"log_level": "LOUD"}, headers=secret, timeout=10)
+    assert bad.status_code == 400 and "log_level" in bad.json()["detail"]
+    done = run_cli(
+        "cluster", "reload", "--admin", via.admin, "--level", "INFO", "--secret", cluster.secret
+    )
+    assert done.returncode == 0, done.stderr
+    version = int(done.stdout.split()[1])  # "configuration <version> sent to every node"
+    sent = time.monotonic()
+
+    def everywhere() -> bool:
+        for node in cluster.nodes:
+            info = node.cluster_info()
+            if info is None or any(m["config_version"] != version for m in info["nodes"]):
+                return False
+        return True
+
+    eventually(everywhere, 5, "every node announcing the reload's version")
+    print(f"\nreload {version} seen applied by every node {time.monotonic() - sent:.2f}s later")
+    for node in cluster.nodes:
+        assert f"configuration {version} applied: log_level=INFO" in node.log(), node.id
+    listed = run_cli("cluster", "list", "--admin", cluster.nodes[0].admin, "--timeout", "10")
+    assert listed.stdout.count(str(version)) == 3, listed.stdout

@@ -1,12 +1,17 @@
-"""``polymq cluster list``: the nodes of a cluster, as one node's admin API sees them.
+"""``polymq cluster list``: the nodes of a cluster, as one node's admin API sees them;
+``polymq cluster reload``: a configuration change applied on every node without a restart.
 
 ::
 
     polymq cluster list [--admin URL] [--timeout S] [--json]
+    polymq cluster reload [--admin URL] [--level LEVEL] [--users] [--secret S]
 
-It asks ``GET {admin}/api/cluster`` (``{"nodes": [...]}``, one object per node as
-``Membership.describe`` gives them) and prints a table, or the JSON with ``--json``. Exit 1
-when the admin API cannot be reached or does not answer 200 with that JSON.
+``list`` asks ``GET {admin}/api/cluster`` (``{"nodes": [...]}``, one object per node as
+``Membership.describe`` gives them) and prints a table (with the configuration version each
+node applied last), or the JSON with ``--json``. ``reload`` posts
+``{"log_level"?, "users"?}`` to ``{admin}/api/config/reload`` (with the cluster secret,
+``POLYMQ_CLUSTER_SECRET``, as bearer token) and prints the reload's version. Exit 1 when
+the admin API cannot be reached or does not answer 200 with that JSON.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-__all__ = ["add_arguments", "fetch_nodes", "format_table", "run"]
+__all__ = ["add_arguments", "fetch_nodes", "format_table", "run", "send_reload"]
 
 DEFAULT_ADMIN = "http://127.0.0.1:7401"
-_COLUMNS = ("ID", "STATE", "SHARDS LED", "LAST HEARD", "ADMIN URL", "CORE")
+_COLUMNS = ("ID", "STATE", "SHARDS LED", "LAST HEARD", "CONFIG", "ADMIN URL", "CORE")
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class ClusterCommandError(Exception):
@@ -31,7 +37,7 @@ class ClusterCommandError(Exception):
 
 
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``cluster`` (with its ``list`` sub-command) to ``polymq``'s sub-commands."""
+    """Add ``cluster`` (with its ``list`` and ``reload`` sub-commands) to ``polymq``'s."""
     cluster = sub.add_parser("cluster", help="look at the nodes of a replicated core")
     commands = cluster.add_subparsers(dest="cluster_command", required=True)
     ls = commands.add_parser(
@@ -39,15 +45,34 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the nodes, their state and the shards each leads",
         description="List the nodes of the cluster as the node at --admin sees them.",
     )
-    ls.add_argument(
+    _common(ls)
+    ls.add_argument("--json", action="store_true", help="print the JSON the node answers")
+    rl = commands.add_parser(
+        "reload",
+        help="apply a configuration change on every node, without a restart",
+        description="Broadcast a reload through the node at --admin: every node applies it.",
+    )
+    _common(rl)
+    rl.add_argument("--level", choices=_LEVELS, help="the nodes' new log level")
+    rl.add_argument("--users", action="store_true", help="re-read the users file (POLYMQ_AUTH)")
+    rl.add_argument(
+        "--secret",
+        default=os.environ.get("POLYMQ_CLUSTER_SECRET", ""),
+        help="the cluster secret (POLYMQ_CLUSTER_SECRET)",
+    )
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--admin",
         default=os.environ.get("POLYMQ_ADMIN_URL", DEFAULT_ADMIN),
         metavar="URL",
         help=f"a node's admin URL (POLYMQ_ADMIN_URL; default {DEFAULT_ADMIN})",
     )
-    ls.add_argument("--timeout", type=float, default=5.0, metavar="S", help="seconds to wait (5)")
-    ls.add_argument("--json", action="store_true", help="print the JSON the node answers")
-    ls.add_argument("--log-level", default=os.environ.get("POLYMQ_LOG_LEVEL", "WARNING"))
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, metavar="S", help="seconds to wait (5)"
+    )
+    parser.add_argument("--log-level", default=os.environ.get("POLYMQ_LOG_LEVEL", "WARNING"))
 
 
 def _admin_url(text: str) -> str:
@@ -60,7 +85,24 @@ def _admin_url(text: str) -> str:
 def fetch_nodes(admin: str, timeout: float) -> dict[str, Any]:
     """``GET {admin}/api/cluster``; ``ClusterCommandError`` saying what went wrong."""
     url = _admin_url(admin) + "/api/cluster"
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    answer = _call(urllib.request.Request(url, headers={"Accept": "application/json"}), timeout)
+    if not isinstance(answer.get("nodes"), list):
+        raise ClusterCommandError(f"{url} did not answer a list of nodes")
+    return answer
+
+
+def send_reload(admin: str, change: dict[str, Any], secret: str, timeout: float) -> dict[str, Any]:
+    """``POST {admin}/api/config/reload``: the answer (``version``, ``error``)."""
+    url = _admin_url(admin) + "/api/config/reload"
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if secret:
+        headers["Authorization"] = f"Bearer {secret}"
+    data = json.dumps(change).encode()
+    return _call(urllib.request.Request(url, data=data, headers=headers), timeout)
+
+
+def _call(request: urllib.request.Request, timeout: float) -> dict[str, Any]:
+    url = request.full_url
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             status, body = response.status, response.read()
@@ -81,8 +123,8 @@ def fetch_nodes(admin: str, timeout: float) -> dict[str, Any]:
         answer = json.loads(body)
     except ValueError:
         raise ClusterCommandError(f"{url} did not answer JSON") from None
-    if not isinstance(answer, dict) or not isinstance(answer.get("nodes"), list):
-        raise ClusterCommandError(f"{url} did not answer a list of nodes")
+    if not isinstance(answer, dict):
+        raise ClusterCommandError(f"{url} did not answer a JSON object")
     return answer
 
 
@@ -100,6 +142,9 @@ def _cell(node: dict[str, Any], column: str) -> str:
         if isinstance(ago, int | float) and not isinstance(ago, bool):
             return f"{ago:.1f}s ago"
         return "-"
+    if column == "CONFIG":
+        version = node.get("config_version")
+        return str(version) if isinstance(version, int) and version else "-"
     if column == "ADMIN URL":
         return str(node.get("admin_url") or "-")
     addresses = node.get("addresses")
@@ -119,7 +164,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """Run ``polymq cluster <command>``; the exit code."""
     out = out or sys.stdout
     err = err or sys.stderr
-    if args.cluster_command != "list":  # argparse allows only "list"
+    if args.cluster_command == "reload":
+        return _reload(args, out, err)
+    if args.cluster_command != "list":  # argparse allows only "list" and "reload"
         print(f"polymq cluster: unknown command {args.cluster_command!r}", file=err)
         return 2
     try:
@@ -132,4 +179,25 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     else:
         nodes = [n for n in answer["nodes"] if isinstance(n, dict)]
         print(format_table(nodes), file=out)
+    return 0
+
+
+def _reload(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    change: dict[str, Any] = {}
+    if args.level:
+        change["log_level"] = args.level
+    if args.users:
+        change["users"] = True
+    if not change:
+        print("polymq cluster reload: nothing to change (--level, --users)", file=err)
+        return 2
+    try:
+        answer = send_reload(args.admin, change, args.secret, args.timeout)
+    except ClusterCommandError as exc:
+        print(f"polymq cluster reload: {exc}", file=err)
+        return 1
+    print(f"configuration {answer.get('version')} sent to every node", file=out)
+    if answer.get("error"):
+        print(f"polymq cluster reload: on {args.admin}: {answer['error']}", file=err)
+        return 1
     return 0

@@ -21,6 +21,7 @@ from polymq.types import Destination
 from polymq.web import add_metrics_route, healthz
 
 from .broker import Broker
+from .reload import Reloader, ReloadError, new_change
 from .snapshot import APPLIED_HEADER
 from .store import StoreError
 
@@ -31,10 +32,12 @@ class ClusterView(Protocol):
     def ready(self) -> bool: ...
     def describe(self) -> dict[str, Any]: ...
     async def snapshot(self, shard: int) -> tuple[Path, int]: ...
+    async def reload(self, change: dict[str, Any]) -> str | None: ...
 
 
 BROKER = web.AppKey("broker", Broker)
 CLUSTER = web.AppKey("cluster", object)  # a ClusterView, or None on a single node
+RELOADER = web.AppKey("reloader", Reloader)
 _CHUNK = 1024 * 1024  # bytes of a snapshot read and sent at a time
 
 
@@ -82,6 +85,45 @@ def _problem(
     )
 
 
+def _unless_secret(request: web.Request, view: ClusterView, what: str) -> web.Response | None:
+    """A 401 problem unless the request carries the cluster secret as its bearer token."""
+    given = request.headers.get("Authorization", "").encode()
+    if hmac.compare_digest(given, f"Bearer {view.secret}".encode()):
+        return None
+    return _problem(
+        401,
+        "unauthorized",
+        f"{what}: send the cluster secret as a bearer token",
+        {"WWW-Authenticate": 'Bearer realm="polymq-cluster"'},
+    )
+
+
+async def reload(request: web.Request) -> web.Response:
+    """``POST /api/config/reload`` ``{"log_level"?, "users"?}``: apply it here, and in a
+    cluster on every node (broadcast on system.config; the cluster secret as bearer token
+    required there). Answers the reload's version and what went wrong here, if anything."""
+    view = _cluster(request.app)
+    if view is not None:
+        refused = _unless_secret(request, view, "a reload reaches every node")
+        if refused is not None:
+            return refused
+    try:
+        change = new_change(await request.json())
+    except ValueError as exc:  # (ReloadError, or a body that is not JSON)
+        return _problem(400, "bad-request", str(exc))
+    if view is not None:
+        error = await view.reload(change)
+    else:
+        try:
+            request.app[RELOADER].apply(change)
+            error = None
+        except ReloadError as exc:
+            error = str(exc)
+    return web.json_response(
+        {"version": change["version"], "applied_here": error is None, "error": error}
+    )
+
+
 async def snapshot(request: web.Request) -> web.StreamResponse:
     """A consistent copy of a shard's SQLite, for a node whose next log entry was purged:
     only for peers (``Authorization: Bearer <cluster secret>``); the log sequence applied in
@@ -89,15 +131,9 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     view = _cluster(request.app)
     if view is None:
         return _problem(404, "not-found", "this node is not part of a cluster")
-    given = request.headers.get("Authorization", "").encode()
-    if not hmac.compare_digest(given, f"Bearer {view.secret}".encode()):
-        return _problem(
-            401,
-            "unauthorized",
-            "a shard's snapshot is for the cluster's nodes: send the cluster secret as a"
-            " bearer token",
-            {"WWW-Authenticate": 'Bearer realm="polymq-cluster"'},
-        )
+    refused = _unless_secret(request, view, "a shard's snapshot is for the cluster's nodes")
+    if refused is not None:
+        return refused
     shard = int(request.match_info["shard"])
     try:
         path, applied = await view.snapshot(shard)
@@ -212,18 +248,24 @@ td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}td:first-child{
 
 
 def admin_app(
-    broker: Broker, registry: CollectorRegistry, view: ClusterView | None = None
+    broker: Broker,
+    registry: CollectorRegistry,
+    view: ClusterView | None = None,
+    reloader: Reloader | None = None,
 ) -> web.Application:
-    """``view``: this node's part in a cluster, or None on a single node."""
+    """``view``: this node's part in a cluster, or None on a single node; ``reloader``:
+    what applies a configuration reload here (none: reloads are refused)."""
     app = web.Application()
     app[BROKER] = broker
     app[CLUSTER] = view
+    app[RELOADER] = reloader if reloader is not None else Reloader(broker.auth)
     add_metrics_route(app, registry)
     app.router.add_get("/", console)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/api/cluster", cluster)
     app.router.add_get(r"/api/cluster/snapshot/{shard:\d+}", snapshot)
+    app.router.add_post("/api/config/reload", reload)
     app.router.add_get("/api/destinations", destinations)
     app.router.add_get("/api/destinations/{kind}/{name}", destination)
     return app

@@ -44,6 +44,8 @@ from .endpoints import EndpointWatcher, Member, api_client, own_namespace
 from .membership import LEAVING, UNREACHABLE, Membership
 from .mesh import TopicMesh
 from .natsd import AUTH_REFUSED, NatsConfig, NatsServer
+from .reload import SUBJECT as RELOAD_SUBJECT
+from .reload import Reloader, ReloadError
 from .replog import LogError, ReplicatedStore, ShardLog
 from .snapshot import (
     KEEP_ENTRIES,
@@ -136,6 +138,8 @@ class ClusterNode:
         self._applied_seen: dict[int, int] = {}  # per shard, at the balancer's last look
         self._led_since: dict[int, float] = {}  # per shard this node took over: when
         self._purger: asyncio.Task[None] | None = None
+        self.reloader: Reloader | None = None  # applies system.config reloads (the service's)
+        self._config_sub: Subscription | None = None
         self.k8s: EndpointWatcher | None = None  # the Service's EndpointSlices, if set
         self.k8s_members: dict[str, Member] = {}
         self._unready_since: dict[str, float] = {}  # pods Kubernetes says are not ready
@@ -243,6 +247,7 @@ class ClusterNode:
             lambda: sum(1 for s in broker.shards if s.leading), self._node_states
         )
         self._advisories = await self.nc.subscribe(_ELECTED, cb=self._elected)
+        self._config_sub = await self.nc.subscribe(RELOAD_SUBJECT, cb=self._config_message)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._follow(i), name=f"leader-{i}") for i in range(len(self.logs))
@@ -283,9 +288,10 @@ class ClusterNode:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._purger
             self._purger = None
-        if self._advisories is not None:
-            with contextlib.suppress(Exception):
-                await self._advisories.unsubscribe()
+        for sub in (self._advisories, self._config_sub):
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
         for task in list(self._promoting.values()):
             task.cancel()
         if self.membership is not None:
@@ -613,7 +619,34 @@ class ClusterNode:
             "started": self.started,
             "applied": {str(i): st.applied for i, st in enumerate(self.stores)},
             "state": self.state,
+            "config_version": self.reloader.version if self.reloader is not None else 0,
         }
+
+    # ---- system.config ---------------------------------------------------------------------
+    async def reload(self, change: dict[str, Any]) -> str | None:
+        """Broadcast a reload on ``system.config`` and apply it here; what went wrong here,
+        if anything (each node logs its own)."""
+        await self.nc.publish(RELOAD_SUBJECT, json.dumps(change).encode())
+        return self._apply(change)
+
+    async def _config_message(self, msg: Msg) -> None:
+        try:
+            change = json.loads(msg.data)
+        except ValueError:
+            log.warning("system.config: not JSON: %r", msg.data[:200])
+            return
+        if isinstance(change, dict):
+            self._apply(change)
+
+    def _apply(self, change: dict[str, Any]) -> str | None:
+        if self.reloader is None:
+            return "this node cannot reload"
+        try:
+            self.reloader.apply(change)
+        except ReloadError as exc:
+            log.error("system.config: %s", exc)
+            return str(exc)
+        return None  # (the next announcement on system.peers carries the version)
 
     def _announced(self, announcement: dict[str, Any]) -> None:
         """Every announcement heard (ours too) goes to local subscribers of ``system.peers``."""

@@ -4,7 +4,8 @@ An announcement is a JSON object, every ``period`` seconds (and at once on start
 
     {"node_id": "a", "addresses": {"core": "10.0.0.1:7400", ...},
      "admin_url": "http://10.0.0.1:7401", "shards_led": [0, 2], "version": "0.1.0",
-     "started": 1760000000.0, "applied": {"0": 41, "1": 7}, "state": "ready"}
+     "started": 1760000000.0, "applied": {"0": 41, "1": 7}, "state": "ready",
+     "config_version": 1760000000123456789}
 
 ``state`` is optional (``"ready"``; a node may say ``"joining"``, ``"leaving"`` or another
 word, shown as it is unless the node is unreachable). A node that stops says
@@ -59,6 +60,7 @@ class PeerInfo:
     applied: dict[int, int] = field(default_factory=dict)  # shard -> last applied log seq
     last_heard: float = 0.0
     state: str = READY  # as announced: "ready", "joining", "leaving", ...
+    config_version: int = 0  # the last system.config reload it applied (0: none)
 
 
 class BadAnnouncement(ValueError):
@@ -94,6 +96,9 @@ def _peer_from(body: Mapping[str, Any], now: float) -> PeerInfo:
         raise BadAnnouncement("started must be a unix time")
     if not isinstance(state, str) or not state:
         raise BadAnnouncement("state must be a word (ready, joining, leaving, ...)")
+    config_version = body.get("config_version", 0)
+    if not _is_int(config_version):
+        raise BadAnnouncement("config_version must be an integer")
     return PeerInfo(
         node_id=node_id,
         addresses=dict(addresses),
@@ -104,6 +109,7 @@ def _peer_from(body: Mapping[str, Any], now: float) -> PeerInfo:
         applied=applied,
         last_heard=now,
         state=state,
+        config_version=int(config_version),
     )
 
 
@@ -262,6 +268,7 @@ class Membership:
                 "last_heard_seconds_ago": round(max(0.0, now - p.last_heard), 3),
                 "version": p.version,
                 "started": p.started,
+                "config_version": p.config_version,
             }
             for p in sorted(self._peers.values(), key=lambda p: p.node_id)
         ]

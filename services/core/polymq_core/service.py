@@ -25,6 +25,7 @@ from .admin import admin_app
 from .broker import Broker
 from .config import CoreSettings
 from .metrics import Sensors
+from .reload import Reloader
 from .session import Session
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class CoreService:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.auth = auth if auth is not None else load_provider(settings.auth)
         self.sensors = Sensors(self.registry)
+        self.reloader = Reloader(self.auth)  # log level, users: reloaded without a restart
         self.cluster: ClusterNode | None = None
         if settings.clustered:  # nats-py is needed only here (the `cluster` extra)
             from .cluster import ClusterNode
@@ -57,6 +59,7 @@ class CoreService:
                 keep_entries=settings.log_keep_entries,
                 max_entries=settings.log_max_entries or None,
             )
+            self.cluster.reloader = self.reloader
             self.auth = WithServiceToken(self.auth, self.cluster.secret)  # peer links
         self.broker = Broker(
             settings,
@@ -84,7 +87,7 @@ class CoreService:
         if self.in_process:
             inproc.serve(s.host, self.ports["core"], lambda: Session(self.broker))
         self._admin = web.AppRunner(
-            admin_app(self.broker, self.registry, self.cluster), access_log=None
+            admin_app(self.broker, self.registry, self.cluster, self.reloader), access_log=None
         )
         await self._admin.setup()
         site = web.TCPSite(self._admin, s.host, s.admin_port, reuse_address=True)

@@ -1,5 +1,5 @@
-"""``polymq cluster list`` against a tiny HTTP server on 127.0.0.1 with a canned
-``/api/cluster``."""
+"""``polymq cluster list`` and ``reload`` against a tiny HTTP server on 127.0.0.1 with a
+canned ``/api/cluster`` and ``/api/config/reload``."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ NODES: list[dict[str, Any]] = [
         "last_heard_seconds_ago": 0.0,
         "version": "0.1.0",
         "started": 1700000000.0,
+        "config_version": 1700000000123,
     },
     {
         "id": "node-b",
@@ -46,6 +47,12 @@ NODES: list[dict[str, Any]] = [
 
 class Canned(BaseHTTPRequestHandler):
     routes: dict[str, tuple[int, bytes]] = {}
+    posted: list[tuple[str, str, bytes]] = []  # (path, Authorization, body)
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.posted.append((self.path, self.headers.get("Authorization", ""), body))
+        self.do_GET()
 
     def do_GET(self) -> None:
         status, body = self.routes.get(self.path, (404, b"not found"))
@@ -62,12 +69,14 @@ class Canned(BaseHTTPRequestHandler):
 @pytest.fixture
 def admin() -> Iterator[tuple[str, dict[str, tuple[int, bytes]]]]:
     routes: dict[str, tuple[int, bytes]] = {}
-    handler = type("Handler", (Canned,), {"routes": routes})
+    handler = type("Handler", (Canned,), {"routes": routes, "posted": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", routes
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        _SERVERS[url] = handler
+        yield url, routes
     finally:
         server.shutdown()
         server.server_close()
@@ -87,13 +96,15 @@ def test_table(
     routes["/api/cluster"] = (200, json.dumps({"nodes": NODES}).encode())
     assert run(parse("cluster", "list", "--admin", url + "/")) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["ID", "STATE", "SHARDS", "LED", "LAST", "HEARD", "ADMIN", "URL",
-                                "CORE"]  # fmt: skip
+    assert lines[0].split() == ["ID", "STATE", "SHARDS", "LED", "LAST", "HEARD", "CONFIG",
+                                "ADMIN", "URL", "CORE"]  # fmt: skip
     assert lines[1].split() == [
-        "node-a", "*", "ready", "0,2", "0.0s", "ago", "http://10.0.0.1:7401", "10.0.0.1:7400"
+        "node-a", "*", "ready", "0,2", "0.0s", "ago", "1700000000123", "http://10.0.0.1:7401",
+        "10.0.0.1:7400"
     ]  # fmt: skip
     assert lines[2].split() == [
-        "node-b", "unreachable", "-", "7.2s", "ago", "http://10.0.0.2:7401", "10.0.0.2:7400"
+        "node-b", "unreachable", "-", "7.2s", "ago", "-", "http://10.0.0.2:7401",
+        "10.0.0.2:7400"
     ]  # fmt: skip
     # columns line up
     assert lines[0].index("STATE") == lines[1].index("ready") == lines[2].index("unreachable")
@@ -156,10 +167,47 @@ def test_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
 def test_format_table_tolerates_sparse_nodes() -> None:
     # e.g. a single node's /api/cluster before membership: a name and little else
     text = format_table([{"name": "solo", "self": True}])
-    assert text.splitlines()[1].split() == ["solo", "*", "-", "-", "-", "-", "-"]
+    assert text.splitlines()[1].split() == ["solo", "*", "-", "-", "-", "-", "-", "-"]
 
 
 def test_list_is_required(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         parse("cluster")
     assert exit_.value.code == 2
+
+
+def test_reload_posts_the_change_with_the_secret(
+    admin: tuple[str, dict[str, tuple[int, bytes]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, routes = admin
+    routes["/api/config/reload"] = (200, b'{"version": 42, "applied_here": true, "error": null}')
+    args = parse("cluster", "reload", "--admin", url, "--level", "DEBUG", "--users",
+                 "--secret", "s" * 32)  # fmt: skip
+    assert run(args) == 0
+    assert "configuration 42 sent to every node" in capsys.readouterr().out
+    handler_posted = _posted(url)
+    assert handler_posted == [
+        ("/api/config/reload", "Bearer " + "s" * 32, {"log_level": "DEBUG", "users": True})
+    ]
+
+
+def test_reload_says_what_failed_and_needs_a_change(
+    admin: tuple[str, dict[str, tuple[int, bytes]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, routes = admin
+    routes["/api/config/reload"] = (200, b'{"version": 7, "error": "users: no users file"}')
+    assert run(parse("cluster", "reload", "--admin", url, "--users")) == 1
+    assert "no users file" in capsys.readouterr().err
+    assert run(parse("cluster", "reload", "--admin", url)) == 2
+    assert "nothing to change" in capsys.readouterr().err
+    routes["/api/config/reload"] = (401, b'{"detail": "send the cluster secret"}')
+    assert run(parse("cluster", "reload", "--admin", url, "--level", "INFO")) == 1
+    assert "HTTP 401" in capsys.readouterr().err
+
+
+_SERVERS: dict[str, Any] = {}
+
+
+def _posted(url: str) -> list[tuple[str, str, Any]]:
+    handler = _SERVERS[url]
+    return [(path, auth, json.loads(body)) for path, auth, body in handler.posted]
