@@ -72,6 +72,7 @@ def test_the_ci_files_cover_the_features() -> None:
     names = {p.name for p in CI_FILES}
     assert {
         "default-values.yaml",
+        "five-core-values.yaml",
         "full-tls-ingress-values.yaml",
         "ha-values.yaml",
         "http-stomp-only-values.yaml",
@@ -695,6 +696,9 @@ def test_three_core_pods_form_one_replicated_cluster() -> None:
         "valueFrom"
     ]["secretKeyRef"]
     assert ref == {"name": "mine", "key": "k"} and not own.of_kind("Secret")
+    five = render(ci_values(CHART / "ci" / "five-core-values.yaml")).workload("core")
+    peers = _parser().parse_args(container(five)["args"]).peers.split(",")
+    assert [p.partition(".")[0] for p in peers] == [f"{name}-{i}" for i in range(5)]
     single = container(render().workload("core"))
     assert "--peers" not in single["args"] and "cluster" not in {p["name"] for p in single["ports"]}
     assert "POLYMQ_CLUSTER_SECRET" not in {e["name"] for e in single.get("env", [])}
