@@ -192,7 +192,8 @@ def _nodes_html(node_name: str, view: ClusterView | None) -> str:
         items.append(
             f"<li>{link}{' (this node)' if node.get('self') else ''}: "
             f"{html.escape(str(node['state']))}, leads shards "
-            f"{html.escape(str(node.get('shards_led', [])))}, heard "
+            f"{html.escape(str(node.get('shards_led', [])))}, configuration "
+            f"{int(node.get('config_version') or 0) or '-'}, heard "
             f"{float(node.get('last_heard_seconds_ago', 0)):.1f}s ago</li>"
         )
     shards = "".join(

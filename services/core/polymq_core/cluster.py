@@ -196,6 +196,9 @@ class ClusterNode:
                     else:
                         log.info("waiting for the cluster's JetStream (%s)", exc)
                     await asyncio.sleep(1.0)
+        # the streams' replicas, as whoever made them counted (a node given only seeds
+        # counts fewer nodes than there are)
+        self.replicas = max(shard_log.replicas for shard_log in self.logs)
         log.info(
             "cluster node %s: NATS at %s, %d shard logs of %d replicas, peers %s",
             self.node_id,
