@@ -32,7 +32,8 @@ async def produce_polymq(
     """Persistent messages with ``id`` headers, ``batch`` per publish; a batch without its
     receipt (the core went away) is published again after reconnecting. With ``hold``, the
     producer stops halfway until it is set (so a fault made meanwhile is mid-stream).
-    Returns retries."""
+    Returns retries: batches published again, and connections found closed by the core
+    (while the producer waits on ``hold``, the core's restart closes its connection)."""
     retries = 0
     i = 0
     client: Client | None = None
@@ -41,7 +42,11 @@ async def produce_polymq(
             if hold is not None and i >= len(keys) // 2:
                 await hold.wait()
             try:
-                if client is None or client.closed:
+                if client is not None and client.closed:  # the core went away meanwhile
+                    retries += 1
+                    await client.close()
+                    client = None
+                if client is None:
                     client = await Client.connect("127.0.0.1", port, timeout=2)
                 chunk = keys[i : i + batch]
                 msgs = [Message(k.encode(), headers={"id": k}, persistent=True) for k in chunk]
