@@ -239,18 +239,20 @@ class Queue:
         if back:
             self.pump()
 
-    def _return(self, msg: Message, reason: str) -> None:
+    def _return(self, msg: Message, reason: str, *, forgotten: bool = False) -> None:
         """A delivery came back unacked: requeue, or dead-letter past max deliveries.
 
-        Under ``max_deliveries`` a persistent message returned to a durable queue is
-        written again with its delivery count, so that a restart or a new leader goes on
-        counting (a consumer that dies of a poison message is what the limit is for); a
-        delivery under way when the core stops is counted from the last return."""
+        A requeued message is written to the store again when it had been forgotten there
+        (``forgotten``: an auto-ack delivery taken back), and, under ``max_deliveries``,
+        when it is persistent in a durable queue: with its delivery count, so that a
+        restart or a new leader goes on counting (a consumer that dies of a poison message
+        is what the limit is for); a delivery under way when the core stops is counted from
+        the last return."""
         limit = self.options.max_deliveries
         if limit is not None and msg.delivery_count >= limit:
             self.shard.discard(self, msg, "max-deliveries")
             return
-        if limit is not None and msg.persistent and self.durable:
+        if forgotten or (limit is not None and msg.persistent and self.durable):
             self.shard.commit("append_many", self.key, [msg])
         self.requeue(msg)
         self.shard.sensors.on_redeliver(reason, 1)
@@ -315,10 +317,10 @@ class Queue:
             sub.deliver(msg, seq)
 
     def unsent(self, sub: Subscription, msg: Message) -> None:
-        """An auto-ack delivery never left the core (its consumer was cut): take it back."""
-        if msg.persistent and self.durable and not self.shard.unforget(self.key, msg.seq):
-            self.shard.commit("append_many", self.key, [msg])  # settled() had forgotten it
-        self._return(msg, "disconnect")
+        """An auto-ack delivery never left the core (its consumer was cut): take it back
+        (written again if settled() had already forgotten it in the store)."""
+        forgotten = msg.persistent and self.durable and not self.shard.unforget(self.key, msg.seq)
+        self._return(msg, "disconnect", forgotten=forgotten)
 
     def settle(self, sub: Subscription, keys: list[Any], action: str) -> None:
         """Ack (``'ack'``), requeue (``'requeue'``) or dead-letter (``'reject'``) deliveries."""
