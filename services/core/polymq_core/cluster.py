@@ -461,12 +461,19 @@ class ClusterNode:
         if len(led[target]) + 1 > share:
             return
         for i in mine:
-            ours = self.stores[i].applied if i < len(self.stores) else 0
-            theirs = ready[target].applied.get(i, 0)
-            if ours - theirs <= _CAUGHT_UP:
-                log.info("shard %d: handing its lead to node %s (balance)", i, target)
-                await asyncio.wait_for(self.logs[i].step_down(preferred=target), 5.0)
+            if self._caught_up(i, ready[target]):
+                await self._hand(i, target, "balance")
                 return
+
+    def _caught_up(self, i: int, peer: Any) -> bool:
+        """Has ``peer`` applied shard ``i``'s log to within _CAUGHT_UP of this node?"""
+        ours = self.stores[i].applied if i < len(self.stores) else 0
+        return bool(ours - peer.applied.get(i, 0) <= _CAUGHT_UP)
+
+    async def _hand(self, i: int, target: str, why: str) -> None:
+        """Hand shard ``i``'s lead to ``target``: a step-down with it preferred."""
+        log.info("shard %d: handing its lead to node %s (%s)", i, target, why)
+        await asyncio.wait_for(self.logs[i].step_down(preferred=target), 5.0)
 
     async def _hand_off(self, others: dict[str, Any]) -> None:
         """Hand one shard this node leads to the candidate leading the fewest that has
@@ -476,11 +483,9 @@ class ClusterNode:
         for i, shard in enumerate(self.broker.shards):
             if self.leaders.get(i) != self.node_id or not shard.leading:
                 continue
-            ours = self.stores[i].applied if i < len(self.stores) else 0
             for target in sorted(others, key=lambda n: (led[n], n)):
-                if ours - others[target].applied.get(i, 0) <= _CAUGHT_UP:
-                    log.info("shard %d: handing its lead to node %s (not ready here)", i, target)
-                    await asyncio.wait_for(self.logs[i].step_down(preferred=target), 5.0)
+                if self._caught_up(i, others[target]):
+                    await self._hand(i, target, "not ready here")
                     return
 
     async def _promote(self, index: int) -> None:
