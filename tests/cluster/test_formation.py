@@ -229,6 +229,24 @@ def test_a_reload_through_one_node_reaches_every_node_within_5_s(
     print(f"\nreload {version} seen applied by every node {time.monotonic() - sent:.2f}s later")
     for node in cluster.nodes:
         assert f"configuration {version} applied: log_level=INFO" in node.log(), node.id
+        # every node's frontends heard it from their node (topic system.config)
+        for frontend in ("http", "stomp", "amqp"):
+            assert f"{frontend}: configuration {version} applied" in node.log(), frontend
+    # a limit, set on every node through one
+    done = run_cli(
+        "cluster", "reload", "--admin", via.admin, "--limit", "max_pull=7",
+        "--secret", cluster.secret,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for node in cluster.nodes:
+
+        def refused(node: Node = node) -> bool:
+            r = requests.post(
+                f"{node.url('http')}/v1/queue/reload-limit/pull", params={"max": 8}, timeout=10
+            )
+            return r.status_code == 400 and "1..7" in r.text
+
+        eventually(refused, 5, f"node {node.id} refusing to pull 8 after max_pull=7")
     listed = run_cli("cluster", "list", "--admin", cluster.nodes[0].admin, "--timeout", "10")
     assert listed.stdout.count(str(version)) == 3, listed.stdout
     page = requests.get(f"{cluster.nodes[2].admin}/", timeout=10).text

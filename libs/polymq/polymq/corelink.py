@@ -16,6 +16,7 @@ frame the core would refuse.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 from collections import deque
@@ -23,8 +24,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from .avro import SchemaCache
-from .client import Client
+from .client import Client, Subscription
 from .errors import ConnectionClosed, RequestError, Unauthorized, Unavailable
+from .reload import TOPIC, Reloader, ReloadError
+from .types import Message
 
 __all__ = ["CORE_TIMEOUT", "ByteBudget", "CoreLink"]
 
@@ -100,6 +103,7 @@ class CoreLink:
         self._task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._schemas: SchemaCache | None = None
+        self.reloader: Reloader | None = None
 
     @property
     def schemas(self) -> SchemaCache:
@@ -228,6 +232,25 @@ class CoreLink:
         log.info("%s: connected to the core at %s (%s)", self.service, self.address, client.server)
         if self.on_connect is not None:
             self.on_connect(client)
+        if self.reloader is not None:
+            self.spawn(self._follow(client, self.reloader), f"subscribing to topic/{TOPIC}")
+
+    def follow_config(self, reloader: Reloader) -> None:
+        """From each connection on, apply to this frontend (with ``reloader``) every reload
+        the core publishes on its topic ``system.config`` (see :mod:`polymq.reload`)."""
+        self.reloader = reloader
+
+    async def _follow(self, client: Client, reloader: Reloader) -> None:
+        try:
+            await client.subscribe(f"topic/{TOPIC}", listener=_ConfigListener(self, reloader))
+        except RequestError as exc:  # e.g. Forbidden: the frontend's core user may not read it
+            log.warning(
+                "%s: will not hear configuration reloads: topic/%s: %s (grant this frontend's "
+                "core user read on it)",
+                self.service,
+                TOPIC,
+                exc,
+            )
 
     def detached(self, client: Client, reason: str) -> None:
         """The connection is gone, and with it everything that lived on it."""
@@ -289,3 +312,23 @@ class CoreLink:
                 self._wake.set()
                 raise Unavailable(f"lost the connection to the core: {exc.message}") from exc
             raise
+
+
+class _ConfigListener:
+    """Applies the reloads heard on ``topic/system.config`` as they come."""
+
+    def __init__(self, link: CoreLink, reloader: Reloader) -> None:
+        self.link = link
+        self.reloader = reloader
+
+    def on_deliver(self, sub: Subscription, tags: list[int], messages: list[Message]) -> None:
+        for message in messages:
+            try:
+                change = json.loads(message.body)
+                if isinstance(change, dict):
+                    self.reloader.apply(change)
+            except (ValueError, ReloadError) as exc:  # (ReloadError is a ValueError)
+                log.error("%s: configuration reload: %s", self.link.service, exc)
+
+    def on_end(self, sub: Subscription, error: BaseException) -> None:
+        pass  # the connection is gone: the next one subscribes again

@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from polymq import Client, frontend
 from polymq.auth import AuthProvider, load_provider
+from polymq.reload import Reloader
 from polymq.transport import TcpTransport
 from polymq.web import link_state
 
@@ -73,12 +74,15 @@ class AmqpService:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = AmqpMetrics(self.registry)
         self.link = frontend.core_link(settings, "amqp", self.metrics, on_lost=self._core_lost)
+        provider = auth if auth is not None else load_provider(settings.auth)
+        # (reloaded on the core's system.config)
+        self.link.follow_config(Reloader(provider, users_required=False, name="amqp"))
         instance = f"{socket.gethostname().replace('/', '_')}-{secrets.token_hex(6)}"
         self.topology = Topology(self.link, instance, cache_ttl=settings.amqp_cache_ttl)
         self.hub = Hub(
             settings,
             self.link,
-            auth if auth is not None else load_provider(settings.auth),
+            provider,
             self.metrics,
             self.topology,
             instance,
@@ -133,10 +137,15 @@ class AmqpService:
         )
         return self.ports
 
-    async def stop(self) -> None:
+    async def lame_duck(self) -> None:
+        """The first step of a stop: accept no new connections; :meth:`stop` then closes
+        each with 320 CONNECTION_FORCED."""
         self.hub.stopping = True
         for server in self._servers:
-            server.close()  # stop accepting
+            server.close()
+
+    async def stop(self) -> None:
+        await self.lame_duck()
         await frontend.shutdown_sessions(
             list(self.hub.sessions.values()),
             _SHUTDOWN_GRACE,

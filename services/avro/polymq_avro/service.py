@@ -17,9 +17,8 @@ import logging
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq.auth import load_provider
 from polymq.web import WebService, add_core_link, add_metrics_route, link_state, metrics_middleware
-from polymq_http.access import Access
+from polymq_http.access import reloaded_access
 from polymq_http.problems import problem_middleware
 
 from . import api, registry_api
@@ -48,7 +47,7 @@ def build_app(settings: AvroSettings, registry: CollectorRegistry) -> web.Applic
     app[api.CORE] = core
     app[api.CACHE] = cache
     app[api.REGISTRY] = Registry(core.call, cache, settings.compatibility)
-    app[api.ACCESS] = Access(load_provider(settings.auth))
+    app[api.ACCESS] = reloaded_access(settings.auth, app[api.CORE], "avro")
     app[api.OPENAPI] = json.dumps(document(settings), indent=1).encode()
     api.add_routes(app)
     registry_api.add_routes(app)

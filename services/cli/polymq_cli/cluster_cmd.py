@@ -4,14 +4,17 @@
 ::
 
     polymq cluster list [--admin URL] [--timeout S] [--json]
-    polymq cluster reload [--admin URL] [--level LEVEL] [--users] [--secret S]
+    polymq cluster reload [--admin URL] [--level LEVEL] [--users] [--limit NAME=VALUE ...]
+                          [--secret S]
 
 ``list`` asks ``GET {admin}/api/cluster`` (``{"nodes": [...]}``, one object per node as
 ``Membership.describe`` gives them) and prints a table (with the configuration version each
 node applied last), or the JSON with ``--json``. ``reload`` posts
-``{"log_level"?, "users"?}`` to ``{admin}/api/config/reload`` (with the cluster secret,
-``POLYMQ_CLUSTER_SECRET``, as bearer token) and prints the reload's version. Exit 1 when
-the admin API cannot be reached or does not answer 200 with that JSON.
+``{"log_level"?, "users"?, "limits"?}`` to ``{admin}/api/config/reload`` (with the
+cluster secret, ``POLYMQ_CLUSTER_SECRET``, as bearer token) and prints the reload's version;
+every core node applies it, and every frontend connected to one (:mod:`polymq.reload`).
+Exit 1 when the admin API cannot be reached or does not answer 200 with that JSON, or the
+node at ``--admin`` could not apply all of it; 2 for arguments that say nothing to change.
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from polymq.reload import LEVELS, LIMITS
+
 __all__ = ["add_arguments", "fetch_nodes", "format_table", "run", "send_reload"]
 
 DEFAULT_ADMIN = "http://127.0.0.1:7401"
 _COLUMNS = ("ID", "STATE", "SHARDS LED", "LAST HEARD", "CONFIG", "ADMIN URL", "CORE")
-_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class ClusterCommandError(Exception):
@@ -53,13 +57,40 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Broadcast a reload through the node at --admin: every node applies it.",
     )
     _common(rl)
-    rl.add_argument("--level", choices=_LEVELS, help="the nodes' new log level")
-    rl.add_argument("--users", action="store_true", help="re-read the users file (POLYMQ_AUTH)")
+    rl.add_argument("--level", choices=LEVELS, help="the nodes' new log level")
+    rl.add_argument(
+        "--users",
+        action="store_true",
+        help="re-read the users file (POLYMQ_AUTH) on every node and frontend",
+    )
+    rl.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        type=_limit,
+        metavar="NAME=VALUE",
+        help=f"a core limit to set ({', '.join(LIMITS)}); repeat for more",
+    )
     rl.add_argument(
         "--secret",
         default=os.environ.get("POLYMQ_CLUSTER_SECRET", ""),
         help="the cluster secret (POLYMQ_CLUSTER_SECRET)",
     )
+
+
+def _limit(text: str) -> tuple[str, int | float]:
+    """``NAME=VALUE`` of ``--limit``, with the value as a number."""
+    name, _, value = text.partition("=")
+    if name not in LIMITS or not value:
+        raise argparse.ArgumentTypeError(f"NAME=VALUE, NAME one of {', '.join(LIMITS)}")
+    try:
+        return name, int(value)
+    except ValueError:
+        pass
+    try:
+        return name, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a number") from None
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -188,8 +219,10 @@ def _reload(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         change["log_level"] = args.level
     if args.users:
         change["users"] = True
+    if args.limit:
+        change["limits"] = dict(args.limit)
     if not change:
-        print("polymq cluster reload: nothing to change (--level, --users)", file=err)
+        print("polymq cluster reload: nothing to change (--level, --users, --limit)", file=err)
         return 2
     try:
         answer = send_reload(args.admin, change, args.secret, args.timeout)

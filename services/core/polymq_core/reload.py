@@ -1,97 +1,60 @@
-"""Configuration reloads, without a restart: the log level, and the core's users and grants
-(re-read from its ``POLYMQ_AUTH`` file).
+"""Reloads in the core (:mod:`polymq.reload` says what a reload is and applies it).
 
-A reload is a small JSON object, ``{"version": N, "log_level": "DEBUG", "users": true}``
-(each change optional). In a cluster it is broadcast on ``system.config`` (NATS subject
-``polymq.system.config``) and every node applies it; each node announces the version it
-applied last on ``system.peers`` (``config_version``), so ``polymq cluster list`` shows a
-node that missed one. On one node it is applied at once.
-
-Versions are the unix time in nanoseconds of the request: a node ignores a reload older
-than the one it applied (a late or repeated message changes nothing).
-
-Errors: :class:`ReloadError` for a change that cannot be applied (an unknown log level, a
-users file that no longer reads), raised before anything of it is applied where it can be
-checked first; the users file is checked by re-reading it, and a bad one keeps the users
-there were.
+In a cluster a reload is broadcast between the nodes on the NATS subject :data:`SUBJECT`
+and every node applies it; each node announces the version it applied last on
+``system.peers`` (``config_version``), so ``polymq cluster list`` shows a node that missed
+one. On one node it is applied at once. Either way, a node that applied a reload publishes it
+on its topic ``system.config`` for the frontends connected to it (:func:`publish`).
+:func:`limits_setter` is how a reload's ``limits`` reach the broker's settings.
 """
 
 from __future__ import annotations
 
-import logging
-import time
+import dataclasses
+import json
+from collections.abc import Callable
 from typing import Any
 
-from polymq.auth import AuthProvider, FileProvider
+from polymq.config import ConfigError
+from polymq.reload import LEVELS, TOPIC, Reloader, ReloadError, new_change
+from polymq.types import Message
 
-__all__ = ["LEVELS", "ReloadError", "Reloader", "new_change"]
+from .broker import Broker
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "LEVELS",
+    "SUBJECT",
+    "ReloadError",
+    "Reloader",
+    "limits_setter",
+    "new_change",
+    "publisher",
+]
 
-LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SUBJECT = "polymq.system.config"
 
 
-class ReloadError(ValueError):
-    """A reload that cannot be applied; the message says why."""
+def limits_setter(broker: Broker) -> Callable[[dict[str, Any]], None]:
+    """Sets a reload's limits on ``broker``'s settings (read where each limit is enforced,
+    so new requests follow them at once), checked as at start-up."""
+
+    def set_limits(limits: dict[str, Any]) -> None:
+        settings = dataclasses.replace(broker.settings, **limits)
+        try:
+            settings.check()
+        except ConfigError as exc:
+            raise ReloadError(str(exc)) from exc
+        broker.settings = settings
+
+    return set_limits
 
 
-def new_change(request: Any) -> dict[str, Any]:
-    """A reload from a request's JSON (``{"log_level"?, "users"?}``), checked, with its
-    version; ReloadError if it is not one."""
-    if not isinstance(request, dict) or set(request) - {"log_level", "users"}:
-        raise ReloadError('a reload is {"log_level": "INFO", "users": true}, each optional')
-    change: dict[str, Any] = {"version": time.time_ns()}
-    level = request.get("log_level")
-    if level is not None:
-        if not isinstance(level, str) or level.upper() not in LEVELS:
-            raise ReloadError(f"log_level must be one of {', '.join(LEVELS)}")
-        change["log_level"] = level.upper()
-    users = request.get("users", False)
-    if not isinstance(users, bool):
-        raise ReloadError("users must be true or false")
-    if users:
-        change["users"] = True
-    return change
+def publisher(broker: Broker) -> Callable[[dict[str, Any]], None]:
+    """Publishes each applied reload on ``broker``'s topic ``system.config`` (this node's
+    subscribers only: every node publishes what it applied)."""
 
+    def publish(change: dict[str, Any]) -> None:
+        body = json.dumps(change, sort_keys=True).encode()
+        broker.publisher.publish_topic(TOPIC, [Message(body=body, content_type="application/json")])
 
-class Reloader:
-    """Applies reloads to this process: ``version`` is the last one applied (0: none)."""
-
-    def __init__(self, auth: AuthProvider) -> None:
-        self.auth = auth
-        self.version = 0
-
-    def _users(self) -> FileProvider | None:
-        provider: Any = self.auth
-        while provider is not None and not isinstance(provider, FileProvider):
-            provider = getattr(provider, "inner", None)
-        return provider
-
-    def apply(self, change: dict[str, Any]) -> bool:
-        """Apply ``change`` unless an equal or newer one was; whether it was applied.
-        ReloadError if part of it cannot be (what could be is kept)."""
-        version = change.get("version")
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise ReloadError("a reload needs an integer version")
-        if version <= self.version:
-            return False
-        self.version = version
-        level = change.get("log_level")
-        if isinstance(level, str) and level in LEVELS:
-            logging.getLogger().setLevel(level)
-        if change.get("users"):
-            provider = self._users()
-            if provider is None:
-                raise ReloadError("users: this node has no users file (POLYMQ_AUTH=file:...)")
-            try:
-                provider.reload()
-            except (OSError, ValueError) as exc:
-                raise ReloadError(f"users: {provider.path} kept its old contents: {exc}") from exc
-        log.warning("configuration %d applied: %s", version, _describe(change))
-        return True
-
-
-def _describe(change: dict[str, Any]) -> str:
-    parts = [f"{key}={value}" for key, value in change.items() if key != "version"]
-    return ", ".join(parts) or "nothing to change"
+    return publish

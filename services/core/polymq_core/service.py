@@ -25,7 +25,7 @@ from .admin import admin_app
 from .broker import Broker
 from .config import CoreSettings
 from .metrics import Sensors
-from .reload import Reloader
+from .reload import Reloader, limits_setter, publisher
 from .session import Session
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class CoreService:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.auth = auth if auth is not None else load_provider(settings.auth)
         self.sensors = Sensors(self.registry)
-        self.reloader = Reloader(self.auth)  # log level, users: reloaded without a restart
+        self.reloader = Reloader(self.auth)  # log level, users, limits: without a restart
         self.cluster: ClusterNode | None = None
         if settings.clustered:  # nats-py is needed only here (the `cluster` extra)
             from .cluster import ClusterNode
@@ -68,6 +68,8 @@ class CoreService:
             stores=self.cluster.store if self.cluster is not None else None,
             cluster=self.cluster,
         )
+        self.reloader.limits = limits_setter(self.broker)
+        self.reloader.applied = publisher(self.broker)  # to the frontends on system.config
         self.sensors.watch_depth(self.broker.depth, self.broker.in_flight)
         self.sensors.watch_bindings(lambda: len(self.broker.bindings))
         self._server: asyncio.Server | None = None
@@ -112,6 +114,12 @@ class CoreService:
     def pids(self) -> list[int]:
         """The processes of this node: polymq, and its nats-server in a cluster."""
         return self.cluster.pids if self.cluster is not None else [os.getpid()]
+
+    async def lame_duck(self) -> None:
+        """The first step of a stop: accept no new wire connections (the admin port stays
+        open for probes); :meth:`stop` then answers and closes those open."""
+        if self._server is not None:
+            self._server.close()
 
     async def stop(self) -> None:
         if self.cluster is not None:

@@ -3,6 +3,8 @@
 A thin layer over :mod:`polymq.auth`: the provider authenticates, and successful logins are
 remembered for a short while (keyed by a hash of the header, never the header itself) so
 that a client sending Basic credentials on every request does not pay for scrypt each time.
+A users reload (:mod:`polymq.reload`, heard from the core by :func:`reloaded_access`) forgets
+them: an old password or grant does not outlive it.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import hashlib
 import time
 from collections import OrderedDict
 
-from polymq.auth import AuthProvider, Permission, Principal, authenticate_http
+from polymq.auth import AuthProvider, Permission, Principal, authenticate_http, load_provider
+from polymq.corelink import CoreLink
 from polymq.errors import Unauthorized
+from polymq.reload import Reloader
 
 _TTL = 60.0  # seconds a successful login is remembered
 _MAX_ENTRIES = 4096
@@ -44,6 +48,10 @@ class Access:
             self._cache.popitem(last=False)
         return principal
 
+    def forget(self) -> None:
+        """Forget every remembered login (the users changed)."""
+        self._cache.clear()
+
     def authorize(self, principal: Principal, permission: Permission, destination: str) -> None:
         """Return if allowed, else raise Forbidden."""
         self.provider.authorize(principal, permission, destination)
@@ -52,3 +60,15 @@ class Access:
         """Return if allowed on every string that starts with ``prefix`` (listing the keys
         ``kv/<prefix>...``: ``AuthProvider.authorize_prefix``), else raise Forbidden."""
         self.provider.authorize_prefix(principal, permission, prefix)
+
+
+def reloaded_access(auth: str | None, link: CoreLink, service: str) -> Access:
+    """The :class:`Access` of frontend ``service`` from its ``POLYMQ_AUTH`` spec ``auth``;
+    every reload the core publishes through ``link`` re-reads its users file and forgets the
+    logins it remembered."""
+    access = Access(load_provider(auth))
+    reloader = Reloader(
+        access.provider, users_required=False, name=service, applied=lambda _: access.forget()
+    )
+    link.follow_config(reloader)
+    return access

@@ -17,11 +17,10 @@ import logging
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq.auth import load_provider
 from polymq.web import WebService, add_core_link, add_metrics_route, link_state, metrics_middleware
 
 from . import api
-from .access import Access
+from .access import reloaded_access
 from .config import HttpSettings
 from .corelink import CoreLink
 from .metrics import HttpMetrics
@@ -42,7 +41,7 @@ def build_app(settings: HttpSettings, registry: CollectorRegistry) -> web.Applic
     app[api.SETTINGS] = settings
     app[api.METRICS] = metrics
     app[api.CORE] = CoreLink(settings, metrics)
-    app[api.ACCESS] = Access(load_provider(settings.auth))
+    app[api.ACCESS] = reloaded_access(settings.auth, app[api.CORE], "http")
     app[api.OPENAPI] = json.dumps(document(settings), indent=1).encode()
     api.add_routes(app)
     add_metrics_route(app, registry)

@@ -18,9 +18,8 @@ import logging
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq.auth import load_provider
 from polymq.web import WebService, add_core_link, add_metrics_route, link_state, metrics_middleware
-from polymq_http.access import Access
+from polymq_http.access import reloaded_access
 
 from . import api, page, sse
 from .config import LongpollSettings
@@ -50,7 +49,7 @@ def build_app(settings: LongpollSettings, registry: CollectorRegistry) -> web.Ap
     app[api.SETTINGS] = settings
     app[api.METRICS] = metrics
     app[api.CORE] = CoreLink(settings, metrics)
-    app[api.ACCESS] = Access(load_provider(settings.auth))
+    app[api.ACCESS] = reloaded_access(settings.auth, app[api.CORE], "longpoll")
     app[api.WINDOWS] = Windows()
     api.add_routes(app)
     sse.add_routes(app)

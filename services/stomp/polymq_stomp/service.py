@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from polymq import frontend
 from polymq.auth import AuthProvider, load_provider
+from polymq.reload import Reloader
 from polymq.web import link_state
 
 from . import page
@@ -89,10 +90,13 @@ class StompService:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = StompMetrics(self.registry)
         self.link = frontend.core_link(settings, "stomp", self.metrics)
+        provider = auth if auth is not None else load_provider(settings.auth)
+        # (reloaded on the core's system.config)
+        self.link.follow_config(Reloader(provider, users_required=False, name="stomp"))
         self.hub = Hub(
             settings,
             self.link,
-            auth if auth is not None else load_provider(settings.auth),
+            provider,
             self.metrics,
         )
         self.app = build_app(self.hub, self.registry)
@@ -135,13 +139,18 @@ class StompService:
         )
         return self.ports
 
-    async def stop(self) -> None:
+    async def lame_duck(self) -> None:
+        """The first step of a stop: accept no new connections (CONNECT and WebSocket
+        upgrades on open ones are refused); :meth:`stop` then tells each session to go."""
         self.hub.stopping = True
         if self._server is not None:
-            self._server.close()  # stop accepting
+            self._server.close()
         if self._site is not None:
-            with contextlib.suppress(RuntimeError):
+            with contextlib.suppress(RuntimeError):  # (stopped already)
                 await self._site.stop()
+
+    async def stop(self) -> None:
+        await self.lame_duck()
         await frontend.shutdown_sessions(
             list(self.hub.sessions),
             _SHUTDOWN_GRACE,

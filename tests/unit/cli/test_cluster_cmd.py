@@ -191,6 +191,22 @@ def test_reload_posts_the_change_with_the_secret(
     ]
 
 
+def test_reload_sets_limits_given_as_numbers(
+    admin: tuple[str, dict[str, tuple[int, bytes]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, routes = admin
+    routes["/api/config/reload"] = (200, b'{"version": 43, "applied_here": true, "error": null}')
+    args = parse("cluster", "reload", "--admin", url, "--limit", "max_body=1024",
+                 "--limit", "max_wait=2.5")  # fmt: skip
+    assert run(args) == 0
+    assert _posted(url)[-1][2] == {"limits": {"max_body": 1024, "max_wait": 2.5}}
+    for bad in ("max_frame=1", "max_body", "max_body=big"):
+        with pytest.raises(SystemExit) as exit_:
+            parse("cluster", "reload", "--admin", url, "--limit", bad)
+        assert exit_.value.code == 2
+        assert "--limit" in capsys.readouterr().err
+
+
 def test_reload_says_what_failed_and_needs_a_change(
     admin: tuple[str, dict[str, tuple[int, bytes]]], capsys: pytest.CaptureFixture[str]
 ) -> None:

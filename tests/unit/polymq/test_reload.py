@@ -1,5 +1,5 @@
-"""polymq_core.reload: what a reload request may say, and applying one to this process (the
-root logger's level, the users file re-read), newest only."""
+"""polymq.reload: what a reload request may say, and applying one to this process (the
+root logger's level, the users file re-read, the limits), newest only."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from polymq.auth import AnonymousProvider, FileProvider, WithServiceToken, hash_password
 from polymq.errors import Unauthorized
-from polymq_core.reload import Reloader, ReloadError, new_change
+from polymq.reload import Reloader, ReloadError, new_change
 
 
 @pytest.fixture
@@ -75,3 +75,50 @@ def test_users_cannot_be_reloaded_without_a_users_file() -> None:
         Reloader(AnonymousProvider()).apply({"version": 1, "users": True})
     with pytest.raises(ReloadError, match="integer version"):
         Reloader(AnonymousProvider()).apply({"version": "1"})
+
+
+def test_limits_are_checked_in_the_request() -> None:
+    change = new_change({"limits": {"max_body": 1024, "max_wait": 2.5}})
+    assert change["limits"] == {"max_body": 1024, "max_wait": 2.5}
+    for bad in (
+        {},
+        [],
+        {"max_frame": 10},  # not reloadable: the codecs of open connections hold it
+        {"max_body": 0},
+        {"max_body": "1024"},
+        {"max_pull": True},
+        {"max_pull": 1.5},
+        {"max_wait": -1},
+    ):
+        with pytest.raises(ReloadError, match="limits"):
+            new_change({"limits": bad})
+
+
+def test_limits_go_to_the_hook_and_a_refusal_keeps_the_rest(root_level: None) -> None:
+    seen: list[dict[str, object]] = []
+    applied: list[int] = []
+
+    def limits(new: dict[str, object]) -> None:
+        if new.get("max_body") == 666:
+            raise ReloadError("max_body cannot exceed max_frame")
+        seen.append(new)
+
+    reloader = Reloader(
+        AnonymousProvider(), limits=limits, applied=lambda c: applied.append(c["version"])
+    )
+    assert reloader.apply({"version": 1, "limits": {"max_pull": 7}})
+    assert seen == [{"max_pull": 7}] and applied == [1]
+    with pytest.raises(ReloadError, match="limits kept: max_body cannot exceed"):
+        reloader.apply({"version": 2, "limits": {"max_body": 666}, "log_level": "CRITICAL"})
+    # the log level was applied, and the change still announced (frontends have their own part)
+    assert logging.getLogger().level == logging.CRITICAL and applied == [1, 2]
+    # a message whose limits are not limits is refused by the one who applies it, too
+    with pytest.raises(ReloadError, match="limits"):
+        reloader.apply({"version": 3, "limits": {"max_body": "big"}})
+    assert seen == [{"max_pull": 7}]
+
+
+def test_a_frontend_without_a_users_file_has_nothing_to_reload() -> None:
+    frontend = Reloader(AnonymousProvider(), users_required=False, name="stomp")
+    assert frontend.apply({"version": 1, "users": True, "limits": {"max_body": 5}})
+    assert frontend.version == 1  # (limits are the core's: a frontend has no hook for them)
