@@ -17,7 +17,7 @@ import os
 import ssl
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -28,8 +28,10 @@ __all__ = [
     "check_addresses",
     "check_frontend",
     "check_range",
+    "check_readable",
     "check_tls",
     "from_env",
+    "load_certificate",
     "server_ssl_context",
 ]
 
@@ -167,37 +169,61 @@ def check_tls(settings: FrontendSettings) -> None:
         )
     for name in ("tls_cert", "tls_key"):
         path = getattr(settings, name)
-        if not path:
-            continue
-        var = f"POLYMQ_{name.upper()}={path!r}"
-        try:
-            with open(path, "rb") as f:
-                f.read(1)
-        except FileNotFoundError:
-            raise ConfigError(f"{var}: no such file") from None
-        except IsADirectoryError:
-            raise ConfigError(f"{var}: a directory, not a PEM file") from None
-        except PermissionError:
-            raise ConfigError(f"{var}: not readable by this process (uid {os.getuid()})") from None
-        except OSError as exc:
-            raise ConfigError(f"{var}: cannot read it: {exc.strerror or exc}") from None
+        if path:
+            check_readable(f"POLYMQ_{name.upper()}", path)
 
 
-def _encrypted_key() -> bytes:
-    # called by OpenSSL for a password, instead of prompting on the terminal
-    raise ConfigError(
-        "POLYMQ_TLS_KEY: the private key is encrypted; polymq needs it unencrypted "
-        "(openssl pkey -in key.pem -out plain.pem), readable by this process only"
-    )
+def check_readable(var: str, path: str) -> None:
+    """The file ``path`` (the setting ``var``, e.g. ``POLYMQ_TLS_CERT``) exists, is not a
+    directory and this process can read it; a :class:`ConfigError` saying which otherwise."""
+    where = f"{var}={path!r}"
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{where}: a directory, not a PEM file") from None
+    except PermissionError:
+        raise ConfigError(f"{where}: not readable by this process (uid {os.getuid()})") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+
+
+def _encrypted_key(var: str) -> Callable[[], bytes]:
+    def refuse() -> bytes:
+        # called by OpenSSL for a password, instead of prompting on the terminal
+        raise ConfigError(
+            f"{var}: the private key is encrypted; polymq needs it unencrypted "
+            "(openssl pkey -in key.pem -out plain.pem), readable by this process only"
+        )
+
+    return refuse
 
 
 def server_ssl_context(cert: str, key: str) -> ssl.SSLContext:
     """A server-side TLS context (Python's defaults for serving clients: TLS 1.2 or later,
     no client certificates) with the PEM certificate (chain) ``cert`` and its private key
     ``key``; a :class:`ConfigError` naming the file when they do not load."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    load_certificate(ctx, cert, key)
+    return ctx
+
+
+def load_certificate(
+    ctx: ssl.SSLContext,
+    cert: str,
+    key: str,
+    *,
+    cert_var: str = "POLYMQ_TLS_CERT",
+    key_var: str = "POLYMQ_TLS_KEY",
+) -> None:
+    """Load the PEM certificate (chain) ``cert`` and its unencrypted private key ``key``
+    into ``ctx``; a :class:`ConfigError` naming the setting (``cert_var``, ``key_var``) and
+    the file when they do not load."""
     for path, marker, var, what in (
-        (cert, b"-----BEGIN CERTIFICATE-----", "POLYMQ_TLS_CERT", "a PEM certificate"),
-        (key, b"PRIVATE KEY-----", "POLYMQ_TLS_KEY", "a PEM private key"),
+        (cert, b"-----BEGIN CERTIFICATE-----", cert_var, "a PEM certificate"),
+        (key, b"PRIVATE KEY-----", key_var, "a PEM private key"),
     ):
         try:
             with open(path, "rb") as f:
@@ -206,16 +232,14 @@ def server_ssl_context(cert: str, key: str) -> ssl.SSLContext:
             raise ConfigError(f"{var}={path!r}: cannot read it: {exc.strerror or exc}") from None
         if not found:
             raise ConfigError(f"{var}={path!r}: not {what} (no {marker.decode()!r} line)")
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
-        ctx.load_cert_chain(cert, key, password=_encrypted_key)
+        ctx.load_cert_chain(cert, key, password=_encrypted_key(key_var))
     except ssl.SSLError as exc:
         if exc.reason == "KEY_VALUES_MISMATCH":
             raise ConfigError(
-                f"POLYMQ_TLS_KEY={key!r} is not the private key of POLYMQ_TLS_CERT={cert!r}"
+                f"{key_var}={key!r} is not the private key of {cert_var}={cert!r}"
             ) from None
         raise ConfigError(
-            f"POLYMQ_TLS_CERT={cert!r} / POLYMQ_TLS_KEY={key!r}: OpenSSL cannot load them "
+            f"{cert_var}={cert!r} / {key_var}={key!r}: OpenSSL cannot load them "
             f"({exc.reason or exc})"
         ) from None
-    return ctx

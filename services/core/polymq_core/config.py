@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polymq.config import ConfigError
+from polymq.config import ConfigError, check_readable
 
 _NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_CLUSTER_TLS = ("cluster_tls_cert", "cluster_tls_key", "cluster_tls_ca")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,15 @@ class CoreSettings:
     cluster_port: int = 7422  # this node's cluster (NATS route) listener
     nats_url: str = ""  # a NATS server run apart (e.g. a sidecar) instead of our own child
     cluster_secret: str = ""  # peer links log in with it; the same on every node
+    # TLS between the nodes (docs/cluster.md, "Security"): this node's PEM certificate
+    # (chain) and key, and the CA bundle every node's certificate is signed by; all three or
+    # none. With them, NATS routes are TLS and peers reach this node's wire protocol and
+    # admin HTTP on two TLS listeners of their own (0 picks a free port: it is announced)
+    cluster_tls_cert: str = ""
+    cluster_tls_key: str = ""
+    cluster_tls_ca: str = ""
+    peer_wire_port: int = 7423
+    peer_admin_port: int = 7424
     # the replicated log of each shard (docs/cluster.md): seconds between a leader's purges,
     # entries a purge always keeps, entries past which a purge cuts even past a node that
     # has not applied them (0: never)
@@ -80,6 +90,37 @@ class CoreSettings:
                     "POLYMQ_CLUSTER_SECRET needs at least 32 characters (e.g. `openssl rand "
                     "-hex 16`), the same on every node"
                 )
+        self._check_cluster_tls()
+
+    def _check_cluster_tls(self) -> None:
+        """The cluster TLS files: all three or none, only in a cluster, each readable
+        (what is in them is :mod:`polymq_core.clustertls`'s to judge, at start-up)."""
+        files = {f"POLYMQ_{name.upper()}": getattr(self, name) for name in _CLUSTER_TLS}
+        given = [var for var, path in files.items() if path]
+        if not given:
+            return
+        if not self.clustered:
+            raise ConfigError(
+                f"{given[0]} is TLS between cluster nodes, but this node has no --peers "
+                "(POLYMQ_PEERS): set both, or neither"
+            )
+        if len(given) != len(files):
+            missing = ", ".join(var for var in files if var not in given)
+            raise ConfigError(
+                "cluster TLS needs a certificate, its key and the CA that signed every "
+                "node's certificate (POLYMQ_CLUSTER_TLS_CERT, _KEY and _CA, or "
+                f"--cluster-tls-cert/-key/-ca): {missing} missing"
+            )
+        for var, path in files.items():
+            check_readable(var, path)
+        for name in ("peer_wire_port", "peer_admin_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise ConfigError(f"POLYMQ_{name.upper()} must be 0..65535 (0 picks a free port)")
+
+    @property
+    def cluster_tls(self) -> bool:
+        """Whether the nodes talk TLS to each other (all three files given)."""
+        return all(getattr(self, name) for name in _CLUSTER_TLS)
 
     @property
     def clustered(self) -> bool:

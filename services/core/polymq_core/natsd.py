@@ -45,8 +45,11 @@ from typing import BinaryIO
 
 from polymq.config import ConfigError
 
+from .clustertls import ClusterTls
+
 __all__ = [
     "AUTH_REFUSED",
+    "TLS_REFUSED",
     "NatsConfig",
     "NatsError",
     "NatsServer",
@@ -61,7 +64,9 @@ _PR_SET_PDEATHSIG = 1
 ROUTE_USER = "polymq-route"  # the route listener's user (its password: derived_password)
 CLIENT_USER = "polymq"  # the client listener's
 AUTH_REFUSED = "Authorization Violation"  # what nats-server logs for a refused login
+TLS_REFUSED = "TLS route handshake error"  # ... for a route whose certificate was refused
 _LOG_TAIL = 4000  # characters of the server's log quoted in a NatsError
+_TLS_TIMEOUT = 5  # seconds a route's TLS handshake may take (nats-server's default: 2)
 
 
 class NatsError(Exception):
@@ -164,6 +169,7 @@ class NatsConfig:
     cluster_host: str | None = None  # the route listener's address when not ``host``
     max_payload: int | None = None  # bytes per NATS message; None: nats-server's 1 MiB
     secret: str | None = None  # the cluster secret: routes and clients log in with it
+    tls: ClusterTls | None = None  # routes over TLS, both ends verified against its CA
 
     @property
     def client_auth(self) -> tuple[str, str] | None:
@@ -222,6 +228,16 @@ class NatsConfig:
                     f"  authorization {{ user: {_quote(ROUTE_USER)},"
                     f" password: {_quote(password)}, timeout: 2 }}"
                 )
+            if self.tls is not None:  # nats-server requires and verifies the other's cert
+                lines += [
+                    "  tls {",
+                    f"    cert_file: {_quote(self.tls.cert)}",
+                    f"    key_file: {_quote(self.tls.key)}",
+                    f"    ca_file: {_quote(self.tls.ca)}",
+                    "    verify: true",
+                    f"    timeout: {_TLS_TIMEOUT}",
+                    "  }",
+                ]
             lines += [
                 "  routes: [",
                 *(
@@ -264,8 +280,8 @@ class NatsServer:
         self.log_path = log_path if log_path is not None else self.work_dir / "nats-server.log"
         self._proc: asyncio.subprocess.Process | None = None
         self._port: int | None = None
-        self._scanned = 0  # bytes of the log read by refused_logins
-        self._refused = 0
+        self._scanned = 0  # bytes of the log read by refusals
+        self._refused = dict.fromkeys((AUTH_REFUSED, TLS_REFUSED), 0)
 
     @property
     def pid(self) -> int | None:
@@ -296,17 +312,24 @@ class NatsServer:
         """How many refused logins (routes or clients, either way) the server's log has
         shown so far: with routes, a sign that another node has another cluster secret.
         Reads on from where the last call stopped."""
-        word = AUTH_REFUSED.encode()
+        return self.refusals()[AUTH_REFUSED]
+
+    def refusals(self) -> dict[str, int]:
+        """How often the server's log has said :data:`AUTH_REFUSED` (a login refused: another
+        cluster secret) and :data:`TLS_REFUSED` (a route's TLS handshake failed: a
+        certificate the other side's CA did not sign, or that does not name its host), so
+        far. Reads on from where the last call stopped."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(self._scanned)
                 text = f.read()
         except OSError:
-            return self._refused
-        self._refused += text.count(word)
-        # the next read starts where a word cut off at the end (not counted) may begin
-        self._scanned += max(0, len(text) - len(word) + 1)
-        return self._refused
+            return dict(self._refused)
+        whole = text.rfind(b"\n") + 1  # whole lines only: the next read starts at the rest
+        for word in self._refused:
+            self._refused[word] += text.count(word.encode(), 0, whole)
+        self._scanned += whole
+        return dict(self._refused)
 
     def log_tail(self) -> str:
         try:

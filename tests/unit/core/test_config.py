@@ -3,6 +3,8 @@ cluster node, and bad values are start-up errors that name their variable."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from polymq.config import ConfigError, from_env
@@ -51,3 +53,58 @@ async def test_the_log_settings_reach_the_cluster_node(max_entries: str, most: i
 def test_bad_log_settings_are_start_up_errors(var: str, value: str) -> None:
     with pytest.raises(ConfigError, match=var):
         from_env(CoreSettings, env={**CLUSTER, var: value})
+
+
+# ---- cluster TLS (docs/cluster.md, "Security") ------------------------------------------------
+def _tls_env(**files: str) -> dict[str, str]:
+    return {**CLUSTER, **{f"POLYMQ_CLUSTER_TLS_{k.upper()}": v for k, v in files.items()}}
+
+
+def _pem_files(tmp_path: Path) -> dict[str, str]:
+    out = {}
+    for name in ("cert", "key", "ca"):
+        path = tmp_path / f"{name}.pem"
+        path.write_text("-----BEGIN CERTIFICATE-----\n")
+        out[name] = str(path)
+    return out
+
+
+def test_cluster_tls_is_off_without_its_files() -> None:
+    s = from_env(CoreSettings, env=CLUSTER)
+    assert not s.cluster_tls
+
+
+def test_cluster_tls_with_all_three_readable_files(tmp_path: Path) -> None:
+    s = from_env(CoreSettings, env=_tls_env(**_pem_files(tmp_path)))
+    assert s.cluster_tls
+    assert (s.peer_wire_port, s.peer_admin_port) == (7423, 7424)
+
+
+@pytest.mark.parametrize("left_out", ["cert", "key", "ca"])
+def test_cluster_tls_needs_all_three_files(tmp_path: Path, left_out: str) -> None:
+    files = _pem_files(tmp_path)
+    del files[left_out]
+    with pytest.raises(ConfigError, match=f"POLYMQ_CLUSTER_TLS_{left_out.upper()} missing"):
+        from_env(CoreSettings, env=_tls_env(**files))
+
+
+def test_cluster_tls_files_must_be_readable(tmp_path: Path) -> None:
+    files = _pem_files(tmp_path)
+    files["key"] = str(tmp_path / "nowhere.pem")
+    with pytest.raises(ConfigError, match=r"POLYMQ_CLUSTER_TLS_KEY='.*nowhere.pem': no such file"):
+        from_env(CoreSettings, env=_tls_env(**files))
+    files["key"] = str(tmp_path)
+    with pytest.raises(ConfigError, match=r"POLYMQ_CLUSTER_TLS_KEY=.*: a directory"):
+        from_env(CoreSettings, env=_tls_env(**files))
+
+
+def test_cluster_tls_without_peers_is_refused(tmp_path: Path) -> None:
+    env = {f"POLYMQ_CLUSTER_TLS_{k.upper()}": v for k, v in _pem_files(tmp_path).items()}
+    with pytest.raises(ConfigError, match="POLYMQ_CLUSTER_TLS_CERT is TLS between cluster nodes"):
+        from_env(CoreSettings, env=env)
+
+
+def test_the_peer_ports_are_checked(tmp_path: Path) -> None:
+    env = {**_tls_env(**_pem_files(tmp_path)), "POLYMQ_PEER_WIRE_PORT": "70000"}
+    with pytest.raises(ConfigError, match=r"POLYMQ_PEER_WIRE_PORT must be 0\.\.65535"):
+        from_env(CoreSettings, env=env)
