@@ -1,8 +1,9 @@
 """A replicated polymq on 127.0.0.1 for the cluster tests: ``Cluster(root, n=3)`` starts
 ``n`` ``polymq run --peers ...`` processes at the same moment (each with its own nats-server
-child), waits until they form one cluster, and kills, freezes, thaws and restarts nodes the way
-a crash, a hung machine or an operator would. Small clients for the frontends (STOMP with
-stomp.py, AMQP with pika, the HTTP JSON API with requests) come with it.
+child, or with ``nats_apart`` a ``polymq nats`` process beside it and ``--nats``, as the
+chart's sidecar), waits until they form one cluster, and kills, freezes, thaws and restarts
+nodes the way a crash, a hung machine or an operator would. Small clients for the frontends
+(STOMP with stomp.py, AMQP with pika, the HTTP JSON API with requests) come with it.
 
 Every port is chosen here, outside the kernel's ephemeral range and checked free, and passed
 explicitly, so a node restarts on the ports it had (its peers know its cluster port, its
@@ -142,6 +143,8 @@ class Node:
         self.cluster_port = cluster_port
         self.ports = dict(ports)
         self.proc: PolymqProcess | None = None
+        self.nats_port = 0  # with cluster.nats_apart: the client port of its `polymq nats`
+        self.nats_proc: subprocess.Popen[bytes] | None = None
         self.pids: list[int] = []
         self._procs: list[psutil.Process] = []
         self.state = "new"
@@ -165,7 +168,54 @@ class Node:
         ]  # fmt: skip
         for name, port in self.ports.items():
             out += [f"--{name.replace('_', '-')}-port", str(port)]
+        if self.nats_port:
+            out += ["--nats", f"nats://127.0.0.1:{self.nats_port}"]
         return out
+
+    def start_nats(self, timeout: float = 20.0) -> None:
+        """``polymq nats`` with this node's settings (its log: nats.log), as the chart's
+        sidecar runs it; returns once its client port accepts."""
+        argv = [
+            sys.executable, "-m", "polymq_cli", "nats",
+            "--node-id", self.id,
+            "--peers", self.cluster.peers_of(self),
+            "--cluster-port", str(self.cluster_port),
+            "--client-port", str(self.nats_port),
+            "--data-dir", str(self.data_dir),
+        ]  # fmt: skip
+        with open(self.workdir / "nats.log", "ab") as log:
+            self.nats_proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.cluster.env}
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            with socket.socket() as s, contextlib.suppress(OSError):
+                s.connect(("127.0.0.1", self.nats_port))
+                return
+            code = self.nats_proc.poll()
+            assert code is None, f"{self.id}: polymq nats exited {code}:\n{self.nats_log()}"
+            assert time.monotonic() < deadline, f"{self.id}: polymq nats not up:\n{self.nats_log()}"
+            time.sleep(0.05)
+
+    def nats_log(self) -> str:
+        path = self.workdir / "nats.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def _stop_nats(self, timeout: float = 10.0) -> list[str]:
+        """SIGTERM the ``polymq nats`` process (after polymq stopped, as Kubernetes stops a
+        sidecar after the main container); what went wrong."""
+        proc = self.nats_proc
+        if proc is None or proc.poll() is not None:
+            return []
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return [f"{self.id}: its nats-server did not stop within {timeout:g}s of SIGTERM"]
+        return []
 
     # life cycle
     def start(self, timeout: float = START_TIMEOUT) -> None:
@@ -173,12 +223,16 @@ class Node:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a") as log:
             log.write(f"\n==== harness: starting {self.id} at {time.strftime('%H:%M:%S')} ====\n")
+        if self.nats_port:
+            self.start_nats()
         self.proc = PolymqProcess("run", self.workdir, *self.args(), env=self.cluster.env)
         written = self.proc.start(timeout).ports
         told = json.loads((self.workdir / "run-ports.json").read_text())
         pids = told.get("pids")
         assert isinstance(pids, list) and pids, f"{self.id}: no pids in the ports file {told}"
         self.pids = [int(p) for p in pids]
+        if self.nats_proc is not None:
+            self.pids.append(self.nats_proc.pid)
         self._procs = []
         for pid in self.pids:
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -236,6 +290,7 @@ class Node:
                     problems.append(f"{self.id}: polymq exited {rc} on SIGTERM")
             except subprocess.TimeoutExpired:
                 problems.append(f"{self.id}: polymq did not stop within {timeout:g}s of SIGTERM")
+        problems += self._stop_nats()
         self._signal(signal.SIGCONT)
         deadline = time.monotonic() + 10.0
         while self.alive_pids() and time.monotonic() < deadline:
@@ -260,10 +315,11 @@ class Node:
         """Whatever the state: SIGKILL everything (for teardown and atexit)."""
         self._signal(signal.SIGCONT)
         self._signal(signal.SIGKILL)
-        if self.proc is not None and self.proc.proc is not None:
-            with contextlib.suppress(Exception):
-                self.proc.proc.kill()
-                self.proc.proc.wait(5)
+        for popen in (self.proc.proc if self.proc is not None else None, self.nats_proc):
+            if popen is not None:
+                with contextlib.suppress(Exception):
+                    popen.kill()
+                    popen.wait(5)
 
     # reading it
     def url(self, name: str = "http") -> str:
@@ -321,9 +377,11 @@ class Cluster:
         *,
         env: dict[str, str] | None = None,
         seeds: dict[int, list[int]] | None = None,
+        nats_apart: bool = False,
     ) -> None:
         self.root = root
         self.n = n
+        self.nats_apart = nats_apart  # each node's NATS a `polymq nats` of its own
         self.seeds = seeds or {}  # node index -> the only other nodes its --peers names
         self.secret = secrets.token_hex(16)
         self.env = {"POLYMQ_CLUSTER_SECRET": self.secret, **(env or {})}
@@ -336,8 +394,11 @@ class Cluster:
     def _make_nodes(self) -> None:
         """Fresh node ids (so fresh workdirs) and fresh ports."""
         self.run_id = uuid.uuid4().hex[:6]
-        ports = free_ports(self.n * (1 + len(PORT_NAMES)))
+        ports = free_ports(self.n * (1 + len(PORT_NAMES) + self.nats_apart))
         cluster_ports, ports = ports[: self.n], ports[self.n :]
+        nats_ports = [0] * self.n
+        if self.nats_apart:
+            nats_ports, ports = ports[: self.n], ports[self.n :]
         self.peers = ",".join(f"127.0.0.1:{p}" for p in cluster_ports)
         self.nodes: list[Node] = []
         for i in range(self.n):
@@ -346,6 +407,7 @@ class Cluster:
                 Node(self, i + 1, f"n{i + 1}-{self.run_id}", cluster_ports[i],
                      dict(zip(PORT_NAMES, mine, strict=True)))
             )  # fmt: skip
+            self.nodes[-1].nats_port = nats_ports[i]
 
     def __repr__(self) -> str:
         return f"<cluster {self.run_id} {self.nodes}>"

@@ -20,6 +20,11 @@
                  (one node of a replicated core: docs/cluster.md)
     polymq cluster list --admin URL [--timeout S] [--json]
                  (the nodes that answered, as one node's admin API sees them)
+    polymq check [--http URL] [--longpoll URL] [--avro URL] [--stomp HOST:PORT] [--amqp URL]
+                 [--core HOST:PORT] [--timeout S]
+                 (one message through each frontend given and back: check_cmd.py, helm test)
+    polymq nats  --peers HOST:PORT,... [--node-id ID] [--cluster-port N] [--client-port N]
+                 (a node's nats-server run apart, for a core given --nats: nats_cmd.py)
 
     polymq bridge --config LINKS.json [--rabbitmq-url URL] ...
                  (moves messages between polymq and an existing RabbitMQ, both ways)
@@ -464,6 +469,12 @@ def _parser() -> argparse.ArgumentParser:
     from polymq_cli.cluster_cmd import add_arguments as cluster_arguments
 
     cluster_arguments(sub)
+    from polymq_cli.check_cmd import add_arguments as check_arguments
+
+    check_arguments(sub)
+    from polymq_cli.nats_cmd import add_arguments as nats_arguments
+
+    nats_arguments(sub)
     bridge = sub.add_parser("bridge", help="move messages between polymq and a RabbitMQ")
     common(bridge)
     from polymq_amqp.bridge_main import add_arguments as bridge_arguments
@@ -488,6 +499,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from polymq_cli.cluster_cmd import run as run_cluster
 
         return run_cluster(args)
+    if args.command == "check":  # a client of the frontends
+        from polymq_cli.check_cmd import run as run_check
+
+        return run_check(args)
+    if args.command == "nats":  # becomes nats-server (exec)
+        from polymq_cli.nats_cmd import run as run_nats
+
+        return run_nats(args)
     if args.command == "bridge":  # its own service loop, settings and exit codes
         from polymq_amqp.bridge_main import run as run_bridge
 

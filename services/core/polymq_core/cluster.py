@@ -148,18 +148,10 @@ class ClusterNode:
     async def connect(self) -> None:
         s = self.settings
         url = s.nats_url
+        config = nats_config(s, routes=self.peers)
         if not url:
             self.nats = NatsServer(
-                NatsConfig(
-                    server_name=self.node_id,
-                    store_dir=s.data_dir / "nats",
-                    cluster_port=s.cluster_port,
-                    routes=self.peers,
-                    host=s.host,
-                    # a log entry carries a whole frame's worth of messages (NATS allows 64 MiB)
-                    max_payload=min(_MAX_PAYLOAD, s.max_frame + 1024 * 1024),
-                    secret=self.secret,
-                ),
+                config,
                 log_path=s.data_dir / "nats-server.log",
                 work_dir=s.data_dir / "nats-run",
             )
@@ -167,7 +159,10 @@ class ClusterNode:
             url = self.nats.client_url
         # copies served to other nodes (GET /api/cluster/snapshot) that a crash left behind
         shutil.rmtree(self._snapshots, ignore_errors=True)
-        auth = self.nats.config.client_auth if self.nats is not None else None
+        # our own child, or one run apart from the same settings (`polymq nats`, the chart's
+        # sidecar): both ask for the login derived from the cluster secret; a URL with a
+        # login of its own (nats://user:password@...) uses that one instead
+        auth = None if "@" in url else config.client_auth
         user, password = auth if auth is not None else (None, None)
         await self.nc.connect(
             url,
@@ -754,6 +749,32 @@ def _resolves_to(host: str, local: set[str]) -> bool:
         return False
 
 
+def nats_config(
+    settings: CoreSettings,
+    *,
+    routes: tuple[tuple[str, int], ...] | None = None,
+    client_port: int = -1,
+) -> NatsConfig:
+    """The nats-server of a node with these ``settings``: the one :class:`ClusterNode`
+    starts as its child, and the one ``polymq nats`` runs in the foreground beside a core
+    given ``--nats`` (the chart's sidecar), so the two cannot differ. ``routes``: the other
+    nodes' cluster addresses when already worked out (default: ``--peers`` without this
+    node); ``client_port``: -1 picks a free one (the child), a fixed one for a sidecar."""
+    if routes is None:
+        routes = _others(settings.peer_addresses(), settings.cluster_port)
+    return NatsConfig(
+        server_name=settings.node,
+        store_dir=settings.data_dir / "nats",
+        cluster_port=settings.cluster_port,
+        routes=routes,
+        host=settings.host,
+        client_port=client_port,
+        # a log entry carries a whole frame's worth of messages (NATS allows 64 MiB)
+        max_payload=min(_MAX_PAYLOAD, settings.max_frame + 1024 * 1024),
+        secret=settings.cluster_secret or _DEV_SECRET,
+    )
+
+
 def _others(peers: tuple[tuple[str, int], ...], port: int) -> tuple[tuple[str, int], ...]:
     """``peers`` without this node (same cluster port on one of this machine's addresses),
     as SMQ's cluster connection manager detects itself in the shared list."""
@@ -770,4 +791,4 @@ def _others(peers: tuple[tuple[str, int], ...], port: int) -> tuple[tuple[str, i
     return tuple(out)
 
 
-__all__ = ["ClusterNode"]
+__all__ = ["ClusterNode", "nats_config"]

@@ -1,0 +1,126 @@
+"""``polymq nats``: one core node's nats-server in the foreground, run apart from the core.
+
+::
+
+    polymq nats --peers HOST:PORT,... [--node-id ID] [--cluster-port N] [--client-port N]
+                [--host H] [--data-dir DIR]
+
+The replicated core (docs/cluster.md) normally starts its nats-server as a child. A pod may
+run it as a container of its own instead (the chart's ``core.nats.sidecar``): this command
+reads the settings the core reads (``POLYMQ_NODE_ID``/``POLYMQ_NODE_NAME``, ``POLYMQ_PEERS``,
+``POLYMQ_CLUSTER_PORT``, ``POLYMQ_DATA_DIR``, ``POLYMQ_HOST``, ``POLYMQ_MAX_FRAME`` and
+``POLYMQ_CLUSTER_SECRET``, or the same flags), writes the config the core would have written
+(:func:`polymq_core.cluster.nats_config`: server name, JetStream store under the data dir
+with ``sync_interval: always``, routes to the other peers, route and client logins derived
+from the cluster secret) with a fixed client port, and replaces itself with nats-server. The
+core is then started with ``--nats nats://127.0.0.1:<client port>`` and the same secret; it
+logs in with the derived client password. Signals go straight to nats-server (SIGTERM: a
+clean shutdown). Exit 2 on a configuration error, 1 when nats-server cannot be run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from polymq.config import ConfigError, from_env
+from polymq_core.cluster import nats_config
+from polymq_core.config import CoreSettings
+from polymq_core.natsd import NatsError, find_binary
+
+__all__ = ["CLIENT_PORT", "add_arguments", "prepare", "run"]
+
+CLIENT_PORT = 4222  # NATS' usual client port; the core's --nats names it
+
+
+def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``nats`` to ``polymq``'s sub-commands."""
+    p = sub.add_parser(
+        "nats",
+        help="a core node's nats-server in the foreground (for a core given --nats)",
+        description="Run the nats-server of one replicated core node apart from the core, "
+        "configured from the core's settings.",
+    )
+    p.add_argument("--host", default=None, help="address to listen on (POLYMQ_HOST)")
+    p.add_argument("--data-dir", default=None, help="the node's data dir (POLYMQ_DATA_DIR)")
+    p.add_argument("--node-id", default=None, help="the core node's id (POLYMQ_NODE_ID)")
+    p.add_argument(
+        "--peers",
+        default=None,
+        metavar="HOST:PORT,...",
+        help="the nodes' cluster addresses, as given to the core (POLYMQ_PEERS)",
+    )
+    p.add_argument(
+        "--cluster-port", type=int, default=None, help="the route port (7422; POLYMQ_CLUSTER_PORT)"
+    )
+    p.add_argument(
+        "--client-port",
+        type=int,
+        default=CLIENT_PORT,
+        help=f"the client port the core's --nats names ({CLIENT_PORT})",
+    )
+    p.add_argument("--log-level", default=os.environ.get("POLYMQ_LOG_LEVEL", "INFO"))
+
+
+def _settings(args: argparse.Namespace) -> CoreSettings:
+    base = from_env(CoreSettings)
+    changes: dict[str, Any] = {}
+    if args.host is not None:
+        changes["host"] = args.host
+    if args.data_dir is not None:
+        changes["data_dir"] = Path(args.data_dir)
+    for flag in ("node_id", "peers", "cluster_port"):
+        value = getattr(args, flag)
+        if value is not None:
+            changes[flag] = value
+    settings: CoreSettings = dataclasses.replace(base, **changes)
+    settings.check()
+    if not settings.clustered:
+        raise ConfigError(
+            "polymq nats runs the nats-server of a replicated core node: give the nodes' "
+            "cluster addresses with --peers (POLYMQ_PEERS), as to the core"
+        )
+    if not 1 <= args.client_port <= 65535:
+        raise ConfigError(f"--client-port {args.client_port}: must be 1..65535")
+    return settings
+
+
+def prepare(args: argparse.Namespace) -> Path:
+    """Write the nats-server config for these flags and environment (readable by its owner
+    alone: it holds the derived passwords) and make the JetStream store; the config's path.
+    ``ConfigError`` for bad settings."""
+    settings = _settings(args)
+    config = nats_config(settings, client_port=args.client_port)
+    config.store_dir.mkdir(parents=True, exist_ok=True)
+    work = settings.data_dir / "nats-run"
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "nats.conf"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(config.render())
+    os.chmod(path, 0o600)  # one left by an older run may have had another mode
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the config and exec nats-server (returns only on an error: its exit code)."""
+    try:
+        path = prepare(args)
+        binary = find_binary()
+    except ConfigError as exc:
+        print(f"polymq nats: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except (NatsError, OSError) as exc:
+        print(f"polymq nats: {exc}", file=sys.stderr)
+        return 1
+    print(f"polymq nats: exec {binary} -c {path}", file=sys.stderr, flush=True)
+    try:
+        os.execv(binary, [binary, "-c", str(path)])
+    except OSError as exc:
+        print(f"polymq nats: cannot run {binary}: {exc}", file=sys.stderr)
+        return 1
+    return 1  # not reached: execv does not return

@@ -1,0 +1,56 @@
+"""``polymq nats``: the nats-server config it writes is the one the core would start its own
+child with (one function, ``polymq_core.cluster.nats_config``), with a fixed client port,
+readable by its owner alone, and without the secret itself; without peers it refuses."""
+
+from __future__ import annotations
+
+import argparse
+import stat
+from pathlib import Path
+
+import pytest
+
+from polymq.config import ConfigError
+from polymq_cli.main import _parser
+from polymq_cli.nats_cmd import prepare, run
+from polymq_core.cluster import nats_config
+from polymq_core.config import CoreSettings
+from polymq_core.natsd import derived_password
+
+SECRET = "s" * 40
+PEERS = "127.0.0.1:17001,127.0.0.1:17002,127.0.0.1:17003"
+
+
+def _args(tmp_path: Path, *more: str) -> argparse.Namespace:
+    return _parser().parse_args(
+        ["nats", "--node-id", "n1", "--cluster-port", "17001", "--data-dir", str(tmp_path),
+         *more]
+    )  # fmt: skip
+
+
+def test_the_config_is_the_cores_own_with_a_fixed_client_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POLYMQ_CLUSTER_SECRET", SECRET)
+    path = prepare(_args(tmp_path, "--peers", PEERS, "--client-port", "14222"))
+    text = path.read_text()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    settings = CoreSettings(
+        node_id="n1", peers=PEERS, cluster_port=17001, data_dir=tmp_path, cluster_secret=SECRET
+    )
+    assert text == nats_config(settings, client_port=14222).render()
+    assert 'server_name: "n1"' in text and "port: 14222" in text
+    assert "sync_interval: always" in text and f'store_dir: "{tmp_path / "nats"}"' in text
+    assert (tmp_path / "nats").is_dir()
+    # routes to the two others, not to itself
+    assert "127.0.0.1:17002" in text and "127.0.0.1:17003" in text
+    assert "@127.0.0.1:17001" not in text
+    assert derived_password(SECRET, "clients") in text and SECRET not in text
+
+
+def test_without_peers_it_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POLYMQ_PEERS", raising=False)
+    with pytest.raises(ConfigError, match="--peers"):
+        prepare(_args(tmp_path))
+    assert run(_args(tmp_path)) == 2
+    assert run(_args(tmp_path, "--peers", PEERS, "--client-port", "0")) == 2
