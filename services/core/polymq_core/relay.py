@@ -14,17 +14,30 @@ out), so an ack for a delivery of the old leader never settles a message of the 
 is ignored, and that message comes back from the new leader flagged as redelivered.
 
 A request that reached this node through a peer link is never forwarded again: if this node
-no longer leads its shard, it is refused ``unavailable`` (no loops between nodes that
-disagree for a moment about who leads).
+no longer leads its shard, it is refused ``not-leader`` (no loops between nodes that
+disagree for a moment about who leads), a code only peers see.
+
+**Handover.** A request whose shard has no leader at the moment (an election, a leader
+stepping down or leaving) is *held*, not refused: it waits, in order with the session's
+other requests for that shard, until a node leads the shard, then is served here or
+forwarded there (at most :data:`_HOLD_FOR` seconds from its arrival; after that it is
+refused ``unavailable`` as before). A forwarded request that the peer refuses ``not-leader``
+was not done there, and neither was one never written to its link (the node's listener
+refused it): such a request is held again and sent a moment later to whoever leads then.
+Only a request whose outcome is unknown (its link dropped after it was written, or its node
+stopped answering) is answered ``unavailable``: retrying it could do it twice. (A request
+sent again goes behind those held after it, but may land after a later one of the same
+session that went straight through: order across a handover is kept for what is held.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from polymq.auth import Permission
 from polymq.codec import NEED_DATA, Connection, Role, weight
@@ -78,6 +91,34 @@ _RETRY = 0.5
 _INTERNAL = 1 << 62  # request ids the relay uses for itself (the wire takes unsigned ids)
 _ANSWER_WITHIN = 15.0  # seconds a forwarded request may go unanswered (plus its own wait)
 _FRAME_BYTES = 1024 * 1024  # message bytes per frame to a peer, roughly (far below max_frame)
+_HOLD_FOR = 10.0  # seconds a request may wait for its shard to have a leader (handover)
+_HOLD_POLL = 0.02  # seconds between looks at whether a held request's shard has one
+_REFUSED_PAUSE = 0.05  # seconds before a request a node did not do is sent again
+_HOLD_MAX = 10_000  # requests one session may have held; more are refused at once
+
+
+class NotLeader(Unavailable):
+    """A peer's answer to a forwarded request for a shard it does not lead: not done, so
+    the origin may send it elsewhere. Never sent to a client."""
+
+    code = "not-leader"
+
+
+class _Held(NamedTuple):
+    event: Event
+    raw: bytes | None
+    shard: int
+    deadline: float
+    not_before: float  # taken again no sooner (a node refused it: its view may lag)
+
+
+class _Pending(NamedTuple):
+    node: str
+    deadline: float  # answered "unavailable" if not answered by then
+    shard: int
+    event: Event  # to hold it again if the node answers not-leader
+    raw: bytes | None
+    held_until: float  # its deadline as a held request
 
 
 class Leaders(Protocol):
@@ -113,6 +154,7 @@ class PeerLink(asyncio.Protocol):
         self.raws: list[bytes | None] = []  # each queued event's op as the client sent it
         self._flush_scheduled = False
         self.closed = False
+        self.goodbye = ""  # the code of the node's Goodbye, if it ended the link with one
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -163,6 +205,7 @@ class PeerLink(asyncio.Protocol):
             if isinstance(event, Goodbye):
                 if event.code:
                     log.info("node %s ended a link: %s %s", self.node, event.code, event.message)
+                self.goodbye = event.code or ""
                 self.close()
                 return
             assert isinstance(event, Event)
@@ -204,7 +247,10 @@ class Relay:
         self.requests: dict[int, Subscribe] = {}  # every queue/stream subscription's request
         # forwarded rid -> (node, deadline): a node that stops answering (frozen, cut off)
         # must not leave the client waiting forever
-        self.pending: dict[int, tuple[str, float, int]] = {}  # rid -> (node, deadline, shard)
+        self.pending: dict[int, _Pending] = {}
+        self._held: collections.deque[_Held] = collections.deque()  # in arrival order
+        self._held_shards: collections.Counter[int] = collections.Counter()
+        self._releasing = False
         self._watching = False
         self.sub_rids: dict[int, int] = {}  # forwarded Subscribe rid -> sid
         # our own requests (resubscribing a moved subscription), with request ids from
@@ -216,10 +262,11 @@ class Relay:
         self._paused = False
 
     # ---- from the client ------------------------------------------------------------------
-    def take(self, event: Event, raw: bytes | None = None) -> bool:
-        """Forward ``event`` if another node must serve it (True), or leave it to this one.
-        Raises RequestError (answered as Fail) for what cannot be served anywhere now.
-        ``raw``: the event's op as the client encoded it, if it carries messages."""
+    def take(self, event: Event, raw: bytes | None = None, held: _Held | None = None) -> bool:
+        """Forward ``event`` if another node must serve it, or hold it until its shard has a
+        leader (True), or leave it to this one (False). Raises RequestError (answered as
+        Fail) for what cannot be served anywhere now. ``raw``: the event's op as the client
+        encoded it, if it carries messages; ``held``: it was held, and is taken again."""
         if isinstance(event, Ack | Nack | Unsubscribe):
             return self._by_sid(event)
         if isinstance(event, CursorPoll | CursorClose):
@@ -230,9 +277,15 @@ class Relay:
         shard = self.broker.shard_for(key)
         if isinstance(event, Subscribe):
             self.requests[event.sid] = event
+        if held is None and self._held_shards[shard.index]:
+            self._hold(event, raw, shard.index)  # behind those held before it
+            return True
         if shard.leading:
             return False
         node = self._leader(shard)
+        if node is None:
+            self._hold(event, raw, shard.index, held)
+            return True
         if isinstance(event, Subscribe):
             if event.sid in self.subs or event.sid in self.session.subs:
                 return False  # the local handler says it is in use
@@ -241,18 +294,79 @@ class Relay:
                 self._watching = True
                 self._spawn(self._watch())
             self.sub_rids[event.rid] = event.sid
-        self._forward(node, event, shard.index, raw if isinstance(event, Publish) else None)
+        self._forward(
+            node,
+            event,
+            shard.index,
+            raw if isinstance(event, Publish) else None,
+            held.deadline if held is not None else None,
+        )
         return True
 
-    def _leader(self, shard: Shard) -> str:
+    def _leader(self, shard: Shard) -> str | None:
+        """The node to forward to; None while the shard has no leader elsewhere (hold it)."""
         if self.session.protocol == PEER_CLIENT:
-            raise Unavailable(f"this node no longer leads shard {shard.index}; retry")
+            raise NotLeader(f"this node no longer leads shard {shard.index}; retry")
         node = self.cluster.leader_of(shard.index)
         if node is None or node == self.cluster.node_id:
-            raise Unavailable(f"shard {shard.index} is electing a leader; retry in a moment")
+            return None
         return node
 
-    def _forward(self, node: str, event: Event, shard: int = -1, raw: bytes | None = None) -> None:
+    # ---- holding requests while a shard has no leader ----------------------------------------
+    def _hold(self, event: Event, raw: bytes | None, shard: int, was: _Held | None = None) -> None:
+        if len(self._held) >= _HOLD_MAX:
+            raise Unavailable(f"shard {shard} is electing a leader; retry in a moment")
+        deadline = was.deadline if was is not None else time.monotonic() + _HOLD_FOR
+        not_before = was.not_before if was is not None else 0.0
+        self._held.append(_Held(event, raw, shard, deadline, not_before))
+        self._held_shards[shard] += 1
+        if not self._releasing:
+            self._releasing = True
+            self._spawn(self._release())
+
+    def _has_leader(self, held: _Held) -> bool:
+        if self.broker.shards[held.shard].leading:
+            return True
+        leader = self.cluster.leader_of(held.shard)
+        return leader is not None and leader != self.cluster.node_id
+
+    async def _release(self) -> None:
+        """Take the held requests again, in order, as their shards find leaders."""
+        try:
+            while self._held and not self._closed:
+                held = self._held[0]
+                now = time.monotonic()
+                ready = now >= held.not_before and self._has_leader(held)
+                if not ready and now < held.deadline:
+                    await asyncio.sleep(_HOLD_POLL)
+                    continue
+                self._held.popleft()
+                self._held_shards[held.shard] -= 1
+                if ready:
+                    self.session.request(held.event, held.raw, held)
+                else:
+                    self._give_up(held)
+        finally:
+            self._releasing = False
+
+    def _give_up(self, held: _Held) -> None:
+        event = held.event
+        if isinstance(event, Subscribe) and self.requests.get(event.sid) is event:
+            del self.requests[event.sid]
+        rid: int = getattr(event, "rid", 0)
+        if rid:
+            self.broker.sensors.on_request_error("unavailable")
+            why = f"shard {held.shard} found no leader within {_HOLD_FOR:g} s; retry"
+            self.session.reply(Fail(rid, "unavailable", why))
+
+    def _forward(
+        self,
+        node: str,
+        event: Event,
+        shard: int = -1,
+        raw: bytes | None = None,
+        held_until: float | None = None,
+    ) -> None:
         rid: int = getattr(event, "rid", 0)
         if rid >= _INTERNAL:
             raise BadRequest(f"in a cluster, request ids must be below {_INTERNAL}")
@@ -261,7 +375,9 @@ class Relay:
         if rid:
             wait = getattr(event, "wait", 0.0)
             patience = _ANSWER_WITHIN + (wait if isinstance(wait, int | float) else 0.0)
-            self.pending[rid] = (node, time.monotonic() + patience, shard)
+            now = time.monotonic()
+            until = held_until if held_until is not None else now + _HOLD_FOR
+            self.pending[rid] = _Pending(node, now + patience, shard, event, raw, until)
             if not self._watching:
                 self._watching = True
                 self._spawn(self._watch())
@@ -275,7 +391,7 @@ class Relay:
             while (self.pending or self.subs) and not self._closed:
                 await asyncio.sleep(_RETRY)
                 now = time.monotonic()
-                for rid, (node, deadline, shard) in list(self.pending.items()):
+                for rid, (node, deadline, shard, *_) in list(self.pending.items()):
                     leader = self.cluster.leader_of(shard) if shard >= 0 else None
                     if deadline <= now or (leader is not None and leader != node):
                         self._unanswered(rid, node)
@@ -366,7 +482,10 @@ class Relay:
             shard = self.broker.shards[int(index)]
             if shard.leading:
                 return False
-            self._forward(self._leader(shard), event, shard.index)
+            leader = self._leader(shard)
+            if leader is None:  # (a cursor's poll is not held: its client polls again)
+                raise Unavailable(f"shard {shard.index} is electing a leader; retry in a moment")
+            self._forward(leader, event, shard.index)
             return True
         if node == self.cluster.node_id:
             return False
@@ -466,13 +585,31 @@ class Relay:
             if asked is not None and not asked[1].done():
                 asked[1].set_result(event)
             return
-        if rid and self.pending.pop(rid, None) is None:
+        pending = self.pending.pop(rid, None) if rid else None
+        if rid and pending is None:
             return  # answered "unavailable" already (too late)
         sid = self.sub_rids.pop(rid, None)
+        if pending is not None and isinstance(event, Fail) and event.code == NotLeader.code:
+            self._again(rid, pending, sid)
+            return
         if sid is not None and isinstance(event, Fail):
             self.subs.pop(sid, None)
             self.requests.pop(sid, None)
         self.session.reply(event)
+
+    def _again(self, rid: int, pending: _Pending, sid: int | None) -> None:
+        """Hold a forwarded request again that its node did not do (it answered not-leader,
+        or the request was never written to it), and take it again a moment later, to
+        whichever node leads its shard then (the refusing node's turn may be about to come,
+        or this node's view may lag)."""
+        if sid is not None:
+            self.subs.pop(sid, None)  # (its request stays: it is subscribed again)
+        pause = time.monotonic() + _REFUSED_PAUSE
+        was = _Held(pending.event, pending.raw, pending.shard, pending.held_until, pause)
+        try:
+            self._hold(pending.event, pending.raw, pending.shard, was)
+        except Unavailable as exc:
+            self.session.reply(Fail(rid, exc.code, exc.message))
 
     def link_lost(self, link: PeerLink) -> None:
         if self.links.get(link.node) is link:
@@ -480,8 +617,14 @@ class Relay:
         if self._closed:
             return
         node = link.node
-        for rid, (n, _, _) in list(self.pending.items()):
-            if n == node:
+        # what the node did not do: never written to the link (it never connected, or closed
+        # before a flush), or unanswered when the node said goodbye because it stops (a
+        # stopping node reads no more requests and answers those it read, then says so:
+        # Broker.stop)
+        unsent = {getattr(event, "rid", 0) for event in link.queued}
+        stopped = link.goodbye == "shutdown"
+        for rid, pending in list(self.pending.items()):
+            if pending.node == node:
                 del self.pending[rid]
                 sid = self.sub_rids.pop(rid, None)
                 if sid is not None:
@@ -489,6 +632,9 @@ class Relay:
                     if rs is not None and rs.node == node:
                         self.relocate(sid, rs.top)
                         continue  # the subscribe is retried through the new leader
+                if stopped or rid in unsent:
+                    self._again(rid, pending, sid)
+                    continue
                 self.session.reply(
                     Fail(rid, "unavailable", f"node {node} went away before answering; retry")
                 )

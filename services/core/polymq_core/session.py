@@ -178,7 +178,7 @@ class Session(asyncio.Protocol):
                 self._hello(event)
                 continue
             assert isinstance(event, Event)
-            self._request(event)
+            self.request(event, self.conn.raw)
 
     def _hello(self, hello: Hello) -> None:
         self.protocol = protocol_label(str(hello.client))
@@ -201,11 +201,13 @@ class Session(asyncio.Protocol):
         self.reply(Welcome(1, self.broker.server_name, self.name, self.broker.settings.limits()))
         self._process()
 
-    def _request(self, event: Event) -> None:
+    def request(self, event: Event, raw: bytes | None, held: Any = None) -> None:
+        """Serve ``event`` here or through the relay (``raw``: its op as it came, if it
+        carries messages; ``held``: the relay held it and takes it again)."""
         relay = self.relay
         if relay is not None:
             try:
-                if relay.take(event, self.conn.raw):
+                if relay.take(event, raw, held):
                     return
             except RequestError as exc:
                 self.broker.sensors.on_request_error(exc.code)
