@@ -136,7 +136,9 @@ class WebService(Generic[S]):
         self.ssl_context = ssl_context
         self.registry = registry if registry is not None else CollectorRegistry()
         self.app = build_app(settings, self.registry)
+        self.app.middlewares.insert(0, self._lame_duck_middleware())
         self.port = port
+        self.lame = False  # stopping: no new connections, requests told to go elsewhere
         self._runner: web.AppRunner | None = None
         self.ports: dict[str, int] = {}
 
@@ -176,6 +178,28 @@ class WebService(Generic[S]):
     def started(self) -> None:
         """Say where it listens (:attr:`url`: https or http) and what it serves (each
         frontend logs its own line)."""
+
+    def _lame_duck_middleware(self) -> Middleware:
+        @web.middleware
+        async def lame_duck(request: web.Request, handler: Handler) -> web.StreamResponse:
+            if not self.lame:
+                return await handler(request)
+            response = problem_response(
+                503, "this instance is shutting down: retry (on another)", code="unavailable"
+            )
+            response.force_close()  # Connection: close (a load balancer picks another)
+            return response
+
+        return lame_duck
+
+    async def lame_duck(self) -> None:
+        """The first step of a stop: accept no new connections; a request that still
+        comes on an open one is answered 503 with ``Retry-After`` and ``Connection:
+        close`` (those already running finish in :meth:`stop`)."""
+        self.lame = True
+        if self._runner is not None:
+            for site in list(self._runner.sites):
+                await site.stop()
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -455,7 +455,9 @@ class Session(FrontendSession):
         await self._wait_busy(grace)
         self.close_connection(
             ConnectionException(
-                CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'"
+                CONNECTION_FORCED,
+                "broker forced connection closure with reason 'shutdown': node shutting down,"
+                " reconnect",
             )
         )
 

@@ -33,8 +33,9 @@
 
 A port of 0 picks a free one; ``--ports-file`` receives ``{"core": N, "admin": N, ...}`` once
 every listener is bound. When a port is left at its default and that port is taken, a free
-one is picked instead (and said). SIGTERM and Ctrl-C stop gracefully: stop accepting,
-finish in-flight writes, flush the store, exit 0.
+one is picked instead (and said). SIGTERM and Ctrl-C stop gracefully: stop accepting on
+every listener at once (lame duck), tell connected clients to go elsewhere once what they
+sent is answered, finish in-flight writes, flush the store, exit 0.
 
 ``--tls-cert``/``--tls-key`` (or ``POLYMQ_TLS_CERT``/``POLYMQ_TLS_KEY``) put a frontend's
 listeners on TLS: HTTPS on the ``http``, ``longpoll`` and ``avro`` ports, STOMP over TLS and
@@ -76,6 +77,7 @@ log = logging.getLogger("polymq")
 
 class Service(Protocol):
     async def start(self) -> dict[str, int]: ...
+    async def lame_duck(self) -> None: ...  # stop accepting (a stop's first step, on all)
     async def stop(self) -> None: ...
 
 
@@ -273,6 +275,13 @@ async def _serve(args: argparse.Namespace) -> int:
         await stop.wait()
         log.info("shutting down")
     finally:
+        # lame duck first, every listener at once: no new connection anywhere while the
+        # services stop one by one (each then tells its clients to go elsewhere)
+        for svc in services:
+            try:
+                await asyncio.wait_for(svc.lame_duck(), _STOP_TIMEOUT)
+            except Exception:
+                log.exception("error while %s stopped accepting", type(svc).__name__)
         for svc in reversed(services):
             try:
                 limit = _CORE_STOP_TIMEOUT if isinstance(svc, CoreService) else _STOP_TIMEOUT

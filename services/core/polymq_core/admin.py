@@ -28,6 +28,7 @@ from .store import StoreError
 
 class ClusterView(Protocol):
     secret: str  # the cluster secret: what other nodes present
+    remove_on_leave: bool  # a planned stop takes this node out of the shards' replicas
 
     def ready(self) -> bool: ...
     def describe(self) -> dict[str, Any]: ...
@@ -98,6 +99,15 @@ def _unless_secret(request: web.Request, view: ClusterView, what: str) -> web.Re
     )
 
 
+def _for_peers(request: web.Request, what: str) -> ClusterView | web.Response:
+    """The cluster's view for a request only peers make, or its refusal: 404 on a node
+    that is not in a cluster, 401 without the cluster secret."""
+    view = _cluster(request.app)
+    if view is None:
+        return _problem(404, "not-found", "this node is not part of a cluster")
+    return _unless_secret(request, view, what) or view
+
+
 async def reload(request: web.Request) -> web.Response:
     """``POST /api/config/reload`` ``{"log_level"?, "users"?}``: apply it here, and in a
     cluster on every node (broadcast on system.config; the cluster secret as bearer token
@@ -124,16 +134,25 @@ async def reload(request: web.Request) -> web.Response:
     )
 
 
+async def leave(request: web.Request) -> web.Response:
+    """``POST /api/cluster/leave`` (the cluster secret as bearer token): this node is not
+    coming back, so its next planned stop (SIGTERM) takes it out of every shard's replicas
+    (JetStream's peer removal) after handing on what it leads; what a pod's ``preStop``
+    calls when the StatefulSet is scaled below it. The node keeps serving until the stop."""
+    view = _for_peers(request, "leaving the cluster")
+    if isinstance(view, web.Response):
+        return view
+    view.remove_on_leave = True
+    return web.json_response({"node_id": view.describe()["node_id"], "leave": "remove"})
+
+
 async def snapshot(request: web.Request) -> web.StreamResponse:
     """A consistent copy of a shard's SQLite, for a node whose next log entry was purged:
     only for peers (``Authorization: Bearer <cluster secret>``); the log sequence applied in
     the copy in ``X-Polymq-Applied``."""
-    view = _cluster(request.app)
-    if view is None:
-        return _problem(404, "not-found", "this node is not part of a cluster")
-    refused = _unless_secret(request, view, "a shard's snapshot is for the cluster's nodes")
-    if refused is not None:
-        return refused
+    view = _for_peers(request, "a shard's snapshot is for the cluster's nodes")
+    if isinstance(view, web.Response):
+        return view
     shard = int(request.match_info["shard"])
     try:
         path, applied = await view.snapshot(shard)
@@ -267,6 +286,7 @@ def admin_app(
     app.router.add_get("/api/cluster", cluster)
     app.router.add_get(r"/api/cluster/snapshot/{shard:\d+}", snapshot)
     app.router.add_post("/api/config/reload", reload)
+    app.router.add_post("/api/cluster/leave", leave)
     app.router.add_get("/api/destinations", destinations)
     app.router.add_get("/api/destinations/{kind}/{name}", destination)
     return app

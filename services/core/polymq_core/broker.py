@@ -185,7 +185,7 @@ class Broker:
                 for t in late:
                     t.cancel()
         for session in sessions:
-            session.close("shutdown", "the server is shutting down")
+            session.close("shutdown", "node shutting down: reconnect (to another node)")
         await self.cursors.stop()
         for shard in self.shards:
             await shard.close()

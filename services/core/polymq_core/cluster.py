@@ -31,6 +31,7 @@ import shutil
 import socket
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,7 +143,13 @@ class ClusterNode:
         self._config_sub: Subscription | None = None
         self.k8s: EndpointWatcher | None = None  # the Service's EndpointSlices, if set
         self.k8s_members: dict[str, Member] = {}
-        self._unready_since: dict[str, float] = {}  # pods Kubernetes says are not ready
+        # pods Kubernetes says are not ready, or that left the endpoints, and since when
+        self._unready_since: dict[str, float] = {}
+        self._k8s_known: set[str] = set()  # every pod the endpoints have named
+        # on a planned stop, take this node out of the streams' replicas for good (it is not
+        # coming back: POLYMQ_LEAVE=remove, or POST /api/cluster/leave), not just step down
+        self.remove_on_leave = settings.leave == "remove"
+        self._dropping: dict[int, asyncio.Task[None]] = {}  # per shard: a gone node's removal
 
     # ---- life cycle ------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -264,6 +271,7 @@ class ClusterNode:
                 loop=loop,
             )
             self.k8s.start()
+            self._tasks.append(loop.create_task(self._guard_unready(), name="unready"))
             log.info("peers from Kubernetes: Service %s/%s", namespace, s.k8s_service)
 
     def add_listeners(self, ports: dict[str, int]) -> None:
@@ -292,9 +300,11 @@ class ClusterNode:
                     await sub.unsubscribe()
         for task in list(self._promoting.values()):
             task.cancel()
+        for task in list(self._dropping.values()):
+            task.cancel()
         if self.membership is not None:
             with contextlib.suppress(Exception):
-                await self.membership.stop()
+                await self.membership.stop(gone=self.remove_on_leave)
 
     async def close(self) -> None:
         """Step two, once the broker closed its shards: hand the streams this node leads to
@@ -306,6 +316,8 @@ class ClusterNode:
             for shard_log in led:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(shard_log.step_down(), 2.0)
+            if self.remove_on_leave:
+                await self._remove_from_logs()
         if self.mesh is not None:
             with contextlib.suppress(Exception):
                 await self.mesh.stop()
@@ -316,6 +328,20 @@ class ClusterNode:
             await self.nc.close()
         if self.nats is not None:
             await self.nats.stop()
+
+    async def _remove_from_logs(self) -> None:
+        """Leaving for good: take this node out of every shard's stream while it still
+        runs (JetStream's peer removal, which places a new replica on a node that has
+        none). JetStream refuses when there is no such node (three scaled down to two):
+        then the stream's leader drops this replica once it is offline
+        (:meth:`_drop_gone`, told by the ``gone`` in this node's last announcement)."""
+        for shard_log in self.logs:
+            try:
+                await asyncio.wait_for(shard_log.remove_peer(self.node_id), 5.0)
+                log.info("%s: this node left its replicas", shard_log.stream)
+            except (LogError, TimeoutError) as exc:
+                # (no node to replace it: the leader drops it once it is offline)
+                log.info("%s: left to the others to take out (%s)", shard_log.stream, exc)
 
     @property
     def pids(self) -> list[int]:
@@ -374,6 +400,51 @@ class ClusterNode:
             # knew for routing; only a long silence counts as leaderless (below).
             leader = None
         self._saw(i, leader, now)
+        if leader == self.node_id and i not in self._dropping and self._gone_replicas(i):
+            self._dropping[i] = asyncio.get_running_loop().create_task(
+                self._drop_gone(i), name=f"drop-gone-{i}"
+            )
+
+    def _gone_replicas(self, i: int) -> list[str]:
+        """The replicas of shard ``i``'s stream that JetStream calls offline and whose node
+        said it left for good."""
+        if self.membership is None:
+            return []
+        peers = self.membership.peers()
+        return [n for n in self.logs[i].offline if (p := peers.get(n)) is not None and p.gone]
+
+    async def _drop_gone(self, i: int) -> None:
+        """Take the replicas of nodes gone for good out of shard ``i``'s stream (its leader
+        does, once JetStream calls them offline): a peer removal, which JetStream answers
+        by placing a new replica on a node that has none; with no such node (three scaled
+        down to two), one replica fewer, JetStream dropping the offline one."""
+        shard_log = self.logs[i]
+        try:
+            gone = self._gone_replicas(i)
+            for node in gone:
+                try:
+                    await asyncio.wait_for(shard_log.remove_peer(node), 5.0)
+                    log.info("%s: took node %s (gone) out of its replicas", shard_log.stream, node)
+                except LogError as exc:
+                    if "remap" not in str(exc):
+                        raise
+                    keep = sum(1 for p in shard_log.peers if p not in gone)
+                    if 1 <= keep < shard_log.replicas:
+                        await asyncio.wait_for(shard_log.scale_down(keep), 5.0)
+                        log.info(
+                            "%s: %d replicas, without %s (gone; no node to replace it)",
+                            shard_log.stream,
+                            keep,
+                            ", ".join(gone),
+                        )
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s: taking gone nodes out failed (%s)", shard_log.stream, exc)
+            await asyncio.sleep(_BALANCE_EVERY)
+        finally:
+            self._dropping.pop(i, None)
 
     def _saw(self, i: int, leader: str | None, now: float) -> None:
         """Shard ``i``'s stream is led by ``leader`` (None: no answer, and the known leader
@@ -404,14 +475,7 @@ class ClusterNode:
         (a JetStream leader step-down with that node preferred), the quietest shard
         first. JetStream places leaders where its elections fall; after a restart one node
         may lead everything."""
-        while True:
-            await asyncio.sleep(_BALANCE_EVERY)
-            try:
-                await self._balance_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.info("balancing the shards' leaders failed (%s); trying again", exc)
+        await _every(_BALANCE_EVERY, self._balance_once, "balancing the shards' leaders")
 
     async def _balance_once(self) -> None:
         broker, membership = self.broker, self.membership
@@ -425,11 +489,8 @@ class ClusterNode:
         # a pod Kubernetes says is not ready is no leader candidate: nothing is handed to
         # it, and once it has been so for a while it hands on what it leads
         unready = self._unready_since
-        if self.node_id in ready and self.node_id in unready:
-            others = {n: p for n, p in ready.items() if n not in unready}
-            if time.monotonic() - unready[self.node_id] >= _UNREADY_GRACE and others:
-                await self._hand_off(others)
-            return
+        if self.node_id in unready:
+            return  # (_guard_unready hands on what it leads)
         ready = {n: p for n, p in ready.items() if n not in unready}
         if self.node_id not in ready or len(ready) < 2:
             return
@@ -469,6 +530,27 @@ class ClusterNode:
         """Hand shard ``i``'s lead to ``target``: a step-down with it preferred."""
         log.info("shard %d: handing its lead to node %s (%s)", i, target, why)
         await asyncio.wait_for(self.logs[i].step_down(preferred=target), 5.0)
+
+    async def _guard_unready(self) -> None:
+        """Every second: once this node's pod has been not ready (or gone from the
+        endpoints) for _UNREADY_GRACE, hand a shard it leads to a ready node (one a look;
+        a blip shorter than the grace moves nothing)."""
+        await _every(_POLL, self._guard_unready_once, "handing on a shard (not ready here)")
+
+    async def _guard_unready_once(self) -> None:
+        membership = self.membership
+        since = self._unready_since.get(self.node_id)
+        if membership is None or since is None or time.monotonic() - since < _UNREADY_GRACE:
+            return
+        others = {
+            node: peer
+            for node, peer in membership.peers().items()
+            if node != self.node_id
+            and membership.state_of(node) == "ready"
+            and node not in self._unready_since
+        }
+        if others:
+            await self._hand_off(others)
 
     async def _hand_off(self, others: dict[str, Any]) -> None:
         """Hand one shard this node leads to the candidate leading the fewest that has
@@ -680,6 +762,7 @@ class ClusterNode:
             "state": self.state,
             "ready": self.ready(),
             "replicas": self.replicas,
+            "leave": "remove" if self.remove_on_leave else "stay",
             "nodes": nodes,
             "shards": [
                 {
@@ -687,6 +770,7 @@ class ClusterNode:
                     "leader": self.leaders.get(i),
                     "leading": bool(self.broker and self.broker.shards[i].leading),
                     "applied": self.stores[i].applied if i < len(self.stores) else 0,
+                    "peers": list(self.logs[i].peers),  # the stream's replicas
                 }
                 for i in range(len(self.logs))
             ],
@@ -704,16 +788,19 @@ class ClusterNode:
 
     # ---- Kubernetes ------------------------------------------------------------------------
     def _k8s_changed(self, members: dict[str, Member]) -> None:
-        """The Service's endpoints changed: note which pods are not ready (and since when:
-        a pod not ready for _UNREADY_GRACE hands its shards' leads to ready ones)."""
+        """The Service's endpoints changed: note which pods are not ready, or have left
+        the endpoints after being in them, and since when (such a pod is no leader
+        candidate, and once so for _UNREADY_GRACE it hands its shards' leads to ready
+        ones). A node never named by the endpoints (its id is not its pod's name) is
+        judged by its NATS peers alone."""
         now = time.monotonic()
-        for name, member in members.items():
-            if member.ready:
+        self._k8s_known.update(members)
+        for name in self._k8s_known:
+            member = members.get(name)
+            if member is not None and member.ready:
                 self._unready_since.pop(name, None)
             else:
                 self._unready_since.setdefault(name, now)
-        for name in [n for n in self._unready_since if n not in members]:
-            del self._unready_since[name]  # gone from the endpoints: its NATS peers tell
         before = {m.name: m.ready for m in self.k8s_members.values()}
         after = {m.name: m.ready for m in members.values()}
         if before != after:
@@ -723,6 +810,18 @@ class ClusterNode:
                 sorted(n for n, r in after.items() if not r) or "none",
             )
         self.k8s_members = members
+
+
+async def _every(seconds: float, step: Callable[[], Awaitable[None]], what: str) -> None:
+    """``step()`` every ``seconds``, for ever; a step that fails is logged and tried again."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await step()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.info("%s failed (%s); trying again", what, exc)
 
 
 def _quiet(fut: asyncio.Future[Any]) -> None:

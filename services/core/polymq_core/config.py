@@ -56,6 +56,10 @@ class CoreSettings:
     k8s_service: str = ""
     k8s_namespace: str = ""
     kubeconfig: str = ""
+    # what a planned stop does to this node's place in the shards' replicas (docs/cluster.md,
+    # "Stopping a node"): "stay" (a restart: it comes back to them) or "remove" (scaled
+    # down for good: JetStream's peer removal, the streams go on without it)
+    leave: str = "stay"
 
     def check(self) -> None:
         if not 1 <= self.shards <= 1024:
@@ -85,6 +89,8 @@ class CoreSettings:
                     "POLYMQ_LOG_MAX_ENTRIES must be 0 (never cut) or at least "
                     "POLYMQ_LOG_KEEP_ENTRIES"
                 )
+            if self.leave not in ("stay", "remove"):
+                raise ConfigError(f"POLYMQ_LEAVE={self.leave!r}: 'stay' (default) or 'remove'")
             if self.cluster_secret and len(self.cluster_secret) < 32:
                 raise ConfigError(
                     "POLYMQ_CLUSTER_SECRET needs at least 32 characters (e.g. `openssl rand "

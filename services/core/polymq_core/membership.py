@@ -9,7 +9,8 @@ An announcement is a JSON object, every ``period`` seconds (and at once on start
 
 ``state`` is optional (``"ready"``; a node may say ``"joining"``, ``"leaving"`` or another
 word, shown as it is unless the node is unreachable). A node that stops says
-``{"node_id": "a", "leaving": true}``. A node unheard for three periods is
+``{"node_id": "a", "leaving": true}``, with ``"gone": true`` when it is not coming back
+(scaled down: the others take it out of the shards' replicas). A node unheard for three periods is
 ``"unreachable"``. The view is local: ``last_heard`` is this node's monotonic clock.
 
 The NATS connection the broker passes has ``no_echo=True``, so our own announcements
@@ -61,6 +62,7 @@ class PeerInfo:
     last_heard: float = 0.0
     state: str = READY  # as announced: "ready", "joining", "leaving", ...
     config_version: int = 0  # the last system.config reload it applied (0: none)
+    gone: bool = False  # it left for good (scaled down), not for a restart
 
 
 class BadAnnouncement(ValueError):
@@ -72,7 +74,8 @@ def _peer_from(body: Mapping[str, Any], now: float) -> PeerInfo:
     if not isinstance(node_id, str) or not node_id:
         raise BadAnnouncement("no node_id")
     if body.get("leaving") is True:
-        return PeerInfo(node_id=node_id, last_heard=now, state=LEAVING)
+        gone = body.get("gone") is True
+        return PeerInfo(node_id=node_id, last_heard=now, state=LEAVING, gone=gone)
     addresses = body.get("addresses", {})
     if not isinstance(addresses, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in addresses.items()
@@ -166,8 +169,9 @@ class Membership:
             log.warning("membership announcement failed: %s", exc)
         self._task = asyncio.create_task(self._announcer(), name=f"membership-{self.node_id}")
 
-    async def stop(self) -> None:
-        """Say we are leaving (best effort), stop announcing, unsubscribe. Idempotent."""
+    async def stop(self, *, gone: bool = False) -> None:
+        """Say we are leaving (``gone``: for good), best effort; stop announcing,
+        unsubscribe. Idempotent."""
         if not self._running:
             return
         self._running = False
@@ -176,7 +180,9 @@ class Membership:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        leaving = {"node_id": self.node_id, "leaving": True}
+        leaving: dict[str, Any] = {"node_id": self.node_id, "leaving": True}
+        if gone:
+            leaving["gone"] = True
         self._record(leaving)
         try:
             await self.nc.publish(self.SUBJECT, json.dumps(leaving).encode())
@@ -221,7 +227,9 @@ class Membership:
         peer = _peer_from(body, time.monotonic())
         old = self._peers.get(peer.node_id)
         if peer.state == LEAVING and old is not None:  # keep what we knew of it
-            peer = dataclasses.replace(old, last_heard=peer.last_heard, state=LEAVING)
+            peer = dataclasses.replace(
+                old, last_heard=peer.last_heard, state=LEAVING, gone=peer.gone
+            )
         self._peers[peer.node_id] = peer
         if old is None or old.state != peer.state:
             log.info("node %s is %s", peer.node_id, peer.state)

@@ -259,6 +259,8 @@ class ShardLog:
         self.stream = f"{prefix}_{shard}"
         self.subject = f"polymq.shard.{shard}"
         self.timeout = timeout
+        self.peers: tuple[str, ...] = ()  # the stream's replicas, at the last look
+        self.offline: tuple[str, ...] = ()  # those of them JetStream calls offline
         self._nudged = asyncio.Event()  # a new leader: a tail waiting to retry tries now
         # the tails' current tries (see nudge), and those of them applying an entry
         self._attempts: set[asyncio.Future[None]] = set()
@@ -338,6 +340,13 @@ class ShardLog:
 
     async def _stream_info(self) -> api.StreamInfo:
         info: api.StreamInfo = await self._call("asking about", self.js.stream_info(self.stream))
+        cluster = info.cluster
+        if cluster is not None:
+            names = [cluster.leader] + [r.name for r in cluster.replicas or ()]
+            self.peers = tuple(sorted(n for n in names if n))
+            self.offline = tuple(
+                sorted(r.name for r in cluster.replicas or () if r.offline and r.name)
+            )
         return info
 
     async def info(self) -> tuple[str | None, int]:
@@ -382,19 +391,39 @@ class ShardLog:
     async def step_down(self, preferred: str | None = None) -> None:
         """Ask the stream's Raft leader to hand leadership to another replica (to the
         server named ``preferred``, if given and able)."""
-        subject = f"$JS.API.STREAM.LEADER.STEPDOWN.{self.stream}"
-        body = json.dumps({"placement": {"preferred": preferred}}).encode() if preferred else b""
-        msg = await self._call("moving the leader of", self._nc.request(subject, body))
+        body = {"placement": {"preferred": preferred}} if preferred else None
+        await self._request("LEADER.STEPDOWN", body, "stepping down")
+
+    async def remove_peer(self, server: str) -> None:
+        """Take the server named ``server`` out of the stream's replicas for good
+        (JetStream places a new replica on a server that has none; it refuses with "peer
+        remap failed" when there is none). :class:`LogError` if JetStream refuses."""
+        await self._request("PEER.REMOVE", {"peer": server}, f"removing {server} from")
+
+    async def _request(self, api_name: str, body: dict[str, Any] | None, what: str) -> None:
+        """``$JS.API.STREAM.<api_name>.<stream>`` with ``body``; its error translated."""
+        subject = f"$JS.API.STREAM.{api_name}.{self.stream}"
+        data = json.dumps(body).encode() if body is not None else b""
+        msg = await self._call(what, self._nc.request(subject, data))
         try:
             answer = json.loads(msg.data)
         except ValueError as exc:
-            raise LogError(f"stepping down {self.stream}: unreadable answer") from exc
+            raise LogError(f"{what} {self.stream}: unreadable answer") from exc
         error = answer.get("error")
         if error:
             try:
                 nats.js.errors.APIError.from_error(error)  # raises the error's own class
             except nats.js.errors.APIError as exc:
-                raise _translate(exc, f"stepping down {self.stream}") from exc
+                raise _translate(exc, f"{what} {self.stream}") from exc
+
+    async def scale_down(self, replicas: int) -> None:
+        """Keep ``replicas`` replicas of the stream (JetStream drops offline ones first, then
+        those furthest behind; never the leader). :class:`LogError` if it refuses."""
+        info = await self._stream_info()
+        config = info.config
+        config.num_replicas = replicas
+        await self._call("scaling down", self.js.update_stream(config))
+        self.replicas = replicas
 
     # -- tailing ---------------------------------------------------------------------------
 

@@ -340,7 +340,7 @@ class Session(FrontendSession):
             await self.publisher.drain(grace)
         self.fail(
             "shutting down",
-            "the STOMP frontend is shutting down; reconnect (to another instance) to go on",
+            "node shutting down: reconnect (to another instance) to go on",
             "shutdown",
         )
 

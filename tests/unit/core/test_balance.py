@@ -129,7 +129,30 @@ async def test_a_pod_not_ready_for_a_while_hands_on_what_it_leads() -> None:
     node, logs = node_a(leads=[2], applied=[0] * SHARDS)  # within its share
     node._k8s_changed({"a": Member("a", "10.0.0.1", False), "b": Member("b", "10.0.0.2", True)})
     await node._balance_once()
+    await node._guard_unready_once()
     assert handed(logs) == {}, "handed on at the first sign (a blip is no failover)"
     node._unready_since["a"] -= cluster_mod._UNREADY_GRACE
     await node._balance_once()
+    assert handed(logs) == {}, "the balancer moves nothing from a node that is not ready"
+    await node._guard_unready_once()
     assert handed(logs) == {2: ["b"]}
+
+
+async def test_a_pod_gone_from_the_endpoints_for_a_while_hands_on_what_it_leads() -> None:
+    node, logs = node_a(leads=[2], applied=[0] * SHARDS)
+    node._k8s_changed({"a": Member("a", "10.0.0.1", True), "b": Member("b", "10.0.0.2", True)})
+    node._k8s_changed({"b": Member("b", "10.0.0.2", True)})  # a left the endpoints
+    await node._guard_unready_once()
+    assert handed(logs) == {}, "handed on at once (a blip is no failover)"
+    node._unready_since["a"] -= cluster_mod._UNREADY_GRACE
+    await node._guard_unready_once()
+    assert handed(logs) == {2: ["b"]}
+
+
+async def test_a_node_the_endpoints_never_named_is_not_judged_by_them() -> None:
+    # (its id is not its pod's name: the endpoints say nothing about it)
+    node, _ = node_a(leads=[2], applied=[0] * SHARDS)
+    node._k8s_changed({"pod-0": Member("pod-0", "10.0.0.1", True)})
+    assert "a" not in node._unready_since
+    node._k8s_changed({"b": Member("b", "10.0.0.2", False)})
+    assert set(node._unready_since) == {"pod-0", "b"}  # pod-0 left; b is not ready

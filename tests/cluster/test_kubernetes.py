@@ -1,0 +1,203 @@
+"""Leadership moved by Kubernetes: a real three-node cluster whose nodes watch the core
+Service's EndpointSlices (POLYMQ_K8S_SERVICE, a kubeconfig naming kmock's emulator of the
+API server, which this test runs and changes). Each node's id is its pod's name, as in the
+StatefulSet (``targetRef.name`` of its endpoint). A pod marked not ready for longer than
+the grace period (10 s) hands its shards' leads to ready nodes, and a blip shorter than
+that moves nothing; marked ready again it is a candidate again (it is handed shards); a
+pod that leaves the endpoints hands on its leads after the grace period too."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kmock
+import pytest
+from kubernetes import client
+
+from .harness import Cluster, Node, eventually, running_cluster
+
+pytestmark = pytest.mark.timeout(420)
+
+NS, SERVICE = "polymq", "polymq-core"
+SLICE = "polymq-core-abcde"
+GRACE = 10.0  # polymq_core.cluster._UNREADY_GRACE
+LABEL = "kubernetes.io/service-name"
+
+
+class Emulator:
+    """kmock's KubernetesEmulator serving on a loop of its own (the cluster's harness is
+    synchronous), and the official client's DiscoveryV1Api talking to it."""
+
+    def __init__(self) -> None:
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._stop: asyncio.Future[None] | None = None
+        self._thread = threading.Thread(target=self._run, name="kmock", daemon=True)
+        self.api: client.DiscoveryV1Api | None = None
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        self._stop = self._loop.create_future()
+        async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator):
+            self.url = str(emulator.url).rstrip("/")
+            self._started.set()
+            await self._stop
+
+    def __enter__(self) -> Emulator:
+        self._thread.start()
+        assert self._started.wait(20), "kmock did not start"
+        config = client.Configuration()
+        config.host = self.url
+        self.api = client.DiscoveryV1Api(client.ApiClient(config))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.api is not None:
+            self.api.api_client.close()
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set_result, None)
+        self._thread.join(10)
+
+    def kubeconfig(self, path: Path) -> Path:
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: emu, cluster: {{server: '{self.url}'}}}}]\n"
+            "users: [{name: me, user: {}}]\n"
+            "contexts: [{name: here, context: {cluster: emu, user: me}}]\n"
+            "current-context: here\n"
+        )
+        return path
+
+    def set_pods(self, pods: dict[str, bool], *, create: bool = False) -> None:
+        """The Service's one EndpointSlice names ``pods`` (name: ready), no other."""
+        endpoints = [
+            {
+                "addresses": [f"10.0.0.{i + 10}"],
+                "conditions": {"ready": ready},
+                "targetRef": {"kind": "Pod", "name": name, "namespace": NS},
+            }
+            for i, (name, ready) in enumerate(sorted(pods.items()))
+        ]
+        body = {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {"name": SLICE, "namespace": NS, "labels": {LABEL: SERVICE}},
+            "addressType": "IPv4",
+            "endpoints": endpoints,
+        }
+        assert self.api is not None
+        if create:
+            self.api.create_namespaced_endpoint_slice(NS, body, _request_timeout=10)
+        else:
+            self.api.patch_namespaced_endpoint_slice(SLICE, NS, body, _request_timeout=10)
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[Emulator]:
+    with Emulator() as emu:
+        yield emu
+
+
+@pytest.fixture(scope="module")
+def cluster(emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("kubernetes")
+    env = {
+        "POLYMQ_K8S_SERVICE": SERVICE,
+        "POLYMQ_K8S_NAMESPACE": NS,
+        "POLYMQ_KUBECONFIG": str(emulator.kubeconfig(root / "kubeconfig")),
+    }
+    with running_cluster(root, env=env) as c:
+        yield c
+
+
+def seen_pods(node: Node) -> dict[str, bool] | None:
+    info = node.cluster_info()
+    if info is None or info.get("kubernetes") is None:
+        return None
+    return {m["name"]: m["ready"] for m in info["kubernetes"]["members"]}
+
+
+def all_see(cluster: Cluster, pods: dict[str, bool]) -> None:
+    eventually(
+        lambda: all(seen_pods(n) == pods for n in cluster.running()),
+        15,
+        f"every node sees the endpoints {pods}",
+    )
+
+
+def led_by(cluster: Cluster) -> dict[str, set[int]]:
+    """Which shards each node leads, once the three agree."""
+    leaders = cluster.leaders(timeout=30)
+    out: dict[str, set[int]] = {n.id: set() for n in cluster.nodes}
+    for shard, node in leaders.items():
+        out[node.id].add(shard)
+    return out
+
+
+def wait_leads_none(cluster: Cluster, node: Node, within: float) -> tuple[float, dict[str, Any]]:
+    """Seconds until ``node`` leads no shard and the others agree who does."""
+    start = time.monotonic()
+
+    def check() -> dict[str, set[int]] | None:
+        led = led_by(cluster)
+        return led if not led[node.id] else None
+
+    led = eventually(check, within, f"{node.id} leads nothing", interval=0.5)
+    return time.monotonic() - start, led
+
+
+def test_endpoints_move_leadership(cluster: Cluster, emulator: Emulator) -> None:
+    cluster.wait_formed(timeout=60)
+    pods = {n.id: True for n in cluster.nodes}
+    emulator.set_pods(pods, create=True)
+    all_see(cluster, pods)
+    # a leader whose shards the balancer does not take (it leads no more than its share)
+    led = led_by(cluster)
+    share = -(-cluster.shards // 3)
+    a = next(n for n in cluster.nodes if 0 < len(led[n.id]) <= share)
+    b, c = cluster.others(a)
+    print(f"\nleaders: {led}; {a.id} goes first")
+
+    # a blip shorter than the grace: nothing moves
+    emulator.set_pods({**pods, a.id: False})
+    all_see(cluster, {**pods, a.id: False})
+    time.sleep(GRACE / 2)
+    emulator.set_pods(pods)
+    all_see(cluster, pods)
+    time.sleep(GRACE)
+    assert led_by(cluster)[a.id] >= led[a.id], "a blip moved leadership"
+
+    # not ready past the grace: its leads go to the ready nodes, not before the grace
+    emulator.set_pods({**pods, a.id: False})
+    all_see(cluster, {**pods, a.id: False})
+    marked = time.monotonic()
+    took, after = wait_leads_none(cluster, a, GRACE + 30)
+    waited = time.monotonic() - marked
+    print(f"not ready: {a.id} led nothing {waited:.1f}s after it was marked; leaders {after}")
+    assert waited >= GRACE - 1, f"{a.id}'s leads moved after {waited:.1f}s, before the grace"
+    assert after[b.id] | after[c.id] == set(range(cluster.shards))
+
+    # ready again, and another one not ready: a is a candidate again and is handed shards
+    b, c = sorted((b, c), key=lambda n: -len(after[n.id]))  # b: the one leading more
+    emulator.set_pods({**pods, b.id: False})
+    all_see(cluster, {**pods, b.id: False})
+    took, after = wait_leads_none(cluster, b, GRACE + 30)
+    print(f"{a.id} ready, {b.id} not: {b.id} led nothing after {took:.1f}s; leaders {after}")
+    assert after[a.id], f"{a.id} (ready again) was handed none of {b.id}'s shards: {after}"
+
+    # gone from the endpoints: its leads move after the grace too
+    assert after[c.id], f"{c.id} leads nothing to move: {after}"
+    emulator.set_pods({a.id: True, b.id: True})
+    all_see(cluster, {a.id: True, b.id: True})
+    took, after = wait_leads_none(cluster, c, GRACE + 30)
+    print(f"{c.id} gone from the endpoints: it led nothing after {took:.1f}s; leaders {after}")
+    assert after[a.id] | after[b.id] == set(range(cluster.shards))
