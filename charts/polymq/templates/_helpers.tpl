@@ -213,3 +213,17 @@ Service port name (`tlsPort` when secure, else `name`), `name` its key in the va
 {{- if .web }}{{ .port }}{{ end }}
 {{- end }}
 {{- end }}
+
+{{/* The core pods' affinity: core.affinity when set, else core.podAntiAffinityPreset: soft
+     (preferred) or hard (required) spreading of the core pods over hosts, or none. */}}
+{{- define "polymq.coreAffinity" -}}
+{{- $v := .Values.core }}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "polymq.selectorLabels" (dict "root" . "component" "core") | fromYaml)) }}
+{{- if $v.affinity }}
+{{- toYaml $v.affinity }}
+{{- else if eq $v.podAntiAffinityPreset "soft" }}
+{{- toYaml (dict "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term)))) }}
+{{- else if eq $v.podAntiAffinityPreset "hard" }}
+{{- toYaml (dict "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term))) }}
+{{- end }}
+{{- end }}

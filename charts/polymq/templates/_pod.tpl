@@ -12,7 +12,10 @@ emptyDir (the root filesystem is read-only), scheduling, and probes on the HTTP 
         "probeScheme" "HTTP"     HTTPS where that listener has TLS
         "env" (list ...)         environment variables (EnvVar objects)
         "volumes" (list ...)     extra volumes, "mounts" (list ...) their mounts
-        "serviceAccount" true)   run as the chart's service account with its token (the core)
+        "serviceAccount" true    run as the chart's service account with its token (the core)
+        "affinity" (dict ...)    instead of the values' own affinity (optional)
+        "lifecycle" (dict ...)   the container's lifecycle hooks (optional)
+        "initContainers" (list)  Container objects as they are, e.g. a native sidecar (optional))
 */}}
 {{- define "polymq.podSpec" -}}
 {{- $root := .root }}
@@ -44,12 +47,16 @@ nodeSelector:
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $v.affinity }}
+{{- with (.affinity | default $v.affinity) }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with $v.topologySpreadConstraints }}
 topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .initContainers }}
+initContainers:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 containers:
@@ -82,6 +89,10 @@ containers:
     {{- if $v.readinessProbe.enabled }}
     readinessProbe:
       {{- include "polymq.probe" (merge (dict "probe" $v.readinessProbe "path" "/readyz") $probe) | nindent 6 }}
+    {{- end }}
+    {{- with .lifecycle }}
+    lifecycle:
+      {{- toYaml . | nindent 6 }}
     {{- end }}
     {{- with $v.resources }}
     resources:

@@ -6,6 +6,8 @@ rabbitmq chart does in templates/validation.yaml). Rendered by validation.yaml, 
 {{- define "polymq.validateValues" -}}
 {{- $messages := list -}}
 {{- $messages = append $messages (include "polymq.validateValues.coreReplicas" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.natsSidecar" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.corePreStop" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.somethingEnabled" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.frontendsNeedCore" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.externalCore" . | trim) -}}
@@ -30,6 +32,29 @@ polymq: core.replicaCount
     2 core nodes have no majority once one of them is lost (a write commits on a majority
     of its replica set), so two nodes are less available than one. Use 1 (no redundancy)
     or 3 (survives the loss of one node): --set core.replicaCount=3
+{{- end -}}
+{{- end -}}
+
+{{/* The NATS sidecar is a native sidecar (an init container with restartPolicy Always) */}}
+{{- define "polymq.validateValues.natsSidecar" -}}
+{{- $v := .Values.core -}}
+{{- if and $v.enabled (gt (int $v.replicaCount) 1) $v.nats.sidecar (not (semverCompare ">=1.29.0-0" .Capabilities.KubeVersion.Version)) -}}
+polymq: core.nats.sidecar
+    The NATS sidecar of each core pod is a native sidecar container (an init container with
+    restartPolicy: Always), which Kubernetes {{ .Capabilities.KubeVersion.Version }} does not run (1.29 or newer does).
+    Run NATS as a child process of the core instead: --set core.nats.sidecar=false
+{{- end -}}
+{{- end -}}
+
+{{/* The grace period covers the preStop pause and the handover that follows SIGTERM */}}
+{{- define "polymq.validateValues.corePreStop" -}}
+{{- $v := .Values.core -}}
+{{- if and $v.enabled (le (int $v.terminationGracePeriodSeconds) (add (int $v.preStopSleepSeconds) 30)) -}}
+polymq: core.terminationGracePeriodSeconds
+    core.terminationGracePeriodSeconds={{ $v.terminationGracePeriodSeconds }} leaves the node at most {{ sub (int $v.terminationGracePeriodSeconds) (int $v.preStopSleepSeconds) }} s after the
+    preStop pause ({{ $v.preStopSleepSeconds }} s) to hand its shards to the others and flush its store
+    before SIGKILL. Give it more than 30 s (it may take 60):
+    --set core.terminationGracePeriodSeconds={{ add (int $v.preStopSleepSeconds) 60 }}
 {{- end -}}
 {{- end -}}
 

@@ -102,6 +102,15 @@ def container(workload: dict[str, Any]) -> dict[str, Any]:
     return c
 
 
+def sidecars(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pod's native sidecars (init containers that keep running) by name."""
+    return {
+        c["name"]: c
+        for c in pod_spec(workload).get("initContainers", [])
+        if c.get("restartPolicy") == "Always"
+    }
+
+
 def container_port(c: dict[str, Any], name_or_number: str | int) -> int:
     """A probe's or Service's port (a name, or a number) as the container port number."""
     for p in c.get("ports", []):
@@ -126,7 +135,12 @@ def service_target(rendered: Rendered, service: str, port: int) -> tuple[dict[st
         if all(pod_labels(w).get(k) == v for k, v in svc["spec"]["selector"].items())
     ]
     assert len(backends) == 1, f"Service {service} selects {len(backends)} workloads"
-    return backends[0], container_port(container(backends[0]), sp["targetPort"])
+    target = sp["targetPort"]
+    if isinstance(target, int):  # a number may be a sidecar's port (the NATS routes)
+        for sidecar in sidecars(backends[0]).values():
+            if any(p["containerPort"] == target for p in sidecar.get("ports", [])):
+                return backends[0], target
+    return backends[0], container_port(container(backends[0]), target)
 
 
 def scrape_targets(rendered: Rendered) -> list[tuple[dict[str, Any], int, str, str]]:

@@ -11,6 +11,8 @@ import base64
 import copy
 import dataclasses
 import re
+import shutil
+from pathlib import Path
 from typing import Any
 
 import helm_python as helm
@@ -45,6 +47,7 @@ from .chart import (
     render,
     scrape_targets,
     service_target,
+    sidecars,
 )
 
 KUBE_VERSIONS = ("1.30", latest_version())
@@ -76,6 +79,8 @@ def test_the_ci_files_cover_the_features() -> None:
         "full-tls-ingress-values.yaml",
         "ha-values.yaml",
         "http-stomp-only-values.yaml",
+        "nats-child-values.yaml",
+        "single-node-values.yaml",
     } <= names
 
 
@@ -324,9 +329,24 @@ REFUSED = [
         id="hpa-no-target",
     ),
     pytest.param(
-        {"core": {"pdb": {"minAvailable": 1, "maxUnavailable": ""}}},
+        {"core": {"pdb": {"minAvailable": 3, "maxUnavailable": ""}}},
         ["core.pdb.minAvailable", "node drains"],
         id="pdb-blocks-drains",
+    ),
+    pytest.param(
+        {"core": {"terminationGracePeriodSeconds": 30}},
+        ["core.terminationGracePeriodSeconds", "hand its shards", "=65"],
+        id="grace-too-short",
+    ),
+    pytest.param(
+        {"core": {"podAntiAffinityPreset": "sometimes"}},
+        ["podAntiAffinityPreset"],
+        id="anti-affinity-preset",
+    ),
+    pytest.param(
+        {"tests": {"timeoutSeconds": 0}},
+        ["tests/timeoutSeconds", "minimum"],
+        id="test-timeout",
     ),
     pytest.param(
         {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}},
@@ -432,9 +452,14 @@ def _cli_commands() -> set[str]:
 
 
 def test_the_chart_deploys_every_service_the_cli_offers() -> None:
-    deployed = render().components()
-    # run: everything in one process; cluster: an admin command (polymq cluster list)
-    offered = _cli_commands() - {"run", "cluster"}
+    out = render()
+    deployed = out.components()
+    # run: everything in one process; cluster: an admin command (polymq cluster list);
+    # nats: the core pods' sidecar, and check: the helm test Pod (both checked below)
+    offered = _cli_commands() - {"run", "cluster", "nats", "check"}
+    assert _parser().parse_args(sidecars(out.workload("core"))["nats"]["args"]).command == "nats"
+    [test_pod] = out.of_kind("Pod")
+    assert _parser().parse_args(test_pod["spec"]["containers"][0]["args"]).command == "check"
     missing = offered - deployed - OPTIONAL_SERVICES
     assert not missing, (
         f"the CLI offers `polymq {' / '.join(sorted(missing))}` but the chart deploys no such "
@@ -448,24 +473,44 @@ def test_every_container_runs_a_cli_command_with_accepted_flags_and_settings(
     rendered: Rendered,
 ) -> None:
     parser = _parser()
-    for workload in rendered.workloads():
-        name = component_of(workload)
-        c = container(workload)
+    runs = [(component_of(w), container(w), component_of(w)) for w in rendered.workloads()]
+    runs += [  # the core's NATS sidecar reads the core's settings
+        (f"{component_of(w)}/{n}", c, "core")
+        for w in rendered.workloads()
+        for n, c in sidecars(w).items()
+    ]
+    for name, c, settings in runs:
         assert c["command"] == ["polymq"]
         try:
             args = parser.parse_args(c["args"])
         except SystemExit:
             pytest.fail(f"{name}: `polymq {' '.join(c['args'])}` is refused by the CLI")
-        assert args.command == name
-        fields = {f.name for f in dataclasses.fields(SETTINGS[name])}
+        assert args.command == name.rpartition("/")[2]
+        fields = {f.name for f in dataclasses.fields(SETTINGS[settings])}
         for var in c.get("env", []):
             if var["name"].startswith("POLYMQ_") and var["name"] not in CLI_ENV:
                 assert var["name"].removeprefix("POLYMQ_").lower() in fields, (name, var["name"])
 
 
 # ---- security ---------------------------------------------------------------------------------
+def _locked_down(sc: dict[str, Any]) -> None:
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"]
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
 def test_pods_are_locked_down(rendered: Rendered) -> None:
+    for pod in rendered.of_kind("Pod"):  # the helm test's
+        spec = pod["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["enableServiceLinks"] is False
+        for c in spec["containers"]:
+            _locked_down(c["securityContext"])
     for workload in rendered.workloads():
+        for sidecar in sidecars(workload).values():
+            _locked_down(sidecar["securityContext"])
         name = component_of(workload)
         spec, c = pod_spec(workload), container(workload)
         pod_sc, sc = spec["securityContext"], c["securityContext"]
@@ -644,7 +689,11 @@ def test_the_core_is_a_statefulset_with_a_headless_service_and_a_volume_per_pod(
     assert headless["spec"]["publishNotReadyAddresses"] is True  # peers find starting nodes
     assert _selects({"matchLabels": headless["spec"]["selector"]}, pod_labels(sts))
     c = container(sts)
-    assert {p["targetPort"] for p in headless["spec"]["ports"]} == {p["name"] for p in c["ports"]}
+    # the core's ports by name, NATS' route port (on its sidecar) by number
+    nats = sidecars(sts)["nats"]
+    routes = {p["containerPort"] for p in nats["ports"] if p["name"] == "cluster"}
+    targets = {p["targetPort"] for p in headless["spec"]["ports"]}
+    assert targets == {p["name"] for p in c["ports"]} | routes
     [claim] = sts["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
     data_dir = c["args"][c["args"].index("--data-dir") + 1]
@@ -652,7 +701,7 @@ def test_the_core_is_a_statefulset_with_a_headless_service_and_a_volume_per_pod(
     [pdb] = [p for p in out.of_kind("PodDisruptionBudget") if component_of(p) == "core"]
     assert pdb["spec"]["maxUnavailable"] == 1  # 2 of 3 stay: a majority
     assert "a replicated core" in out.notes and "polymq cluster list" in out.notes
-    single = render()
+    single = render({"core": {"replicaCount": 1}})
     assert "replicated" not in single.notes
     ephemeral = render({"core": {"persistence": {"enabled": False}}}).workload("core")
     assert "volumeClaimTemplates" not in ephemeral["spec"]
@@ -671,7 +720,11 @@ def test_three_core_pods_form_one_replicated_cluster() -> None:
     name = sts["metadata"]["name"]
     assert args.peers == ",".join(f"{name}-{i}.{headless}:7422" for i in range(3))
     assert args.cluster_port == 7422
-    assert {"name": "cluster", "containerPort": 7422, "protocol": "TCP"} in c["ports"]
+    # the routes' port is NATS', in its sidecar (the core reaches it over the loopback)
+    assert {"name": "cluster", "containerPort": 7422, "protocol": "TCP"} in sidecars(sts)["nats"][
+        "ports"
+    ]
+    assert args.nats_url == "nats://127.0.0.1:4222"
     env = {e["name"]: e for e in c["env"]}
     assert env["POLYMQ_K8S_SERVICE"]["value"] == headless
     ref = env["POLYMQ_CLUSTER_SECRET"]["valueFrom"]["secretKeyRef"]
@@ -680,9 +733,9 @@ def test_three_core_pods_form_one_replicated_cluster() -> None:
     value = base64.b64decode(secret["data"][ref["key"]]).decode()
     assert len(value) >= 32  # what the core requires of POLYMQ_CLUSTER_SECRET
     ports = {p["name"]: p for p in out.get("Service", headless)["spec"]["ports"]}
-    assert ports["cluster"]["targetPort"] == "cluster"
+    assert ports["cluster"]["targetPort"] == 7422
     [policy] = out.of_kind("NetworkPolicy")
-    [rule] = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "cluster"]
+    [rule] = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == 7422]
     [source] = rule["from"]
     assert _selects(source["podSelector"], pod_labels(sts))
     assert not any(
@@ -699,7 +752,7 @@ def test_three_core_pods_form_one_replicated_cluster() -> None:
     five = render(ci_values(CHART / "ci" / "five-core-values.yaml")).workload("core")
     peers = _parser().parse_args(container(five)["args"]).peers.split(",")
     assert [p.partition(".")[0] for p in peers] == [f"{name}-{i}" for i in range(5)]
-    single = container(render().workload("core"))
+    single = container(render({"core": {"replicaCount": 1}}).workload("core"))
     assert "--peers" not in single["args"] and "cluster" not in {p["name"] for p in single["ports"]}
     assert "POLYMQ_CLUSTER_SECRET" not in {e["name"] for e in single.get("env", [])}
 
@@ -746,7 +799,7 @@ def test_the_network_policy_admits_only_frontends_and_peers_to_the_wire_port(
     admin = [
         r for r in policy["spec"]["ingress"] if r["ports"] == [{"port": "admin", "protocol": "TCP"}]
     ]
-    clustered = int(rendered.values.get("core", {}).get("replicaCount", 1)) > 1
+    clustered = core["spec"]["replicas"] > 1
     assert len(wire) == 1 and len(admin) == 1
     assert len(policy["spec"]["ingress"]) == 2 + clustered  # (the cluster port: peers only)
     peers = [p["podSelector"] for p in wire[0]["from"] if set(p) == {"podSelector"}]
@@ -851,3 +904,188 @@ def test_notes_say_how_to_reach_each_enabled_protocol(rendered: Rendered) -> Non
             assert f"://{rule['host']}/" in rendered.notes
     auth = rendered.values.get("auth", {}).get("enabled", False)
     assert ("LOGINS: required" in rendered.notes) is auth
+
+
+# ---- replicas, the NATS sidecar, spreading and stopping the core; helm test --------------------
+def _valid(out: Rendered) -> None:
+    for obj in out.objects:
+        if (obj["apiVersion"], obj["kind"]) not in CRD_KINDS:
+            for version in KUBE_VERSIONS:
+                kubernetes_validate.validate(obj, version, strict=True)
+
+
+def _mount_of(c: dict[str, Any], path: str) -> str:
+    [mount] = [m["name"] for m in c["volumeMounts"] if m["mountPath"] == path]
+    return str(mount)
+
+
+@pytest.mark.parametrize("replicas", [1, 3, 5])
+@pytest.mark.parametrize("sidecar", [True, False], ids=["sidecar", "child"])
+def test_core_replicas_with_nats_in_a_sidecar_or_a_child(replicas: int, sidecar: bool) -> None:
+    """1 node: no NATS at all. 3 or 5: every pod's NATS either in a native sidecar that runs
+    `polymq nats` with the core's own peers, cluster port, data volume and secret (the core
+    is told --nats on the loopback), or a child of the core (its route port on the core)."""
+    out = render({"core": {"replicaCount": replicas, "nats": {"sidecar": sidecar}}})
+    _valid(out)
+    sts = out.workload("core")
+    assert sts["spec"]["replicas"] == replicas
+    c = container(sts)
+    core = _parser().parse_args(c["args"])
+    ports = {p["name"] for p in c["ports"]}
+    found = sidecars(sts)
+    if replicas == 1:
+        assert core.peers is None and core.nats_url is None and not found
+        assert "initContainers" not in pod_spec(sts) and "cluster" not in ports
+        return
+    assert len(core.peers.split(",")) == replicas
+    if not sidecar:
+        assert core.nats_url is None and not found and "cluster" in ports
+        return
+    assert "cluster" not in ports and set(found) == {"nats"}
+    nats = found["nats"]
+    assert nats["restartPolicy"] == "Always"  # a native sidecar: up first, stopped last
+    assert nats["image"] == c["image"] and nats["command"] == ["polymq"]
+    args = _parser().parse_args(nats["args"])
+    assert args.command == "nats"
+    assert (args.peers, args.cluster_port) == (core.peers, core.cluster_port)
+    assert core.nats_url == f"nats://127.0.0.1:{args.client_port}"
+    assert nats["startupProbe"]["tcpSocket"]["port"] == "nats"
+    assert {"name": "nats", "containerPort": args.client_port, "protocol": "TCP"} in nats["ports"]
+    assert {"name": "cluster", "containerPort": args.cluster_port, "protocol": "TCP"} in nats[
+        "ports"
+    ]
+    # the same node name and secret as the core, the JetStream store on the same volume
+    env = {e["name"]: e for e in nats["env"]}
+    core_env = {e["name"]: e for e in c["env"]}
+    for name in ("POLYMQ_NODE_NAME", "POLYMQ_CLUSTER_SECRET"):
+        assert env[name] == core_env[name]
+    assert args.data_dir == core.data_dir
+    assert _mount_of(nats, args.data_dir) == _mount_of(c, core.data_dir) == "data"
+
+
+def test_the_sidecar_needs_a_kubernetes_with_native_sidecars(tmp_path: Path) -> None:
+    """The check behind validateValues, asked about another Kubernetes version (the SDK
+    renders for its own, and `helm lint` does not fail on `fail`): a copy of the chart with
+    one more template that calls it with that version."""
+    copy = tmp_path / "polymq"
+    shutil.copytree(CHART, copy)
+
+    def refusal(kube: str, core: dict[str, Any]) -> str:
+        (copy / "templates" / "kube-version.txt").write_text(
+            '{{ include "polymq.validateValues.natsSidecar" (dict "Values" .Values'
+            f' "Capabilities" (dict "KubeVersion" (dict "Version" "{kube}"))) }}}}'
+        )
+        out = helm.Chart.load(copy).render(
+            {"core": core}, name=RELEASE, namespace=NAMESPACE, is_install=True
+        )
+        return out["polymq/templates/kube-version.txt"]
+
+    old = refusal("v1.28.9", {})
+    assert "core.nats.sidecar" in old and "--set core.nats.sidecar=false" in old, old
+    assert refusal("v1.29.0", {}) == refusal("v1.36.0", {}) == ""
+    assert refusal("v1.28.9", {"nats": {"sidecar": False}}) == ""
+    assert refusal("v1.28.9", {"replicaCount": 1}) == ""
+
+
+def test_core_pods_spread_over_hosts_unless_told_otherwise() -> None:
+    def affinity(values: dict[str, Any]) -> Any:
+        return pod_spec(render({"core": values}).workload("core")).get("affinity")
+
+    out = render()
+    sts = out.workload("core")
+    [term] = affinity({})["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["weight"] == 100
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    selector = term["podAffinityTerm"]["labelSelector"]
+    assert _selects(selector, pod_labels(sts))  # keeps core pods apart from each other...
+    others = [w for w in out.workloads() if w is not sts]
+    assert others and not any(_selects(selector, pod_labels(w)) for w in others)  # ...only
+    [required] = affinity({"podAntiAffinityPreset": "hard"})["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert required == term["podAffinityTerm"]
+    assert affinity({"podAntiAffinityPreset": "none"}) is None
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "disk", "operator": "In", "values": ["ssd"]}]}]}}}  # fmt: skip
+    assert affinity({"affinity": own}) == own  # core.affinity replaces the preset
+
+
+def test_a_core_pod_leaves_the_endpoints_before_it_is_told_to_stop() -> None:
+    """preStop pauses (the pod is already out of the Services' endpoints) before SIGTERM,
+    and the grace period leaves the handover time after that pause."""
+    c = container(render().workload("core"))
+    assert c["lifecycle"]["preStop"] == {"exec": {"command": ["/bin/sleep", "5"]}}
+    grace = pod_spec(render().workload("core"))["terminationGracePeriodSeconds"]
+    assert grace >= 5 + 60  # the CLI gives the core 60 s to stop
+    for name in FRONTENDS:  # the frontends have no such hook
+        assert "lifecycle" not in container(render().workload(name))
+    none = render({"core": {"preStopSleepSeconds": 0}}).workload("core")
+    assert "lifecycle" not in container(none)
+    single = render({"core": {"replicaCount": 1}}).workload("core")
+    assert container(single)["lifecycle"]["preStop"]["exec"]["command"] == ["/bin/sleep", "5"]
+
+
+def _check_pod(out: Rendered) -> dict[str, Any] | None:
+    pods = out.of_kind("Pod")
+    assert len(pods) <= 1
+    return pods[0] if pods else None
+
+
+def test_helm_test_checks_every_enabled_frontend_through_its_service(rendered: Rendered) -> None:
+    pod = _check_pod(rendered)
+    enabled = sorted(rendered.components() - {"core"})
+    if not rendered.values.get("tests", {}).get("enabled", True) or not enabled:
+        assert pod is None
+        return
+    assert pod is not None
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    [c] = pod["spec"]["containers"]
+    assert c["command"] == ["polymq"] and c["image"] == container(rendered.workloads()[0])["image"]
+    args = _parser().parse_args(c["args"])
+    assert args.command == "check" and args.timeout > 0
+    given = sorted(k for k in ("http", "longpoll", "avro", "stomp", "amqp") if getattr(args, k))
+    assert given == enabled and args.core is None
+    secure = False
+    for name in enabled:
+        address = getattr(args, name)
+        scheme, _, rest = address.rpartition("://")
+        hostport = rest.rstrip("/")
+        host, _, port = hostport.rpartition(":")
+        service, _, domain = host.partition(".")
+        assert domain == f"{NAMESPACE}.svc", address
+        workload, target = service_target(rendered, service, int(port))
+        assert component_of(workload) == name
+        listener = {p["containerPort"]: p["name"] for p in container(workload)["ports"]}[target]
+        # STOMP over TCP, plain AMQP, the HTTP frontends' one listener (http or https)
+        wanted = {"stomp": ("stomp",), "amqp": ("amqp",)}.get(name, ("http", "https"))
+        assert listener in wanted, (name, listener)
+        tls = listener == "https" or (name == "stomp" and scheme == "stomp+ssl")
+        secure = secure or tls
+        if name in ("http", "longpoll", "avro"):
+            assert scheme == ("https" if tls else "http"), address
+        elif name == "amqp":
+            assert scheme == "amqp", address
+    assert args.insecure is secure
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c.get("env", [])}
+    if rendered.values.get("auth", {}).get("enabled"):
+        login = rendered.values["auth"]["frontendLogin"]["existingSecret"]
+        assert env["POLYMQ_CHECK_USER"]["name"] == env["POLYMQ_CHECK_PASSWORD"]["name"] == login
+    else:
+        assert env == {}
+
+
+def test_helm_test_can_be_left_out_and_follows_the_frontends() -> None:
+    assert _check_pod(render({"tests": {"enabled": False}})) is None
+    pod = _check_pod(render({f: {"enabled": False} for f in ("longpoll", "avro", "amqp")}))
+    assert pod is not None
+    args = _parser().parse_args(pod["spec"]["containers"][0]["args"])
+    assert (args.http, args.stomp, args.avro, args.amqp, args.longpoll)[2:] == (None,) * 3
+    token = render({"auth": {"enabled": True, "existingSecret": "u", "frontendLogin": {
+        "type": "token", "existingSecret": "t", "tokenKey": "tok"}}})  # fmt: skip
+    pod = _check_pod(token)
+    assert pod is not None
+    assert pod["spec"]["containers"][0]["env"] == [
+        {"name": "POLYMQ_CHECK_TOKEN", "valueFrom": {"secretKeyRef": {"name": "t", "key": "tok"}}}
+    ]

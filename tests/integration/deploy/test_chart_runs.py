@@ -3,6 +3,10 @@ service on this machine (pods.py says what is changed and why), every probe the 
 answers 200 on the port it names, the ports the chart declares are exactly the ones the process
 binds, and every target Prometheus is told to scrape serves polymq metrics.
 
+The helm test Pod's `polymq check` then runs against those processes (its Service addresses
+pointed at them, its login from the Secret): one message through every frontend and back.
+A replicated core is not run here (its nodes need each other): the single-node ci files are.
+
 With logins and TLS (ci/full-tls-ingress-values.yaml) the frontends only become ready when the
 login the chart wires from the Secret is accepted by the core, and the probes and /metrics of
 every frontend whose web listener has TLS (http, longpoll, avro and STOMP's WebSocket one)
@@ -12,8 +16,12 @@ gets no answer."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +31,8 @@ from polymq.auth import hash_password
 
 from .chart import (
     CHART,
+    NAMESPACE,
+    Rendered,
     ci_values,
     component_of,
     container,
@@ -64,10 +74,40 @@ def make_secrets(tmp: Path) -> Secrets:
     return secrets
 
 
+def run_helm_test(
+    rendered: Rendered, resolve: Callable[[str, int], int], secrets: Secrets
+) -> subprocess.CompletedProcess[str]:
+    """The helm test Pod's command, each ``<service>.<namespace>.svc:<port>`` in its
+    arguments pointed at the local process behind that Service port."""
+    [pod] = rendered.of_kind("Pod")
+    [c] = pod["spec"]["containers"]
+    assert c["command"] == ["polymq"]
+    address = re.compile(rf"(?:([a-z+]+)://)?([a-z0-9-]+)\.{NAMESPACE}\.svc:(\d+)(/?)")
+    args = []
+    for arg in c["args"]:
+        found = address.fullmatch(arg)
+        if found:
+            scheme, service, port, slash = found.groups()
+            local = f"127.0.0.1:{resolve(service, int(port))}"
+            arg = f"{scheme}://{local}{slash}" if scheme else local
+        args.append(arg)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLYMQ_")}
+    for var in c.get("env", []):
+        ref = var["valueFrom"]["secretKeyRef"]
+        env[var["name"]] = secrets[ref["name"]][ref["key"]]
+    return subprocess.run(
+        [sys.executable, "-m", "polymq_cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl for the TLS secret")
 @pytest.mark.parametrize(
     "ci_file",
-    ["default-values.yaml", "full-tls-ingress-values.yaml", "http-stomp-only-values.yaml"],
+    ["single-node-values.yaml", "full-tls-ingress-values.yaml", "http-stomp-only-values.yaml"],
 )
 def test_rendered_pods_start_and_answer_their_probes(ci_file: str, tmp_path: Path) -> None:
     rendered = render(ci_values(CHART / "ci" / ci_file))
@@ -123,6 +163,13 @@ def test_rendered_pods_start_and_answer_their_probes(ci_file: str, tmp_path: Pat
             answer = pod.get(scheme, port, path, cert, PROBE_TIMEOUT)
             assert answer.status_code == 200, (pod.name, answer.text)
             assert "# TYPE polymq_" in answer.text, (pod.name, answer.text[:500])
+
+        # helm test: one message through every frontend's Service and back
+        check = run_helm_test(rendered, resolve, secrets)
+        assert check.returncode == 0, check.stdout + check.stderr
+        lines = {line.split()[0]: line for line in check.stdout.splitlines() if line.strip()}
+        assert set(lines) == set(pods) - {"core"}, check.stdout
+        assert all(" ok (" in line for line in lines.values()), check.stdout
     finally:
         codes = {name: pod.stop() for name, pod in pods.items()}
     # SIGTERM, as the kubelet sends it, stops every service cleanly

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from .chart import ROOT, component_of, container, render
+from .chart import ROOT, component_of, container, render, sidecars
 
 SKAFFOLD = ROOT / "skaffold.yaml"
 SCHEMA = ROOT.parent / "shared" / "schemas" / "skaffold-v4beta13.json"
@@ -87,10 +87,12 @@ def test_the_image_skaffold_builds_is_the_one_the_chart_runs() -> None:
     for [release] in releases:
         assert (ROOT / release["chartPath"] / "Chart.yaml").is_file()
         out = render(_set_values(release, IMAGE), release=release["name"])
-        for workload in out.workloads():
-            assert container(workload)["image"] == (
-                "localhost:5000/polymq:0f3c2ab@sha256:" + "ab" * 32
-            )
+        images = [container(w)["image"] for w in out.workloads()]
+        images += [c["image"] for w in out.workloads() for c in sidecars(w).values()]
+        images += [c["image"] for pod in out.of_kind("Pod") for c in pod["spec"]["containers"]]
+        assert len(images) > len(out.workloads())  # NATS sidecars, the helm test Pod
+        for image in images:
+            assert image == "localhost:5000/polymq:0f3c2ab@sha256:" + "ab" * 32
 
 
 def test_every_forwarded_port_is_a_listener_of_the_chart() -> None:
@@ -110,6 +112,14 @@ def test_every_forwarded_port_is_a_listener_of_the_chart() -> None:
                 assert (svc["metadata"]["name"], port["port"]) in forwarded, port
     assert (f"{release['name']}-core", 7401) in forwarded
     assert len({f["localPort"] for f in data["portForward"]}) == len(data["portForward"])
+
+
+def test_the_default_deploy_runs_the_three_node_core() -> None:
+    [release] = config()["deploy"]["helm"]["releases"]
+    out = render(_set_values(release, IMAGE), release=release["name"])
+    core = out.workload("core")
+    assert core["spec"]["replicas"] == 3 and "nats" in sidecars(core)
+    assert "--peers" in container(core)["args"]
 
 
 def test_the_single_node_profile_renders_a_small_valid_install() -> None:
