@@ -8,8 +8,9 @@ on ``system.config``) and then publishes it on its topic ``system.config``, wher
 frontend connected to it hears it (:meth:`polymq.corelink.CoreLink.follow_config`) and
 applies the same change to itself: its own users file and log level (limits are the core's).
 
-Versions are the unix time in nanoseconds of the request: a process ignores a reload older
-than the one it applied (a late or repeated message changes nothing).
+Versions are the unix time in microseconds of the request (an integer JSON readers such as
+a browser's keep exact, unlike nanoseconds): a process ignores a reload older than the one
+it applied (a late or repeated message changes nothing).
 
 Errors: :class:`ReloadError` for a change that cannot be applied (an unknown log level, a
 users file that no longer reads, limits the core refuses), raised before anything of it is
@@ -54,7 +55,7 @@ def new_change(request: Any) -> dict[str, Any]:
             'a reload is {"log_level": "INFO", "users": true, "limits": {"max_body": 1048576}}'
             ", each optional"
         )
-    change: dict[str, Any] = {"version": time.time_ns()}
+    change: dict[str, Any] = {"version": time.time_ns() // 1000}
     level = request.get("log_level")
     if level is not None:
         if not isinstance(level, str) or level.upper() not in LEVELS:

@@ -22,6 +22,7 @@ from polymq.web import add_metrics_route, healthz
 
 from .broker import Broker
 from .reload import Reloader, ReloadError, new_change
+from .reload import page as reload_page
 from .snapshot import APPLIED_HEADER
 from .store import StoreError
 
@@ -146,6 +147,14 @@ async def leave(request: web.Request) -> web.Response:
     return web.json_response({"node_id": view.describe()["node_id"], "leave": "remove"})
 
 
+async def reload_form(request: web.Request) -> web.Response:
+    """``GET /reload``: the console's form for a reload (posts to /api/config/reload)."""
+    broker = request.app[BROKER]
+    view = _cluster(request.app)
+    text = reload_page(broker.settings.node_name, view is not None, request.app[RELOADER].version)
+    return web.Response(text=text, content_type="text/html")
+
+
 async def snapshot(request: web.Request) -> web.StreamResponse:
     """A consistent copy of a shard's SQLite, for a node whose next log entry was purged:
     only for peers (``Authorization: Bearer <cluster secret>``); the log sequence applied in
@@ -259,7 +268,7 @@ td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}td:first-child{
 <h2>Nodes</h2>{nodes}
 <p>{info["connections"]} connections, {info["topic_subscriptions"]} topic subscriptions,
 {info["bindings"]} bindings, up {info["uptime_seconds"]:.0f}s. <a href="/metrics">metrics</a>
-<a href="/api/cluster">cluster</a></p>
+<a href="/api/cluster">cluster</a> <a href="/reload">reload the configuration</a></p>
 <h2>Destinations in memory</h2><table><tr><th>destination</th><th>ready</th>
 <th>in flight</th><th>subscribers</th></tr>{rows}</table>
 <script type="application/json" id="cluster">{html.escape(json.dumps(info))}</script>
@@ -286,6 +295,7 @@ def admin_app(
     app.router.add_get("/api/cluster", cluster)
     app.router.add_get(r"/api/cluster/snapshot/{shard:\d+}", snapshot)
     app.router.add_post("/api/config/reload", reload)
+    app.router.add_get("/reload", reload_form)
     app.router.add_post("/api/cluster/leave", leave)
     app.router.add_get("/api/destinations", destinations)
     app.router.add_get("/api/destinations/{kind}/{name}", destination)
