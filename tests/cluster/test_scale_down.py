@@ -186,3 +186,11 @@ def test_scaled_down_for_good_clients_move_once_and_streams_drop_the_node(
         new_leader = cluster.leaders(timeout=30, nodes=[s1, s2])[shard]
         assert new_leader in (s1, s2)
         print(f"replicas {expected} on every stream")
+
+        # scaled up again (the StatefulSet's pod comes back with its volume): the streams
+        # grow back onto it, and it may lead again
+        cluster.restart(leaving)
+        expected = sorted(n.id for n in cluster.nodes)
+        eventually(replicas, 60, f"every shard's stream has {expected} as its replicas")
+        cluster.wait_formed(timeout=60)
+        print(f"scaled up: replicas {expected} on every stream")

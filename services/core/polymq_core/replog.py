@@ -261,6 +261,7 @@ class ShardLog:
         self.timeout = timeout
         self.peers: tuple[str, ...] = ()  # the stream's replicas, at the last look
         self.offline: tuple[str, ...] = ()  # those of them JetStream calls offline
+        self.configured = 0  # the replicas its configuration asks for, at the last look
         self._nudged = asyncio.Event()  # a new leader: a tail waiting to retry tries now
         # the tails' current tries (see nudge), and those of them applying an entry
         self._attempts: set[asyncio.Future[None]] = set()
@@ -344,6 +345,7 @@ class ShardLog:
         if cluster is not None:
             names = [cluster.leader] + [r.name for r in cluster.replicas or ()]
             self.peers = tuple(sorted(n for n in names if n))
+            self.configured = int(info.config.num_replicas or 0)
             self.offline = tuple(
                 sorted(r.name for r in cluster.replicas or () if r.offline and r.name)
             )
@@ -416,13 +418,14 @@ class ShardLog:
             except nats.js.errors.APIError as exc:
                 raise _translate(exc, f"{what} {self.stream}") from exc
 
-    async def scale_down(self, replicas: int) -> None:
-        """Keep ``replicas`` replicas of the stream (JetStream drops offline ones first, then
-        those furthest behind; never the leader). :class:`LogError` if it refuses."""
+    async def resize(self, replicas: int) -> None:
+        """Give the stream ``replicas`` replicas: fewer (JetStream drops offline ones first,
+        then those furthest behind; never the leader) or more (JetStream places them on
+        servers that have none). :class:`LogError` if it refuses."""
         info = await self._stream_info()
         config = info.config
         config.num_replicas = replicas
-        await self._call("scaling down", self.js.update_stream(config))
+        await self._call("resizing", self.js.update_stream(config))
         self.replicas = replicas
 
     # -- tailing ---------------------------------------------------------------------------

@@ -26,6 +26,8 @@ class FakeShard:
 @dataclass
 class FakeLog:
     handed: list[str] = field(default_factory=list)
+    peers: tuple[str, ...] = ()  # the stream's replicas (none known: any node may lead)
+    configured: int = 3
 
     async def step_down(self, preferred: str | None = None) -> None:
         assert preferred is not None
@@ -156,3 +158,25 @@ async def test_a_node_the_endpoints_never_named_is_not_judged_by_them() -> None:
     assert "a" not in node._unready_since
     node._k8s_changed({"b": Member("b", "10.0.0.2", False)})
     assert set(node._unready_since) == {"pod-0", "b"}  # pod-0 left; b is not ready
+
+
+async def test_a_shard_is_handed_only_to_a_replica_of_its_stream() -> None:
+    node, logs = node_a(leads=[0, 1, 2], applied=[0] * SHARDS)
+    for log in logs:
+        log.peers = ("a", "c")  # b holds no replica (it joined after the streams were made)
+    await node._balance_once()
+    assert handed(logs) == {}, "a shard was handed to a node that cannot lead it"
+    logs[1].peers = ("a", "b", "c")
+    await node._balance_once()
+    assert handed(logs) == {1: ["b"]}
+
+
+def test_a_stream_grows_back_when_nodes_join() -> None:
+    node, logs = node_a(leads=[0], applied=[0] * SHARDS)
+    logs[0].peers, logs[0].configured = ("a", "b"), 2  # scaled down to two
+    assert node._more_replicas(0) == 0  # a and b: as many as there are nodes
+    assert node.membership is not None
+    node.membership.peers()["c"] = FakePeer({})
+    assert node._more_replicas(0) == 3
+    logs[0].configured = 3
+    assert node._more_replicas(0) == 0  # asked for already (JetStream is placing it)
