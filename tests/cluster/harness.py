@@ -669,6 +669,41 @@ def running_cluster(root: Path, n: int = 3, **kw: Any) -> Iterator[Cluster]:
     assert not problems, "stopping the cluster: " + "; ".join(problems)
 
 
+@contextlib.contextmanager
+def outsider(
+    cluster: Cluster, root: Path, env: dict[str, str], node_id: str = "intruder"
+) -> Iterator[Path]:
+    """A node that names ``cluster``'s nodes as its peers but runs with ``env`` over this
+    process's environment, not the cluster's (another secret, another certificate), every
+    listener on a free port. Not waited for: it may never join. Yields its log's path; it
+    is killed on the way out."""
+    [cluster_port] = free_ports(1)
+    args = [sys.executable, "-m", "polymq_cli", "run", "--node-id", node_id]
+    args += ["--peers", f"{cluster.peers},127.0.0.1:{cluster_port}"]
+    args += ["--cluster-port", str(cluster_port), "--data-dir", str(root / f"{node_id}-data")]
+    for name in PORT_NAMES:
+        args += [f"--{name.replace('_', '-')}-port", "0"]
+    log_path = root / f"{node_id}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env}
+        )
+    try:
+        yield log_path
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def assert_nobody_lists(cluster: Cluster, node_id: str) -> None:
+    """No node of ``cluster`` lists ``node_id`` (an outsider it refused)."""
+    for node in cluster.nodes:
+        info = node.cluster_info()
+        assert info is not None, f"{node.id}: /api/cluster does not answer"
+        listed = {m["id"] for m in info["nodes"]}
+        assert node_id not in listed, f"{node.id} lists {node_id}: {listed}"
+
+
 @atexit.register
 def _kill_everything() -> None:
     for cluster in list(_ACTIVE):

@@ -107,6 +107,15 @@ def _ports(args: argparse.Namespace, names: Sequence[str], defaults: Any) -> dic
     return out
 
 
+_CLUSTER_TLS_FLAGS: Final = (
+    "cluster_tls_cert",
+    "cluster_tls_key",
+    "cluster_tls_ca",
+    "peer_wire_port",
+    "peer_admin_port",
+)
+
+
 def _core_settings(args: argparse.Namespace) -> CoreSettings:
     base = from_env(CoreSettings)
     changes: dict[str, Any] = {"host": args.host or base.host}
@@ -118,7 +127,7 @@ def _core_settings(args: argparse.Namespace) -> CoreSettings:
         changes["shards"] = args.shards
     if args.auth is not None:
         changes["auth"] = args.auth
-    for flag in ("node_id", "peers", "cluster_port", "nats_url"):
+    for flag in ("node_id", "peers", "cluster_port", "nats_url", *_CLUSTER_TLS_FLAGS):
         value = getattr(args, flag, None)
         if value is not None:
             changes[flag] = value
@@ -372,6 +381,29 @@ def _parser() -> argparse.ArgumentParser:
             default=None,
             metavar="URL",
             help="use a NATS server run apart instead of starting one (POLYMQ_NATS_URL)",
+        )
+        for name, what in (
+            ("cert", "this node's PEM certificate (chain) for TLS between the nodes"),
+            ("key", "its PEM private key, unencrypted"),
+            ("ca", "the PEM CA bundle that signed every node's certificate"),
+        ):
+            sp.add_argument(
+                f"--cluster-tls-{name}",
+                default=None,
+                metavar="PEM",
+                help=f"{what} (POLYMQ_CLUSTER_TLS_{name.upper()}; all three or none)",
+            )
+        sp.add_argument(
+            "--peer-wire-port",
+            type=int,
+            default=None,
+            help="with cluster TLS: the wire protocol for peers (7423; 0=any)",
+        )
+        sp.add_argument(
+            "--peer-admin-port",
+            type=int,
+            default=None,
+            help="with cluster TLS: the admin HTTP for peers (7424; 0=any)",
         )
 
     def http_flags(sp: argparse.ArgumentParser) -> None:

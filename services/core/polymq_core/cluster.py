@@ -41,10 +41,11 @@ from nats.aio.subscription import Subscription
 
 from polymq.types import Message
 
+from .clustertls import ClusterTls
 from .endpoints import EndpointWatcher, Member, api_client, own_namespace
-from .membership import LEAVING, UNREACHABLE, Membership
+from .membership import LEAVING, UNREACHABLE, Membership, PeerInfo
 from .mesh import TopicMesh
-from .natsd import AUTH_REFUSED, NatsConfig, NatsServer
+from .natsd import AUTH_REFUSED, TLS_REFUSED, NatsConfig, NatsServer
 from .reload import SUBJECT as RELOAD_SUBJECT
 from .reload import Reloader, ReloadError
 from .replog import LogError, ReplicatedStore, ShardLog
@@ -112,6 +113,11 @@ class ClusterNode:
                 "POLYMQ_CLUSTER_SECRET is not set: peer links use a well-known development "
                 "secret. Set the same secret on every node in production."
             )
+        # TLS to and from the peers (None: plain), its files loaded now: a bad one stops
+        # the start. Links to peers use peer_ssl; the service's peer listeners serve_ssl.
+        self.tls = ClusterTls.of(settings)
+        self.peer_ssl = self.tls.client_context() if self.tls is not None else None
+        self.serve_ssl = self.tls.server_context() if self.tls is not None else None
         self.peers = _others(settings.peer_addresses(), settings.cluster_port)
         nodes = len(self.peers) + 1
         self.replicas = min(3, nodes)
@@ -149,7 +155,7 @@ class ClusterNode:
         # on a planned stop, take this node out of the streams' replicas for good (it is not
         # coming back: POLYMQ_LEAVE=remove, or POST /api/cluster/leave), not just step down
         self.remove_on_leave = settings.leave == "remove"
-        self._resizing: dict[int, asyncio.Task[None]] = {}  # per shard: its replicas changing
+        self._dropping: dict[int, asyncio.Task[None]] = {}  # per shard: a gone node's removal
 
     # ---- life cycle ------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -211,9 +217,19 @@ class ClusterNode:
         )
 
     def _refused(self) -> str:
-        """Why this node's NATS may not be joining the others: logins refused (its log
-        says so), else nothing."""
-        if self.nats is None or not self.peers or not self.nats.refused_logins():
+        """Why this node's NATS may not be joining the others: routes whose TLS handshake
+        failed, or logins refused (its log says so), else nothing."""
+        if self.nats is None or not self.peers:
+            return ""
+        refused = self.nats.refusals()
+        if refused[TLS_REFUSED]:
+            return (
+                f"the TLS handshakes of NATS routes between this node and its peers failed"
+                f" ({TLS_REFUSED} in {self.nats.log_path}): is cluster TLS on for every node,"
+                " each certificate signed by the POLYMQ_CLUSTER_TLS_CA of the others and"
+                " naming the host its peers reach it by (--peers)?"
+            )
+        if not refused[AUTH_REFUSED]:
             return ""
         return (
             f"NATS routes between this node and its peers were refused ({AUTH_REFUSED} in"
@@ -300,7 +316,7 @@ class ClusterNode:
                     await sub.unsubscribe()
         for task in list(self._promoting.values()):
             task.cancel()
-        for task in list(self._resizing.values()):
+        for task in list(self._dropping.values()):
             task.cancel()
         if self.membership is not None:
             with contextlib.suppress(Exception):
@@ -357,7 +373,8 @@ class ClusterNode:
     def address_of(self, node: str) -> tuple[str, int] | None:
         if self.membership is None:
             return None
-        return self.membership.address_of(node, "core")
+        # with cluster TLS, the wire listener for peers (TLS, a certificate both ways)
+        return self.membership.address_of(node, "core" if self.tls is None else "peer_wire")
 
     async def _follow(self, index: int) -> None:
         """Follow shard ``index``'s stream leader: every second, and at once when JetStream
@@ -400,46 +417,10 @@ class ClusterNode:
             # knew for routing; only a long silence counts as leaderless (below).
             leader = None
         self._saw(i, leader, now)
-        if leader == self.node_id and i not in self._resizing:
-            gone, more = self._gone_replicas(i), self._more_replicas(i)
-            step = self._drop_gone if gone else self._grow if more else None
-            if step is not None:
-                self._resizing[i] = asyncio.get_running_loop().create_task(
-                    self._resize(i, step), name=f"resize-{i}"
-                )
-
-    async def _resize(self, i: int, step: Callable[[int], Awaitable[None]]) -> None:
-        """``step(i)``: change shard ``i``'s stream's replicas; one that fails is logged
-        and tried again at a look after _BALANCE_EVERY."""
-        try:
-            await step(i)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("%s: changing its replicas failed (%s)", self.logs[i].stream, exc)
-            await asyncio.sleep(_BALANCE_EVERY)
-        finally:
-            self._resizing.pop(i, None)
-
-    def _more_replicas(self, i: int) -> int:
-        """How many replicas shard ``i``'s stream should have, if more than it has: one
-        per ready node, at most three (a stream scaled down grows back when nodes join;
-        one is never shrunk here)."""
-        if self.membership is None or not self.logs[i].peers:
-            return 0
-        ready = [n for n in self.membership.peers() if self.membership.state_of(n) == "ready"]
-        wanted = min(3, len(ready))
-        has = max(self.logs[i].configured, len(self.logs[i].peers))
-        return wanted if wanted > has else 0
-
-    async def _grow(self, i: int) -> None:
-        """Give shard ``i``'s stream a replica on each node that joined, up to three
-        (JetStream places them; a new replica catches up from the leader)."""
-        shard_log = self.logs[i]
-        wanted = self._more_replicas(i)
-        if wanted:
-            await asyncio.wait_for(shard_log.resize(wanted), 5.0)
-            log.info("%s: %d replicas (nodes joined)", shard_log.stream, wanted)
+        if leader == self.node_id and i not in self._dropping and self._gone_replicas(i):
+            self._dropping[i] = asyncio.get_running_loop().create_task(
+                self._drop_gone(i), name=f"drop-gone-{i}"
+            )
 
     def _gone_replicas(self, i: int) -> list[str]:
         """The replicas of shard ``i``'s stream that JetStream calls offline and whose node
@@ -455,24 +436,32 @@ class ClusterNode:
         by placing a new replica on a node that has none; with no such node (three scaled
         down to two), one replica fewer, JetStream dropping the offline one."""
         shard_log = self.logs[i]
-        gone = self._gone_replicas(i)
-        for node in gone:
-            try:
-                await asyncio.wait_for(shard_log.remove_peer(node), 5.0)
-                log.info("%s: took node %s (gone) out of its replicas", shard_log.stream, node)
-            except LogError as exc:
-                if "remap" not in str(exc):
-                    raise
-                keep = sum(1 for p in shard_log.peers if p not in gone)
-                if 1 <= keep < shard_log.configured:
-                    await asyncio.wait_for(shard_log.resize(keep), 5.0)
-                    log.info(
-                        "%s: %d replicas, without %s (gone; no node to replace it)",
-                        shard_log.stream,
-                        keep,
-                        ", ".join(gone),
-                    )
-                return
+        try:
+            gone = self._gone_replicas(i)
+            for node in gone:
+                try:
+                    await asyncio.wait_for(shard_log.remove_peer(node), 5.0)
+                    log.info("%s: took node %s (gone) out of its replicas", shard_log.stream, node)
+                except LogError as exc:
+                    if "remap" not in str(exc):
+                        raise
+                    keep = sum(1 for p in shard_log.peers if p not in gone)
+                    if 1 <= keep < shard_log.replicas:
+                        await asyncio.wait_for(shard_log.scale_down(keep), 5.0)
+                        log.info(
+                            "%s: %d replicas, without %s (gone; no node to replace it)",
+                            shard_log.stream,
+                            keep,
+                            ", ".join(gone),
+                        )
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s: taking gone nodes out failed (%s)", shard_log.stream, exc)
+            await asyncio.sleep(_BALANCE_EVERY)
+        finally:
+            self._dropping.pop(i, None)
 
     def _saw(self, i: int, leader: str | None, now: float) -> None:
         """Shard ``i``'s stream is led by ``leader`` (None: no answer, and the known leader
@@ -536,28 +525,18 @@ class ClusterNode:
             (i for i in led[self.node_id] if broker.shards[i].leading),
             key=lambda i: (busy.get(i, 0), i),
         )
-        # only a replica of a shard's stream can lead it (a fourth node, or one that came
-        # back after it was taken out, has none until a stream grows onto it)
-        shards = range(len(self.logs))
-        able = [n for n in ready if any(self._replica_of(i, n) for i in shards)]
-        share = -(-len(self.logs) // max(len(able), 1))  # the most any node should lead
+        share = -(-len(self.logs) // len(ready))  # the most any node should lead
         if len(mine) <= share:
             return
         now = time.monotonic()
         mine = [i for i in mine if now - self._led_since.get(i, -_SETTLE) >= _SETTLE]
+        target = min((n for n in ready if n != self.node_id), key=lambda n: (len(led[n]), n))
+        if len(led[target]) + 1 > share:
+            return
         for i in mine:
-            targets = [n for n in ready if n != self.node_id and self._replica_of(i, n)]
-            if not targets:
-                continue
-            target = min(targets, key=lambda n: (len(led[n]), n))
-            if len(led[target]) + 1 <= share and self._caught_up(i, ready[target]):
+            if self._caught_up(i, ready[target]):
                 await self._hand(i, target, "balance")
                 return
-
-    def _replica_of(self, i: int, node: str) -> bool:
-        """Is ``node`` a replica of shard ``i``'s stream (yes while none is known)?"""
-        peers = getattr(self.logs[i], "peers", ())
-        return not peers or node in peers
 
     def _caught_up(self, i: int, peer: Any) -> bool:
         """Has ``peer`` applied shard ``i``'s log to within _CAUGHT_UP of this node?"""
@@ -599,7 +578,7 @@ class ClusterNode:
             if self.leaders.get(i) != self.node_id or not shard.leading:
                 continue
             for target in sorted(others, key=lambda n: (led[n], n)):
-                if self._replica_of(i, target) and self._caught_up(i, others[target]):
+                if self._caught_up(i, others[target]):
                     await self._hand(i, target, "not ready here")
                     return
 
@@ -722,13 +701,27 @@ class ClusterNode:
         failures = []
         for peer in sources:
             try:
-                applied = await download(snapshot_url(peer.admin_url, index), self.secret, target)
+                url = snapshot_url(self._admin_url_of(peer), index)
+                applied = await download(url, self.secret, target, ssl=self.peer_ssl)
             except SnapshotError as exc:
                 failures.append(str(exc))
                 continue
             log.info("shard %d: copied from node %s at entry %d", index, peer.node_id, applied)
             return applied
         raise SnapshotError("; ".join(failures))
+
+    def _admin_url_of(self, peer: PeerInfo) -> str:
+        """Where ``peer`` serves snapshots: its admin URL, or with cluster TLS its admin
+        listener for peers (https, a certificate both ways)."""
+        if self.tls is None:
+            return peer.admin_url
+        address = peer.addresses.get("peer_admin")
+        if address is None:
+            raise SnapshotError(
+                f"node {peer.node_id} announced no TLS admin listener for peers: is cluster "
+                "TLS on there?"
+            )
+        return f"https://{address}/"
 
     # ---- announcements and topics --------------------------------------------------------------
     def _describe_self(self) -> dict[str, Any]:
@@ -909,6 +902,7 @@ def nats_config(
         # a log entry carries a whole frame's worth of messages (NATS allows 64 MiB)
         max_payload=min(_MAX_PAYLOAD, settings.max_frame + 1024 * 1024),
         secret=settings.cluster_secret or _DEV_SECRET,
+        tls=ClusterTls.of(settings),
     )
 
 

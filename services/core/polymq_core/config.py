@@ -96,20 +96,16 @@ class CoreSettings:
                     "POLYMQ_CLUSTER_SECRET needs at least 32 characters (e.g. `openssl rand "
                     "-hex 16`), the same on every node"
                 )
-        self._check_cluster_tls()
+            self._check_cluster_tls()
 
     def _check_cluster_tls(self) -> None:
-        """The cluster TLS files: all three or none, only in a cluster, each readable
-        (what is in them is :mod:`polymq_core.clustertls`'s to judge, at start-up)."""
+        """The cluster TLS files: all three or none, each readable (what is in them is
+        :mod:`polymq_core.clustertls`'s to judge, at start-up). Without ``--peers`` there
+        is no traffic between nodes, and they are not used."""
         files = {f"POLYMQ_{name.upper()}": getattr(self, name) for name in _CLUSTER_TLS}
         given = [var for var, path in files.items() if path]
         if not given:
             return
-        if not self.clustered:
-            raise ConfigError(
-                f"{given[0]} is TLS between cluster nodes, but this node has no --peers "
-                "(POLYMQ_PEERS): set both, or neither"
-            )
         if len(given) != len(files):
             missing = ", ".join(var for var in files if var not in given)
             raise ConfigError(
@@ -125,8 +121,8 @@ class CoreSettings:
 
     @property
     def cluster_tls(self) -> bool:
-        """Whether the nodes talk TLS to each other (all three files given)."""
-        return all(getattr(self, name) for name in _CLUSTER_TLS)
+        """Whether the nodes talk TLS to each other (a cluster, all three files given)."""
+        return self.clustered and all(getattr(self, name) for name in _CLUSTER_TLS)
 
     @property
     def clustered(self) -> bool:

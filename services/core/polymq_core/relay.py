@@ -36,6 +36,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
+import ssl
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -126,6 +127,7 @@ class Leaders(Protocol):
 
     node_id: str
     secret: str
+    peer_ssl: ssl.SSLContext | None  # cluster TLS: links to peers use it
 
     def leader_of(self, shard: int) -> str | None: ...
     def address_of(self, node: str) -> tuple[str, int] | None: ...
@@ -432,9 +434,10 @@ class Relay:
         async def connect() -> None:
             loop = asyncio.get_running_loop()
             try:
-                await asyncio.wait_for(
-                    loop.create_connection(lambda: link, address[0], address[1]), 5.0
+                connecting = loop.create_connection(
+                    lambda: link, address[0], address[1], ssl=self.cluster.peer_ssl
                 )
+                await asyncio.wait_for(connecting, 5.0)
             except (OSError, TimeoutError) as exc:
                 log.info("cannot reach node %s at %s:%d: %s", node, *address, exc)
                 link.closed = True

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -73,6 +74,7 @@ class CoreService:
         self.sensors.watch_depth(self.broker.depth, self.broker.in_flight)
         self.sensors.watch_bindings(lambda: len(self.broker.bindings))
         self._server: asyncio.Server | None = None
+        self._peer_server: asyncio.Server | None = None  # cluster TLS: the wire for peers
         self._admin: web.AppRunner | None = None
         self.ports: dict[str, int] = {}
 
@@ -106,9 +108,34 @@ class CoreService:
             s.data_dir,
             self.auth.describe(),
         )
+        if self.cluster is not None and self.cluster.serve_ssl is not None:
+            await self._serve_peers(self.cluster.serve_ssl)
         if self.cluster is not None:
             await self.cluster.start(self.broker, self.ports)
         return self.ports
+
+    async def _serve_peers(self, ctx: ssl.SSLContext) -> None:
+        """Cluster TLS: the wire protocol and the admin HTTP once more, over TLS with a
+        certificate both ways, on the ports peers reach (announced on system.peers as
+        ``peer_wire`` and ``peer_admin``); the plain ones stay for frontends and probes."""
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        self._peer_server = await loop.create_server(
+            lambda: Session(self.broker), s.host, s.peer_wire_port, ssl=ctx, reuse_address=True
+        )
+        self.ports["peer_wire"] = _port(self._peer_server.sockets[0])
+        assert self._admin is not None
+        site = web.TCPSite(self._admin, s.host, s.peer_admin_port, ssl_context=ctx)
+        await site.start()
+        self.ports["peer_admin"] = int(self._admin.addresses[-1][1])
+        log.info(
+            "core %s: peers over TLS: wire protocol on %s:%d, admin on https://%s:%d/",
+            s.node_name,
+            s.host,
+            self.ports["peer_wire"],
+            s.host,
+            self.ports["peer_admin"],
+        )
 
     @property
     def pids(self) -> list[int]:
@@ -118,20 +145,23 @@ class CoreService:
     async def lame_duck(self) -> None:
         """The first step of a stop: accept no new wire connections (the admin port stays
         open for probes); :meth:`stop` then answers and closes those open."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._listeners():
+            server.close()
+
+    def _listeners(self) -> list[asyncio.Server]:
+        return [srv for srv in (self._server, self._peer_server) if srv is not None]
 
     async def stop(self) -> None:
         if self.cluster is not None:
             await self.cluster.leave()
         if self.in_process and "core" in self.ports:
             inproc.unserve(self.settings.host, self.ports["core"])
-        if self._server is not None:
-            self._server.close()
+        for server in self._listeners():
+            server.close()
         await self.broker.stop()
-        if self._server is not None:
+        for server in self._listeners():
             try:
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                await asyncio.wait_for(server.wait_closed(), 2)
             except TimeoutError:
                 pass
         if self._admin is not None:

@@ -22,6 +22,7 @@ import asyncio
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from ssl import SSLContext
 
 import aiohttp
 
@@ -119,16 +120,24 @@ def snapshot_url(admin_url: str, shard: int) -> str:
     return f"{admin_url.rstrip('/')}/api/cluster/snapshot/{shard}"
 
 
-async def download(url: str, secret: str, target: Path, *, timeout: float = 30.0) -> int:
+async def download(
+    url: str,
+    secret: str,
+    target: Path,
+    *,
+    timeout: float = 30.0,
+    ssl: SSLContext | None = None,
+) -> int:
     """Fetch the snapshot at ``url`` into the file ``target`` (replaced; fsynced), sending
     ``secret`` as the bearer token; the applied sequence the node says is inside it.
-    ``timeout`` bounds connecting and each read, not the whole copy."""
+    ``timeout`` bounds connecting and each read, not the whole copy; ``ssl``: the TLS
+    context of an https ``url`` (cluster TLS), else the default one."""
     limits = aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
     headers = {"Authorization": f"Bearer {secret}"}
     try:
         async with (
             aiohttp.ClientSession(timeout=limits) as session,
-            session.get(url, headers=headers) as response,
+            session.get(url, headers=headers, ssl=True if ssl is None else ssl) as response,
         ):
             if response.status != 200:
                 text = (await response.text(errors="replace"))[:200]

@@ -98,10 +98,12 @@ def test_cluster_tls_files_must_be_readable(tmp_path: Path) -> None:
         from_env(CoreSettings, env=_tls_env(**files))
 
 
-def test_cluster_tls_without_peers_is_refused(tmp_path: Path) -> None:
+def test_cluster_tls_without_peers_is_not_used(tmp_path: Path) -> None:
+    """Without --peers (set by a flag after the environment is read) nothing goes between
+    nodes: the files are not checked, and there is no cluster TLS."""
     env = {f"POLYMQ_CLUSTER_TLS_{k.upper()}": v for k, v in _pem_files(tmp_path).items()}
-    with pytest.raises(ConfigError, match="POLYMQ_CLUSTER_TLS_CERT is TLS between cluster nodes"):
-        from_env(CoreSettings, env=env)
+    env["POLYMQ_CLUSTER_TLS_KEY"] = str(tmp_path / "nowhere.pem")
+    assert not from_env(CoreSettings, env=env).cluster_tls
 
 
 def test_the_peer_ports_are_checked(tmp_path: Path) -> None:
