@@ -86,3 +86,30 @@ async def test_sigterm_answers_long_polls_and_exits_cleanly(tmp_path: Path, wait
             assert time.monotonic() - t0 < 8
     finally:
         proc.kill()
+
+
+async def test_a_lame_duck_takes_no_connection_and_sends_requests_elsewhere() -> None:
+    """The first step of a stop (every listener of a node at once, docs/cluster.md): the
+    listener is closed, and a request still coming on an open keep-alive connection gets a
+    503 with ``Retry-After`` and ``Connection: close`` (a load balancer's client retries on
+    another instance)."""
+    from polymq_http.config import HttpSettings
+    from polymq_http.service import HttpService
+
+    service = HttpService(HttpSettings(http_port=0, core_port=free_port()))  # (no core)
+    url = f"http://127.0.0.1:{(await service.start())['http']}"
+    try:
+        async with aiohttp.ClientSession(url) as http:
+            async with http.get("/healthz") as r:
+                assert r.status == 200 and r.headers.get("Connection") != "close"
+            await service.lame_duck()
+            async with http.get("/healthz") as r:  # on the connection kept alive
+                assert r.status == 503
+                assert r.headers["Retry-After"] == "1"
+                assert r.headers["Connection"] == "close"
+                assert "shutting down" in (await r.json())["detail"]
+        async with aiohttp.ClientSession(url) as http:
+            with pytest.raises(aiohttp.ClientConnectorError):
+                await http.get("/healthz")  # a new connection: refused
+    finally:
+        await service.stop()
