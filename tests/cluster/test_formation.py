@@ -235,3 +235,6 @@ def test_a_reload_through_one_node_reaches_every_node_within_5_s(
     assert listed.stdout.count(str(version)) == 3, listed.stdout
     page = requests.get(f"{cluster.nodes[2].admin}/", timeout=10).text
     assert page.count(f"configuration {version}") == 3, page
+    # the console's reload form asks for the cluster secret here
+    form = requests.get(f"{cluster.nodes[2].admin}/reload", timeout=10).text
+    assert 'id="secret"' in form and "every node of the cluster" in form, form

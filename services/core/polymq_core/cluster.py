@@ -155,7 +155,7 @@ class ClusterNode:
         # on a planned stop, take this node out of the streams' replicas for good (it is not
         # coming back: POLYMQ_LEAVE=remove, or POST /api/cluster/leave), not just step down
         self.remove_on_leave = settings.leave == "remove"
-        self._dropping: dict[int, asyncio.Task[None]] = {}  # per shard: a gone node's removal
+        self._resizing: dict[int, asyncio.Task[None]] = {}  # per shard: its replicas changing
 
     # ---- life cycle ------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -316,7 +316,7 @@ class ClusterNode:
                     await sub.unsubscribe()
         for task in list(self._promoting.values()):
             task.cancel()
-        for task in list(self._dropping.values()):
+        for task in list(self._resizing.values()):
             task.cancel()
         if self.membership is not None:
             with contextlib.suppress(Exception):
@@ -417,10 +417,46 @@ class ClusterNode:
             # knew for routing; only a long silence counts as leaderless (below).
             leader = None
         self._saw(i, leader, now)
-        if leader == self.node_id and i not in self._dropping and self._gone_replicas(i):
-            self._dropping[i] = asyncio.get_running_loop().create_task(
-                self._drop_gone(i), name=f"drop-gone-{i}"
-            )
+        if leader == self.node_id and i not in self._resizing:
+            gone, more = self._gone_replicas(i), self._more_replicas(i)
+            step = self._drop_gone if gone else self._grow if more else None
+            if step is not None:
+                self._resizing[i] = asyncio.get_running_loop().create_task(
+                    self._resize(i, step), name=f"resize-{i}"
+                )
+
+    async def _resize(self, i: int, step: Callable[[int], Awaitable[None]]) -> None:
+        """``step(i)``: change shard ``i``'s stream's replicas; one that fails is logged
+        and tried again at a look after _BALANCE_EVERY."""
+        try:
+            await step(i)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s: changing its replicas failed (%s)", self.logs[i].stream, exc)
+            await asyncio.sleep(_BALANCE_EVERY)
+        finally:
+            self._resizing.pop(i, None)
+
+    def _more_replicas(self, i: int) -> int:
+        """How many replicas shard ``i``'s stream should have, if more than it has: one
+        per ready node, at most three (a stream scaled down grows back when nodes join;
+        one is never shrunk here)."""
+        if self.membership is None or not self.logs[i].peers:
+            return 0
+        ready = [n for n in self.membership.peers() if self.membership.state_of(n) == "ready"]
+        wanted = min(3, len(ready))
+        has = max(self.logs[i].configured, len(self.logs[i].peers))
+        return wanted if wanted > has else 0
+
+    async def _grow(self, i: int) -> None:
+        """Give shard ``i``'s stream a replica on each node that joined, up to three
+        (JetStream places them; a new replica catches up from the leader)."""
+        shard_log = self.logs[i]
+        wanted = self._more_replicas(i)
+        if wanted:
+            await asyncio.wait_for(shard_log.resize(wanted), 5.0)
+            log.info("%s: %d replicas (nodes joined)", shard_log.stream, wanted)
 
     def _gone_replicas(self, i: int) -> list[str]:
         """The replicas of shard ``i``'s stream that JetStream calls offline and whose node
@@ -436,32 +472,24 @@ class ClusterNode:
         by placing a new replica on a node that has none; with no such node (three scaled
         down to two), one replica fewer, JetStream dropping the offline one."""
         shard_log = self.logs[i]
-        try:
-            gone = self._gone_replicas(i)
-            for node in gone:
-                try:
-                    await asyncio.wait_for(shard_log.remove_peer(node), 5.0)
-                    log.info("%s: took node %s (gone) out of its replicas", shard_log.stream, node)
-                except LogError as exc:
-                    if "remap" not in str(exc):
-                        raise
-                    keep = sum(1 for p in shard_log.peers if p not in gone)
-                    if 1 <= keep < shard_log.replicas:
-                        await asyncio.wait_for(shard_log.scale_down(keep), 5.0)
-                        log.info(
-                            "%s: %d replicas, without %s (gone; no node to replace it)",
-                            shard_log.stream,
-                            keep,
-                            ", ".join(gone),
-                        )
-                    return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("%s: taking gone nodes out failed (%s)", shard_log.stream, exc)
-            await asyncio.sleep(_BALANCE_EVERY)
-        finally:
-            self._dropping.pop(i, None)
+        gone = self._gone_replicas(i)
+        for node in gone:
+            try:
+                await asyncio.wait_for(shard_log.remove_peer(node), 5.0)
+                log.info("%s: took node %s (gone) out of its replicas", shard_log.stream, node)
+            except LogError as exc:
+                if "remap" not in str(exc):
+                    raise
+                keep = sum(1 for p in shard_log.peers if p not in gone)
+                if 1 <= keep < shard_log.configured:
+                    await asyncio.wait_for(shard_log.resize(keep), 5.0)
+                    log.info(
+                        "%s: %d replicas, without %s (gone; no node to replace it)",
+                        shard_log.stream,
+                        keep,
+                        ", ".join(gone),
+                    )
+                return
 
     def _saw(self, i: int, leader: str | None, now: float) -> None:
         """Shard ``i``'s stream is led by ``leader`` (None: no answer, and the known leader
@@ -525,18 +553,28 @@ class ClusterNode:
             (i for i in led[self.node_id] if broker.shards[i].leading),
             key=lambda i: (busy.get(i, 0), i),
         )
-        share = -(-len(self.logs) // len(ready))  # the most any node should lead
+        # only a replica of a shard's stream can lead it (a fourth node, or one that came
+        # back after it was taken out, has none until a stream grows onto it)
+        shards = range(len(self.logs))
+        able = [n for n in ready if any(self._replica_of(i, n) for i in shards)]
+        share = -(-len(self.logs) // max(len(able), 1))  # the most any node should lead
         if len(mine) <= share:
             return
         now = time.monotonic()
         mine = [i for i in mine if now - self._led_since.get(i, -_SETTLE) >= _SETTLE]
-        target = min((n for n in ready if n != self.node_id), key=lambda n: (len(led[n]), n))
-        if len(led[target]) + 1 > share:
-            return
         for i in mine:
-            if self._caught_up(i, ready[target]):
+            targets = [n for n in ready if n != self.node_id and self._replica_of(i, n)]
+            if not targets:
+                continue
+            target = min(targets, key=lambda n: (len(led[n]), n))
+            if len(led[target]) + 1 <= share and self._caught_up(i, ready[target]):
                 await self._hand(i, target, "balance")
                 return
+
+    def _replica_of(self, i: int, node: str) -> bool:
+        """Is ``node`` a replica of shard ``i``'s stream (yes while none is known)?"""
+        peers = getattr(self.logs[i], "peers", ())
+        return not peers or node in peers
 
     def _caught_up(self, i: int, peer: Any) -> bool:
         """Has ``peer`` applied shard ``i``'s log to within _CAUGHT_UP of this node?"""
@@ -578,7 +616,7 @@ class ClusterNode:
             if self.leaders.get(i) != self.node_id or not shard.leading:
                 continue
             for target in sorted(others, key=lambda n: (led[n], n)):
-                if self._caught_up(i, others[target]):
+                if self._replica_of(i, target) and self._caught_up(i, others[target]):
                     await self._hand(i, target, "not ready here")
                     return
 
