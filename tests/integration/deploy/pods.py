@@ -11,9 +11,14 @@ where a pod and a test process must differ:
   that Service's port reaches (so the Service wiring is part of what is tested);
 - paths under a volume mount move to a temporary directory standing for that volume; a Secret
   volume is filled with the test's data for its items;
-- environment variables from ``secretKeyRef`` take the test's data, ``fieldRef`` the pod's name.
+- environment variables from ``secretKeyRef`` take the test's data, ``fieldRef`` the pod's name;
+- flags in ``fixed`` take the value given there (a replicated core's ``--peers``,
+  ``--cluster-port``, ``--nats`` and its sidecar's ``--client-port``: several pods' NATS on
+  one machine need ports of their own, and their peers' addresses).
 
 ``--ports-file`` (a CLI flag) is added, so the test learns what the process really bound.
+A pod's other containers (``container_name``: a native sidecar) run the same way, with the
+same volumes (by pod name under ``workdir``); ``polymq nats`` writes no ports file.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 
 import requests
 
-from .chart import Rendered, container, pod_spec
+from .chart import Rendered, container, pod_spec, sidecars
 
 Secrets = dict[str, dict[str, str]]  # Secret name -> key -> value
 
@@ -43,12 +48,21 @@ class LocalPod:
         workdir: Path,
         secrets: Secrets,
         resolve_service: Callable[[str, int], int],
+        *,
+        ordinal: int = 0,
+        container_name: str | None = None,
+        fixed: dict[str, str] | None = None,
     ) -> None:
         self.workload = workload
-        self.name = f"{workload['metadata']['name']}-0"
-        self.container = container(workload)
-        self.workdir = workdir / self.name
-        self.workdir.mkdir(parents=True)
+        self.name = f"{workload['metadata']['name']}-{ordinal}"
+        if container_name is None:
+            self.container = container(workload)
+        else:
+            self.container = sidecars(workload)[container_name]
+        self.fixed = fixed or {}
+        self.pod_dir = workdir / self.name  # the pod's volumes, shared by its containers
+        self.workdir = self.pod_dir if container_name is None else self.pod_dir / container_name
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.listeners: dict[str, int] = {}  # ports-file key of a port flag -> container port
         self.ports: dict[int, int] = {}  # container port -> local port, once bound
         self.mounts = self._volumes(secrets)
@@ -69,8 +83,8 @@ class LocalPod:
         }
         out: dict[str, Path] = {}
         for mount in self.container.get("volumeMounts", []):
-            local = self.workdir / "volumes" / mount["name"]
-            local.mkdir(parents=True)
+            local = self.pod_dir / "volumes" / mount["name"]
+            local.mkdir(parents=True, exist_ok=True)
             volume = volumes.get(mount["name"])
             if volume is None:
                 assert mount["name"] in claims, f"{self.name}: no volume {mount['name']}"
@@ -101,7 +115,10 @@ class LocalPod:
         i = 0
         while i < len(args):
             arg = args[i]
-            if arg == "--host":
+            if arg in self.fixed:
+                out += [arg, self.fixed[arg]]
+                i += 2
+            elif arg == "--host":
                 out += [arg, "127.0.0.1"]
                 i += 2
             elif arg.startswith("--") and arg.endswith("-port"):
@@ -136,7 +153,8 @@ class LocalPod:
 
     # ---- running -------------------------------------------------------------------------
     def start(self) -> LocalPod:
-        argv = [*self.argv, "--ports-file", str(self.ports_file)]
+        nats = self.container["args"][0] == "nats"  # no listeners to report: its port is fixed
+        argv = self.argv if nats else [*self.argv, "--ports-file", str(self.ports_file)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         return self

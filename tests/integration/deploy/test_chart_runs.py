@@ -15,18 +15,23 @@ gets no answer."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import requests
 
+from polymq import Client, Message
 from polymq.auth import hash_password
 
 from .chart import (
@@ -41,6 +46,7 @@ from .chart import (
     render,
     scrape_targets,
     service_target,
+    sidecars,
 )
 from .pods import LocalPod, Secrets
 
@@ -196,3 +202,105 @@ def test_the_core_keeps_its_store_on_the_mounted_volume(tmp_path: Path) -> None:
         assert pod.stop() == 0, pod.log()
     stored = list(pod.mounts[data_dir].iterdir())
     assert any(p.name.startswith("shard-") for p in stored), stored
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _wait_listening(port: int, pod: LocalPod, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        assert pod.proc is not None and pod.proc.poll() is None, pod.log()
+        assert time.monotonic() < deadline, f"{pod.name}: port {port} not up\n{pod.log()}"
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(240)
+def test_the_three_core_pods_with_their_nats_sidecars_form_one_cluster(tmp_path: Path) -> None:
+    """The chart's replicated core as rendered: each pod's NATS sidecar (`polymq nats`) and
+    core, with the pod's volume, node name and the chart's generated cluster secret; only the
+    pods' DNS names and ports are local ones (three pods share this machine) and there is no
+    Kubernetes API to watch. The three form one cluster, and a persistent message published
+    on pod 0 is consumed on pod 2."""
+    rendered = render(
+        {f: {"enabled": False} for f in ("http", "longpoll", "stomp", "avro", "amqp")}
+    )
+    sts = rendered.workload("core")
+    [secret] = rendered.of_kind("Secret")
+    secrets: Secrets = {
+        secret["metadata"]["name"]: {
+            k: base64.b64decode(v).decode() for k, v in secret["data"].items()
+        }
+    }
+    c = container(sts)
+    assert "--nats" in c["args"] and "nats" in sidecars(sts)
+    cluster_ports, client_ports = _free_ports(3), _free_ports(3)
+    peers = ",".join(f"127.0.0.1:{p}" for p in cluster_ports)
+    pods: list[LocalPod] = []
+    try:
+        for i in range(3):
+            fixed = {
+                "--peers": peers,
+                "--cluster-port": str(cluster_ports[i]),
+                "--client-port": str(client_ports[i]),
+                "--nats": f"nats://127.0.0.1:{client_ports[i]}",
+            }
+            for name in ("nats", None):  # the sidecar first, as the kubelet starts it
+                pod = LocalPod(
+                    rendered, sts, tmp_path, secrets, lambda h, p: 0,
+                    ordinal=i, container_name=name, fixed=fixed,
+                )  # fmt: skip
+                # no Kubernetes API here (the EndpointSlice watch is tested against kmock)
+                assert pod.env.pop("POLYMQ_K8S_SERVICE", None) == (
+                    None if name else sts["spec"]["serviceName"]
+                )
+                pods.append(pod.start())
+                if name == "nats":  # its startupProbe: the core starts once the port answers
+                    _wait_listening(client_ports[i], pod)
+        cores = [p for p in pods if p.container["name"] == "core"]
+        for core in cores:
+            core.wait_bound(120)  # a node listens once the cluster's JetStream answers
+        admin = container_port(c, "admin")
+        for core in cores:
+            ready = core.get("HTTP", admin, "/readyz", False, 60)
+            assert ready.status_code == 200, core.log()[-3000:]
+        names = {f"{sts['metadata']['name']}-{i}" for i in range(3)}
+        deadline = time.monotonic() + 30  # the nodes announce themselves on system.peers
+        while True:
+            info = cores[0].get("HTTP", admin, "/api/cluster", False, 10).json()
+            listed = {n["id"] for n in info["nodes"]}
+            if listed == names or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert listed == names, info
+        assert info["replicas"] == 3
+        wire = container_port(c, "wire")
+
+        async def through() -> bytes:
+            first = await Client.connect("127.0.0.1", cores[0].local(wire))
+            last = await Client.connect("127.0.0.1", cores[2].local(wire))
+            try:
+                await first.publish("queue/chart-sidecar", Message(b"kept", persistent=True))
+                [lease] = await last.pull("queue/chart-sidecar", 1, wait=10)
+                await last.settle([lease.receipt], "ack")
+                return lease.message.body
+            finally:
+                await first.close()
+                await last.close()
+
+        assert asyncio.run(through()) == b"kept"
+    finally:
+        # the cores first, their sidecars after them, as the kubelet stops a pod
+        codes = {f"{p.name}/{p.container['name']}": p.stop(60) for p in reversed(pods)}
+    assert all(code == 0 for code in codes.values()), codes
