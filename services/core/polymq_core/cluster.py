@@ -42,7 +42,7 @@ from nats.aio.subscription import Subscription
 from polymq.types import Message
 
 from .clustertls import ClusterTls
-from .endpoints import EndpointWatcher, Member, api_client, own_namespace
+from .endpoints import EndpointWatcher, Member, api_client, own_namespace, scaled_below
 from .membership import LEAVING, UNREACHABLE, Membership, PeerInfo
 from .mesh import TopicMesh
 from .natsd import AUTH_REFUSED, TLS_REFUSED, NatsConfig, NatsServer
@@ -296,9 +296,12 @@ class ClusterNode:
         self.addresses.update({name: f"{host}:{port}" for name, port in ports.items()})
 
     async def leave(self) -> None:
-        """Planned stop, step one: say we are leaving and stop following leaders (the
-        broker then answers what it read and closes its shards)."""
+        """Planned stop, step one: say we are leaving (for good, if so: see
+        :meth:`_leaving_for_good`) and stop following leaders (the broker then answers what
+        it read and closes its shards)."""
         self.state = "leaving"
+        if not self.remove_on_leave and await self._leaving_for_good():
+            self.remove_on_leave = True
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -344,6 +347,23 @@ class ClusterNode:
             await self.nc.close()
         if self.nats is not None:
             await self.nats.stop()
+
+    async def _leaving_for_good(self) -> bool:
+        """With POLYMQ_LEAVE=auto on Kubernetes: has this pod's StatefulSet been scaled
+        below it (``kubectl scale``)? A restart, a rolling update, an uninstall, or an
+        answer that does not come within 4 s: no."""
+        if self.settings.leave != "auto" or self.k8s is None:
+            return False
+        try:
+            below = await asyncio.wait_for(
+                asyncio.to_thread(scaled_below, self.k8s.api, self.k8s.namespace, self.node_id),
+                4.0,
+            )
+        except TimeoutError:
+            below = None
+        if below:
+            log.info("the StatefulSet was scaled below this pod: leaving for good")
+        return bool(below)
 
     async def _remove_from_logs(self) -> None:
         """Leaving for good: take this node out of every shard's stream while it still
@@ -831,7 +851,7 @@ class ClusterNode:
             "state": self.state,
             "ready": self.ready(),
             "replicas": self.replicas,
-            "leave": "remove" if self.remove_on_leave else "stay",
+            "leave": "remove" if self.remove_on_leave else self.settings.leave,
             "nodes": nodes,
             "shards": [
                 {

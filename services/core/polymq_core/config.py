@@ -57,9 +57,10 @@ class CoreSettings:
     k8s_namespace: str = ""
     kubeconfig: str = ""
     # what a planned stop does to this node's place in the shards' replicas (docs/cluster.md,
-    # "Stopping a node"): "stay" (a restart: it comes back to them) or "remove" (scaled
-    # down for good: JetStream's peer removal, the streams go on without it)
-    leave: str = "stay"
+    # "Stopping a node"): "stay" (a restart: it comes back to them), "remove" (scaled down
+    # for good: the streams go on without it) or "auto" (on Kubernetes, remove when its
+    # StatefulSet was scaled below this pod; else stay)
+    leave: str = "auto"
 
     def check(self) -> None:
         if not 1 <= self.shards <= 1024:
@@ -89,8 +90,10 @@ class CoreSettings:
                     "POLYMQ_LOG_MAX_ENTRIES must be 0 (never cut) or at least "
                     "POLYMQ_LOG_KEEP_ENTRIES"
                 )
-            if self.leave not in ("stay", "remove"):
-                raise ConfigError(f"POLYMQ_LEAVE={self.leave!r}: 'stay' (default) or 'remove'")
+            if self.leave not in ("auto", "stay", "remove"):
+                raise ConfigError(
+                    f"POLYMQ_LEAVE={self.leave!r}: 'auto' (default), 'stay' or 'remove'"
+                )
             if self.cluster_secret and len(self.cluster_secret) < 32:
                 raise ConfigError(
                     "POLYMQ_CLUSTER_SECRET needs at least 32 characters (e.g. `openssl rand "

@@ -16,6 +16,10 @@ raises: a watch that ends is resumed from the last resourceVersion it saw, a ``4
 a refused request) is logged and retried after a back-off (0.5 s doubling to 30 s), listing
 again. ``last_error`` says what went wrong last, for the cluster view.
 
+:func:`scaled_below` tells a pod that is stopping whether its StatefulSet was scaled below
+it (``kubectl scale --replicas=2`` stops pod ``<set>-2`` for good; a rolling restart
+does not change the replicas).
+
 Errors: none escape; a configuration that cannot be loaded (no in-cluster service account
 and no kubeconfig) is :class:`EndpointsError` from :func:`api_client`.
 """
@@ -76,6 +80,31 @@ def own_namespace(default: str = "default") -> str:
         return NAMESPACE_FILE.read_text().strip() or default
     except OSError:
         return default
+
+
+def scaled_below(api: Any, namespace: str, pod: str, timeout: float = 3.0) -> bool | None:
+    """Is ``pod`` (a StatefulSet's pod, named ``<set>-<ordinal>``) beyond the replicas its
+    StatefulSet now asks for, which are not none (scaled to nothing is a stop of the whole
+    set, not a scale-down)? None when it cannot tell: another kind of name, no such
+    StatefulSet (``helm uninstall``), the API refusing or away. Blocking: call it from a
+    thread."""
+    name, _, ordinal = pod.rpartition("-")
+    if not name or not ordinal.isdigit():
+        return None
+    from kubernetes.client import AppsV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        found = AppsV1Api(api).read_namespaced_stateful_set(
+            name, namespace, _request_timeout=timeout
+        )
+    except Exception as exc:
+        why = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
+        log.warning("StatefulSet %s/%s: cannot read its replicas (%s)", namespace, name, why)
+        return None
+    spec = found.spec
+    replicas = spec.replicas if spec is not None and spec.replicas is not None else 1
+    return bool(0 < replicas <= int(ordinal))
 
 
 def members_of(slices: dict[str, Any], service: str) -> dict[str, Member]:

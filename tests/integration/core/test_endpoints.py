@@ -17,7 +17,7 @@ import pytest
 import requests
 from kubernetes import client
 
-from polymq_core.endpoints import SERVICE_LABEL, EndpointWatcher, Member
+from polymq_core.endpoints import SERVICE_LABEL, EndpointWatcher, Member, scaled_below
 
 from ...procs import PolymqProcess
 from .test_natsd import free_port
@@ -269,3 +269,40 @@ async def test_a_cluster_node_shows_its_services_endpoints(
         await until([{"name": "k1", "address": "10.0.0.1", "ready": True}])
     finally:
         await asyncio.to_thread(node.kill)
+
+
+async def test_a_pod_knows_when_its_statefulset_was_scaled_below_it(
+    kmock: kmock.KubernetesEmulator, api: client.DiscoveryV1Api
+) -> None:
+    """``kubectl scale --replicas=2`` stops pod 2 for good (it leaves the streams); a
+    restart, a rolling update, scaling to nothing or an uninstall does not."""
+    apps = client.AppsV1Api(api.api_client)
+
+    def statefulset(replicas: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "polymq-core", "namespace": NS},
+            "spec": {
+                "replicas": replicas,
+                "serviceName": SERVICE,
+                "selector": {"matchLabels": {"app": "core"}},
+                "template": {
+                    "metadata": {"labels": {"app": "core"}},
+                    "spec": {"containers": [{"name": "core", "image": "polymq"}]},
+                },
+            },
+        }
+
+    def below(pod: str) -> bool | None:
+        return scaled_below(api.api_client, NS, pod)
+
+    assert await call(below, "polymq-core-2") is None  # no StatefulSet (uninstalled)
+    await call(apps.create_namespaced_stateful_set, NS, statefulset(3))
+    assert await call(below, "polymq-core-2") is False  # three: pod 2 stays
+    await call(apps.patch_namespaced_stateful_set, "polymq-core", NS, statefulset(2))
+    assert await call(below, "polymq-core-2") is True  # scaled to two: pod 2 goes
+    assert await call(below, "polymq-core-1") is False
+    await call(apps.patch_namespaced_stateful_set, "polymq-core", NS, statefulset(0))
+    assert await call(below, "polymq-core-0") is False  # all of them: a stop, not a scale
+    assert await call(below, "core") is None  # not a StatefulSet's pod name

@@ -1,10 +1,14 @@
-"""polymq_core.cluster without NATS: which of the ``--peers`` a node takes for itself."""
+"""polymq_core.cluster without NATS: which of the ``--peers`` a node takes for itself;
+whether a stopping node leaves for good."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from polymq_core import cluster as cluster_mod
+from polymq_core.config import CoreSettings
 
 
 def test_a_node_skips_itself_in_the_peers_by_address_or_by_its_pod_name(
@@ -21,3 +25,42 @@ def test_a_node_skips_itself_in_the_peers_by_address_or_by_its_pod_name(
         ("polymq-core-0.polymq-core-headless", 7422),
         ("127.0.0.1", 7423),
     )
+
+
+@pytest.mark.parametrize(
+    ("leave", "on_kubernetes", "scaled_below", "for_good"),
+    [
+        ("auto", True, True, True),  # kubectl scale below this pod
+        ("auto", True, False, False),  # a restart, a rolling update
+        ("auto", True, None, False),  # uninstalled, or the API cannot tell
+        ("auto", False, True, False),  # not on Kubernetes: a restart
+        ("stay", True, True, False),
+        ("remove", False, None, True),
+    ],
+)
+async def test_a_stopping_node_leaves_for_good_only_when_told_or_scaled_below(
+    monkeypatch: pytest.MonkeyPatch,
+    leave: str,
+    on_kubernetes: bool,
+    scaled_below: bool | None,
+    for_good: bool,
+) -> None:
+    asked: list[tuple[Any, ...]] = []
+
+    def fake_scaled_below(*args: Any) -> bool | None:
+        asked.append(args)
+        return scaled_below
+
+    monkeypatch.setattr(cluster_mod, "scaled_below", fake_scaled_below)
+    settings = CoreSettings(
+        node_id="polymq-core-2", peers="127.0.0.1:17422", leave=leave, cluster_secret="s" * 32
+    )
+    node = cluster_mod.ClusterNode(settings)
+    if on_kubernetes:
+        fields = {"api": "api", "namespace": "ns", "service": "core", "last_error": None}
+        node.k8s = type("Watcher", (), fields)()  # type: ignore[assignment]
+    await node.leave()
+    assert node.remove_on_leave is for_good
+    assert node.describe()["leave"] == ("remove" if for_good else leave)
+    if leave == "auto" and on_kubernetes:
+        assert asked == [("api", "ns", "polymq-core-2")]
