@@ -13,6 +13,7 @@ rabbitmq chart does in templates/validation.yaml). Rendered by validation.yaml, 
 {{- $messages = append $messages (include "polymq.validateValues.externalCore" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.auth" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.tls" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.clusterTLS" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.ingress" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.autoscaling" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.pdb" . | trim) -}}
@@ -136,6 +137,21 @@ polymq: tls.existingSecret
       kubectl create secret tls polymq-tls --cert=tls.crt --key=tls.key
     and set tls.existingSecret=polymq-tls (keys tls.crt and tls.key, or tls.certKey /
     tls.keyKey), or <frontend>.tls.existingSecret for each of them.
+{{- end }}
+{{- end -}}
+
+{{/* TLS between the core pods takes their certificate, key and CA from a Secret */}}
+{{- define "polymq.validateValues.clusterTLS" -}}
+{{- $c := .Values.tls.cluster }}
+{{- if and .Values.core.enabled $c.enabled (not $c.existingSecret) }}
+polymq: tls.cluster.existingSecret
+    tls.cluster.enabled=true needs the core pods' certificate, its key and the CA that signed
+    it in a Secret (the certificate naming *.<the core's headless Service>), e.g. one that
+    cert-manager keeps, or:
+      kubectl create secret generic polymq-cluster-tls --from-file=tls.crt \
+        --from-file=tls.key --from-file=ca.crt
+    and set tls.cluster.existingSecret=polymq-cluster-tls (keys tls.crt, tls.key and ca.crt,
+    or name them with tls.cluster.certKey / keyKey / caKey).
 {{- end }}
 {{- end -}}
 

@@ -81,6 +81,9 @@ def test_the_ci_files_cover_the_features() -> None:
         "http-stomp-only-values.yaml",
         "nats-child-values.yaml",
         "single-node-values.yaml",
+        "cluster-tls-values.yaml",
+        "five-core-cluster-tls-values.yaml",
+        "single-node-cluster-tls-values.yaml",
     } <= names
 
 
@@ -250,6 +253,16 @@ REFUSED = [
         {"stomp": {"tls": {"enabled": True}}},
         ["stomp.tls.existingSecret", "kubectl create secret tls"],
         id="tls-no-secret",
+    ),
+    pytest.param(
+        {"tls": {"cluster": {"enabled": True}}},
+        ["tls.cluster.existingSecret", "ca.crt", "tls.cluster.existingSecret=polymq-cluster-tls"],
+        id="cluster-tls-no-secret",
+    ),
+    pytest.param(
+        {"tls": {"cluster": {"enabled": True, "existingSecret": "s", "caFile": "x"}}},
+        ["'caFile' not allowed"],
+        id="cluster-tls-unknown-key",
     ),
     pytest.param(
         {"avro": {"tls": {"enabled": True}}},
@@ -755,6 +768,65 @@ def test_three_core_pods_form_one_replicated_cluster() -> None:
     single = container(render({"core": {"replicaCount": 1}}).workload("core"))
     assert "--peers" not in single["args"] and "cluster" not in {p["name"] for p in single["ports"]}
     assert "POLYMQ_CLUSTER_SECRET" not in {e["name"] for e in single.get("env", [])}
+
+
+CLUSTER_TLS = "/etc/polymq/cluster-tls"
+
+
+@pytest.mark.parametrize("ci", ["cluster-tls-values.yaml", "five-core-cluster-tls-values.yaml"])
+def test_cluster_tls_gives_every_core_container_the_certificate(ci: str) -> None:
+    """tls.cluster.enabled: the Secret's certificate, key and CA are mounted in the core and
+    in its NATS sidecar (when there is one), POLYMQ_CLUSTER_TLS_* name them there, the TLS
+    ports the pods serve each other are the core's --peer-*-port and container ports, and
+    the NetworkPolicy opens them to core pods alone. Without it (or with one pod) none of
+    this."""
+    values = ci_values(CHART / "ci" / ci)
+    tls = values["tls"]["cluster"]
+    out = render(values)
+    sts = out.workload("core")
+    c = container(sts)
+    [volume] = [v for v in pod_spec(sts)["volumes"] if v["name"] == "cluster-tls"]
+    assert volume["secret"]["secretName"] == tls["existingSecret"]
+    items = {i["path"]: i["key"] for i in volume["secret"]["items"]}
+    assert items == {
+        "tls.crt": tls.get("certKey", "tls.crt"),
+        "tls.key": tls.get("keyKey", "tls.key"),
+        "ca.crt": tls.get("caKey", "ca.crt"),
+    }
+    nats = sidecars(sts).get("nats")
+    assert (nats is not None) == values.get("core", {}).get("nats", {}).get("sidecar", True)
+    for each in [c] if nats is None else [c, nats]:
+        assert {"name": "cluster-tls", "mountPath": CLUSTER_TLS, "readOnly": True} in each[
+            "volumeMounts"
+        ]
+        env = {e["name"]: e.get("value") for e in each["env"]}
+        assert env["POLYMQ_CLUSTER_TLS_CERT"] == f"{CLUSTER_TLS}/tls.crt"
+        assert env["POLYMQ_CLUSTER_TLS_KEY"] == f"{CLUSTER_TLS}/tls.key"
+        assert env["POLYMQ_CLUSTER_TLS_CA"] == f"{CLUSTER_TLS}/ca.crt"
+    ports = values.get("core", {}).get("containerPorts", {})
+    wire, admin = ports.get("peerWire", 7423), ports.get("peerAdmin", 7424)
+    args = _parser().parse_args(c["args"])
+    assert (args.peer_wire_port, args.peer_admin_port) == (wire, admin)
+    assert (container_port(c, "peer-wire"), container_port(c, "peer-admin")) == (wire, admin)
+    [policy] = out.of_kind("NetworkPolicy")
+    [rule] = [
+        r for r in policy["spec"]["ingress"] if {"port": wire, "protocol": "TCP"} in r["ports"]
+    ]
+    assert {"port": admin, "protocol": "TCP"} in rule["ports"]
+    [source] = rule["from"]
+    assert _selects(source["podSelector"], pod_labels(sts))
+    assert not any(
+        _selects(source["podSelector"], pod_labels(w)) for w in out.workloads() if w is not sts
+    )
+    for plain in (
+        render(),
+        render(ci_values(CHART / "ci" / "single-node-cluster-tls-values.yaml")),
+    ):
+        core = plain.workload("core")
+        pc = container(core)
+        assert "--peer-wire-port" not in pc["args"]
+        assert not any(e["name"].startswith("POLYMQ_CLUSTER_TLS_") for e in pc.get("env", []))
+        assert "cluster-tls" not in {v["name"] for v in pod_spec(core).get("volumes", [])}
 
 
 def test_the_core_may_read_its_endpoints_and_nothing_else() -> None:
