@@ -251,7 +251,7 @@ class ClusterNode:
 
     async def start(self, broker: Broker, ports: dict[str, int]) -> None:
         self.broker = broker
-        host = self.settings.host
+        host = advertised(self.settings.host)
         self.addresses = {name: f"{host}:{port}" for name, port in ports.items()}
         if "admin" in ports:
             self.admin_url = f"http://{host}:{ports['admin']}/"
@@ -292,7 +292,7 @@ class ClusterNode:
 
     def add_listeners(self, ports: dict[str, int]) -> None:
         """The frontends' listeners, announced with the core's."""
-        host = self.settings.host
+        host = advertised(self.settings.host)
         self.addresses.update({name: f"{host}:{port}" for name, port in ports.items()})
 
     async def leave(self) -> None:
@@ -962,6 +962,21 @@ def nats_config(
         secret=settings.cluster_secret or _DEV_SECRET,
         tls=ClusterTls.of(settings),
     )
+
+
+def advertised(host: str) -> str:
+    """The host the other nodes reach this node's listeners at, bound to ``host``: ``host``
+    itself, but for a bind-all address (``0.0.0.0``, ``::``, empty: the chart's), which
+    names no one (a peer connecting to it reaches itself), the address of this machine's
+    name (in a pod: the pod's IP, from its /etc/hosts); an IPv6 one in brackets."""
+    if host not in ("", "0.0.0.0", "::"):
+        return f"[{host}]" if ":" in host else host
+    family = socket.AF_INET6 if host == "::" else socket.AF_INET
+    try:
+        found = str(socket.getaddrinfo(socket.gethostname(), None, family)[0][4][0])
+    except (OSError, IndexError):
+        return socket.gethostname()
+    return f"[{found}]" if ":" in found else found
 
 
 def _others(peers: tuple[tuple[str, int], ...], port: int) -> tuple[tuple[str, int], ...]:

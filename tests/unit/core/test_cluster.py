@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from polymq_core import cluster as cluster_mod
+from polymq_core.cluster import advertised
 from polymq_core.config import CoreSettings
 
 
@@ -64,3 +65,26 @@ async def test_a_stopping_node_leaves_for_good_only_when_told_or_scaled_below(
     assert node.describe()["leave"] == ("remove" if for_good else leave)
     if leave == "auto" and on_kubernetes:
         assert asked == [("api", "ns", "polymq-core-2")]
+
+
+def test_a_bind_all_address_is_announced_as_this_machines_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pod listens on 0.0.0.0 (the chart's listenAddress): its peers must be told its IP,
+    not 0.0.0.0, where a peer would reach itself."""
+    asked: list[tuple[str, int]] = []
+
+    def getaddrinfo(name: str, port: Any, family: int = 0, *rest: Any) -> list[Any]:
+        asked.append((name, family))
+        ip = "fd00::7" if family == cluster_mod.socket.AF_INET6 else "10.1.2.3"
+        return [(family, 1, 6, "", (ip, 0))]
+
+    monkeypatch.setattr(cluster_mod.socket, "gethostname", lambda: "polymq-core-0")
+    monkeypatch.setattr(cluster_mod.socket, "getaddrinfo", getaddrinfo)
+    assert advertised("0.0.0.0") == advertised("") == "10.1.2.3"
+    assert advertised("::") == "[fd00::7]"
+    assert {name for name, _ in asked} == {"polymq-core-0"}
+    # an address given is announced as it is (an IPv6 one in brackets, to take a :port)
+    assert advertised("10.9.8.7") == "10.9.8.7"
+    assert advertised("node-a.example") == "node-a.example"
+    assert advertised("::1") == "[::1]"
