@@ -829,17 +829,23 @@ def test_cluster_tls_gives_every_core_container_the_certificate(ci: str) -> None
         assert "cluster-tls" not in {v["name"] for v in pod_spec(core).get("volumes", [])}
 
 
-def test_the_core_may_read_its_endpoints_and_nothing_else() -> None:
+def test_the_core_may_read_its_endpoints_and_its_statefulset_and_nothing_else() -> None:
     out = render()
     sts = out.workload("core")
     [role] = out.of_kind("Role")
     rules = sorted(
-        (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"])))
+        (
+            tuple(r["apiGroups"]),
+            tuple(r["resources"]),
+            tuple(sorted(r["verbs"])),
+            tuple(r.get("resourceNames", ())),
+        )
         for r in role["rules"]
     )
     assert rules == [
-        (("",), ("endpoints",), ("get", "list", "watch")),
-        (("discovery.k8s.io",), ("endpointslices",), ("get", "list", "watch")),
+        (("",), ("endpoints",), ("get", "list", "watch"), ()),
+        (("apps",), ("statefulsets",), ("get",), (sts["metadata"]["name"],)),
+        (("discovery.k8s.io",), ("endpointslices",), ("get", "list", "watch"), ()),
     ]
     [binding] = out.of_kind("RoleBinding")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
