@@ -1,7 +1,8 @@
 """Cluster TLS (docs/cluster.md, "Security"): three nodes with certificates of one CA form a
 cluster whose NATS routes are TLS, forward a publish to the shard's leader over the TLS wire
 listener for peers, and refuse a node whose certificate another CA signed: its routes, the
-peers' wire listener and their admin listener all turn it away (their logs say why)."""
+peers' wire listener and their admin listener all turn it away (their logs say why). The
+plain admin port serves no snapshot then, even to the cluster secret."""
 
 from __future__ import annotations
 
@@ -138,6 +139,8 @@ def test_a_node_with_a_certificate_of_another_ca_is_refused(
     node_cert = tuple(str(p) for p in ca.issue("probe"))
     r = requests.get(url, cert=node_cert, verify=str(ca.cert), headers=secret, timeout=10)
     assert r.status_code == 200 and r.headers["X-Polymq-Applied"].isdigit(), r.text
+    plain = f"{cluster.nodes[0].admin}/api/cluster/snapshot/0"  # even with the secret
+    assert requests.get(plain, headers=secret, timeout=10).status_code == 403
     with pytest.raises(requests.exceptions.ConnectionError):  # its TLS handshake fails
         requests.get(url, cert=(str(rogue_cert), str(rogue_key)), verify=str(ca.cert),
                      headers=secret, timeout=10)  # fmt: skip

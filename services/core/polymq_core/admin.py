@@ -10,6 +10,7 @@ import hmac
 import html
 import json
 import os
+import ssl
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,6 +30,7 @@ from .store import StoreError
 
 class ClusterView(Protocol):
     secret: str  # the cluster secret: what other nodes present
+    serve_ssl: ssl.SSLContext | None  # cluster TLS: peers reach this node's admin over it
     remove_on_leave: bool  # a planned stop takes this node out of the shards' replicas
 
     def ready(self) -> bool: ...
@@ -162,6 +164,13 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     view = _for_peers(request, "a shard's snapshot is for the cluster's nodes")
     if isinstance(view, web.Response):
         return view
+    transport = request.transport
+    if view.serve_ssl is not None and (
+        transport is None or transport.get_extra_info("sslcontext") is None
+    ):  # with cluster TLS, a shard's data leaves only over TLS, to a node's certificate
+        return _problem(
+            403, "forbidden", "with cluster TLS, snapshots are served on the peers' TLS port"
+        )
     shard = int(request.match_info["shard"])
     try:
         path, applied = await view.snapshot(shard)

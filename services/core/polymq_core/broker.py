@@ -199,15 +199,18 @@ class Broker:
             if session.principal is not None:
                 self.sensors.on_connection(session.protocol, -1)
 
-    async def authenticate(self, hello: Hello) -> Principal:
+    async def authenticate(self, hello: Hello, auth: AuthProvider | None = None) -> Principal:
+        """Who ``hello`` logs in as, by ``auth``: the provider of the listener it came in on
+        (the peers' TLS listener's takes the cluster secret), else the core's."""
         if not self.ready:
             raise Unavailable("the core is not ready")
+        auth = self.auth if auth is None else auth
         if hello.token:
-            return await self.auth.authenticate_token(str(hello.token))
+            return await auth.authenticate_token(str(hello.token))
         if hello.user:
-            return await self.auth.authenticate_password(str(hello.user), str(hello.password or ""))
+            return await auth.authenticate_password(str(hello.user), str(hello.password or ""))
         try:
-            return await self.auth.anonymous()
+            return await auth.anonymous()
         except Unauthorized:
             raise Unauthorized("this core needs credentials: user/password or a token") from None
 

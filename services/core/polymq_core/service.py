@@ -51,6 +51,7 @@ class CoreService:
         self.sensors = Sensors(self.registry)
         self.reloader = Reloader(self.auth)  # log level, users, limits: without a restart
         self.cluster: ClusterNode | None = None
+        self.peer_auth: AuthProvider | None = None
         if settings.clustered:  # nats-py is needed only here (the `cluster` extra)
             from .cluster import ClusterNode
 
@@ -61,7 +62,11 @@ class CoreService:
                 max_entries=settings.log_max_entries or None,
             )
             self.cluster.reloader = self.reloader
-            self.auth = WithServiceToken(self.auth, self.cluster.secret)  # peer links
+            # peer links log in with the cluster secret: with cluster TLS on the peers'
+            # listener alone (a certificate the CA signed and the secret), else on the wire
+            self.peer_auth = WithServiceToken(self.auth, self.cluster.secret)
+            if self.cluster.serve_ssl is None:
+                self.auth = self.peer_auth
         self.broker = Broker(
             settings,
             self.sensors,
@@ -121,7 +126,11 @@ class CoreService:
         s = self.settings
         loop = asyncio.get_running_loop()
         self._peer_server = await loop.create_server(
-            lambda: Session(self.broker), s.host, s.peer_wire_port, ssl=ctx, reuse_address=True
+            lambda: Session(self.broker, self.peer_auth),
+            s.host,
+            s.peer_wire_port,
+            ssl=ctx,
+            reuse_address=True,
         )
         self.ports["peer_wire"] = _port(self._peer_server.sockets[0])
         assert self._admin is not None

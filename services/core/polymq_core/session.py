@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from polymq.auth import AuthProvider
 from polymq.codec import EVENT_BYTES, NEED_DATA, Connection, Role, weight
 from polymq.errors import PolymqError, RemoteProtocolError, RequestError, Unavailable
 from polymq.events import (
@@ -82,8 +83,9 @@ class _Backlog:
 
 
 class Session(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, auth: AuthProvider | None = None) -> None:
         self.broker = broker
+        self.auth = auth  # the listener's own login rules (the peers'), else the core's
         # (in a cluster, what carries messages is kept as it came, for a relay to pass on)
         self.conn = Connection(
             Role.SERVER,
@@ -183,7 +185,7 @@ class Session(asyncio.Protocol):
     def _hello(self, hello: Hello) -> None:
         self.protocol = protocol_label(str(hello.client))
         self._hello_pending = True
-        task = self.loop.create_task(self.broker.authenticate(hello))
+        task = self.loop.create_task(self.broker.authenticate(hello, self.auth))
         task.add_done_callback(self._hello_done)
 
     def _hello_done(self, task: asyncio.Task[Principal]) -> None:

@@ -9,10 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from polymq.auth import AuthProvider, Principal
 from polymq.config import ConfigError, from_env
+from polymq.errors import Unauthorized
+from polymq.events import Hello
 from polymq_core.clustertls import ClusterTls
 from polymq_core.config import CoreSettings
 from polymq_core.natsd import NatsConfig
+from polymq_core.service import CoreService
 
 from ...pki import HAVE_OPENSSL, Authority
 
@@ -83,3 +87,48 @@ def test_nats_routes_are_tls_verified_against_the_ca(tls: ClusterTls, tmp_path: 
         server_name="a", store_dir=tmp_path, cluster_port=6222, routes=(("b", 6223),)
     )
     assert "tls {" not in plain.render()
+
+
+class Nobody(AuthProvider):
+    """Users' logins refused: what is left is the cluster secret's."""
+
+    async def authenticate_password(self, user: str, password: str) -> Principal:
+        raise Unauthorized("no such user")
+
+    async def authenticate_token(self, token: str) -> Principal:
+        raise Unauthorized("no such token")
+
+    async def anonymous(self) -> Principal:
+        raise Unauthorized("no anonymous access")
+
+    def describe(self) -> str:
+        return "nobody"
+
+
+@pytest.mark.parametrize("cluster_tls", [True, False])
+async def test_the_cluster_secret_logs_in_on_the_peers_listener_alone_with_cluster_tls(
+    tls: ClusterTls, tmp_path: Path, cluster_tls: bool
+) -> None:
+    secret = "s" * 32
+    files = (
+        {"cluster_tls_cert": tls.cert, "cluster_tls_key": tls.key, "cluster_tls_ca": tls.ca}
+        if cluster_tls
+        else {}
+    )
+    settings = CoreSettings(
+        peers="127.0.0.1:17422,127.0.0.1:27422",
+        node_id="a",
+        cluster_secret=secret,
+        data_dir=tmp_path,
+        **files,  # type: ignore[arg-type]
+    )
+    service = CoreService(settings, auth=Nobody())
+    service.broker.ready = True
+    peer = Hello(1, "peer/b", token=secret)
+    assert service.peer_auth is not None
+    assert (await service.broker.authenticate(peer, service.peer_auth)).name == "polymq-internal"
+    if cluster_tls:  # the wire port for frontends and clients does not take it
+        with pytest.raises(Unauthorized):
+            await service.broker.authenticate(peer)
+    else:  # peers log in on the wire port
+        assert (await service.broker.authenticate(peer)).name == "polymq-internal"
