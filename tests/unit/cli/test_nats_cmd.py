@@ -54,3 +54,23 @@ def test_without_peers_it_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         prepare(_args(tmp_path))
     assert run(_args(tmp_path)) == 2
     assert run(_args(tmp_path, "--peers", PEERS, "--client-port", "0")) == 2
+
+
+def test_cluster_tls_from_the_cores_settings_puts_the_routes_on_tls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chart's sidecar gets POLYMQ_CLUSTER_TLS_* as the core does: its routes are TLS,
+    verified against the CA; a missing file is a configuration error (exit 2)."""
+    files = {}
+    for name in ("cert", "key", "ca"):
+        files[name] = tmp_path / f"{name}.pem"
+        files[name].write_text("-----BEGIN CERTIFICATE-----\n")
+        monkeypatch.setenv(f"POLYMQ_CLUSTER_TLS_{name.upper()}", str(files[name]))
+    monkeypatch.setenv("POLYMQ_CLUSTER_SECRET", SECRET)
+    text = prepare(_args(tmp_path, "--peers", PEERS)).read_text()
+    cluster = text[text.index("cluster {") :]
+    for field, name in (("cert_file", "cert"), ("key_file", "key"), ("ca_file", "ca")):
+        assert f'{field}: "{files[name]}"' in cluster
+    assert "verify: true" in cluster
+    files["key"].unlink()
+    assert run(_args(tmp_path, "--peers", PEERS)) == 2
