@@ -245,6 +245,9 @@ class DeclareOptions:
     max_deliveries: int | None = None
     ack_timeout: float | None = None  # default for subscriptions
     message_ttl: float | None = None
+    # the highest priority level the queue orders by: a message above it counts as this
+    # level (its priority is kept); None: every level (0..MAX_PRIORITY), 0: strictly FIFO
+    max_priority: int | None = None
 
     KEYS = frozenset(
         {
@@ -257,6 +260,7 @@ class DeclareOptions:
             "max_deliveries",
             "ack_timeout",
             "message_ttl",
+            "max_priority",
         }
     )
 
@@ -281,6 +285,7 @@ class DeclareOptions:
             max_deliveries=_opt_int(d, "max_deliveries", 1),
             ack_timeout=_opt_float(d, "ack_timeout"),
             message_ttl=_opt_float(d, "message_ttl"),
+            max_priority=_opt_int(d, "max_priority", 0),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -293,6 +298,7 @@ class DeclareOptions:
             "max_deliveries",
             "ack_timeout",
             "message_ttl",
+            "max_priority",
         ):
             v = getattr(self, k)
             if v is not None:

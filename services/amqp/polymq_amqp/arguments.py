@@ -14,7 +14,9 @@ argument                     core declare option
 key``                        own name is used (RabbitMQ would use each message's own key,
                              which the core cannot do; a fanout DLX ignores it anyway)
 ``x-delivery-limit``         ``max_deliveries`` = limit + 1 (then dead-lettered)
-``x-max-priority``           recorded; priorities 0..9 apply in every queue
+``x-max-priority``           ``max_priority``: priorities 0..max order the queue (the core
+                             has levels 0..9: above 9 counts as 9); without it a queue is
+                             strictly FIFO (``max_priority=0``), as in RabbitMQ
 ``x-queue-type``             ``classic`` or ``quorum`` (both a polymq queue)
 ``x-single-active-consumer`` only ``false``
 ===========================  ==========================================================
@@ -134,6 +136,7 @@ def queue_options(
             PRECONDITION_FAILED,
             f"invalid arg 'x-max-priority' for queue '{queue}': {priority} is above 255",
         )
+    options["max_priority"] = 0 if priority is None else priority
     qtype = _str(args, "x-queue-type", queue)
     if qtype is not None and qtype not in ("classic", "quorum"):
         raise ChannelException(

@@ -14,8 +14,9 @@ AMQP property               polymq message
                             kept in the ``x-amqp-typed`` header for AMQP consumers
 ``delivery_mode``           ``persistent`` (2 = persistent)
 ``priority``                ``priority``, 0..9 (above 9 counts as 9; absent is 0, as in
-                            RabbitMQ); delivered only when above 0, so a consumer sees no
-                            priority where the publisher set none (nor where it set 0)
+                            RabbitMQ); a consumer sees it exactly as published, 0 and
+                            values above 9 included (kept in ``x-amqp-typed`` as ``p``),
+                            and none where the publisher set none
 ``correlation_id``          ``correlation_id``
 ``reply_to``                ``reply_to`` in the core's form, ``queue/<name>`` (STOMP shows
                             ``/queue/<name>``); a core ``queue/x`` comes back as ``x``
@@ -115,11 +116,14 @@ def from_publish(
     meta: dict[str, Any] = {}
     if typed:
         meta["h"] = typed
+    priority = props.priority
+    if priority is not None and not 0 < priority <= MAX_PRIORITY:
+        meta["p"] = priority  # what the core's priority cannot tell: 0 given, or above 9
     content_type = props.content_type
     if not content_type:
         content_type = _DEFAULT_TYPE
         meta["noct"] = True
-    if typed:
+    if typed or "p" in meta:
         headers[H_TYPED] = json.dumps(meta, separators=(",", ":"), ensure_ascii=False)
     elif meta:
         headers[H_TYPED] = _NO_CONTENT_TYPE
@@ -140,7 +144,6 @@ def from_publish(
         ms = _expiration(props.expiration)
         headers["amqp-expiration"] = props.expiration
         expires = time.time() + ms / 1000.0
-    priority = props.priority
     reply_to = props.reply_to
     return Message(
         body=body,
@@ -313,9 +316,13 @@ def delivery_properties(message: Message, names: VhostNames) -> bytes:
         parts.append(encode_table(table))
     flags |= 0x1000
     parts.append(b"\x02" if message.persistent else b"\x01")
-    if message.priority > 0:  # 0 is the default that absent means: not invented
+    shown = meta.get("p")
+    if not (type(shown) is int and 0 <= shown <= 255):
+        # 0 is the default that absent means: not invented
+        shown = message.priority if message.priority > 0 else None
+    if shown is not None:
         flags |= 0x0800
-        parts.append(bytes((min(message.priority, 255),)))
+        parts.append(bytes((shown,)))
     if message.correlation_id is not None:
         flags |= 0x0400
         parts.append(_shortstr(message.correlation_id))

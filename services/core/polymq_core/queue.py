@@ -1,6 +1,10 @@
 """A queue: point to point, competing consumers, FIFO within a priority, priorities 0-9.
 
-Ready messages sit in one deque per priority, in sequence order; a message that comes back
+A queue declared with ``max_priority`` orders by the levels 0..max_priority only: a message
+above it counts as that level (and keeps its priority); ``max_priority=0`` is a strictly FIFO
+queue (AMQP's queues without ``x-max-priority``).
+
+Ready messages sit in one deque per level, in sequence order; a message that comes back
 (nack, ack timeout, a consumer gone) goes into a per-priority heap by sequence, so it is
 delivered again before anything published after it. Unacked deliveries are held in
 ``inflight`` by sequence, each with its own delivery id so that a late ack of a delivery that
@@ -144,6 +148,9 @@ class Queue:
     def put(self, message: Message) -> None:
         """Add a message that already has its seq (new, or recovered from the store)."""
         p = message.priority
+        cap = self.options.max_priority
+        if cap is not None and p > cap:
+            p = cap
         self.ready[p].append(message)
         if p > self._top:
             self._top = p
@@ -207,10 +214,14 @@ class Queue:
         return None
 
     def _unpop(self, msg: Message) -> None:
-        """Put back a message just popped, at the head of its priority."""
-        heapq.heappush(self.requeued[msg.priority], (msg.seq, msg))
-        if msg.priority > self._top:
-            self._top = msg.priority
+        """Put back a message just popped, at the head of its level."""
+        p = msg.priority
+        cap = self.options.max_priority
+        if cap is not None and p > cap:
+            p = cap
+        heapq.heappush(self.requeued[p], (msg.seq, msg))
+        if p > self._top:
+            self._top = p
         self.count += 1
         self.nbytes += len(msg.body)
 

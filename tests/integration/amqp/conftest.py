@@ -1,6 +1,10 @@
 """Fixtures for the AMQP frontend's integration tests: one broker (``polymq run`` and the
 AMQP frontend, on 127.0.0.1 with ephemeral ports) for the whole package, reached with pika,
-aio-pika and raw sockets. Every test uses its own names, and tolerates what others left."""
+aio-pika and raw sockets. Every test uses its own names, and tolerates what others left.
+
+``target`` runs a test against polymq and, where RabbitMQ is installed, against a private
+RabbitMQ node too (:mod:`tests.rabbit`, started once for the package, its own ports), so the
+test shows that RabbitMQ behaves as polymq does."""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ import aio_pika
 import pika
 import pytest
 
-from .helpers import Broker, pika_connection, serving_broker
+from ...rabbit import RabbitNode, find_server, rabbit_node
+from .helpers import Broker, Target, pika_connection, serving_broker
 
 
 @pytest.fixture(scope="package")
@@ -20,6 +25,25 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     workdir: Path = tmp_path_factory.mktemp("amqp")
     with serving_broker(workdir) as b:
         yield b
+
+
+@pytest.fixture(scope="package")
+def rabbit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitNode]:
+    """A private RabbitMQ node (skips where RabbitMQ is not installed)."""
+    if find_server() is None:
+        pytest.skip("rabbitmq-server is not installed")
+    with rabbit_node(tmp_path_factory.mktemp("rabbit")) as node:
+        yield node
+
+
+@pytest.fixture(params=["polymq", "rabbitmq"])
+def target(request: pytest.FixtureRequest) -> Target:
+    """The broker a compatibility test runs against: polymq, then RabbitMQ."""
+    if request.param == "polymq":
+        b: Broker = request.getfixturevalue("broker")
+        return Target("polymq", b.amqp_port)
+    node: RabbitNode = request.getfixturevalue("rabbit")
+    return Target("rabbitmq", node.port)
 
 
 @pytest.fixture

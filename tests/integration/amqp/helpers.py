@@ -23,6 +23,7 @@ __all__ = [
     "WAIT",
     "Broker",
     "RawAmqp",
+    "Target",
     "eventually",
     "pika_connection",
     "serving_broker",
@@ -80,6 +81,29 @@ def serving_broker(
     """A broker shared by several tests: it must still be alive at the end and stop with 0."""
     with serving("run", workdir, *args, env={**ENV, **(env or {})}) as run:
         yield Broker(run)
+
+
+class Target:
+    """A broker a test runs against (polymq or RabbitMQ): its name and AMQP port."""
+
+    def __init__(self, name: str, port: int) -> None:
+        self.name = name
+        self.port = port
+
+    def __repr__(self) -> str:
+        return self.name
+
+    @property
+    def rabbitmq(self) -> bool:
+        return self.name == "rabbitmq"
+
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+    def pika(self, **params: Any) -> pika.BlockingConnection:
+        params.setdefault("blocked_connection_timeout", WAIT)
+        params.setdefault("socket_timeout", WAIT)
+        return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.port, **params))
 
 
 def pika_connection(broker: Broker, **params: Any) -> pika.BlockingConnection:

@@ -1,5 +1,5 @@
 """queue.declare and its arguments, exclusive and auto-delete queues, purge and delete,
-priorities, length limits, TTL and dead-lettering, with pika."""
+length limits (priorities: test_priorities.py), TTL and dead-lettering, with pika."""
 
 from __future__ import annotations
 
@@ -152,21 +152,6 @@ def test_purge_and_delete(connect: Connect) -> None:
     ch = conn.channel()
     assert ch.queue_delete(unique("never")).method.message_count == 0  # as RabbitMQ
     assert refused(lambda: ch.queue_purge(unique("never"))).reply_code == 404
-
-
-def test_priorities(channel: BlockingChannel) -> None:
-    q = unique("prio")
-    channel.queue_declare(q, arguments={"x-max-priority": 10})
-    for body, prio in ((b"low", 1), (b"none", None), (b"high", 9), (b"mid", 5), (b"top", 200)):
-        channel.basic_publish("", q, body, pika.BasicProperties(priority=prio))
-    got = []
-    while True:
-        method, props, body = channel.basic_get(q, auto_ack=True)
-        if method is None:
-            break
-        got.append((body, props.priority))
-    # no priority set: none delivered (as RabbitMQ), and it queues as 0
-    assert got == [(b"high", 9), (b"top", 9), (b"mid", 5), (b"low", 1), (b"none", None)]
 
 
 def test_max_length_drops_the_head_by_default(channel: BlockingChannel) -> None:

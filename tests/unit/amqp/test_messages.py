@@ -135,9 +135,17 @@ def test_absent_properties_stay_absent() -> None:
     assert (got.delivery_mode, got.priority) == (1, None)  # no priority invented
 
 
-def test_priority_zero_is_the_default_and_not_sent() -> None:
-    assert through(commands.Basic.Properties(priority=0)).priority is None
-    assert through(commands.Basic.Properties(priority=1)).priority == 1
+@pytest.mark.parametrize("priority", [None, 0, 1, 9, 10, 200, 255])
+def test_the_priority_property_is_delivered_as_published(priority: int | None) -> None:
+    message = from_publish(commands.Basic.Properties(priority=priority), b"x", "", "q", NAMES)
+    assert message.priority == min(priority or 0, 9)  # what orders a priority queue
+    got = decoded(delivery_properties(message, NAMES))
+    assert got.priority == priority  # 0 included, none where none was set
+
+
+def test_a_priority_from_another_protocol_is_shown_above_zero() -> None:
+    assert decoded(delivery_properties(Message(b"x", priority=0), NAMES)).priority is None
+    assert decoded(delivery_properties(Message(b"x", priority=6), NAMES)).priority == 6
 
 
 def test_the_message_other_protocols_see() -> None:

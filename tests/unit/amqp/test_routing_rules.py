@@ -58,8 +58,12 @@ def options(args: dict[str, Any], **kw: Any) -> dict[str, Any]:
 
 
 def test_queue_arguments() -> None:
-    assert options({}) == {"durable": True}
-    assert options({}, durable=True, exclusive=True) == {"durable": False, "idle_ttl": 60.0}
+    assert options({}) == {"durable": True, "max_priority": 0}  # strictly FIFO
+    assert options({}, durable=True, exclusive=True) == {
+        "durable": False,
+        "idle_ttl": 60.0,
+        "max_priority": 0,
+    }
     got = options(
         {
             "x-message-ttl": 1500,
@@ -82,6 +86,7 @@ def test_queue_arguments() -> None:
         "overflow": "drop-oldest",
         "dead_letter": "topic/amqp.dlx.dead.k",
         "max_deliveries": 4,
+        "max_priority": 10,
     }
     assert options({"x-message-ttl": 0})["message_ttl"] == 0.001
     assert options({"x-max-length": 1, "x-overflow": "reject-publish"})["overflow"] == "reject"
@@ -91,7 +96,8 @@ def test_queue_arguments() -> None:
         == "queue/d"
     )
     assert options({"x-dead-letter-exchange": b"fan"})["dead_letter"] == "topic/amqp.fan.q"
-    assert options({"x-unknown": "kept elsewhere"}) == {"durable": True}
+    assert options({"x-unknown": "kept elsewhere"}) == {"durable": True, "max_priority": 0}
+    assert options({"x-max-priority": 0})["max_priority"] == 0
 
 
 @pytest.mark.parametrize(

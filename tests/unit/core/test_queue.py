@@ -142,3 +142,24 @@ def test_auto_ack_deliveries_are_settled_as_they_go() -> None:
     subscribe(q, session, 1, ack_mode=AckMode.AUTO, prefetch=0)
     fill(q, 3)
     assert shard.settled_seqs == [1, 2, 3] and not q.inflight
+
+
+def test_max_priority_bounds_the_levels_a_queue_orders_by() -> None:
+    priorities = [0, 5, 9, 2, 7, 9, 4]  # seqs 1..7
+    for options, order in (
+        ({}, [3, 6, 5, 2, 7, 4, 1]),  # every level: by priority, then in order
+        ({"max_priority": 0}, [1, 2, 3, 4, 5, 6, 7]),  # strictly FIFO
+        ({"max_priority": 4}, [2, 3, 5, 6, 7, 4, 1]),  # 5, 7 and 9 count as 4
+    ):
+        q, _ = queue(**options)
+        for p in priorities:
+            m = Message(body=b"x", priority=p)
+            m.seq = q.next_seq()
+            q.put(m)
+        session = FakeSession()
+        a = subscribe(q, session, 1, prefetch=2)
+        q.detach(a, requeue=[])  # its two come back, each at the head of its level
+        b = subscribe(q, session, 2, prefetch=10)
+        assert [seq for sid, _, seq in session.got if sid == 2] == order, options
+        kept = [q.inflight[seq].message.priority for seq in b.inflight.values()]
+        assert kept == [priorities[seq - 1] for seq in order]  # as published

@@ -278,6 +278,7 @@ def test_declare_options_defaults() -> None:
     assert d.overflow is Overflow.REJECT
     unset = ("max_length", "max_bytes", "idle_ttl", "dead_letter", "max_deliveries")
     assert all(getattr(d, k) is None for k in (*unset, "ack_timeout", "message_ttl"))
+    assert d.max_priority is None  # every priority level
 
 
 ALL_DECLARE = {
@@ -290,6 +291,7 @@ ALL_DECLARE = {
     "max_deliveries": 5,
     "ack_timeout": 2.5,
     "message_ttl": 3600.0,
+    "max_priority": 0,
 }
 
 
@@ -305,6 +307,7 @@ def test_declare_options_every_key() -> None:
         max_deliveries=5,
         ack_timeout=2.5,
         message_ttl=3600.0,
+        max_priority=0,
     )
     assert type(d.idle_ttl) is float
     assert DeclareOptions.KEYS == set(ALL_DECLARE)
