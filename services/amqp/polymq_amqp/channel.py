@@ -78,6 +78,7 @@ class Channel:
         self.held: deque[tuple[Consumer, int, Message]] = deque()  # past the global window
         self._tags = 0
         self.last_queue: str | None = None  # the queue "" stands for
+        self.reply_to: str | None = None  # its direct reply-to name, while it consumes one
         self.confirming = False
         self.transactional = False
         self.tx_acks: list[tuple[str, int, bool]] = []  # (action, tag, multiple)

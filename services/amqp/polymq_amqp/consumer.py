@@ -46,8 +46,15 @@ from polymq.corelink import CoreLink
 from polymq.errors import ConnectionClosed, PolymqError, Unavailable
 from polymq.types import Message
 
+from . import replyto
 from .deliver import DeliverFrames, shown_route
-from .errors import ACCESS_REFUSED, NOT_ALLOWED, ChannelException, ConnectionException
+from .errors import (
+    ACCESS_REFUSED,
+    NOT_ALLOWED,
+    PRECONDITION_FAILED,
+    ChannelException,
+    ConnectionException,
+)
 from .properties import delivery_properties
 
 if TYPE_CHECKING:
@@ -75,6 +82,7 @@ class Consumer:
         "no_ack",
         "outstanding",
         "queue",
+        "reply",
         "tag",
     )
 
@@ -96,6 +104,7 @@ class Consumer:
         self.no_ack = no_ack
         self.exclusive = exclusive
         self.auto_delete = auto_delete
+        self.reply = False  # direct reply-to: an auto-acknowledged topic subscription
         self.core: Subscription | None = None
         self.closed = False  # released: its core subscription is (being) unsubscribed
         self.cancelled = False  # basic.cancel: no more deliveries, draining what is out
@@ -212,7 +221,8 @@ class Consumers:
         if not session.send_delivers(ch.number, frames, n):
             return False
         if consumer.no_ack:
-            session.ack_after_write(consumer, core_tags[-1])
+            if not consumer.reply:
+                session.ack_after_write(consumer, core_tags[-1])
         else:
             pending = map(Pending, repeat(consumer), core_tags, repeat(None))
             ch.unacked.update(zip(range(first, first + n), pending, strict=True))
@@ -236,7 +246,7 @@ class Consumers:
         self.by_tag.pop(consumer.tag, None)
         self.draining.discard(consumer)
         session.metrics.consumers.dec()
-        self._forget_exclusive(consumer)
+        self._forget(consumer)
         if session.cancel_notify and not consumer.cancelled:
             session.send_method(
                 self.channel.number, commands.Basic.Cancel(consumer.tag, nowait=True)
@@ -256,6 +266,9 @@ class Consumers:
             raise ChannelException(
                 NOT_ALLOWED, f"at most {s.amqp_max_consumers} consumers per channel"
             )
+        if queue == replyto.PSEUDO_QUEUE:
+            await self._consume_replies(method, tag)
+            return
         rec = await ch.declarations.existing_queue(queue, exclusive_use=True)
         core_queue = rec.core if rec is not None else ch.names.queue(queue)
         session.authorize(Permission.READ, core_queue)
@@ -294,6 +307,37 @@ class Consumers:
         )
         if method.exclusive:
             hub.exclusive_consumers[core_queue] = f"{session.owner}/{ch.number}/{tag}"
+        await self._subscribe(consumer, method, core_options)
+
+    async def _consume_replies(self, method: commands.Basic.Consume, tag: str) -> None:
+        """basic.consume from ``amq.rabbitmq.reply-to`` (see ``replyto.py``)."""
+        ch = self.channel
+        if not method.no_ack:
+            raise ChannelException(PRECONDITION_FAILED, "reply consumer cannot acknowledge")
+        if ch.reply_to is not None:
+            raise ChannelException(PRECONDITION_FAILED, "reply consumer already set")
+        name = replyto.new_name()
+        topic = replyto.core_topic(name)
+        assert topic is not None
+        consumer = Consumer(
+            ch, tag, replyto.PSEUDO_QUEUE, topic, no_ack=True, exclusive=False, auto_delete=False
+        )
+        consumer.reply = True
+        ch.reply_to = name
+        core_options: dict[str, Any] = {
+            "ack_mode": "auto",
+            "prefetch": 0,
+            "slow_policy": "drop",  # a requester too slow for its replies loses them
+        }
+        await self._subscribe(consumer, method, core_options)
+
+    async def _subscribe(
+        self, consumer: Consumer, method: commands.Basic.Consume, core_options: dict[str, Any]
+    ) -> None:
+        ch = self.channel
+        session = self.session
+        tag = consumer.tag
+        core_queue = consumer.core_queue
         self.by_tag[tag] = consumer
         session.metrics.consumers.inc()
         if not method.nowait:  # before any delivery, as the spec wants
@@ -312,7 +356,7 @@ class Consumers:
                 del self.by_tag[tag]
                 consumer.closed = True
                 session.metrics.consumers.dec()
-                self._forget_exclusive(consumer)
+                self._forget(consumer)
             raise
         consumer.core = core
         if consumer.closed:
@@ -341,7 +385,7 @@ class Consumers:
         self.by_tag.pop(consumer.tag, None)
         session = self.session
         session.metrics.consumers.dec()
-        self._forget_exclusive(consumer)
+        self._forget(consumer)
         link = session.link
         core = consumer.core
         if not link.connected:
@@ -368,7 +412,10 @@ class Consumers:
         for consumer in [*self.by_tag.values(), *self.draining]:
             self.release(consumer)
 
-    def _forget_exclusive(self, consumer: Consumer) -> None:
+    def _forget(self, consumer: Consumer) -> None:
+        """The consumer is gone: its exclusive use of a queue, or the channel's reply-to."""
+        if consumer.reply:
+            self.channel.reply_to = None
         if consumer.exclusive:
             hub = self.session.hub
             owner = f"{self.session.owner}/{self.channel.number}/{consumer.tag}"

@@ -25,6 +25,7 @@ from pamqp import commands, constants
 
 from polymq.auth import Permission
 
+from . import replyto
 from .arguments import queue_options
 from .errors import (
     ACCESS_REFUSED,
@@ -195,6 +196,9 @@ class Declarations:
         ch = self.channel
         topology = self.topology
         name = m.queue or ""
+        if m.passive and (name == replyto.PSEUDO_QUEUE or name == ch.reply_to):
+            self._reply(m, commands.Queue.DeclareOk(name, 0, 0))  # as RabbitMQ
+            return
         if not name:
             name = "amq.gen-" + secrets.token_urlsafe(16)
         elif name.startswith("amq.") and not m.passive:

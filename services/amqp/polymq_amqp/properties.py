@@ -19,7 +19,8 @@ AMQP property               polymq message
                             and none where the publisher set none
 ``correlation_id``          ``correlation_id``
 ``reply_to``                ``reply_to`` in the core's form, ``queue/<name>`` (STOMP shows
-                            ``/queue/<name>``); a core ``queue/x`` comes back as ``x``
+                            ``/queue/<name>``); a core ``queue/x`` comes back as ``x``;
+                            a direct reply-to name is its core topic (``replyto.py``)
 ``expiration``              ``expires`` (now + the milliseconds), and ``amqp-expiration``
 ``content_encoding``        header ``content-encoding``
 ``message_id``              header ``amqp-message-id`` (the core's own id is another)
@@ -53,6 +54,7 @@ from pamqp import commands
 
 from polymq.types import MAX_PRIORITY, Message
 
+from . import replyto
 from .errors import PRECONDITION_FAILED, ChannelException
 from .names import VhostNames
 from .tables import encode_table, from_tagged, to_tagged, to_text
@@ -237,6 +239,10 @@ def _expiration(raw: str) -> int:
 
 
 def _reply_to_core(reply_to: str, names: VhostNames) -> str:
+    if reply_to.startswith(replyto.PREFIX):
+        topic = replyto.core_topic(reply_to)
+        if topic is not None:
+            return topic
     try:
         return names.queue(reply_to)
     except ValueError:
@@ -332,6 +338,8 @@ def delivery_properties(message: Message, names: VhostNames) -> bytes:
         if reply.startswith("queue/"):
             queue = names.queue_of(reply)
             reply = queue if queue is not None else reply
+        elif reply.startswith(replyto.CORE_PREFIX):
+            reply = replyto.amqp_name(reply) or reply
         parts.append(_shortstr(reply))
     expiration = mapped.get("expiration")
     if expiration is None and message.expires is not None:

@@ -34,6 +34,7 @@ until tx.commit, which publishes them in order and answers after the core did.
 from __future__ import annotations
 
 import asyncio
+import copy
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
@@ -43,6 +44,7 @@ from polymq.auth import Permission
 from polymq.errors import PolymqError, QueueFull, Unavailable
 from polymq.types import Message
 
+from . import replyto
 from .errors import (
     ACCESS_REFUSED,
     NO_ROUTE,
@@ -206,6 +208,9 @@ class Publisher:
             if last is not None and last[0] == reads and last[1] == routing_key:
                 self._batch = last[3]  # as a moment ago, in the same read
                 return [last[2]]
+            if routing_key.startswith(replyto.PREFIX):  # a reply to a direct reply-to
+                topic = replyto.core_topic(routing_key)
+                return [topic] if topic is not None else []
             queue = topology.cached_queue(names, routing_key)
             if queue is not None:  # declared over AMQP: its arguments say if it may refuse
                 dest = names.queue(routing_key)
@@ -285,6 +290,8 @@ class Publisher:
         session = self.session
         ch = self.channel
         props = content.properties
+        if props.reply_to == replyto.PSEUDO_QUEUE:
+            props = self._reply_to(props)
         principal = session.principal
         if (
             props.user_id
@@ -322,6 +329,16 @@ class Publisher:
                 self.tx.append((m, route, message))
             return
         self._send(m, route, messages)
+
+    def _reply_to(self, props: commands.Basic.Properties) -> commands.Basic.Properties:
+        """The properties of a request naming ``amq.rabbitmq.reply-to``: the channel's own
+        reply-to name instead (a copy: the codec's events are never changed)."""
+        name = self.channel.reply_to
+        if name is None:
+            raise ChannelException(PRECONDITION_FAILED, "fast reply consumer does not exist")
+        props = copy.copy(props)
+        props.reply_to = name
+        return props
 
     # ---- to the core ---------------------------------------------------------------------
     def _send(
