@@ -4,8 +4,10 @@ A RabbitMQ already running on the machine (the Debian service on :5672, node
 ``rabbit@localhost``) is left alone: this node has its own node name
 (``polymq-test-<uid>-<n>@localhost``), its own free AMQP port (``RABBITMQ_NODE_PORT``) and
 distribution port (``RABBITMQ_DIST_PORT``), and keeps everything under one temporary
-directory: the Mnesia database (``RABBITMQ_MNESIA_BASE``), logs (``RABBITMQ_LOG_BASE``), an
-empty plugin list (``RABBITMQ_ENABLED_PLUGINS_FILE``), its own ``rabbitmq.conf``
+directory: the Mnesia database (``RABBITMQ_MNESIA_BASE``), logs (``RABBITMQ_LOG_BASE``), its
+own plugin list (``RABBITMQ_ENABLED_PLUGINS_FILE``: empty unless ``plugins`` are asked for;
+``rabbitmq_stomp`` and ``rabbitmq_web_stomp`` listen on ports of their own, ``stomp_port`` and
+``web_stomp_port``), its own ``rabbitmq.conf``
 (``RABBITMQ_CONFIG_FILE``: the listener, guest allowed from loopback, no disk alarm on a small
 tmp) and an empty ``rabbitmq-env.conf`` (``RABBITMQ_CONF_ENV_FILE``), so Debian's
 ``/etc/rabbitmq/rabbitmq-env.conf`` (``NODENAME=rabbit@localhost``) and ``rabbitmq.conf``
@@ -41,10 +43,15 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["RabbitNode", "find_server", "free_port", "rabbit_node"]
+__all__ = ["RabbitNode", "find_server", "free_port", "has_plugin", "rabbit_node"]
 
 _counter = itertools.count(1)
 _AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
+
+
+def has_plugin(name: str) -> bool:
+    """Does the installed release ship plugin ``name`` (e.g. ``rabbitmq_stomp``)?"""
+    return bool(glob.glob(f"/usr/lib/rabbitmq/lib/rabbitmq_server-*/plugins/{name}-*"))
 
 
 def find_server() -> str | None:
@@ -73,10 +80,20 @@ def _amqp_ready(port: int) -> bool:
         return False
 
 
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 class RabbitNode:
     """One private RabbitMQ node; ``url`` to reach it. ``start()``/``stop()``/``restart()``."""
 
-    def __init__(self, workdir: Path | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, workdir: Path | None = None, port: int | None = None, plugins: tuple[str, ...] = ()
+    ) -> None:
         server = find_server()
         if server is None:
             raise RuntimeError("rabbitmq-server is not installed (apt-get install rabbitmq-server)")
@@ -89,15 +106,22 @@ class RabbitNode:
         self.node = f"polymq-test-{os.getuid()}-{os.getpid()}-{next(_counter)}@localhost"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.dir / "server.out"
-        (self.dir / "enabled_plugins").write_text("[].\n")
+        self.stomp_port = free_port() if "rabbitmq_stomp" in plugins else 0
+        self.web_stomp_port = free_port() if "rabbitmq_web_stomp" in plugins else 0
+        (self.dir / "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
         (self.dir / "rabbitmq-env.conf").write_text("")
-        (self.dir / "rabbitmq.conf").write_text(
+        conf = (
             f"listeners.tcp.1 = 127.0.0.1:{self.port}\n"
             "loopback_users = none\n"
             "disk_free_limit.absolute = 1MB\n"
             "log.console = false\n"
             "log.file.level = warning\n"
         )
+        if self.stomp_port:
+            conf += f"stomp.listeners.tcp.1 = 127.0.0.1:{self.stomp_port}\n"
+        if self.web_stomp_port:
+            conf += f"web_stomp.tcp.ip = 127.0.0.1\nweb_stomp.tcp.port = {self.web_stomp_port}\n"
+        (self.dir / "rabbitmq.conf").write_text(conf)
 
     @property
     def url(self) -> str:
@@ -144,7 +168,7 @@ class RabbitNode:
         )
         out.close()
         deadline = time.monotonic() + timeout
-        while not _amqp_ready(self.port):
+        while not (_amqp_ready(self.port) and all(map(_listening, self._plugin_ports()))):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"rabbitmq-server exited early:\n{self.log_tail()}")
             if time.monotonic() > deadline:
@@ -152,6 +176,9 @@ class RabbitNode:
                 raise RuntimeError(f"rabbitmq-server did not come up:\n{self.log_tail()}")
             time.sleep(0.2)
         return self
+
+    def _plugin_ports(self) -> list[int]:
+        return [p for p in (self.stomp_port, self.web_stomp_port) if p]
 
     def _group(self) -> list[psutil.Process]:
         """The shell script and the Erlang VM (and its helpers) started by ``start()``."""
@@ -227,9 +254,9 @@ class RabbitNode:
 
 
 @contextlib.contextmanager
-def rabbit_node(workdir: Path | None = None) -> Iterator[RabbitNode]:
+def rabbit_node(workdir: Path | None = None, plugins: tuple[str, ...] = ()) -> Iterator[RabbitNode]:
     """A started private node, killed and removed afterwards whatever happens."""
-    node = RabbitNode(workdir)
+    node = RabbitNode(workdir, plugins=plugins)
     try:
         node.start()
         yield node

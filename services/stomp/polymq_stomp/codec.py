@@ -378,7 +378,7 @@ class StompConnection:
         """Raise the error for a peer sending command ``name`` now."""
         cmd = _BY_NAME.get(name)
         if cmd is None:
-            raise RemoteStompError("unknown command", f"unknown command {name[:40]!r}")
+            raise RemoteStompError("Bad command", f"Could not interpret command {name[:40]!r}")
         raise self._refusal(cmd, _PEER[self.role], RemoteStompError)
 
     def _too_large(self) -> RemoteStompError:
@@ -474,13 +474,16 @@ class StompConnection:
     def _refusal(self, cmd: Command, sender: Role, error: type[StompError]) -> StompError:
         """The error for ``sender`` sending ``cmd`` in this state, which TRANSITIONS lacks."""
         if cmd not in _SENDS[sender]:
-            detail = f"unknown command {cmd.value!r}: a {sender.value} does not send it"
-            return error("unknown command", detail)
+            detail = f"Could not interpret command {cmd.value!r}: a {sender.value} does not send it"
+            return error("Bad command", detail)
         if self.state is State.CONNECTING:
-            want = "CONNECT" if sender is Role.CLIENT else "CONNECTED"
-            return error(f"expected {want}", f"expected {want} first, not {cmd.value}")
+            if sender is Role.CLIENT:
+                detail = f"You must log in using CONNECT first (not {cmd.value})"
+            else:
+                detail = f"expected CONNECTED first, not {cmd.value}"
+            return error("Illegal command", detail)
         return error(
-            f"unexpected {cmd.value}",
+            "Illegal command",
             f"a {sender.value} may not send {cmd.value} when the connection is {self.state.value}",
         )
 

@@ -30,7 +30,10 @@ class StompSettings:
     core_token: str | None = None  # a bearer token at the core (`polymq run` makes one)
     tls_cert: str | None = None  # PEM certificate (chain) for both listeners
     tls_key: str | None = None  # its PEM private key
-    stomp_max_frame: int = 1 * MIB  # bytes of one frame (headers and body)
+    stomp_max_frame: int = 16 * MIB  # bytes of one frame (headers and body), once logged in
+    stomp_max_frame_before_login: int = 64 * KIB  # before CONNECTED went out (at most the above)
+    stomp_vhosts: str = "/"  # comma-separated vhosts the host header may select; '*' = any
+    stomp_host_names: str = ""  # more host header values meaning the default vhost '/'
     stomp_max_headers: int = 64  # headers in one frame
     stomp_max_header_length: int = 8 * KIB  # bytes of one header line
     stomp_max_subscriptions: int = 1000  # per connection
@@ -58,6 +61,11 @@ class StompSettings:
             if path and not os.path.isfile(path):
                 raise ConfigError(f"POLYMQ_{name.upper()}={path!r}: no such file")
         _range("stomp_max_frame", self.stomp_max_frame, 1 * KIB, 1024 * MIB)
+        _range(
+            "stomp_max_frame_before_login", self.stomp_max_frame_before_login, 1 * KIB, 1024 * MIB
+        )
+        if not self.vhosts:
+            raise ConfigError("POLYMQ_STOMP_VHOSTS must name at least one vhost (or '*')")
         _range("stomp_max_headers", self.stomp_max_headers, 8, 100_000)
         _range("stomp_max_header_length", self.stomp_max_header_length, 256, 16 * MIB)
         _range("stomp_max_subscriptions", self.stomp_max_subscriptions, 1, 1_000_000)
@@ -78,6 +86,18 @@ class StompSettings:
     @property
     def tls(self) -> bool:
         return bool(self.tls_cert)
+
+    @property
+    def vhosts(self) -> frozenset[str]:
+        return _words(self.stomp_vhosts)
+
+    @property
+    def host_names(self) -> frozenset[str]:
+        return _words(self.stomp_host_names.lower())
+
+
+def _words(raw: str) -> frozenset[str]:
+    return frozenset(w.strip() for w in raw.split(",") if w.strip())
 
 
 def _range(name: str, value: int, low: int, high: int) -> None:

@@ -17,6 +17,11 @@ STOMP                              core                          notes
                                    ``topic/x``, ``stream/x``
 =================================  ============================  ===========================
 
+In a vhost other than ``/`` (the CONNECT frame's ``host`` header, see ``vhost.py``) every
+core name but a temp queue's starts with that vhost's prefix (``amqp:v<vhost>.``, the one
+AMQP gives the vhost's queues: :attr:`polymq.names.VhostNames.prefix`), so that vhosts
+never share a destination.
+
 Names are the core's (:func:`polymq.types.Destination.parse`): letters, digits, ``_ . : -``;
 a ``/`` inside a name has no meaning in the core and is refused, as is anything else. Every
 refusal is a :class:`~polymq_stomp.refusal.Refused` (reason ``destination``) whose detail
@@ -44,7 +49,7 @@ __all__ = [
 ]
 
 ACCEPTED = (
-    "accepted destinations: /queue/<name>, /topic/<name or pattern>, /stream/<name>, "
+    "Valid destinations are: /queue/<name>, /topic/<name or pattern>, /stream/<name>, "
     "/temp-queue/<name>, /amq/queue/<name>, /exchange/amq.topic/<key>, "
     "/exchange/amq.direct/<key>, and for SEND with a receipt /control/count-msgs/queue/<name>, "
     "/control/count-subscribers/queue/<name> or /control/count-subscribers/topic/<name>; "
@@ -66,6 +71,7 @@ class Target:
     stomp: str  # as the client wrote it
     temp: bool = False  # a /temp-queue of this connection
     topic_prefix: str = "/topic/"  # how MESSAGE frames name the topic a message came from
+    vhost_prefix: str = ""  # what starts the core names of the connection's vhost
 
     @property
     def is_pattern(self) -> bool:
@@ -96,8 +102,13 @@ _PREFIXES: tuple[tuple[str, Kind, str], ...] = (
 
 
 def _refuse(destination: str, why: str) -> Refused:
+    """RabbitMQ's ``Invalid destination`` (a known prefix, a name it cannot take)."""
     shown = destination[:200]
-    return Refused("destination", f"invalid destination {shown!r}", f"{why}; {ACCEPTED}")
+    return Refused(
+        "destination",
+        "Invalid destination",
+        f"{shown!r} is not a valid destination: {why}.\n{ACCEPTED}",
+    )
 
 
 def _core(kind: Kind, name: str, stomp: str, *, pattern: bool) -> Destination:
@@ -110,37 +121,53 @@ def _core(kind: Kind, name: str, stomp: str, *, pattern: bool) -> Destination:
 
 
 def parse_destination(
-    destination: str | None, conn_id: str, *, pattern: bool = False
+    destination: str | None,
+    conn_id: str,
+    *,
+    pattern: bool = False,
+    vhost_prefix: str = "",
+    command: str = "SEND",
 ) -> Target | Control:
     """The core destination behind a STOMP one. ``pattern`` (SUBSCRIBE) admits topic
-    wildcards; ``conn_id`` names this connection's temp queues."""
+    wildcards; ``conn_id`` names this connection's temp queues; ``vhost_prefix`` starts the
+    core names of the connection's vhost; ``command`` is named in errors."""
     if not destination:
         raise Refused(
             "destination",
-            "missing destination header",
-            f"the frame needs a destination header; {ACCEPTED}",
+            "Missing destination",
+            f"{command!r} must include a 'destination' header.\n{ACCEPTED}",
         )
     if destination.startswith("/temp-queue/"):
         name = destination[len("/temp-queue/") :]
         _core(Kind.QUEUE, name, destination, pattern=False)  # the client's part must be valid
         return Target(temp_queue_name(conn_id, name), Kind.QUEUE, destination, temp=True)
     if destination.startswith("/control/"):
-        return _control(destination)
+        return _control(destination, vhost_prefix)
     for prefix, kind, topic_prefix in _PREFIXES:
         if destination.startswith(prefix):
             name = destination[len(prefix) :]
-            dest = _core(kind, name, destination, pattern=pattern and kind is Kind.TOPIC)
+            wild = pattern and kind is Kind.TOPIC
+            dest = _core(kind, name, destination, pattern=wild)
+            if vhost_prefix:  # (checked without it first: errors name the client's name)
+                dest = _core(kind, vhost_prefix + name, destination, pattern=wild)
+            core = str(dest)
             if kind is Kind.TOPIC:
-                return Target(str(dest), kind, destination, topic_prefix=topic_prefix)
-            return Target(str(dest), kind, destination)
+                return Target(
+                    core, kind, destination, topic_prefix=topic_prefix, vhost_prefix=vhost_prefix
+                )
+            return Target(core, kind, destination, vhost_prefix=vhost_prefix)
     if destination.startswith("/exchange/"):
         raise _refuse(
             destination, "of RabbitMQ's exchanges only amq.topic and amq.direct are mapped"
         )
-    raise _refuse(destination, "unknown destination prefix")
+    raise Refused(
+        "destination",
+        "Unknown destination",
+        f"{destination[:200]!r} is not a valid destination.\n{ACCEPTED}",
+    )
 
 
-def _control(destination: str) -> Control:
+def _control(destination: str, vhost_prefix: str) -> Control:
     rest = destination[len("/control/") :]
     op_s, _, target = rest.partition("/")
     try:
@@ -158,19 +185,24 @@ def _control(destination: str) -> Control:
             "count-msgs takes queue/<name> or stream/<name>; count-subscribers takes "
             "queue/<name>, topic/<name> or stream/<name>",
         )
-    dest = _core(kind, name, destination, pattern=kind is Kind.TOPIC)
+    dest = _core(kind, vhost_prefix + name, destination, pattern=kind is Kind.TOPIC)
     return Control(op, str(dest), kind)
 
 
-def from_core(core: str, conn_id: str | None = None) -> str | None:
+def from_core(core: str, conn_id: str | None = None, vhost_prefix: str = "") -> str | None:
     """The STOMP form of a core destination (``queue/x`` -> ``/queue/x``); this connection's
-    temp queues come back as ``/temp-queue/x``. None if ``core`` is not one."""
+    temp queues come back as ``/temp-queue/x``. None if ``core`` is not one (or not one of
+    the vhost whose names start with ``vhost_prefix``)."""
     kind, sep, name = core.partition("/")
     if not sep or not name:
         return None
+    if kind == "queue" and conn_id is not None and name.startswith(f"tmp.{conn_id}."):
+        return "/temp-queue/" + name[len(conn_id) + 5 :]
+    if vhost_prefix:
+        if not name.startswith(vhost_prefix):
+            return None
+        name = name[len(vhost_prefix) :]
     if kind == "queue":
-        if conn_id is not None and name.startswith(f"tmp.{conn_id}."):
-            return "/temp-queue/" + name[len(conn_id) + 5 :]
         return "/queue/" + name
     if kind in ("topic", "stream"):
         return f"/{kind}/{name}"

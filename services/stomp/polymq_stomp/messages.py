@@ -76,7 +76,7 @@ _FALSE = frozenset({"false", "0", "no", ""})
 def _bad(header: str, value: str, expected: str) -> Refused:
     return Refused(
         "header",
-        f"invalid {header} header",
+        "Invalid header",
         f"{header}: {value[:80]!r} is not valid: expected {expected}",
     )
 
@@ -98,7 +98,9 @@ def parse_float(header: str, value: str, *, positive: bool = True) -> float:
     return f
 
 
-def message_from_send(frame: Frame, conn_id: str) -> tuple[Message, str | None]:
+def message_from_send(
+    frame: Frame, conn_id: str, vhost_prefix: str = ""
+) -> tuple[Message, str | None]:
     """The message a SEND carries, and the STOMP ``reply-to`` if it names this connection's
     temp queue (the session subscribes to it, as RabbitMQ does)."""
     headers: dict[str, str] = {}
@@ -142,7 +144,7 @@ def message_from_send(frame: Frame, conn_id: str) -> tuple[Message, str | None]:
             reply_to = value
             if value.startswith("/"):
                 try:
-                    target = parse_destination(value, conn_id)
+                    target = parse_destination(value, conn_id, vhost_prefix=vhost_prefix)
                 except Refused:
                     pass  # not one of ours: carried as the client wrote it
                 else:
@@ -175,7 +177,9 @@ def _fits(name: str, value: str, version: str) -> bool:
     return version == "1.1" or not (":" in name or "\n" in name or "\n" in value)
 
 
-def message_headers(message: Message, version: str, conn_id: str) -> list[tuple[str, str]]:
+def message_headers(
+    message: Message, version: str, conn_id: str, vhost_prefix: str = ""
+) -> list[tuple[str, str]]:
     """The MESSAGE headers that describe ``message`` itself (the session adds
     ``destination``, ``message-id``, ``subscription`` and ``ack``). Headers this version
     cannot carry (a newline in STOMP 1.0, a NUL in any) are left out."""
@@ -192,7 +196,8 @@ def message_headers(message: Message, version: str, conn_id: str) -> list[tuple[
     if message.correlation_id is not None:
         variable.append(("correlation-id", message.correlation_id))
     if message.reply_to is not None:
-        variable.append(("reply-to", from_core(message.reply_to, conn_id) or message.reply_to))
+        shown = from_core(message.reply_to, conn_id, vhost_prefix)
+        variable.append(("reply-to", shown or message.reply_to))
     for name, value in variable:
         if _fits(name, value, version):
             out.append((name, value))

@@ -7,11 +7,13 @@ frame). Its RECEIPT goes out when the core answered: for a persistent message on
 destination, after fsync. A refusal from the core is an ERROR. SENDs awaiting the core are
 counted: past ``stomp_max_inflight`` (or 16 MiB of bodies) the session stops reading.
 
-A SEND with a ``transaction`` header is kept until COMMIT (its RECEIPT, if asked, comes at
-once: the frame was received), as are ACK and NACK frames with one. COMMIT publishes the
-messages (one batch per destination, in order) and applies the acknowledgements, then
-answers; ABORT forgets them. A transaction is not atomic across destinations: when the core
-refuses one batch (a full queue, say), the others may be published; the ERROR says which.
+A SEND with a ``transaction`` header is kept until COMMIT, and so is its RECEIPT, as
+RabbitMQ does: it goes out when the COMMIT is done, just before the COMMIT's own (and never
+after an ABORT, which forgets them). ACK and NACK frames with one are kept until COMMIT
+too, but their RECEIPTs come at once, as RabbitMQ sends them. COMMIT publishes the messages (one
+batch per destination, in order) and applies the acknowledgements, then answers. A
+transaction is not atomic across destinations: when the core refuses one batch (a full
+queue, say), the others may be published; the ERROR says which.
 """
 
 from __future__ import annotations
@@ -50,9 +52,10 @@ class _Batch:
 
 
 class _Tx:
-    __slots__ = ("acks", "frames", "nbytes", "sends")
+    __slots__ = ("acks", "frames", "nbytes", "receipts", "sends")
 
     def __init__(self) -> None:
+        self.receipts: list[str] = []  # of its SEND frames, sent at COMMIT
         self.sends: list[tuple[str, Message]] = []
         self.acks: list[tuple[StompSubscription, int, bool, bool]] = []  # sub, tag, nack, requeue
         self.frames = 0
@@ -90,7 +93,9 @@ class Publisher:
             session.start_busy(self._control(frame, target), frame)
             return
         session.authorize(Permission.WRITE, target.core)
-        message, temp_reply = message_from_send(frame, session.conn_id)
+        if "message-id" in frame:
+            raise Refused("header", "Invalid header", "'message-id' is not allowed on 'SEND'.")
+        message, temp_reply = message_from_send(frame, session.conn_id, session.vhost_prefix)
         tx_name = frame.get("transaction")
         tx = self._tx(tx_name) if tx_name is not None else None
         if (
@@ -108,7 +113,7 @@ class Publisher:
             self._tx_add(tx, len(message.body))
             tx.sends.append((core, message))
             if receipt is not None:
-                self.session.receipt(receipt)
+                tx.receipts.append(receipt)
             return
         batch = self.batches.get(core)
         if batch is None:
@@ -212,8 +217,9 @@ class Publisher:
         if tx is None:
             raise Refused(
                 "transaction",
-                "unknown transaction",
-                f"transaction {name[:100]!r} was not begun (or is already committed or aborted)",
+                "Bad transaction",
+                f'Invalid transaction identifier: "{name[:100]}" (not begun, or already '
+                "committed or aborted)",
             )
         return tx
 
@@ -224,7 +230,7 @@ class Publisher:
         if tx.frames > s.stomp_max_tx_frames or tx.nbytes > s.stomp_max_tx_bytes:
             raise Refused(
                 "transaction",
-                "transaction too large",
+                "Transaction too large",
                 f"a transaction may hold {s.stomp_max_tx_frames} frames and "
                 f"{s.stomp_max_tx_bytes} bytes of bodies",
             )
@@ -241,8 +247,8 @@ class Publisher:
         if name is None:
             raise Refused(
                 "transaction",
-                "missing transaction header",
-                f"{frame.command.value} needs a transaction header",
+                "Missing transaction",
+                f"\"{frame.command.value}\" must include a 'transaction' header",
             )
         return name
 
@@ -251,7 +257,7 @@ class Publisher:
         if name in self.transactions:
             raise Refused(
                 "transaction",
-                "duplicate transaction",
+                "Bad transaction",
                 f"transaction {name[:100]!r} is already in progress",
             )
         self.transactions[name] = _Tx()
@@ -299,9 +305,11 @@ class Publisher:
             detail = f"COMMIT: the messages for {core} were refused: {exc}"
             if published:
                 detail += f"; those for {', '.join(published)} were published"
-            raise Refused("core", "transaction failed", detail)
+            raise Refused("core", "Transaction failed", detail)
         if tx.acks:
             await link.guard(client, client.ping())  # the core has the acks
+        for done in tx.receipts:
+            session.receipt(done)
         receipt = frame.get("receipt")
         if receipt is not None:
             session.receipt(receipt)

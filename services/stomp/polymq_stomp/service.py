@@ -65,7 +65,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
 
     # A frame too large in a message up to this size gets a STOMP ERROR like any other;
     # past it aiohttp refuses the message itself (close code 1009) before buffering it.
-    max_msg = max(16 * hub.settings.stomp_max_frame, _WS_MESSAGE_FLOOR)
+    max_msg = max(2 * hub.settings.stomp_max_frame, _WS_MESSAGE_FLOOR)
     return await serve_websocket(request, endpoint, max_msg_size=max_msg)
 
 

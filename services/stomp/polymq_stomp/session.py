@@ -40,12 +40,14 @@ from polymq.corelink import CoreLink
 from polymq.errors import (
     ConnectionClosed,
     Forbidden,
+    NotFound,
     PolymqError,
     RequestError,
     Unauthorized,
     Unavailable,
 )
 from polymq.frontend import FrontendSession
+from polymq.names import VhostNames
 from polymq.types import AckMode
 
 from .codec import CLOSED, NEED_DATA, VERSIONS, Role, State, StompConnection
@@ -56,7 +58,8 @@ from .metrics import StompMetrics
 from .publisher import Publisher
 from .refusal import Refused
 from .subscription import StompSubscription, Subscriptions, release
-from .transports import Transport
+from .transports import Transport, WsTransport
+from .vhost import DEFAULT_VHOST, choose_vhost
 
 __all__ = ["SERVER_NAME", "Hub", "Session"]
 
@@ -95,13 +98,15 @@ class Session(FrontendSession):
         self.metrics = hub.metrics
         self.codec = StompConnection(
             Role.SERVER,
-            max_frame=s.stomp_max_frame,
+            max_frame=min(s.stomp_max_frame_before_login, s.stomp_max_frame),  # until CONNECTED
             max_headers=s.stomp_max_headers,
             max_header_length=s.stomp_max_header_length,
         )
         self.conn_id = secrets.token_hex(6)
         self.version = "1.0"
         self.principal: Principal | None = None
+        self.vhost = DEFAULT_VHOST
+        self.vhost_prefix = ""  # what starts the core names of the vhost's destinations
         # closing (True once an ERROR or DISCONNECT is on its way): read nothing more
         self.subscriptions = Subscriptions(self)
         self.publisher = Publisher(self)
@@ -211,10 +216,12 @@ class Session(FrontendSession):
             self.fail(exc.message, exc.detail, exc.reason, receipt)
         elif isinstance(exc, RemoteStompError):
             self.fail(exc.message, exc.detail, "protocol", receipt)
-        elif isinstance(exc, Forbidden):
-            self.fail("access refused", exc.message, "forbidden", receipt)
+        elif isinstance(exc, Forbidden):  # as RabbitMQ names the AMQP errors behind these
+            self.fail("access_refused", f"ACCESS_REFUSED - {exc.message}", "forbidden", receipt)
         elif isinstance(exc, Unauthorized):
-            self.fail("access refused", exc.message, "auth", receipt)
+            self.fail("access_refused", f"ACCESS_REFUSED - {exc.message}", "auth", receipt)
+        elif isinstance(exc, NotFound):
+            self.fail("not_found", f"NOT_FOUND - {exc.message}", "core", receipt)
         elif isinstance(exc, Unavailable | ConnectionClosed | TimeoutError):
             self.fail("the broker is unavailable", str(exc) or "timeout", "unavailable", receipt)
         elif isinstance(exc, RequestError):
@@ -382,7 +389,7 @@ class Session(FrontendSession):
             if not all(_VERSION_RE.match(v) for v in offered):
                 raise Refused(
                     "version",
-                    "malformed accept-version",
+                    "Version mismatch",
                     f"accept-version: {raw[:100]!r}: expected versions such as 1.0,1.1,1.2",
                 )
         common = [v for v in reversed(VERSIONS) if v in offered]
@@ -393,6 +400,7 @@ class Session(FrontendSession):
         hb_out = hb_in = 0
         if version != "1.0":
             hb_out, hb_in = self._heartbeats(frame.get("heart-beat") or "0,0")
+        vhost = choose_vhost(frame.get("host"), self.settings, self.transport_host())
         login = frame.get("login")
         auth = self.hub.auth
         try:
@@ -401,16 +409,23 @@ class Session(FrontendSession):
             else:
                 principal = await auth.anonymous()
         except Unauthorized as exc:
-            raise Refused("auth", "access refused", exc.message) from None
+            who = f"Access refused for user '{login[:100]}'" if login else "Access refused"
+            raise Refused("auth", "Bad CONNECT", f"{who}: {exc.message}") from None
         if not self.hub.link.connected:
             raise Unavailable(f"no connection to the core at {self.hub.link.address}")
         self.principal = principal
         self.version = version
+        self.vhost = vhost
+        self.vhost_prefix = VhostNames(vhost).prefix
         self.codec.negotiate(version)
-        headers = [("version", version), ("server", SERVER_NAME), ("session", self.conn_id)]
-        if version != "1.0":
-            headers.insert(1, ("heart-beat", f"{hb_out},{hb_in}"))
-        self._send(Frame(Command.CONNECTED, tuple(headers)))
+        self.codec.max_frame = self.settings.stomp_max_frame
+        headers = (
+            ("version", version),
+            ("heart-beat", f"{hb_out},{hb_in}"),  # 0,0 in 1.0, as RabbitMQ says it
+            ("server", SERVER_NAME),
+            ("session", self.conn_id),
+        )
+        self._send(Frame(Command.CONNECTED, headers))
         self._start_heartbeats(hb_out, hb_in)
         log.debug("stomp %s: connected as %s (STOMP %s)", self, principal.name, version)
 
@@ -419,12 +434,12 @@ class Session(FrontendSession):
         self.closing = True
         self.metrics.error("version")
         self.metrics.frames_out["ERROR"].inc()
-        body = f"this server speaks STOMP {_SUPPORTED}; the client accepts {offered[:100]!r}"
+        body = f"Supported versions are {_SUPPORTED}; the client accepts {offered[:100]!r}"
         data = body.encode()
         frame = Frame(
             Command.ERROR,
             (
-                ("message", "unsupported protocol version"),
+                ("message", "Version mismatch"),
                 ("version", _SUPPORTED),
                 ("content-type", "text/plain"),
                 ("content-length", str(len(data))),
@@ -447,7 +462,7 @@ class Session(FrontendSession):
         except ValueError:
             raise Refused(
                 "version",
-                "malformed heart-beat",
+                "Invalid header",
                 f"heart-beat: {raw[:60]!r}: expected two integers >= 0 such as 10000,10000",
             ) from None
         floor = self.settings.stomp_heartbeat_min
@@ -508,13 +523,28 @@ class Session(FrontendSession):
         if len(self._allowed) < 1024:
             self._allowed.add(key)
 
-    def target(self, destination: str | None, *, pattern: bool = False) -> Target | Control:
+    def transport_host(self) -> str | None:
+        """The host name a WebSocket client opened its socket on (its Host header)."""
+        if isinstance(self.transport, WsTransport):
+            host = self.transport.request.host
+            return host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        return None
+
+    def target(
+        self, destination: str | None, *, pattern: bool = False, command: str = "SEND"
+    ) -> Target | Control:
         """Where a STOMP destination leads (see ``destinations.py``), or Refused."""
         if destination is not None and not pattern:
             hit = self._targets.get(destination)
             if hit is not None:
                 return hit
-        target = parse_destination(destination, self.conn_id, pattern=pattern)
+        target = parse_destination(
+            destination,
+            self.conn_id,
+            pattern=pattern,
+            vhost_prefix=self.vhost_prefix,
+            command=command,
+        )
         if destination is not None and not pattern and len(self._targets) < 1024:
             self._targets[destination] = target
         return target
@@ -565,11 +595,11 @@ class Session(FrontendSession):
         if nack:
             raw = (frame.get("requeue") or "true").strip().lower()
             if raw not in ("true", "false"):
-                raise Refused("header", "invalid requeue header", "requeue: true or false")
+                raise Refused("header", "Invalid header", "requeue: true or false")
             requeue = raw == "true"
         receipt = frame.get("receipt")
         tx = frame.get("transaction")
-        if tx is not None:
+        if tx is not None:  # (the receipt at once, as RabbitMQ: only a SEND's waits for COMMIT)
             self.publisher.add_ack(tx, sub, tag, nack, requeue)
             if receipt is not None:
                 self.receipt(receipt)

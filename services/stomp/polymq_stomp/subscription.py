@@ -264,6 +264,8 @@ class Subscriptions:
         topic = sub.topic
         pattern = sub.target.is_pattern
         prefix = sub.target.topic_prefix
+        skip = 6 + len(sub.target.vhost_prefix)  # "topic/" and the vhost's prefix
+        vprefix = session.vhost_prefix
         base = sub.base_headers
         ix = sub.ix
         by_msgid = self.by_msgid
@@ -283,14 +285,14 @@ class Subscriptions:
             mid = msg.id or f"T.{conn_id}.{ix}.{tag}"
             headers = [*base, ("message-id", mid)]
             if pattern:
-                headers.append(("destination", prefix + msg.destination[6:]))
+                headers.append(("destination", prefix + msg.destination[skip:]))
             if track:
                 if not keep_id:
                     headers.append(("ack", f"{ix}.{tag}"))
                 sub.delivered(tag, mid, keep_id)
                 if keep_id:
                     by_msgid[mid] = (sub, tag)
-            headers += message_headers(msg, version, conn_id)
+            headers += message_headers(msg, version, conn_id, vprefix)
             try:
                 data = send(Frame(Command.MESSAGE, tuple(headers), msg.body))
             except LocalStompError as exc:  # pragma: no cover - message_headers keeps it sendable
@@ -313,33 +315,36 @@ class Subscriptions:
         sid = frame.get("id")
         if sid is None:
             if session.version != "1.0":
-                raise Refused("subscription", "missing id header", "SUBSCRIBE needs an id header")
+                raise Refused(
+                    "subscription", "Missing header", "'SUBSCRIBE' must include an 'id' header"
+                )
             sid = destination or ""
         if sid in self.by_id:
             raise Refused(
                 "subscription",
-                "duplicate subscription id",
-                f"subscription id {sid[:100]!r} is already in use on this connection",
+                "Duplicated subscription identifier",
+                f"A subscription identified by {sid[:100]!r} already exists.",
             )
         if len(self.by_id) >= s.stomp_max_subscriptions:
             raise Refused(
                 "subscription",
-                "too many subscriptions",
+                "Too many subscriptions",
                 f"at most {s.stomp_max_subscriptions} subscriptions per connection",
             )
-        target = session.target(destination, pattern=True)
+        target = session.target(destination, pattern=True, command="SUBSCRIBE")
         if isinstance(target, Control):
             raise Refused(
                 "destination",
-                "cannot subscribe to a control destination",
-                "control destinations answer a SEND that has a receipt header",
+                "Invalid destination",
+                f"{target.stomp if isinstance(target, Target) else destination!r} cannot be "
+                "subscribed to: control destinations answer a SEND that has a receipt header",
             )
         ack = frame.get("ack") or "auto"
         mode = _ACK_MODES.get(ack)
         if mode is None:
             raise Refused(
                 "header",
-                "invalid ack header",
+                "Invalid header",
                 f"ack: {ack[:40]!r}: expected auto, client or client-individual",
             )
         window, options = self._options(frame, target, mode)
@@ -371,8 +376,9 @@ class Subscriptions:
             if target.kind is not Kind.STREAM:
                 raise Refused(
                     "header",
-                    "x-stream-offset applies to streams",
-                    f"{target.stomp} is not a /stream/ destination",
+                    "Invalid header",
+                    f"x-stream-offset applies to streams: {target.stomp} is not a /stream/ "
+                    "destination",
                 )
             options["offset"] = _stream_offset(raw)
         raw = frame.get("x-buffer-messages")
@@ -387,7 +393,7 @@ class Subscriptions:
             if raw not in ("drop", "disconnect"):
                 raise Refused(
                     "header",
-                    "invalid x-slow-policy header",
+                    "Invalid header",
                     f"x-slow-policy: {raw[:40]!r}: expected drop or disconnect",
                 )
             options["slow_policy"] = raw
@@ -462,13 +468,18 @@ class Subscriptions:
         if sid is None and session.version == "1.0":
             sid = frame.get("destination")
         if sid is None:
-            raise Refused("subscription", "missing id header", "UNSUBSCRIBE needs an id header")
+            raise Refused(
+                "subscription",
+                "Missing destination or id",
+                "UNSUBSCRIBE must include a 'destination' or 'id' header",
+            )
         sub = self.by_id.pop(sid, None)
         if sub is None:
             raise Refused(
                 "subscription",
-                "unknown subscription",
-                f"there is no subscription {sid[:100]!r} on this connection",
+                "No subscription found",
+                "UNSUBSCRIBE must refer to an existing subscription.\n"
+                f"Subscription to \"id='{sid[:100]}'\" not found.",
             )
         self.by_ix.pop(sub.ix, None)
         sub.closed = True
@@ -497,7 +508,9 @@ class Subscriptions:
             ack_id = frame.get("id")
             if ack_id is None:
                 raise Refused(
-                    "ack", "missing id header", f"{what} needs the id header (the MESSAGE's ack)"
+                    "ack",
+                    "Missing header",
+                    f'"{what}" must include the "id" header (the MESSAGE\'s ack)',
                 )
             ix_s, _, tag_s = ack_id.partition(".")
             sub = self.by_ix.get(int(ix_s)) if ix_s.isdigit() else None
@@ -507,17 +520,19 @@ class Subscriptions:
             if ack_id is None:
                 raise Refused(
                     "ack",
-                    "missing message-id header",
-                    f"{what} needs the message-id header of the MESSAGE",
+                    "Missing header",
+                    f'"{what}" must include the "message-id" header of the MESSAGE',
                 )
             entry = self.by_msgid.get(ack_id)
             sub, tag = entry if entry is not None else (None, 0)
         if sub is None or not sub.owes(tag):
             auto = sub is not None and sub.mode is AckMode.AUTO
+            header = "id" if self.session.version == "1.2" else "message-id"
             raise Refused(
                 "ack",
-                f"unknown {what} id",
-                f"{what} {ack_id[:100]!r} names no unacknowledged message of this connection"
+                "Invalid header",
+                f'"{what}" must include a valid "{header}" header: '
+                f"{ack_id[:100]!r} names no unacknowledged message of this connection"
                 + (" (its subscription uses ack: auto)" if auto else "")
                 + ": already acknowledged, or never delivered",
             )
@@ -586,7 +601,7 @@ def _stream_offset(raw: str) -> str | int | float:
     except RequestError:
         raise Refused(
             "header",
-            "invalid x-stream-offset header",
+            "Invalid header",
             f"x-stream-offset: {raw[:60]!r}: expected first, last, next, a sequence number, "
             "offset=<n>, @<unix seconds> or timestamp=<unix seconds>",
         ) from None

@@ -16,6 +16,7 @@ import stomp
 from stomp.utils import Frame as StompPyFrame
 
 from ...procs import WAIT, PolymqProcess, RawSocket
+from ...rabbit import RabbitNode, find_server, has_plugin, rabbit_node
 
 
 def eventually(check: Callable[[], bool], timeout: float = WAIT) -> None:
@@ -121,6 +122,20 @@ def run_stomp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProces
 @pytest.fixture(params=["tcp", "ws"])
 def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+_STOMP_PLUGINS = ("rabbitmq_stomp", "rabbitmq_web_stomp")
+
+
+@pytest.fixture(scope="package")
+def rabbit_stomp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitNode]:
+    """A private RabbitMQ node (``tests/rabbit.py``) with its STOMP plugins, on ports of its
+    own, for the tests that show RabbitMQ does what polymq does; skipped where RabbitMQ or
+    its STOMP plugins are not installed."""
+    if find_server() is None or not all(map(has_plugin, _STOMP_PLUGINS)):
+        pytest.skip("RabbitMQ with its STOMP plugins is not installed here")
+    with rabbit_node(tmp_path_factory.mktemp("rabbit"), plugins=_STOMP_PLUGINS) as node:
+        yield node
 
 
 @pytest.fixture

@@ -86,7 +86,7 @@ def test_client_ack_of_an_already_covered_message_is_an_error(client: Clients) -
     c.listener.wait_receipt("all")
     c.conn.ack(msgs[0].headers["ack"])  # covered by the cumulative ACK
     error = c.listener.wait_error()
-    assert error.headers["message"] == "unknown ACK id"
+    assert error.headers["message"] == "Invalid header"
 
 
 def test_client_individual_ack_names_one_message(client: Clients, run_stomp: PolymqProcess) -> None:

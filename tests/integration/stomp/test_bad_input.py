@@ -114,34 +114,34 @@ SUB = "SUBSCRIBE"
 CASES = {
     # before CONNECT
     "send-before-connect": Case(
-        frame("SEND", b"early", destination="/queue/x"), "expected CONNECT", before=True
+        frame("SEND", b"early", destination="/queue/x"), "Illegal command", before=True
     ),
     "subscribe-before-connect": Case(
-        frame(SUB, destination="/queue/x", id="1"), "expected CONNECT", before=True
+        frame(SUB, destination="/queue/x", id="1"), "Illegal command", before=True
     ),
-    "unknown-command-first": Case(frame("HELLO"), "unknown command", "HELLO", before=True),
-    "http-request": Case(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "unknown command", before=True),
+    "unknown-command-first": Case(frame("HELLO"), "Bad command", "HELLO", before=True),
+    "http-request": Case(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "Bad command", before=True),
     "tls-client-hello": Case(
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(1, 200)),
-        "unknown command",
+        "Bad command",
         before=True,
     ),
     "malformed-accept-version": Case(
         frame("CONNECT", **{"accept-version": "1.x", "host": "h"}),
-        "malformed accept-version",
+        "Version mismatch",
         "1.x",
         before=True,
     ),
     "malformed-heart-beat": Case(
         frame("CONNECT", **{"accept-version": "1.2", "heart-beat": "fast", "host": "h"}),
-        "malformed heart-beat",
+        "Invalid header",
         before=True,
     ),
     # after CONNECT
-    "connect-twice": Case(CONNECT, "unexpected CONNECT"),
-    "unknown-command": Case(frame("PUBLISH", destination="/queue/x"), "unknown command"),
-    "server-command": Case(frame("MESSAGE", destination="/queue/x"), "unknown command"),
-    "garbage-bytes": Case(b"\xde\xad\xbe\xef\xff\n\n\0", "unknown command"),
+    "connect-twice": Case(CONNECT, "Illegal command"),
+    "unknown-command": Case(frame("PUBLISH", destination="/queue/x"), "Bad command"),
+    "server-command": Case(frame("MESSAGE", destination="/queue/x"), "Bad command"),
+    "garbage-bytes": Case(b"\xde\xad\xbe\xef\xff\n\n\0", "Bad command"),
     "nul-in-headers": Case(b"SEND\ndestination:/queue/\0x\n\n\0", "malformed frame"),
     "header-without-colon": Case(
         b"SEND\ndestination:/queue/x\nnocolon\n\nbody\0", "malformed header"
@@ -173,82 +173,84 @@ CASES = {
         "header too long",
         str(MAX_HEADER_LENGTH),
     ),
-    "bad-ack-id": Case(frame("ACK", id="1.999", receipt="a"), "unknown ACK id", "1.999", "a"),
-    "bad-nack-id": Case(frame("NACK", id="nonsense"), "unknown NACK id", "nonsense"),
-    "ack-without-id": Case(frame("ACK"), "missing id header"),
+    "bad-ack-id": Case(frame("ACK", id="1.999", receipt="a"), "Invalid header", "1.999", "a"),
+    "bad-nack-id": Case(frame("NACK", id="nonsense"), "Invalid header", "nonsense"),
+    "ack-without-id": Case(frame("ACK"), "Missing header", '"id"'),
     "unknown-subscription": Case(
-        frame("UNSUBSCRIBE", id="nope", receipt="u"), "unknown subscription", "nope", "u"
+        frame("UNSUBSCRIBE", id="nope", receipt="u"), "No subscription found", "nope", "u"
     ),
     "duplicate-subscription": Case(
         frame(SUB, destination="/queue/d", id="1") + frame(SUB, destination="/queue/e", id="1"),
-        "duplicate subscription id",
+        "Duplicated subscription identifier",
     ),
-    "subscribe-without-id": Case(frame(SUB, destination="/queue/x"), "missing id header"),
+    "subscribe-without-id": Case(frame(SUB, destination="/queue/x"), "Missing header"),
     "too-many-subscriptions": Case(
         b"".join(
             frame(SUB, destination=f"/queue/many{i}", id=str(i))
             for i in range(MAX_SUBSCRIPTIONS + 1)
         ),
-        "too many subscriptions",
+        "Too many subscriptions",
         str(MAX_SUBSCRIPTIONS),
     ),
     "unknown-destination-prefix": Case(
         frame("SEND", b"lost", destination="/nowhere/x", receipt="r1"),
-        "invalid destination '/nowhere/x'",
+        "Unknown destination",
         "/queue/<name>",
         "r1",
     ),
     "slash-in-a-name": Case(
-        frame(SUB, destination="/queue/a/b", id="1"), "invalid destination '/queue/a/b'"
+        frame(SUB, destination="/queue/a/b", id="1"), "Invalid destination", "/queue/a/b"
     ),
     "bad-characters": Case(
-        frame("SEND", destination="/queue/a b"), "invalid destination '/queue/a b'"
+        frame("SEND", destination="/queue/a b"), "Invalid destination", "/queue/a b"
     ),
-    "missing-destination": Case(frame("SEND", b"where?"), "missing destination header"),
+    "missing-destination": Case(
+        frame("SEND", b"where?"), "Missing destination", "'SEND' must include a 'destination'"
+    ),
     "unmapped-exchange": Case(
         frame("SEND", destination="/exchange/amq.fanout/x"),
-        "invalid destination '/exchange/amq.fanout/x'",
+        "Invalid destination",
     ),
     "subscribe-to-control": Case(
         frame(SUB, destination="/control/count-msgs/queue/x", id="1"),
-        "cannot subscribe to a control destination",
+        "Invalid destination",
     ),
     "count-msgs-of-a-topic": Case(
         frame("SEND", destination="/control/count-msgs/topic/x", receipt="c"),
-        "invalid destination '/control/count-msgs/topic/x'",
+        "Invalid destination",
         receipt="c",
     ),
     "bad-priority": Case(
-        frame("SEND", destination="/queue/x", priority="11"), "invalid priority header"
+        frame("SEND", destination="/queue/x", priority="11"), "Invalid header", "priority"
     ),
     "bad-persistent": Case(
         frame("SEND", destination="/queue/x", persistent="maybe", receipt="p"),
-        "invalid persistent header",
+        "Invalid header",
         receipt="p",
     ),
     "bad-prefetch": Case(
         frame(SUB, destination="/queue/x", id="1", **{"prefetch-count": "-5"}),
-        "invalid prefetch-count header",
+        "Invalid header",
     ),
     "bad-ack-timeout": Case(
         frame(SUB, destination="/queue/x", id="1", ack="client", **{"ack-timeout": "-1"}),
-        "invalid ack-timeout header",
+        "Invalid header",
     ),
     "bad-ack-mode": Case(
-        frame(SUB, destination="/queue/x", id="1", ack="sometimes"), "invalid ack header"
+        frame(SUB, destination="/queue/x", id="1", ack="sometimes"), "Invalid header", "ack"
     ),
     "stream-offset-on-a-queue": Case(
         frame(SUB, destination="/queue/x", id="1", **{"x-stream-offset": "first"}),
-        "x-stream-offset applies to streams",
+        "Invalid header",
     ),
     "unknown-transaction": Case(
-        frame("SEND", destination="/queue/x", transaction="nope"), "unknown transaction"
+        frame("SEND", destination="/queue/x", transaction="nope"), "Bad transaction"
     ),
-    "commit-without-transaction": Case(frame("COMMIT"), "missing transaction header"),
+    "commit-without-transaction": Case(frame("COMMIT"), "Missing transaction"),
     "duplicate-transaction": Case(
-        frame("BEGIN", transaction="t") + frame("BEGIN", transaction="t"), "duplicate transaction"
+        frame("BEGIN", transaction="t") + frame("BEGIN", transaction="t"), "Bad transaction"
     ),
-    "abort-unknown-transaction": Case(frame("ABORT", transaction="t"), "unknown transaction"),
+    "abort-unknown-transaction": Case(frame("ABORT", transaction="t"), "Bad transaction"),
 }
 
 
@@ -298,7 +300,7 @@ def test_error_frame_survives_a_client_that_keeps_sending(raw: Raw) -> None:
     except OSError:
         pass  # the server may have closed already: what matters is what we can read
     _, headers, _ = raw.read_error()
-    assert headers["message"] == "invalid destination '/nowhere'"
+    assert headers["message"] == "Unknown destination"
 
 
 def test_frames_behind_a_refused_one_are_ignored(raw: Raw, limited: PolymqProcess) -> None:

@@ -29,7 +29,7 @@ Connect = Callable[..., Stomp]
 def test_connect_negotiates_stomp_12(run_stomp: PolymqProcess) -> None:
     raw = RawStomp(run_stomp.ports["stomp"])
     try:
-        raw.frame("STOMP", {"accept-version": "1.0,1.1,1.2", "host": "anything.example"})
+        raw.frame("STOMP", {"accept-version": "1.0,1.1,1.2", "host": "/"})
         command, headers, _ = raw.read_frame()
         assert command == "CONNECTED"
         assert headers["version"] == "1.2"
@@ -158,7 +158,7 @@ def test_control_destination_counts(connect: Connect, run_stomp: PolymqProcess) 
     # stomp.py keeps only a RECEIPT's id: read its other headers over a raw socket
     raw = RawStomp(run_stomp.ports["stomp"])
     try:
-        raw.frame("CONNECT", {"accept-version": "1.2", "host": "x"})
+        raw.frame("CONNECT", {"accept-version": "1.2", "host": "/"})
         assert raw.read_frame()[0] == "CONNECTED"
         raw.frame("SEND", {"destination": f"/control/count-msgs/queue/{name}", "receipt": "n"})
         command, headers, _ = raw.read_frame()
@@ -179,7 +179,7 @@ def test_bad_ack_id_is_an_error_and_others_are_served(connect: Connect) -> None:
     bad = connect()
     bad.conn.ack("no-such-id")
     error = bad.listener.wait_error()
-    assert error.headers["message"] == "unknown ACK id"
+    assert error.headers["message"] == "Invalid header"
     assert "no-such-id" in error.body
     bad.listener.disconnected.wait(WAIT)
     other = connect()  # the server goes on serving
@@ -194,7 +194,7 @@ def test_garbage_gets_an_error_frame_before_the_close(run_stomp: PolymqProcess) 
         raw.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         command, headers, body = raw.read_frame()
         assert command == "ERROR"
-        assert headers["message"] == "unknown command"
+        assert headers["message"] == "Bad command"
         assert b"GET" in body
         assert raw.closed_by_server()
     finally:
@@ -203,7 +203,7 @@ def test_garbage_gets_an_error_frame_before_the_close(run_stomp: PolymqProcess) 
     try:
         raw.frame("SEND", {"destination": "/queue/x"}, b"early")
         command, headers, _ = raw.read_frame()
-        assert (command, headers["message"]) == ("ERROR", "expected CONNECT")
+        assert (command, headers["message"]) == ("ERROR", "Illegal command")
     finally:
         raw.close()
 
@@ -212,7 +212,7 @@ def test_unknown_destination_is_an_error_naming_the_accepted_forms(connect: Conn
     c = connect()
     c.conn.send("/nowhere/x", "lost")
     error = c.listener.wait_error()
-    assert error.headers["message"] == "invalid destination '/nowhere/x'"
+    assert error.headers["message"] == "Unknown destination"
     assert "/queue/<name>" in error.body
 
 
@@ -220,7 +220,7 @@ def test_silent_client_is_disconnected_after_the_heart_beat(run_stomp: PolymqPro
     raw = RawStomp(run_stomp.ports["stomp"])
     try:
         # the client promises a heart-beat every 200 ms, then says nothing
-        raw.frame("CONNECT", {"accept-version": "1.2", "host": "x", "heart-beat": "200,0"})
+        raw.frame("CONNECT", {"accept-version": "1.2", "host": "/", "heart-beat": "200,0"})
         command, headers, _ = raw.read_frame()
         assert (command, headers["heart-beat"]) == ("CONNECTED", "0,200")
         start = time.monotonic()
@@ -258,7 +258,7 @@ def test_websocket_picks_a_stomp_subprotocol(run_stomp: PolymqProcess) -> None:
     )
     try:
         assert ws.getsubprotocol() == "v12.stomp"  # browsers refuse a socket without one
-        ws.send("CONNECT\naccept-version:1.1,1.2\nhost:x\n\n\0")
+        ws.send("CONNECT\naccept-version:1.1,1.2\nhost:/\n\n\0")
         assert ws.recv().startswith("CONNECTED\n")
     finally:
         ws.close()
@@ -387,7 +387,7 @@ def test_polymq_stomp_with_file_auth_against_a_separate_core(tmp_path: Path) -> 
             refused = Stomp(fe, "tcp")
             with pytest.raises(stomp.exception.ConnectFailedException):
                 refused.connect(username="alice", passcode="wrong")
-            assert refused.listener.errors[0].headers["message"] == "access refused"
+            assert refused.listener.errors[0].headers["message"] == "Bad CONNECT"
 
             alice = Stomp(fe, "ws").connect(username="alice", passcode="secret")
             alice.conn.subscribe("/queue/alice.inbox", id="1", headers={"receipt": "ok"})
@@ -395,7 +395,7 @@ def test_polymq_stomp_with_file_auth_against_a_separate_core(tmp_path: Path) -> 
             assert alice.listener.wait_messages(1)[0].body == "mine"
             alice.conn.send("/queue/bob.inbox", "not mine")
             error = alice.listener.wait_error()
-            assert error.headers["message"] == "access refused"
+            assert error.headers["message"] == "access_refused"
             assert "write permission" in error.body
 
 

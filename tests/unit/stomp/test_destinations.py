@@ -93,3 +93,50 @@ def test_from_core() -> None:
     assert from_core(f"queue/tmp.{CONN}.r", "other") == f"/queue/tmp.{CONN}.r"
     assert from_core("channel/c") is None
     assert from_core("not a destination") is None
+
+
+# ---- vhosts ------------------------------------------------------------------------------
+OTHER = "amqp:vother."  # polymq.names.VhostNames("other").prefix
+
+
+@pytest.mark.parametrize(
+    ("stomp", "core", "back"),
+    [
+        ("/queue/orders", f"queue/{OTHER}orders", "/queue/orders"),
+        ("/topic/news.*", f"topic/{OTHER}news.*", "/topic/news.*"),
+        ("/stream/log", f"stream/{OTHER}log", "/stream/log"),
+        ("/amq/queue/orders", f"queue/{OTHER}orders", "/queue/orders"),
+        ("/temp-queue/replies", f"queue/tmp.{CONN}.replies", "/temp-queue/replies"),  # private
+    ],
+)
+def test_a_vhost_prefixes_the_core_names(stomp: str, core: str, back: str) -> None:
+    target = parse_destination(stomp, CONN, pattern=True, vhost_prefix=OTHER)
+    assert isinstance(target, Target)
+    assert (target.core, target.stomp) == (core, stomp)
+    assert from_core(core, CONN, OTHER) == back
+
+
+def test_a_vhost_does_not_show_another_vhosts_names() -> None:
+    assert from_core("queue/orders", CONN, OTHER) is None
+    assert from_core(f"queue/{OTHER}orders", CONN) == f"/queue/{OTHER}orders"  # (from /)
+
+
+def test_control_destinations_count_in_the_vhost() -> None:
+    ctl = parse_destination("/control/count-msgs/queue/q", CONN, vhost_prefix=OTHER)
+    assert isinstance(ctl, Control)
+    assert ctl.core == f"queue/{OTHER}q"
+
+
+@pytest.mark.parametrize(
+    ("destination", "message", "detail"),
+    [
+        (None, "Missing destination", "'SUBSCRIBE' must include a 'destination' header"),
+        ("/nowhere/x", "Unknown destination", "'/nowhere/x' is not a valid destination"),
+        ("/queue/a b", "Invalid destination", "'/queue/a b' is not a valid destination"),
+    ],
+)
+def test_refusals_in_rabbitmqs_words(destination: str | None, message: str, detail: str) -> None:
+    with pytest.raises(Refused) as exc:
+        parse_destination(destination, CONN, command="SUBSCRIBE")
+    assert (exc.value.reason, exc.value.message) == ("destination", message)
+    assert detail in exc.value.detail

@@ -1,4 +1,4 @@
-"""Tests for polymq_amqp.names: AMQP names in the core's alphabet, reversibly."""
+"""Tests for polymq.names: AMQP (and STOMP vhost) names in the core's alphabet, reversibly."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from polymq.types import Destination
-from polymq_amqp.names import (
+from polymq.names import (
     UnmappableName,
     VhostNames,
     escape_key,
@@ -18,6 +17,7 @@ from polymq_amqp.names import (
     unescape_key,
     unescape_word,
 )
+from polymq.types import Destination
 
 SEGMENT = re.compile(r"[A-Za-z0-9_:\-]+\Z")
 text = st.text(max_size=40)
@@ -101,3 +101,11 @@ def test_too_long_names() -> None:
     with pytest.raises(UnmappableName):
         names.queue("é" * 100)
     assert names.publish_topic("x", "é" * 100) is None
+
+
+def test_prefix_starts_a_vhosts_queue_names() -> None:
+    """What the STOMP frontend puts before its destinations' names in a vhost."""
+    assert VhostNames("/").prefix == ""
+    other = VhostNames("other")
+    assert other.prefix == "amqp:vother."
+    assert other.queue("orders") == f"queue/{other.prefix}orders"

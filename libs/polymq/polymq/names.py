@@ -1,0 +1,202 @@
+"""AMQP names and the core's, both ways: vhosts, exchanges, queues and routing keys.
+
+Shared by the frontends that have virtual hosts: AMQP maps all of this; STOMP maps its
+``host`` header (a vhost) with :attr:`VhostNames.prefix`, so that STOMP's ``/queue/x`` in
+vhost ``v`` is AMQP's queue ``x`` in vhost ``v``.
+
+The core's names are dot-separated segments of ``[A-Za-z0-9_:-]`` (at most 255 bytes);
+AMQP's are almost any text. Each AMQP word is escaped into one core segment, reversibly:
+
+- letters, digits, ``_`` and ``-`` stand for themselves;
+- any other character is ``:`` and two upper-case hex digits per UTF-8 byte
+  (``:`` itself is ``:3A``, a space ``:20``, ``é`` ``:C3:A9``);
+- the empty word is a lone ``:`` (so ``a..b`` and a routing key ``""`` have segments too).
+
+A routing key or queue name is split on ``.`` and each word escaped (:func:`escape_key`);
+an exchange name or vhost becomes a single segment (:func:`escape_word`, its dots escaped).
+
+======================================  ================================================
+AMQP                                    core
+======================================  ================================================
+queue ``Q`` in vhost ``/``              ``queue/<Q>`` (``orders`` is ``queue/orders``:
+                                        the queue STOMP's ``/queue/orders`` and HTTP use)
+queue ``Q`` in vhost ``v``              ``queue/amqp:v<v>.<Q>``
+exchange ``E`` in vhost ``/``           topics ``amqp.<E>.…``
+exchange ``E`` in vhost ``v``           topics ``amqp:v<v>.<E>.…``
+publish to ``E`` with key ``K``         ``topic/amqp.<E>.<K>``
+default exchange, key ``K``             ``queue/<K>``
+======================================  ================================================
+
+``:v`` can never come out of escaping (``v`` is no hex digit), so another vhost's names can
+never collide with those of ``/``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Final
+
+__all__ = [
+    "DEFAULT_VHOST",
+    "UnmappableName",
+    "VhostNames",
+    "escape_key",
+    "escape_pattern",
+    "escape_word",
+    "unescape_key",
+    "unescape_word",
+]
+
+DEFAULT_VHOST: Final = "/"
+MAX_CORE_NAME: Final = 255
+_PLAIN: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+_PLAIN_RE: Final = re.compile(r"[A-Za-z0-9_\-]+\Z")
+_ESCAPED_RE: Final = re.compile(r":([0-9A-F]{2})")
+
+
+class UnmappableName(ValueError):
+    """A name that cannot be mapped (too long once escaped, or not a core name)."""
+
+
+@lru_cache(maxsize=4096)  # every publish maps its names: the same few, many times
+def escape_word(word: str) -> str:
+    """One AMQP word (no meaning given to dots) as one core segment."""
+    if not word:
+        return ":"
+    if _PLAIN_RE.match(word):
+        return word
+    out: list[str] = []
+    for ch in word:
+        if ch in _PLAIN:
+            out.append(ch)
+        else:
+            out.extend(f":{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+    return "".join(out)
+
+
+def unescape_word(segment: str) -> str:
+    """The AMQP word behind one core segment (the inverse of :func:`escape_word`)."""
+    if segment == ":":
+        return ""
+    if ":" not in segment:
+        return segment
+    out = bytearray()
+    i = 0
+    n = len(segment)
+    while i < n:
+        ch = segment[i]
+        if ch == ":" and _ESCAPED_RE.match(segment, i):
+            out.append(int(segment[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.extend(ch.encode("utf-8"))
+            i += 1
+    try:
+        return out.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # not escaped by us (a name from another protocol)
+        return out.decode("utf-8", "replace")
+
+
+@lru_cache(maxsize=4096)
+def escape_key(key: str) -> str:
+    """A dotted AMQP name (routing key, queue name): each word escaped, dots kept."""
+    if _PLAIN_RE.match(key.replace(".", "_")) and not _has_empty_word(key):
+        return key
+    return ".".join(escape_word(w) for w in key.split("."))
+
+
+def unescape_key(name: str) -> str:
+    return ".".join(unescape_word(s) for s in name.split("."))
+
+
+def escape_pattern(key: str) -> str:
+    """A topic exchange binding key as a core pattern: ``*`` and ``#`` words kept."""
+    return ".".join(w if w in ("*", "#") else escape_word(w) for w in key.split("."))
+
+
+def _has_empty_word(key: str) -> bool:
+    return not key or key.startswith(".") or key.endswith(".") or ".." in key
+
+
+def _check(name: str, what: str) -> str:
+    if len(name.encode("utf-8")) > MAX_CORE_NAME:
+        raise UnmappableName(
+            f"{what} is too long once mapped to the core's alphabet "
+            f"({len(name.encode())} > {MAX_CORE_NAME} bytes)"
+        )
+    return name
+
+
+class VhostNames:
+    """The core names of one vhost's queues and exchanges."""
+
+    __slots__ = ("_queue_prefix", "_topic_prefix", "vhost")
+
+    def __init__(self, vhost: str) -> None:
+        self.vhost = vhost
+        if vhost == DEFAULT_VHOST:
+            self._queue_prefix = ""
+            self._topic_prefix = "amqp."
+        else:
+            seg = "amqp:v" + escape_word(vhost)
+            self._queue_prefix = seg + "."
+            self._topic_prefix = seg + "."
+
+    @property
+    def prefix(self) -> str:
+        """What starts the core name of each of this vhost's queues and exchange topics:
+        ``""`` for ``/``, else ``amqp:v<vhost>.``."""
+        return self._queue_prefix
+
+    @property
+    def key(self) -> str:
+        """The vhost as one segment, for key/value keys."""
+        return escape_word(self.vhost)
+
+    # ---- queues ----------------------------------------------------------------------------
+    def queue(self, name: str) -> str:
+        """``queue/<...>`` of the AMQP queue ``name``; UnmappableName if too long."""
+        return "queue/" + _check(self._queue_prefix + escape_key(name), f"queue name {name!r}")
+
+    def queue_of(self, core: str) -> str | None:
+        """The AMQP name of a core queue destination of this vhost (None if not one)."""
+        if not core.startswith("queue/"):
+            return None
+        rest = core[6:]
+        if self._queue_prefix:
+            if not rest.startswith(self._queue_prefix):
+                return None
+            rest = rest[len(self._queue_prefix) :]
+        elif rest.startswith("amqp:v"):
+            return None
+        return unescape_key(rest)
+
+    # ---- exchanges -------------------------------------------------------------------------
+    def exchange_base(self, exchange: str) -> str:
+        """``amqp.<E>``: the topic namespace of exchange ``exchange``."""
+        return self._topic_prefix + escape_word(exchange)
+
+    def publish_topic(self, exchange: str, routing_key: str) -> str | None:
+        """``topic/amqp.<E>.<K>`` for a publish; None when too long for the core (no
+        binding can name it exactly, and a pattern would need the name to exist)."""
+        name = f"{self.exchange_base(exchange)}.{escape_key(routing_key)}"
+        if len(name.encode("utf-8")) > MAX_CORE_NAME:
+            return None
+        return "topic/" + name
+
+    def binding_topic(self, exchange: str, pattern: str) -> str:
+        """``topic/amqp.<E>.<pattern>`` (``pattern`` already in the core's form)."""
+        return "topic/" + _check(
+            f"{self.exchange_base(exchange)}.{pattern}", f"binding key for exchange {exchange!r}"
+        )
+
+    def route_of(self, topic: str) -> tuple[str, str] | None:
+        """``(exchange, routing key)`` of a core topic in this vhost's exchange namespace."""
+        if not topic.startswith("topic/" + self._topic_prefix):
+            return None
+        rest = topic[6 + len(self._topic_prefix) :]
+        seg, _, key = rest.partition(".")
+        if not seg:
+            return None
+        return unescape_word(seg), unescape_key(key) if key else ""
