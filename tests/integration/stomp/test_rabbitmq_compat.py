@@ -1,0 +1,378 @@
+"""RabbitMQ's STOMP conventions (issue 16), each shown against polymq and, where the test
+is parametrized with ``broker``, against a private RabbitMQ node with its STOMP plugins
+(``rabbit_stomp`` in conftest.py: skipped where they are not installed), so that the same
+test passes on both. Raw frames (``helpers.Raw``) over TCP and WebSocket, and stomp.py's
+1.0/1.1/1.2 clients.
+
+Both are reached the way RabbitMQ wants: ``host: /`` (RabbitMQ takes the host header for a
+vhost and refuses any it does not have) and guest/guest (polymq runs without
+authentication here and takes any login)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pika
+import pytest
+
+from ...procs import PolymqProcess
+from ...rabbit import RabbitNode
+from .helpers import QUIET, Clients, Raw, RawFrame, RawTcp, RawWs, StompClient, clients, unique
+
+pytestmark = pytest.mark.timeout(120)
+
+MIB = 1024 * 1024
+LOGIN = {"login": "guest", "passcode": "guest"}
+
+
+@dataclass
+class Broker:
+    """Where a test's STOMP clients go: polymq or RabbitMQ (what ``StompClient`` needs)."""
+
+    name: str
+    ports: dict[str, int]
+
+    def raw(self, transport: str) -> Raw:
+        if transport == "tcp":
+            return RawTcp(self.ports["stomp"])
+        return RawWs(self.ports["stomp_ws"])
+
+
+@pytest.fixture(scope="module")
+def run_stomp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
+    """``polymq run`` with a second vhost, ``other``, for STOMP and AMQP."""
+    workdir: Path = tmp_path_factory.mktemp("stomp-compat")
+    env = {"POLYMQ_STOMP_VHOSTS": "/,other", "POLYMQ_AMQP_VHOSTS": "/,other"}
+    with PolymqProcess("run", workdir, env=env) as proc:
+        yield proc
+
+
+@pytest.fixture(params=["polymq", "rabbitmq"])
+def broker(request: pytest.FixtureRequest) -> Broker:
+    if request.param == "polymq":
+        proc: PolymqProcess = request.getfixturevalue("run_stomp")
+        return Broker("polymq", {k: proc.ports[k] for k in ("stomp", "stomp_ws")})
+    node: RabbitNode = request.getfixturevalue("rabbit_stomp")
+    return Broker("rabbitmq", {"stomp": node.stomp_port, "stomp_ws": node.web_stomp_port})
+
+
+@pytest.fixture
+def polymq(run_stomp: PolymqProcess) -> Broker:
+    return Broker("polymq", {k: run_stomp.ports[k] for k in ("stomp", "stomp_ws")})
+
+
+@pytest.fixture
+def raws() -> Iterator[list[Raw]]:
+    made: list[Raw] = []
+    yield made
+    for raw in made:
+        raw.close()
+
+
+def opened(raws: list[Raw], broker: Broker, transport: str, **headers: str) -> Raw:
+    """A raw connection, CONNECTed (STOMP 1.2, ``host: /``, guest) unless ``headers`` say
+    otherwise."""
+    raw = broker.raw(transport)
+    raws.append(raw)
+    raw.connect(**{"host": "/", **LOGIN, **headers})
+    return raw
+
+
+@pytest.fixture
+def client(broker: Broker, transport: str) -> Iterator[Clients]:
+    with clients(broker, transport) as make:  # type: ignore[arg-type]  # duck-typed
+        yield make
+
+
+def stomppy(make: Clients, version: str = "1.2", **connect: str) -> StompClient:
+    """A stomp.py client (``host: /``; stomp.py's 1.0 client sends no host: the default)."""
+    ctor = {"vhost": "/"} if version != "1.0" else {}
+    return make(version, ctor=ctor, username="guest", passcode="guest", **connect)
+
+
+def until(raw: Raw, command: str, **headers: str) -> list[RawFrame]:
+    """Frames read up to and including the first ``command`` frame with ``headers``."""
+    got = []
+    while True:
+        frame = raw.read_frame()
+        got.append(frame)
+        if frame[0] == command and all(frame[1].get(k) == v for k, v in headers.items()):
+            return got
+
+
+def closes(broker: Broker, raw: Raw) -> None:
+    """polymq closes the connection after an ERROR frame, as STOMP says a server must;
+    RabbitMQ keeps it open after many (not shown here)."""
+    if broker.name == "polymq":
+        assert raw.closed_by_server()
+
+
+def receipts(frames: list[RawFrame]) -> list[str]:
+    return [h["receipt-id"] for c, h, _ in frames if c == "RECEIPT"]
+
+
+# ---- 1. CONNECTED to a STOMP 1.0 client ----------------------------------------------------
+def test_connected_to_a_stomp_10_client_says_version_and_heart_beat(
+    broker: Broker, transport: str, raws: list[Raw]
+) -> None:
+    raw = broker.raw(transport)
+    raws.append(raw)
+    raw.frame("CONNECT", LOGIN)  # no accept-version: STOMP 1.0; no host
+    command, headers, _ = raw.read_frame()
+    assert command == "CONNECTED", headers
+    assert (headers["version"], headers["heart-beat"]) == ("1.0", "0,0")
+
+
+def test_stomppy_10_client_sees_version_10(broker: Broker) -> None:
+    with clients(broker, "tcp") as make:  # type: ignore[arg-type]
+        c = stomppy(make, "1.0")
+        [connected] = c.listener.connected
+        assert (connected.headers["version"], connected.headers["heart-beat"]) == ("1.0", "0,0")
+        q = f"/queue/{unique()}"
+        c.subscribe(q)
+        c.send_receipted(q, "over 1.0")
+        assert c.listener.wait_messages(1)[0].body == "over 1.0"
+
+
+# ---- 7. virtual hosts, frame sizes, message-id -----------------------------------------
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_host_slash_is_the_default_vhost(broker: Broker, version: str) -> None:
+    with clients(broker, "tcp") as make:  # type: ignore[arg-type]
+        a, b = stomppy(make, version), stomppy(make, "1.2")
+        q = f"/queue/{unique()}"
+        b.subscribe(q)
+        a.send_receipted(q, f"from {version}")
+        assert b.listener.wait_messages(1)[0].body == f"from {version}"
+
+
+def test_an_unknown_vhost_is_refused(broker: Broker, transport: str, raws: list[Raw]) -> None:
+    vhost = f"nosuch-{uuid.uuid4().hex[:8]}"
+    raw = broker.raw(transport)
+    raws.append(raw)
+    raw.frame("CONNECT", {"accept-version": "1.2", "host": vhost, **LOGIN})
+    _, headers, body = raw.read_error()
+    assert headers["message"] == "Bad CONNECT"
+    assert body.decode().startswith(f"Virtual host '{vhost}' access denied"), body
+    closes(broker, raw)
+
+
+def test_vhosts_keep_their_destinations_apart(
+    polymq: Broker, run_stomp: PolymqProcess, raws: list[Raw]
+) -> None:
+    """polymq only (a second vhost on RabbitMQ needs rabbitmqctl): /queue/x in vhost
+    ``other`` is not /queue/x of ``/``; it is AMQP's queue x in vhost ``other``."""
+    name = unique("vq")
+    in_other = opened(raws, polymq, "tcp", host="other")
+    in_default = opened(raws, polymq, "ws", host="/")
+    in_other.frame("SEND", {"destination": f"/queue/{name}", "receipt": "s"}, b"in other")
+    until(in_other, "RECEIPT", **{"receipt-id": "s"})
+    in_default.frame("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "1", "receipt": "r"})
+    until(in_default, "RECEIPT", **{"receipt-id": "r"})
+    # AMQP's queue of that name in vhost "other" holds it
+    params = pika.ConnectionParameters(
+        "127.0.0.1", run_stomp.ports["amqp"], "other", pika.PlainCredentials("guest", "guest")
+    )
+    conn = pika.BlockingConnection(params)
+    try:
+        ch = conn.channel()
+        method, _, body = ch.basic_get(name, auto_ack=True)
+        assert body == b"in other", method
+        ch.basic_publish("", name, b"from amqp")
+    finally:
+        conn.close()
+    in_other.frame("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "1"})
+    _, headers, body = until(in_other, "MESSAGE")[-1]
+    assert (body, headers["destination"]) == (b"from amqp", f"/queue/{name}")
+    time.sleep(QUIET)  # and nothing reached vhost / meanwhile
+    in_default.frame("SEND", {"destination": "/queue/x", "receipt": "end"})
+    assert receipts(until(in_default, "RECEIPT", **{"receipt-id": "end"})) == ["end"]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_host_naming_the_server_is_the_default_vhost(
+    polymq: Broker, raws: list[Raw], host: str
+) -> None:
+    """polymq only (RabbitMQ refuses them): STOMP 1.2 asks clients to send the host name
+    they connected to, and stomp.py does; that is the default vhost ``/``."""
+    q = f"/queue/{unique()}"
+    by_name = opened(raws, polymq, "tcp", host=host)
+    by_slash = opened(raws, polymq, "tcp", host="/")
+    by_slash.frame("SUBSCRIBE", {"destination": q, "id": "1", "receipt": "r"})
+    until(by_slash, "RECEIPT")
+    by_name.frame("SEND", {"destination": q}, b"same vhost")
+    assert until(by_slash, "MESSAGE")[-1][2] == b"same vhost"
+
+
+def test_a_16_mib_frame_is_taken_once_logged_in(
+    broker: Broker, transport: str, raws: list[Raw]
+) -> None:
+    q = f"/queue/{unique()}"
+    raw = opened(raws, broker, transport)
+    body = b"x" * (16 * MIB - 4096)
+    raw.frame("SEND", {"destination": q, "receipt": "big", "content-length": str(len(body))}, body)
+    raw.frame("SUBSCRIBE", {"destination": q, "id": "1"})
+    frames = until(raw, "MESSAGE")
+    assert "big" in receipts(frames)
+    assert len(frames[-1][2]) == len(body)
+
+
+def test_a_frame_before_login_is_64_kib_at_most(
+    polymq: Broker, transport: str, raws: list[Raw]
+) -> None:
+    """polymq only (RabbitMQ 3.10 takes more before login)."""
+    raw = polymq.raw(transport)
+    raws.append(raw)
+    raw.frame("CONNECT", {"accept-version": "1.2", "host": "/"}, b"x" * (64 * 1024))
+    _, headers, body = raw.read_error()
+    assert headers["message"] == "frame too large"
+    assert b"65536" in body
+    assert raw.closed_by_server()
+    ok = polymq.raw(transport)  # a CONNECT below the limit is fine
+    raws.append(ok)
+    ok.frame("CONNECT", {"accept-version": "1.2", "host": "/"}, b"x" * (60 * 1024))
+    assert ok.read_frame()[0] == "CONNECTED"
+
+
+def test_send_with_a_message_id_header_is_refused(
+    broker: Broker, transport: str, raws: list[Raw]
+) -> None:
+    raw = opened(raws, broker, transport)
+    raw.frame("SEND", {"destination": f"/queue/{unique()}", "message-id": "mine", "receipt": "r"})
+    _, headers, body = raw.read_error()
+    assert headers["message"] == "Invalid header"
+    assert b"'message-id' is not allowed on 'SEND'" in body
+    closes(broker, raw)
+
+
+# ---- 8. ERROR frames in RabbitMQ's words ---------------------------------------------------
+@dataclass(frozen=True)
+class Wording:
+    frames: list[tuple[str, dict[str, str]]]  # after a CONNECT (1.2) if ``login``
+    message: str
+    body: str  # a part of the body both say
+    login: bool = True
+
+
+WORDINGS = {
+    "send-without-destination": Wording(
+        [("SEND", {"receipt": "r"})], "Missing destination", "'destination' header"
+    ),
+    "subscribe-without-destination": Wording(
+        [("SUBSCRIBE", {"id": "1"})], "Missing destination", "'destination' header"
+    ),
+    "unknown-destination-prefix": Wording(
+        [("SEND", {"destination": "/nowhere/x"})],
+        "Unknown destination",
+        "'/nowhere/x' is not a valid destination",
+    ),
+    "empty-queue-name": Wording(
+        [("SEND", {"destination": "/queue/"})], "Invalid destination", "is not a valid"
+    ),
+    "duplicate-subscription": Wording(
+        [
+            ("SUBSCRIBE", {"destination": "/queue/d1", "id": "s"}),
+            ("SUBSCRIBE", {"destination": "/queue/d2", "id": "s"}),
+        ],
+        "Duplicated subscription identifier",
+        "already exists",
+    ),
+    "send-in-an-unknown-transaction": Wording(
+        [("SEND", {"destination": "/queue/x", "transaction": "t9"})],
+        "Bad transaction",
+        'Invalid transaction identifier: "t9"',
+    ),
+    "commit-of-an-unknown-transaction": Wording(
+        [("COMMIT", {"transaction": "t9"})],
+        "Bad transaction",
+        'Invalid transaction identifier: "t9"',
+    ),
+    "begin-without-transaction": Wording(
+        [("BEGIN", {})], "Missing transaction", "\"BEGIN\" must include a 'transaction' header"
+    ),
+    "unsubscribe-unknown": Wording(
+        [("UNSUBSCRIBE", {"id": "zz"})],
+        "No subscription found",
+        "UNSUBSCRIBE must refer to an existing subscription.",
+    ),
+    "unsubscribe-without-id": Wording(
+        [("UNSUBSCRIBE", {})],
+        "Missing destination or id",
+        "UNSUBSCRIBE must include a 'destination' or 'id' header",
+    ),
+    "ack-without-id": Wording(
+        [("ACK", {})], "Missing header", '"ACK" must include the "id" header'
+    ),
+    "ack-of-nothing": Wording(
+        [("ACK", {"id": "zz"})], "Invalid header", '"ACK" must include a valid "id" header'
+    ),
+    "unknown-command": Wording([("FOO", {})], "Bad command", "Could not interpret command"),
+    "send-before-connect": Wording(
+        [("SEND", {"destination": "/queue/x"})],
+        "Illegal command",
+        "You must log in using CONNECT first",
+        login=False,
+    ),
+    "no-common-version": Wording(
+        [("CONNECT", {"accept-version": "3.0", "host": "/", **LOGIN})],
+        "Version mismatch",
+        "Supported versions are 1.0,1.1,1.2",
+        login=False,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(WORDINGS.values()), ids=list(WORDINGS))
+def test_error_frames_say_what_rabbitmq_says(
+    broker: Broker, raws: list[Raw], case: Wording
+) -> None:
+    raw = broker.raw("tcp")
+    raws.append(raw)
+    if case.login:
+        raw.connect(**{"host": "/", **LOGIN})
+    for command, headers in case.frames:
+        raw.frame(command, headers)
+    _, headers, body = until(raw, "ERROR")[-1]
+    assert headers["message"] == case.message, (headers, body)
+    assert case.body.encode() in body, body
+    closes(broker, raw)
+
+
+# ---- 6. receipts inside a transaction ------------------------------------------------------
+@pytest.mark.parametrize("end", ["COMMIT", "ABORT"])
+def test_a_send_in_a_transaction_has_its_receipt_at_commit(
+    broker: Broker, transport: str, raws: list[Raw], end: str
+) -> None:
+    q = f"/queue/{unique()}"
+    raw = opened(raws, broker, transport)
+    raw.frame("BEGIN", {"transaction": "t", "receipt": "begun"})
+    raw.frame("SEND", {"destination": q, "transaction": "t", "receipt": "in-tx"}, b"a")
+    time.sleep(QUIET)
+    raw.frame("SEND", {"destination": q, "receipt": "outside"}, b"b")
+    assert receipts(until(raw, "RECEIPT", **{"receipt-id": "outside"})) == ["begun", "outside"]
+    raw.frame(end, {"transaction": "t", "receipt": "ended"})
+    raw.frame("SEND", {"destination": q, "receipt": "after"}, b"c")
+    want = {"ended", "after"} | ({"in-tx"} if end == "COMMIT" else set())
+    got: set[str] = set()
+    while not want <= got:  # (RabbitMQ sends the SEND's after the COMMIT's, polymq before)
+        got.update(receipts([raw.read_frame()]))
+    assert got == want  # and none for an aborted SEND
+
+
+def test_the_receipt_of_an_ack_in_a_transaction_comes_at_once(client: Clients) -> None:
+    """Unlike a SEND's, an ACK's receipt in a transaction comes at once, as RabbitMQ sends it
+    (a client may wait for it before its COMMIT); the ACK takes effect at COMMIT."""
+    q = f"/queue/{unique()}"
+    c = stomppy(client)
+    c.subscribe(q, ack="client-individual")
+    c.send_receipted(q, "m")
+    [m] = c.listener.wait_messages(1)
+    c.conn.begin("tx")
+    c.conn.ack(m.headers["ack"], "tx", receipt="acked")
+    c.listener.wait_receipt("acked")
+    c.conn.commit("tx", headers={"receipt": "committed"})
+    c.listener.wait_receipt("committed")
+    assert not c.listener.errors
