@@ -355,13 +355,11 @@ class Channel:
     def _exchange_delete(self, method: commands.Exchange.Delete) -> None:
         self.busy(self.declarations.exchange_delete(method), method)
 
-    def _exchange_bind(self, method: base.Frame) -> None:
-        raise ConnectionException(
-            NOT_IMPLEMENTED,
-            "exchange-to-exchange bindings are not supported",
-            method.index >> 16,
-            method.index & 0xFFFF,
-        )
+    def _exchange_bind(self, method: commands.Exchange.Bind) -> None:
+        self.busy(self.declarations.exchange_bind(method), method)
+
+    def _exchange_unbind(self, method: commands.Exchange.Unbind) -> None:
+        self.busy(self.declarations.exchange_unbind(method), method)
 
     def _queue_declare(self, method: commands.Queue.Declare) -> None:
         self.busy(self.declarations.queue_declare(method), method)
@@ -399,7 +397,7 @@ _HANDLERS: Final[dict[type[base.Frame], Callable[[Channel, Any], None]]] = {
     commands.Exchange.Declare: Channel._exchange_declare,
     commands.Exchange.Delete: Channel._exchange_delete,
     commands.Exchange.Bind: Channel._exchange_bind,
-    commands.Exchange.Unbind: Channel._exchange_bind,
+    commands.Exchange.Unbind: Channel._exchange_unbind,
     commands.Queue.Declare: Channel._queue_declare,
     commands.Queue.Bind: Channel._queue_bind,
     commands.Queue.Unbind: Channel._queue_unbind,

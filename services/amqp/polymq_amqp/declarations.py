@@ -27,6 +27,7 @@ from polymq.auth import Permission
 
 from . import replyto
 from .arguments import queue_options
+from .e2e import ExchangeBinding
 from .errors import (
     ACCESS_REFUSED,
     COMMAND_INVALID,
@@ -183,12 +184,47 @@ class Declarations:
         self.session.authorize(Permission.CONFIGURE, "topic/" + self.names.exchange_base(name))
         rec = await self.topology.exchange(self.names, name)
         if rec is not None:
-            if m.if_unused and await self.topology.exchange_bindings(self.names, name):
+            if m.if_unused and (
+                await self.topology.exchange_bindings(self.names, name)
+                or await self.topology.bindings_from(self.names, name)
+            ):
                 raise ChannelException(
                     PRECONDITION_FAILED, f"exchange '{name}' in vhost '{self.vhost}' in use"
                 )
             await self.topology.delete_exchange(self.names, name)
         self._reply(m, commands.Exchange.DeleteOk())
+
+    async def _exchange_binding(
+        self, m: commands.Exchange.Bind | commands.Exchange.Unbind
+    ) -> ExchangeBinding:
+        """The binding an exchange.bind or exchange.unbind names (both ends must exist)."""
+        source, destination = m.source or "", m.destination or ""
+        if not source or not destination:
+            raise ChannelException(
+                ACCESS_REFUSED, "operation not permitted on the default exchange"
+            )
+        for name in (destination, source):
+            self._check_name(name, "exchange")
+            if await self.topology.exchange(self.names, name) is None:
+                raise self._no_exchange(name)
+        self.session.authorize(Permission.WRITE, "topic/" + self.names.exchange_base(destination))
+        self.session.authorize(Permission.READ, "topic/" + self.names.exchange_base(source))
+        args = dict(m.arguments or {})
+        return ExchangeBinding(source, destination, m.routing_key or "", tagged_args(args))
+
+    async def exchange_bind(self, m: commands.Exchange.Bind) -> None:
+        binding = await self._exchange_binding(m)
+        present = await self.topology.bindings_from(self.names, binding.source)
+        if binding not in present:
+            await self.topology.add_exchange_binding(self.names, binding)
+        self._reply(m, commands.Exchange.BindOk())
+
+    async def exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
+        binding = await self._exchange_binding(m)
+        if binding in await self.topology.bindings_from(self.names, binding.source):
+            await self.topology.remove_exchange_binding(self.names, binding)
+            await self.topology.auto_delete(self.names, binding.source)  # as RabbitMQ
+        self._reply(m, commands.Exchange.UnbindOk())
 
     # ---- queues --------------------------------------------------------------------------
     async def queue_declare(self, m: commands.Queue.Declare) -> None:

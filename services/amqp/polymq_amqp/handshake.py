@@ -41,7 +41,7 @@ def server_properties() -> dict[str, Any]:
         "information": "polymq's AMQP 0-9-1 frontend",
         "capabilities": {
             "publisher_confirms": True,
-            "exchange_exchange_bindings": False,
+            "exchange_exchange_bindings": True,
             "basic.nack": True,
             "consumer_cancel_notify": True,
             "connection.blocked": False,

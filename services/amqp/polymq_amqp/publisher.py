@@ -44,7 +44,7 @@ from polymq.auth import Permission
 from polymq.errors import PolymqError, QueueFull, Unavailable
 from polymq.types import Message
 
-from . import replyto
+from . import e2e, replyto
 from .errors import (
     ACCESS_REFUSED,
     NO_ROUTE,
@@ -59,7 +59,7 @@ from .exchanges import ExchangeType, headers_match
 from .names import UnmappableName
 from .properties import PublishTemplate, delivery_properties
 from .tables import from_tagged
-from .topology import BindingRecord, ExchangeRecord, QueueRecord, plain_args
+from .topology import ExchangeRecord, QueueRecord, plain_args
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -227,12 +227,10 @@ class Publisher:
         rec = topology.cached_exchange(names, exchange)
         if rec is None:
             return None
-        bindings = None
-        if rec.kind is ExchangeType.HEADERS:
-            bindings = topology.cached_exchange_bindings(names, exchange)
-            if bindings is None:
-                return None
-        return self._route(rec, content, bindings)
+        try:
+            return self._route(rec, content, {})
+        except e2e.Missing:
+            return None
 
     async def _publish_later(self, content: Content | ContentRun) -> None:
         topology = self.session.topology
@@ -252,10 +250,20 @@ class Publisher:
                 raise ChannelException(
                     NOT_FOUND, f"no exchange '{exchange}' in vhost '{names.vhost}'"
                 )
-            bindings = None
-            if rec.kind is ExchangeType.HEADERS:
-                bindings = await topology.exchange_bindings(names, exchange)
-            route = self._route(rec, content, bindings)
+            known: dict[str, ExchangeRecord | None] = {}  # looked up: None, there is none
+            for _ in range(4 * e2e.MAX_EXCHANGES):
+                try:
+                    route = self._route(rec, content, known)
+                    break
+                except e2e.Missing as missing:  # read it, then route again
+                    if missing.what == "exchange":
+                        known[missing.name] = await topology.exchange(names, missing.name)
+                    elif missing.what == "sources":
+                        await topology.bindings_from(names, missing.name)
+                    else:
+                        await topology.exchange_bindings(names, missing.name)
+            else:
+                route = self._route(rec, content, known)  # (a Missing now is a bug)
         if not self.channel.closed:
             self._accept(content, route)
 
@@ -263,28 +271,55 @@ class Publisher:
         self,
         rec: ExchangeRecord,
         content: Content | ContentRun,
-        bindings: list[BindingRecord] | None,
+        known: dict[str, ExchangeRecord | None],
     ) -> list[str]:
+        """Where a publish to exchange ``rec`` goes: the topic of each exchange it reaches
+        (``rec`` and those bound to it, see ``e2e.py``), or a headers exchange's matching
+        queues. Raises :class:`e2e.Missing` for a record not cached (nor in ``known``)."""
         names = self.channel.names
         if rec.internal:
             raise ChannelException(
                 ACCESS_REFUSED,
                 f"cannot publish to internal exchange '{rec.name}' in vhost '{names.vhost}'",
             )
-        if bindings is not None:
-            headers = content.properties.headers
-            queues = sorted(
+        topology = self.session.topology
+        headers = content.properties.headers
+        routing_key = content.method.routing_key or ""
+
+        def exchange(name: str) -> ExchangeRecord | bool | None:
+            found = topology.cached_exchange(names, name)
+            if found is not None:
+                return found
+            if name in known:
+                return known[name] or False
+            return None
+
+        reached = e2e.reached(
+            rec,
+            routing_key,
+            headers,
+            exchange,
+            partial(topology.cached_bindings_from, names),
+            plain_args,
+        )
+        route: list[str] = []
+        for x in reached:
+            if x.kind is not ExchangeType.HEADERS:
+                topic = names.publish_topic(x.name, routing_key)
+                if topic is not None:
+                    route.append(topic)
+                continue
+            bindings = topology.cached_exchange_bindings(names, x.name)
+            if bindings is None:
+                raise e2e.Missing("bindings", x.name)
+            for q in sorted(
                 {b.queue for b in bindings if headers_match(plain_args(b.arguments), headers)}
-            )
-            route = []
-            for q in queues:
+            ):
                 try:
                     route.append(names.queue(q))
                 except UnmappableName:
                     pass
-            return route
-        topic = names.publish_topic(rec.name, content.method.routing_key or "")
-        return [topic] if topic is not None else []
+        return list(dict.fromkeys(route)) if len(reached) > 1 else route
 
     def _accept(self, content: Content | ContentRun, route: list[str]) -> None:
         session = self.session

@@ -8,6 +8,7 @@ headers exchange) is a JSON record under ``amqp/``::
     amqp/q/<vhost>/<queue>                          a queue (its core queue is declared too)
     amqp/b/<vhost>/<queue>/<exchange>/<digest>      a binding, listed by queue ...
     amqp/e/<vhost>/<exchange>/<queue>/<digest>      ... and by exchange
+    amqp/xs/..., amqp/xd/...                        exchange-to-exchange bindings (e2e.py)
     amqp/i/<instance>                               a frontend instance's heartbeat
 
 (each part escaped into one segment, see ``names.py``; the digest covers the routing key
@@ -26,17 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from polymq.corelink import CoreLink
 from polymq.errors import NotFound, PolymqError
 
+from .e2e import ExchangeBinding, binding_digest
 from .exchanges import BUILTIN, ExchangeType, binding_pattern
 from .names import VhostNames, escape_word
 from .tables import from_tagged, to_tagged
@@ -45,6 +46,7 @@ __all__ = ["BindingRecord", "ExchangeRecord", "QueueRecord", "Topology"]
 
 log = logging.getLogger(__name__)
 
+_B = TypeVar("_B")
 _BEAT: Final = 10.0  # seconds between instance heartbeats
 _DEAD_AFTER: Final = 45.0  # an instance silent this long is gone
 
@@ -102,8 +104,7 @@ class BindingRecord:
 
     @property
     def digest(self) -> str:
-        raw = _dumps([self.routing_key, self.arguments])
-        return hashlib.sha1(raw).hexdigest()[:16]
+        return binding_digest(self.routing_key, self.arguments)
 
 
 class Topology:
@@ -234,9 +235,12 @@ class Topology:
         self._remember(key, rec)
 
     async def delete_exchange(self, names: VhostNames, name: str) -> None:
-        """Delete an exchange and every binding it has."""
+        """Delete an exchange and every binding it has (to queues and other exchanges, as
+        source or destination)."""
         for binding in await self.exchange_bindings(names, name):
             await self.remove_binding(names, binding, check_auto_delete=False)
+        for e2e in [*await self.bindings_from(names, name), *await self.bindings_to(names, name)]:
+            await self.remove_exchange_binding(names, e2e)
         key = self.exchange_key(names, name)
         self._forget(key)
         await self._delete(key)
@@ -324,32 +328,73 @@ class Topology:
         v, q, e = names.key, escape_word(b.queue), escape_word(b.exchange)
         return f"amqp/b/{v}/{q}/{e}/{b.digest}", f"amqp/e/{v}/{e}/{q}/{b.digest}"
 
-    async def _bindings(self, prefix: str) -> list[BindingRecord]:
+    async def _bindings(self, prefix: str, cls: Callable[..., _B]) -> list[_B]:
         cached = self._cached(prefix)
         if isinstance(cached, list):
             return cached
-        out: list[BindingRecord] = []
+        out: list[_B] = []
         for key in await self._list(prefix):
             raw = await self._get(key)
             if isinstance(raw, dict):
                 try:
-                    out.append(BindingRecord(**raw))
+                    out.append(cls(**raw))
                 except TypeError:
                     log.warning("amqp: unreadable binding record %s", key)
         self._remember(prefix, out)
         return out
 
     async def queue_bindings(self, names: VhostNames, queue: str) -> list[BindingRecord]:
-        return await self._bindings(f"amqp/b/{names.key}/{escape_word(queue)}/")
+        return await self._bindings(f"amqp/b/{names.key}/{escape_word(queue)}/", BindingRecord)
 
     async def exchange_bindings(self, names: VhostNames, exchange: str) -> list[BindingRecord]:
-        return await self._bindings(f"amqp/e/{names.key}/{escape_word(exchange)}/")
+        prefix = f"amqp/e/{names.key}/{escape_word(exchange)}/"
+        return await self._bindings(prefix, BindingRecord)
 
     def cached_exchange_bindings(
         self, names: VhostNames, exchange: str
     ) -> list[BindingRecord] | None:
         cached = self._cached(f"amqp/e/{names.key}/{escape_word(exchange)}/")
         return cached if isinstance(cached, list) else None
+
+    # ---- exchange-to-exchange bindings (see e2e.py) -----------------------------------
+    @staticmethod
+    def _from_prefix(names: VhostNames, source: str) -> str:
+        return f"amqp/xs/{names.key}/{escape_word(source)}/"
+
+    @staticmethod
+    def _to_prefix(names: VhostNames, destination: str) -> str:
+        return f"amqp/xd/{names.key}/{escape_word(destination)}/"
+
+    def _e2e_keys(self, names: VhostNames, b: ExchangeBinding) -> tuple[str, str]:
+        src, dst = escape_word(b.source), escape_word(b.destination)
+        return (
+            f"{self._from_prefix(names, b.source)}{dst}/{b.digest}",
+            f"{self._to_prefix(names, b.destination)}{src}/{b.digest}",
+        )
+
+    async def bindings_from(self, names: VhostNames, source: str) -> list[ExchangeBinding]:
+        """The exchange-to-exchange bindings whose source is ``source``."""
+        return await self._bindings(self._from_prefix(names, source), ExchangeBinding)
+
+    def cached_bindings_from(self, names: VhostNames, source: str) -> list[ExchangeBinding] | None:
+        cached = self._cached(self._from_prefix(names, source))
+        return cached if isinstance(cached, list) else None
+
+    async def bindings_to(self, names: VhostNames, destination: str) -> list[ExchangeBinding]:
+        return await self._bindings(self._to_prefix(names, destination), ExchangeBinding)
+
+    async def add_exchange_binding(self, names: VhostNames, b: ExchangeBinding) -> None:
+        value = asdict(b)
+        for key in self._e2e_keys(names, b):
+            await self._put(key, value)
+        self._forget(self._from_prefix(names, b.source))
+        self._forget(self._to_prefix(names, b.destination))
+
+    async def remove_exchange_binding(self, names: VhostNames, b: ExchangeBinding) -> None:
+        for key in self._e2e_keys(names, b):
+            await self._delete(key)
+        self._forget(self._from_prefix(names, b.source))
+        self._forget(self._to_prefix(names, b.destination))
 
     def _touch(self, names: VhostNames, b: BindingRecord) -> None:
         self._forget(f"amqp/b/{names.key}/{escape_word(b.queue)}/")
@@ -398,10 +443,16 @@ class Topology:
                 with contextlib.suppress(NotFound):
                     await self.link.call(lambda c: c.unbind(pattern, core_queue))
         if check_auto_delete:
-            ex = await self.exchange(names, b.exchange)
-            if ex is not None and ex.auto_delete and not ex.builtin:
-                if not await self.exchange_bindings(names, b.exchange):
-                    log.debug("amqp: auto-delete exchange %r has no bindings left", b.exchange)
-                    key = self.exchange_key(names, b.exchange)
-                    self._forget(key)
-                    await self._delete(key)
+            await self.auto_delete(names, b.exchange)
+
+    async def auto_delete(self, names: VhostNames, exchange: str) -> None:
+        """Delete an auto-delete exchange that is the source of no binding any more."""
+        ex = await self.exchange(names, exchange)
+        if ex is None or not ex.auto_delete or ex.builtin:
+            return
+        if await self.exchange_bindings(names, exchange) or await self.bindings_from(
+            names, exchange
+        ):
+            return
+        log.debug("amqp: auto-delete exchange %r has no bindings left", exchange)
+        await self.delete_exchange(names, exchange)

@@ -23,9 +23,15 @@ def test_server_properties_and_capabilities(connect: Connect) -> None:
     props = conn._impl.server_properties
     assert props["product"] in (b"polymq", "polymq")
     caps = conn._impl.server_capabilities
-    for cap in ("publisher_confirms", "basic.nack", "consumer_cancel_notify", "per_consumer_qos"):
+    for cap in (
+        "publisher_confirms",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "per_consumer_qos",
+        "exchange_exchange_bindings",
+        "direct_reply_to",
+    ):
         assert caps[cap] is True, cap
-    assert caps["exchange_exchange_bindings"] is False
 
 
 def test_tune_offers_the_defaults(broker: Broker) -> None:
