@@ -205,6 +205,12 @@ def _opt_int(d: dict[str, Any], key: str, minimum: int = 0) -> int | None:
     return v
 
 
+def _priority(v: Any) -> int:
+    if type(v) is not int or not -(2**31) <= v < 2**31:
+        raise BadRequest("priority must be an integer from -2147483648 to 2147483647")
+    return v
+
+
 def _opt_float(d: dict[str, Any], key: str) -> float | None:
     v = d.get(key)
     if v is None:
@@ -349,6 +355,9 @@ class SubscribeOptions:
     ack_timeout: float | None = None  # seconds; None = the queue's, or never
     offset: str | int | float = "next"  # streams only
     role: str | None = None  # channels only: 'server' or 'client'
+    # queues: consumers of a higher priority get the messages while they have room in their
+    # window; those of lower ones only what they cannot take (AMQP's x-priority)
+    priority: int = 0
 
     KEYS = frozenset(
         {
@@ -360,6 +369,7 @@ class SubscribeOptions:
             "ack_timeout",
             "offset",
             "role",
+            "priority",
         }
     )
 
@@ -379,6 +389,7 @@ class SubscribeOptions:
             ack_timeout=_opt_float(d, "ack_timeout"),
             offset=parse_offset(d.get("offset")),
             role=role,
+            priority=_priority(d.get("priority", 0)),
         )
         # Never intern a numeric offset: a sequence 5 and a timestamp 5.0 compare equal.
         if isinstance(opts.offset, str) and len(_INTERNED) < 4096:
@@ -401,4 +412,6 @@ class SubscribeOptions:
             )
         if self.role is not None:
             out["role"] = self.role
+        if self.priority:
+            out["priority"] = self.priority
         return out

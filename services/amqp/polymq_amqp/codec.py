@@ -372,10 +372,6 @@ class AmqpConnection:
                 self._fire(RECV_TRIGGERS[type(method)])
                 return Method(0, method)
             return None
-        if isinstance(method, commands.Connection.UpdateSecret):
-            raise ConnectionException(
-                NOT_IMPLEMENTED, "connection.update-secret is not supported", *ids
-            )
         trigger = RECV_TRIGGERS.get(type(method))
         new = TRANSITIONS.get((state, trigger)) if trigger is not None else None
         if new is None:

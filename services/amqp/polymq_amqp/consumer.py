@@ -16,6 +16,10 @@ AMQP consumer        core subscription                             acknowledgeme
                                                                    back to the queue
 ===================  ===========================================  =========================
 
+``x-priority`` in basic.consume's arguments is the core subscription's ``priority``: the
+queue serves the consumers of the highest priority that have room in their window first
+(RabbitMQ's consumer priorities).
+
 basic.cancel stops deliveries at once; messages delivered and not yet acknowledged stay
 acknowledgeable (as in RabbitMQ), and the core subscription is released when the last of
 them is settled (what the core sent meanwhile goes back to the queue then, marked
@@ -305,6 +309,9 @@ class Consumers:
         core_options.update(
             prefetch=window, buffer_messages=max(window, 10_000), buffer_bytes=_BIG_BUFFER
         )
+        priority = _consumer_priority(method.arguments, tag)
+        if priority:
+            core_options["priority"] = priority
         if method.exclusive:
             hub.exclusive_consumers[core_queue] = f"{session.owner}/{ch.number}/{tag}"
         await self._subscribe(consumer, method, core_options)
@@ -459,6 +466,19 @@ class Consumers:
             ch.unacked[dtag] = Pending(None, 0, lease.receipt)
         session.send_content(ch.number, ok, props, message.body)
         session.metrics.delivered_get.inc()
+
+
+def _consumer_priority(arguments: dict[str, Any] | None, tag: str) -> int:
+    """basic.consume's ``x-priority`` (RabbitMQ's consumer priorities; 0 without it)."""
+    v = (arguments or {}).get("x-priority")
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or not -(2**31) <= v < 2**31:
+        raise ChannelException(
+            PRECONDITION_FAILED,
+            f"invalid arg 'x-priority' for consumer '{tag}': {v!r} is not a 32-bit integer",
+        )
+    return v
 
 
 async def _unsubscribe(core: Subscription) -> None:

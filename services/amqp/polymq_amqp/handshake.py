@@ -25,7 +25,14 @@ from .names import VhostNames
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["credentials", "login", "open_vhost", "send_start", "server_properties"]
+__all__ = [
+    "credentials",
+    "login",
+    "open_vhost",
+    "send_start",
+    "server_properties",
+    "update_secret",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +52,7 @@ def server_properties() -> dict[str, Any]:
             "basic.nack": True,
             "consumer_cancel_notify": True,
             "connection.blocked": False,
-            "consumer_priorities": False,
+            "consumer_priorities": True,
             "authentication_failure_close": True,
             "per_consumer_qos": True,
             "direct_reply_to": True,
@@ -85,7 +92,7 @@ async def login(session: Session, start_ok: commands.Connection.StartOk) -> None
         raise ConnectionException(
             ACCESS_REFUSED, f"Login was refused using authentication mechanism {mechanism}"
         ) from None
-    session.principal = principal
+    session.logged_in(principal)
     s = session.settings
     session.send_method(
         0,
@@ -94,6 +101,31 @@ async def login(session: Session, start_ok: commands.Connection.StartOk) -> None
         ),
     )
     log.debug("amqp %s: logged in as %s", session, principal.name)
+
+
+async def update_secret(session: Session, method: commands.Connection.UpdateSecret) -> None:
+    """connection.update-secret (a token refresh): the user logs in again with the new
+    secret; update-secret-ok, or connection.close 530 NOT_ALLOWED as RabbitMQ answers when
+    the secret is refused (the connection goes on as the same user, with the permissions
+    the new login grants)."""
+    old = session.principal
+    assert old is not None
+    secret = method.new_secret
+    if isinstance(secret, bytes | bytearray):
+        secret = bytes(secret).decode("utf-8", "replace")
+    auth = session.hub.auth
+    try:
+        if old.anonymous:
+            principal = await auth.anonymous()
+        else:
+            principal = await auth.authenticate_password(old.name, str(secret or ""))
+    except Unauthorized:
+        principal = None
+    if principal is None or principal.name != old.name:
+        raise ConnectionException(NOT_ALLOWED, "New secret was refused by one of the backends")
+    session.logged_in(principal)
+    session.send_method(0, commands.Connection.UpdateSecretOk())
+    log.info("amqp %s: secret updated for %s (%s)", session, principal.name, method.reason)
 
 
 def open_vhost(session: Session, method: commands.Connection.Open) -> None:

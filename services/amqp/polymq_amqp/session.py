@@ -474,6 +474,8 @@ class Session(FrontendSession):
             self._start_heartbeats(self.codec.heartbeat)
         elif isinstance(method, commands.Connection.Open):
             handshake.open_vhost(self, method)
+        elif isinstance(method, commands.Connection.UpdateSecret):
+            self.start_busy(handshake.update_secret(self, method), 0, method)
         elif isinstance(method, commands.Connection.Close):
             self.closing = True
             self._teardown()
@@ -560,6 +562,12 @@ class Session(FrontendSession):
             ) from None
         if len(self._allowed) < 1024:
             self._allowed.add(key)
+
+    def logged_in(self, principal: Principal) -> None:
+        """The connection acts as ``principal`` from now on (the login, or a new secret:
+        permissions are checked again)."""
+        self.principal = principal
+        self._allowed.clear()
 
     def client(self) -> Client:
         """The frontend's client of the core; Unavailable while there is none."""

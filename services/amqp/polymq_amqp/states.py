@@ -57,6 +57,7 @@ class Trigger(enum.Enum):
     RECV_CLOSE = "recv connection.close"
     SEND_CLOSE = "send connection.close"
     RECV_CLOSE_OK = "recv connection.close-ok"
+    RECV_UPDATE_SECRET = "recv connection.update-secret"
     SEND_CLOSE_OK = "send connection.close-ok"
     RECV_CHANNEL_OPEN = "recv channel.open"
     RECV_CHANNEL_CLOSE = "recv channel.close"
@@ -75,6 +76,7 @@ TRANSITIONS: Final[dict[tuple[State, Trigger], State]] = {
     (S.AWAIT_TUNE_OK, T.RECV_TUNE_OK): S.AWAIT_OPEN,
     (S.AWAIT_OPEN, T.RECV_OPEN): S.OPENING,
     (S.OPENING, T.SEND_OPEN_OK): S.OPEN,
+    (S.OPEN, T.RECV_UPDATE_SECRET): S.OPEN,  # answered update-secret-ok, or closed
     **{(s, T.SEND_CLOSE): S.CLOSING for s in (*_HANDSHAKE, S.OPEN)},
     **{(s, T.RECV_CLOSE): S.CLOSE_RECEIVED for s in (*_HANDSHAKE, S.OPEN)},
     (S.CLOSE_RECEIVED, T.SEND_CLOSE_OK): S.CLOSED,
@@ -98,6 +100,7 @@ RECV_TRIGGERS: Final[dict[type[base.Frame], Trigger]] = {
     commands.Connection.Open: Trigger.RECV_OPEN,
     commands.Connection.Close: Trigger.RECV_CLOSE,
     commands.Connection.CloseOk: Trigger.RECV_CLOSE_OK,
+    commands.Connection.UpdateSecret: Trigger.RECV_UPDATE_SECRET,
 }
 SEND_TRIGGERS: Final[dict[type[base.Frame], Trigger]] = {
     commands.Connection.Start: Trigger.SEND_START,

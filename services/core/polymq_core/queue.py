@@ -11,7 +11,10 @@ delivered again before anything published after it. Unacked deliveries are held 
 already timed out is told apart from the ack of its redelivery.
 
 Consumers are served round robin among those with credit (prefetch window open, socket
-draining); pull waiters (the HTTP frontend's long polls) are served first. A queue never waits
+draining); pull waiters (the HTTP frontend's long polls) are served first. Once a consumer
+with a subscription ``priority`` is attached, the consumers are kept in order of priority
+and served round robin among those of the highest priority with credit: a lower one gets
+what the higher ones have no room for (AMQP's consumer priorities). A queue never waits
 on a slow consumer: the session applies the slow-consumer policy instead.
 
 Durable state changes (enqueue of a persistent message, its removal) go to the owning shard,
@@ -62,6 +65,7 @@ class Waiter:
 
 class Queue:
     __slots__ = (
+        "_prioritized",
         "_rr",
         "_seq",
         "_top",
@@ -100,6 +104,7 @@ class Queue:
         self.consumers: list[Subscription] = []
         self.waiters: deque[Waiter] = deque()
         self._rr = 0
+        self._prioritized = False  # consumers in order of priority: see pump()
         self._top = 0  # highest priority level that may hold a ready message
         self._seq = last_seq
         self.last_used = time.monotonic()
@@ -231,7 +236,16 @@ class Queue:
 
     # ---- consumers ------------------------------------------------------------------------
     def attach(self, sub: Subscription) -> None:
-        self.consumers.append(sub)
+        priority = sub.options.priority
+        if priority or self._prioritized:
+            self._prioritized = True
+            consumers = self.consumers
+            i = len(consumers)  # after those of the same or a higher priority
+            while i and consumers[i - 1].options.priority < priority:
+                i -= 1
+            consumers.insert(i, sub)
+        else:
+            self.consumers.append(sub)
         self.last_used = time.monotonic()
         self.pump()
 
@@ -281,6 +295,12 @@ class Queue:
         consumers = self.consumers
         if not consumers:
             return
+        if self._prioritized:
+            delivered = self._pump_by_priority(now)
+            if delivered:
+                self.delivered += delivered
+                self.shard.sensors.on_deliver(delivered)
+            return
         n = len(consumers)
         idle = 0
         rr = self._rr
@@ -306,6 +326,37 @@ class Queue:
         if delivered:
             self.delivered += delivered
             self.shard.sensors.on_deliver(delivered)
+
+    def _pump_by_priority(self, now: float) -> int:
+        """Each message to a consumer with credit of the highest priority that has one,
+        round robin among those of that priority."""
+        consumers = self.consumers
+        delivered = 0
+        while self.count:
+            sub = None
+            n = len(consumers)
+            i = 0
+            while i < n and sub is None:
+                priority = consumers[i].options.priority
+                j = i + 1
+                while j < n and consumers[j].options.priority == priority:
+                    j += 1
+                size = j - i
+                for k in range(size):
+                    candidate = consumers[i + (self._rr + k) % size]
+                    if candidate.has_credit():
+                        sub = candidate
+                        break
+                i = j
+            if sub is None:
+                break
+            msg = self._pop(now)
+            if msg is None:
+                break
+            self._rr += 1
+            self._deliver(sub, msg, now)
+            delivered += 1
+        return delivered
 
     def _deliver(self, sub: Subscription, msg: Message, now: float) -> None:
         msg.delivery_count += 1

@@ -12,7 +12,7 @@ import pytest
 import requests
 from pamqp import commands, encode
 
-from .helpers import WAIT, Broker, RawAmqp, unique
+from .helpers import WAIT, Broker, RawAmqp, Target, unique
 
 pytestmark = pytest.mark.timeout(60)
 Connect = Callable[..., pika.BlockingConnection]
@@ -196,3 +196,20 @@ def test_admin_endpoints(broker: Broker, connect: Connect) -> None:
         "polymq_amqp_core_connected 1.0",
     ):
         assert needle in text, needle
+
+
+def test_update_secret(target: Target) -> None:
+    """connection.update-secret (a token refresh) is answered, and the connection goes on:
+    here the same password again (polymq's anonymous mode, RabbitMQ's guest)."""
+    conn = target.pika()
+    try:
+        ch = conn.channel()
+        q = unique("secret")
+        ch.queue_declare(q, auto_delete=True)
+        conn.update_secret("guest", "token refresh")
+        ch.basic_publish("", q, b"after")
+        assert ch.basic_get(q, auto_ack=True)[2] == b"after"
+        caps = conn._impl.server_capabilities
+        assert caps["consumer_priorities"] is True
+    finally:
+        conn.close()

@@ -149,3 +149,13 @@ def test_logins_and_permissions_from_a_users_file(tmp_path: Path) -> None:
             ch.exchange_declare(unique("ex"), "topic")
         assert cinfo.value.reply_code == 403
         conn.close()
+        # connection.update-secret: the new secret logs the same user in again, or the
+        # connection is closed 530 NOT_ALLOWED (as RabbitMQ answers a refused secret)
+        conn = login("alice", "s3cret")
+        conn.update_secret("s3cret", "rotation")
+        ch = conn.channel()
+        ch.queue_declare(f"ok.{unique()}")
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as coninfo:
+            conn.update_secret("wrong", "rotation")
+        assert coninfo.value.reply_code == 530
+        assert "refused" in coninfo.value.reply_text

@@ -152,9 +152,21 @@ def test_server_methods_from_a_client_are_503() -> None:
     assert "basic.deliver" in err.detail
 
 
-def test_update_secret_is_not_implemented() -> None:
-    update = commands.Connection.UpdateSecret("new", "rotation")
-    raises(open_conn(), method(0, update), 540)
+def test_update_secret_once_open() -> None:
+    update = method(0, commands.Connection.UpdateSecret("new", "rotation"))
+    got = tr(open_conn, update)
+    assert [e[:3] for e in got] == [("Method", 0, "Connection.UpdateSecret")]
+    conn = open_conn()
+    conn.receive_data(update)
+    events(conn)
+    assert conn.state is State.OPEN
+    conn.send_method(0, commands.Connection.UpdateSecretOk())  # the answer
+    assert conn.state is State.OPEN
+    before_open = AmqpConnection()
+    before_open.receive_data(PROTOCOL_HEADER)
+    events(before_open)
+    before_open.send_method(0, commands.Connection.Start())
+    raises(before_open, update, 503)  # only on an open connection
 
 
 def test_undecodable_arguments_are_502() -> None:

@@ -163,3 +163,22 @@ def test_max_priority_bounds_the_levels_a_queue_orders_by() -> None:
         assert [seq for sid, _, seq in session.got if sid == 2] == order, options
         kept = [q.inflight[seq].message.priority for seq in b.inflight.values()]
         assert kept == [priorities[seq - 1] for seq in order]  # as published
+
+
+def test_consumer_priorities_serve_the_highest_with_room_first() -> None:
+    q, _ = queue()
+    session = FakeSession()
+    low = subscribe(q, session, 1, prefetch=10)
+    high_a = subscribe(q, session, 2, prefetch=2, priority=5)
+    mid = subscribe(q, session, 3, prefetch=10, priority=1)
+    high_b = subscribe(q, session, 4, prefetch=2, priority=5)
+    assert [s.sid for s in q.consumers] == [2, 4, 3, 1]  # by priority, then as attached
+    fill(q, 6)
+    by_sid = {sid: [seq for s, _, seq in session.got if s == sid] for sid in (1, 2, 3, 4)}
+    assert sorted(by_sid[2] + by_sid[4]) == [1, 2, 3, 4]  # the two highest, round robin
+    assert len(by_sid[2]) == len(by_sid[4]) == 2
+    assert by_sid[3] == [5, 6] and by_sid[1] == []  # then the next priority
+    q.settle(high_a, high_a.take([1], False), "ack")  # room again at the top
+    fill(q, 2)
+    assert [sid for sid, _, _ in session.got[-2:]] == [2, 3]
+    assert low.inflight == {} and len(mid.inflight) == 3 and len(high_b.inflight) == 2

@@ -466,6 +466,7 @@ ALL_SUBSCRIBE = {
     "ack_timeout": 1,
     "offset": "@1700000000.5",
     "role": "server",
+    "priority": -3,
 }
 
 
@@ -480,8 +481,12 @@ def test_subscribe_options_every_key() -> None:
         ack_timeout=1.0,
         offset=1700000000.5,
         role="server",
+        priority=-3,
     )
     assert SubscribeOptions.KEYS == set(ALL_SUBSCRIBE)
+    for bad in (1.5, True, "1", 2**31):
+        with pytest.raises(BadRequest):
+            SubscribeOptions.from_dict({"priority": bad})
 
 
 @pytest.mark.parametrize(
