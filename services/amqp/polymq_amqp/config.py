@@ -49,6 +49,10 @@ class AmqpSettings:
     amqp_cache_ttl: float = 2.0  # seconds exchange, queue and binding records are cached
     amqp_max_tx_messages: int = 10_000  # publishes and acks one transaction may hold
     amqp_max_tx_bytes: int = 64 * MIB  # body bytes one transaction may hold
+    # a test switch: PUT / DELETE /alarm/forced on the admin port set and clear a forced
+    # resource alarm (publishers blocked, connection.blocked sent); off by default: for
+    # tests and drills, never where the admin port is reachable by others
+    amqp_alarm_switch: bool = False
 
     def check(self) -> None:
         for name in ("amqp_port", "amqp_tls_port", "amqp_admin_port", "core_port"):

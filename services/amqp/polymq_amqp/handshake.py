@@ -51,7 +51,7 @@ def server_properties() -> dict[str, Any]:
             "exchange_exchange_bindings": True,
             "basic.nack": True,
             "consumer_cancel_notify": True,
-            "connection.blocked": False,
+            "connection.blocked": True,
             "consumer_priorities": True,
             "authentication_failure_close": True,
             "per_consumer_qos": True,
@@ -80,6 +80,7 @@ async def login(session: Session, start_ok: commands.Connection.StartOk) -> None
     caps = props.get("capabilities")
     if isinstance(caps, dict):
         session.cancel_notify = bool(caps.get("consumer_cancel_notify"))
+        session.blocked_notify = bool(caps.get("connection.blocked"))
     mechanism = start_ok.mechanism or ""
     user, password = credentials(mechanism, start_ok.response)
     auth = session.hub.auth

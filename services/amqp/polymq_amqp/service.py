@@ -4,7 +4,10 @@
   ``tls_cert`` / ``tls_key`` are set;
 - a small aiohttp app (``amqp_admin_port``, 15692) with ``/metrics``, ``/healthz`` (the
   process answers: the liveness probe) and ``/readyz`` (connected to the core and not
-  stopping: the readiness probe; 503 otherwise, with the reason).
+  stopping: the readiness probe; 503 otherwise, with the reason); with
+  ``amqp_alarm_switch`` (``POLYMQ_AMQP_ALARM_SWITCH=1``, a test switch, off by default)
+  also ``/alarm/forced``: PUT sets a forced resource alarm (publishers are blocked, see
+  ``hub.py``), DELETE clears it, GET lists the alarms set.
 
 ``start()`` connects to the core (waiting for the first attempt only: a core that is away
 makes ``/readyz`` answer 503 and connection.open a 320 until it is back), binds the listeners
@@ -55,10 +58,22 @@ async def readyz(request: web.Request) -> web.Response:
     )
 
 
+async def forced_alarm(request: web.Request) -> web.Response:
+    """The test switch: PUT sets the ``forced`` alarm, DELETE clears it; the alarms set."""
+    hub = request.app[HUB]
+    if request.method != "GET":
+        hub.set_alarm("forced", request.method == "PUT")
+        log.warning("amqp: forced alarm %s", "set" if hub.alarms else "cleared")
+    return web.json_response({"alarms": sorted(hub.alarms)})
+
+
 def build_app(hub: Hub, registry: CollectorRegistry) -> web.Application:
     app = web.Application()
     app[HUB] = hub
     frontend.add_admin_routes(app, registry, readyz)
+    if hub.settings.amqp_alarm_switch:
+        for method in ("GET", "PUT", "DELETE"):
+            app.router.add_route(method, "/alarm/forced", forced_alarm)
     return app
 
 

@@ -8,6 +8,7 @@ test shows that RabbitMQ behaves as polymq does."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,10 @@ from typing import Any
 import aio_pika
 import pika
 import pytest
+import requests
 
 from ...rabbit import RabbitNode, find_server, rabbit_node
-from .helpers import Broker, Target, pika_connection, serving_broker
+from .helpers import WAIT, Broker, Target, pika_connection, serving_broker
 
 
 @pytest.fixture(scope="package")
@@ -41,9 +43,22 @@ def target(request: pytest.FixtureRequest) -> Target:
     """The broker a compatibility test runs against: polymq, then RabbitMQ."""
     if request.param == "polymq":
         b: Broker = request.getfixturevalue("broker")
-        return Target("polymq", b.amqp_port)
+
+        def forced_alarm(on: bool) -> None:
+            url = f"{b.url('amqp_admin')}/alarm/forced"
+            r = requests.request("PUT" if on else "DELETE", url, timeout=WAIT)
+            assert r.status_code == 200, r.text
+
+        return Target("polymq", b.amqp_port, forced_alarm)
     node: RabbitNode = request.getfixturevalue("rabbit")
-    return Target("rabbitmq", node.port)
+
+    def memory_alarm(on: bool) -> None:  # a memory watermark it is always above, or back
+        ctl = Path(node.server).with_name("rabbitmqctl")
+        mark = "0.000001" if on else "0.4"
+        cmd = [str(ctl), "-n", node.node, "set_vm_memory_high_watermark", mark]
+        subprocess.run(cmd, env=node.env(), check=True, capture_output=True, timeout=60)
+
+    return Target("rabbitmq", node.port, memory_alarm)
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ __all__ = [
 ENV = {
     "POLYMQ_AMQP_HANDSHAKE_TIMEOUT": "3",  # the handshake timeout test waits less
     "POLYMQ_AMQP_VHOSTS": "/,other",
+    "POLYMQ_AMQP_ALARM_SWITCH": "1",  # /alarm/forced on the admin port (test_alarms.py)
 }
 QUIET = 0.5  # seconds to watch for something that must not come
 
@@ -84,11 +85,13 @@ def serving_broker(
 
 
 class Target:
-    """A broker a test runs against (polymq or RabbitMQ): its name and AMQP port."""
+    """A broker a test runs against (polymq or RabbitMQ): its name and AMQP port;
+    ``set_alarm(True)`` forces a resource alarm (publishers blocked), ``False`` clears it."""
 
-    def __init__(self, name: str, port: int) -> None:
+    def __init__(self, name: str, port: int, set_alarm: Callable[[bool], None]) -> None:
         self.name = name
         self.port = port
+        self.set_alarm = set_alarm
 
     def __repr__(self) -> str:
         return self.name
