@@ -72,10 +72,17 @@ class Target:
     temp: bool = False  # a /temp-queue of this connection
     topic_prefix: str = "/topic/"  # how MESSAGE frames name the topic a message came from
     vhost_prefix: str = ""  # what starts the core names of the connection's vhost
+    routed: bool = False  # a queue behind a topic subscription (see queues.py)
 
     @property
     def is_pattern(self) -> bool:
         return self.kind is Kind.TOPIC and ("*" in self.core or "#" in self.core)
+
+    @property
+    def per_message(self) -> bool:
+        """Do MESSAGE frames name each message's own destination (a pattern's topic, the
+        topic a message came through into a queue behind a subscription)?"""
+        return self.routed or self.is_pattern
 
 
 @dataclass(frozen=True, slots=True)

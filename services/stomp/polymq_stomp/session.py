@@ -106,6 +106,7 @@ class Session(FrontendSession):
         self.version = "1.0"
         self.principal: Principal | None = None
         self.vhost = DEFAULT_VHOST
+        self.client_id = ""  # CONNECT's client-id header: names durable subscriptions' queues
         self.vhost_prefix = ""  # what starts the core names of the vhost's destinations
         # closing (True once an ERROR or DISCONNECT is on its way): read nothing more
         self.subscriptions = Subscriptions(self)
@@ -417,6 +418,7 @@ class Session(FrontendSession):
         self.version = version
         self.vhost = vhost
         self.vhost_prefix = VhostNames(vhost).prefix
+        self.client_id = frame.get("client-id") or ""
         self.codec.negotiate(version)
         self.codec.max_frame = self.settings.stomp_max_frame
         headers = (
@@ -555,6 +557,17 @@ class Session(FrontendSession):
 
     def has_temp(self, core: str) -> bool:
         return core in self._temps
+
+    def own_queue(self, core: str) -> None:
+        """Delete queue ``core`` when the connection closes (a queue behind a topic
+        subscription, see queues.py), as the temp queues."""
+        self._temps.add(core)
+
+    def owns_queue(self, core: str) -> bool:
+        return core in self._temps
+
+    def disown_queue(self, core: str) -> None:
+        self._temps.discard(core)
 
     async def ensure_temp(self, target: Target) -> None:
         """Declare this connection's temp queue ``target`` (once): not durable, with an idle

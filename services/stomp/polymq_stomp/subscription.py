@@ -21,6 +21,11 @@ topic, any mode            ``auto`` (topics keep nothing   ACK/NACK are checked 
                                                            consumer policy applies
 =========================  ==============================  ====================================
 
+A topic subscription that is durable, names its queue (``x-queue-name``) or asks for a
+window with a client ack mode reads from a queue bound to its topic instead, and is a queue
+subscription in this table (see ``queues.py``); ``x-`` headers of a SUBSCRIBE are queue
+arguments there too.
+
 A NACK is the core's nack: with ``requeue: true`` (the default) the message goes back to its
 queue, ahead of later ones, for any subscriber; with ``requeue: false`` it is rejected
 (dead-lettered if the queue has a dead-letter destination, else dropped). In ``client``
@@ -59,12 +64,13 @@ from polymq.avro import SchemaCache
 from polymq.avroview import json_value, load_schemas, schema_of
 from polymq.client import Subscription
 from polymq.corelink import CoreLink
-from polymq.errors import PolymqError, RequestError
+from polymq.errors import NotFound, PolymqError, RequestError
 from polymq.types import AckMode, Kind, Message, parse_offset
 
-from .destinations import Control, Target
+from .destinations import Control, Target, from_core
 from .frames import Command, Frame, LocalStompError
 from .messages import message_headers, parse_float, parse_int
+from .queues import Backing, backing_queue, durable_asked, queue_arguments
 from .refusal import Refused
 
 if TYPE_CHECKING:
@@ -144,7 +150,7 @@ class StompSubscription:
         self.unwritten = 0
         self.unwritten_bytes = 0
         self.base_headers: tuple[tuple[str, str], ...] = (("subscription", sid),)
-        if not target.is_pattern:
+        if not target.per_message:
             self.base_headers += (("destination", target.stomp),)
 
     # ---- polymq.client.DeliveryListener -------------------------------------------------
@@ -209,6 +215,7 @@ class Subscriptions:
         self.by_ix: dict[int, StompSubscription] = {}
         self.by_msgid: dict[str, tuple[StompSubscription, int]] = {}  # STOMP < 1.2
         self._ixs = count(1)
+        self._private = count(1)  # names of private queues behind topic subscriptions
 
     def __len__(self) -> int:
         return len(self.by_id)
@@ -262,7 +269,7 @@ class Subscriptions:
         send = session.codec.send
         track = sub.mode is not AckMode.AUTO
         topic = sub.topic
-        pattern = sub.target.is_pattern
+        per_message = sub.target.per_message
         prefix = sub.target.topic_prefix
         skip = 6 + len(sub.target.vhost_prefix)  # "topic/" and the vhost's prefix
         vprefix = session.vhost_prefix
@@ -284,8 +291,10 @@ class Subscriptions:
                 return
             mid = msg.id or f"T.{conn_id}.{ix}.{tag}"
             headers = [*base, ("message-id", mid)]
-            if pattern:
-                headers.append(("destination", prefix + msg.destination[skip:]))
+            if per_message:
+                d = msg.destination
+                shown = prefix + d[skip:] if d[:6] == "topic/" else from_core(d, conn_id, vprefix)
+                headers.append(("destination", shown or d))
             if track:
                 if not keep_id:
                     headers.append(("ack", f"{ix}.{tag}"))
@@ -313,6 +322,12 @@ class Subscriptions:
         s = session.settings
         destination = frame.get("destination")
         sid = frame.get("id")
+        if sid is None and durable_asked(frame):
+            raise Refused(
+                "subscription",
+                "Missing Header",
+                "Header 'id' is required for durable subscriptions",
+            )
         if sid is None:
             if session.version != "1.0":
                 raise Refused(
@@ -351,10 +366,49 @@ class Subscriptions:
         session.authorize(Permission.READ, target.core)
         if target.temp:
             await session.ensure_temp(target)
+        arguments = queue_arguments(frame, session.vhost_prefix)
+        if target.kind is Kind.TOPIC:
+            backing = backing_queue(
+                frame,
+                target,
+                mode,
+                sid=sid,
+                client_id=session.client_id,
+                vhost=session.vhost,
+                private=f"queue/tmp.{session.conn_id}.sub-{next(self._private)}",
+                settings=s,
+                arguments=arguments,
+            )
+            if backing is not None:
+                target = await self._bind(backing, target)
+        elif arguments and target.kind is Kind.QUEUE and not target.temp:
+            session.authorize(Permission.CONFIGURE, target.core)
+            client = session.client()
+            await session.hub.link.guard(client, client.declare(target.core, **arguments))
         await self.open(sid, target, mode, window, options)
         receipt = frame.get("receipt")
         if receipt is not None:
             session.receipt(receipt)
+
+    async def _bind(self, backing: Backing, topic: Target) -> Target:
+        """Declare the queue behind a topic subscription and bind it to the topic; the
+        target the subscription reads from."""
+        session = self.session
+        session.authorize(Permission.CONFIGURE, backing.core)
+        client = session.client()
+        guard = session.hub.link.guard
+        await guard(client, client.declare(backing.core, **backing.options))
+        await guard(client, client.bind(topic.core, backing.core))
+        if not backing.keep:
+            session.own_queue(backing.core)  # deleted with the subscription
+        return Target(
+            backing.core,
+            Kind.QUEUE,
+            topic.stomp,
+            topic_prefix=topic.topic_prefix,
+            vhost_prefix=topic.vhost_prefix,
+            routed=True,
+        )
 
     def _options(self, frame: Frame, target: Target, mode: AckMode) -> tuple[int, dict[str, Any]]:
         s = self.session.settings
@@ -489,16 +543,29 @@ class Subscriptions:
                 del self.by_msgid[mid]
         core = sub.core
         receipt = frame.get("receipt")
-        if core is not None:
-            session.spawn(self._unsubscribe(core, receipt), frame)
+        # the queue behind a topic subscription goes with it, a durable one when asked
+        routed = sub.target.core if sub.target.routed else None
+        drop = routed is not None and (session.owns_queue(routed) or durable_asked(frame))
+        if core is not None or drop:
+            session.spawn(self._unsubscribe(core, routed if drop else None, receipt), frame)
         elif receipt is not None:
             session.receipt(receipt)
 
-    async def _unsubscribe(self, core: Subscription, receipt: str | None) -> None:
-        if not core.client.closed:
-            await self.session.hub.link.guard(core.client, core.unsubscribe())
+    async def _unsubscribe(
+        self, core: Subscription | None, queue: str | None, receipt: str | None
+    ) -> None:
+        session = self.session
+        guard = session.hub.link.guard
+        if core is not None and not core.client.closed:
+            await guard(core.client, core.unsubscribe())
+        if queue is not None:
+            session.authorize(Permission.CONFIGURE, queue)
+            client = session.client()
+            with contextlib.suppress(NotFound):
+                await guard(client, client.delete(queue))
+            session.disown_queue(queue)
         if receipt is not None:
-            self.session.receipt(receipt)
+            session.receipt(receipt)
 
     # ---- ACK / NACK ---------------------------------------------------------------------------
     def resolve(self, frame: Frame, what: str) -> tuple[StompSubscription, int]:

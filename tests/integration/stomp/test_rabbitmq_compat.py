@@ -376,3 +376,247 @@ def test_the_receipt_of_an_ack_in_a_transaction_comes_at_once(client: Clients) -
     c.conn.commit("tx", headers={"receipt": "committed"})
     c.listener.wait_receipt("committed")
     assert not c.listener.errors
+
+
+# ---- 5. flow control of a topic subscription with a prefetch ------------------------------
+def messages_in(raw: Raw, wait: float = QUIET) -> list[RawFrame]:
+    """The MESSAGE frames that come within ``wait`` seconds (no other frame may come)."""
+    got = []
+    while True:
+        try:
+            frame = raw.read_frame(wait)
+        except AssertionError:
+            if raw.eof:
+                raise
+            return got
+        assert frame[0] == "MESSAGE", frame
+        got.append(frame)
+
+
+@pytest.mark.parametrize("ack", ["client-individual", "client"])
+def test_a_topic_subscription_with_a_prefetch_waits_for_acks(
+    broker: Broker, transport: str, raws: list[Raw], ack: str
+) -> None:
+    base = unique("fc")
+    consumer = opened(raws, broker, transport)
+    consumer.frame(
+        "SUBSCRIBE",
+        {"destination": f"/topic/{base}.*", "id": "f", "ack": ack, "prefetch-count": "2",
+         "receipt": "sub"},
+    )  # fmt: skip
+    until(consumer, "RECEIPT")
+    producer = opened(raws, broker, "tcp")
+    for i in range(9):
+        producer.frame("SEND", {"destination": f"/topic/{base}.m{i}"}, f"m{i}".encode())
+    producer.frame("SEND", {"destination": f"/topic/{base}.m9", "receipt": "sent"}, b"m9")
+    until(producer, "RECEIPT")
+    got: list[RawFrame] = []
+    while len(got) < 10:
+        batch = messages_in(consumer)
+        assert len(batch) == min(2, 10 - len(got)), batch  # the window: no more, no ERROR
+        got += batch
+        last = batch[-1][1]["ack"]
+        if ack == "client":
+            consumer.frame("ACK", {"id": last})  # cumulative
+        else:
+            for frame in batch:
+                consumer.frame("ACK", {"id": frame[1]["ack"]})
+    assert [b for _, _, b in got] == [f"m{i}".encode() for i in range(10)]
+    assert [h["destination"] for _, h, _ in got] == [f"/topic/{base}.m{i}" for i in range(10)]
+    assert messages_in(consumer) == []
+
+
+def test_stomppy_11_topic_subscription_with_a_prefetch(broker: Broker) -> None:
+    t = f"/topic/{unique()}"
+    with clients(broker, "tcp") as make:  # type: ignore[arg-type]
+        c, producer = stomppy(make, "1.1"), stomppy(make)
+        c.subscribe(t, ack="client-individual", **{"prefetch-count": "1"})
+        for i in range(3):
+            producer.send_receipted(t, f"m{i}")
+        for n in range(1, 4):
+            msgs = c.listener.wait_messages(n)
+            time.sleep(QUIET / 2)
+            assert len(c.listener.messages) == n  # one at a time
+            c.conn.ack(msgs[-1].headers["message-id"], msgs[-1].headers["subscription"])
+        assert [m.body for m in c.listener.messages] == ["m0", "m1", "m2"]
+        assert not c.listener.errors
+
+
+# ---- 3. durable topic subscriptions ------------------------------------------------------
+DURABLE = {"durable": "true", "auto-delete": "false"}
+
+
+def durable_sub(raw: Raw, topic: str, sid: str, **headers: str) -> list[RawFrame]:
+    """SUBSCRIBE durably; the MESSAGE frames that came before its RECEIPT."""
+    raw.frame(
+        "SUBSCRIBE", {"destination": topic, "id": sid, "receipt": "sub", **DURABLE, **headers}
+    )
+    return [f for f in until(raw, "RECEIPT", **{"receipt-id": "sub"}) if f[0] == "MESSAGE"]
+
+
+def publish(raw: Raw, destination: str, *bodies: bytes, **headers: str) -> None:
+    for body in bodies:
+        raw.frame("SEND", {"destination": destination, "receipt": "p", **headers}, body)
+        until(raw, "RECEIPT", **{"receipt-id": "p"})
+
+
+def leave(raw: Raw) -> None:
+    """DISCONNECT, and wait for its RECEIPT or the close (RabbitMQ's Web-STOMP closes
+    without the RECEIPT)."""
+    raw.frame("DISCONNECT", {"receipt": "bye"})
+    try:
+        until(raw, "RECEIPT", **{"receipt-id": "bye"})
+    except AssertionError:
+        assert raw.eof
+
+
+@pytest.mark.parametrize("header", ["durable", "persistent"])
+def test_a_durable_subscription_keeps_what_comes_while_away(
+    broker: Broker, transport: str, raws: list[Raw], header: str
+) -> None:
+    topic, client_id = f"/topic/{unique()}", unique("cl")
+    sub = {"client-id": client_id}
+    first = opened(raws, broker, transport, **sub)
+    headers = {header: "true", "auto-delete": "false"}
+    first.frame("SUBSCRIBE", {"destination": topic, "id": "d", "receipt": "s", **headers})
+    until(first, "RECEIPT")
+    producer = opened(raws, broker, "tcp")
+    publish(producer, topic, b"while here")
+    assert until(first, "MESSAGE")[-1][2] == b"while here"
+    leave(first)
+    publish(producer, topic, b"away 1", b"away 2")
+    back = opened(raws, broker, transport, **sub)
+    back.frame("SUBSCRIBE", {"destination": topic, "id": "d", "receipt": "s", **headers})
+    got = [f for f in until(back, "RECEIPT") + messages_in(back) if f[0] == "MESSAGE"]
+    assert [(h["destination"], h["subscription"], b) for _, h, b in got] == [
+        (topic, "d", b"away 1"),
+        (topic, "d", b"away 2"),
+    ]
+    # UNSUBSCRIBE with durable:true deletes it: nothing is kept any more
+    back.frame("UNSUBSCRIBE", {"id": "d", "durable": "true", "receipt": "u"})
+    until(back, "RECEIPT", **{"receipt-id": "u"})
+    publish(producer, topic, b"nobody")
+    again = opened(raws, broker, transport, **sub)
+    again.frame("SUBSCRIBE", {"destination": topic, "id": "d", "receipt": "s", **headers})
+    until(again, "RECEIPT")
+    assert messages_in(again) == []
+    again.frame("UNSUBSCRIBE", {"id": "d", "durable": "true"})
+
+
+def test_a_durable_subscription_without_auto_delete_false_goes_with_its_subscriber(
+    broker: Broker, raws: list[Raw]
+) -> None:
+    topic = f"/topic/{unique()}"
+    first = opened(raws, broker, "tcp")
+    first.frame("SUBSCRIBE", {"destination": topic, "id": "d", "durable": "true", "receipt": "s"})
+    until(first, "RECEIPT")
+    leave(first)
+    producer = opened(raws, broker, "tcp")
+    publish(producer, topic, b"while away")
+    back = opened(raws, broker, "tcp")
+    back.frame("SUBSCRIBE", {"destination": topic, "id": "d", "durable": "true", "receipt": "s"})
+    until(back, "RECEIPT")
+    assert messages_in(back) == []
+
+
+def test_shared_durable_subscriptions_share_the_messages(broker: Broker, raws: list[Raw]) -> None:
+    topic = f"/topic/{unique()}"
+    a, b = opened(raws, broker, "tcp"), opened(raws, broker, "ws")
+    for raw in (a, b):
+        durable_sub(raw, topic, "shared", ack="client-individual", **{"prefetch-count": "1"})
+    producer = opened(raws, broker, "tcp")
+    publish(producer, topic, *[f"m{i}".encode() for i in range(6)])
+    got: dict[str, list[bytes]] = {"a": [], "b": []}
+    while len(got["a"]) + len(got["b"]) < 6:
+        for name, raw in (("a", a), ("b", b)):
+            for _, headers, body in messages_in(raw, 0.2):
+                got[name].append(body)
+                raw.frame("ACK", {"id": headers["ack"]})
+    assert got["a"] and got["b"], got  # both had some
+    assert sorted(got["a"] + got["b"]) == [f"m{i}".encode() for i in range(6)]  # once each
+    a.frame("UNSUBSCRIBE", {"id": "shared", "durable": "true", "receipt": "u"})
+    until(a, "RECEIPT", **{"receipt-id": "u"})
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.2"])
+def test_a_durable_subscription_needs_an_id(broker: Broker, raws: list[Raw], version: str) -> None:
+    raw = opened(raws, broker, "tcp", **{"accept-version": version})
+    raw.frame("SUBSCRIBE", {"destination": f"/topic/{unique()}", **DURABLE})
+    _, headers, body = raw.read_error()
+    assert headers["message"] == "Missing Header"
+    assert b"Header 'id' is required for durable subscriptions" in body
+    closes(broker, raw)
+
+
+# ---- 4. x-queue-name and x- queue arguments ------------------------------------------------
+def test_x_queue_name_names_the_queue_behind_a_topic_subscription(
+    broker: Broker, transport: str, raws: list[Raw]
+) -> None:
+    topic, name = f"/topic/{unique()}", unique("named")
+    consumer = opened(raws, broker, transport)
+    consumer.frame(
+        "SUBSCRIBE", {"destination": topic, "id": "x", "x-queue-name": name, "receipt": "s"}
+    )
+    until(consumer, "RECEIPT")
+    producer = opened(raws, broker, "tcp")
+    publish(producer, topic, b"through the topic")
+    publish(producer, f"/amq/queue/{name}", b"straight to the queue")
+    got = [(h["destination"], b) for _, h, b in until(consumer, "MESSAGE") + messages_in(consumer)]
+    assert got == [(topic, b"through the topic"), (f"/queue/{name}", b"straight to the queue")]
+
+
+def test_x_max_length_on_a_topic_subscription(broker: Broker, raws: list[Raw]) -> None:
+    """x-max-length 2 (RabbitMQ drops the oldest by default): a durable subscription away
+    while five come back to the last two."""
+    topic = f"/topic/{unique()}"
+    first = opened(raws, broker, "tcp")
+    durable_sub(first, topic, "m", **{"x-max-length": "2"})
+    leave(first)
+    producer = opened(raws, broker, "tcp")
+    publish(producer, topic, *[f"m{i}".encode() for i in range(5)])
+    back = opened(raws, broker, "tcp")
+    got = durable_sub(back, topic, "m", **{"x-max-length": "2"}) + messages_in(back)
+    assert [b for _, _, b in got] == [b"m3", b"m4"]
+    back.frame("UNSUBSCRIBE", {"id": "m", "durable": "true"})
+
+
+def holding(raws: list[Raw], broker: Broker, q: str, **args: str) -> tuple[Raw, Raw, str]:
+    """A consumer of ``q`` (one message at a time) holding a first message unacknowledged,
+    a producer, and that message's ack id. ``args`` (x- headers) go on every frame: RabbitMQ
+    declares a SEND's queue too, with its own."""
+    consumer = opened(raws, broker, "tcp")
+    consumer.frame(
+        "SUBSCRIBE",
+        {"destination": q, "id": "h", "ack": "client-individual", "prefetch-count": "1",
+         "receipt": "s", **args},
+    )  # fmt: skip
+    until(consumer, "RECEIPT")
+    producer = opened(raws, broker, "tcp")
+    publish(producer, q, b"first", **args)
+    [(_, headers, body)] = until(consumer, "MESSAGE")
+    assert body == b"first"
+    return consumer, producer, headers["ack"]
+
+
+def test_x_message_ttl_on_a_queue_subscription(broker: Broker, raws: list[Raw]) -> None:
+    q, ttl = f"/queue/{unique()}", {"x-message-ttl": "300"}
+    consumer, producer, first = holding(raws, broker, q, **ttl)
+    publish(producer, q, b"expires while waiting", **ttl)
+    time.sleep(0.8)
+    consumer.frame("ACK", {"id": first})
+    publish(producer, q, b"fresh", **ttl)
+    assert [b for _, _, b in until(consumer, "MESSAGE")] == [b"fresh"]
+
+
+def test_x_max_priority_on_a_queue_subscription(broker: Broker, raws: list[Raw]) -> None:
+    q, priorities = f"/queue/{unique()}", {"x-max-priority": "9"}
+    consumer, producer, first = holding(raws, broker, q, **priorities)
+    for priority, body in [("1", b"low"), ("8", b"high"), ("4", b"mid")]:
+        publish(producer, q, body, priority=priority, **priorities)
+    consumer.frame("ACK", {"id": first})
+    order = []
+    for _ in range(3):
+        [(_, headers, body)] = until(consumer, "MESSAGE")
+        order.append(body)
+        consumer.frame("ACK", {"id": headers["ack"]})
+    assert order == [b"high", b"mid", b"low"]
