@@ -41,6 +41,10 @@ FORGET_BATCHES_EVERY = 60.0  # seconds between drops of expired batches from the
 
 Box = Queue | Stream
 _DEFAULTS = DeclareOptions()
+# The options of a destination declared with the defaults (or read from the store) while it
+# is dormant: equal to _DEFAULTS but not the same object, which only destinations that were
+# never declared have (made by a publish or a subscribe): see Shard._doze.
+_DECLARED = DeclareOptions()
 
 
 def _retrieved(fut: asyncio.Future[Any]) -> None:
@@ -77,10 +81,12 @@ class Shard:
         self.boxes: dict[str, Box] = {}
         # declared durable destinations not in memory: key -> options (shared when default)
         # Destinations not in memory that must come back as they were: key -> (options,
-        # last seq). Declared durable ones keep their options; streams keep their last seq so
-        # that replay from a sequence number stays meaningful. An idle queue with default
-        # options leaves no trace (its ids stay unique: they carry a boot id and a counter).
-        self.dormant: dict[str, tuple[DeclareOptions, int]] = {}
+        # last seq, a queue's counters). Declared ones keep their options (and so go on
+        # answering stats, empty or not) and a queue its counters (published, delivered,
+        # acked, redelivered); streams keep their last seq so that replay from a sequence
+        # number stays meaningful. An idle queue that was never declared leaves no trace
+        # (its ids stay unique: they carry a boot id and a counter).
+        self.dormant: dict[str, tuple[DeclareOptions, int, tuple[int, ...] | None]] = {}
         self.loop = asyncio.get_event_loop()
         self._timers: list[tuple[float, int, str, int]] = []  # (deadline, did, key, seq)
         self._did = 0
@@ -114,7 +120,7 @@ class Shard:
                 log.warning(
                     "shard %d: ignoring unreadable options of %s", self.index, rec.destination
                 )
-                options = _DEFAULTS
+                options = _DECLARED
             messages = await self.store.load_messages(rec.destination)
             # an idle TTL only runs for destinations in memory (the sweep never sees dormant ones)
             if not messages and not rec.metadata and options.idle_ttl is None:
@@ -265,15 +271,28 @@ class Shard:
             return box
         dormant = self.dormant.pop(key, None)
         if dormant is not None:
-            return self._make(key, *dormant)
+            options, last_seq, counters = dormant
+            box = self._make(key, options, last_seq)
+            if counters is not None and isinstance(box, Queue):
+                box.published, box.delivered, box.acked, box.redelivered = counters
+            return box
         if not create:
             raise NotFound(f"{key} does not exist")
         return self._make(key, _DEFAULTS)
 
-    def _doze(self, key: str, options: DeclareOptions, last_seq: int) -> None:
-        """Remember what an evicted destination needs to come back as it was."""
-        if options != _DEFAULTS or (last_seq and key.startswith("stream/")):
-            self.dormant[key] = (options, last_seq)
+    def _doze(
+        self,
+        key: str,
+        options: DeclareOptions,
+        last_seq: int,
+        counters: tuple[int, ...] | None = None,
+    ) -> None:
+        """Remember what an evicted destination needs to come back as it was: a declared
+        one (its options are not the _DEFAULTS object) its options and counters."""
+        if options is not _DEFAULTS:
+            self.dormant[key] = (_DECLARED if options == _DEFAULTS else options, last_seq, counters)
+        elif last_seq and key.startswith("stream/"):
+            self.dormant[key] = (options, last_seq, None)
 
     def exists(self, key: str) -> bool:
         """In memory, dormant, or a queue known by its bindings (it takes what they route)."""
@@ -523,7 +542,10 @@ class Shard:
                 continue  # (publishes waiting for their commit are enqueued into this box)
             if box.options != _DEFAULTS and not box.options.durable:
                 continue  # non-durable options live only in this object: keep it
-            self._doze(key, box.options, box.last_seq)
+            counters = None
+            if isinstance(box, Queue) and box.published | box.delivered | box.redelivered:
+                counters = (box.published, box.delivered, box.acked, box.redelivered)
+            self._doze(key, box.options, box.last_seq, counters)
             del self.boxes[key]
             self.sensors.on_destinations(-1)
 

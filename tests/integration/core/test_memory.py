@@ -51,3 +51,32 @@ async def test_idle_queues_are_evicted_and_come_back_on_use(core: PolymqProcess)
         assert receipt["count"] == 1
     finally:
         await client.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_declared_queue_answers_stats_after_eviction_with_its_counters(
+    core: PolymqProcess,
+) -> None:
+    client = await connect(core.ports["core"])
+    try:
+        q = f"queue/{uid('kept')}"
+        await client.declare(q)  # the default options: nothing but the declare keeps it
+        await client.publish(q, [Message(b"a"), Message(b"b"), Message(b"c")])
+        leases = await client.pull(q, 2)
+        await client.settle([lease.receipt for lease in leases])
+        await client.settle([(await client.pull(q, 1))[0].receipt], "requeue")
+        (last,) = await client.pull(q, 1)
+        await client.settle([last.receipt])
+        counters = ("published", "delivered", "acked", "redelivered")
+        before = {k: (await client.stats(q))[k] for k in counters}
+        assert before["published"] == 3 and before["redelivered"] == 1
+        for _ in range(40):  # empty and unused: evicted within a sweep or two
+            await asyncio.sleep(0.25)
+            if await _counts(core) == (0, 1):
+                break
+        assert await _counts(core) == (0, 1), "the empty queue stayed in memory"
+        stats = await client.stats(q)  # answered, empty, its counters as they were
+        assert stats["messages"] == 0
+        assert {k: stats[k] for k in counters} == before
+    finally:
+        await client.close()
