@@ -9,12 +9,19 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WEB    := services/stomp/web
 STOMPJS := $(WEB)/node_modules/@stomp/stompjs/bundles/stomp.umd.min.js
+AMQPNODE := tests/integration/amqp/node
+AMQPLIB := $(AMQPNODE)/node_modules/amqplib/package.json
 
 .PHONY: run test lint typecheck bench install clean chromium rabbitmq
 
 # @stomp/stompjs for the STOMP frontend's browser page: from npm, served locally (no CDN)
 $(STOMPJS): $(WEB)/package.json $(WEB)/package-lock.json
 	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# amqplib for the AMQP frontend's Node test (tests/integration/amqp/test_amqplib.py)
+$(AMQPLIB): $(AMQPNODE)/package.json $(AMQPNODE)/package-lock.json
+	cd $(AMQPNODE) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 # Debian's chromium for the browser tests (Playwright drives it; it never downloads one)
@@ -29,14 +36,14 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-install: $(STAMP) $(STOMPJS)
+install: $(STAMP) $(STOMPJS) $(AMQPLIB)
 
 ## make run: install what is missing, then start polymq (core + frontends) on its embedded store
 run: $(STAMP) $(STOMPJS)
 	$(VENV)/bin/polymq run --data-dir $${POLYMQ_DATA_DIR:-./polymq-data}
 
 ## make test: install what the tests need, then run them all (lint and types first)
-test: $(STAMP) $(STOMPJS) chromium lint typecheck
+test: $(STAMP) $(STOMPJS) $(AMQPLIB) chromium lint typecheck
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
@@ -59,4 +66,4 @@ bench: $(STAMP) $(STOMPJS) rabbitmq
 	$(PY) -m bench --settle 15 --out bench-results.json
 
 clean:
-	rm -rf $(VENV) $(WEB)/node_modules polymq-data bench-results.json .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(WEB)/node_modules $(AMQPNODE)/node_modules polymq-data bench-results.json .pytest_cache .mypy_cache .ruff_cache
