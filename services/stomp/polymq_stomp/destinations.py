@@ -12,6 +12,9 @@ STOMP                              core                          notes
 ``/amq/queue/x``                   ``queue/x``                   RabbitMQ
 ``/exchange/amq.topic/<key>``      ``topic/<key>``               RabbitMQ
 ``/exchange/amq.direct/<key>``     ``queue/<key>``               RabbitMQ
+``/exchange/<E>[/<key>]``          an :class:`ExchangeRef`:      RabbitMQ; ``exchange.py``
+                                   the topics AMQP's exchange    finds its type (fanout,
+                                   ``E`` routes in               direct, topic)
 ``/control/count-msgs/queue/x``    stats of ``queue/x``          ocamlmq, SEND only
 ``/control/count-subscribers/...`` stats of ``queue/x``,         ocamlmq, SEND only
                                    ``topic/x``, ``stream/x``
@@ -42,6 +45,7 @@ __all__ = [
     "ACCEPTED",
     "Control",
     "ControlOp",
+    "ExchangeRef",
     "Target",
     "from_core",
     "parse_destination",
@@ -51,7 +55,8 @@ __all__ = [
 ACCEPTED = (
     "Valid destinations are: /queue/<name>, /topic/<name or pattern>, /stream/<name>, "
     "/temp-queue/<name>, /amq/queue/<name>, /exchange/amq.topic/<key>, "
-    "/exchange/amq.direct/<key>, and for SEND with a receipt /control/count-msgs/queue/<name>, "
+    "/exchange/amq.direct/<key>, /exchange/<exchange>[/<key>], and for SEND with a receipt "
+    "/control/count-msgs/queue/<name>, "
     "/control/count-subscribers/queue/<name> or /control/count-subscribers/topic/<name>; "
     "names use letters, digits, '_', '.', ':' and '-'"
 )
@@ -73,6 +78,7 @@ class Target:
     topic_prefix: str = "/topic/"  # how MESSAGE frames name the topic a message came from
     vhost_prefix: str = ""  # what starts the core names of the connection's vhost
     routed: bool = False  # a queue behind a topic subscription (see queues.py)
+    exchange: str | None = None  # the topics of this AMQP exchange (see exchange.py)
 
     @property
     def is_pattern(self) -> bool:
@@ -82,7 +88,22 @@ class Target:
     def per_message(self) -> bool:
         """Do MESSAGE frames name each message's own destination (a pattern's topic, the
         topic a message came through into a queue behind a subscription)?"""
-        return self.routed or self.is_pattern
+        return (
+            self.routed
+            or self.is_pattern
+            or self.exchange is not None
+            or (self.kind is Kind.TOPIC and not self.stomp.startswith(self.topic_prefix))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeRef:
+    """``/exchange/<name>[/<key>]`` of an exchange other than amq.topic and amq.direct: a
+    :class:`Target` once its type is known (``exchange.py``)."""
+
+    name: str
+    key: str
+    stomp: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +124,7 @@ _PREFIXES: tuple[tuple[str, Kind, str], ...] = (
     ("/topic/", Kind.TOPIC, "/topic/"),
     ("/stream/", Kind.STREAM, ""),
     ("/amq/queue/", Kind.QUEUE, ""),
-    ("/exchange/amq.topic/", Kind.TOPIC, "/exchange/amq.topic/"),
+    ("/exchange/amq.topic/", Kind.TOPIC, "/topic/"),  # MESSAGE frames say /topic/, as RabbitMQ
     ("/exchange/amq.direct/", Kind.QUEUE, ""),
 )
 
@@ -134,7 +155,7 @@ def parse_destination(
     pattern: bool = False,
     vhost_prefix: str = "",
     command: str = "SEND",
-) -> Target | Control:
+) -> Target | Control | ExchangeRef:
     """The core destination behind a STOMP one. ``pattern`` (SUBSCRIBE) admits topic
     wildcards; ``conn_id`` names this connection's temp queues; ``vhost_prefix`` starts the
     core names of the connection's vhost; ``command`` is named in errors."""
@@ -164,9 +185,10 @@ def parse_destination(
                 )
             return Target(core, kind, destination, vhost_prefix=vhost_prefix)
     if destination.startswith("/exchange/"):
-        raise _refuse(
-            destination, "of RabbitMQ's exchanges only amq.topic and amq.direct are mapped"
-        )
+        name, _, key = destination[len("/exchange/") :].partition("/")
+        if not name:
+            raise _refuse(destination, "it names no exchange")
+        return ExchangeRef(name, key, destination)
     raise Refused(
         "destination",
         "Unknown destination",

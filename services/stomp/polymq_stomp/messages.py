@@ -31,7 +31,7 @@ from typing import Final
 
 from polymq.types import MAX_PRIORITY, Message
 
-from .destinations import Control, from_core, parse_destination
+from .destinations import Target, from_core, parse_destination
 from .frames import Frame
 from .refusal import Refused
 
@@ -148,7 +148,7 @@ def message_from_send(
                 except Refused:
                     pass  # not one of ours: carried as the client wrote it
                 else:
-                    if not isinstance(target, Control):
+                    if isinstance(target, Target):
                         reply_to = target.core
                         if target.temp:
                             temp_reply = value

@@ -27,7 +27,7 @@ from polymq.auth import Permission
 from polymq.errors import NotFound, PolymqError, Unavailable
 from polymq.types import Message
 
-from .destinations import Control, ControlOp, Target
+from .destinations import Control, ControlOp, ExchangeRef, Target
 from .frames import Command, Frame
 from .messages import message_from_send
 from .refusal import Refused
@@ -92,6 +92,17 @@ class Publisher:
         if isinstance(target, Control):
             session.start_busy(self._control(frame, target), frame)
             return
+        if isinstance(target, ExchangeRef):  # its type first (then remembered)
+            session.start_busy(self._send_to_exchange(frame, target), frame)
+            return
+        self._send_to(frame, target)
+
+    async def _send_to_exchange(self, frame: Frame, ref: ExchangeRef) -> None:
+        self._send_to(frame, await self.session.exchange_target(ref, subscribe=False))
+        self.flush()
+
+    def _send_to(self, frame: Frame, target: Target) -> None:
+        session = self.session
         session.authorize(Permission.WRITE, target.core)
         if "message-id" in frame:
             raise Refused("header", "Invalid header", "'message-id' is not allowed on 'SEND'.")

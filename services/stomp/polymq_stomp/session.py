@@ -52,7 +52,8 @@ from polymq.types import AckMode
 
 from .codec import CLOSED, NEED_DATA, VERSIONS, Role, State, StompConnection
 from .config import StompSettings
-from .destinations import Control, Target, parse_destination
+from .destinations import Control, ExchangeRef, Target, parse_destination
+from .exchange import resolve as resolve_exchange
 from .frames import Command, Frame, Heartbeat, LocalStompError, RemoteStompError
 from .metrics import StompMetrics
 from .publisher import Publisher
@@ -113,7 +114,7 @@ class Session(FrontendSession):
         self.publisher = Publisher(self)
         self._temps: set[str] = set()  # temp queues declared for this connection
         self._allowed: set[tuple[Permission, str]] = set()
-        self._targets: dict[str, Target | Control] = {}
+        self._targets: dict[str, Target | Control] = {}  # (an ExchangeRef's: its Target)
         # writing
         self._ack_after_write: dict[StompSubscription, int] = {}
         self._unwritten: set[StompSubscription] = set()
@@ -534,8 +535,9 @@ class Session(FrontendSession):
 
     def target(
         self, destination: str | None, *, pattern: bool = False, command: str = "SEND"
-    ) -> Target | Control:
-        """Where a STOMP destination leads (see ``destinations.py``), or Refused."""
+    ) -> Target | Control | ExchangeRef:
+        """Where a STOMP destination leads (see ``destinations.py``), or Refused; an
+        ExchangeRef needs :meth:`exchange_target` (it awaits the core)."""
         if destination is not None and not pattern:
             hit = self._targets.get(destination)
             if hit is not None:
@@ -547,8 +549,18 @@ class Session(FrontendSession):
             vhost_prefix=self.vhost_prefix,
             command=command,
         )
+        if isinstance(target, ExchangeRef):
+            return target
         if destination is not None and not pattern and len(self._targets) < 1024:
             self._targets[destination] = target
+        return target
+
+    async def exchange_target(self, ref: ExchangeRef, *, subscribe: bool) -> Target:
+        """The topic (pattern) behind ``/exchange/<E>/<K>`` (see ``exchange.py``); SEND's is
+        remembered for the connection."""
+        target = await resolve_exchange(self, ref, subscribe=subscribe)
+        if not subscribe and len(self._targets) < 1024:
+            self._targets[ref.stomp] = target
         return target
 
     def client(self) -> Client:

@@ -65,9 +65,11 @@ from polymq.avroview import json_value, load_schemas, schema_of
 from polymq.client import Subscription
 from polymq.corelink import CoreLink
 from polymq.errors import NotFound, PolymqError, RequestError
+from polymq.names import VhostNames
 from polymq.types import AckMode, Kind, Message, parse_offset
 
-from .destinations import Control, Target, from_core
+from .destinations import Control, ExchangeRef, Target, from_core
+from .exchange import shown
 from .frames import Command, Frame, LocalStompError
 from .messages import message_headers, parse_float, parse_int
 from .queues import Backing, backing_queue, durable_asked, queue_arguments
@@ -273,6 +275,7 @@ class Subscriptions:
         prefix = sub.target.topic_prefix
         skip = 6 + len(sub.target.vhost_prefix)  # "topic/" and the vhost's prefix
         vprefix = session.vhost_prefix
+        names = VhostNames(session.vhost) if sub.target.exchange is not None else None
         base = sub.base_headers
         ix = sub.ix
         by_msgid = self.by_msgid
@@ -293,8 +296,13 @@ class Subscriptions:
             headers = [*base, ("message-id", mid)]
             if per_message:
                 d = msg.destination
-                shown = prefix + d[skip:] if d[:6] == "topic/" else from_core(d, conn_id, vprefix)
-                headers.append(("destination", shown or d))
+                if d[:6] != "topic/":
+                    named = from_core(d, conn_id, vprefix)
+                elif names is not None:  # an exchange's: /exchange/<E>/<K>, as RabbitMQ
+                    named = shown(names, d)
+                else:
+                    named = prefix + d[skip:]
+                headers.append(("destination", named or d))
             if track:
                 if not keep_id:
                     headers.append(("ack", f"{ix}.{tag}"))
@@ -347,6 +355,8 @@ class Subscriptions:
                 f"at most {s.stomp_max_subscriptions} subscriptions per connection",
             )
         target = session.target(destination, pattern=True, command="SUBSCRIBE")
+        if isinstance(target, ExchangeRef):
+            target = await session.exchange_target(target, subscribe=True)
         if isinstance(target, Control):
             raise Refused(
                 "destination",
@@ -408,6 +418,7 @@ class Subscriptions:
             topic_prefix=topic.topic_prefix,
             vhost_prefix=topic.vhost_prefix,
             routed=True,
+            exchange=topic.exchange,
         )
 
     def _options(self, frame: Frame, target: Target, mode: AckMode) -> tuple[int, dict[str, Any]]:

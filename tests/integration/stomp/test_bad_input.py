@@ -207,9 +207,16 @@ CASES = {
     "missing-destination": Case(
         frame("SEND", b"where?"), "Missing destination", "'SEND' must include a 'destination'"
     ),
-    "unmapped-exchange": Case(
-        frame("SEND", destination="/exchange/amq.fanout/x"),
+    "unknown-exchange": Case(
+        frame("SEND", destination="/exchange/nosuch/x", receipt="x"),
+        "not_found",
+        "NOT_FOUND - no exchange 'nosuch' in vhost '/'",
+        "x",
+    ),
+    "headers-exchange": Case(
+        frame(SUB, destination="/exchange/amq.headers", id="1"),
         "Invalid destination",
+        "headers exchanges are not mapped for STOMP yet",
     ),
     "subscribe-to-control": Case(
         frame(SUB, destination="/control/count-msgs/queue/x", id="1"),

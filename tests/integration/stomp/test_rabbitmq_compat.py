@@ -55,9 +55,10 @@ def run_stomp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProces
 def broker(request: pytest.FixtureRequest) -> Broker:
     if request.param == "polymq":
         proc: PolymqProcess = request.getfixturevalue("run_stomp")
-        return Broker("polymq", {k: proc.ports[k] for k in ("stomp", "stomp_ws")})
+        return Broker("polymq", {k: proc.ports[k] for k in ("stomp", "stomp_ws", "amqp")})
     node: RabbitNode = request.getfixturevalue("rabbit_stomp")
-    return Broker("rabbitmq", {"stomp": node.stomp_port, "stomp_ws": node.web_stomp_port})
+    ports = {"stomp": node.stomp_port, "stomp_ws": node.web_stomp_port, "amqp": node.port}
+    return Broker("rabbitmq", ports)
 
 
 @pytest.fixture
@@ -620,3 +621,71 @@ def test_x_max_priority_on_a_queue_subscription(broker: Broker, raws: list[Raw])
         order.append(body)
         consumer.frame("ACK", {"id": headers["ack"]})
     assert order == [b"high", b"mid", b"low"]
+
+
+# ---- 2. /exchange/<name>[/<key>] for every exchange ------------------------------------------
+def test_amq_fanout(broker: Broker, transport: str, raws: list[Raw]) -> None:
+    with_key, without = opened(raws, broker, transport), opened(raws, broker, "tcp")
+    with_key.frame("SUBSCRIBE", {"destination": "/exchange/amq.fanout/ignored", "id": "1",
+                                 "receipt": "s"})  # fmt: skip
+    without.frame("SUBSCRIBE", {"destination": "/exchange/amq.fanout", "id": "1", "receipt": "s"})
+    for raw in (with_key, without):
+        until(raw, "RECEIPT")
+    producer = opened(raws, broker, "tcp")
+    body = unique("fan").encode()  # (other tests' messages may cross amq.fanout too)
+    publish(producer, f"/exchange/amq.fanout/{body.decode()}", body)
+    for raw in (with_key, without):
+        dest = f"/exchange/amq.fanout/{body.decode()}"
+        assert until(raw, "MESSAGE", destination=dest)[-1][2] == body
+
+
+def test_an_unknown_exchange_is_not_found(broker: Broker, raws: list[Raw]) -> None:
+    raw = opened(raws, broker, "tcp")
+    raw.frame("SEND", {"destination": "/exchange/nosuch/a", "receipt": "r"})
+    _, headers, body = raw.read_error()
+    assert headers["message"] == "not_found"
+    assert body == b"NOT_FOUND - no exchange 'nosuch' in vhost '/'"
+
+
+@pytest.fixture
+def amqp(broker: Broker) -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
+    params = pika.ConnectionParameters(
+        "127.0.0.1", broker.ports["amqp"], "/", pika.PlainCredentials("guest", "guest")
+    )
+    conn = pika.BlockingConnection(params)
+    try:
+        yield conn.channel()
+    finally:
+        conn.close()
+
+
+def test_exchanges_declared_over_amqp(
+    broker: Broker, raws: list[Raw], amqp: pika.adapters.blocking_connection.BlockingChannel
+) -> None:
+    fan, direct, topic, q = unique("fan"), unique("dir"), unique("top"), unique("q")
+    amqp.exchange_declare(fan, "fanout", auto_delete=True)
+    amqp.exchange_declare(direct, "direct", auto_delete=True)
+    amqp.exchange_declare(topic, "topic", auto_delete=True)
+    amqp.queue_declare(q, auto_delete=False)
+    amqp.queue_bind(q, direct, "k")
+    stomp = opened(raws, broker, "tcp")
+    for sid, destination in [("f", f"/exchange/{fan}"), ("t", f"/exchange/{topic}/a.*")]:
+        stomp.frame("SUBSCRIBE", {"destination": destination, "id": sid, "receipt": sid})
+        until(stomp, "RECEIPT", **{"receipt-id": sid})
+    # AMQP publishes, STOMP subscribers get them, named by exchange and key
+    amqp.basic_publish(fan, "any.key", b"fanned")
+    amqp.basic_publish(topic, "a.b", b"matched")
+    amqp.basic_publish(topic, "b.b", b"not matched")
+    got = [(h["subscription"], h["destination"], b) for _, h, b in until(stomp, "MESSAGE")]
+    got += [(h["subscription"], h["destination"], b) for _, h, b in messages_in(stomp)]
+    assert sorted(got) == [
+        ("f", f"/exchange/{fan}/any.key", b"fanned"),
+        ("t", f"/exchange/{topic}/a.b", b"matched"),
+    ]
+    # STOMP sends, the AMQP queue bound to the direct exchange gets it
+    publish(stomp, f"/exchange/{direct}/k", b"from stomp")
+    publish(stomp, f"/exchange/{direct}/other", b"unbound key")
+    method, _, body = amqp.basic_get(q, auto_ack=True)
+    assert (method.exchange, method.routing_key, body) == (direct, "k", b"from stomp")
+    assert amqp.basic_get(q, auto_ack=True) == (None, None, None)
+    amqp.queue_delete(q)

@@ -8,6 +8,7 @@ from polymq.types import Kind
 from polymq_stomp.destinations import (
     Control,
     ControlOp,
+    ExchangeRef,
     Target,
     from_core,
     parse_destination,
@@ -47,7 +48,7 @@ def test_topic_patterns_only_where_asked() -> None:
 @pytest.mark.parametrize(
     "bad",
     [None, "", "queue/x", "/queue/", "/queue/a/b", "/queue/sp ace", "/nowhere/x",
-     "/exchange/amq.fanout/x", "/temp-queue/a/b", "/queue/.x"],
+     "/exchange/", "/exchange//x", "/temp-queue/a/b", "/queue/.x"],
 )  # fmt: skip
 def test_refusals_name_the_accepted_forms(bad: str | None) -> None:
     with pytest.raises(Refused) as err:
@@ -140,3 +141,16 @@ def test_refusals_in_rabbitmqs_words(destination: str | None, message: str, deta
         parse_destination(destination, CONN, command="SUBSCRIBE")
     assert (exc.value.reason, exc.value.message) == ("destination", message)
     assert detail in exc.value.detail
+
+
+@pytest.mark.parametrize(
+    ("stomp", "name", "key"),
+    [
+        ("/exchange/amq.fanout", "amq.fanout", ""),
+        ("/exchange/amq.fanout/k", "amq.fanout", "k"),
+        ("/exchange/orders/eu.new", "orders", "eu.new"),
+        ("/exchange/orders/a/b", "orders", "a/b"),  # a key is any text
+    ],
+)
+def test_other_exchanges_wait_for_their_type(stomp: str, name: str, key: str) -> None:
+    assert parse_destination(stomp, CONN) == ExchangeRef(name, key, stomp)
