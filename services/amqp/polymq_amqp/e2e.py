@@ -2,17 +2,21 @@
 extension): a message that reaches exchange S also reaches every exchange D bound to S with a
 binding that matches it by S's rules, and so on from D (each exchange once, cycles included).
 
-The frontend resolves them at publish time: the message goes to the core topic of each
-exchange it reaches (``topic/amqp.<X>.<key>``; for a headers exchange, to each matching
-queue), so each one's queues and subscribers get it. The records are key/value entries
-beside the queue bindings (see ``topology.py``)::
+The frontend resolves them at publish time (:func:`reached`, then :func:`destinations`):
+the message goes to the core topic of each exchange it reaches (``topic/amqp.<X>.<key>``),
+so each one's queues and subscribers get it, but each queue once, as in RabbitMQ: an
+exchange whose matching queue bindings (their records) name a queue the message already
+reaches sends it straight to its other queues instead of its topic. A headers exchange
+sends it to its matching queues (its bindings are matched here in any case). The records
+are key/value entries beside the queue bindings (see ``topology.py``)::
 
     amqp/xs/<vhost>/<source>/<destination>/<digest>     by source ...
     amqp/xd/<vhost>/<destination>/<source>/<digest>     ... and by destination
 
-Not as in RabbitMQ: a queue bound to two of the exchanges a message reaches gets it once
-from each (RabbitMQ delivers it once); and a message published to S by another protocol
-(STOMP ``/exchange/S/...``) reaches S's own queues and subscribers only.
+Not as in RabbitMQ: an exchange whose topic is skipped that way does not reach its live
+topic subscribers (STOMP ``/exchange/X/...``; AMQP consumers use queues); queue bindings
+made in the core without an AMQP record are not seen; and a message published to S by
+another protocol (STOMP ``/exchange/S/...``) reaches S's own queues and subscribers only.
 """
 
 from __future__ import annotations
@@ -25,7 +29,15 @@ from typing import Any, Final
 
 from .exchanges import ExchangeType, headers_match
 
-__all__ = ["MAX_EXCHANGES", "ExchangeBinding", "Missing", "binding_digest", "matches", "reached"]
+__all__ = [
+    "MAX_EXCHANGES",
+    "ExchangeBinding",
+    "Missing",
+    "binding_digest",
+    "destinations",
+    "matches",
+    "reached",
+]
 
 MAX_EXCHANGES: Final = 64  # exchanges one publish may reach through bindings
 
@@ -132,4 +144,43 @@ def reached(
             out.append(dest)
             if len(out) >= MAX_EXCHANGES:
                 return out
+    return out
+
+
+def destinations(
+    reached: list[Any],
+    routing_key: str,
+    headers: Mapping[str, Any] | None,
+    bindings: Callable[[str], list[Any] | None],
+    topic: Callable[[str], str | None],
+    queue: Callable[[str], str | None],
+    plain: Callable[[dict[str, Any]], dict[str, Any]],
+) -> list[str]:
+    """The core destinations of a message that reaches the exchanges ``reached`` (records,
+    the one published to first): ``topic(exchange)`` is an exchange's topic for the key,
+    ``queue(name)`` a queue's core name (None: unmappable), ``bindings(exchange)`` the
+    cached records of its queue bindings (None: not cached, :class:`Missing`)."""
+    if len(reached) == 1 and reached[0].kind is not ExchangeType.HEADERS:
+        t = topic(reached[0].name)  # the common case: no records to read
+        return [t] if t is not None else []
+    out: list[str] = []
+    taken: set[str] = set()  # queues the message reaches so far
+    for x in reached:
+        records = bindings(x.name)
+        if records is None:
+            raise Missing("bindings", x.name)
+        queues = {
+            b.queue
+            for b in records
+            if matches(x.kind, b.routing_key, plain(b.arguments), routing_key, headers)
+        }
+        t = topic(x.name) if x.kind is not ExchangeType.HEADERS else None
+        if t is not None and not queues & taken:
+            out.append(t)
+        else:
+            for name in sorted(queues - taken):
+                dest = queue(name)
+                if dest is not None:
+                    out.append(dest)
+        taken |= queues
     return out

@@ -46,7 +46,6 @@ from polymq.types import Message
 
 from . import e2e, replyto
 from .errors import (
-    ACCESS_REFUSED,
     NO_ROUTE,
     NOT_FOUND,
     NOT_IMPLEMENTED,
@@ -55,11 +54,11 @@ from .errors import (
     ConnectionException,
 )
 from .events import Content, ContentRun
-from .exchanges import ExchangeType, headers_match
 from .names import UnmappableName
 from .properties import PublishTemplate, delivery_properties
+from .route import route_later, route_now
 from .tables import from_tagged
-from .topology import ExchangeRecord, QueueRecord, plain_args
+from .topology import QueueRecord
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -228,7 +227,7 @@ class Publisher:
         if rec is None:
             return None
         try:
-            return self._route(rec, content, {})
+            return route_now(topology, names, rec, routing_key, content.properties.headers)
         except e2e.Missing:
             return None
 
@@ -250,76 +249,9 @@ class Publisher:
                 raise ChannelException(
                     NOT_FOUND, f"no exchange '{exchange}' in vhost '{names.vhost}'"
                 )
-            known: dict[str, ExchangeRecord | None] = {}  # looked up: None, there is none
-            for _ in range(4 * e2e.MAX_EXCHANGES):
-                try:
-                    route = self._route(rec, content, known)
-                    break
-                except e2e.Missing as missing:  # read it, then route again
-                    if missing.what == "exchange":
-                        known[missing.name] = await topology.exchange(names, missing.name)
-                    elif missing.what == "sources":
-                        await topology.bindings_from(names, missing.name)
-                    else:
-                        await topology.exchange_bindings(names, missing.name)
-            else:
-                route = self._route(rec, content, known)  # (a Missing now is a bug)
+            route = await route_later(topology, names, rec, routing_key, content.properties.headers)
         if not self.channel.closed:
             self._accept(content, route)
-
-    def _route(
-        self,
-        rec: ExchangeRecord,
-        content: Content | ContentRun,
-        known: dict[str, ExchangeRecord | None],
-    ) -> list[str]:
-        """Where a publish to exchange ``rec`` goes: the topic of each exchange it reaches
-        (``rec`` and those bound to it, see ``e2e.py``), or a headers exchange's matching
-        queues. Raises :class:`e2e.Missing` for a record not cached (nor in ``known``)."""
-        names = self.channel.names
-        if rec.internal:
-            raise ChannelException(
-                ACCESS_REFUSED,
-                f"cannot publish to internal exchange '{rec.name}' in vhost '{names.vhost}'",
-            )
-        topology = self.session.topology
-        headers = content.properties.headers
-        routing_key = content.method.routing_key or ""
-
-        def exchange(name: str) -> ExchangeRecord | bool | None:
-            found = topology.cached_exchange(names, name)
-            if found is not None:
-                return found
-            if name in known:
-                return known[name] or False
-            return None
-
-        reached = e2e.reached(
-            rec,
-            routing_key,
-            headers,
-            exchange,
-            partial(topology.cached_bindings_from, names),
-            plain_args,
-        )
-        route: list[str] = []
-        for x in reached:
-            if x.kind is not ExchangeType.HEADERS:
-                topic = names.publish_topic(x.name, routing_key)
-                if topic is not None:
-                    route.append(topic)
-                continue
-            bindings = topology.cached_exchange_bindings(names, x.name)
-            if bindings is None:
-                raise e2e.Missing("bindings", x.name)
-            for q in sorted(
-                {b.queue for b in bindings if headers_match(plain_args(b.arguments), headers)}
-            ):
-                try:
-                    route.append(names.queue(q))
-                except UnmappableName:
-                    pass
-        return list(dict.fromkeys(route)) if len(reached) > 1 else route
 
     def _accept(self, content: Content | ContentRun, route: list[str]) -> None:
         session = self.session

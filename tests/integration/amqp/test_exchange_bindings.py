@@ -1,7 +1,8 @@
 """Exchange-to-exchange bindings (``exchange.bind`` / ``exchange.unbind``, issue 16 point 10)
 with pika and aio-pika, each test against polymq and RabbitMQ: a message that reaches an
 exchange reaches the exchanges bound to it by that exchange's rules, ``amq.*`` sources too,
-through chains and cycles once each; unbind and exchange.delete end the route."""
+through chains and cycles once each, each queue once; unbind and exchange.delete end the
+route."""
 
 from __future__ import annotations
 
@@ -87,6 +88,29 @@ def test_chains_and_cycles_deliver_once_to_each_queue(ch: BlockingChannel) -> No
     with pytest.raises(pika.exceptions.UnroutableError):
         ch.basic_publish(a, "k.y", b"mandatory", mandatory=True)
     assert closed_with(lambda: ch.basic_publish(c, "", b"internal")) == 403
+
+
+def test_a_queue_bound_to_several_reached_exchanges_gets_a_message_once(
+    ch: BlockingChannel,
+) -> None:
+    a, b, c = unique("a"), unique("b"), unique("c")
+    for ex, kind in ((a, "topic"), (b, "fanout"), (c, "direct")):
+        ch.exchange_declare(ex, kind, auto_delete=True)
+    both, only_b, only_c = unique("both"), unique("onlyb"), unique("onlyc")
+    for q in (both, only_b, only_c):
+        ch.queue_declare(q, exclusive=True)
+    ch.queue_bind(both, a, "k.*")
+    ch.queue_bind(both, b)
+    ch.queue_bind(both, c, "k.x")
+    ch.queue_bind(only_b, b)
+    ch.queue_bind(only_c, c, "k.x")
+    ch.exchange_bind(b, a, "k.#")
+    ch.exchange_bind(c, b)
+    ch.confirm_delivery()
+    ch.basic_publish(a, "k.x", b"m")
+    assert drain(ch, both, 1) == [(b"m", a, "k.x")]  # once, though three exchanges route it
+    assert drain(ch, only_b, 1) == [(b"m", a, "k.x")]
+    assert drain(ch, only_c, 1) == [(b"m", a, "k.x")]
 
 
 def test_headers_source_and_deleting_a_destination(ch: BlockingChannel) -> None:

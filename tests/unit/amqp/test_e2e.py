@@ -7,9 +7,16 @@ from typing import Any
 
 import pytest
 
-from polymq_amqp.e2e import ExchangeBinding, Missing, matches, reached, topic_matches
+from polymq_amqp.e2e import (
+    ExchangeBinding,
+    Missing,
+    destinations,
+    matches,
+    reached,
+    topic_matches,
+)
 from polymq_amqp.exchanges import ExchangeType
-from polymq_amqp.topology import ExchangeRecord
+from polymq_amqp.topology import BindingRecord, ExchangeRecord
 
 
 @pytest.mark.parametrize(
@@ -67,3 +74,37 @@ def test_chains_and_cycles_reach_each_exchange_once() -> None:
     with pytest.raises(Missing) as info:
         _reach(ex, {"a": bind["a"]}, "a", "k")  # b's bindings are not cached
     assert (info.value.what, info.value.name) == ("sources", "b")
+
+
+def test_destinations_reach_each_queue_once() -> None:
+    a, b, h = (
+        ExchangeRecord("a", "topic"),
+        ExchangeRecord("b", "fanout"),
+        ExchangeRecord("h", "headers"),
+    )
+    records = {
+        "a": [BindingRecord("a", "q1", "k.*", {}, "p"), BindingRecord("a", "q9", "z", {}, "p")],
+        "b": [BindingRecord("b", "q1", "", {}, "p"), BindingRecord("b", "q2", "", {}, "p")],
+        "h": [BindingRecord("h", "q3", "", {"x": "1"}, None)],
+    }
+
+    def route(reached: list[ExchangeRecord], headers: dict[str, Any] | None = None) -> list[str]:
+        return destinations(
+            reached,
+            "k.x",
+            headers,
+            records.get,
+            lambda name: f"topic/amqp.{name}.k.x",
+            lambda name: f"queue/{name}",
+            lambda args: args,
+        )
+
+    assert route([a]) == ["topic/amqp.a.k.x"]  # one exchange: its topic, no records read
+    assert route([b]) == ["topic/amqp.b.k.x"]
+    # b's q1 is a's too: b sends to its other queue instead of its topic
+    assert route([a, b]) == ["topic/amqp.a.k.x", "queue/q2"]
+    assert route([b, a]) == ["topic/amqp.b.k.x"]  # a's only match, q1, has it already
+    assert route([a, h], {"x": "1"}) == ["topic/amqp.a.k.x", "queue/q3"]
+    assert route([h], {"x": "2"}) == []
+    with pytest.raises(Missing):
+        route([a, ExchangeRecord("c", "direct")])  # c's records are not cached
