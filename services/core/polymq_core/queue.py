@@ -253,6 +253,8 @@ class Queue:
         """Remove a consumer; its unacked deliveries (and unsent ones) come back in order."""
         if sub in self.consumers:
             self.consumers.remove(sub)
+            if self._prioritized and not any(c.options.priority for c in self.consumers):
+                self._prioritized = False  # all of one priority again: plain round robin
         self.last_used = time.monotonic()
         back = [
             self.inflight.pop(seq).message for seq in sub.inflight.values() if seq in self.inflight

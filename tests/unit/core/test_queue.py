@@ -182,3 +182,7 @@ def test_consumer_priorities_serve_the_highest_with_room_first() -> None:
     fill(q, 2)
     assert [sid for sid, _, _ in session.got[-2:]] == [2, 3]
     assert low.inflight == {} and len(mid.inflight) == 3 and len(high_b.inflight) == 2
+    for sub in (high_a, mid, high_b):
+        q.detach(sub, requeue=[])  # what they held goes to the one left
+    assert len(low.inflight) == 7  # the 8 published but the one acked
+    assert q.consumers == [low] and not q._prioritized  # plain round robin again
