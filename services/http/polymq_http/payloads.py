@@ -22,7 +22,7 @@ from multidict import MultiMapping
 from polymq import Lease, Message
 from polymq.avro import SchemaCache
 from polymq.avroview import json_value, schema_of
-from polymq.types import DeclareOptions, Destination, Kind
+from polymq.types import MAX_PRIORITY, DeclareOptions, Destination, Kind
 from polymq.web import receipt_destination as receipt_destination  # settling is shared
 
 from .problems import Problem, bad_request
@@ -369,6 +369,11 @@ def parse_declare(data: Any) -> dict[str, Any]:
     for key in ("idle_ttl", "ack_timeout", "message_ttl"):
         if (s := _seconds(d, key, "")) is not None:
             out[key] = s
+    if (v := d.get("max_priority")) is not None:
+        top = _as_int(v)
+        if top is None or not 0 <= top <= MAX_PRIORITY:
+            raise bad_request(f"max_priority must be an integer 0..{MAX_PRIORITY}")
+        out["max_priority"] = top
     overflow = d.get("overflow")
     if overflow is not None:
         if overflow not in ("reject", "drop-oldest"):

@@ -148,7 +148,11 @@ def test_declare_options() -> None:
         "max_length": 5,
         "overflow": "drop-oldest",
     }
+    assert parse_declare({"max_priority": 0}) == {"max_priority": 0}  # a FIFO queue
     for bad in (
+        {"max_priority": -1},
+        {"max_priority": 10},
+        {"max_priority": True},
         None,
         [],
         {"colour": 1},
