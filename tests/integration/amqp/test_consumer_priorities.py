@@ -1,12 +1,15 @@
-"""Consumer priorities (``x-priority`` in basic.consume, issue 16 point 13) with pika, each
+"""Consumer priorities (``x-priority`` in basic.consume, issue 16 point 13) with pika and
+aio-pika (with update-secret, the point's other half), each
 test against polymq and RabbitMQ: a queue's messages go to its consumers of the highest
 priority while they have room in their prefetch window; lower ones get what they cannot
 take."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+import aio_pika
 import pika
 import pytest
 
@@ -72,3 +75,35 @@ def test_x_priority_must_be_an_integer(target: Target) -> None:
         assert info.value.reply_code == 406
     finally:
         conn.close()
+
+
+def test_aio_pika_consumer_priorities_and_update_secret(target: Target) -> None:
+    async def run() -> dict[str, list[bytes]]:
+        conn = await aio_pika.connect(target.url(), timeout=10)
+        async with conn:
+            got: dict[str, list[bytes]] = {"high": [], "low": []}
+            setup = await conn.channel()
+            q = await setup.declare_queue(unique("cprio"), exclusive=True)
+            for name, priority in (("low", 1), ("high", 7)):
+                ch = await conn.channel()
+                await ch.set_qos(prefetch_count=2)
+                queue = await ch.get_queue(q.name)
+
+                async def on_message(
+                    message: aio_pika.abc.AbstractIncomingMessage, name: str = name
+                ) -> None:
+                    got[name].append(message.body)  # never acked: the windows stay full
+
+                await queue.consume(on_message, arguments={"x-priority": priority})
+            await conn.update_secret("guest", reason="token refresh")
+            for i in range(5):
+                await setup.default_exchange.publish(aio_pika.Message(str(i).encode()), q.name)
+            deadline = asyncio.get_running_loop().time() + WAIT
+            while sum(map(len, got.values())) < 4:
+                assert asyncio.get_running_loop().time() < deadline, got
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(QUIET)
+            return got
+
+    # high's window (2) first, then low's (2); the fifth waits for an ack
+    assert asyncio.run(asyncio.wait_for(run(), 60)) == {"high": [b"0", b"1"], "low": [b"2", b"3"]}
