@@ -1,8 +1,7 @@
 """Consumer priorities (``x-priority`` in basic.consume, issue 16 point 13) with pika and
-aio-pika (with update-secret, the point's other half), each
-test against polymq and RabbitMQ: a queue's messages go to its consumers of the highest
-priority while they have room in their prefetch window; lower ones get what they cannot
-take."""
+aio-pika (with update-secret, the point's other half), each test against polymq and
+RabbitMQ: a queue's messages go to its consumers of the highest priority while they have
+room in their prefetch window; lower ones get what they cannot take."""
 
 from __future__ import annotations
 
