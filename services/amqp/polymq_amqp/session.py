@@ -317,6 +317,7 @@ class Session(FrontendSession):
             self._sent_blocked = False
             self.send_method(0, commands.Connection.Unblocked())
         log.info("amqp %s: publisher unblocked", self)
+        self.reads += 1  # what publishers remember of their routes is from before
         self._dispatch(held)
         self._process()
         self._schedule()
