@@ -11,6 +11,10 @@ type              queue.bind(Q, E, K) in the core               basic.publish(E,
 (default) ``""``  cannot be bound                               ``queue/<K>``, if Q exists
 ================  ===========================================  ============================
 
+``amq.topic`` routes like any topic exchange, in the vhost's plain topics rather than
+``amqp.amq:2Etopic.…`` (``topic/<K>``: see :mod:`polymq.names`), the topics every other
+protocol names ``K``.
+
 Shared by the AMQP frontend and the STOMP one (its ``/exchange/<E>/<K>`` destinations publish
 and subscribe in the same topics). An exchange declared over AMQP is a JSON record (its
 ``type`` among others) under :func:`record_key` in the core's key/value store.

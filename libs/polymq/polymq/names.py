@@ -24,8 +24,18 @@ queue ``Q`` in vhost ``v``              ``queue/amqp:v<v>.<Q>``
 exchange ``E`` in vhost ``/``           topics ``amqp.<E>.…``
 exchange ``E`` in vhost ``v``           topics ``amqp:v<v>.<E>.…``
 publish to ``E`` with key ``K``         ``topic/amqp.<E>.<K>``
+``amq.topic`` in vhost ``/``, key ``K``  ``topic/<K>`` (the shared topic namespace)
+``amq.topic`` in vhost ``v``, key ``K``  ``topic/amqp:v<v>.<K>``
 default exchange, key ``K``             ``queue/<K>``
 ======================================  ================================================
+
+``amq.topic`` (:data:`SHARED_TOPIC_EXCHANGE`) is the one exchange without a namespace of its
+own: its topics are the vhost's plain ones, so that AMQP's ``amq.topic`` with key ``K``,
+STOMP's ``/topic/K`` and ``/exchange/amq.topic/K``, and topic ``K`` of the HTTP, long-poll,
+SSE and Avro frontends and of the native client are one topic, patterns included (AMQP's
+``*`` and ``#`` are the core's). As in RabbitMQ, a binding ``#`` on ``amq.topic`` hears
+every topic of the shared namespace; unlike RabbitMQ, that includes the topics of the other
+exchanges (``amqp.<E>.…``), which live in it too.
 
 ``:v`` can never come out of escaping (``v`` is no hex digit), so another vhost's names can
 never collide with those of ``/``.
@@ -39,6 +49,7 @@ from typing import Final
 
 __all__ = [
     "DEFAULT_VHOST",
+    "SHARED_TOPIC_EXCHANGE",
     "UnmappableName",
     "VhostNames",
     "escape_key",
@@ -49,6 +60,7 @@ __all__ = [
 ]
 
 DEFAULT_VHOST: Final = "/"
+SHARED_TOPIC_EXCHANGE: Final = "amq.topic"
 MAX_CORE_NAME: Final = 255
 _PLAIN: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _PLAIN_RE: Final = re.compile(r"[A-Za-z0-9_\-]+\Z")
@@ -163,24 +175,36 @@ class VhostNames:
         """The AMQP name of a core queue destination of this vhost (None if not one)."""
         if not core.startswith("queue/"):
             return None
-        rest = core[6:]
+        rest = self._local(core[6:])
+        return None if rest is None else unescape_key(rest)
+
+    def _local(self, name: str) -> str | None:
+        """``name`` (a core name after its kind) without this vhost's prefix; None if it
+        belongs to another vhost."""
         if self._queue_prefix:
-            if not rest.startswith(self._queue_prefix):
+            if not name.startswith(self._queue_prefix):
                 return None
-            rest = rest[len(self._queue_prefix) :]
-        elif rest.startswith("amqp:v"):
-            return None
-        return unescape_key(rest)
+            return name[len(self._queue_prefix) :]
+        return None if name.startswith("amqp:v") else name
 
     # ---- exchanges -------------------------------------------------------------------------
+    def _topics_of(self, exchange: str) -> str:
+        """What starts the names of the topics of ``exchange`` (ends with ``.``, or ``""``
+        for ``amq.topic`` in ``/``)."""
+        if exchange == SHARED_TOPIC_EXCHANGE:
+            return self._queue_prefix
+        return f"{self._topic_prefix}{escape_word(exchange)}."
+
     def exchange_base(self, exchange: str) -> str:
-        """``amqp.<E>``: the topic namespace of exchange ``exchange``."""
-        return self._topic_prefix + escape_word(exchange)
+        """``amqp.<E>``: the topic namespace of exchange ``exchange`` (for ``amq.topic``,
+        the vhost's shared one: ``""`` in ``/``)."""
+        return self._topics_of(exchange)[:-1]
 
     def publish_topic(self, exchange: str, routing_key: str) -> str | None:
-        """``topic/amqp.<E>.<K>`` for a publish; None when too long for the core (no
-        binding can name it exactly, and a pattern would need the name to exist)."""
-        name = f"{self.exchange_base(exchange)}.{escape_key(routing_key)}"
+        """``topic/amqp.<E>.<K>`` for a publish (``topic/<K>`` for ``amq.topic``); None
+        when too long for the core (no binding can name it exactly, and a pattern would need
+        the name to exist)."""
+        name = self._topics_of(exchange) + escape_key(routing_key)
         if len(name.encode("utf-8")) > MAX_CORE_NAME:
             return None
         return "topic/" + name
@@ -188,15 +212,18 @@ class VhostNames:
     def binding_topic(self, exchange: str, pattern: str) -> str:
         """``topic/amqp.<E>.<pattern>`` (``pattern`` already in the core's form)."""
         return "topic/" + _check(
-            f"{self.exchange_base(exchange)}.{pattern}", f"binding key for exchange {exchange!r}"
+            self._topics_of(exchange) + pattern, f"binding key for exchange {exchange!r}"
         )
 
     def route_of(self, topic: str) -> tuple[str, str] | None:
-        """``(exchange, routing key)`` of a core topic in this vhost's exchange namespace."""
-        if not topic.startswith("topic/" + self._topic_prefix):
+        """``(exchange, routing key)`` of a core topic in this vhost: an exchange's
+        namespace, else the shared one (``amq.topic``). None for another vhost's topics."""
+        if topic.startswith("topic/" + self._topic_prefix):
+            rest = topic[6 + len(self._topic_prefix) :]
+            seg, _, key = rest.partition(".")
+            if seg:
+                return unescape_word(seg), unescape_key(key) if key else ""
+        if not topic.startswith("topic/"):
             return None
-        rest = topic[6 + len(self._topic_prefix) :]
-        seg, _, key = rest.partition(".")
-        if not seg:
-            return None
-        return unescape_word(seg), unescape_key(key) if key else ""
+        shared = self._local(topic[6:])
+        return None if shared is None else (SHARED_TOPIC_EXCHANGE, unescape_key(shared))

@@ -6,40 +6,17 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from ..amqp.helpers import WAIT, Broker, pika_connection, serving_broker, unique
-from ..stomp.helpers import Clients, clients
+from ..amqp.helpers import WAIT, Broker, unique
+from ..stomp.helpers import Clients
 from .helpers import BINARY, body_of, post, pull
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    workdir: Path = tmp_path_factory.mktemp("cross-amqp")
-    with serving_broker(workdir) as b:
-        yield b
-
-
-@pytest.fixture
-def channel(broker: Broker) -> Iterator[BlockingChannel]:
-    conn = pika_connection(broker)
-    yield conn.channel()
-    if conn.is_open:
-        conn.close()
-
-
-@pytest.fixture
-def stomp_client(broker: Broker) -> Iterator[Clients]:
-    with clients(broker.run, "tcp") as make:
-        yield make
 
 
 def get(channel: BlockingChannel, q: str) -> tuple[Any, Any, bytes]:

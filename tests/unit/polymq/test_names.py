@@ -66,10 +66,24 @@ def test_default_vhost_names_are_the_plain_ones() -> None:
     assert names.queue("a b") == "queue/a:20b"
     assert names.queue_of("queue/a:20b") == "a b"
     assert names.publish_topic("logs", "app.error") == "topic/amqp.logs.app.error"
-    assert names.publish_topic("amq.topic", "") == "topic/amqp.amq:2Etopic.:"
     assert names.route_of("topic/amqp.logs.app.error") == ("logs", "app.error")
-    assert names.route_of("topic/other") is None
     assert names.binding_topic("logs", "app.#") == "topic/amqp.logs.app.#"
+
+
+def test_amq_topic_is_the_shared_topic_namespace() -> None:
+    """amq.topic's key K is topic K: STOMP's /topic/K, HTTP's and the native client's."""
+    names = VhostNames("/")
+    assert names.publish_topic("amq.topic", "news.sport") == "topic/news.sport"
+    assert names.publish_topic("amq.topic", "") == "topic/:"
+    assert names.publish_topic("amq.topic", "a b") == "topic/a:20b"
+    assert names.binding_topic("amq.topic", "news.*.#") == "topic/news.*.#"
+    assert names.route_of("topic/news.sport") == ("amq.topic", "news.sport")
+    assert names.route_of("topic/a:20b") == ("amq.topic", "a b")
+    assert names.exchange_base("amq.topic") == ""
+    other = VhostNames("v")  # STOMP's /topic/K in vhost v: the vhost's prefix, then K
+    assert other.publish_topic("amq.topic", "k") == "topic/amqp:vv.k"
+    assert other.binding_topic("amq.topic", "#") == "topic/amqp:vv.#"
+    assert names.route_of("topic/amqp:vv.k") is None
 
 
 def test_other_vhosts_never_meet_the_default_one() -> None:
@@ -91,7 +105,7 @@ def test_core_accepts_every_name(vhost: str, name: str, key: str) -> None:
     except UnmappableName:
         pass
     topic = names.publish_topic(name, key)
-    if topic is not None:
+    if topic is not None and name != "amq.topic":  # (its topics are the vhost's plain ones)
         Destination.parse(topic)
         assert names.route_of(topic) == (name, key)
 
