@@ -702,3 +702,34 @@ def test_exchanges_declared_over_amqp(
     assert (method.exchange, method.routing_key, body) == (direct, "k", b"from stomp")
     assert amqp.basic_get(q, auto_ack=True) == (None, None, None)
     amqp.queue_delete(q)
+
+
+def test_amq_topic_is_stomps_topic(
+    broker: Broker, raws: list[Raw], amqp: pika.adapters.blocking_connection.BlockingChannel
+) -> None:
+    """AMQP's amq.topic with key K is STOMP's /topic/K (and /exchange/amq.topic/K), both
+    ways, patterns included (issue 16, point 14)."""
+    base, q = unique("ns"), unique("q")
+    key = f"{base}.news"
+    amqp.queue_declare(q, exclusive=True)
+    amqp.queue_bind(q, "amq.topic", f"{base}.#")
+    stomp = opened(raws, broker, "tcp")
+    for sid, destination in [("p", f"/topic/{base}.*"), ("x", f"/exchange/amq.topic/{key}")]:
+        stomp.frame("SUBSCRIBE", {"destination": destination, "id": sid, "receipt": sid})
+        until(stomp, "RECEIPT", **{"receipt-id": sid})
+    # AMQP publishes to amq.topic: both STOMP subscriptions get it, named /topic/K
+    amqp.basic_publish("amq.topic", key, b"from amqp")
+    got = [(h["subscription"], h["destination"], b) for _, h, b in messages_in(stomp, 2)]
+    assert sorted(got) == [
+        ("p", f"/topic/{key}", b"from amqp"),
+        ("x", f"/topic/{key}", b"from amqp"),
+    ]
+    method, _, body = amqp.basic_get(q, auto_ack=True)
+    assert (method.exchange, method.routing_key, body) == ("amq.topic", key, b"from amqp")
+    # STOMP sends to /topic/K: the AMQP queue bound to amq.topic gets it
+    producer = opened(raws, broker, "tcp")
+    publish(producer, f"/topic/{key}", b"from stomp")
+    assert len(messages_in(stomp, 2)) == 2
+    method, _, body = amqp.basic_get(q, auto_ack=True)
+    assert (method.exchange, method.routing_key, body) == ("amq.topic", key, b"from stomp")
+    assert amqp.basic_get(q, auto_ack=True) == (None, None, None)
