@@ -52,6 +52,7 @@ from typing import Any, Final
 
 from pamqp import commands
 
+from polymq.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY, AMQP_TYPED, BOOKKEEPING
 from polymq.types import MAX_PRIORITY, Message
 
 from . import replyto
@@ -68,10 +69,10 @@ __all__ = [
     "from_publish",
 ]
 
-H_EXCHANGE: Final = "x-amqp-exchange"
-H_ROUTING_KEY: Final = "x-amqp-routing-key"
-H_TYPED: Final = "x-amqp-typed"
-_INTERNAL: Final = frozenset({H_EXCHANGE, H_ROUTING_KEY, H_TYPED})
+H_EXCHANGE: Final = AMQP_EXCHANGE
+H_ROUTING_KEY: Final = AMQP_ROUTING_KEY
+H_TYPED: Final = AMQP_TYPED
+_INTERNAL: Final = BOOKKEEPING
 _MAPPED: Final = {
     "content-encoding": "content_encoding",
     "amqp-message-id": "message_id",

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from polymq import Message
 from polymq.avro import AvroSchema, DecodeError, decode_single, is_avro, to_json_value
+from polymq.headers import public_headers
 from polymq_http.payloads import MAX_SECONDS, no_query, query_value
 from polymq_http.problems import Problem, bad_request
 
@@ -226,7 +227,7 @@ def record_json(message: Message, schema: AvroSchema | None, receipt: str | None
     }
     if receipt is not None:
         out["receipt"] = receipt
-    out["headers"] = message.headers
+    out["headers"] = public_headers(message.headers)
     out["redelivered"] = message.redelivered
     out["timestamp"] = message.timestamp
     out["content_type"] = message.content_type

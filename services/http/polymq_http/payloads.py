@@ -22,6 +22,7 @@ from multidict import MultiMapping
 from polymq import Lease, Message
 from polymq.avro import SchemaCache
 from polymq.avroview import json_value, schema_of
+from polymq.headers import public_headers
 from polymq.types import MAX_PRIORITY, DeclareOptions, Destination, Kind
 from polymq.web import receipt_destination as receipt_destination  # settling is shared
 
@@ -336,7 +337,7 @@ def lease_json(lease: Lease, schemas: SchemaCache | None = None) -> dict[str, An
         "body": body,
         "encoding": encoding,
         "content_type": m.content_type,
-        "headers": m.headers,
+        "headers": public_headers(m.headers),
         "priority": m.priority,
         "persistent": m.persistent,
         "delivery_count": m.delivery_count,

@@ -29,6 +29,7 @@ import math
 import time
 from typing import Final
 
+from polymq.headers import public_headers
 from polymq.types import MAX_PRIORITY, Message
 
 from .destinations import Target, from_core, parse_destination
@@ -202,7 +203,7 @@ def message_headers(
         if _fits(name, value, version):
             out.append((name, value))
     if message.headers:
-        for name, value in message.headers.items():
+        for name, value in public_headers(message.headers).items():
             if name not in MESSAGE_RESERVED and _fits(name, value, version):
                 out.append((name, value))
     return out

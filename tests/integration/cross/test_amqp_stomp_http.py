@@ -13,7 +13,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from ..amqp.helpers import WAIT, Broker, unique
-from ..stomp.helpers import Clients
+from ..stomp.helpers import Clients, StompClient
 from .helpers import BINARY, body_of, post, pull
 
 pytestmark = pytest.mark.timeout(60)
@@ -39,14 +39,20 @@ AMQP_PROPS = pika.BasicProperties(
 )
 
 
+def declared_and_followed(channel: BlockingChannel, make: Clients) -> tuple[str, StompClient]:
+    """A queue declared over AMQP, and a STOMP client subscribed to it."""
+    q = unique("q")
+    channel.queue_declare(q)
+    consumer = make()
+    consumer.subscribe(f"/queue/{q}")
+    return q, consumer
+
+
 # ---- AMQP -> STOMP ----------------------------------------------------------------------------
 def test_amqp_publish_is_received_over_stomp(
     broker: Broker, channel: BlockingChannel, stomp_client: Clients
 ) -> None:
-    q = unique("q")
-    channel.queue_declare(q)
-    consumer = stomp_client()
-    consumer.subscribe(f"/queue/{q}")
+    q, consumer = declared_and_followed(channel, stomp_client)
     channel.basic_publish("", q, b'{"order": 1}', AMQP_PROPS)
     [msg] = consumer.listener.wait_messages(1)
     h = msg.headers
@@ -56,6 +62,7 @@ def test_amqp_publish_is_received_over_stomp(
     assert h["correlation-id"] == "corr-1"
     assert h["reply-to"] == "/queue/answers"
     assert h["destination"] == f"/queue/{q}"
+    assert not [k for k in h if k.startswith("x-amqp-")]  # the AMQP frontend's bookkeeping
 
 
 def test_amqp_exchange_publish_reaches_stomp_topic_subscribers(
@@ -175,4 +182,59 @@ def test_amqp_publish_is_pulled_over_http(broker: Broker, channel: BlockingChann
     assert m["reply_to"] == "queue/answers"
     h = m["headers"]
     assert (h["x-trace"], h["x-count"], h["x-flag"]) == ("abc", "42", "true")
-    assert (h["x-amqp-exchange"], h["x-amqp-routing-key"]) == ("", q)
+    assert not [k for k in h if k.startswith("x-amqp-")]  # the AMQP frontend's bookkeeping
+
+
+# ---- AMQP properties <-> STOMP and HTTP headers (README: "AMQP properties elsewhere") ---------
+PROPERTY_HEADERS = {
+    "content-encoding": "gzip",
+    "amqp-message-id": "m-1",
+    "amqp-type": "order.created",
+    "amqp-app-id": "shop",
+    "amqp-timestamp": "1700000000",
+}
+
+
+def test_amqp_properties_are_stomp_and_http_headers(
+    broker: Broker, channel: BlockingChannel, stomp_client: Clients
+) -> None:
+    q, consumer = declared_and_followed(channel, stomp_client)
+    props = pika.BasicProperties(
+        content_encoding="gzip",
+        message_id="m-1",
+        type="order.created",
+        app_id="shop",
+        timestamp=1_700_000_000,
+        headers={"x-n": 7},
+    )
+    channel.basic_publish("", q, b"one", props)
+    [msg] = consumer.listener.wait_messages(1)
+    assert {k: msg.headers.get(k) for k in PROPERTY_HEADERS} == PROPERTY_HEADERS
+    assert msg.headers["x-n"] == "7"
+    consumer.close()
+    channel.basic_publish("", q, b"two", props)
+    [m] = pull(broker, q)
+    assert body_of(m) == b"two"
+    assert {k: m["headers"].get(k) for k in PROPERTY_HEADERS} == PROPERTY_HEADERS
+    assert m["headers"]["x-n"] == "7"
+    for shown in (msg.headers, m["headers"]):
+        assert not [k for k in shown if k.startswith("x-amqp-")]
+
+
+def test_stomp_and_http_headers_are_amqp_properties(
+    broker: Broker, channel: BlockingChannel, stomp_client: Clients
+) -> None:
+    q = unique("q")
+    channel.queue_declare(q)
+    stomp_client().send_receipted(f"/queue/{q}", "from stomp", **PROPERTY_HEADERS)
+    post(broker, f"queue/{q}/messages", {"body": "from http", "headers": PROPERTY_HEADERS})
+    for body in (b"from stomp", b"from http"):
+        _method, props, got = get(channel, q)
+        assert got == body
+        assert (props.content_encoding, props.message_id, props.type) == (
+            "gzip",
+            "m-1",
+            "order.created",
+        )
+        assert (props.app_id, props.timestamp) == ("shop", 1_700_000_000)
+        assert not props.headers
