@@ -227,6 +227,7 @@ def parse_message(obj: Any, where: str) -> Message:
         headers = {}
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         raise bad_request(f"{where}headers must be an object of string values")
+    headers = dict(public_headers(headers))  # (the AMQP frontend's own: a client cannot set them)
     priority = d.get("priority")
     priority = Message(b"").priority if priority is None else _as_int(priority)
     if priority is None or not 0 <= priority <= 9:

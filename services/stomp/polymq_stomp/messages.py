@@ -29,7 +29,7 @@ import math
 import time
 from typing import Final
 
-from polymq.headers import public_headers
+from polymq.headers import BOOKKEEPING, public_headers
 from polymq.types import MAX_PRIORITY, Message
 
 from .destinations import Target, from_core, parse_destination
@@ -66,6 +66,7 @@ SEND_RESERVED: Final = frozenset(
         "redelivered",
         "timestamp",
     }
+    | BOOKKEEPING  # (the AMQP frontend's own: a client cannot set them)
 )
 # Set by the frontend on MESSAGE frames: a message header with one of these names is left out.
 MESSAGE_RESERVED: Final = SEND_RESERVED | {"content-length"}

@@ -226,11 +226,12 @@ def test_stomp_and_http_headers_are_amqp_properties(
 ) -> None:
     q = unique("q")
     channel.queue_declare(q)
-    stomp_client().send_receipted(f"/queue/{q}", "from stomp", **PROPERTY_HEADERS)
-    post(broker, f"queue/{q}/messages", {"body": "from http", "headers": PROPERTY_HEADERS})
+    spoofed = {**PROPERTY_HEADERS, "x-amqp-exchange": "fake", "x-amqp-routing-key": "fake"}
+    stomp_client().send_receipted(f"/queue/{q}", "from stomp", **spoofed)
+    post(broker, f"queue/{q}/messages", {"body": "from http", "headers": spoofed})
     for body in (b"from stomp", b"from http"):
-        _method, props, got = get(channel, q)
-        assert got == body
+        method, props, got = get(channel, q)
+        assert (got, method.exchange, method.routing_key) == (body, "", q)
         assert (props.content_encoding, props.message_id, props.type) == (
             "gzip",
             "m-1",
