@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import requests
@@ -42,14 +43,15 @@ def longpoll_open(broker: Broker, destination: str) -> tuple[str, str]:
     return sub["id"], sub["cursor"]
 
 
-def longpoll_bodies(broker: Broker, sub: tuple[str, str]) -> list[str]:
+def longpoll_messages(broker: Broker, sub: tuple[str, str]) -> list[dict[str, Any]]:
     r = requests.get(
         f"{broker.url('longpoll')}/v1/subscriptions/{sub[0]}/poll",
         params={"cursor": sub[1], "wait": 5},
         timeout=WAIT + 5,
     )
     assert r.status_code == 200, r.text
-    return [m["body"] for m in r.json()["messages"]]
+    messages: list[dict[str, Any]] = r.json()["messages"]
+    return messages
 
 
 @pytest.mark.parametrize("source", PUBLISHERS)
@@ -102,8 +104,10 @@ def test_a_topic_publish_reaches_every_protocol(
     for consumer in (stomp_pattern, stomp_exact):
         [msg] = consumer.listener.wait_messages(1)
         assert (msg.body, msg.headers["destination"]) == (body, f"/topic/{key}")
+        assert not [k for k in msg.headers if k.startswith("x-amqp-")]
         nothing_more(consumer.listener, 1)
-    assert longpoll_bodies(broker, lp) == [body]
+    [m] = longpoll_messages(broker, lp)
+    assert (m["body"], m["destination"], m["headers"]) == (body, f"topic/{key}", {})
 
 
 def test_other_exchanges_keep_their_own_topics(
