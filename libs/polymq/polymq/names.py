@@ -35,7 +35,8 @@ STOMP's ``/topic/K`` and ``/exchange/amq.topic/K``, and topic ``K`` of the HTTP,
 SSE and Avro frontends and of the native client are one topic, patterns included (AMQP's
 ``*`` and ``#`` are the core's). As in RabbitMQ, a binding ``#`` on ``amq.topic`` hears
 every topic of the shared namespace; unlike RabbitMQ, that includes the topics of the other
-exchanges (``amqp.<E>.…``), which live in it too.
+exchanges (``amqp.<E>.…``), which live in it too. The broker's own ``system.…`` topics
+are reached only by patterns that name ``system`` (``polymq_core.routing``).
 
 ``:v`` can never come out of escaping (``v`` is no hex digit), so another vhost's names can
 never collide with those of ``/``.

@@ -14,6 +14,12 @@ a trailing ``*`` glued to a segment (ocamlmq-style prefix)
 
 Anything else containing ``*`` or ``#`` is invalid and raises ``ValueError``.
 
+**System topics** (``system`` and ``system.<...>``: ``system.peers``, ``system.config``) are
+reached only by patterns that name them: a pattern whose first segment is ``*`` or ``#``, or
+a prefix that does not start with ``system``, does not match them (MQTT's rule for ``$SYS``
+topics). So a ``#`` subscription (AMQP's ``amq.topic`` with ``#``, STOMP ``/topic/#``) hears
+the applications' topics, not the broker's announcements; ``system.#`` hears those.
+
 :class:`TopicRouter` keeps exact names in a dict, segment-wildcard patterns in a
 segment trie and prefixes in a dict keyed by prefix text, so a publish costs time in
 the topic's length and the number of matches, not in the number of subscriptions.
@@ -32,6 +38,7 @@ T = TypeVar("T")
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_:\-]+\Z")
 _MISSING: Any = object()
+_SYSTEM = "system"  # the first segment of the broker's own topics
 
 # Subscribers of one pattern: the subscriber itself, or a set of two or more. A set is
 # unhashable, so it can never be a subscriber and ``type(v) is set`` is unambiguous.
@@ -94,12 +101,22 @@ def _seg_match(pat: list[str], top: list[str]) -> bool:
     return bool(top) and head in ("*", top[0]) and _seg_match(rest, top[1:])
 
 
+def _reserved(topic: str) -> bool:
+    """A system topic: reached only by patterns that name it (module docstring)."""
+    return topic.startswith(_SYSTEM) and (len(topic) == len(_SYSTEM) or topic[6] == ".")
+
+
 def matches(pattern: str, topic: str) -> bool:
     """Reference matcher: does ``pattern`` match ``topic``? Simple, slow, obviously right."""
     validate_pattern(pattern)
     if _is_prefix(pattern):
+        if _reserved(topic) and not pattern.startswith(_SYSTEM):
+            return False
         return topic.startswith(pattern[:-1])
-    return _seg_match(pattern.split("."), topic.split("."))
+    segments = pattern.split(".")
+    if _reserved(topic) and segments[0] != _SYSTEM:
+        return False
+    return _seg_match(segments, topic.split("."))
 
 
 def _put(table: dict[str, _Subs], key: str, sub: object) -> bool:
@@ -270,21 +287,27 @@ class TopicRouter(Generic[T]):
         subs = self._exact.get(topic, _MISSING)
         if subs is not _MISSING:
             _collect(subs, out)
+        reserved = _reserved(topic)
         if self._prefix_lens:
             n = len(topic)
+            least = len(_SYSTEM) if reserved else 1  # (a prefix must start with "system")
             lens = self._prefix_lens if len(self._prefix_lens) <= n else range(1, n + 1)
             for k in lens:
-                if k <= n:
+                if least <= k <= n:
                     subs = self._prefix.get(topic[:k], _MISSING)
                     if subs is not _MISSING:
                         _collect(subs, out)
         if self._wild:
-            self._match_trie(topic.split("."), out)
+            self._match_trie(topic.split("."), out, reserved)
         return out
 
-    def _match_trie(self, segs: list[str], out: set[T]) -> None:
+    def _match_trie(self, segs: list[str], out: set[T], reserved: bool = False) -> None:
         n = len(segs)
         stack: list[tuple[_Node, int]] = [(self._root, 0)]
+        if reserved:  # only the patterns that begin with "system" itself
+            children = self._root.children
+            child = children.get(segs[0]) if children is not None else None
+            stack = [(child, 1)] if child is not None else []
         seen: set[tuple[_Node, int]] = set()  # visited states; bounds '#.#' fan-out
         while stack:
             node, i = stack.pop()

@@ -5,6 +5,7 @@ changes what the core accepts. (In a cluster every node applies it: tests/cluste
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ import pika.exceptions
 import requests
 import stomp
 
+from polymq import Client
 from polymq.auth import hash_password
 
 from ...procs import WAIT, PolymqProcess
@@ -141,3 +143,26 @@ def test_a_frontend_that_may_not_hear_reloads_says_so(tmp_path: Path) -> None:
                 timeout=WAIT,
             )  # fmt: skip
             assert r.status_code == 200, r.text
+
+
+def test_a_reload_reaches_system_config_subscribers_not_every_topics_pattern(
+    tmp_path: Path,
+) -> None:
+    """The reload a node publishes on its topic system.config reaches a subscriber of that
+    topic (and of ``system.#``), not one of ``#`` (AMQP's ``amq.topic`` with ``#``, STOMP's
+    ``/topic/#``): the broker's own topics are reached only by patterns that name them."""
+
+    async def run(proc: PolymqProcess) -> None:
+        async with await Client.connect("127.0.0.1", proc.ports["core"]) as client:
+            exact = await client.subscribe("topic/system.config")
+            system = await client.subscribe("topic/system.#")
+            every = await client.subscribe("topic/#")
+            answer = await asyncio.to_thread(reload, proc, {"log_level": "INFO"})
+            for sub in (exact, system):
+                got = json.loads((await sub.get(WAIT)).message.body)
+                assert got["version"] == answer["version"]
+            await client.publish("topic/app.news", b"app")
+            assert (await every.get(WAIT)).message.body == b"app"  # (and nothing before it)
+
+    with PolymqProcess("run", tmp_path / "run") as proc:
+        asyncio.run(run(proc))

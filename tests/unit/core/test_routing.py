@@ -13,6 +13,22 @@ from polymq_core.routing import TopicRouter, matches, validate_pattern, validate
 
 # (pattern, topic, does it match?)
 CASES: list[tuple[str, str, bool]] = [
+    # system topics: only patterns that name "system" reach them (MQTT's $SYS rule)
+    ("#", "system.peers", False),
+    ("#", "system", False),
+    ("*", "system", False),
+    ("*.peers", "system.peers", False),
+    ("#.peers", "system.peers", False),
+    ("sys*", "system.peers", False),
+    ("s*", "system", False),
+    ("system.#", "system.peers", True),
+    ("system.*", "system.peers", True),
+    ("system", "system", True),
+    ("system*", "system.config", True),
+    ("system.p*", "system.peers", True),
+    ("#", "systemx.a", True),
+    ("s*", "systemx", True),
+    ("*.system", "a.system", True),
     # exact names: whole name only, no partial segments, case-sensitive
     ("news", "news", True),
     ("news", "news.sport", False),
@@ -288,7 +304,7 @@ def test_stacked_hashes_do_not_blow_up() -> None:
 
 # --- property tests against the reference ``matches`` ---------------------------------
 
-SEGMENTS = ["a", "ab", "b", "x:1"]
+SEGMENTS = ["a", "ab", "b", "x:1", "system", "systemx"]
 topics = st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=5).map(".".join)
 pattern_segments = st.sampled_from([*SEGMENTS, "*", "#"])
 segment_patterns = st.lists(pattern_segments, min_size=1, max_size=5).map(".".join)
