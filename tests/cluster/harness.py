@@ -476,6 +476,19 @@ class Cluster:
         problems = node.stop()
         assert not problems, "; ".join(problems) + "\n" + node.log_tail()
 
+    def wait_balanced(self, timeout: float = 90.0) -> dict[int, Node]:
+        """The leaders once no node leads more than its share (shards over nodes, rounded
+        up): until then the balancer moves one shard every 10 s, and a move sends the
+        unacknowledged deliveries of that shard again, flagged redelivered."""
+        deadline = time.monotonic() + timeout
+        while True:
+            leaders = self.wait_formed(timeout=60)
+            share = -(-len(leaders) // len(self.nodes))
+            counts = collections.Counter(n.id for n in leaders.values())
+            if max(counts.values()) <= share or time.monotonic() > deadline:
+                return leaders
+            time.sleep(1.0)
+
     def spread_leaders(self, among: list[Node], attempts: int = 4) -> dict[int, Node]:
         """Try to have each node of ``among`` lead a shard (JetStream places stream leaders
         as it likes: one of three nodes may lead none of four shards). While one leads none,

@@ -69,7 +69,7 @@ def test_stomp_publish_consumed_over_amqp_and_http_for_every_leader(
     started again) and its shards are tested too."""
     cluster = shared_cluster
     covered: set[str] = set()
-    leaders = cluster.wait_formed(timeout=30)
+    leaders = cluster.wait_balanced()  # (no shard moves, and redelivers, under the test)
     shards = list(leaders)
     for _ in range(4):
         print(f"\nshard leaders: { {s: n.id for s, n in leaders.items()} }; testing {shards}")
@@ -78,7 +78,8 @@ def test_stomp_publish_consumed_over_amqp_and_http_for_every_leader(
         missing = [n for n in cluster.nodes if n.id not in covered]
         if not missing:
             break
-        leaders = cluster.spread_leaders(attempts=1, among=missing[:1])
+        cluster.spread_leaders(attempts=1, among=missing[:1])
+        leaders = cluster.wait_balanced()
         shards = [s for s, n in leaders.items() if n.id not in covered]
     missing = [n.id for n in cluster.nodes if n.id not in covered]
     if missing:
