@@ -135,6 +135,10 @@ def test_queue_and_topic_destinations(
     spark: SparkSession, polymq: PolymqProcess, tmp_path: Path
 ) -> None:
     queue = unique("q")
+    # declared first: an undeclared queue lives only while it holds something, so once
+    # emptied it may be evicted (and its stats answer 404) before the last check
+    declared = requests.put(f"{polymq.url('http')}/v1/queue/{queue}", timeout=10)
+    assert declared.status_code == 200, declared.text
     df = events_frame(spark, 250, 2)
     polymq_writer(df, polymq, f"queue/{queue}", tmp_path / "q.jsonl").option(
         "persistent", "false"
