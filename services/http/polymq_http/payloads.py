@@ -21,8 +21,8 @@ from multidict import MultiMapping
 
 from polymq import Lease, Message
 from polymq.avro import SchemaCache
-from polymq.avroview import json_value, schema_of
 from polymq.headers import public_headers
+from polymq.jsonview import message_json
 from polymq.types import MAX_PRIORITY, DeclareOptions, Destination, Kind
 from polymq.web import receipt_destination as receipt_destination  # settling is shared
 
@@ -323,36 +323,8 @@ def parse_settle(data: Any, max_batch: int, *, nack: bool) -> tuple[list[str], b
 
 
 def lease_json(lease: Lease, schemas: SchemaCache | None = None) -> dict[str, Any]:
-    """A pulled message as JSON. With ``schemas``, an Avro record also comes decoded, as
-    ``value`` (null, with ``value_error`` saying why, when it cannot be decoded)."""
-    m = lease.message
-    try:
-        body, encoding = m.body.decode("utf-8"), "utf8"
-    except UnicodeDecodeError:
-        body, encoding = base64.b64encode(m.body).decode("ascii"), "base64"
-    out = {
-        "receipt": lease.receipt,
-        "id": m.id,
-        "seq": m.seq,
-        "destination": m.destination,
-        "body": body,
-        "encoding": encoding,
-        "content_type": m.content_type,
-        "headers": public_headers(m.headers),
-        "priority": m.priority,
-        "persistent": m.persistent,
-        "delivery_count": m.delivery_count,
-        "redelivered": m.redelivered,
-        "timestamp": m.timestamp,
-        "expires": m.expires,
-        "correlation_id": m.correlation_id,
-        "reply_to": m.reply_to,
-    }
-    if schemas is not None and schema_of(m) is not None:
-        out["value"], error = json_value(schemas, m)
-        if error is not None:
-            out["value_error"] = error
-    return out
+    """A pulled message as JSON (:func:`polymq.jsonview.message_json`), its receipt first."""
+    return {"receipt": lease.receipt, **message_json(lease.message, schemas)}
 
 
 # ---- declare, metadata -------------------------------------------------------------------------

@@ -24,6 +24,8 @@ from typing import Any
 from aiohttp import web
 
 from polymq.auth import Permission, Principal
+from polymq.avro import SchemaCache
+from polymq.avroview import load_schemas
 from polymq.types import Destination, Kind
 from polymq.web import (
     add_health_routes,
@@ -80,14 +82,19 @@ def resume_cursor(request: web.Request, *, header_first: bool) -> tuple[int | No
     return parse_cursor(raw), False
 
 
-def answer_json(ref: SubscriptionRef, result: dict[str, Any]) -> dict[str, Any]:
+async def answer_json(
+    ref: SubscriptionRef, result: dict[str, Any], schemas: SchemaCache
+) -> dict[str, Any]:
+    """A poll's answer as JSON: its Avro records decoded as ``value`` (their schemas loaded
+    first), as the HTTP frontend's pull shows them."""
     cursor = result["cursor"]
     messages = result["messages"]
     cursors = message_cursors(ref.kind, cursor, messages) if cursor is not None else []
+    await load_schemas(schemas, messages)
     return {
         "cursor": None if cursor is None else str(cursor),
         "messages": [
-            message_json(m, r, c)
+            message_json(m, r, c, schemas)
             for m, r, c in zip(messages, result["receipts"], cursors, strict=True)
         ],
     }
@@ -153,7 +160,12 @@ async def poll(request: web.Request) -> web.StreamResponse:
         core.requeue(leased)  # the client left while we waited: nobody can settle these
         return web.Response(status=499)
     metrics.messages.labels("poll").inc(len(result["messages"]))
-    response = web.json_response(answer_json(ref, result))
+    try:
+        answer = await answer_json(ref, result, core.schemas)
+    except BaseException:
+        core.requeue(leased)  # (cancelled while loading Avro schemas: the client left)
+        raise
+    response = web.json_response(answer)
     if leased and ref.ack is AckMode.AUTO:
         try:
             await response.prepare(request)

@@ -1,5 +1,6 @@
 """JSON in and out for subscriptions and polls. Publishing, settling and reading a body are
-the JSON over HTTP frontend's (``polymq_http.payloads``): one message format everywhere."""
+the JSON over HTTP frontend's (``polymq_http.payloads``), and a delivered message is shown as
+:func:`polymq.jsonview.message_json` shows it: one message format everywhere."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from typing import Any
 
 from aiohttp import web
 
-from polymq import Lease, Message
+from polymq import Message
+from polymq.avro import SchemaCache
 from polymq.errors import BadRequest
+from polymq.jsonview import message_json as _message_json
 from polymq.types import Destination, Kind, parse_offset
-from polymq_http.payloads import lease_json
 from polymq_http.payloads import no_query as no_query
 from polymq_http.payloads import query_value as query_value
 from polymq_http.problems import bad_request
@@ -129,11 +131,13 @@ def parse_wait(request: web.Request, limit: float) -> float:
 
 
 # ---- messages out ------------------------------------------------------------------------------
-def message_json(message: Message, receipt: str, cursor: int) -> dict[str, Any]:
-    """A delivered message as the HTTP frontend shows a pulled one, plus the cursor that
-    resumes right after it; ``receipt`` only for queue leases."""
-    out = lease_json(Lease(receipt, message))
-    if not receipt:
-        del out["receipt"]
+def message_json(
+    message: Message, receipt: str, cursor: int, schemas: SchemaCache | None = None
+) -> dict[str, Any]:
+    """A delivered message as the HTTP frontend shows a pulled one (an Avro record decoded
+    as ``value`` when ``schemas`` holds its schema), plus the cursor that resumes right after
+    it; ``receipt`` only for queue leases."""
+    shown = _message_json(message, schemas)
+    out = {"receipt": receipt, **shown} if receipt else shown
     out["cursor"] = str(cursor)
     return out

@@ -138,10 +138,11 @@ class _Stream:
     async def send(self, result: dict[str, Any], preamble: bytes = b"") -> None:
         """Write an answer's messages; leases nobody will see go back to their queue."""
         leased = [r for r in result["receipts"] if r]
-        data = preamble + message_events(answer_json(self.ref, result), self.with_ids)
-        if not data:
-            return
         try:
+            answer = await answer_json(self.ref, result, self.core.schemas)
+            data = preamble + message_events(answer, self.with_ids)
+            if not data:
+                return
             await self.response.write(data)
         except BaseException:
             self.core.requeue(leased)

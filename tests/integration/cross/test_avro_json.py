@@ -1,5 +1,6 @@
 """Avro records read as JSON where a client asks for JSON, against one ``polymq run``: the
-HTTP frontend's pull adds each record decoded as ``value``; a STOMP subscription with
+HTTP frontend's pull, the long-polling frontend's polls and its server-sent events add each
+record decoded as ``value`` (the same way: one message format); a STOMP subscription with
 ``accept: application/json`` gets JSON bodies. The records are published as the Avro
 frontend stores them (single-object encoding, schema in the core's key/value store)."""
 
@@ -22,6 +23,7 @@ from polymq import Client, Message
 from polymq.avro import CONTENT_TYPE, KV_SCHEMAS, SCHEMA_ID_HEADER, encode_single, parse
 
 from ...procs import PolymqProcess
+from ..longpoll.conftest import Longpoll
 from ..stomp.helpers import WAIT, Clients, clients, unique
 
 pytestmark = pytest.mark.timeout(60)
@@ -129,6 +131,42 @@ def test_http_pull_says_why_a_record_has_no_value(run: PolymqProcess) -> None:
     avro_msg, text_msg = r.json()["messages"]
     assert avro_msg["value"] is None and schema.id in avro_msg["value_error"]
     assert "value" not in text_msg and text_msg["body"] == "plain text"
+
+
+def test_long_poll_shows_avro_records_as_the_http_pull_does(run: PolymqProcess) -> None:
+    name = unique()
+    lp = Longpoll(run.url("longpoll"))
+    sub = lp.open(f"queue/{name}", ack="client", prefetch=20)
+    sid = asyncio.run(publish(run, f"queue/{name}", 20))
+    got: list[dict[str, Any]] = []
+    while len(got) < 20:
+        answer = lp.poll(sub["id"], max=20, wait=5)
+        assert answer["messages"], f"only {len(got)} of 20 records came"
+        got += answer["messages"]
+    assert [m["value"] for m in got] == [as_json(i) for i in range(20)]
+    assert all(m["headers"][SCHEMA_ID_HEADER] == sid and m["receipt"] for m in got)
+    assert all(m["content_type"] == CONTENT_TYPE and m["encoding"] == "base64" for m in got)
+    # the same message, pulled over HTTP, reads the same but for the receipt and the cursor
+    lp.settle("nack", *(m["receipt"] for m in got[:1]))
+    r = requests.post(f"{run.url('http')}/v1/queue/{name}/pull", timeout=WAIT)
+    [pulled] = r.json()["messages"]
+    drop = ("receipt", "cursor", "delivery_count", "redelivered")
+    first = {k: v for k, v in got[0].items() if k not in drop}
+    assert {k: v for k, v in pulled.items() if k not in drop} == first
+
+
+def test_server_sent_events_show_avro_records_and_why_one_has_no_value(
+    run: PolymqProcess,
+) -> None:
+    name = unique()
+    lp = Longpoll(run.url("longpoll"))
+    sub = lp.open(f"stream/{name}", offset="first")
+    asyncio.run(publish(run, f"stream/{name}", 5))
+    unstored = asyncio.run(publish(run, f"stream/{name}", 1, store_schema=False, name="Unstored"))
+    with lp.events(sub["id"]) as events:
+        got = [e.data for e in events.read(6)]
+    assert [m["value"] for m in got[:5]] == [as_json(i) for i in range(5)]
+    assert got[5]["value"] is None and unstored in got[5]["value_error"]
 
 
 @pytest.mark.parametrize("transport", ["tcp", "ws"])
