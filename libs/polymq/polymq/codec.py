@@ -190,10 +190,18 @@ class Connection:
     """One side of a polymq wire connection. Owns no socket."""
 
     def __init__(
-        self, role: Role, *, max_frame: int = DEFAULT_MAX_FRAME, keep_raw: bool = False
+        self,
+        role: Role,
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        keep_raw: bool = False,
+        max_login_frame: int | None = None,
     ) -> None:
         self.role = role
         self.max_frame = max_frame
+        # a server's cap on the frames before the peer's Hello, that Hello included (so an
+        # unknown peer cannot make it hold a large frame); max_frame when None
+        self.max_login_frame = max_frame if max_login_frame is None else max_login_frame
         self.keep_raw = keep_raw
         # with keep_raw: the operation of the event next_event returned last, as it came on
         # the wire, if it carries messages (Publish, Deliver, Pulled, Polled); else None
@@ -269,9 +277,13 @@ class Connection:
         end = len(buf)
         while end - pos >= 4:
             (length,) = _LEN.unpack_from(buf, pos)
-            if length > self.max_frame:
+            limit = self.max_frame
+            if self.state is State.HELLO and self.role is Role.SERVER:
+                limit = self.max_login_frame
+            if length > limit:
+                when = "" if limit == self.max_frame else " before the Hello"
                 raise RemoteProtocolError(
-                    f"frame of {length} bytes exceeds the maximum of {self.max_frame}", 413
+                    f"frame of {length} bytes exceeds the maximum of {limit}{when}", 413
                 )
             if end - pos - 4 < length:
                 break

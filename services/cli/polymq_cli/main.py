@@ -69,6 +69,7 @@ from prometheus_client import CollectorRegistry
 
 from polymq.auth import WithServiceToken, load_provider
 from polymq.config import ConfigError, from_env
+from polymq.resources import raise_open_files
 from polymq_core.config import CoreSettings
 from polymq_core.service import CoreService
 
@@ -552,6 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from polymq_amqp.bridge_main import run as run_bridge
 
         return run_bridge(args)
+    raise_open_files()
     try:
         import uvloop
 

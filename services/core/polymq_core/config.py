@@ -24,6 +24,10 @@ class CoreSettings:
     node_name: str = socket.gethostname()
     auth: str = "anonymous"  # 'anonymous' or 'file:/path/users.json'
     max_frame: int = 64 * 1024 * 1024
+    # before a client's Hello has logged it in: the largest frame taken (the Hello itself
+    # included) and the seconds from the socket to the Welcome, else the socket is closed
+    max_login_frame: int = 64 * 1024
+    handshake_timeout: float = 10.0
     max_body: int = 16 * 1024 * 1024
     max_subscriptions_per_connection: int = 100_000
     max_pull: int = 1000
@@ -72,6 +76,10 @@ class CoreSettings:
             raise ConfigError("POLYMQ_BATCH_WINDOW must be 0 < seconds <= 604800 (a week)")
         if self.max_body > self.max_frame:
             raise ConfigError("POLYMQ_MAX_BODY cannot exceed POLYMQ_MAX_FRAME")
+        if not 1024 <= self.max_login_frame <= self.max_frame:
+            raise ConfigError("POLYMQ_MAX_LOGIN_FRAME must be 1024 bytes .. POLYMQ_MAX_FRAME")
+        if not 0.1 <= self.handshake_timeout <= 3600:
+            raise ConfigError("POLYMQ_HANDSHAKE_TIMEOUT must be 0.1..3600 seconds")
         if self.clustered:
             if not 1 <= self.cluster_port <= 65535:
                 raise ConfigError("POLYMQ_CLUSTER_PORT must be 1..65535 (the peers know it)")

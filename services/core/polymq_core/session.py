@@ -91,6 +91,7 @@ class Session(asyncio.Protocol):
             Role.SERVER,
             max_frame=broker.settings.max_frame,
             keep_raw=broker.cluster is not None,
+            max_login_frame=broker.settings.max_login_frame,
         )
         self.transport: asyncio.Transport | None = None
         self.name = "?"
@@ -110,6 +111,7 @@ class Session(asyncio.Protocol):
         self._answering: set[asyncio.Future[Any]] = set()  # requests still to be answered
         self._quiescing = False
         self._hello_pending = False
+        self._handshake: asyncio.TimerHandle | None = None  # closes a peer slow to log in
         self._closed = False
         self.loop = asyncio.get_event_loop()
         # in a cluster: forwards requests for shards led by other nodes
@@ -122,6 +124,18 @@ class Session(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.broker.session_opened(self)
+        timeout = self.broker.settings.handshake_timeout
+        self._handshake = self.loop.call_later(timeout, self._handshake_expired, timeout)
+
+    def _handshake_expired(self, timeout: float) -> None:
+        """No Welcome within the handshake timeout: the peer never (or slowly) said Hello,
+        or its login is still being checked. Closed, as RabbitMQ closes such sockets."""
+        self._handshake = None
+        if self.principal is not None or self._closed:
+            return
+        self.broker.sensors.on_protocol_error()
+        log.info("session %s: no login within %gs: closed", self.name, timeout)
+        self.close("timeout", f"no Hello (login) within {timeout:g} seconds of connecting")
 
     def data_received(self, data: bytes) -> None:
         self.conn.receive_data(data)
@@ -136,6 +150,9 @@ class Session(asyncio.Protocol):
         if self._closed:
             return
         self._closed = True
+        if self._handshake is not None:
+            self._handshake.cancel()
+            self._handshake = None
         for fut in list(self._answering):
             fut.cancel()  # e.g. a waiting pull must not lease messages to nobody
         backlog, self._backlog = self._backlog, {}
@@ -185,6 +202,8 @@ class Session(asyncio.Protocol):
     def _hello(self, hello: Hello) -> None:
         self.protocol = protocol_label(str(hello.client))
         self._hello_pending = True
+        if self.transport is not None:  # what comes behind the Hello waits for the login
+            self.transport.pause_reading()
         task = self.loop.create_task(self.broker.authenticate(hello, self.auth))
         task.add_done_callback(self._hello_done)
 
@@ -198,6 +217,11 @@ class Session(asyncio.Protocol):
             self.close(code, str(exc))
             return
         self.principal = task.result()
+        if self._handshake is not None:
+            self._handshake.cancel()
+            self._handshake = None
+        if self.transport is not None and not self._reading_paused:
+            self.transport.resume_reading()
         self.destinations.clear()  # (none is known before: requests wait for the hello)
         self.broker.sensors.on_connection(self.protocol, 1)
         self.reply(Welcome(1, self.broker.server_name, self.name, self.broker.settings.limits()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,52 @@ async def test_frame_length_over_the_maximum_gets_a_goodbye(core: PolymqProcess)
     assert code == "protocol-error"
     assert str(max_frame) in message
     await still_serving(core)
+
+
+async def test_a_large_frame_before_the_hello_gets_a_goodbye(core: PolymqProcess) -> None:
+    """Before a client has logged in, the core takes only small frames (64 KiB): a peer
+    nobody knows cannot make it hold a large one (only the length is sent here)."""
+    raw = await RawConn.open(core.ports["core"])
+    await raw.send(PREAMBLE + struct.pack(">I", 64 * 1024 + 1) + b"\x90" * 64)
+    r = await raw.read_to_eof(5)
+    raw.close()
+    _, code, message = goodbye_of(r)
+    assert code == "protocol-error"
+    assert "before the Hello" in message and str(64 * 1024) in message
+    await still_serving(core)
+
+
+async def test_sockets_that_do_not_log_in_are_closed_after_the_handshake_timeout(
+    tmp_path: Path,
+) -> None:
+    env = {"POLYMQ_HANDSHAKE_TIMEOUT": "1"}
+    with PolymqProcess("core", tmp_path / "core", env=env) as core:
+        port = core.ports["core"]
+        silent = await RawConn.open(port)  # says nothing at all
+        half = await RawConn.open(port)
+        await half.send(PREAMBLE + b"\x00\x00")  # the preamble and half a frame's length
+        async with await connect(port) as client:  # logs in at once: never timed out
+            for raw in (silent, half):
+                r = await raw.read_to_eof(5)
+                raw.close()
+                _, code, message = goodbye_of(r)
+                assert (code, message) == (
+                    "timeout",
+                    "no Hello (login) within 1 seconds of connecting",
+                )
+            await asyncio.sleep(0.5)
+            await client.ping()
+        assert "no login within 1s: closed" in core.log()
+        await still_serving(core)
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_limit(core: PolymqProcess) -> None:
+    assert core.proc is not None
+    limits = Path(f"/proc/{core.proc.pid}/limits").read_text()
+    [line] = [x for x in limits.splitlines() if x.startswith("Max open files")]
+    soft, hard = line.split()[3:5]
+    assert soft == hard, line
+    assert f"open files: limit {soft} " in core.log()
 
 
 async def test_client_that_disconnects_mid_frame(core: PolymqProcess) -> None:
