@@ -107,6 +107,42 @@ _CODES = {413: "too-large", 503: "unavailable", 504: "timeout"}  # as polymq.err
 
 
 # ---- the service ---------------------------------------------------------------------------
+HANDSHAKE_TIMEOUT = 10.0  # seconds for a request's headers, then for its body (as RabbitMQ's)
+
+
+def _body_deadline(timeout: float) -> Middleware:
+    """Read a request's body before its handler runs (which then reads it from memory),
+    answering 408 and closing when no byte of it came for ``timeout`` seconds: a body
+    shorter than its ``Content-Length``, or a chunk that never comes, must not hold a
+    handler forever, while a large body that keeps coming has the time it needs.
+    Innermost, so that aiohttp's 413 for a body over the limit reaches the app's problem
+    middleware; a body declared over the limit is left to the handler (413 at once)."""
+
+    @web.middleware
+    async def body_deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
+        declared = request.content_length
+        if request.body_exists and (declared is None or declared <= request.client_max_size):
+            reading = asyncio.ensure_future(request.read())
+            try:
+                seen = request.content.total_bytes
+                while not reading.done():
+                    await asyncio.wait((reading,), timeout=timeout)
+                    if not reading.done() and request.content.total_bytes == seen:
+                        response = problem_response(
+                            408, f"no byte of the request's body came for {timeout:g} seconds",
+                            code="timeout",
+                        )  # fmt: skip
+                        response.force_close()
+                        return response
+                    seen = request.content.total_bytes
+                reading.result()  # (aiohttp's 413 for a chunked body over the limit)
+            finally:
+                reading.cancel()
+        return await handler(request)
+
+    return body_deadline
+
+
 class WebService(Generic[S]):
     """An aiohttp frontend as a running service: its app (made by ``build_app`` from the
     checked settings and the registry, a new one if none is given) on ``port``, over TLS
@@ -137,6 +173,10 @@ class WebService(Generic[S]):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.app = build_app(settings, self.registry)
         self.app.middlewares.insert(0, self._lame_duck_middleware())
+        # seconds a client has for a request's headers (aiohttp's keep-alive timer, which
+        # also closes a connection idle that long) and then for its body
+        self.handshake_timeout = float(getattr(settings, "handshake_timeout", HANDSHAKE_TIMEOUT))
+        self.app.middlewares.append(_body_deadline(self.handshake_timeout))  # innermost
         self.port = port
         self.lame = False  # stopping: no new connections, requests told to go elsewhere
         self._runner: web.AppRunner | None = None
@@ -148,6 +188,10 @@ class WebService(Generic[S]):
             access_log=None,
             handler_cancellation=True,
             shutdown_timeout=SHUTDOWN_TIMEOUT,
+            keepalive_timeout=self.handshake_timeout,
+            # after an answer given before the whole body came (408, 413), the rest is read
+            # and dropped for at most this long, then the connection closes
+            lingering_time=self.handshake_timeout,
         )
         await self._runner.setup()  # runs the cleanup_ctx: connects to the core
         site = web.TCPSite(

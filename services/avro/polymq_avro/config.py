@@ -29,6 +29,7 @@ class AvroSettings:
     core_token: str | None = None  # a bearer token at the core (`polymq run` makes one)
     tls_cert: str | None = None  # PEM certificate (chain): the listener speaks HTTPS only
     tls_key: str | None = None  # its PEM private key
+    handshake_timeout: float = 10.0  # seconds for a request's headers, then between body bytes
     # One POST is one atomic publish at the core, so these bound it: the request body, the
     # records in it, and their bytes once decompressed (also held under the core's frame).
     avro_max_body: int = 64 * MIB
@@ -44,6 +45,7 @@ class AvroSettings:
     def check(self) -> None:
         check_frontend(self, "avro_port")
         check_tls(self)
+        check_range("handshake_timeout", self.handshake_timeout, 0.1, 3600, "seconds")
         check_range("avro_max_body", self.avro_max_body, 1024, 1024 * MIB, "bytes")
         check_range("avro_max_records", self.avro_max_records, 1, 1_000_000)
         check_range("avro_max_decoded", self.avro_max_decoded, 1024, 1024 * MIB, "bytes")

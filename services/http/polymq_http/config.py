@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polymq.config import ConfigError, check_access, check_addresses, check_tls
+from polymq.config import ConfigError, check_access, check_addresses, check_range, check_tls
 
 MIB = 1024 * 1024
 
@@ -25,10 +25,12 @@ class HttpSettings:
     core_token: str | None = None  # a bearer token at the core (`polymq run` makes one)
     tls_cert: str | None = None  # PEM certificate (chain): the listener speaks HTTPS only
     tls_key: str | None = None  # its PEM private key
+    handshake_timeout: float = 10.0  # seconds for a request's headers, then between body bytes
 
     def check(self) -> None:
         check_addresses(self, "http_port")
         check_tls(self)
+        check_range("handshake_timeout", self.handshake_timeout, 0.1, 3600, "seconds")
         if not 1024 <= self.max_body <= 1024 * MIB:
             raise ConfigError("POLYMQ_MAX_BODY must be 1024..1073741824 bytes")
         if not 1 <= self.max_batch <= 100_000:

@@ -43,10 +43,12 @@ class LongpollSettings:
     longpoll_sse_grace: float = 0.1  # seconds an SSE answer waits before it is confirmed (sse.py)
     longpoll_max_body: int = 16 * MIB  # bytes of one request body
     longpoll_max_batch: int = 1000  # messages in one publish, receipts in one ack / nack
+    handshake_timeout: float = 10.0  # seconds for a request's headers, then between body bytes
 
     def check(self) -> None:
         check_frontend(self, "longpoll_port")
         check_tls(self)
+        check_range("handshake_timeout", self.handshake_timeout, 0.1, 3600, "seconds")
         self.cors_origins()  # raises on a malformed list
         check_range("longpoll_max_wait", self.longpoll_max_wait, 0, 3600, "seconds")
         check_range("longpoll_max_poll", self.longpoll_max_poll, 1, 100_000)
