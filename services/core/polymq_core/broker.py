@@ -87,6 +87,9 @@ class Mesh(Protocol):
 
 
 _KNOWN_DESTINATIONS = 1024  # destinations kept per session (parsed and authorized)
+# seconds a login that comes while the core recovers its store waits before it is told to
+# come back ("unavailable"): below the wire's handshake timeout
+RECOVERY_WAIT = 5.0
 
 
 class Broker:
@@ -121,6 +124,7 @@ class Broker:
         self.sessions: set[Session] = set()
         self.started = time.time()
         self.ready = False
+        self.recovered = asyncio.Event()  # set once start() has opened every shard
         self.publisher = publisher = Publisher(self)
         consumers = Consumers(self)
         catalog = Catalog(self)
@@ -164,6 +168,7 @@ class Broker:
             self.sensors.shards_led.set(len(self.shards))
         self.cursors.start()
         self.ready = True
+        self.recovered.set()
 
     async def stop(self, grace: float = 10.0) -> None:
         """Read no more requests, answer those already read (persistent publishes once
@@ -203,7 +208,17 @@ class Broker:
         """Who ``hello`` logs in as, by ``auth``: the provider of the listener it came in on
         (the peers' TLS listener's takes the cluster secret), else the core's."""
         if not self.ready:
-            raise Unavailable("the core is not ready")
+            if self.recovered.is_set():  # it was ready: this is its stop
+                raise Unavailable("the core is not ready")
+            # bound before recovery (service.py): a client waits a moment, then is told
+            try:
+                await asyncio.wait_for(self.recovered.wait(), RECOVERY_WAIT)
+            except TimeoutError:
+                raise Unavailable(
+                    "the core is starting (recovering its store): connect again shortly"
+                ) from None
+            if not self.ready:
+                raise Unavailable("the core is not ready")
         auth = self.auth if auth is None else auth
         if hello.token:
             return await auth.authenticate_token(str(hello.token))

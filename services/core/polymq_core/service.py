@@ -1,7 +1,7 @@
 """The core as a running service: the broker, its wire listener and its admin HTTP.
 
-``start()`` opens the stores (recovering what they hold), then binds the listeners and
-returns their ports (with ``in_process``, clients in this process reach the core over a
+``start()`` binds the listeners, then opens the stores (recovering what they hold) and
+returns the ports (with ``in_process``, clients in this process reach the core over a
 :mod:`polymq.inproc` pipe instead of its TCP port); ``stop()`` shuts down in order: stop
 accepting, say goodbye to every session, let in-flight writes finish, flush and close the
 stores.
@@ -84,10 +84,13 @@ class CoreService:
         self.ports: dict[str, int] = {}
 
     async def start(self) -> dict[str, int]:
+        """Bind the wire and admin listeners, then recover the stores: a client that comes
+        meanwhile finds the port open (its login waits a moment, then is answered
+        ``unavailable``: the core is starting), and ``/readyz`` says ``starting`` (503)
+        until recovery ends. Returns the ports once the core is ready."""
         s = self.settings
         if self.cluster is not None:
             await self.cluster.connect()
-        await self.broker.start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Session(self.broker), s.host, s.core_port, reuse_address=True, backlog=1024
@@ -102,8 +105,11 @@ class CoreService:
         site = web.TCPSite(self._admin, s.host, s.admin_port, reuse_address=True)
         await site.start()
         self.ports["admin"] = int(self._admin.addresses[0][1])
+        started = loop.time()
+        await self.broker.start()
         log.info(
-            "core %s: wire protocol on %s:%d, admin on http://%s:%d/ (%d shards in %s; %s)",
+            "core %s: wire protocol on %s:%d, admin on http://%s:%d/ (%d shards in %s, "
+            "recovered in %.1fs; %s)",
             s.node_name,
             s.host,
             self.ports["core"],
@@ -111,6 +117,7 @@ class CoreService:
             self.ports["admin"],
             s.shards,
             s.data_dir,
+            loop.time() - started,
             self.auth.describe(),
         )
         if self.cluster is not None and self.cluster.serve_ssl is not None:
