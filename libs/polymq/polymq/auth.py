@@ -85,6 +85,7 @@ from .types import Kind
 
 __all__ = [
     "ALL_PERMISSIONS",
+    "INTERNAL_PRINCIPAL",
     "AnonymousProvider",
     "AuthProvider",
     "FileProvider",
@@ -156,6 +157,7 @@ class Principal:
 
 
 _EVERYTHING = (Grant("*", ALL_PERMISSIONS),)
+INTERNAL_PRINCIPAL = "polymq-internal"  # who the service token logs in as: polymq's own links
 
 
 class AuthProvider(abc.ABC):
@@ -227,7 +229,7 @@ class WithServiceToken(AuthProvider):
 
     async def authenticate_token(self, token: str) -> Principal:
         if hmac.compare_digest(token.encode(), self._token.encode()):
-            return Principal("polymq-internal", anonymous=False, grants=_EVERYTHING)
+            return Principal(INTERNAL_PRINCIPAL, anonymous=False, grants=_EVERYTHING)
         return await self.inner.authenticate_token(token)
 
     async def anonymous(self) -> Principal:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["RESERVED_FILES", "raise_open_files"]
+__all__ = ["RESERVED_FILES", "ConnectionLimits", "connection_room", "raise_open_files"]
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,8 @@ def raise_open_files() -> int:
         else:
             log.debug("open files: soft limit raised from %d to %d", soft, target)
             soft = target
-    room = max(int(soft) - RESERVED_FILES, 0)
+    global _room
+    room = _room = max(int(soft) - RESERVED_FILES, 0)
     log.info(
         "open files: limit %d (hard %s): room for about %d client connections",
         soft,
@@ -43,3 +44,64 @@ def raise_open_files() -> int:
         room,
     )
     return int(soft)
+
+
+_room = 0  # connections the open-files limit leaves room for (raise_open_files sets it)
+
+
+def connection_room() -> int:
+    """The client connections this process's open-files limit leaves room for (0 when
+    :func:`raise_open_files` has not run or the platform has no limit)."""
+    return _room
+
+
+class ConnectionLimits:
+    """The connections one listener takes: at most ``max_connections`` at once (0: the room
+    the open-files limit leaves, :func:`connection_room`; none if that is unknown) and at
+    most ``max_per_user`` for one user (0: no such limit), as RabbitMQ's per-user and
+    per-vhost ``max-connections``. A refused connection is told why in its protocol (a
+    STOMP ERROR, an AMQP close, a wire Goodbye, an HTTP 503) rather than reset.
+
+    :meth:`admit` at accept (counts it when it says None), :meth:`login` once its user is
+    known, :meth:`release` when it closes (with the user it logged in as, if any)."""
+
+    def __init__(self, listener: str, max_connections: int = 0, max_per_user: int = 0) -> None:
+        self.listener = listener
+        self.max_connections = max_connections or connection_room()
+        self.max_per_user = max_per_user
+        self.open = 0
+        self.users: dict[str, int] = {}
+        self.refused = 0
+
+    def admit(self) -> str | None:
+        """None (counted), or why a new connection is refused."""
+        if self.max_connections and self.open >= self.max_connections:
+            self.refused += 1
+            if self.refused in (1, 10, 100) or self.refused % 1000 == 0:
+                log.warning(
+                    "%s: %d connections, the most it takes: refusing new ones (%d so far)",
+                    self.listener,
+                    self.open,
+                    self.refused,
+                )
+            return f"{self.listener} has {self.open} connections, the most it takes"
+        self.open += 1
+        return None
+
+    def login(self, user: str) -> str | None:
+        """None (counted for ``user``), or why ``user`` may not have one more."""
+        held = self.users.get(user, 0)
+        if self.max_per_user and held >= self.max_per_user:
+            self.refused += 1
+            return f"user '{user[:100]}' has {held} connections, the most one user may have"
+        self.users[user] = held + 1
+        return None
+
+    def release(self, user: str | None = None) -> None:
+        self.open = max(self.open - 1, 0)
+        if user is not None and user in self.users:
+            left = self.users[user] - 1
+            if left > 0:
+                self.users[user] = left
+            else:
+                del self.users[user]

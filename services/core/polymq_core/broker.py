@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from polymq.auth import AuthProvider, Permission, Principal
+from polymq.auth import INTERNAL_PRINCIPAL, AuthProvider, Permission, Principal
 from polymq.errors import BadRequest, Unauthorized, Unavailable
 from polymq.events import (
     Ack,
@@ -57,6 +57,7 @@ from polymq.events import (
     Unbind,
     Unsubscribe,
 )
+from polymq.resources import ConnectionLimits
 from polymq.types import Destination, Message
 
 from .bindings import BindingTable
@@ -122,6 +123,9 @@ class Broker:
         self.topic_source = TopicSource(self.topics)
         self.cursors = Cursors(self)
         self.sessions: set[Session] = set()
+        self.connections = ConnectionLimits(
+            "the core's wire port", settings.max_connections, settings.max_connections_per_user
+        )
         self.started = time.time()
         self.ready = False
         self.recovered = asyncio.Event()  # set once start() has opened every shard
@@ -195,12 +199,17 @@ class Broker:
         for shard in self.shards:
             await shard.close()
 
-    def session_opened(self, session: Session) -> None:
-        self.sessions.add(session)
+    def session_opened(self, session: Session) -> str | None:
+        """Count a new connection; why it is refused (too many), if it is."""
+        refused = self.connections.admit()
+        if refused is None:
+            self.sessions.add(session)
+        return refused
 
     def session_closed(self, session: Session) -> None:
         if session in self.sessions:
             self.sessions.discard(session)
+            self.connections.release(session.counted_user)
             if session.principal is not None:
                 self.sensors.on_connection(session.protocol, -1)
 
@@ -228,6 +237,13 @@ class Broker:
             return await auth.anonymous()
         except Unauthorized:
             raise Unauthorized("this core needs credentials: user/password or a token") from None
+
+    def count_login(self, principal: Principal) -> str | None:
+        """Count a logged-in connection against its user's limit (the frontends' and
+        peers' own links are not counted): None, or why it is refused."""
+        if principal.name == INTERNAL_PRINCIPAL:
+            return None
+        return self.connections.login(principal.name)
 
     # ---- dispatch ------------------------------------------------------------------------
     def handle(self, session: Session, event: Event) -> Any:

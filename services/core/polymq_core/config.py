@@ -28,6 +28,10 @@ class CoreSettings:
     # included) and the seconds from the socket to the Welcome, else the socket is closed
     max_login_frame: int = 64 * 1024
     handshake_timeout: float = 10.0
+    # connections the wire port takes at once (0: the room the open-files limit leaves) and
+    # one user may hold (0: no limit; the frontends' and peers' own links are not counted)
+    max_connections: int = 0
+    max_connections_per_user: int = 0
     max_body: int = 16 * 1024 * 1024
     max_subscriptions_per_connection: int = 100_000
     max_pull: int = 1000
@@ -80,6 +84,9 @@ class CoreSettings:
             raise ConfigError("POLYMQ_MAX_LOGIN_FRAME must be 1024 bytes .. POLYMQ_MAX_FRAME")
         if not 0.1 <= self.handshake_timeout <= 3600:
             raise ConfigError("POLYMQ_HANDSHAKE_TIMEOUT must be 0.1..3600 seconds")
+        for name in ("max_connections", "max_connections_per_user"):
+            if not 0 <= getattr(self, name) <= 10_000_000:
+                raise ConfigError(f"POLYMQ_{name.upper()} must be 0 (no limit) .. 10000000")
         if self.clustered:
             if not 1 <= self.cluster_port <= 65535:
                 raise ConfigError("POLYMQ_CLUSTER_PORT must be 1..65535 (the peers know it)")

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from polymq.auth import AuthProvider
+from polymq.auth import INTERNAL_PRINCIPAL, AuthProvider
 from polymq.codec import EVENT_BYTES, NEED_DATA, Connection, Role, weight
 from polymq.errors import PolymqError, RemoteProtocolError, RequestError, Unavailable
 from polymq.events import (
@@ -97,6 +97,7 @@ class Session(asyncio.Protocol):
         self.name = "?"
         self.protocol = "native"
         self.principal: Principal | None = None
+        self.counted_user: str | None = None  # counted against this user's connections
         # destinations named in requests, parsed and authorized (see Broker.destination)
         self.destinations: dict[tuple[str, Any, bool], Destination] = {}
         self.subs: dict[int, Subscription] = {}
@@ -123,7 +124,12 @@ class Session(asyncio.Protocol):
         self.transport.set_write_buffer_limits(high=1024 * 1024)  # type: ignore[union-attr]
         peer = transport.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.broker.session_opened(self)
+        refused = self.broker.session_opened(self)
+        if refused is not None:
+            self._closed = True  # (never counted: nothing to release)
+            transport.write(self.conn.goodbye("unavailable", refused))  # type: ignore[attr-defined]
+            transport.close()
+            return
         timeout = self.broker.settings.handshake_timeout
         self._handshake = self.loop.call_later(timeout, self._handshake_expired, timeout)
 
@@ -216,7 +222,14 @@ class Session(asyncio.Protocol):
             code = exc.code if isinstance(exc, RequestError) else "unauthorized"
             self.close(code, str(exc))
             return
-        self.principal = task.result()
+        principal = task.result()
+        refused = self.broker.count_login(principal)
+        if refused is not None:
+            self.close("unavailable", refused)
+            return
+        self.principal = principal
+        if principal.name != INTERNAL_PRINCIPAL:
+            self.counted_user = principal.name
         if self._handshake is not None:
             self._handshake.cancel()
             self._handshake = None
