@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from . import alarms
 from .avro import SchemaCache
 from .client import Client, Subscription
 from .errors import ConnectionClosed, RequestError, Unauthorized, Unavailable
@@ -104,6 +105,9 @@ class CoreLink:
         self._background: set[asyncio.Task[Any]] = set()
         self._schemas: SchemaCache | None = None
         self.reloader: Reloader | None = None
+        # the core's resource alarms on (polymq.alarms), as last heard, and who to tell
+        self.alarms: frozenset[str] = frozenset()
+        self.alarm_hooks: list[Callable[[frozenset[str]], None]] = []
 
     @property
     def schemas(self) -> SchemaCache:
@@ -234,6 +238,40 @@ class CoreLink:
             self.on_connect(client)
         if self.reloader is not None:
             self.spawn(self._follow(client, self.reloader), f"subscribing to topic/{TOPIC}")
+        self.spawn(self._follow_alarms(client), f"subscribing to topic/{alarms.TOPIC}")
+
+    async def _follow_alarms(self, client: Client) -> None:
+        try:
+            await client.subscribe(f"topic/{alarms.TOPIC}", listener=_AlarmListener(self))
+        except RequestError as exc:
+            log.warning(
+                "%s: will not hear the core's resource alarms: topic/%s: %s (grant this "
+                "frontend's core user read on it)",
+                self.service,
+                alarms.TOPIC,
+                exc,
+            )
+
+    def refuse_publish_in_alarm(self) -> None:
+        """Unavailable (503 over HTTP) while a resource alarm of the core is on: the HTTP
+        family's publishers are held back this way (clients retry after ``Retry-After``)."""
+        if self.alarms:
+            raise Unavailable(alarms.why(self.alarms))
+
+    def on_alarms(self, now: frozenset[str]) -> None:
+        """The core's alarms as announced: tell the hooks when they change."""
+        if now == self.alarms:
+            return
+        self.alarms = now
+        if now:
+            log.warning("%s: %s", self.service, alarms.why(now))
+        else:
+            log.info("%s: the broker's resource alarms cleared: publishers go on", self.service)
+        for hook in self.alarm_hooks:
+            try:
+                hook(now)
+            except Exception:  # pragma: no cover - a hook's bug must not stop the others
+                log.exception("%s: an alarm hook failed", self.service)
 
     def follow_config(self, reloader: Reloader) -> None:
         """From each connection on, apply to this frontend (with ``reloader``) every reload
@@ -312,6 +350,23 @@ class CoreLink:
                 self._wake.set()
                 raise Unavailable(f"lost the connection to the core: {exc.message}") from exc
             raise
+
+
+class _AlarmListener:
+    """Hands the alarms heard on ``topic/system.alarms`` to the link."""
+
+    def __init__(self, link: CoreLink) -> None:
+        self.link = link
+
+    def on_deliver(self, sub: Subscription, tags: list[int], messages: list[Message]) -> None:
+        for message in messages:
+            try:
+                self.link.on_alarms(alarms.decode(message.body))
+            except ValueError as exc:
+                log.error("%s: an unreadable alarms announcement: %s", self.link.service, exc)
+
+    def on_end(self, sub: Subscription, error: BaseException) -> None:
+        pass  # the connection is gone: the next one subscribes again
 
 
 class _ConfigListener:

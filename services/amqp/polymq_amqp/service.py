@@ -28,7 +28,7 @@ import ssl
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq import Client, frontend
+from polymq import Client, alarms, frontend
 from polymq.auth import AuthProvider, load_provider
 from polymq.reload import Reloader
 from polymq.transport import TcpTransport
@@ -103,10 +103,15 @@ class AmqpService:
             instance,
         )
         self.topology.local_owner = self.hub.owner_alive
+        self.link.alarm_hooks.append(self._alarms)  # the core's resource alarms block publishers
         self.app = build_app(self.hub, self.registry)
         self._servers: list[asyncio.Server] = []
         self._runner: web.AppRunner | None = None
         self.ports: dict[str, int] = {}
+
+    def _alarms(self, now: frozenset[str]) -> None:
+        for resource in alarms.RESOURCES:
+            self.hub.set_alarm(resource, resource in now)
 
     def _core_lost(self, client: Client, reason: str) -> None:
         for session in list(self.hub.sessions.values()):

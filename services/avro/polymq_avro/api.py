@@ -159,6 +159,7 @@ async def publish(request: web.Request) -> web.Response:
     options = parse_publish_query(request)
     dest = destination(request)
     access.authorize(principal, Permission.WRITE, str(dest))
+    core.refuse_publish_in_alarm()  # a resource alarm holds publishers: 503
     if options.subject is not None:
         check_subject(options.subject)
         access.authorize(principal, Permission.WRITE, f"kv/{SUBJECTS}{options.subject}")

@@ -60,6 +60,7 @@ from polymq.events import (
 from polymq.resources import ConnectionLimits
 from polymq.types import Destination, Message
 
+from .alarms import ResourceMonitor
 from .bindings import BindingTable
 from .catalog import Catalog
 from .consumers import Consumers
@@ -123,6 +124,8 @@ class Broker:
         self.topic_source = TopicSource(self.topics)
         self.cursors = Cursors(self)
         self.sessions: set[Session] = set()
+        self.resource_alarms: frozenset[str] = frozenset()  # polymq.alarms: on now
+        self.monitor = ResourceMonitor(self)
         self.connections = ConnectionLimits(
             "the core's wire port", settings.max_connections, settings.max_connections_per_user
         )
@@ -171,6 +174,7 @@ class Broker:
         if self.cluster is None:  # one node leads every shard (a cluster's follow theirs)
             self.sensors.shards_led.set(len(self.shards))
         self.cursors.start()
+        self.monitor.start()
         self.ready = True
         self.recovered.set()
 
@@ -178,6 +182,7 @@ class Broker:
         """Read no more requests, answer those already read (persistent publishes once
         durable; waiting pulls with what they have), say goodbye, flush the stores."""
         self.ready = False
+        await self.monitor.stop()
         sessions = list(self.sessions)
         for session in sessions:
             session.quiesce()
@@ -198,6 +203,12 @@ class Broker:
         await self.cursors.stop()
         for shard in self.shards:
             await shard.close()
+
+    def alarms_changed(self, alarms: frozenset[str]) -> None:
+        """The monitor set or cleared a resource alarm: native publishers follow."""
+        self.resource_alarms = alarms
+        for session in list(self.sessions):
+            session.alarm_changed()
 
     def session_opened(self, session: Session) -> str | None:
         """Count a new connection; why it is refused (too many), if it is."""

@@ -32,6 +32,10 @@ class CoreSettings:
     # one user may hold (0: no limit; the frontends' and peers' own links are not counted)
     max_connections: int = 0
     max_connections_per_user: int = 0
+    # resource alarms (polymq_core.alarms): a fraction (<= 1) of the memory this process may
+    # use, or bytes (> 1); the least free bytes on the data directory's file system
+    memory_high_watermark: float = 0.4
+    disk_free_limit: int = 50_000_000
     max_body: int = 16 * 1024 * 1024
     max_subscriptions_per_connection: int = 100_000
     max_pull: int = 1000
@@ -84,6 +88,13 @@ class CoreSettings:
             raise ConfigError("POLYMQ_MAX_LOGIN_FRAME must be 1024 bytes .. POLYMQ_MAX_FRAME")
         if not 0.1 <= self.handshake_timeout <= 3600:
             raise ConfigError("POLYMQ_HANDSHAKE_TIMEOUT must be 0.1..3600 seconds")
+        if not 0 < self.memory_high_watermark <= 2**50:
+            raise ConfigError(
+                "POLYMQ_MEMORY_HIGH_WATERMARK must be a fraction of the memory (0 < f <= 1) "
+                "or a number of bytes"
+            )
+        if not 0 <= self.disk_free_limit <= 2**60:
+            raise ConfigError("POLYMQ_DISK_FREE_LIMIT must be a number of bytes (0: none)")
         for name in ("max_connections", "max_connections_per_user"):
             if not 0 <= getattr(self, name) <= 10_000_000:
                 raise ConfigError(f"POLYMQ_{name.upper()} must be 0 (no limit) .. 10000000")

@@ -31,6 +31,7 @@ from polymq.events import (
     Goodbye,
     Hello,
     Ok,
+    Publish,
     Pulled,
     Subscribe,
     Welcome,
@@ -98,6 +99,8 @@ class Session(asyncio.Protocol):
         self.protocol = "native"
         self.principal: Principal | None = None
         self.counted_user: str | None = None  # counted against this user's connections
+        self.publishing = False  # a native client that has published (held by an alarm)
+        self._alarm_held = False  # not reading: a resource alarm holds this publisher
         # destinations named in requests, parsed and authorized (see Broker.destination)
         self.destinations: dict[tuple[str, Any, bool], Destination] = {}
         self.subs: dict[int, Subscription] = {}
@@ -233,7 +236,7 @@ class Session(asyncio.Protocol):
         if self._handshake is not None:
             self._handshake.cancel()
             self._handshake = None
-        if self.transport is not None and not self._reading_paused:
+        if self.transport is not None and not self._reading_paused and not self._alarm_held:
             self.transport.resume_reading()
         self.destinations.clear()  # (none is known before: requests wait for the hello)
         self.broker.sensors.on_connection(self.protocol, 1)
@@ -243,6 +246,10 @@ class Session(asyncio.Protocol):
     def request(self, event: Event, raw: bytes | None, held: Any = None) -> None:
         """Serve ``event`` here or through the relay (``raw``: its op as it came, if it
         carries messages; ``held``: the relay held it and takes it again)."""
+        if type(event) is Publish and self.counted_user is not None and not self.publishing:
+            self.publishing = True  # a native publisher: held while a resource alarm is on
+            if self.broker.resource_alarms:
+                self.alarm_changed()
         relay = self.relay
         if relay is not None:
             try:
@@ -283,13 +290,26 @@ class Session(asyncio.Protocol):
         elif rid:
             self.reply(result if isinstance(result, Event) else Ok(rid, result))
 
+    def alarm_changed(self) -> None:
+        """A resource alarm went on or off: a native publisher's connection is read no more
+        while one is on (what it sent already is served), and again once all clear."""
+        hold = bool(self.broker.resource_alarms) and self.publishing
+        if hold == self._alarm_held or self.transport is None or self._closed:
+            return
+        self._alarm_held = hold
+        if hold:
+            self.transport.pause_reading()
+        elif not self._reading_paused and not self._hello_pending:
+            self.transport.resume_reading()
+
     def _answered(self, rid: int, fut: asyncio.Future[Any]) -> None:
         self._waiting -= 1
         self._answering.discard(fut)
         resume = self._waiting < _MAX_WAITING // 2 and not self._quiescing
         if self._reading_paused and resume and self.transport:
             self._reading_paused = False
-            self.transport.resume_reading()
+            if not self._alarm_held:
+                self.transport.resume_reading()
         if not rid or self._closed:
             if not fut.cancelled():
                 fut.exception()  # retrieved: a failure with nobody to tell is not "unhandled"

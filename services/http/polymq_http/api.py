@@ -74,6 +74,7 @@ async def _authorized(
 async def publish(request: web.Request) -> web.Response:
     dest = await _authorized(request, Permission.WRITE)
     settings, core = request.app[SETTINGS], request.app[CORE]
+    core.refuse_publish_in_alarm()  # a resource alarm holds publishers: 503
     data, size = await read_json(request, settings.max_body)
     messages, role = parse_publish(data, dest, settings.max_batch)
     result = await core.publish(str(dest), messages, size, role=role)

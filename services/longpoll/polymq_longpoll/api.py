@@ -203,6 +203,7 @@ async def publish(request: web.Request) -> web.Response:
     app = request.app
     app[ACCESS].authorize(principal, Permission.WRITE, str(dest))
     settings, core = app[SETTINGS], app[CORE]
+    core.refuse_publish_in_alarm()  # a resource alarm holds publishers: 503
     data, size = await read_json(request, settings.longpoll_max_body)
     messages, role = parse_publish(data, dest, settings.longpoll_max_batch)
     result = await core.publish(str(dest), messages, size, role=role)

@@ -1,0 +1,150 @@
+"""The core's resource alarms (:mod:`polymq.alarms`): a memory high watermark and a disk
+free limit, measured every second.
+
+- **memory**: this process's resident memory against ``memory_high_watermark`` — a fraction
+  (at most 1) of the memory it may use (the cgroup v2 ``memory.max`` when one is set, else
+  the machine's), or a number of bytes (above 1). RabbitMQ's default fraction, 0.4.
+- **disk**: the free bytes of the file system of the data directory against
+  ``disk_free_limit`` (RabbitMQ's default, 50 MB).
+
+A change is logged (a warning when an alarm goes on), shown by the gauge
+``polymq_resource_alarm{resource}`` and announced on ``system.alarms`` (also every
+:data:`polymq.alarms.EVERY` seconds, for frontends that connect later). While an alarm is
+on, the core stops reading the wire connections of native publishers (frontends hold their
+own; polymq's own links are never held, so consumers drain); they read again once it clears.
+Both limits may be changed by a reload (``polymq cluster reload --limit``), and an alarm
+clears by itself once the resource is back under its limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Gauge
+
+from polymq import alarms
+from polymq.types import Message
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+__all__ = ["ResourceMonitor", "memory_limit", "resident_bytes"]
+
+log = logging.getLogger(__name__)
+
+_CGROUP_MAX = Path("/sys/fs/cgroup/memory.max")
+
+
+def memory_limit() -> int:
+    """The memory this process may use: its cgroup's ``memory.max`` if set, else the RAM."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        raw = _CGROUP_MAX.read_text().strip()
+    except OSError:
+        return total
+    return min(int(raw), total) if raw.isdigit() else total
+
+
+def resident_bytes() -> int:
+    """This process's resident set size (Linux ``/proc/self/statm``; 0 elsewhere)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+class ResourceMonitor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.alarms: frozenset[str] = frozenset()
+        self.detail: dict[str, Any] = {}
+        self._ram = memory_limit()
+        self._task: asyncio.Task[None] | None = None
+        self._gauge = Gauge(
+            "polymq_resource_alarm",
+            "1 while the resource's alarm is on (publishers are held), else 0",
+            ["resource"],
+            registry=broker.sensors.registry,
+        )
+        for resource in alarms.RESOURCES:
+            self._gauge.labels(resource).set(0)
+
+    def start(self) -> None:
+        self.check()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="alarms")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def limits(self) -> tuple[int, int]:
+        """(memory high watermark in bytes, disk free limit in bytes), from the settings."""
+        s = self.broker.settings
+        mark = s.memory_high_watermark
+        return (int(mark * self._ram) if mark <= 1 else int(mark)), int(s.disk_free_limit)
+
+    def check(self) -> bool:
+        """Measure; set or clear the alarms. Whether they changed."""
+        memory_mark, disk_limit = self.limits()
+        used = resident_bytes()
+        try:
+            free = shutil.disk_usage(self.broker.settings.data_dir).free
+        except OSError:
+            free = -1  # unknown: no disk alarm on a guess
+        now = set()
+        if used and used >= memory_mark:
+            now.add("memory")
+        if free >= 0 and free < disk_limit:
+            now.add("disk")
+        self.detail = {
+            "memory": {"used": used, "limit": memory_mark},
+            "disk": {"free": free, "limit": disk_limit},
+        }
+        changed = frozenset(now) != self.alarms
+        if changed:
+            for resource in alarms.RESOURCES:
+                on, was = resource in now, resource in self.alarms
+                if on and not was:
+                    log.warning(
+                        "%s alarm on (%s): publishers are held until it clears",
+                        resource,
+                        self._numbers(resource),
+                    )
+                elif was and not on:
+                    log.info("%s alarm cleared (%s)", resource, self._numbers(resource))
+                self._gauge.labels(resource).set(1 if on else 0)
+            self.alarms = frozenset(now)
+            self.broker.alarms_changed(self.alarms)
+        return changed
+
+    def _numbers(self, resource: str) -> str:
+        d = self.detail[resource]
+        if resource == "memory":
+            return f"{d['used'] / 2**20:.0f} MiB used, high watermark {d['limit'] / 2**20:.0f} MiB"
+        return f"{d['free'] / 2**20:.0f} MiB free, limit {d['limit'] / 2**20:.0f} MiB"
+
+    def announce(self) -> None:
+        body = alarms.encode(self.alarms, self.detail)
+        message = Message(body=body, content_type="application/json")
+        self.broker.publisher.publish_topic(alarms.TOPIC, [message])
+
+    async def _run(self) -> None:
+        last = 0.0
+        while True:
+            changed = self.check()
+            now = time.monotonic()
+            if changed or now - last >= alarms.EVERY:
+                self.announce()
+                last = now
+            await asyncio.sleep(1.0)
