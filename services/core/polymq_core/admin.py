@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from polymq import alarms
 from polymq.errors import RequestError
 from polymq.types import Destination
 from polymq.web import add_metrics_route, healthz
@@ -255,6 +256,19 @@ def _nodes_html(node_name: str, view: ClusterView | None) -> str:
     return out
 
 
+def _alarm_banner(broker: Broker) -> str:
+    monitor = broker.monitor
+    if not monitor.alarms:
+        return ""
+    return f'<p class="alarm" role="alert">{html.escape(alarms.why(monitor.alarms))}</p>'
+
+
+async def alarms_api(request: web.Request) -> web.Response:
+    """``GET /api/alarms``: the resource alarms on, with what was measured and the limits."""
+    monitor = request.app[BROKER].monitor
+    return web.json_response({"alarms": sorted(monitor.alarms), **monitor.detail})
+
+
 async def console(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
     info = broker.describe()
@@ -273,7 +287,8 @@ async def console(request: web.Request) -> web.Response:
     }</title><meta http-equiv="refresh" content="5"><style>
 body{{font-family:system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}td:first-child{{text-align:left}}
-</style></head><body><h1>polymq</h1>
+.alarm{{background:#fdd;border:2px solid #c00;padding:.5em 1em;font-weight:bold}}
+</style></head><body><h1>polymq</h1>{_alarm_banner(broker)}
 <h2>Nodes</h2>{nodes}
 <p>{info["connections"]} connections, {info["topic_subscriptions"]} topic subscriptions,
 {info["bindings"]} bindings, up {info["uptime_seconds"]:.0f}s. <a href="/metrics">metrics</a>
@@ -302,6 +317,7 @@ def admin_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/api/cluster", cluster)
+    app.router.add_get("/api/alarms", alarms_api)
     app.router.add_get(r"/api/cluster/snapshot/{shard:\d+}", snapshot)
     app.router.add_post("/api/config/reload", reload)
     app.router.add_get("/reload", reload_form)

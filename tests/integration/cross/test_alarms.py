@@ -52,6 +52,10 @@ async def test_a_memory_alarm_holds_publishers_on_every_protocol_until_it_clears
     q, native = uid(), uid()
     await eventually(lambda: alarm_gauge(run) == 1, within=WAIT)
     assert "memory alarm on" in run.log()
+    api = (await asyncio.to_thread(requests.get, f"{run.url('admin')}/api/alarms")).json()
+    assert api["alarms"] == ["memory"] and api["memory"]["limit"] == 2, api
+    page = (await asyncio.to_thread(requests.get, f"{run.url('admin')}/")).text
+    assert 'class="alarm"' in page and "memory alarm is on" in page  # the console's banner
 
     # HTTP family: 503 with Retry-After, a JSON problem saying why (after the link heard it)
     def refused(listener: str) -> bool:
