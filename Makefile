@@ -4,7 +4,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+SUM    := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# installed: what running polymq needs (make run); everything the tests, benchmarks and
+# checks need too
+RUN_STAMP := $(VENV)/.run-$(SUM)
+STAMP  := $(VENV)/.installed-$(SUM)
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WEB    := services/stomp/web
@@ -29,17 +33,26 @@ chromium:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
+# make run installs polymq and its runtime dependencies only (no PySpark, Playwright, Helm
+# SDK...); make test / bench / lint add every extra
+$(RUN_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[fast]'
+	@rm -f $(VENV)/.run-*
+	@touch $@
+
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[test,dev,fast,cluster,spark]'
-	@rm -f $(VENV)/.installed-*
-	@touch $@
+	@rm -f $(VENV)/.installed-* $(VENV)/.run-*
+	@touch $@ $(RUN_STAMP)
 
 install: $(STAMP) $(STOMPJS) $(AMQPLIB)
 
 ## make run: install what is missing, then start polymq (core + frontends) on its embedded store
-run: $(STAMP) $(STOMPJS)
+run: $(RUN_STAMP) $(STOMPJS)
 	$(VENV)/bin/polymq run --data-dir $${POLYMQ_DATA_DIR:-./polymq-data}
 
 ## make test: install what the tests need, then run them all (lint and types first)

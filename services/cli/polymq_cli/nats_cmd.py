@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from polymq.config import ConfigError, from_env
-from polymq_core.cluster import nats_config
 from polymq_core.config import CoreSettings
 from polymq_core.natsd import NatsError, find_binary
 
@@ -94,6 +93,8 @@ def prepare(args: argparse.Namespace) -> Path:
     alone: it holds the derived passwords) and make the JetStream store; the config's path.
     ``ConfigError`` for bad settings."""
     settings = _settings(args)
+    from polymq_core.cluster import nats_config  # (nats-py: the `cluster` extra)
+
     config = nats_config(settings, client_port=args.client_port)
     config.store_dir.mkdir(parents=True, exist_ok=True)
     work = settings.data_dir / "nats-run"
