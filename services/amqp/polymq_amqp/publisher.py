@@ -42,9 +42,10 @@ from pamqp import commands
 
 from polymq.auth import Permission
 from polymq.errors import PolymqError, QueueFull, Unavailable
+from polymq.routing import Missing, route_later, route_now
 from polymq.types import Message
 
-from . import e2e, replyto
+from . import replyto
 from .errors import (
     NO_ROUTE,
     NOT_FOUND,
@@ -56,7 +57,7 @@ from .errors import (
 from .events import Content, ContentRun
 from .names import UnmappableName
 from .properties import PublishTemplate, delivery_properties
-from .route import route_later, route_now
+from .route import check_publish
 from .tables import from_tagged
 from .topology import QueueRecord
 
@@ -226,9 +227,10 @@ class Publisher:
         rec = topology.cached_exchange(names, exchange)
         if rec is None:
             return None
+        check_publish(names, rec)
         try:
             return route_now(topology, names, rec, routing_key, content.properties.headers)
-        except e2e.Missing:
+        except Missing:
             return None
 
     async def _publish_later(self, content: Content | ContentRun) -> None:
@@ -249,6 +251,7 @@ class Publisher:
                 raise ChannelException(
                     NOT_FOUND, f"no exchange '{exchange}' in vhost '{names.vhost}'"
                 )
+            check_publish(names, rec)
             route = await route_later(topology, names, rec, routing_key, content.properties.headers)
         if not self.channel.closed:
             self._accept(content, route)

@@ -8,19 +8,22 @@ headers exchange) is a JSON record under ``amqp/``::
     amqp/q/<vhost>/<queue>                          a queue (its core queue is declared too)
     amqp/b/<vhost>/<queue>/<exchange>/<digest>      a binding, listed by queue ...
     amqp/e/<vhost>/<exchange>/<queue>/<digest>      ... and by exchange
-    amqp/xs/..., amqp/xd/...                        exchange-to-exchange bindings (e2e.py)
+    amqp/xs/..., amqp/xd/...                        exchange-to-exchange bindings
     amqp/i/<instance>                               a frontend instance's heartbeat
 
 (each part escaped into one segment, see ``names.py``; the digest covers the routing key
 and arguments). Bindings of direct, topic and fanout exchanges are also core bindings
-(``client.bind``), which route in the core; those of headers exchanges are matched here.
+(``client.bind``), which route in the core; those of headers exchanges are matched by
+:mod:`polymq.routing` when a message is published.
 Several AMQP bindings that make the same core pattern share one core binding, removed with
 the last of them.
 
-Records are cached for ``cache_ttl`` seconds; this instance's own changes update its cache
-at once, another instance's are seen within that time. An exclusive queue names its owner
-(``<instance>/<connection>``); an owner whose instance stopped beating is gone, and its
-queue can be taken over.
+Reading and caching them is :class:`polymq.records.Records`' (the STOMP frontend routes
+through exchanges with the same records); :class:`Topology` adds the writes, the queues and
+the instance heartbeats. Records are cached for ``cache_ttl`` seconds; this instance's own
+changes update its cache at once, another instance's are seen within that time. An
+exclusive queue names its owner (``<instance>/<connection>``); an owner whose instance
+stopped beating is gone, and its queue can be taken over.
 """
 
 from __future__ import annotations
@@ -31,55 +34,44 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any, Final, TypeVar
+from dataclasses import asdict, dataclass
+from typing import Any, Final
 
 from polymq.corelink import CoreLink
 from polymq.errors import NotFound, PolymqError
+from polymq.records import (
+    BY_DESTINATION,
+    BY_EXCHANGE,
+    BY_QUEUE,
+    BY_SOURCE,
+    BindingRecord,
+    ExchangeBinding,
+    ExchangeRecord,
+    Records,
+    plain_args,
+    tagged_args,
+)
 
-from .e2e import ExchangeBinding, binding_digest
-from .exchanges import BUILTIN, ExchangeType, binding_pattern
+from .exchanges import binding_pattern
 from .names import VhostNames, escape_word
-from .tables import from_tagged, to_tagged
 
-__all__ = ["BindingRecord", "ExchangeRecord", "QueueRecord", "Topology"]
+__all__ = [
+    "BindingRecord",
+    "ExchangeRecord",
+    "QueueRecord",
+    "Topology",
+    "plain_args",
+    "tagged_args",
+]
 
 log = logging.getLogger(__name__)
 
-_B = TypeVar("_B")
 _BEAT: Final = 10.0  # seconds between instance heartbeats
 _DEAD_AFTER: Final = 45.0  # an instance silent this long is gone
 
 
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode()
-
-
-def tagged_args(args: dict[str, Any] | None) -> dict[str, Any]:
-    return {str(k): to_tagged(v) for k, v in (args or {}).items()}
-
-
-def plain_args(tagged: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in tagged.items():
-        with contextlib.suppress(ValueError, TypeError):
-            out[k] = from_tagged(v)
-    return out
-
-
-@dataclass(frozen=True)
-class ExchangeRecord:
-    name: str
-    type: str
-    durable: bool = True
-    auto_delete: bool = False
-    internal: bool = False
-    arguments: dict[str, Any] = field(default_factory=dict)  # tagged
-    builtin: bool = False
-
-    @property
-    def kind(self) -> ExchangeType:
-        return ExchangeType(self.type)
 
 
 @dataclass(frozen=True)
@@ -94,21 +86,9 @@ class QueueRecord:
     expires: bool = False  # the core deletes it when idle (x-expires, or exclusive)
 
 
-@dataclass(frozen=True)
-class BindingRecord:
-    exchange: str
-    queue: str
-    routing_key: str
-    arguments: dict[str, Any]  # tagged
-    pattern: str | None  # the core binding (topic/...), None for headers exchanges
-
-    @property
-    def digest(self) -> str:
-        return binding_digest(self.routing_key, self.arguments)
-
-
-class Topology:
-    """The records of every vhost, through the frontend's core link."""
+class Topology(Records):
+    """The records of every vhost, through the frontend's core link: read and cached as
+    :class:`~polymq.records.Records`, written here."""
 
     def __init__(
         self,
@@ -118,11 +98,9 @@ class Topology:
         cache_ttl: float = 2.0,
         local_owner: Callable[[str], bool] | None = None,
     ) -> None:
-        self.link = link
+        super().__init__(link, cache_ttl=cache_ttl)
         self.instance = instance
-        self.cache_ttl = cache_ttl
         self.local_owner = local_owner or (lambda owner: False)  # is this local one alive?
-        self._cache: dict[str, tuple[float, Any]] = {}
         self._task: asyncio.Task[None] | None = None
 
     # ---- life cycle ------------------------------------------------------------------------
@@ -160,17 +138,6 @@ class Topology:
         return isinstance(t, int | float) and time.time() - t < _DEAD_AFTER
 
     # ---- key/value -----------------------------------------------------------------------
-    async def _get(self, key: str) -> Any:
-        try:
-            raw = await self.link.call(lambda c: c.kv_get(key))
-        except NotFound:
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            log.warning("amqp: unreadable record %s", key)
-            return None
-
     async def _put(self, key: str, value: Any) -> None:
         data = _dumps(value)
         await self.link.call(lambda c: c.kv_put(key, data))
@@ -179,56 +146,7 @@ class Topology:
         with contextlib.suppress(NotFound):
             await self.link.call(lambda c: c.kv_delete(key))
 
-    async def _list(self, prefix: str) -> list[str]:
-        keys: list[str] = await self.link.call(lambda c: c.kv_list(prefix))
-        return keys
-
-    def _cached(self, key: str) -> Any:
-        hit = self._cache.get(key)
-        if hit is None:
-            return None
-        if hit[0] < time.monotonic():
-            del self._cache[key]
-            return None
-        return hit[1]
-
-    def _remember(self, key: str, value: Any) -> None:
-        if len(self._cache) > 100_000:
-            self._cache.clear()
-        self._cache[key] = (time.monotonic() + self.cache_ttl, value)
-
-    def _forget(self, key: str) -> None:
-        self._cache.pop(key, None)
-
     # ---- exchanges ---------------------------------------------------------------------
-    @staticmethod
-    def exchange_key(names: VhostNames, name: str) -> str:
-        return f"amqp/x/{names.key}/{escape_word(name)}"
-
-    def cached_exchange(self, names: VhostNames, name: str) -> ExchangeRecord | None:
-        kind = BUILTIN.get(name)
-        if kind is not None:
-            return ExchangeRecord(name, kind.value, builtin=True)
-        rec = self._cached(self.exchange_key(names, name))
-        return rec if isinstance(rec, ExchangeRecord) else None
-
-    async def exchange(self, names: VhostNames, name: str) -> ExchangeRecord | None:
-        rec = self.cached_exchange(names, name)
-        if rec is not None:
-            return rec
-        key = self.exchange_key(names, name)
-        raw = await self._get(key)
-        if not isinstance(raw, dict):
-            return None
-        try:
-            rec = ExchangeRecord(**raw)
-            ExchangeType(rec.type)
-        except (TypeError, ValueError):
-            log.warning("amqp: unreadable exchange record %s", key)
-            return None
-        self._remember(key, rec)
-        return rec
-
     async def put_exchange(self, names: VhostNames, rec: ExchangeRecord) -> None:
         key = self.exchange_key(names, rec.name)
         await self._put(key, asdict(rec))
@@ -261,13 +179,8 @@ class Topology:
         if rec is not None:
             return rec
         key = self.queue_key(names, name)
-        raw = await self._get(key)
-        if not isinstance(raw, dict):
-            return None
-        try:
-            rec = QueueRecord(**raw)
-        except TypeError:
-            log.warning("amqp: unreadable queue record %s", key)
+        rec = await self.read(key, QueueRecord)
+        if rec is None:
             return None
         if rec.exclusive and rec.owner and not await self.owner_alive(rec.owner):
             log.info("amqp: exclusive queue %r of a connection that is gone: deleting", name)
@@ -328,77 +241,30 @@ class Topology:
         v, q, e = names.key, escape_word(b.queue), escape_word(b.exchange)
         return f"amqp/b/{v}/{q}/{e}/{b.digest}", f"amqp/e/{v}/{e}/{q}/{b.digest}"
 
-    async def _bindings(self, prefix: str, cls: Callable[..., _B]) -> list[_B]:
-        cached = self._cached(prefix)
-        if isinstance(cached, list):
-            return cached
-        out: list[_B] = []
-        for key in await self._list(prefix):
-            raw = await self._get(key)
-            if isinstance(raw, dict):
-                try:
-                    out.append(cls(**raw))
-                except TypeError:
-                    log.warning("amqp: unreadable binding record %s", key)
-        self._remember(prefix, out)
-        return out
-
-    async def queue_bindings(self, names: VhostNames, queue: str) -> list[BindingRecord]:
-        return await self._bindings(f"amqp/b/{names.key}/{escape_word(queue)}/", BindingRecord)
-
-    async def exchange_bindings(self, names: VhostNames, exchange: str) -> list[BindingRecord]:
-        prefix = f"amqp/e/{names.key}/{escape_word(exchange)}/"
-        return await self._bindings(prefix, BindingRecord)
-
-    def cached_exchange_bindings(
-        self, names: VhostNames, exchange: str
-    ) -> list[BindingRecord] | None:
-        cached = self._cached(f"amqp/e/{names.key}/{escape_word(exchange)}/")
-        return cached if isinstance(cached, list) else None
-
-    # ---- exchange-to-exchange bindings (see e2e.py) -----------------------------------
-    @staticmethod
-    def _from_prefix(names: VhostNames, source: str) -> str:
-        return f"amqp/xs/{names.key}/{escape_word(source)}/"
-
-    @staticmethod
-    def _to_prefix(names: VhostNames, destination: str) -> str:
-        return f"amqp/xd/{names.key}/{escape_word(destination)}/"
-
+    # ---- exchange-to-exchange bindings (see polymq.routing) ---------------------------
     def _e2e_keys(self, names: VhostNames, b: ExchangeBinding) -> tuple[str, str]:
         src, dst = escape_word(b.source), escape_word(b.destination)
         return (
-            f"{self._from_prefix(names, b.source)}{dst}/{b.digest}",
-            f"{self._to_prefix(names, b.destination)}{src}/{b.digest}",
+            f"{self.prefix(BY_SOURCE, names, b.source)}{dst}/{b.digest}",
+            f"{self.prefix(BY_DESTINATION, names, b.destination)}{src}/{b.digest}",
         )
-
-    async def bindings_from(self, names: VhostNames, source: str) -> list[ExchangeBinding]:
-        """The exchange-to-exchange bindings whose source is ``source``."""
-        return await self._bindings(self._from_prefix(names, source), ExchangeBinding)
-
-    def cached_bindings_from(self, names: VhostNames, source: str) -> list[ExchangeBinding] | None:
-        cached = self._cached(self._from_prefix(names, source))
-        return cached if isinstance(cached, list) else None
-
-    async def bindings_to(self, names: VhostNames, destination: str) -> list[ExchangeBinding]:
-        return await self._bindings(self._to_prefix(names, destination), ExchangeBinding)
 
     async def add_exchange_binding(self, names: VhostNames, b: ExchangeBinding) -> None:
         value = asdict(b)
         for key in self._e2e_keys(names, b):
             await self._put(key, value)
-        self._forget(self._from_prefix(names, b.source))
-        self._forget(self._to_prefix(names, b.destination))
+        self._forget(self.prefix(BY_SOURCE, names, b.source))
+        self._forget(self.prefix(BY_DESTINATION, names, b.destination))
 
     async def remove_exchange_binding(self, names: VhostNames, b: ExchangeBinding) -> None:
         for key in self._e2e_keys(names, b):
             await self._delete(key)
-        self._forget(self._from_prefix(names, b.source))
-        self._forget(self._to_prefix(names, b.destination))
+        self._forget(self.prefix(BY_SOURCE, names, b.source))
+        self._forget(self.prefix(BY_DESTINATION, names, b.destination))
 
     def _touch(self, names: VhostNames, b: BindingRecord) -> None:
-        self._forget(f"amqp/b/{names.key}/{escape_word(b.queue)}/")
-        self._forget(f"amqp/e/{names.key}/{escape_word(b.exchange)}/")
+        self._forget(self.prefix(BY_QUEUE, names, b.queue))
+        self._forget(self.prefix(BY_EXCHANGE, names, b.exchange))
 
     def make_binding(
         self,

@@ -13,8 +13,9 @@ STOMP                              core                          notes
 ``/exchange/amq.topic/<key>``      ``topic/<key>``               RabbitMQ
 ``/exchange/amq.direct/<key>``     ``queue/<key>``               RabbitMQ
 ``/exchange/<E>[/<key>]``          an :class:`ExchangeRef`:      RabbitMQ; ``exchange.py``
-                                   the topics AMQP's exchange    finds its type (fanout,
-                                   ``E`` routes in               direct, topic)
+                                   where AMQP's exchange ``E``   finds its type (any) and
+                                   routes (SEND), the topics it  routes SENDs as AMQP
+                                   routes in (SUBSCRIBE)         (``polymq.routing``)
 ``/control/count-msgs/queue/x``    stats of ``queue/x``          ocamlmq, SEND only
 ``/control/count-subscribers/...`` stats of ``queue/x``,         ocamlmq, SEND only
                                    ``topic/x``, ``stream/x``
@@ -79,6 +80,7 @@ class Target:
     vhost_prefix: str = ""  # what starts the core names of the connection's vhost
     routed: bool = False  # a queue behind a topic subscription (see queues.py)
     exchange: str | None = None  # the topics of this AMQP exchange (see exchange.py)
+    routing_key: str | None = None  # a SEND's to ``exchange``: routed per message there
 
     @property
     def is_pattern(self) -> bool:

@@ -1,38 +1,49 @@
-"""``/exchange/<E>[/<key>]``: RabbitMQ's destinations for any exchange, in AMQP's topics.
+"""``/exchange/<E>[/<key>]``: RabbitMQ's destinations for any exchange, routed as AMQP routes.
 
 The AMQP frontend routes a publish to exchange ``E`` with key ``K`` through the core topic
 ``topic/amqp.<E>.<K>`` of the vhost (:meth:`polymq.names.VhostNames.publish_topic`), and a
 queue bound to ``E`` gets it through a core binding on that namespace
-(:mod:`polymq.exchanges`). STOMP does the same, so that both see one exchange:
+(:mod:`polymq.exchanges`), or, for a headers exchange and through exchange-to-exchange
+bindings, straight from the binding records (:mod:`polymq.routing`). STOMP routes with the
+same code and records, so that both see one exchange:
 
 ============  ===========================================  ===================================
-type          SUBSCRIBE ``/exchange/E/K`` listens to        SEND ``/exchange/E/K`` publishes to
+type          SUBSCRIBE ``/exchange/E/K`` listens to        SEND ``/exchange/E/K`` goes to
 ============  ===========================================  ===================================
-fanout        ``topic/amqp.<E>.#`` (``K`` ignored)          ``topic/amqp.<E>.<K>``
-direct        ``topic/amqp.<E>.<K>``                         ``topic/amqp.<E>.<K>``
-topic         ``topic/amqp.<E>.<K as a pattern>``           ``topic/amqp.<E>.<K>``
-headers       refused (bindings are matched by the AMQP     refused
-              frontend; not mapped for STOMP yet)
+fanout        ``topic/amqp.<E>.#`` (``K`` ignored)          where an AMQP basic.publish to
+direct        ``topic/amqp.<E>.<K>``                         ``E`` with routing key ``K`` and
+topic         ``topic/amqp.<E>.<K as a pattern>``           the SEND's headers as AMQP
+headers       ``topic/amqp.<E>.#``: RabbitMQ binds the      (longstr) headers goes: ``E``'s
+              subscription's queue with no arguments,       topic, or the matching queues of
+              which match every message (``K`` ignored)     ``E`` and of the exchanges bound
+                                                            to it, each queue once
 ============  ===========================================  ===================================
 
 ``amq.topic`` and ``amq.direct`` keep the mapping of ``destinations.py``. The type of an
 exchange is built in (``amq.fanout``, ``amq.headers``, ``amq.match``) or read from its AMQP
-record in the core's key/value store; an exchange that is neither is ERROR ``not_found``
-with RabbitMQ's ``NOT_FOUND - no exchange '<E>' in vhost '<vhost>'``. A MESSAGE frame of such
-a subscription names the exchange and key its message was published with
-(``/exchange/<E>/<K>``), as RabbitMQ does. Messages reach what is bound to ``E`` itself (not
-the exchanges bound to it: see the AMQP frontend's ``e2e.py``).
+record (:class:`polymq.records.Records`, cached for two seconds: a binding made over AMQP
+routes STOMP's SENDs within that time); an exchange that is neither is ERROR ``not_found``
+with RabbitMQ's ``NOT_FOUND - no exchange '<E>' in vhost '<vhost>'``, an internal one
+``access_refused``. A SEND that goes anywhere but ``E``'s own topic carries the exchange and
+key in the AMQP frontend's bookkeeping headers, so that an AMQP consumer is told them.
+
+A MESSAGE frame of an ``/exchange/`` subscription names the exchange and key its message was
+published with, as RabbitMQ's ``format_destination`` does: ``/exchange/<E>/<K>``,
+``/exchange/<E>`` for an empty key, ``/topic/<K>`` for ``amq.topic``, ``/queue/<K>`` for
+the default exchange.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from polymq.errors import NotFound
-from polymq.exchanges import BUILTIN, ExchangeType, binding_pattern, record_key
-from polymq.names import UnmappableName, VhostNames
-from polymq.types import Kind
+from polymq.exchanges import binding_pattern
+from polymq.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY
+from polymq.names import SHARED_TOPIC_EXCHANGE, UnmappableName, VhostNames
+from polymq.records import ExchangeRecord
+from polymq.routing import Missing, route_later, route_now
+from polymq.types import Kind, Message
 
 from .destinations import ExchangeRef, Target
 from .refusal import Refused
@@ -40,41 +51,29 @@ from .refusal import Refused
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["resolve", "shown"]
+__all__ = ["resolve", "routes_later", "routes_now", "shown"]
 
 
-async def _kind(session: Session, names: VhostNames, name: str) -> ExchangeType:
-    kind = BUILTIN.get(name)
-    if kind is not None:
-        return kind
-    key = record_key(names, name)
-    try:
-        raw = await session.hub.link.call(lambda c: c.kv_get(key))
-        kind = ExchangeType(json.loads(raw)["type"])
-    except (NotFound, ValueError, KeyError, TypeError):
+async def _record(session: Session, names: VhostNames, name: str) -> ExchangeRecord:
+    rec = await session.hub.records.exchange(names, name)
+    if rec is None:
         raise Refused(
             "destination",
             "not_found",
             f"NOT_FOUND - no exchange '{name[:200]}' in vhost '{names.vhost[:200]}'",
-        ) from None
-    return kind
+        )
+    return rec
 
 
 async def resolve(session: Session, ref: ExchangeRef, *, subscribe: bool) -> Target:
-    """The topic (SEND) or topic pattern (SUBSCRIBE) behind ``ref``, or Refused."""
+    """The topic pattern (SUBSCRIBE) behind ``ref``, or (SEND) the target whose messages
+    are routed by :func:`routes_now`; Refused if there is no such exchange."""
     names = VhostNames(session.vhost)
-    kind = await _kind(session, names, ref.name)
-    if kind is ExchangeType.HEADERS:
-        raise Refused(
-            "destination",
-            "Invalid destination",
-            f"{ref.stomp[:200]!r}: headers exchanges are not mapped for STOMP yet",
-        )
+    rec = await _record(session, names, ref.name)
     try:
         if subscribe:
-            pattern = binding_pattern(kind, ref.key)
-            assert pattern is not None  # (headers exchanges only have none)
-            core: str | None = names.binding_topic(ref.name, pattern)
+            pattern = binding_pattern(rec.kind, ref.key)
+            core: str | None = names.binding_topic(ref.name, pattern or "#")
         else:
             core = names.publish_topic(ref.name, ref.key)
     except UnmappableName as exc:
@@ -84,14 +83,82 @@ async def resolve(session: Session, ref: ExchangeRef, *, subscribe: bool) -> Tar
         why = "the exchange and key are too long for the core's names"
     if core is None:
         raise Refused("destination", "Invalid destination", f"{ref.stomp[:200]!r}: {why}")
-    return Target(core, Kind.TOPIC, ref.stomp, vhost_prefix=session.vhost_prefix, exchange=ref.name)
+    return Target(
+        core,
+        Kind.TOPIC,
+        ref.stomp,
+        vhost_prefix=session.vhost_prefix,
+        exchange=ref.name,
+        routing_key=None if subscribe else ref.key,
+    )
 
 
-def shown(names: VhostNames, topic: str) -> str | None:
-    """``/exchange/<E>/<K>`` for a message of core topic ``topic`` (None if not an
-    exchange's)."""
-    route = names.route_of(topic)
-    if route is None:
+def _check(names: VhostNames, rec: ExchangeRecord) -> None:
+    if rec.internal:
+        raise Refused(
+            "destination",
+            "access_refused",
+            f"ACCESS_REFUSED - cannot publish to internal exchange '{rec.name[:200]}' in "
+            f"vhost '{names.vhost[:200]}'",
+        )
+
+
+def _mark(target: Target, cores: list[str], message: Message) -> list[str]:
+    """``cores``; a message that goes elsewhere than its exchange's topic is told its
+    exchange and key (the AMQP frontend's bookkeeping headers)."""
+    if cores != [target.core]:
+        message.headers[AMQP_EXCHANGE] = target.exchange or ""
+        message.headers[AMQP_ROUTING_KEY] = target.routing_key or ""
+    return cores
+
+
+def routes_now(session: Session, target: Target, message: Message) -> list[str] | None:
+    """The core destinations of a SEND to an exchange's ``target``, from cached records;
+    None when one must be read first (:func:`routes_later`)."""
+    names = VhostNames(session.vhost)
+    assert target.exchange is not None and target.routing_key is not None
+    records = session.hub.records
+    rec = records.cached_exchange(names, target.exchange)
+    if rec is None:
         return None
-    exchange, key = route
-    return f"/exchange/{exchange}/{key}"
+    _check(names, rec)
+    try:
+        cores = route_now(records, names, rec, target.routing_key, _headers(message))
+    except Missing:
+        return None
+    return _mark(target, cores, message)
+
+
+async def routes_later(session: Session, target: Target, message: Message) -> list[str]:
+    """:func:`routes_now`, reading the records it needs."""
+    names = VhostNames(session.vhost)
+    assert target.exchange is not None and target.routing_key is not None
+    rec = await _record(session, names, target.exchange)
+    _check(names, rec)
+    records = session.hub.records
+    cores = await route_later(records, names, rec, target.routing_key, _headers(message))
+    return _mark(target, cores, message)
+
+
+def _headers(message: Message) -> Mapping[str, str]:
+    """What a headers exchange matches: the SEND's headers, which RabbitMQ makes AMQP
+    longstr headers (strings here, as binding arguments are)."""
+    return message.headers
+
+
+def shown(names: VhostNames, message: Message) -> str | None:
+    """The destination RabbitMQ names in a MESSAGE frame of an exchange's ``message``
+    (None if it is not an exchange's)."""
+    exchange = message.headers.get(AMQP_EXCHANGE)
+    if exchange is not None:
+        key = message.headers.get(AMQP_ROUTING_KEY, "")
+    else:
+        route = names.route_of(message.destination)
+        if route is None:
+            return None
+        exchange, key = route
+    if not exchange:
+        return f"/queue/{key}"
+    if exchange == SHARED_TOPIC_EXCHANGE:
+        return f"/topic/{key}"
+    return f"/exchange/{exchange}/{key}" if key else f"/exchange/{exchange}"

@@ -28,6 +28,7 @@ from polymq.errors import NotFound, PolymqError, Unavailable
 from polymq.types import Message
 
 from .destinations import Control, ControlOp, ExchangeRef, Target
+from .exchange import routes_later, routes_now
 from .frames import Command, Frame
 from .messages import message_from_send
 from .refusal import Refused
@@ -109,23 +110,35 @@ class Publisher:
         message, temp_reply = message_from_send(frame, session.conn_id, session.vhost_prefix)
         tx_name = frame.get("transaction")
         tx = self._tx(tx_name) if tx_name is not None else None
+        cores: list[str] | None = [target.core]
+        if target.routing_key is not None:  # an exchange's: routed as AMQP routes
+            cores = routes_now(session, target, message)
         if (
-            temp_reply is not None and not session.subscriptions.on(_core_of(session, temp_reply))
-        ) or (target.temp and not session.has_temp(target.core)):
+            cores is None
+            or (
+                temp_reply is not None
+                and not session.subscriptions.on(_core_of(session, temp_reply))
+            )
+            or (target.temp and not session.has_temp(target.core))
+        ):
             session.start_busy(
                 self._send_after_setup(frame, target, message, temp_reply, tx), frame
             )
             return
-        self._accept(frame, target.core, message, tx)
+        self._accept(frame, cores, message, tx)
 
-    def _accept(self, frame: Frame, core: str, message: Message, tx: _Tx | None) -> None:
+    def _accept(self, frame: Frame, cores: list[str], message: Message, tx: _Tx | None) -> None:
         receipt = frame.get("receipt")
         if tx is not None:
             self._tx_add(tx, len(message.body))
-            tx.sends.append((core, message))
+            tx.sends += [(core, message) for core in cores]
             if receipt is not None:
                 tx.receipts.append(receipt)
             return
+        if len(cores) != 1:  # an exchange's: no queue (a receipt at once), or several
+            self._publish_many(cores, message, receipt)
+            return
+        core = cores[0]
         batch = self.batches.get(core)
         if batch is None:
             batch = self.batches[core] = _Batch()
@@ -138,6 +151,31 @@ class Publisher:
         if batch.nbytes >= _BATCH_BYTES:
             self._publish(core, self.batches.pop(core))
 
+    def _publish_many(self, cores: list[str], message: Message, receipt: str | None) -> None:
+        """One message to several core destinations (or none), answered once all are."""
+        session = self.session
+        if not cores:
+            if receipt is not None:
+                session.receipt(receipt)
+            return
+        self.flush()  # what was read before goes first
+        batch = _Batch()
+        batch.messages.append(message)
+        batch.receipts.append(receipt)
+        batch.nbytes = len(message.body)
+        self.inflight += 1
+        self.inflight_bytes += batch.nbytes
+        try:
+            client = session.client()
+        except PolymqError as exc:
+            self._answered(batch)
+            session.refuse(exc, _send_frame(batch))
+            return
+        answers = asyncio.gather(
+            *(client.publish_soon(core, [message]) for core in cores), return_exceptions=True
+        )
+        answers.add_done_callback(partial(self._published_many, batch))
+
     async def _send_after_setup(
         self,
         frame: Frame,
@@ -147,12 +185,16 @@ class Publisher:
         tx: _Tx | None,
     ) -> None:
         """The first SEND to one's own temp queue declares it; the first with a
-        ``reply-to: /temp-queue/x`` subscribes to that temp queue (see subscription.py)."""
+        ``reply-to: /temp-queue/x`` subscribes to that temp queue (see subscription.py); a
+        SEND to an exchange whose records are not cached reads them."""
         if target.temp:
             await self.session.ensure_temp(target)
         if temp_reply is not None:
             await self.session.subscriptions.reply_subscription(temp_reply)
-        self._accept(frame, target.core, message, tx)
+        cores = [target.core]
+        if target.routing_key is not None:
+            cores = await routes_later(self.session, target, message)
+        self._accept(frame, cores, message, tx)
         self.flush()
 
     def flush(self) -> None:
@@ -178,13 +220,27 @@ class Publisher:
             self._drained.set_result(None)
 
     def _published(self, batch: _Batch, fut: asyncio.Future[dict[str, Any]]) -> None:
-        self._answered(batch)
-        session = self.session
-        if session.closing:
+        if self.session.closing:
+            self._answered(batch)
             if not fut.cancelled():
                 fut.exception()  # retrieved: the client has gone, nobody to tell
             return
         exc = fut.exception() if not fut.cancelled() else Unavailable("publish cancelled")
+        self._done(batch, exc)
+
+    def _published_many(self, batch: _Batch, fut: asyncio.Future[list[Any]]) -> None:
+        if fut.cancelled():
+            exc: BaseException | None = Unavailable("publish cancelled")
+        else:
+            exc = next((r for r in fut.result() if isinstance(r, BaseException)), None)
+        if self.session.closing:
+            self._answered(batch)
+            return
+        self._done(batch, exc)
+
+    def _done(self, batch: _Batch, exc: BaseException | None) -> None:
+        self._answered(batch)
+        session = self.session
         if exc is not None:
             session.refuse(exc, _send_frame(batch))
             return

@@ -48,6 +48,7 @@ from polymq.errors import (
 )
 from polymq.frontend import FrontendSession
 from polymq.names import VhostNames
+from polymq.records import Records
 from polymq.types import AckMode
 
 from .codec import CLOSED, NEED_DATA, VERSIONS, Role, State, StompConnection
@@ -82,6 +83,10 @@ class Hub:
     metrics: StompMetrics
     sessions: set[Session] = field(default_factory=set)
     stopping: bool = False
+    records: Records = field(init=False)  # AMQP's exchanges and bindings (see exchange.py)
+
+    def __post_init__(self) -> None:
+        self.records = Records(self.link)
 
 
 class Session(FrontendSession):

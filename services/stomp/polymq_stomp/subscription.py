@@ -299,7 +299,7 @@ class Subscriptions:
                 if d[:6] != "topic/":
                     named = from_core(d, conn_id, vprefix)
                 elif names is not None:  # an exchange's: /exchange/<E>/<K>, as RabbitMQ
-                    named = shown(names, d)
+                    named = shown(names, msg)
                 else:
                     named = prefix + d[skip:]
                 headers.append(("destination", named or d))

@@ -213,10 +213,10 @@ CASES = {
         "NOT_FOUND - no exchange 'nosuch' in vhost '/'",
         "x",
     ),
-    "headers-exchange": Case(
-        frame(SUB, destination="/exchange/amq.headers", id="1"),
-        "Invalid destination",
-        "headers exchanges are not mapped for STOMP yet",
+    "subscribe-to-an-unknown-exchange": Case(
+        frame(SUB, destination="/exchange/nosuch", id="1"),
+        "not_found",
+        "NOT_FOUND - no exchange 'nosuch' in vhost '/'",
     ),
     "subscribe-to-control": Case(
         frame(SUB, destination="/control/count-msgs/queue/x", id="1"),

@@ -733,3 +733,136 @@ def test_amq_topic_is_stomps_topic(
     method, _, body = amqp.basic_get(q, auto_ack=True)
     assert (method.exchange, method.routing_key, body) == ("amq.topic", key, b"from stomp")
     assert amqp.basic_get(q, auto_ack=True) == (None, None, None)
+
+
+# ---- 2b. headers exchanges and exchange-to-exchange bindings (stomp.py and pika) -----------
+# Each STOMP side is one stomp.py client over TCP: a binding made over AMQP routes polymq's
+# STOMP SENDs once the STOMP frontend reads it, within its records' cache time (2 s), so
+# the bindings of a test are all made before its first SEND (and amq.headers and amq.match
+# are sent to once per broker).
+Channel = pika.adapters.blocking_connection.BlockingChannel
+
+
+@pytest.fixture
+def stomp_tcp(broker: Broker) -> Iterator[StompClient]:
+    with clients(broker, "tcp") as make:  # type: ignore[arg-type]  # duck-typed
+        yield stomppy(make)
+
+
+def got(amqp: Channel, queue: str) -> list[tuple[str, str, bytes, dict[str, object]]]:
+    """(exchange, routing key, body, headers) of what ``queue`` holds, taken."""
+    out = []
+    while True:
+        method, props, body = amqp.basic_get(queue, auto_ack=True)
+        if method is None:
+            return out
+        headers = {k: v for k, v in (props.headers or {}).items() if k in ("c", "s")}
+        out.append((method.exchange, method.routing_key, body, headers))
+
+
+def declared(amqp: Channel, *queues: str) -> None:
+    for q in queues:
+        amqp.queue_declare(q, auto_delete=False)
+
+
+def test_send_to_headers_exchanges(broker: Broker, stomp_tcp: StompClient, amqp: Channel) -> None:
+    own = unique("hdr")
+    amqp.exchange_declare(own, "headers", auto_delete=True)
+    color, size = unique("red"), unique("big")
+    queues = {}
+    for exchange in ("amq.headers", "amq.match", own):
+        every, either, other = unique("all"), unique("any"), unique("none")
+        declared(amqp, every, either, other)
+        amqp.queue_bind(every, exchange, arguments={"x-match": "all", "c": color, "s": size})
+        amqp.queue_bind(either, exchange, arguments={"x-match": "any", "c": color, "s": "no"})
+        amqp.queue_bind(other, exchange, arguments={"c": unique("blue")})
+        queues[exchange] = (every, either, other)
+    for exchange, (every, either, other) in queues.items():
+        stomp_tcp.send_receipted(f"/exchange/{exchange}", "both", c=color, s=size)
+        stomp_tcp.send_receipted(f"/exchange/{exchange}/a.key", "any", c=color, s="small")
+        assert got(amqp, every) == [(exchange, "", b"both", {"c": color, "s": size})]
+        assert got(amqp, either) == [  # STOMP headers are AMQP longstr headers
+            (exchange, "", b"both", {"c": color, "s": size}),
+            (exchange, "a.key", b"any", {"c": color, "s": "small"}),
+        ]
+        assert got(amqp, other) == []
+        for q in (every, either, other):
+            amqp.queue_delete(q)
+
+
+def test_send_follows_exchange_bindings(
+    broker: Broker, stomp_tcp: StompClient, amqp: Channel
+) -> None:
+    source, fan, hdr = unique("src"), unique("fan"), unique("hdr")
+    amqp.exchange_declare(source, "direct", auto_delete=True)
+    amqp.exchange_declare(fan, "fanout", auto_delete=True)
+    amqp.exchange_declare(hdr, "headers", auto_delete=True)
+    amqp.exchange_bind(destination=fan, source=source, routing_key="k")
+    amqp.exchange_bind(destination=hdr, source=fan)
+    on_source, on_fan, on_both, on_hdr = unique("qs"), unique("qf"), unique("qb"), unique("qh")
+    declared(amqp, on_source, on_fan, on_both, on_hdr)
+    amqp.queue_bind(on_source, source, "k")
+    amqp.queue_bind(on_fan, fan)
+    amqp.queue_bind(on_both, source, "k")
+    amqp.queue_bind(on_both, fan)
+    amqp.queue_bind(on_hdr, hdr, arguments={"x-match": "all", "h": "yes"})
+    stomp_tcp.send_receipted(f"/exchange/{source}/k", "bound", h="yes")
+    stomp_tcp.send_receipted(f"/exchange/{source}/other", "not bound", h="yes")
+    for q in (on_source, on_fan, on_both, on_hdr):  # each queue once, told E and K
+        assert [g[:3] for g in got(amqp, q)] == [(source, "k", b"bound")], q
+        amqp.queue_delete(q)
+
+
+def test_subscribe_to_a_headers_exchange(
+    broker: Broker, stomp_tcp: StompClient, amqp: Channel
+) -> None:
+    """RabbitMQ binds the subscription's queue with no arguments: it gets every message."""
+    own = unique("hdr")
+    amqp.exchange_declare(own, "headers", auto_delete=True)
+    stomp_tcp.subscribe(f"/exchange/{own}", "plain", h="only")  # not a binding argument
+    stomp_tcp.subscribe(f"/exchange/{own}/some.key", "keyed")
+    props = pika.BasicProperties(headers={"h": "anything"})
+    amqp.basic_publish(own, "", b"no key", props)
+    amqp.basic_publish(own, "a.key", b"a key", props)
+    frames = stomp_tcp.listener.wait_messages(4)
+    time.sleep(QUIET)
+    shown = sorted(
+        (m.headers["subscription"], m.headers["destination"], m.body, m.headers["h"])
+        for m in stomp_tcp.listener.messages
+    )
+    assert len(frames) == 4
+    assert shown == [  # as RabbitMQ names them: no key, no trailing /
+        ("keyed", f"/exchange/{own}", "no key", "anything"),
+        ("keyed", f"/exchange/{own}/a.key", "a key", "anything"),
+        ("plain", f"/exchange/{own}", "no key", "anything"),
+        ("plain", f"/exchange/{own}/a.key", "a key", "anything"),
+    ]
+
+
+def test_message_destination_is_where_it_was_sent(
+    broker: Broker, stomp_tcp: StompClient, amqp: Channel
+) -> None:
+    """A MESSAGE names the exchange and key a message was published to, not the exchange
+    (bound to it) that the subscription listens to."""
+    source, fan = unique("src"), unique("fan")
+    amqp.exchange_declare(source, "topic", auto_delete=True)
+    amqp.exchange_declare(fan, "fanout", auto_delete=True)
+    amqp.exchange_bind(destination=fan, source=source, routing_key="a.*")
+    stomp_tcp.subscribe(f"/exchange/{fan}", "fan")
+    stomp_tcp.subscribe(f"/exchange/{source}/#", "src")
+    stomp_tcp.send_receipted(f"/exchange/{source}/a.b", "from stomp")
+    amqp.basic_publish(source, "a.c", b"from amqp")
+    amqp.basic_publish(fan, "", b"to the fanout")
+    stomp_tcp.listener.wait_messages(5)
+    time.sleep(QUIET)
+    shown = sorted(
+        (m.headers["subscription"], m.headers["destination"], m.body)
+        for m in stomp_tcp.listener.messages
+    )
+    assert shown == [
+        ("fan", f"/exchange/{fan}", "to the fanout"),
+        ("fan", f"/exchange/{source}/a.b", "from stomp"),
+        ("fan", f"/exchange/{source}/a.c", "from amqp"),
+        ("src", f"/exchange/{source}/a.b", "from stomp"),
+        ("src", f"/exchange/{source}/a.c", "from amqp"),
+    ]

@@ -104,7 +104,8 @@ def test_destinations_reach_each_queue_once() -> None:
     # b's q1 is a's too: b sends to its other queue instead of its topic
     assert route([a, b]) == ["topic/amqp.a.k.x", "queue/q2"]
     assert route([b, a]) == ["topic/amqp.b.k.x"]  # a's only match, q1, has it already
-    assert route([a, h], {"x": "1"}) == ["topic/amqp.a.k.x", "queue/q3"]
-    assert route([h], {"x": "2"}) == []
+    # a headers exchange: its matching queues, and its topic for subscribers (STOMP)
+    assert route([a, h], {"x": "1"}) == ["topic/amqp.a.k.x", "topic/amqp.h.k.x", "queue/q3"]
+    assert route([h], {"x": "2"}) == ["topic/amqp.h.k.x"]
     with pytest.raises(Missing):
         route([a, ExchangeRecord("c", "direct")])  # c's records are not cached
