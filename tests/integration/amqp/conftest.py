@@ -9,7 +9,9 @@ test shows that RabbitMQ behaves as polymq does."""
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +55,18 @@ def target(request: pytest.FixtureRequest) -> Target:
     node: RabbitNode = request.getfixturevalue("rabbit")
 
     def memory_alarm(on: bool) -> None:  # a memory watermark it is always above, or back
-        ctl = Path(node.server).with_name("rabbitmqctl")
+        ctl = [str(Path(node.server).with_name("rabbitmqctl")), "-n", node.node]
         mark = "0.000001" if on else "0.4"
-        cmd = [str(ctl), "-n", node.node, "set_vm_memory_high_watermark", mark]
-        subprocess.run(cmd, env=node.env(), check=True, capture_output=True, timeout=60)
+        run = partial(subprocess.run, env=node.env(), check=True, capture_output=True, timeout=60)
+        run([*ctl, "set_vm_memory_high_watermark", mark])
+        # the memory monitor raises (or clears) the alarm on its next check: wait for it, so
+        # that a publish after this call meets the alarm as it would polymq's
+        deadline = time.monotonic() + WAIT
+        while True:
+            alarms = run([*ctl, "eval", "rabbit_alarm:get_alarms()."], text=True).stdout
+            if ("memory" in alarms) == on or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
 
     return Target("rabbitmq", node.port, memory_alarm)
 

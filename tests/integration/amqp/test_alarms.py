@@ -41,7 +41,10 @@ def test_a_publisher_is_blocked_while_an_alarm_is_set(target: Target) -> None:
     och.queue_declare(q, auto_delete=False)
     pch = publisher.channel()
     pch.basic_publish("", q, b"before")
-    och.basic_get(q, auto_ack=True)
+    deadline = time.monotonic() + WAIT  # (it takes its time to reach the queue under load)
+    while och.basic_get(q, auto_ack=True)[0] is None:
+        assert time.monotonic() < deadline, "the first message never came"
+        time.sleep(0.02)
     target.set_alarm(True)
     try:
         publisher.process_data_events(time_limit=QUIET)
