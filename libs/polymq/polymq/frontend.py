@@ -142,9 +142,16 @@ def add_admin_routes(
     app.router.add_get("/readyz", readyz)
 
 
-def admin_runner(app: web.Application) -> web.AppRunner:
-    """The runner of a service's aiohttp app (no access log; requests get 2 s at stop)."""
-    return web.AppRunner(app, access_log=None, shutdown_timeout=_ADMIN_SHUTDOWN_TIMEOUT)
+def admin_runner(app: web.Application, handshake_timeout: float = 10.0) -> web.AppRunner:
+    """The runner of a service's aiohttp app (no access log; requests get 2 s at stop; a
+    request's headers, a WebSocket upgrade's too, must come within ``handshake_timeout``
+    seconds, after which an idle connection is closed as well)."""
+    return web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=_ADMIN_SHUTDOWN_TIMEOUT,
+        keepalive_timeout=handshake_timeout,
+    )
 
 
 async def start_site(

@@ -53,6 +53,10 @@ class AmqpSettings:
     # resource alarm (publishers blocked, connection.blocked sent); off by default: for
     # tests and drills, never where the admin port is reachable by others
     amqp_alarm_switch: bool = False
+    # connections at once (0: the room the open-files limit leaves) and per user (0: none);
+    # one past a limit is closed with 530 NOT_ALLOWED when it logs in
+    max_connections: int = 0
+    max_connections_per_user: int = 0
 
     def check(self) -> None:
         for name in ("amqp_port", "amqp_tls_port", "amqp_admin_port", "core_port"):
@@ -87,6 +91,8 @@ class AmqpSettings:
         _range("amqp_max_inflight", self.amqp_max_inflight, 1, 10_000_000)
         _range("amqp_write_buffer", self.amqp_write_buffer, 1 * KIB, 64 * 1024 * MIB)
         _range("amqp_max_tx_messages", self.amqp_max_tx_messages, 1, 10_000_000)
+        _range("max_connections", self.max_connections, 0, 10_000_000)
+        _range("max_connections_per_user", self.max_connections_per_user, 0, 10_000_000)
         _range("amqp_max_tx_bytes", self.amqp_max_tx_bytes, 1, 64 * 1024 * MIB)
         for name, low, high in (
             ("amqp_handshake_timeout", 0.1, 3600.0),

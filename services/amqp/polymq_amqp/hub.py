@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 from polymq.auth import AuthProvider
 from polymq.corelink import CoreLink
+from polymq.resources import ConnectionLimits
 
 from .config import AmqpSettings
 from .metrics import AmqpMetrics
@@ -43,6 +44,8 @@ class Hub:
     refusing: set[str] = field(default_factory=set)  # core queues that refused a batch
     stopping: bool = False
     alarms: set[str] = field(default_factory=set)  # resource alarms set: publishers wait
+    # the listeners' connection limits (the service sets them from its settings)
+    connections: ConnectionLimits = field(default_factory=lambda: ConnectionLimits("amqp"))
 
     def set_alarm(self, reason: str, active: bool) -> None:
         """Set (``active``) or clear the alarm ``reason`` (``memory``, ``disk``, ...);

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from polymq import Client, alarms, frontend
 from polymq.auth import AuthProvider, load_provider
 from polymq.reload import Reloader
+from polymq.resources import ConnectionLimits
 from polymq.transport import TcpTransport
 from polymq.web import link_state
 
@@ -103,6 +104,9 @@ class AmqpService:
             instance,
         )
         self.topology.local_owner = self.hub.owner_alive
+        self.hub.connections = ConnectionLimits(
+            "the AMQP frontend", settings.max_connections, settings.max_connections_per_user
+        )
         self.link.alarm_hooks.append(self._alarms)  # the core's resource alarms block publishers
         self.app = build_app(self.hub, self.registry)
         self._servers: list[asyncio.Server] = []

@@ -137,6 +137,9 @@ class Session(FrontendSession):
             s.amqp_handshake_timeout, self._handshake_timeout
         )
         hub.sessions[self.conn_id] = self
+        # past the listener's connection limit: told (530) when it logs in
+        self.refused: str | None = hub.connections.admit()
+        self.counted_user: str | None = None  # counted against this user's connections
         self.metrics.connections.inc()
         self.metrics.connections_opened.inc()
 
@@ -171,6 +174,8 @@ class Session(FrontendSession):
         self._done_reading = True
         self.closing = True
         self._teardown()
+        if self.refused is None:
+            self.hub.connections.release(self.counted_user)
         self.metrics.connections.dec()
 
     def _tick(self) -> None:

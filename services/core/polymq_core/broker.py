@@ -210,17 +210,20 @@ class Broker:
         for session in list(self.sessions):
             session.alarm_changed()
 
-    def session_opened(self, session: Session) -> str | None:
-        """Count a new connection; why it is refused (too many), if it is."""
-        refused = self.connections.admit()
+    def session_opened(self, session: Session, *, counted: bool = True) -> str | None:
+        """Count a new connection (unless not ``counted``); why it is refused (too many),
+        if it is."""
+        refused = self.connections.admit() if counted else None
         if refused is None:
             self.sessions.add(session)
+            session.counted = counted
         return refused
 
     def session_closed(self, session: Session) -> None:
         if session in self.sessions:
             self.sessions.discard(session)
-            self.connections.release(session.counted_user)
+            if session.counted:
+                self.connections.release(session.counted_user)
             if session.principal is not None:
                 self.sensors.on_connection(session.protocol, -1)
 

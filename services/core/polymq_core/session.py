@@ -36,6 +36,7 @@ from polymq.events import (
     Subscribe,
     Welcome,
 )
+from polymq.inproc import PipeEnd
 from polymq.types import Destination, Message, SlowPolicy
 
 from .metrics import protocol_label
@@ -98,6 +99,7 @@ class Session(asyncio.Protocol):
         self.name = "?"
         self.protocol = "native"
         self.principal: Principal | None = None
+        self.counted = True  # counted against the listener's connection limit
         self.counted_user: str | None = None  # counted against this user's connections
         self.publishing = False  # a native client that has published (held by an alarm)
         self._alarm_held = False  # not reading: a resource alarm holds this publisher
@@ -127,7 +129,8 @@ class Session(asyncio.Protocol):
         self.transport.set_write_buffer_limits(high=1024 * 1024)  # type: ignore[union-attr]
         peer = transport.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        refused = self.broker.session_opened(self)
+        # (polymq run's own frontends come over an in-process pipe: no file, no limit)
+        refused = self.broker.session_opened(self, counted=not isinstance(transport, PipeEnd))
         if refused is not None:
             self._closed = True  # (never counted: nothing to release)
             transport.write(self.conn.goodbye("unavailable", refused))  # type: ignore[attr-defined]

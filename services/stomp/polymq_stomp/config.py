@@ -49,6 +49,12 @@ class StompSettings:
     stomp_write_buffer: int = 1 * MIB  # bytes waiting for the socket, then reading pauses
     stomp_temp_queue_ttl: float = 300.0  # idle TTL of temp queues (a safety net if we crash)
     stomp_stompjs: str = ""  # path of stomp.umd.min.js ('' = the npm install in the source tree)
+    # shared with the other listeners (POLYMQ_HANDSHAKE_TIMEOUT, POLYMQ_MAX_CONNECTIONS...):
+    # seconds from the socket to CONNECTED; connections at once (0: the room the open-files
+    # limit leaves) and per user (0: no limit)
+    handshake_timeout: float = 10.0
+    max_connections: int = 0
+    max_connections_per_user: int = 0
 
     def check(self) -> None:
         check_frontend(self, "stomp_port", "stomp_ws_port")
@@ -67,6 +73,10 @@ class StompSettings:
         if not self.vhosts:
             raise ConfigError("POLYMQ_STOMP_VHOSTS must name at least one vhost (or '*')")
         _range("stomp_max_headers", self.stomp_max_headers, 8, 100_000)
+        _range("max_connections", self.max_connections, 0, 10_000_000)
+        _range("max_connections_per_user", self.max_connections_per_user, 0, 10_000_000)
+        if not 0.1 <= self.handshake_timeout <= 3600:
+            raise ConfigError("POLYMQ_HANDSHAKE_TIMEOUT must be 0.1..3600 seconds")
         _range("stomp_max_header_length", self.stomp_max_header_length, 256, 16 * MIB)
         _range("stomp_max_subscriptions", self.stomp_max_subscriptions, 1, 1_000_000)
         _range("stomp_max_prefetch", self.stomp_max_prefetch, 1, 1_000_000)

@@ -26,6 +26,8 @@ REASONS = frozenset(
         "ack",  # an ACK/NACK id that names no unacknowledged message
         "transaction",  # unknown, duplicate or too large
         "heartbeat",  # the client went silent
+        "handshake",  # no CONNECT within the handshake timeout
+        "limit",  # a connection limit (the listener's or the user's)
         "slow-consumer",  # the client does not read its topic messages fast enough
         "core",  # the core refused a request (queue full, too large, ...)
         "unavailable",  # no connection to the core

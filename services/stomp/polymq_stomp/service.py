@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from polymq import frontend
 from polymq.auth import AuthProvider, load_provider
 from polymq.reload import Reloader
+from polymq.resources import ConnectionLimits
 from polymq.web import link_state
 
 from . import page
@@ -99,11 +100,19 @@ class StompService:
             provider,
             self.metrics,
         )
+        self.hub.connections = ConnectionLimits(
+            "the STOMP frontend", settings.max_connections, settings.max_connections_per_user
+        )
+        self.link.alarm_hooks.append(self._alarms)  # the core's resource alarms hold SENDs
         self.app = build_app(self.hub, self.registry)
         self._server: asyncio.Server | None = None
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self.ports: dict[str, int] = {}
+
+    def _alarms(self, now: frozenset[str]) -> None:
+        for session in list(self.hub.sessions):
+            session.update_reading()
 
     async def start(self) -> dict[str, int]:
         s = self.settings
@@ -120,7 +129,7 @@ class StompService:
         )
         sock: socket.socket = self._server.sockets[0]
         self.ports["stomp"] = int(sock.getsockname()[1])
-        self._runner = frontend.admin_runner(self.app)
+        self._runner = frontend.admin_runner(self.app, s.handshake_timeout)
         self._site, self.ports["stomp_ws"] = await frontend.start_site(
             self._runner, s.host, s.stomp_ws_port, ctx
         )

@@ -49,6 +49,7 @@ from polymq.errors import (
 from polymq.frontend import FrontendSession
 from polymq.names import VhostNames
 from polymq.records import Records
+from polymq.resources import ConnectionLimits
 from polymq.types import AckMode
 
 from .codec import CLOSED, NEED_DATA, VERSIONS, Role, State, StompConnection
@@ -83,6 +84,8 @@ class Hub:
     metrics: StompMetrics
     sessions: set[Session] = field(default_factory=set)
     stopping: bool = False
+    # the listeners' connection limits (the service sets them from its settings)
+    connections: ConnectionLimits = field(default_factory=lambda: ConnectionLimits("stomp"))
     records: Records = field(init=False)  # AMQP's exchanges and bindings (see exchange.py)
 
     def __post_init__(self) -> None:
@@ -131,6 +134,13 @@ class Session(FrontendSession):
         self._hb_send_timer: asyncio.TimerHandle | None = None
         self._hb_check_timer: asyncio.TimerHandle | None = None
         hub.sessions.add(self)
+        # past the listener's connection limit: told (ERROR) at its CONNECT
+        self.refused: str | None = hub.connections.admit()
+        self.counted_user: str | None = None  # counted against this user's connections
+        self.publishing = False  # it sent a SEND: held while a resource alarm is on
+        self._handshake: asyncio.TimerHandle | None = self.loop.call_later(
+            s.handshake_timeout, self._handshake_expired
+        )
         self.metrics.connections.labels(transport.kind).inc()
         self.metrics.connections_opened.labels(transport.kind).inc()
 
@@ -183,6 +193,8 @@ class Session(FrontendSession):
         self.closing = True
         self._teardown()
         self.hub.sessions.discard(self)
+        if self.refused is None:
+            self.hub.connections.release(self.counted_user)
         self.metrics.connections.labels(self.transport.kind).dec()
 
     # ==== reading ============================================================================
@@ -266,6 +278,7 @@ class Session(FrontendSession):
                 self._busy is not None
                 or self._out_bytes > self.settings.stomp_write_buffer
                 or self.publisher.full
+                or (self.publishing and bool(self.hub.link.alarms))  # held by an alarm
             )
         )
 
@@ -329,10 +342,10 @@ class Session(FrontendSession):
         if self._torn_down:
             return
         self._torn_down = True
-        for handle in (self._hb_send_timer, self._hb_check_timer):
+        for handle in (self._hb_send_timer, self._hb_check_timer, self._handshake):
             if handle is not None:
                 handle.cancel()
-        self._hb_send_timer = self._hb_check_timer = None
+        self._hb_send_timer = self._hb_check_timer = self._handshake = None
         self._cancel_tasks()
         self.publisher.close()
         subs = self.subscriptions.close_all()
@@ -420,6 +433,10 @@ class Session(FrontendSession):
             raise Refused("auth", "Bad CONNECT", f"{who}: {exc.message}") from None
         if not self.hub.link.connected:
             raise Unavailable(f"no connection to the core at {self.hub.link.address}")
+        refused = self.refused or self.hub.connections.login(principal.name)
+        if refused is not None:
+            raise Refused("limit", "Connection limit reached", refused)
+        self.counted_user = principal.name
         self.principal = principal
         self.version = version
         self.vhost = vhost
@@ -434,8 +451,23 @@ class Session(FrontendSession):
             ("session", self.conn_id),
         )
         self._send(Frame(Command.CONNECTED, headers))
+        if self._handshake is not None:
+            self._handshake.cancel()
+            self._handshake = None
         self._start_heartbeats(hb_out, hb_in)
         log.debug("stomp %s: connected as %s (STOMP %s)", self, principal.name, version)
+
+    def _handshake_expired(self) -> None:
+        """No CONNECTED within the handshake timeout (no CONNECT, or one still being
+        checked): ERROR, then the socket is closed."""
+        self._handshake = None
+        if not self.closing and self.codec.state is not State.OPEN:
+            timeout = self.settings.handshake_timeout
+            self.fail(
+                "Handshake timeout",
+                f"no CONNECT (login) within {timeout:g} seconds of connecting",
+                "handshake",
+            )
 
     def _version_error(self, offered: str) -> None:
         """ERROR with a ``version`` header listing what we speak (STOMP 1.2 says so)."""
@@ -602,6 +634,10 @@ class Session(FrontendSession):
         self.start_busy(self._connect(frame), frame)
 
     def _on_send(self, frame: Frame) -> None:
+        if not self.publishing:
+            self.publishing = True  # a publisher: held while a resource alarm is on
+            if self.hub.link.alarms:
+                self.update_reading()
         self.publisher.send(frame)
 
     def _on_subscribe(self, frame: Frame) -> None:

@@ -1,13 +1,14 @@
 """Resource alarms on every protocol, against one ``polymq run`` whose memory high watermark
 is forced below what it uses (``POLYMQ_MEMORY_HIGH_WATERMARK=2``: two bytes): HTTP, long-poll
 and Avro publishes get 503 with ``Retry-After``; an AMQP publisher gets
-``connection.blocked``; a native publisher's connection is read no more, while a consumer
-keeps draining. A reload that raises the watermark clears the alarm by itself, and every
+``connection.blocked``; a STOMP or native publisher's connection is read no more, while a
+consumer keeps draining. A reload that raises the watermark clears the alarm by itself, and every
 publisher goes on (the held native publish is answered, AMQP gets ``connection.unblocked``)."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,17 @@ def alarm_gauge(run: PolymqProcess) -> float:
         x for x in text.splitlines() if x.startswith('polymq_resource_alarm{resource="memory"}')
     ]
     return float(line.split()[-1])
+
+
+def stomp_frame(sock: socket.socket) -> bytes:
+    """The next STOMP frame (heart-beat newlines skipped) from ``sock``."""
+    data = b""
+    while b"\x00" not in data:
+        chunk = sock.recv(1)
+        if not chunk:
+            raise ConnectionError(f"closed after {data!r}")
+        data += chunk
+    return data.lstrip(b"\n")
 
 
 def http_publish(run: PolymqProcess, listener: str, q: str) -> requests.Response:
@@ -87,6 +99,18 @@ async def test_a_memory_alarm_holds_publishers_on_every_protocol_until_it_clears
         amqp.process_data_events(0.1)
     assert blocked and "memory" in blocked[0], blocked
 
+    # STOMP: the first SEND is served, then the connection is read no more
+    stomp = socket.create_connection(("127.0.0.1", run.ports["stomp"]), timeout=WAIT)
+    stomp.sendall(b"CONNECT\naccept-version:1.2\nhost:/\n\n\x00")
+    assert stomp_frame(stomp).startswith(b"CONNECTED")
+    stomp.sendall(b"SEND\ndestination:/queue/" + q.encode() + b"\nreceipt:r1\n\none\x00")
+    assert b"receipt-id:r1" in stomp_frame(stomp)
+    stomp.sendall(b"SEND\ndestination:/queue/" + q.encode() + b"\nreceipt:r2\n\ntwo\x00")
+    stomp.settimeout(1.5)
+    with pytest.raises(TimeoutError):
+        stomp_frame(stomp)  # held: no RECEIPT for r2
+    stomp.settimeout(WAIT)
+
     # native: the first publish is served, then the publisher is read no more; a consumer
     # on another connection keeps draining what is there
     async with (
@@ -112,6 +136,8 @@ async def test_a_memory_alarm_holds_publishers_on_every_protocol_until_it_clears
         assert bodies(await collect(sub, 1)) == [b"second"]
         await eventually(lambda: alarm_gauge(run) == 0, within=WAIT)
         assert "memory alarm cleared" in run.log()
+        assert b"receipt-id:r2" in await asyncio.to_thread(stomp_frame, stomp)  # read again
+        stomp.close()
         for listener in ("http", "longpoll"):
             await eventually(
                 lambda listener=listener: http_publish(run, listener, q).status_code == 200,

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ...procs import PolymqProcess
+from ...sockets import read_all
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,14 +37,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
 def connect(run: PolymqProcess, listener: str) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", run.ports[listener]), timeout=10)
     return sock
-
-
-def read_all(sock: socket.socket) -> bytes:
-    """Everything until the server closes (a socket timeout, 10 s, fails the test)."""
-    out = b""
-    while chunk := sock.recv(65536):
-        out += chunk
-    return out
 
 
 def problem(answer: bytes) -> tuple[int, dict[str, object]]:
