@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["RESERVED_FILES", "ConnectionLimits", "connection_room", "raise_open_files"]
+__all__ = [
+    "RESERVED_FILES",
+    "Admission",
+    "ConnectionLimits",
+    "connection_room",
+    "raise_open_files",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +66,10 @@ class ConnectionLimits:
     the open-files limit leaves, :func:`connection_room`; none if that is unknown) and at
     most ``max_per_user`` for one user (0: no such limit), as RabbitMQ's per-user and
     per-vhost ``max-connections``. A refused connection is told why in its protocol (a
-    STOMP ERROR, an AMQP close, a wire Goodbye, an HTTP 503) rather than reset.
+    STOMP ERROR, an AMQP close, a wire Goodbye) rather than reset.
 
-    :meth:`admit` at accept (counts it when it says None), :meth:`login` once its user is
-    known, :meth:`release` when it closes (with the user it logged in as, if any)."""
+    Each connection gets an :class:`Admission` at accept (:meth:`admit`), says who it is
+    with :meth:`Admission.login`, and gives its place back with :meth:`Admission.release`."""
 
     def __init__(self, listener: str, max_connections: int = 0, max_per_user: int = 0) -> None:
         self.listener = listener
@@ -73,8 +79,11 @@ class ConnectionLimits:
         self.users: dict[str, int] = {}
         self.refused = 0
 
-    def admit(self) -> str | None:
-        """None (counted), or why a new connection is refused."""
+    def admit(self, *, counted: bool = True) -> Admission:
+        """A new connection's admission: counted (unless not ``counted``: polymq's own
+        in-process links), or refused (``refused`` says why) when the listener is full."""
+        if not counted:
+            return Admission(None, None)
         if self.max_connections and self.open >= self.max_connections:
             self.refused += 1
             if self.refused in (1, 10, 100) or self.refused % 1000 == 0:
@@ -84,24 +93,45 @@ class ConnectionLimits:
                     self.open,
                     self.refused,
                 )
-            return f"{self.listener} has {self.open} connections, the most it takes"
+            return Admission(
+                None, f"{self.listener} has {self.open} connections, the most it takes"
+            )
         self.open += 1
-        return None
+        return Admission(self, None)
+
+
+class Admission:
+    """One connection's place in its listener's :class:`ConnectionLimits`."""
+
+    def __init__(self, limits: ConnectionLimits | None, refused: str | None) -> None:
+        self._limits = limits  # None: nothing counted (refused, or not counted at all)
+        self.refused = refused  # why the listener refused it, if it did
+        self.user: str | None = None  # the user it is counted for, once logged in
 
     def login(self, user: str) -> str | None:
-        """None (counted for ``user``), or why ``user`` may not have one more."""
-        held = self.users.get(user, 0)
-        if self.max_per_user and held >= self.max_per_user:
-            self.refused += 1
+        """None (counted for ``user``), or why it may not go on: the listener refused it,
+        or ``user`` holds as many connections as one user may."""
+        limits = self._limits
+        if self.refused is not None or limits is None:
+            return self.refused
+        held = limits.users.get(user, 0)
+        if limits.max_per_user and held >= limits.max_per_user:
+            limits.refused += 1
             return f"user '{user[:100]}' has {held} connections, the most one user may have"
-        self.users[user] = held + 1
+        limits.users[user] = held + 1
+        self.user = user
         return None
 
-    def release(self, user: str | None = None) -> None:
-        self.open = max(self.open - 1, 0)
-        if user is not None and user in self.users:
-            left = self.users[user] - 1
+    def release(self) -> None:
+        """The connection closed: its place (and its user's) is free again (once)."""
+        limits, self._limits = self._limits, None
+        if limits is None:
+            return
+        limits.open = max(limits.open - 1, 0)
+        user = self.user
+        if user is not None and user in limits.users:
+            left = limits.users[user] - 1
             if left > 0:
-                self.users[user] = left
+                limits.users[user] = left
             else:
-                del self.users[user]
+                del limits.users[user]

@@ -141,12 +141,11 @@ def open_vhost(session: Session, method: commands.Connection.Open) -> None:
     # a connection limit (the listener's, the user's): refused here, as RabbitMQ does
     principal = session.principal
     assert principal is not None  # (logged in before connection.open)
-    refused = session.refused or session.hub.connections.login(principal.name)
+    refused = session.admission.login(principal.name)
     if refused is not None:
         raise ConnectionException(
             NOT_ALLOWED, f"access to vhost '{vhost}' refused: connection limit reached: {refused}"
         )
-    session.counted_user = principal.name
     session.vhost = vhost
     session.names = VhostNames(vhost)
     session.send_method(0, commands.Connection.OpenOk())

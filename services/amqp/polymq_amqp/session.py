@@ -137,9 +137,8 @@ class Session(FrontendSession):
             s.amqp_handshake_timeout, self._handshake_timeout
         )
         hub.sessions[self.conn_id] = self
-        # past the listener's connection limit: told (530) when it logs in
-        self.refused: str | None = hub.connections.admit()
-        self.counted_user: str | None = None  # counted against this user's connections
+        # its place in the connection limits (refused: told with a 530 at connection.open)
+        self.admission = hub.connections.admit()
         self.metrics.connections.inc()
         self.metrics.connections_opened.inc()
 
@@ -174,8 +173,7 @@ class Session(FrontendSession):
         self._done_reading = True
         self.closing = True
         self._teardown()
-        if self.refused is None:
-            self.hub.connections.release(self.counted_user)
+        self.admission.release()
         self.metrics.connections.dec()
 
     def _tick(self) -> None:

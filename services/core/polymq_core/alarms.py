@@ -125,7 +125,7 @@ class ResourceMonitor:
                     log.info("%s alarm cleared (%s)", resource, self._numbers(resource))
                 self._gauge.labels(resource).set(1 if on else 0)
             self.alarms = frozenset(now)
-            self.broker.alarms_changed(self.alarms)
+            self.broker.alarms_changed()
         return changed
 
     def _numbers(self, resource: str) -> str:

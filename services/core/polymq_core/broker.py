@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from polymq.auth import INTERNAL_PRINCIPAL, AuthProvider, Permission, Principal
+from polymq.auth import AuthProvider, Permission, Principal
 from polymq.errors import BadRequest, Unauthorized, Unavailable
 from polymq.events import (
     Ack,
@@ -124,8 +124,7 @@ class Broker:
         self.topic_source = TopicSource(self.topics)
         self.cursors = Cursors(self)
         self.sessions: set[Session] = set()
-        self.resource_alarms: frozenset[str] = frozenset()  # polymq.alarms: on now
-        self.monitor = ResourceMonitor(self)
+        self.monitor = ResourceMonitor(self)  # the resource alarms (polymq.alarms)
         self.connections = ConnectionLimits(
             "the core's wire port", settings.max_connections, settings.max_connections_per_user
         )
@@ -204,26 +203,18 @@ class Broker:
         for shard in self.shards:
             await shard.close()
 
-    def alarms_changed(self, alarms: frozenset[str]) -> None:
+    def alarms_changed(self) -> None:
         """The monitor set or cleared a resource alarm: native publishers follow."""
-        self.resource_alarms = alarms
         for session in list(self.sessions):
             session.alarm_changed()
 
-    def session_opened(self, session: Session, *, counted: bool = True) -> str | None:
-        """Count a new connection (unless not ``counted``); why it is refused (too many),
-        if it is."""
-        refused = self.connections.admit() if counted else None
-        if refused is None:
-            self.sessions.add(session)
-            session.counted = counted
-        return refused
+    def session_opened(self, session: Session) -> None:
+        self.sessions.add(session)
 
     def session_closed(self, session: Session) -> None:
         if session in self.sessions:
             self.sessions.discard(session)
-            if session.counted:
-                self.connections.release(session.counted_user)
+            session.admission.release()
             if session.principal is not None:
                 self.sensors.on_connection(session.protocol, -1)
 
@@ -251,13 +242,6 @@ class Broker:
             return await auth.anonymous()
         except Unauthorized:
             raise Unauthorized("this core needs credentials: user/password or a token") from None
-
-    def count_login(self, principal: Principal) -> str | None:
-        """Count a logged-in connection against its user's limit (the frontends' and
-        peers' own links are not counted): None, or why it is refused."""
-        if principal.name == INTERNAL_PRINCIPAL:
-            return None
-        return self.connections.login(principal.name)
 
     # ---- dispatch ------------------------------------------------------------------------
     def handle(self, session: Session, event: Event) -> Any:

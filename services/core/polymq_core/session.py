@@ -37,6 +37,7 @@ from polymq.events import (
     Welcome,
 )
 from polymq.inproc import PipeEnd
+from polymq.resources import Admission
 from polymq.types import Destination, Message, SlowPolicy
 
 from .metrics import protocol_label
@@ -99,8 +100,8 @@ class Session(asyncio.Protocol):
         self.name = "?"
         self.protocol = "native"
         self.principal: Principal | None = None
-        self.counted = True  # counted against the listener's connection limit
-        self.counted_user: str | None = None  # counted against this user's connections
+        # its place in the wire port's connection limits (polymq.resources)
+        self.admission = Admission(None, None)
         self.publishing = False  # a native client that has published (held by an alarm)
         self._alarm_held = False  # not reading: a resource alarm holds this publisher
         # destinations named in requests, parsed and authorized (see Broker.destination)
@@ -130,12 +131,14 @@ class Session(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         # (polymq run's own frontends come over an in-process pipe: no file, no limit)
-        refused = self.broker.session_opened(self, counted=not isinstance(transport, PipeEnd))
+        self.admission = self.broker.connections.admit(counted=not isinstance(transport, PipeEnd))
+        refused = self.admission.refused
         if refused is not None:
             self._closed = True  # (never counted: nothing to release)
             transport.write(self.conn.goodbye("unavailable", refused))  # type: ignore[attr-defined]
             transport.close()
             return
+        self.broker.session_opened(self)
         timeout = self.broker.settings.handshake_timeout
         self._handshake = self.loop.call_later(timeout, self._handshake_expired, timeout)
 
@@ -229,13 +232,12 @@ class Session(asyncio.Protocol):
             self.close(code, str(exc))
             return
         principal = task.result()
-        refused = self.broker.count_login(principal)
-        if refused is not None:
-            self.close("unavailable", refused)
-            return
+        if principal.name != INTERNAL_PRINCIPAL:  # (polymq's own links: no user limit)
+            refused = self.admission.login(principal.name)
+            if refused is not None:
+                self.close("unavailable", refused)
+                return
         self.principal = principal
-        if principal.name != INTERNAL_PRINCIPAL:
-            self.counted_user = principal.name
         if self._handshake is not None:
             self._handshake.cancel()
             self._handshake = None
@@ -249,9 +251,9 @@ class Session(asyncio.Protocol):
     def request(self, event: Event, raw: bytes | None, held: Any = None) -> None:
         """Serve ``event`` here or through the relay (``raw``: its op as it came, if it
         carries messages; ``held``: the relay held it and takes it again)."""
-        if type(event) is Publish and self.counted_user is not None and not self.publishing:
+        if type(event) is Publish and self.admission.user is not None and not self.publishing:
             self.publishing = True  # a native publisher: held while a resource alarm is on
-            if self.broker.resource_alarms:
+            if self.broker.monitor.alarms:
                 self.alarm_changed()
         relay = self.relay
         if relay is not None:
@@ -296,7 +298,7 @@ class Session(asyncio.Protocol):
     def alarm_changed(self) -> None:
         """A resource alarm went on or off: a native publisher's connection is read no more
         while one is on (what it sent already is served), and again once all clear."""
-        hold = bool(self.broker.resource_alarms) and self.publishing
+        hold = bool(self.broker.monitor.alarms) and self.publishing
         if hold == self._alarm_held or self.transport is None or self._closed:
             return
         self._alarm_held = hold

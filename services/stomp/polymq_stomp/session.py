@@ -134,9 +134,8 @@ class Session(FrontendSession):
         self._hb_send_timer: asyncio.TimerHandle | None = None
         self._hb_check_timer: asyncio.TimerHandle | None = None
         hub.sessions.add(self)
-        # past the listener's connection limit: told (ERROR) at its CONNECT
-        self.refused: str | None = hub.connections.admit()
-        self.counted_user: str | None = None  # counted against this user's connections
+        # its place in the connection limits (refused: told with an ERROR at its CONNECT)
+        self.admission = hub.connections.admit()
         self.publishing = False  # it sent a SEND: held while a resource alarm is on
         self._handshake: asyncio.TimerHandle | None = self.loop.call_later(
             s.handshake_timeout, self._handshake_expired
@@ -193,8 +192,7 @@ class Session(FrontendSession):
         self.closing = True
         self._teardown()
         self.hub.sessions.discard(self)
-        if self.refused is None:
-            self.hub.connections.release(self.counted_user)
+        self.admission.release()
         self.metrics.connections.labels(self.transport.kind).dec()
 
     # ==== reading ============================================================================
@@ -433,10 +431,9 @@ class Session(FrontendSession):
             raise Refused("auth", "Bad CONNECT", f"{who}: {exc.message}") from None
         if not self.hub.link.connected:
             raise Unavailable(f"no connection to the core at {self.hub.link.address}")
-        refused = self.refused or self.hub.connections.login(principal.name)
+        refused = self.admission.login(principal.name)
         if refused is not None:
             raise Refused("limit", "Connection limit reached", refused)
-        self.counted_user = principal.name
         self.principal = principal
         self.version = version
         self.vhost = vhost
