@@ -88,14 +88,14 @@ class Consumers:
         keys = sub.take(_tags(ev.tags), bool(ev.cumulative))
         if keys:
             self.broker.sensors.on_ack(len(keys))
-        sub.source.settle(sub, keys, "ack")
-        return {"acked": len(keys)}
+        written = sub.source.settle(sub, keys, "ack")
+        return _once_written(ev.rid, written, {"acked": len(keys)})
 
     def nack(self, session: Session, ev: Nack) -> Any:
         sub = _sub(session, ev.sid)
         keys = sub.take(_tags(ev.tags), bool(ev.cumulative))
-        sub.source.settle(sub, keys, "requeue" if ev.requeue else "reject")
-        return {"nacked": len(keys)}
+        written = sub.source.settle(sub, keys, "requeue" if ev.requeue else "reject")
+        return _once_written(ev.rid, written, {"nacked": len(keys)})
 
     # ---- pull and leases -----------------------------------------------------------------
     def pull(self, session: Session, ev: Pull) -> Any:
@@ -136,6 +136,7 @@ class Consumers:
             raise BadRequest("leases must be a non-empty list")
         settled = 0
         missing = []
+        written: asyncio.Future[None] | None = None
         for lease in ev.leases:
             key, seq, did = _parse_lease(lease)
             dest = Destination.parse(key)
@@ -145,7 +146,7 @@ class Consumers:
             try:
                 if not isinstance(box, Queue):
                     raise NotFound("lease is unknown")
-                box.settle_lease(seq, did, action)
+                written = box.settle_lease(seq, did, action) or written
                 settled += 1
             except NotFound:
                 missing.append(lease)
@@ -153,7 +154,7 @@ class Consumers:
             broker.sensors.on_ack(settled)
         if missing and not settled:
             raise NotFound(f"unknown or expired lease(s): {', '.join(missing[:5])}")
-        return {"settled": settled, "missing": missing}
+        return _once_written(ev.rid, written, {"settled": settled, "missing": missing})
 
     # ---- cursor subscriptions (live in the core; polled from any connection) --------------
     def cursor_open(self, session: Session, ev: CursorOpen) -> Any:
@@ -267,3 +268,23 @@ def _parse_lease(lease: Any) -> tuple[str, int, int]:
         return key, int(seq), int(did)
     except ValueError:
         raise NotFound(f"malformed lease {str(lease)[:80]!r}") from None
+
+
+def _once_written(rid: int, written: asyncio.Future[None] | None, answer: Any) -> Any:
+    """Answer a settlement (request ``rid``; 0: nobody waits for the answer) once what it
+    removed from the store is written: an ack that could not be written (a full disk) is
+    answered ``unavailable``, never done (its removal is tried again; until then a
+    restart would deliver the message again)."""
+    if not rid or written is None:
+        return answer
+    if written.done() and not written.cancelled() and written.exception() is None:
+        return answer
+
+    async def later() -> Any:
+        try:
+            await asyncio.shield(written)
+        except Unavailable as exc:
+            raise Unavailable(f"settled, but not written: {exc.message}") from None
+        return answer
+
+    return later()

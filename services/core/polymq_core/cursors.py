@@ -133,8 +133,9 @@ class StreamCursor(_Waiting):
             raise BadRequest(f"cursor {c} is ahead of the stream ({stream.last_seq})")
         lo = max(c + 1 - stream.first_seq, 0)
         entries = stream.entries
-        out = [entries[i] for i in range(lo, min(lo + max_, len(entries)))]
-        return (out[-1].seq if out else c), [""] * len(out), out
+        read = [entries[i] for i in range(lo, min(lo + max_, len(entries)))]
+        out = [m for m in read if m.id]  # (not the gaps of failed writes)
+        return (read[-1].seq if read else c), [""] * len(out), out
 
 
 class QueueCursor:

@@ -386,9 +386,13 @@ class Queue:
         forgotten = msg.persistent and self.durable and not self.shard.unforget(self.key, msg.seq)
         self._return(msg, "disconnect", forgotten=forgotten)
 
-    def settle(self, sub: Subscription, keys: list[Any], action: str) -> None:
-        """Ack (``'ack'``), requeue (``'requeue'``) or dead-letter (``'reject'``) deliveries."""
+    def settle(
+        self, sub: Subscription, keys: list[Any], action: str
+    ) -> asyncio.Future[None] | None:
+        """Ack (``'ack'``), requeue (``'requeue'``) or dead-letter (``'reject'``) deliveries.
+        Returns the write that removes them from the store, if there is one."""
         inflight = self.inflight
+        written: asyncio.Future[None] | None = None
         if action == "ack":  # the common case, in one loop
             settled = self.shard.settled
             acked = 0
@@ -398,7 +402,7 @@ class Queue:
                     continue
                 del inflight[seq]
                 acked += 1
-                settled(self, d.message)
+                written = settled(self, d.message) or written
             self.acked += acked
         else:
             for seq in keys:
@@ -406,17 +410,18 @@ class Queue:
                 if d is None or d.sub is not sub:
                     continue
                 del inflight[seq]
-                self._settle_one(d.message, action)
+                written = self._settle_one(d.message, action) or written
         self.pump()
+        return written
 
-    def _settle_one(self, msg: Message, action: str) -> None:
+    def _settle_one(self, msg: Message, action: str) -> asyncio.Future[None] | None:
         if action == "ack":
             self.acked += 1
-            self.shard.settled(self, msg)
-        elif action == "requeue":
+            return self.shard.settled(self, msg)
+        if action == "requeue":
             self._return(msg, "nack")
-        else:
-            self.shard.discard(self, msg, "rejected")
+            return None
+        return self.shard.discard(self, msg, "rejected")
 
     def expire_delivery(self, seq: int, did: int) -> None:
         """An ack timeout fired: redeliver, preferring another subscriber."""
@@ -459,13 +464,15 @@ class Queue:
             self.shard.sensors.on_deliver(len(out))
         return out
 
-    def settle_lease(self, seq: int, did: int, action: str) -> None:
+    def settle_lease(self, seq: int, did: int, action: str) -> asyncio.Future[None] | None:
+        """Settle a pulled message; returns the write that removes it, if there is one."""
         d = self.inflight.get(seq)
         if d is None or d.did != did or d.sub is not None:
             raise NotFound("lease is unknown or expired (the message may have been redelivered)")
         del self.inflight[seq]
-        self._settle_one(d.message, action)
+        written = self._settle_one(d.message, action)
         self.pump()
+        return written
 
     # ---- administration ----------------------------------------------------------------
     def purge(self) -> list[Message]:

@@ -17,6 +17,7 @@ does not grow with the number of idle queues (a durable one is read back from th
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import logging
 import time
@@ -93,12 +94,18 @@ class Shard:
         self._mid = 0  # message ids: boot id, shard, counter; unique across restarts
         self._boot = format(time.time_ns() // 1_000_000, "x")
         self._removes: dict[str, list[int]] = {}
-        self._removes_scheduled = False
+        # resolves when the removals gathered since the last flush are durable (or fails)
+        self._removed: asyncio.Future[None] | None = None
+        self._retry_removes: asyncio.TimerHandle | None = None
+        self._closed = False
         self._task: asyncio.Task[None] | None = None
         self.batches = BatchWindow()  # idempotent publishes to this shard's destinations
         self._stored_batches: list[float] = []  # heap: when each batch in the store expires
         self._batches_forgotten = time.monotonic()
-        self._committing: dict[str, int] = {}  # cluster: publishes awaiting commit, per key
+        # publishes waiting for a write before they are enqueued, per key, and the last
+        # write they wait for (see _enqueue_after)
+        self._committing: dict[str, int] = {}
+        self._tails: dict[str, asyncio.Future[None]] = {}
 
     # ---- life cycle ----------------------------------------------------------------------
     async def open(self) -> None:
@@ -198,11 +205,17 @@ class Shard:
         self.dormant.clear()
         self._timers.clear()
         self._removes.clear()
+        if self._retry_removes is not None:
+            self._retry_removes.cancel()
+            self._retry_removes = None
         self.batches = BatchWindow()
         self._stored_batches.clear()
         log.warning("shard %d: no longer led by this node (%s)", self.index, reason)
 
     async def close(self) -> None:
+        self._closed = True
+        if self._retry_removes is not None:
+            self._retry_removes.cancel()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -233,12 +246,12 @@ class Shard:
             fut.set_exception(Unavailable(f"store failed: {exc}"))
             fut.add_done_callback(_retrieved)
             return fut
-        if not self.replicated:
-            return fut
-        # A replicated write can fail for reasons of the cluster (no majority, deposed):
-        # the client is told "unavailable" (retry), and a write nobody waits for (an ack's
-        # removal) fails quietly: its message comes back, at least once.
+        # A write can fail: a full disk (one node), no majority or a deposed leader (a
+        # cluster). The client is told "unavailable" (retry); a write nobody waits for
+        # (an ack's removal) is tried again (:meth:`_flush_removes`) or, in a cluster,
+        # fails quietly: its message comes back, at least once.
         out: asyncio.Future[None] = self.loop.create_future()
+        failed = "not committed" if self.replicated else "not written"
 
         def done(f: asyncio.Future[None]) -> None:
             if out.done():
@@ -246,7 +259,7 @@ class Shard:
             if f.cancelled():
                 out.cancel()
             elif (exc := f.exception()) is not None:
-                out.set_exception(Unavailable(f"not committed: {exc}"))
+                out.set_exception(Unavailable(f"{failed}: {exc}"))
             else:
                 out.set_result(None)
 
@@ -389,9 +402,12 @@ class Shard:
             box.check_room(len(messages), sum(len(m.body) for m in messages))
         ttl = box.options.message_ttl
         durable: list[Message] = []
-        # cluster mode: a publish holding persistent messages is enqueued as a whole once
-        # committed (its transient ones wait with them, so the order stays)
-        later = self.replicated and box.durable and any(m.persistent for m in messages)
+        # a publish holding persistent messages is enqueued as a whole once written (in a
+        # cluster: committed), so that a message whose write failed is never delivered
+        # (its transient ones wait with them, so the order stays)
+        later = box.durable and any(m.persistent for m in messages)
+        # an earlier publish still waiting for its write: this one queues behind it
+        behind = self._tails.get(key)
         for m in messages:
             m.seq = box.next_seq()
             self._mid += 1
@@ -404,17 +420,17 @@ class Shard:
                 m.expires = now + ttl
             if m.persistent and box.durable:
                 durable.append(m)
-            if not later:
+            if not later and behind is None:
                 box.put(m)
         box.last_used = time.monotonic()
         if not durable:
-            box.pump()
+            if behind is not None:
+                self._enqueue_after(box, messages, behind, written_only=False)
+            else:
+                box.pump()
             return None
         fut = self._append(key, messages, durable, batch)
-        if later:
-            self._publish_committed(box, messages, fut)
-        else:
-            box.pump()
+        self._enqueue_after(box, messages, fut, written_only=True)
         return fut
 
     def _append(
@@ -429,22 +445,30 @@ class Shard:
         heapq.heappush(self._stored_batches, batch[1])
         return self.commit("append_batch", key, durable, *batch, pack_answer(messages))
 
-    def _publish_committed(
-        self, box: Box, messages: list[Message], fut: asyncio.Future[None]
+    def _enqueue_after(
+        self, box: Box, messages: list[Message], fut: asyncio.Future[None], *, written_only: bool
     ) -> None:
-        """Cluster mode: the messages are enqueued (and so delivered) only once their write
-        (``fut``) is committed by a majority; if it fails, they were never there."""
+        """Enqueue (and so deliver) ``messages`` once ``fut`` is done. A publish holding
+        persistent messages waits for its own write (in a cluster: committed by a
+        majority) and, ``written_only``, is dropped if that fails: its messages were never
+        there. A transient publish behind it waits for the same write, then is enqueued
+        either way, so a queue keeps its publishers' order. Writes finish in the order
+        they were made, and so do these callbacks."""
         key = box.key
         committing = self._committing
         committing[key] = committing.get(key, 0) + 1
+        self._tails[key] = fut
 
-        def committed(f: asyncio.Future[None]) -> None:
+        def done(f: asyncio.Future[None]) -> None:
             left = committing.get(key, 1) - 1
             if left:
                 committing[key] = left
             else:
                 committing.pop(key, None)
-            if f.cancelled() or f.exception() is not None or not self.leading:
+                self._tails.pop(key, None)
+            if not self.leading:
+                return
+            if written_only and (f.cancelled() or f.exception() is not None):
                 return
             current = self.boxes.get(key)
             if current is None:  # evicted or deleted meanwhile
@@ -453,18 +477,28 @@ class Shard:
                 current.put(m)
             current.pump()
 
-        fut.add_done_callback(committed)
+        fut.add_done_callback(done)
 
-    def settled(self, queue: Queue, msg: Message) -> None:
-        """A message left the queue for good: forget it durably (batched)."""
+    def settled(self, queue: Queue, msg: Message) -> asyncio.Future[None] | None:
+        """A message left the queue for good: forget it durably (batched). The future
+        resolves once that is written (see :meth:`forget`); None: nothing to write."""
         if msg.persistent and queue.durable:
-            self.forget(queue.key, [msg.seq])
+            return self.forget(queue.key, [msg.seq])
+        return None
 
-    def forget(self, key: str, seqs: list[int]) -> None:
+    def forget(self, key: str, seqs: list[int]) -> asyncio.Future[None]:
+        """Remove messages from the store, with every other removal of this turn of the
+        loop in one write per destination. The future fails if that write does (a full
+        disk); the removals are then tried again every second until they are written
+        (:meth:`_flush_removes`), so the store catches up once space returns, and until
+        then a restart would deliver those messages again (at least once)."""
         self._removes.setdefault(key, []).extend(seqs)
-        if not self._removes_scheduled:
-            self._removes_scheduled = True
-            self.loop.call_soon(self._flush_removes)
+        if self._removed is None:
+            self._removed = self.loop.create_future()
+            self._removed.add_done_callback(_retrieved)
+            if self._retry_removes is None:
+                self.loop.call_soon(self._flush_removes)
+        return self._removed
 
     def unforget(self, key: str, seq: int) -> bool:
         """Take back a removal not yet flushed; False if it already went to the store."""
@@ -475,18 +509,53 @@ class Shard:
         return False
 
     def _flush_removes(self) -> None:
-        self._removes_scheduled = False
+        self._retry_removes = None
         removes, self._removes = self._removes, {}
-        for key, seqs in removes.items():
-            self.commit("remove", key, seqs)
+        removed, self._removed = self._removed, None
+        writes = {key: self.commit("remove", key, seqs) for key, seqs in removes.items() if seqs}
+        if not writes:
+            if removed is not None and not removed.done():
+                removed.set_result(None)
+            return
+        left = len(writes)
+        errors: list[BaseException] = []
 
-    def discard(self, queue: Queue, msg: Message, reason: str) -> None:
-        """A message leaves unacked (expired, rejected, too many deliveries, overflow)."""
-        self.settled(queue, msg)
+        def written(key: str, f: asyncio.Future[None]) -> None:
+            nonlocal left
+            left -= 1
+            exc = None if f.cancelled() else f.exception()
+            if exc is not None:
+                errors.append(exc)
+                self._retry_remove(key, removes[key])
+            if left or removed is None or removed.done():
+                return
+            if errors:
+                removed.set_exception(errors[0])
+            else:
+                removed.set_result(None)
+
+        for key, fut in writes.items():
+            fut.add_done_callback(functools.partial(written, key))
+
+    def _retry_remove(self, key: str, seqs: list[int]) -> None:
+        """A removal was not written: on one node (a full disk) try it again in a second,
+        with whatever comes meanwhile. A cluster's leader that failed to commit one may be
+        deposed: the next leader delivers those messages again (at least once)."""
+        if self.replicated or self._closed:
+            return
+        self._removes.setdefault(key, [])[:0] = seqs
+        if self._retry_removes is None:
+            self._retry_removes = self.loop.call_later(1.0, self._flush_removes)
+
+    def discard(self, queue: Queue, msg: Message, reason: str) -> asyncio.Future[None] | None:
+        """A message leaves unacked (expired, rejected, too many deliveries, overflow);
+        returns the write that removes it, if there is one."""
+        written = self.settled(queue, msg)
         self.sensors.on_discard(reason, 1)
         target = queue.options.dead_letter
         if target:
             self.broker.publisher.dead_letter(msg, target, reason, queue.key)
+        return written
 
     # ---- timers ------------------------------------------------------------------------
     def new_delivery_id(self) -> int:

@@ -274,6 +274,11 @@ class SqliteStore(Store):
         self._reader: ThreadPoolExecutor | None = None
         self._rconn: sqlite3.Connection | None = None
         self._packer = msgpack.Packer(use_bin_type=True)
+        # the writer thread's failed commits: logged when they start, then once a minute
+        # with their count, and when writes succeed again (a full disk fails every one)
+        self._failing_since: float | None = None
+        self._failures = 0
+        self._failure_logged = 0.0
         # op name (a Store write method) -> its encoder: (kind, *fields) from the call's args
         self._encoders: dict[str, Callable[..., tuple[Any, ...]]] = {
             "append": self._encode_append,
@@ -374,10 +379,13 @@ class SqliteStore(Store):
                     f"store {self._path} has schema version {version}; this polymq knows "
                     f"{SCHEMA_VERSION} at most (written by a newer release?)"
                 )
-            conn.execute("BEGIN IMMEDIATE")
-            for sql in SCHEMA:
-                conn.execute(sql)
-            conn.execute("COMMIT")
+            if version < SCHEMA_VERSION:
+                # (only then: an up-to-date store opens without writing, so a node restarts
+                # on a full disk, serves what it has and writes again once space returns)
+                conn.execute("BEGIN IMMEDIATE")
+                for sql in SCHEMA:
+                    conn.execute(sql)
+                conn.execute("COMMIT")
         except BaseException:
             conn.close()
             raise
@@ -609,19 +617,45 @@ class SqliteStore(Store):
                         logger.error("store %s: rollback failed: %s", self._path, exc)
                 raise
         except Exception as exc:
-            logger.error(
-                "store %s: a commit of %d writes failed: %s",
-                self._path,
-                len(batch),
-                exc,
-                exc_info=exc,
-            )
+            self._failed(exc, len(batch))
             error = StoreError(f"commit of {len(batch)} writes to {self._path} failed: {exc}")
             error.__cause__ = exc
             self._call_soon(self._settle, [write[0] for write in batch], error, 0.0)
             return
+        if self._failing_since is not None:
+            logger.warning(
+                "store %s: writes succeed again (%d commits failed in %.1f s)",
+                self._path,
+                self._failures,
+                time.monotonic() - self._failing_since,
+            )
+            self._failing_since = None
         elapsed = time.perf_counter() - started
         self._call_soon(self._settle, [write[0] for write in batch], None, elapsed)
+
+    def _failed(self, exc: Exception, writes: int) -> None:
+        """(Writer thread) A commit failed: the first of a run with its traceback, the
+        rest counted, once a minute."""
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since, self._failures, self._failure_logged = now, 0, now
+            logger.error(
+                "store %s: a commit of %d writes failed: %s",
+                self._path,
+                writes,
+                exc,
+                exc_info=exc,
+            )
+        elif now - self._failure_logged >= 60.0:
+            self._failure_logged = now
+            logger.error(
+                "store %s: commits still fail (%d in %.0f s): %s",
+                self._path,
+                self._failures,
+                now - self._failing_since,
+                exc,
+            )
+        self._failures += 1
 
     def _call_soon(self, callback: Callable[..., None], *args: Any) -> None:
         assert self._loop is not None

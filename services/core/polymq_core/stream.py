@@ -1,6 +1,8 @@
 """A stream: persistent publish/subscribe, an append-only log read from an offset.
 
-Entries have contiguous sequence numbers from 1. A subscriber starts at ``first``, ``last``
+Entries have contiguous sequence numbers from 1; a publish gets its numbers when it comes
+and is appended once written, so one whose write failed (a full disk, a lost leadership)
+leaves a gap: an empty entry (no id) that readers skip. A subscriber starts at ``first``, ``last``
 (the newest entry), ``next`` (only what comes after subscribing), a sequence number, or a
 timestamp (the first entry at or after it), and reads forward at its own pace: the stream
 pulls for each subscriber only while its socket drains and its prefetch window is open, so a
@@ -26,8 +28,15 @@ if TYPE_CHECKING:
 _BURST = 512  # entries handed to one subscriber per pump before yielding to others
 
 
+def _gap(seq: int, timestamp: float) -> Message:
+    """The entry for a number whose write failed: no id, nothing to read."""
+    return Message(b"", seq=seq, timestamp=timestamp)
+
+
 class Stream:
     __slots__ = (
+        "_assigned",
+        "_gaps",
         "_pump_scheduled",
         "cursors",
         "durable",
@@ -57,6 +66,8 @@ class Stream:
         self.pollers: list[StreamCursor] = []  # cursor subscriptions reading this stream
         self.last_used = time.monotonic()
         self._pump_scheduled = False
+        self._assigned = last_seq  # the last seq handed to a publish (appended or not yet)
+        self._gaps = 0  # entries that are gaps
 
     @property
     def last_seq(self) -> int:
@@ -67,12 +78,16 @@ class Stream:
         return not (self.entries or self.cursors or self.metadata or self.pollers)
 
     def next_seq(self) -> int:
-        return self.last_seq + 1
+        """The seq for a new entry (publishes waiting for their write hold the ones
+        before it)."""
+        seq = max(self._assigned, self.last_seq) + 1
+        self._assigned = seq
+        return seq
 
     def stats(self) -> dict[str, Any]:
         return {
             "destination": self.key,
-            "messages": len(self.entries),
+            "messages": len(self.entries) - self._gaps,
             "bytes": self.nbytes,
             "first_seq": self.first_seq if self.entries else None,
             "last_seq": self.last_seq if self.entries else None,
@@ -82,10 +97,16 @@ class Stream:
         }
 
     def put(self, message: Message) -> None:
-        """Append an entry whose seq is ``next_seq()`` (new, or recovered)."""
-        if not self.entries:
+        """Append an entry (new, or recovered): its seq comes after the last one's, with
+        a gap for any number between them whose write failed."""
+        entries = self.entries
+        if not entries:
             self.first_seq = message.seq
-        self.entries.append(message)
+        elif message.seq > self.last_seq + 1:
+            for seq in range(self.last_seq + 1, message.seq):
+                entries.append(_gap(seq, message.timestamp))
+                self._gaps += 1
+        entries.append(message)
         self.nbytes += len(message.body)
         self.published += 1
         self._trim()
@@ -106,6 +127,8 @@ class Stream:
             old = self.entries.popleft()
             self.nbytes -= len(old.body)
             self.first_seq += 1
+            if not old.id:
+                self._gaps -= 1
             if old.persistent and self.durable:
                 dropped.append(old.seq)
         if dropped:
@@ -151,8 +174,10 @@ class Stream:
             sent = 0
             while cur <= last and sent < _BURST and sub.has_credit() and sub.session.writable:
                 msg = self.entries[cur - first]
-                sub.deliver(msg, cur)
                 cur += 1
+                if not msg.id:
+                    continue  # a gap
+                sub.deliver(msg, cur - 1)
                 sent += 1
             self.cursors[sub] = cur
             if sent:
@@ -172,7 +197,8 @@ class Stream:
         self.first_seq = self.last_seq + 1
         self.entries.clear()
         self.nbytes = 0
-        return out
+        self._gaps = 0
+        return [m for m in out if m.id]
 
     def close(self, reason: str) -> None:
         for sub in list(self.cursors):

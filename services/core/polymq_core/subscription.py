@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from polymq.types import AckMode, Message, SubscribeOptions
 
 if TYPE_CHECKING:
+    import asyncio
+
     from .routing import TopicRouter
     from .session import Session
 
@@ -21,7 +23,11 @@ class Source(Protocol):
     """What a subscription is attached to: a queue, a stream or the topic router."""
 
     def detach(self, sub: Subscription, *, requeue: list[Message]) -> None: ...
-    def settle(self, sub: Subscription, keys: list[Any], action: str) -> None: ...
+    def settle(
+        self, sub: Subscription, keys: list[Any], action: str
+    ) -> asyncio.Future[None] | None:
+        """Settle deliveries; returns the store write that makes it durable, if any."""
+
     def pump(self) -> None: ...
 
 
@@ -130,7 +136,7 @@ class TopicSource:
         self.router.remove(sub.destination[len("topic/") :], sub)
 
     def settle(self, sub: Subscription, keys: list[Any], action: str) -> None:
-        pass  # topic messages are transient: nothing to redeliver
+        return None  # topic messages are transient: nothing to redeliver
 
     def unsent(self, sub: Subscription, msg: Message) -> None:
         pass

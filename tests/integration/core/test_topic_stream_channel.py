@@ -140,6 +140,22 @@ async def test_stream_is_not_consumed_by_reading(client: Client) -> None:
     assert (st["messages"], st["first_seq"], st["last_seq"], st["subscribers"]) == (3, 1, 3, 2)
 
 
+async def test_stream_publishes_in_flight_together_get_their_own_seqs(client: Client) -> None:
+    """Persistent publishes are appended once written; those in flight at once still get
+    distinct, increasing seqs, and every entry is kept (a replicated core appended them
+    late before, and each one in flight took the same number)."""
+    s = f"stream/{uid()}"
+    await client.declare(s, durable=True)
+    receipts = await asyncio.gather(
+        *(client.publish(s, [Message(b"%d" % i, persistent=True)]) for i in range(50))
+    )
+    assert sorted(r["seqs"][0] for r in receipts) == list(range(1, 51))
+    reader = await client.subscribe(s, offset="first")
+    got = await collect(reader, 50)
+    assert [d.message.body for d in got] == [b"%d" % i for i in range(50)]
+    assert (await client.stats(s))["messages"] == 50
+
+
 async def test_stream_sequence_survives_eviction_from_memory(client: Client) -> None:
     """An emptied stream leaves memory after ~0.5 s idle; its numbering must go on."""
     stream = client.stream(uid("evict"))
