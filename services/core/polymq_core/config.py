@@ -36,6 +36,11 @@ class CoreSettings:
     # use, or bytes (> 1); the least free bytes on the data directory's file system
     memory_high_watermark: float = 0.4
     disk_free_limit: int = 50_000_000
+    # a durable queue's window of ready messages kept in memory (one node): past either
+    # bound its messages stay in the store only, and are read back in order as it drains
+    # (0 messages: keep everything in memory)
+    queue_window_messages: int = 10_000
+    queue_window_bytes: int = 32 * 1024 * 1024
     max_body: int = 16 * 1024 * 1024
     max_subscriptions_per_connection: int = 100_000
     max_pull: int = 1000
@@ -95,6 +100,10 @@ class CoreSettings:
             )
         if not 0 <= self.disk_free_limit <= 2**60:
             raise ConfigError("POLYMQ_DISK_FREE_LIMIT must be a number of bytes (0: none)")
+        if not 0 <= self.queue_window_messages <= 100_000_000:
+            raise ConfigError("POLYMQ_QUEUE_WINDOW_MESSAGES must be 0 (no paging) .. 100000000")
+        if not 1024 <= self.queue_window_bytes <= 2**40:
+            raise ConfigError("POLYMQ_QUEUE_WINDOW_BYTES must be 1024 .. 2**40 bytes")
         for name in ("max_connections", "max_connections_per_user"):
             if not 0 <= getattr(self, name) <= 10_000_000:
                 raise ConfigError(f"POLYMQ_{name.upper()} must be 0 (no limit) .. 10000000")

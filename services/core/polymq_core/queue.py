@@ -18,7 +18,9 @@ what the higher ones have no room for (AMQP's consumer priorities). A queue neve
 on a slow consumer: the session applies the slow-consumer policy instead.
 
 Durable state changes (enqueue of a persistent message, its removal) go to the owning shard,
-the one place that writes the store and will later replicate.
+the one place that writes the store and will later replicate. A durable queue on one node
+keeps a bounded window of ready messages in memory and the rest in the store only
+(:mod:`polymq_core.paging`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from polymq.errors import NotFound, QueueFull
 from polymq.types import MAX_PRIORITY, DeclareOptions, Message, Overflow
 
+from .paging import Pages
 from .subscription import Subscription
 
 if TYPE_CHECKING:
@@ -80,6 +83,7 @@ class Queue:
         "metadata",
         "nbytes",
         "options",
+        "pages",
         "published",
         "ready",
         "redelivered",
@@ -89,8 +93,16 @@ class Queue:
     )
 
     def __init__(
-        self, shard: Shard, key: str, options: DeclareOptions, *, last_seq: int = 0
+        self,
+        shard: Shard,
+        key: str,
+        options: DeclareOptions,
+        *,
+        last_seq: int = 0,
+        window: tuple[int, int] | None = None,
     ) -> None:
+        """``window``: (messages, bytes) of ready messages kept in memory, past which
+        the queue pages (paging.py); None: it keeps them all."""
         self.shard = shard
         self.key = key
         self.options = options
@@ -109,12 +121,26 @@ class Queue:
         self._seq = last_seq
         self.last_used = time.monotonic()
         self.published = self.delivered = self.acked = self.redelivered = 0
+        # what stays in the store only (paging.py), or None: everything in memory
+        self.pages = None if window is None else Pages(*window)
 
     # ---- state ---------------------------------------------------------------------------
     @property
     def idle(self) -> bool:
         """Nothing in memory worth keeping: may be evicted (it is reloaded on demand)."""
-        return not (self.count or self.inflight or self.consumers or self.waiters or self.metadata)
+        return not (
+            self.count
+            or self.inflight
+            or self.consumers
+            or self.waiters
+            or self.metadata
+            or (self.pages is not None and self.pages.count)
+        )
+
+    @property
+    def paged(self) -> int:
+        """Ready messages in the store only."""
+        return 0 if self.pages is None else self.pages.count
 
     def next_seq(self) -> int:
         self._seq += 1
@@ -127,8 +153,9 @@ class Queue:
     def stats(self) -> dict[str, Any]:
         return {
             "destination": self.key,
-            "messages": self.count,
-            "bytes": self.nbytes,
+            "messages": self.count + self.paged,
+            "bytes": self.nbytes + (0 if self.pages is None else self.pages.nbytes),
+            "paged": self.paged,
             "in_flight": len(self.inflight),
             "subscribers": len(self.consumers),
             "published": self.published,
@@ -145,13 +172,28 @@ class Queue:
         opts = self.options
         if opts.overflow is not Overflow.REJECT:
             return
-        if opts.max_length is not None and self.count + n > opts.max_length:
+        pages = self.pages
+        count, size = self.count, self.nbytes
+        if pages is not None:
+            count, size = count + pages.count, size + pages.nbytes
+        if opts.max_length is not None and count + n > opts.max_length:
             raise QueueFull(f"{self.key} is full ({opts.max_length} messages)")
-        if opts.max_bytes is not None and self.nbytes + nbytes > opts.max_bytes:
+        if opts.max_bytes is not None and size + nbytes > opts.max_bytes:
             raise QueueFull(f"{self.key} is full ({opts.max_bytes} bytes)")
 
+    def pages_out(self) -> bool:
+        """Would a message that comes now stay in the store only? (The shard then writes
+        a transient one too.)"""
+        return self.pages is not None and self.pages.full(self.count, self.nbytes)
+
     def put(self, message: Message) -> None:
-        """Add a message that already has its seq (new, or recovered from the store)."""
+        """Add a message that already has its seq (new, or recovered from the store);
+        past the window, a stored one is only counted (paging.py)."""
+        pages = self.pages
+        if pages is not None and message.persistent and pages.full(self.count, self.nbytes):
+            pages.add(message)
+            self.published += 1
+            return
         p = message.priority
         cap = self.options.max_priority
         if cap is not None and p > cap:
@@ -195,6 +237,8 @@ class Queue:
         """The next ready message by priority then sequence; expired ones are discarded."""
         ready = self.ready
         requeued = self.requeued
+        if self.pages is not None and self.pages.count:
+            self._page_in()
         while self.count:
             level = self._top  # no message sits above it
             while True:
@@ -287,6 +331,8 @@ class Queue:
     def pump(self) -> None:
         """Deliver ready messages to waiters and consumers with credit."""
         if not self.count:
+            if self.pages is not None and self.pages.count:
+                self._page_in()
             return
         now = time.time()
         while self.waiters and self.count:
@@ -474,9 +520,42 @@ class Queue:
         self.pump()
         return written
 
+    # ---- paging ------------------------------------------------------------------------
+    def _page_in(self) -> None:
+        """Read the next page back from the store if the window has room for one."""
+        pages = self.pages
+        assert pages is not None
+        n = pages.wanted(self.count, self.nbytes)
+        if n:
+            pages.reading = True
+            self.shard.read_page(self.key, pages.first - 1, n, self._paged_in, pages.generation)
+
+    def _paged_in(self, page: list[Message] | None, generation: int) -> None:
+        """A page came back (None: the read failed; it is tried again on the next pop)."""
+        pages = self.pages
+        assert pages is not None
+        pages.reading = False
+        if page is None or generation != pages.generation:  # failed, or purged meanwhile
+            return
+        pages.took(page)
+        ready = self.ready
+        cap = self.options.max_priority
+        for msg in page:
+            p = msg.priority if cap is None or msg.priority <= cap else cap
+            ready[p].append(msg)
+            if p > self._top:
+                self._top = p
+            self.count += 1
+            self.nbytes += len(msg.body)
+        self.pump()
+
     # ---- administration ----------------------------------------------------------------
     def purge(self) -> list[Message]:
-        """Drop every ready message (not those in flight); returns them."""
+        """Drop every ready message (not those in flight); returns those in memory (the
+        paged ones are counted by :attr:`paged` before, and gone from the store with the
+        shard's purge)."""
+        if self.pages is not None:
+            self.pages.clear()
         out: list[Message] = []
         for level in range(_LEVELS):
             out.extend(self.ready[level])

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from polymq.errors import Conflict, NotFound, Unavailable
-from polymq.types import DeclareOptions, Destination, Message
+from polymq.types import DeclareOptions, Destination, Message, Overflow
 
 from .batches import BatchWindow, pack_answer, unpack_answer
 from .queue import Queue
@@ -106,6 +106,7 @@ class Shard:
         # write they wait for (see _enqueue_after)
         self._committing: dict[str, int] = {}
         self._tails: dict[str, asyncio.Future[None]] = {}
+        self._reads: set[asyncio.Task[None]] = set()  # queues' page reads (paging.py)
 
     # ---- life cycle ----------------------------------------------------------------------
     async def open(self) -> None:
@@ -128,7 +129,12 @@ class Shard:
                     "shard %d: ignoring unreadable options of %s", self.index, rec.destination
                 )
                 options = _DECLARED
-            messages = await self.store.load_messages(rec.destination)
+            paging = self._window(rec.destination, options)
+            window = 0 if paging is None else paging[0]
+            if window:  # a queue that pages: one window now, the rest counted
+                messages = await self.store.load_page(rec.destination, 0, window)
+            else:
+                messages = await self.store.load_messages(rec.destination)
             # an idle TTL only runs for destinations in memory (the sweep never sees dormant ones)
             if not messages and not rec.metadata and options.idle_ttl is None:
                 self._doze(rec.destination, options, rec.last_seq)
@@ -141,6 +147,10 @@ class Shard:
                 box.put(m)
             if isinstance(box, Queue):
                 box.published = 0
+                if window and len(messages) == window and box.pages is not None:
+                    last = messages[-1].seq
+                    count, size = await self.store.measure_messages(rec.destination, last)
+                    box.pages.add_stored(count, size, last)
         bindings = self.broker.bindings
         for key, pattern in await self.store.load_bindings():
             try:
@@ -212,8 +222,45 @@ class Shard:
         self._stored_batches.clear()
         log.warning("shard %d: no longer led by this node (%s)", self.index, reason)
 
+    def _window(self, key: str, options: DeclareOptions) -> tuple[int, int] | None:
+        """(messages, bytes) a queue keeps in memory, past which it pages (paging.py);
+        None: it keeps everything (streams, a replicated core, queues that are not
+        durable or drop their head)."""
+        settings = self.broker.settings
+        if self.replicated or key.startswith("stream/") or not settings.queue_window_messages:
+            return None
+        if not options.durable or options.overflow is Overflow.DROP_OLDEST:
+            return None
+        return settings.queue_window_messages, settings.queue_window_bytes
+
+    def read_page(
+        self,
+        key: str,
+        after: int,
+        limit: int,
+        done: Callable[[list[Message] | None, int], None],
+        generation: int,
+    ) -> None:
+        """Read a queue's paged messages back (paging.py): ``done(page, generation)``,
+        with None if the read failed (logged)."""
+
+        async def read() -> None:
+            try:
+                page = await self.store.load_page(key, after, limit)
+            except StoreError as exc:
+                log.warning("shard %d: reading %s back from the store: %s", self.index, key, exc)
+                done(None, generation)
+            else:
+                done(page, generation)
+
+        task = self.loop.create_task(read(), name=f"page-{key}")
+        self._reads.add(task)
+        task.add_done_callback(self._reads.discard)
+
     async def close(self) -> None:
         self._closed = True
+        for task in list(self._reads):
+            task.cancel()
         if self._retry_removes is not None:
             self._retry_removes.cancel()
         if self._task is not None:
@@ -273,7 +320,7 @@ class Shard:
         if key.startswith("stream/"):
             box = Stream(self, key, options, last_seq=last_seq)
         else:
-            box = Queue(self, key, options, last_seq=last_seq)
+            box = Queue(self, key, options, last_seq=last_seq, window=self._window(key, options))
         self.boxes[key] = box
         self.sensors.on_destinations(1)
         return box
@@ -346,10 +393,11 @@ class Shard:
 
     def purge(self, key: str) -> int:
         box = self.get(key, create=False)
+        paged = box.paged if isinstance(box, Queue) else 0
         dropped = box.purge()
-        if any(m.persistent for m in dropped) and box.durable:
+        if (paged or any(m.persistent for m in dropped)) and box.durable:
             self.commit("purge", key)
-        return len(dropped)
+        return len(dropped) + paged
 
     def set_metadata(self, key: str, metadata: dict[str, str]) -> asyncio.Future[None]:
         box = self.get(key)
@@ -400,6 +448,11 @@ class Shard:
         now = time.time()
         if isinstance(box, Queue):
             box.check_room(len(messages), sum(len(m.body) for m in messages))
+            if box.pages_out():
+                # past the queue's memory window: everything is kept in the store only,
+                # so transient messages are written as persistent ones (paging.py)
+                for m in messages:
+                    m.persistent = True
         ttl = box.options.message_ttl
         durable: list[Message] = []
         # a publish holding persistent messages is enqueued as a whole once written (in a

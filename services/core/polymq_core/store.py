@@ -230,6 +230,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def count_messages(self, destination: str) -> int: ...
 
+    async def load_page(self, destination: str, after: int, limit: int) -> list[Message]:
+        """At most ``limit`` of ``destination``'s messages with a seq above ``after``, in
+        seq order (a queue reading back what it paged out)."""
+        return [m for m in await self.load_messages(destination) if m.seq > after][:limit]
+
+    async def measure_messages(self, destination: str, after: int) -> tuple[int, int]:
+        """(count, body bytes) of ``destination``'s messages with a seq above ``after``."""
+        page = [m for m in await self.load_messages(destination) if m.seq > after]
+        return len(page), sum(len(m.body) for m in page)
+
 
 _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 
@@ -716,6 +726,28 @@ class SqliteStore(Store):
                 (destination,),
             )
             return [_decode(destination, seq, blob) for seq, blob in rows]
+
+        return await self._read(read)
+
+    async def load_page(self, destination: str, after: int, limit: int) -> list[Message]:
+        def read(conn: sqlite3.Connection) -> list[Message]:
+            rows = conn.execute(
+                "SELECT seq, blob FROM messages WHERE destination = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (destination, after, limit),
+            )
+            return [_decode(destination, seq, blob) for seq, blob in rows]
+
+        return await self._read(read)
+
+    async def measure_messages(self, destination: str, after: int) -> tuple[int, int]:
+        def read(conn: sqlite3.Connection) -> tuple[int, int]:
+            count, size = conn.execute(
+                "SELECT count(*), coalesce(sum(length(blob)), 0) FROM messages"
+                " WHERE destination = ? AND seq > ?",
+                (destination, after),
+            ).fetchone()
+            return int(count), int(size)
 
         return await self._read(read)
 
