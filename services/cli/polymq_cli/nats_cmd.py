@@ -22,9 +22,10 @@ it (SIGTERM: a clean shutdown). With ``POLYMQ_K8S_SERVICE`` its routes follow th
 endpoints too, as the core's own child's do (:mod:`polymq_core.routes`: without ``--peers``
 it waits for the endpoints to name another pod first), so it stays nats-server's parent:
 it watches the endpoints, writes the config again and has nats-server reload it (SIGHUP)
-when the routes change, passes SIGTERM and SIGINT on as a clean stop, and exits with
-nats-server's code. Exit 2 on a configuration error, 1 when nats-server cannot be run (or,
-waiting for its first route, the Kubernetes API named none in time).
+when the routes change, and passes SIGTERM and SIGINT on as a clean stop (exit 0); when
+nats-server exits by itself, so does this, with its code. Exit 2 on a configuration error,
+1 when nats-server cannot be run (or, waiting for its first route, the Kubernetes API
+named none in time).
 """
 
 from __future__ import annotations
@@ -152,8 +153,13 @@ async def _follow_endpoints(settings: CoreSettings, client_port: int) -> int:
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait((exited, stopping), return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
-        await server.stop(_STOP_FOR)
-        return await exited
+        if not exited.done():  # told to stop: a clean stop is a success
+            await server.stop(_STOP_FOR)
+            await exited
+            return 0
+        code = exited.result()
+        print(f"polymq nats: nats-server exited with code {code}", file=sys.stderr)
+        return code if code >= 0 else 128 - code  # (killed by a signal: as a shell says)
     finally:
         watcher.stop(timeout=0)
 
