@@ -4,8 +4,11 @@ replicated log per shard, who leads which shard, forwarding addresses, announcem
 
 Life cycle, driven by :class:`~polymq_core.service.CoreService`:
 
-1. :meth:`ClusterNode.connect`: start our ``nats-server`` (or use ``--nats``), connect, make
-   sure every shard's stream exists (waiting for JetStream's own leader election);
+1. :meth:`ClusterNode.connect`: with ``POLYMQ_K8S_SERVICE``, watch the Service's endpoints
+   (without ``--peers``, until they name another pod: :mod:`polymq_core.routes`); start our
+   ``nats-server`` (or use ``--nats``) with routes to the other nodes, which then follow the
+   endpoints; connect, make sure every shard's stream exists (waiting for JetStream's own
+   leader election);
 2. the broker opens its shards on :meth:`ClusterNode.store` (each tails its log);
 3. :meth:`ClusterNode.start`: announce ourselves, exchange topic interest, and follow the
    shards' leaders every second: a shard whose stream this node leads is promoted (fenced
