@@ -161,16 +161,18 @@ class Node:
         return self.workdir / "run.log"
 
     def args(self) -> list[str]:
-        out = [
-            "--node-id", self.id,
-            "--peers", self.cluster.peers_of(self),
-            "--cluster-port", str(self.cluster_port),
-        ]  # fmt: skip
+        out = ["--node-id", self.id, *self.peers_args(), "--cluster-port", str(self.cluster_port)]
         for name, port in self.ports.items():
             out += [f"--{name.replace('_', '-')}-port", str(port)]
         if self.nats_port:
             out += ["--nats", f"nats://127.0.0.1:{self.nats_port}"]
         return out
+
+    def peers_args(self) -> list[str]:
+        """``--peers`` and its value, or nothing for a node given none (it finds its peers
+        in Kubernetes' endpoints)."""
+        peers = self.cluster.peers_of(self)
+        return ["--peers", peers] if peers else []
 
     def start_nats(self, timeout: float = 20.0) -> None:
         """``polymq nats`` with this node's settings (its log: nats.log), as the chart's
@@ -178,7 +180,7 @@ class Node:
         argv = [
             sys.executable, "-m", "polymq_cli", "nats",
             "--node-id", self.id,
-            "--peers", self.cluster.peers_of(self),
+            *self.peers_args(),
             "--cluster-port", str(self.cluster_port),
             "--client-port", str(self.nats_port),
             "--data-dir", str(self.data_dir),
@@ -378,11 +380,15 @@ class Cluster:
         env: dict[str, str] | None = None,
         seeds: dict[int, list[int]] | None = None,
         nats_apart: bool = False,
+        before_start: Callable[[Cluster], None] | None = None,
     ) -> None:
         self.root = root
         self.n = n
         self.nats_apart = nats_apart  # each node's NATS a `polymq nats` of its own
-        self.seeds = seeds or {}  # node index -> the only other nodes its --peers names
+        # node index -> the only other nodes its --peers names (none: no --peers at all)
+        self.seeds = seeds or {}
+        # called before each attempt to start (the nodes' ids and ports are fresh at each)
+        self.before_start = before_start
         self.secret = secrets.token_hex(16)
         self.env = {"POLYMQ_CLUSTER_SECRET": self.secret, **(env or {})}
         self.shards = SHARDS
@@ -413,10 +419,12 @@ class Cluster:
         return f"<cluster {self.run_id} {self.nodes}>"
 
     def peers_of(self, node: Node) -> str:
-        """``--peers`` of ``node``: every node, or its seeds and itself."""
+        """``--peers`` of ``node``: every node, or its seeds and itself, or "" (none)."""
         seeds = self.seeds.get(node.index)
         if seeds is None:
             return self.peers
+        if not seeds:
+            return ""
         named = [self.nodes[i - 1] for i in seeds] + [node]
         return ",".join(f"127.0.0.1:{n.cluster_port}" for n in named)
 
@@ -427,6 +435,8 @@ class Cluster:
         were found free: if another process took one meanwhile ("address already in use"),
         the nodes are killed and the cluster starts over on fresh ports and node ids."""
         for attempt in range(tries):
+            if self.before_start is not None:
+                self.before_start(self)
             self.started_at = time.monotonic()
             try:
                 self.start_nodes(self.nodes, timeout)

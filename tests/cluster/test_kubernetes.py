@@ -8,97 +8,18 @@ pod that leaves the endpoints hands on its leads after the grace period too."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import kmock
 import pytest
-from kubernetes import client
 
 from .harness import Cluster, Node, eventually, running_cluster
+from .kube import Emulator
 
 pytestmark = pytest.mark.timeout(420)
 
-NS, SERVICE = "polymq", "polymq-core"
-SLICE = "polymq-core-abcde"
 GRACE = 10.0  # polymq_core.cluster._UNREADY_GRACE
-LABEL = "kubernetes.io/service-name"
-
-
-class Emulator:
-    """kmock's KubernetesEmulator serving on a loop of its own (the cluster's harness is
-    synchronous), and the official client's DiscoveryV1Api talking to it."""
-
-    def __init__(self) -> None:
-        self.url = ""
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._stop: asyncio.Future[None] | None = None
-        self._thread = threading.Thread(target=self._run, name="kmock", daemon=True)
-        self.api: client.DiscoveryV1Api | None = None
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._main())
-
-    async def _main(self) -> None:
-        self._stop = self._loop.create_future()
-        async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator):
-            self.url = str(emulator.url).rstrip("/")
-            self._started.set()
-            await self._stop
-
-    def __enter__(self) -> Emulator:
-        self._thread.start()
-        assert self._started.wait(20), "kmock did not start"
-        config = client.Configuration()
-        config.host = self.url
-        self.api = client.DiscoveryV1Api(client.ApiClient(config))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.api is not None:
-            self.api.api_client.close()
-        if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set_result, None)
-        self._thread.join(10)
-
-    def kubeconfig(self, path: Path) -> Path:
-        path.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters: [{{name: emu, cluster: {{server: '{self.url}'}}}}]\n"
-            "users: [{name: me, user: {}}]\n"
-            "contexts: [{name: here, context: {cluster: emu, user: me}}]\n"
-            "current-context: here\n"
-        )
-        return path
-
-    def set_pods(self, pods: dict[str, bool], *, create: bool = False) -> None:
-        """The Service's one EndpointSlice names ``pods`` (name: ready), no other."""
-        endpoints = [
-            {
-                "addresses": [f"10.0.0.{i + 10}"],
-                "conditions": {"ready": ready},
-                "targetRef": {"kind": "Pod", "name": name, "namespace": NS},
-            }
-            for i, (name, ready) in enumerate(sorted(pods.items()))
-        ]
-        body = {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {"name": SLICE, "namespace": NS, "labels": {LABEL: SERVICE}},
-            "addressType": "IPv4",
-            "endpoints": endpoints,
-        }
-        assert self.api is not None
-        if create:
-            self.api.create_namespaced_endpoint_slice(NS, body, _request_timeout=10)
-        else:
-            self.api.patch_namespaced_endpoint_slice(SLICE, NS, body, _request_timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -110,12 +31,7 @@ def emulator() -> Iterator[Emulator]:
 @pytest.fixture(scope="module")
 def cluster(emulator: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("kubernetes")
-    env = {
-        "POLYMQ_K8S_SERVICE": SERVICE,
-        "POLYMQ_K8S_NAMESPACE": NS,
-        "POLYMQ_KUBECONFIG": str(emulator.kubeconfig(root / "kubeconfig")),
-    }
-    with running_cluster(root, env=env) as c:
+    with running_cluster(root, env=emulator.env(root)) as c:
         yield c
 
 

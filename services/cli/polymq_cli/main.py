@@ -17,13 +17,14 @@
                  [--tls-cert PEM --tls-key PEM] [--core HOST:PORT] ...
 
     polymq run   --node-id ID --peers HOST:PORT,... [--cluster-port N] [--nats URL] ...
-                 (one node of a replicated core: docs/cluster.md)
+                 (one node of a replicated core: docs/cluster.md; POLYMQ_K8S_SERVICE instead
+                 of or besides --peers: the peers from that Service's endpoints)
     polymq cluster list --admin URL [--timeout S] [--json]
                  (the nodes that answered, as one node's admin API sees them)
     polymq check [--http URL] [--longpoll URL] [--avro URL] [--stomp HOST:PORT] [--amqp URL]
                  [--core HOST:PORT] [--timeout S]
                  (one message through each frontend given and back: check_cmd.py, helm test)
-    polymq nats  --peers HOST:PORT,... [--node-id ID] [--cluster-port N] [--client-port N]
+    polymq nats  [--peers HOST:PORT,...] [--node-id ID] [--cluster-port N] [--client-port N]
                  (a node's nats-server run apart, for a core given --nats: nats_cmd.py)
 
     polymq bridge --config LINKS.json [--rabbitmq-url URL] ...
@@ -71,6 +72,7 @@ from polymq.auth import WithServiceToken, load_provider
 from polymq.config import ConfigError, from_env
 from polymq.resources import raise_open_files
 from polymq_core.config import CoreSettings
+from polymq_core.endpoints import EndpointsError
 from polymq_core.service import CoreService
 
 log = logging.getLogger("polymq")
@@ -368,7 +370,8 @@ def _parser() -> argparse.ArgumentParser:
             default=None,
             metavar="HOST:PORT,...",
             help="the cluster nodes' cluster addresses, the same list on every node (self is "
-            "skipped); turns on the replicated core (POLYMQ_PEERS; docs/cluster.md)",
+            "skipped); turns on the replicated core, as POLYMQ_K8S_SERVICE does (POLYMQ_PEERS; "
+            "docs/cluster.md)",
         )
         sp.add_argument(
             "--cluster-port",
@@ -568,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # e.g. a malformed auth file
         print(f"polymq: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
+    except (OSError, EndpointsError) as exc:  # (EndpointsError: no Kubernetes API, no peer)
         print(f"polymq: cannot start: {exc}", file=sys.stderr)
         return 1
     except _Interrupted:

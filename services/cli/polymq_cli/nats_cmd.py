@@ -2,38 +2,53 @@
 
 ::
 
-    polymq nats --peers HOST:PORT,... [--node-id ID] [--cluster-port N] [--client-port N]
+    polymq nats [--peers HOST:PORT,...] [--node-id ID] [--cluster-port N] [--client-port N]
                 [--host H] [--data-dir DIR]
 
 The replicated core (docs/cluster.md) normally starts its nats-server as a child. A pod may
 run it as a container of its own instead (the chart's ``core.nats.sidecar``): this command
 reads the settings the core reads (``POLYMQ_NODE_ID``/``POLYMQ_NODE_NAME``, ``POLYMQ_PEERS``,
-``POLYMQ_CLUSTER_PORT``, ``POLYMQ_DATA_DIR``, ``POLYMQ_HOST``, ``POLYMQ_MAX_FRAME`` and
-``POLYMQ_CLUSTER_SECRET``, or the same flags), writes the config the core would have written
+``POLYMQ_CLUSTER_PORT``, ``POLYMQ_DATA_DIR``, ``POLYMQ_HOST``, ``POLYMQ_MAX_FRAME``,
+``POLYMQ_CLUSTER_SECRET`` and ``POLYMQ_K8S_SERVICE``/``_NAMESPACE``/``POLYMQ_KUBECONFIG``, or
+the same flags), writes the config the core would have written
 (:func:`polymq_core.cluster.nats_config`: server name, JetStream store under the data dir
 with ``sync_interval: always``, routes to the other peers, route and client logins derived
-from the cluster secret) with a fixed client port, and replaces itself with nats-server. The
-core is then started with ``--nats nats://127.0.0.1:<client port>`` and the same secret; it
-logs in with the derived client password. Signals go straight to nats-server (SIGTERM: a
-clean shutdown). Exit 2 on a configuration error, 1 when nats-server cannot be run.
+from the cluster secret) with a fixed client port, and runs nats-server. The core is then
+started with ``--nats nats://127.0.0.1:<client port>`` and the same secret; it logs in with
+the derived client password.
+
+With ``--peers`` alone it replaces itself with nats-server (exec): signals go straight to
+it (SIGTERM: a clean shutdown). With ``POLYMQ_K8S_SERVICE`` its routes follow the Service's
+endpoints too, as the core's own child's do (:mod:`polymq_core.routes`: without ``--peers``
+it waits for the endpoints to name another pod first), so it stays nats-server's parent:
+it watches the endpoints, writes the config again and has nats-server reload it (SIGHUP)
+when the routes change, and passes SIGTERM and SIGINT on as a clean stop (exit 0); when
+nats-server exits by itself, so does this, with its code. Exit 2 on a configuration error,
+1 when nats-server cannot be run (or, waiting for its first route, the Kubernetes API
+named none in time).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from polymq.config import ConfigError, from_env
 from polymq_core.config import CoreSettings
-from polymq_core.natsd import NatsError, find_binary
+from polymq_core.endpoints import EndpointsError
+from polymq_core.natsd import NatsError, NatsServer, find_binary, write_config
 
 __all__ = ["CLIENT_PORT", "add_arguments", "prepare", "run"]
 
 CLIENT_PORT = 4222  # NATS' usual client port; the core's --nats names it
+_FIRST_ROUTE_FOR = 90.0  # seconds to wait for the endpoints to name another pod (the core's)
+_STOP_FOR = 30.0  # seconds nats-server may take to stop on SIGTERM before it is killed
 
 
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,7 +66,8 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--peers",
         default=None,
         metavar="HOST:PORT,...",
-        help="the nodes' cluster addresses, as given to the core (POLYMQ_PEERS)",
+        help="the nodes' cluster addresses, as given to the core (POLYMQ_PEERS); with "
+        "POLYMQ_K8S_SERVICE, its endpoints are routes too",
     )
     p.add_argument(
         "--cluster-port", type=int, default=None, help="the route port (7422; POLYMQ_CLUSTER_PORT)"
@@ -81,7 +97,8 @@ def _settings(args: argparse.Namespace) -> CoreSettings:
     if not settings.clustered:
         raise ConfigError(
             "polymq nats runs the nats-server of a replicated core node: give the nodes' "
-            "cluster addresses with --peers (POLYMQ_PEERS), as to the core"
+            "cluster addresses with --peers (POLYMQ_PEERS), or their Kubernetes Service "
+            "with POLYMQ_K8S_SERVICE, as to the core"
         )
     if not 1 <= args.client_port <= 65535:
         raise ConfigError(f"--client-port {args.client_port}: must be 1..65535")
@@ -97,25 +114,69 @@ def prepare(args: argparse.Namespace) -> Path:
 
     config = nats_config(settings, client_port=args.client_port)
     config.store_dir.mkdir(parents=True, exist_ok=True)
-    work = settings.data_dir / "nats-run"
+    work = _work_dir(settings)
     work.mkdir(parents=True, exist_ok=True)
     path = work / "nats.conf"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(config.render())
-    os.chmod(path, 0o600)  # one left by an older run may have had another mode
+    write_config(path, config.render())
     return path
 
 
-def run(args: argparse.Namespace) -> int:
-    """Write the config and exec nats-server (returns only on an error: its exit code)."""
+def _work_dir(settings: CoreSettings) -> Path:
+    return settings.data_dir / "nats-run"
+
+
+async def _follow_endpoints(settings: CoreSettings, client_port: int) -> int:
+    """Run nats-server as a child whose routes follow the Kubernetes endpoints, until it
+    exits or SIGTERM/SIGINT stops it; its exit code."""
+    from polymq_core.cluster import nats_config
+    from polymq_core.routes import Routes, watch_endpoints
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    routes = Routes.of(settings)
+    watcher = watch_endpoints(settings, routes.update, loop)
     try:
+        waiting = asyncio.ensure_future(routes.wait(watcher, _FIRST_ROUTE_FOR))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not waiting.done():  # told to stop while waiting
+            waiting.cancel()
+            return 0
+        config = nats_config(settings, routes=waiting.result(), client_port=client_port)
+        server = NatsServer(config, work_dir=_work_dir(settings), own_output=True)
+        await server.start()
+        routes.attach(server)
+        exited = asyncio.ensure_future(server.wait())
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait((exited, stopping), return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not exited.done():  # told to stop: a clean stop is a success
+            await server.stop(_STOP_FOR)
+            await exited
+            return 0
+        code = exited.result()
+        print(f"polymq nats: nats-server exited with code {code}", file=sys.stderr)
+        return code if code >= 0 else 128 - code  # (killed by a signal: as a shell says)
+    finally:
+        watcher.stop(timeout=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the config and exec nats-server (returns only on an error: its exit code);
+    with POLYMQ_K8S_SERVICE, run it as a child whose routes follow the endpoints."""
+    try:
+        settings = _settings(args)
+        if settings.k8s_service:
+            return asyncio.run(_follow_endpoints(settings, args.client_port))
         path = prepare(args)
         binary = find_binary()
     except ConfigError as exc:
         print(f"polymq nats: configuration error: {exc}", file=sys.stderr)
         return 2
-    except (NatsError, OSError) as exc:
+    except (NatsError, EndpointsError, OSError) as exc:
         print(f"polymq nats: {exc}", file=sys.stderr)
         return 1
     print(f"polymq nats: exec {binary} -c {path}", file=sys.stderr, flush=True)

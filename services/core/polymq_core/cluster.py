@@ -4,8 +4,11 @@ replicated log per shard, who leads which shard, forwarding addresses, announcem
 
 Life cycle, driven by :class:`~polymq_core.service.CoreService`:
 
-1. :meth:`ClusterNode.connect`: start our ``nats-server`` (or use ``--nats``), connect, make
-   sure every shard's stream exists (waiting for JetStream's own leader election);
+1. :meth:`ClusterNode.connect`: with ``POLYMQ_K8S_SERVICE``, watch the Service's endpoints
+   (without ``--peers``, until they name another pod: :mod:`polymq_core.routes`); start our
+   ``nats-server`` (or use ``--nats``) with routes to the other nodes, which then follow the
+   endpoints; connect, make sure every shard's stream exists (waiting for JetStream's own
+   leader election);
 2. the broker opens its shards on :meth:`ClusterNode.store` (each tails its log);
 3. :meth:`ClusterNode.start`: announce ourselves, exchange topic interest, and follow the
    shards' leaders every second: a shard whose stream this node leads is promoted (fenced
@@ -42,13 +45,14 @@ from nats.aio.subscription import Subscription
 from polymq.types import Message
 
 from .clustertls import ClusterTls
-from .endpoints import EndpointWatcher, Member, api_client, own_namespace, scaled_below
+from .endpoints import EndpointWatcher, Member, scaled_below
 from .membership import LEAVING, UNREACHABLE, Membership, PeerInfo
 from .mesh import TopicMesh
-from .natsd import AUTH_REFUSED, TLS_REFUSED, NatsConfig, NatsServer
+from .natsd import AUTH_REFUSED, TLS_REFUSED, NatsConfig, NatsServer, hostport
 from .reload import SUBJECT as RELOAD_SUBJECT
 from .reload import Reloader, ReloadError
 from .replog import LogError, ReplicatedStore, ShardLog
+from .routes import Routes, others, watch_endpoints
 from .snapshot import (
     KEEP_ENTRIES,
     MAX_ENTRIES,
@@ -118,9 +122,10 @@ class ClusterNode:
         self.tls = ClusterTls.of(settings)
         self.peer_ssl = self.tls.client_context() if self.tls is not None else None
         self.serve_ssl = self.tls.server_context() if self.tls is not None else None
-        self.peers = _others(settings.peer_addresses(), settings.cluster_port)
-        nodes = len(self.peers) + 1
-        self.replicas = min(3, nodes)
+        # the NATS routes: --peers and the Kubernetes endpoints (polymq_core.routes); the
+        # replicas are counted again once the endpoints are listed (connect)
+        self.routes = Routes.of(settings)
+        self.replicas = min(3, self.routes.nodes)
         self.nc = NatsClient()
         self.js = self.nc.jetstream(timeout=5.0)
         self.logs = [
@@ -161,7 +166,16 @@ class ClusterNode:
     async def connect(self) -> None:
         s = self.settings
         url = s.nats_url
-        config = nats_config(s, routes=self.peers)
+        if s.k8s_service:
+            loop = asyncio.get_running_loop()
+            self.k8s = watch_endpoints(s, self._k8s_changed, loop)
+            # JetStream clustering needs a route at start: without --peers, the first
+            # listing that names another pod
+            await self.routes.wait(self.k8s, _CONNECT_FOR)
+            self.replicas = min(3, self.routes.nodes)
+            for shard_log in self.logs:
+                shard_log.replicas = self.replicas
+        config = nats_config(s, routes=self.routes.current)
         if not url:
             self.nats = NatsServer(
                 config,
@@ -169,6 +183,7 @@ class ClusterNode:
                 work_dir=s.data_dir / "nats-run",
             )
             await self.nats.start()
+            self.routes.attach(self.nats)  # (with --nats, its `polymq nats` keeps them)
             url = self.nats.client_url
         # copies served to other nodes (GET /api/cluster/snapshot) that a crash left behind
         shutil.rmtree(self._snapshots, ignore_errors=True)
@@ -213,13 +228,13 @@ class ClusterNode:
             url,
             len(self.logs),
             self.replicas,
-            ", ".join(f"{h}:{p}" for h, p in self.peers) or "(none)",
+            ", ".join(f"{h}:{p}" for h, p in self.routes.current) or "(none)",
         )
 
     def _refused(self) -> str:
         """Why this node's NATS may not be joining the others: routes whose TLS handshake
         failed, or logins refused (its log says so), else nothing."""
-        if self.nats is None or not self.peers:
+        if self.nats is None or not self.routes.current:
             return ""
         refused = self.nats.refusals()
         if refused[TLS_REFUSED]:
@@ -276,19 +291,8 @@ class ClusterNode:
         if self.replicas > 1:
             self._tasks.append(loop.create_task(self._balance(), name="balance"))
         self._purger = loop.create_task(self._purge_logs(), name="purge-logs")
-        s = self.settings
-        if s.k8s_service:
-            namespace = s.k8s_namespace or own_namespace()
-            self.k8s = EndpointWatcher(
-                namespace,
-                s.k8s_service,
-                self._k8s_changed,
-                api=api_client(s.kubeconfig or None),
-                loop=loop,
-            )
-            self.k8s.start()
+        if self.k8s is not None:  # (watched since connect)
             self._tasks.append(loop.create_task(self._guard_unready(), name="unready"))
-            log.info("peers from Kubernetes: Service %s/%s", namespace, s.k8s_service)
 
     def add_listeners(self, ports: dict[str, int]) -> None:
         """The frontends' listeners, announced with the core's."""
@@ -851,6 +855,7 @@ class ClusterNode:
             "state": self.state,
             "ready": self.ready(),
             "replicas": self.replicas,
+            "routes": [hostport(h, p) for h, p in self.routes.current],  # NATS routes
             "leave": "remove" if self.remove_on_leave else self.settings.leave,
             "nodes": nodes,
             "shards": [
@@ -899,6 +904,7 @@ class ClusterNode:
                 sorted(n for n, r in after.items() if not r) or "none",
             )
         self.k8s_members = members
+        self.routes.update(members)  # the NATS routes: the endpoints are a source of them
 
 
 async def _every(seconds: float, step: Callable[[], Awaitable[None]], what: str) -> None:
@@ -918,25 +924,6 @@ def _quiet(fut: asyncio.Future[Any]) -> None:
         log.warning("a topic message from another node was not kept: %s", fut.exception())
 
 
-def _local_addresses() -> set[str]:
-    out = {"127.0.0.1", "::1", "localhost", "0.0.0.0"}
-    name = socket.gethostname()
-    out.add(name)
-    with contextlib.suppress(OSError):
-        for info in socket.getaddrinfo(name, None):
-            out.add(str(info[4][0]))
-    return out
-
-
-def _resolves_to(host: str, local: set[str]) -> bool:
-    if host in local:
-        return True
-    try:
-        return any(str(info[4][0]) in local for info in socket.getaddrinfo(host, None))
-    except OSError:
-        return False
-
-
 def nats_config(
     settings: CoreSettings,
     *,
@@ -949,7 +936,7 @@ def nats_config(
     nodes' cluster addresses when already worked out (default: ``--peers`` without this
     node); ``client_port``: -1 picks a free one (the child), a fixed one for a sidecar."""
     if routes is None:
-        routes = _others(settings.peer_addresses(), settings.cluster_port)
+        routes = others(settings.peer_addresses(), settings.cluster_port)
     return NatsConfig(
         server_name=settings.node,
         store_dir=settings.data_dir / "nats",
@@ -977,22 +964,6 @@ def advertised(host: str) -> str:
     except (OSError, IndexError):
         return socket.gethostname()
     return f"[{found}]" if ":" in found else found
-
-
-def _others(peers: tuple[tuple[str, int], ...], port: int) -> tuple[tuple[str, int], ...]:
-    """``peers`` without this node (same cluster port on one of this machine's addresses),
-    as SMQ's cluster connection manager detects itself in the shared list."""
-    local = _local_addresses()
-    me = socket.gethostname()
-    out = []
-    for host, p in peers:
-        # (a StatefulSet pod is named by its hostname first: <pod>.<headless Service>, a
-        # name that may not resolve yet while the pod starts)
-        if p == port and (host.partition(".")[0] == me or _resolves_to(host.strip("[]"), local)):
-            continue
-        if (host, p) not in out:
-            out.append((host, p))
-    return tuple(out)
 
 
 __all__ = ["ClusterNode", "nats_config"]

@@ -46,7 +46,8 @@ class CoreSettings:
     max_pull: int = 1000
     max_wait: float = 60.0
     batch_window: float = 900.0  # seconds a publish's batch id is remembered (idempotency)
-    # cluster mode (docs/cluster.md): on when `peers` is set
+    # cluster mode (docs/cluster.md): on when `peers` or `k8s_service` is set (the NATS
+    # routes are the union of both: polymq_core.routes)
     node_id: str = ""  # this node's id in the cluster (default: node_name)
     peers: str = ""  # "host:port,host:port": the nodes' cluster (NATS route) addresses
     cluster_port: int = 7422  # this node's cluster (NATS route) listener
@@ -138,7 +139,7 @@ class CoreSettings:
 
     def _check_cluster_tls(self) -> None:
         """The cluster TLS files: all three or none, each readable (what is in them is
-        :mod:`polymq_core.clustertls`'s to judge, at start-up). Without ``--peers`` there
+        :mod:`polymq_core.clustertls`'s to judge, at start-up). Out of cluster mode there
         is no traffic between nodes, and they are not used."""
         files = {f"POLYMQ_{name.upper()}": getattr(self, name) for name in _CLUSTER_TLS}
         given = [var for var, path in files.items() if path]
@@ -164,7 +165,8 @@ class CoreSettings:
 
     @property
     def clustered(self) -> bool:
-        return bool(self.peers.strip())
+        """Cluster mode: peers from ``--peers``, from the Kubernetes Service, or both."""
+        return bool(self.peers.strip() or self.k8s_service.strip())
 
     @property
     def node(self) -> str:

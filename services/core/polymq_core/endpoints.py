@@ -6,8 +6,13 @@ EndpointSlices (``discovery.k8s.io/v1``), listed and then watched with the offic
 ``kubernetes.io/service-name: <service>``) and tells ``on_change`` the members they name
 whenever that changes: each endpoint's pod (``targetRef.name``, else its ``hostname``, else
 its first address) with its first address, ready or not (``conditions.ready``; unknown counts
-as ready, as the API says consumers should take it). A pod gone from every slice is gone from
-the members; what to make of that (a grace period before its shards move) is the caller's.
+as ready, as the API says consumers should take it), and its cluster (NATS route) port: the
+port its slice names ``cluster`` (:data:`CLUSTER_PORT`, the chart's headless Service's name
+for it), if any. A slice's ports are those of every endpoint in it, so pods listening on
+different cluster ports (several nodes on one machine) come in slices of their own, as the
+EndpointSlice controller makes them for a named target port. A pod gone from every slice is
+gone from the members; what to make of that (a grace period before its shards move, its
+NATS route dropped) is the caller's.
 
 The client is synchronous, so the watcher runs on a thread of its own and hands what it
 finds to the event loop (``loop.call_soon_threadsafe``). It never gives up and never
@@ -20,8 +25,9 @@ again. ``last_error`` says what went wrong last, for the cluster view.
 it (``kubectl scale --replicas=2`` stops pod ``<set>-2`` for good; a rolling restart
 does not change the replicas).
 
-Errors: none escape; a configuration that cannot be loaded (no in-cluster service account
-and no kubeconfig) is :class:`EndpointsError` from :func:`api_client`.
+Errors: none escape the watcher; a configuration that cannot be loaded (no in-cluster
+service account and no kubeconfig) is :class:`EndpointsError` from :func:`api_client`, and
+so is an API that named no peer in time (:meth:`polymq_core.routes.Routes.wait`).
 """
 
 from __future__ import annotations
@@ -39,19 +45,23 @@ log = logging.getLogger(__name__)
 
 SERVICE_LABEL = "kubernetes.io/service-name"
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+CLUSTER_PORT = "cluster"  # the name of the Service's port for NATS routes
 
 
 class EndpointsError(Exception):
-    """The Kubernetes API cannot be configured (no service account, no kubeconfig)."""
+    """The Kubernetes API cannot be configured (no service account, no kubeconfig), or
+    did not name the peers a node waits for in time."""
 
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """One endpoint of the Service: a pod, its address, whether it is ready."""
+    """One endpoint of the Service: a pod, its address, whether it is ready, and the port
+    its slice names ``cluster`` (None: the slice names none)."""
 
     name: str
     address: str
     ready: bool
+    cluster_port: int | None = None
 
 
 def api_client(kubeconfig: str | None = None) -> Any:
@@ -115,6 +125,7 @@ def members_of(slices: dict[str, Any], service: str) -> dict[str, Member]:
         labels = (item.metadata.labels or {}) if item.metadata is not None else {}
         if labels.get(SERVICE_LABEL) != service:
             continue  # (a server that ignores the label selector)
+        port = next((p.port for p in item.ports or () if p.name == CLUSTER_PORT), None)
         for endpoint in item.endpoints or ():
             if not endpoint.addresses:
                 continue
@@ -125,7 +136,7 @@ def members_of(slices: dict[str, Any], service: str) -> dict[str, Member]:
             ready = conditions is None or conditions.ready is not False
             known = out.get(name)
             if known is None or (ready and not known.ready):
-                out[name] = Member(name, endpoint.addresses[0], ready)
+                out[name] = Member(name, endpoint.addresses[0], ready, port)
     return out
 
 

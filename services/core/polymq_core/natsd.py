@@ -17,6 +17,12 @@ that started the child exits, so start it from a thread that lives as long as th
 e.g. the main thread's event loop). It also runs in a session of its own, so a Ctrl-C in a
 terminal reaches polymq only, and polymq stops NATS last, in its own shutdown order.
 
+Its routes may change while it runs (:meth:`NatsServer.reroute`: the Kubernetes endpoints
+of the core's Service, :mod:`polymq_core.routes`): the config file is written again and the
+server told to reload it (SIGHUP; nats-server applies a change of ``cluster.routes`` at
+runtime, connecting to the new routes and dropping the removed ones, and logs ``Reloaded:
+cluster routes``).
+
 Errors::
 
     NatsError            the server cannot be found, started, or did not come up
@@ -28,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -55,7 +62,9 @@ __all__ = [
     "NatsServer",
     "derived_password",
     "find_binary",
+    "hostport",
     "parse_peers",
+    "write_config",
 ]
 
 log = logging.getLogger(__name__)
@@ -149,7 +158,8 @@ def derived_password(secret: str, purpose: str) -> str:
     return hmac.new(secret.encode(), label, hashlib.sha256).hexdigest()
 
 
-def _hostport(host: str, port: int) -> str:
+def hostport(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
@@ -241,13 +251,24 @@ class NatsConfig:
             lines += [
                 "  routes: [",
                 *(
-                    f"    {_quote('nats-route://' + login + _hostport(h, p))}"
+                    f"    {_quote('nats-route://' + login + hostport(h, p))}"
                     for h, p in self.routes
                 ),
                 "  ]",
                 "}",
             ]
         return "\n".join(lines) + "\n"
+
+
+def write_config(path: Path, text: str) -> None:
+    """Write a nats-server config file readable by its owner alone (it holds the derived
+    passwords), whole or not at all: a server reloading it never reads half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)  # one left by an older run may have had another mode
+    os.replace(tmp, path)
 
 
 def _pdeathsig(parent: int) -> Callable[[], None]:
@@ -264,7 +285,9 @@ def _pdeathsig(parent: int) -> Callable[[], None]:
 
 class NatsServer:
     """A ``nats-server`` child process. ``start`` writes ``nats.conf`` into ``work_dir``
-    (default: the store dir) and waits until the client port answers; ``stop`` ends it."""
+    (default: the store dir) and waits until the client port answers; ``reroute`` changes
+    its routes while it runs; ``stop`` ends it. Its output goes to ``log_path``, or with
+    ``own_output`` to this process's (a container's log)."""
 
     def __init__(
         self,
@@ -273,11 +296,13 @@ class NatsServer:
         binary: str | None = None,
         log_path: Path | None = None,
         work_dir: Path | None = None,
+        own_output: bool = False,
     ) -> None:
         self.config = config
         self._binary = binary
         self.work_dir = work_dir if work_dir is not None else config.store_dir
         self.log_path = log_path if log_path is not None else self.work_dir / "nats-server.log"
+        self.own_output = own_output
         self._proc: asyncio.subprocess.Process | None = None
         self._port: int | None = None
         self._scanned = 0  # bytes of the log read by refusals
@@ -298,7 +323,7 @@ class NatsServer:
     @property
     def client_url(self) -> str:
         """``nats://host:port`` of the client listener (loopback when it listens on all)."""
-        return f"nats://{_hostport(self._connect_host(), self.client_port)}"
+        return f"nats://{hostport(self._connect_host(), self.client_port)}"
 
     def _connect_host(self) -> str:
         host = self.config.host
@@ -331,7 +356,13 @@ class NatsServer:
         self._scanned += whole
         return dict(self._refused)
 
+    @property
+    def config_path(self) -> Path:
+        return self.work_dir / "nats.conf"
+
     def log_tail(self) -> str:
+        if self.own_output:
+            return "(in this process's output)"
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
@@ -349,10 +380,9 @@ class NatsServer:
         self.config.store_dir.mkdir(parents=True, exist_ok=True)
         for stale in self.work_dir.glob("*.ports"):  # left by a server that was killed
             stale.unlink(missing_ok=True)
-        conf = self.work_dir / "nats.conf"
-        conf.write_text(self.config.render(ports_file_dir=self.work_dir))
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        out = self._open_log()
+        conf = self.config_path
+        write_config(conf, self.config.render(ports_file_dir=self.work_dir))
+        out = None if self.own_output else self._open_log()
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 binary,
@@ -367,7 +397,8 @@ class NatsServer:
         except OSError as exc:
             raise NatsError(f"cannot run {binary}: {exc}") from exc
         finally:
-            out.close()
+            if out is not None:
+                out.close()
         log.info(
             "nats-server %s started (pid %d, cluster port %d, log %s)",
             self.config.server_name,
@@ -384,7 +415,39 @@ class NatsServer:
         log.info("nats-server %s ready at %s", self.config.server_name, self.client_url)
 
     def _open_log(self) -> BinaryIO:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         return open(self.log_path, "ab")
+
+    def reroute(self, routes: tuple[tuple[str, int], ...]) -> bool:
+        """Make ``routes`` the server's routes: its config file is written again and, if it
+        runs, it reloads it (SIGHUP). False, and nothing done, when they are the routes it
+        has (in any order). A server started with routes keeps its cluster block: it cannot
+        be given none (ValueError)."""
+        if set(routes) == set(self.config.routes):
+            return False
+        if not routes:
+            raise ValueError("a clustered nats-server cannot be left without routes")
+        if not self.config.routes and self.pid is not None:
+            raise ValueError("a nats-server started without routes runs standalone for good")
+        self.config = dataclasses.replace(self.config, routes=routes)
+        pid = self.pid
+        if pid is None:
+            return True  # (written at the next start)
+        write_config(self.config_path, self.config.render(ports_file_dir=self.work_dir))
+        log.info(
+            "nats-server %s: reloading with routes %s",
+            self.config.server_name,
+            ", ".join(hostport(h, p) for h, p in routes),
+        )
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGHUP)
+        return True
+
+    async def wait(self) -> int:
+        """Until the server exits (by itself, or stopped); its exit code."""
+        if self._proc is None:
+            raise NatsError("the nats-server is not started")
+        return await self._proc.wait()
 
     async def _wait_ready(
         self, proc: asyncio.subprocess.Process, ports_file: Path, timeout: float

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import nats
 import pytest
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import StorageType, StreamConfig
 
@@ -206,3 +207,57 @@ def test_dies_with_its_parent(tmp_path: Path) -> None:
     if alive(pid):
         os.kill(pid, signal.SIGKILL)
         pytest.fail("nats-server outlived its kill -9'ed parent")
+
+
+async def test_a_running_server_takes_new_routes_on_reroute(tmp_path: Path) -> None:
+    """Two servers each started with one route to nobody: apart until one is rerouted to
+    the other (its config written again, SIGHUP): then a message crosses between them."""
+    tag = uuid.uuid4().hex[:6]
+    ports = [free_port() for _ in range(3)]  # the last: a node that never starts
+    servers = [
+        NatsServer(
+            NatsConfig(
+                server_name=f"r{i}-{tag}",
+                store_dir=tmp_path / f"r{i}" / "js",
+                cluster_port=ports[i],
+                routes=(("127.0.0.1", ports[2]),),
+                cluster_name=f"c-{tag}",
+            ),
+            work_dir=tmp_path / f"r{i}",
+        )
+        for i in range(2)
+    ]
+    try:
+        await asyncio.gather(*(s.start(timeout=60) for s in servers))
+        a = await nats.connect(servers[0].client_url)
+        b = await nats.connect(servers[1].client_url)
+        try:
+            got: asyncio.Queue[bytes] = asyncio.Queue()
+
+            async def on_message(msg: Msg) -> None:
+                await got.put(msg.data)
+
+            await b.subscribe("cross", cb=on_message)
+            await b.flush()
+            await a.publish("cross", b"apart")
+            await a.flush()
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(got.get(), 1.0)
+
+            assert not servers[0].reroute((("127.0.0.1", ports[2]),))  # the same: no reload
+            assert servers[0].reroute((("127.0.0.1", ports[2]), ("127.0.0.1", ports[1])))
+            conf = (tmp_path / "r0" / "nats.conf").read_text()
+            assert f'"nats-route://127.0.0.1:{ports[1]}"' in conf
+            deadline = time.monotonic() + 20
+            while True:  # until the route is up and b's interest has reached a
+                await a.publish("cross", b"routed")
+                with contextlib.suppress(TimeoutError):
+                    if await asyncio.wait_for(got.get(), 0.5) == b"routed":
+                        break
+                assert time.monotonic() < deadline, servers[0].log_tail()
+            assert "Reloaded: cluster routes" in servers[0].log_tail()
+        finally:
+            await a.close()
+            await b.close()
+    finally:
+        await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)

@@ -1001,8 +1001,9 @@ def _mount_of(c: dict[str, Any], path: str) -> str:
 @pytest.mark.parametrize("sidecar", [True, False], ids=["sidecar", "child"])
 def test_core_replicas_with_nats_in_a_sidecar_or_a_child(replicas: int, sidecar: bool) -> None:
     """1 node: no NATS at all. 3 or 5: every pod's NATS either in a native sidecar that runs
-    `polymq nats` with the core's own peers, cluster port, data volume and secret (the core
-    is told --nats on the loopback), or a child of the core (its route port on the core)."""
+    `polymq nats` with the core's own peers, Service, cluster port, data volume and secret
+    (the core is told --nats on the loopback), or a child of the core (its route port on the
+    core)."""
     out = render({"core": {"replicaCount": replicas, "nats": {"sidecar": sidecar}}})
     _valid(out)
     sts = out.workload("core")
@@ -1013,6 +1014,8 @@ def test_core_replicas_with_nats_in_a_sidecar_or_a_child(replicas: int, sidecar:
     found = sidecars(sts)
     if replicas == 1:
         assert core.peers is None and core.nats_url is None and not found
+        # (the Service would turn cluster mode on: one node runs alone, on SQLite)
+        assert "POLYMQ_K8S_SERVICE" not in {e["name"] for e in c.get("env", [])}
         assert "initContainers" not in pod_spec(sts) and "cluster" not in ports
         return
     assert len(core.peers.split(",")) == replicas
@@ -1035,8 +1038,8 @@ def test_core_replicas_with_nats_in_a_sidecar_or_a_child(replicas: int, sidecar:
     # the same node name and secret as the core, the JetStream store on the same volume
     env = {e["name"]: e for e in nats["env"]}
     core_env = {e["name"]: e for e in c["env"]}
-    for name in ("POLYMQ_NODE_NAME", "POLYMQ_CLUSTER_SECRET"):
-        assert env[name] == core_env[name]
+    for name in ("POLYMQ_NODE_NAME", "POLYMQ_CLUSTER_SECRET", "POLYMQ_K8S_SERVICE"):
+        assert env[name] == core_env[name]  # (the endpoints are routes for its NATS too)
     assert args.data_dir == core.data_dir
     assert _mount_of(nats, args.data_dir) == _mount_of(c, core.data_dir) == "data"
 

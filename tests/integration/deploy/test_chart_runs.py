@@ -261,10 +261,9 @@ def test_the_three_core_pods_with_their_nats_sidecars_form_one_cluster(tmp_path:
                     rendered, sts, tmp_path, secrets, lambda h, p: 0,
                     ordinal=i, container_name=name, fixed=fixed,
                 )  # fmt: skip
-                # no Kubernetes API here (the EndpointSlice watch is tested against kmock)
-                assert pod.env.pop("POLYMQ_K8S_SERVICE", None) == (
-                    None if name else sts["spec"]["serviceName"]
-                )
+                # no Kubernetes API here (the EndpointSlice watch, the core's and the
+                # sidecar's, is tested against kmock: tests/cluster/test_routes.py)
+                assert pod.env.pop("POLYMQ_K8S_SERVICE", None) == sts["spec"]["serviceName"]
                 pods.append(pod.start())
                 if name == "nats":  # its startupProbe: the core starts once the port answers
                     _wait_listening(client_ports[i], pod)

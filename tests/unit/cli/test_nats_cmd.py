@@ -74,3 +74,15 @@ def test_cluster_tls_from_the_cores_settings_puts_the_routes_on_tls(
     assert "verify: true" in cluster
     files["key"].unlink()
     assert run(_args(tmp_path, "--peers", PEERS)) == 2
+
+
+def test_a_kubernetes_service_instead_of_peers_and_no_api_exits_1_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """POLYMQ_K8S_SERVICE alone is a cluster (its endpoints are the routes); when the
+    Kubernetes API cannot be configured, polymq nats says so and exits 1."""
+    monkeypatch.delenv("POLYMQ_PEERS", raising=False)
+    monkeypatch.setenv("POLYMQ_K8S_SERVICE", "polymq-core-headless")
+    monkeypatch.setenv("POLYMQ_KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    assert run(_args(tmp_path)) == 1
+    assert "cannot reach the Kubernetes API" in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""polymq_core.cluster without NATS: which of the ``--peers`` a node takes for itself;
-whether a stopping node leaves for good."""
+"""polymq_core.cluster without NATS: which of the ``--peers`` a node takes for itself
+(:func:`polymq_core.routes.others`); whether a stopping node leaves for good."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from polymq_core import cluster as cluster_mod
 from polymq_core.cluster import advertised
 from polymq_core.config import CoreSettings
+from polymq_core.routes import others
 
 
 def test_a_node_skips_itself_in_the_peers_by_address_or_by_its_pod_name(
@@ -22,7 +23,7 @@ def test_a_node_skips_itself_in_the_peers_by_address_or_by_its_pod_name(
         ("127.0.0.1", 7422),  # this machine
         ("127.0.0.1", 7423),  # another node on this machine
     )
-    assert cluster_mod._others(peers, 7422) == (
+    assert others(peers, 7422) == (
         ("polymq-core-0.polymq-core-headless", 7422),
         ("127.0.0.1", 7423),
     )

@@ -110,3 +110,25 @@ def test_the_peer_ports_are_checked(tmp_path: Path) -> None:
     env = {**_tls_env(**_pem_files(tmp_path)), "POLYMQ_PEER_WIRE_PORT": "70000"}
     with pytest.raises(ConfigError, match=r"POLYMQ_PEER_WIRE_PORT must be 0\.\.65535"):
         from_env(CoreSettings, env=env)
+
+
+@pytest.mark.parametrize(
+    ("env", "clustered"),
+    [
+        ({}, False),  # make run: one node
+        ({"POLYMQ_PEERS": "127.0.0.1:17422"}, True),
+        ({"POLYMQ_K8S_SERVICE": "polymq-core-headless"}, True),  # peers from the endpoints
+        ({"POLYMQ_K8S_SERVICE": "core", "POLYMQ_PEERS": "127.0.0.1:17422"}, True),
+        ({"POLYMQ_K8S_NAMESPACE": "polymq", "POLYMQ_KUBECONFIG": "/k"}, False),  # no Service
+    ],
+)
+def test_cluster_mode_is_on_with_peers_or_a_kubernetes_service(
+    env: dict[str, str], clustered: bool
+) -> None:
+    assert from_env(CoreSettings, env=env).clustered is clustered
+
+
+def test_a_kubernetes_service_alone_checks_the_cluster_settings() -> None:
+    env = {"POLYMQ_K8S_SERVICE": "core", "POLYMQ_NODE_ID": "core 0"}
+    with pytest.raises(ConfigError, match="node id 'core 0'"):
+        from_env(CoreSettings, env=env)

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from polymq_core.endpoints import SERVICE_LABEL, Member, members_of
+from polymq_core.endpoints import CLUSTER_PORT, SERVICE_LABEL, Member, members_of
 
 
-def endpoint_slice(name: str, *endpoints: client.V1Endpoint, service: str = "core") -> object:
+def endpoint_slice(
+    name: str,
+    *endpoints: client.V1Endpoint,
+    service: str = "core",
+    ports: dict[str, int] | None = None,
+) -> object:
     return client.V1EndpointSlice(
         address_type="IPv4",
         metadata=client.V1ObjectMeta(name=name, labels={SERVICE_LABEL: service}),
         endpoints=list(endpoints),
+        ports=[client.DiscoveryV1EndpointPort(name=n, port=p) for n, p in (ports or {}).items()],
     )
 
 
@@ -51,3 +57,20 @@ def test_pods_by_name_with_their_address_and_readiness() -> None:
         "10.0.0.14": Member("10.0.0.14", "10.0.0.14", True),
     }
     assert members_of({}, "core") == {}
+
+
+def test_a_pods_cluster_port_is_the_one_its_slice_names_cluster() -> None:
+    """One slice per port set (as the EndpointSlice controller groups them): pods on one
+    machine, each with a cluster port of its own, come in slices of their own."""
+    slices = {
+        "a": endpoint_slice(
+            "a", endpoint("127.0.0.1", "core-0"), ports={"wire": 7400, CLUSTER_PORT: 17422}
+        ),
+        "b": endpoint_slice("b", endpoint("127.0.0.1", "core-1"), ports={CLUSTER_PORT: 17423}),
+        "c": endpoint_slice("c", endpoint("10.0.0.12", "core-2"), ports={"wire": 7400}),
+    }
+    assert members_of(slices, "core") == {
+        "core-0": Member("core-0", "127.0.0.1", True, 17422),
+        "core-1": Member("core-1", "127.0.0.1", True, 17423),
+        "core-2": Member("core-2", "10.0.0.12", True, None),  # no such port: the caller's own
+    }

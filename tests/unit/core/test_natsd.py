@@ -15,6 +15,7 @@ from polymq_core.natsd import (
     derived_password,
     find_binary,
     parse_peers,
+    write_config,
 )
 
 
@@ -200,3 +201,25 @@ def test_refused_logins_are_counted_as_the_log_grows(tmp_path: Path) -> None:
         log.flush()
         assert server.refused_logins() == 2  # the one cut off in the middle, once
         assert server.refused_logins() == 2
+
+
+def test_reroute_changes_the_routes_only_when_the_set_differs(tmp_path: Path) -> None:
+    server = NatsServer(
+        NatsConfig("n1", tmp_path / "js", 7000, routes=(("b", 1), ("c", 2))), work_dir=tmp_path
+    )
+    assert not server.reroute((("c", 2), ("b", 1)))  # the same set in another order
+    assert server.reroute((("b", 1), ("c", 2), ("d", 3)))
+    assert server.config.routes == (("b", 1), ("c", 2), ("d", 3))
+    assert '"nats-route://d:3"' in server.config.render()
+    with pytest.raises(ValueError, match="without routes"):
+        server.reroute(())  # a clustered server keeps its cluster block
+
+
+def test_the_config_file_is_for_its_owner_alone(tmp_path: Path) -> None:
+    path = tmp_path / "nats.conf"
+    path.write_text("old")
+    path.chmod(0o644)
+    write_config(path, "server_name: n1\n")
+    assert path.read_text() == "server_name: n1\n"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["nats.conf"]  # no temporary file left
