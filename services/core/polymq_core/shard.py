@@ -209,7 +209,7 @@ class Shard:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        self._flush_removes()
+        self.flush_removes()
         await self.store.close()
 
     def wake_waiters(self) -> None:
@@ -376,13 +376,17 @@ class Shard:
         *,
         routed: bool = False,
         batch: tuple[str, float] | None = None,
+        handed: bool = False,
     ) -> asyncio.Future[None] | None:
         """Append messages to a queue or stream; the future resolves when durable.
 
         ``routed``: the messages came through a binding from the topic in their
         ``destination``, which they keep (a consumer sees where they were published).
         ``batch``: (key, expires) of an idempotent batch (see :mod:`polymq_core.batches`),
-        stored with the messages when any of them is."""
+        stored with the messages when any of them is.
+        ``handed``: a leaving node hands its transient messages to this one (see
+        :mod:`polymq_core.handover`): they keep their id, time, destination and delivery
+        count (one delivered and not acked there comes back flagged redelivered)."""
         box = self.get(key)
         now = time.time()
         if isinstance(box, Queue):
@@ -394,12 +398,14 @@ class Shard:
         later = self.replicated and box.durable and any(m.persistent for m in messages)
         for m in messages:
             m.seq = box.next_seq()
-            self._mid += 1
-            m.id = f"{self._boot}.{self.index}.{self._mid}"
-            m.timestamp = now
-            if not routed:
+            kept = handed and bool(m.id)
+            if not kept:
+                self._mid += 1
+                m.id = f"{self._boot}.{self.index}.{self._mid}"
+                m.timestamp = now
+                m.delivery_count = 0
+            if not (routed or kept):
                 m.destination = key
-            m.delivery_count = 0
             if ttl is not None and m.expires is None:
                 m.expires = now + ttl
             if m.persistent and box.durable:
@@ -464,7 +470,7 @@ class Shard:
         self._removes.setdefault(key, []).extend(seqs)
         if not self._removes_scheduled:
             self._removes_scheduled = True
-            self.loop.call_soon(self._flush_removes)
+            self.loop.call_soon(self.flush_removes)
 
     def unforget(self, key: str, seq: int) -> bool:
         """Take back a removal not yet flushed; False if it already went to the store."""
@@ -474,7 +480,7 @@ class Shard:
             return True
         return False
 
-    def _flush_removes(self) -> None:
+    def flush_removes(self) -> None:
         self._removes_scheduled = False
         removes, self._removes = self._removes, {}
         for key, seqs in removes.items():
