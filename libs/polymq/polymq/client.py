@@ -29,6 +29,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
+from ssl import SSLContext
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -316,14 +317,16 @@ class Client:
         token: str | None = None,
         timeout: float = 10.0,
         local_buffer: int = 10_000,
+        ssl: SSLContext | None = None,
     ) -> Client:
+        """``ssl``: speak TLS to the core (a cluster's ``peer_wire`` listener)."""
         self = cls(local_buffer=local_buffer)
         loop = asyncio.get_running_loop()
         # a core in this process (polymq run) is reached without a socket
         if inproc.connect(host, port, lambda: _Protocol(self)) is None:
             try:
                 await asyncio.wait_for(
-                    loop.create_connection(lambda: _Protocol(self), host, port), timeout
+                    loop.create_connection(lambda: _Protocol(self), host, port, ssl=ssl), timeout
                 )
             except (OSError, TimeoutError) as exc:
                 raise ConnectionClosed(

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.auth import AuthProvider, Permission, Principal
@@ -177,9 +177,16 @@ class Broker:
         self.ready = True
         self.recovered.set()
 
-    async def stop(self, grace: float = 10.0) -> None:
+    async def stop(
+        self,
+        grace: float = 10.0,
+        *,
+        hand_over: Callable[[list[Shard]], Awaitable[None]] | None = None,
+    ) -> None:
         """Read no more requests, answer those already read (persistent publishes once
-        durable; waiting pulls with what they have), say goodbye, flush the stores."""
+        durable; waiting pulls with what they have), say goodbye, flush the stores.
+        ``hand_over`` (a cluster node's): given the shards once every session is closed and
+        before they are, to hand on what only memory holds."""
         self.ready = False
         await self.monitor.stop()
         sessions = list(self.sessions)
@@ -200,6 +207,11 @@ class Broker:
         for session in sessions:
             session.close("shutdown", "node shutting down: reconnect (to another node)")
         await self.cursors.stop()
+        if hand_over is not None:
+            try:
+                await hand_over(self.shards)
+            except Exception:  # (the shards still close: what was not handed is dropped)
+                log.exception("handing on the shards' transient messages failed")
         for shard in self.shards:
             await shard.close()
 

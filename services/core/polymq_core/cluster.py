@@ -17,14 +17,17 @@ Life cycle, driven by :class:`~polymq_core.service.CoreService`:
    every node announced it applied (:mod:`polymq_core.snapshot`); a node whose next entry was
    purged copies the shard from another node's admin HTTP (:meth:`ClusterNode.snapshot`
    serves it there);
-4. :meth:`ClusterNode.leave` (announce leaving, stop following) and, once the broker has
-   answered what it read and closed its shards, :meth:`ClusterNode.close` (hand the streams
-   this node leads to others, close NATS).
+4. :meth:`ClusterNode.leave` (announce leaving, stop following); once the broker has
+   answered what it read, :meth:`ClusterNode.hand_over` (what only memory holds of the
+   shards it leads, to their next leaders: :mod:`polymq_core.handover`); once it closed its
+   shards, :meth:`ClusterNode.close` (hand the other streams this node leads to others,
+   close NATS).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import json
@@ -34,7 +37,7 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +49,7 @@ from polymq.types import Message
 
 from .clustertls import ClusterTls
 from .endpoints import EndpointWatcher, Member, scaled_below
+from .handover import HandOver
 from .membership import LEAVING, UNREACHABLE, Membership, PeerInfo
 from .mesh import TopicMesh
 from .natsd import AUTH_REFUSED, TLS_REFUSED, NatsConfig, NatsServer, hostport
@@ -69,6 +73,7 @@ from .store import SqliteStore, Store
 if TYPE_CHECKING:
     from .broker import Broker
     from .config import CoreSettings
+    from .shard import Shard
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +333,43 @@ class ClusterNode:
         if self.membership is not None:
             with contextlib.suppress(Exception):
                 await self.membership.stop(gone=self.remove_on_leave)
+
+    async def hand_over(self, shards: Sequence[Shard]) -> None:
+        """Between the two steps, once the broker answered its sessions and before it closes
+        its shards: hand what only memory holds of the shards this node leads (transient
+        messages, non-durable queues) to their next leaders (:mod:`polymq_core.handover`).
+        The shards handed are stepped down already: :meth:`close` leaves them be."""
+        if self.replicas < 2 or not self.nc.is_connected or self.broker is None:
+            return
+        handed = await HandOver(self, self.broker.bindings.of).run(shards)
+        self.leaders.update(handed)
+
+    async def written(self, shard: int) -> None:
+        """Shard ``shard``'s writes are in its log (or failed)."""
+        await self.stores[shard].written()
+
+    async def step_down(self, shard: int) -> None:
+        """Hand shard ``shard``'s stream on (this node stops): to the ready replica that
+        leads the fewest and has caught up, if there is one, else where JetStream likes."""
+        heir = None
+        if self.membership is not None:
+            heir = self._heir(shard, self._candidates(self.membership))
+        await self.logs[shard].step_down(preferred=heir)
+
+    async def stream_leader(self, shard: int) -> str | None:
+        """Who leads shard ``shard``'s stream now (None: nobody, or no answer in time)."""
+        try:
+            leader, _ = await asyncio.wait_for(self.logs[shard].info(), _INFO_TIMEOUT)
+        except (LogError, TimeoutError):
+            return None
+        return leader
+
+    def heirs(self) -> set[str]:
+        """The other nodes that may take a shard this node hands on now (ready: not
+        stopping, not unreachable, not a pod Kubernetes calls not ready)."""
+        if self.membership is None:
+            return set()
+        return set(self._candidates(self.membership))
 
     async def close(self) -> None:
         """Step two, once the broker closed its shards: hand the streams this node leads to
@@ -621,28 +663,39 @@ class ClusterNode:
         since = self._unready_since.get(self.node_id)
         if membership is None or since is None or time.monotonic() - since < _UNREADY_GRACE:
             return
-        others = {
+        others = self._candidates(membership)
+        if others:
+            await self._hand_off(others)
+
+    def _candidates(self, membership: Membership) -> dict[str, PeerInfo]:
+        """The other nodes that may lead a shard this node hands on: ready, and not a pod
+        Kubernetes calls not ready."""
+        return {
             node: peer
             for node, peer in membership.peers().items()
             if node != self.node_id
             and membership.state_of(node) == "ready"
             and node not in self._unready_since
         }
-        if others:
-            await self._hand_off(others)
 
-    async def _hand_off(self, others: dict[str, Any]) -> None:
+    def _heir(self, i: int, others: dict[str, PeerInfo]) -> str | None:
+        """Of ``others``, the one to hand shard ``i`` to: a replica of its stream that has
+        caught up with this node, leading the fewest shards; None if none may."""
+        led = collections.Counter(self.leaders.values())
+        able = [n for n in others if self._replica_of(i, n) and self._caught_up(i, others[n])]
+        return min(able, key=lambda n: (led[n], n), default=None)
+
+    async def _hand_off(self, others: dict[str, PeerInfo]) -> None:
         """Hand one shard this node leads to the candidate leading the fewest that has
         caught up with it (one a round, as the balancer moves them)."""
         assert self.broker is not None
-        led = {n: sum(1 for leader in self.leaders.values() if leader == n) for n in others}
         for i, shard in enumerate(self.broker.shards):
             if self.leaders.get(i) != self.node_id or not shard.leading:
                 continue
-            for target in sorted(others, key=lambda n: (led[n], n)):
-                if self._replica_of(i, target) and self._caught_up(i, others[target]):
-                    await self._hand(i, target, "not ready here")
-                    return
+            target = self._heir(i, others)
+            if target is not None:
+                await self._hand(i, target, "not ready here")
+                return
 
     async def _promote(self, index: int) -> None:
         assert self.broker is not None

@@ -101,7 +101,7 @@ class Publisher:
             key = Shard.key_of(dest, other)
         else:
             key = str(dest)
-        fut = broker.shard_for(key).publish(key, msgs, batch=batch)
+        fut = broker.shard_for(key).publish(key, msgs, batch=batch, handed=session.handing)
         result = {"count": len(msgs), "ids": [m.id for m in msgs], "seqs": [m.seq for m in msgs]}
         if fut is None:
             return result

@@ -838,6 +838,15 @@ class ReplicatedStore(Store):
         self.is_leader = False
         self._fail_pending(f"{self.log.stream}: this node no longer leads the shard")
 
+    async def written(self) -> None:
+        """Return once no write is waiting or being appended (each was committed or
+        failed): what was issued before is in the log, or never will be. A stopping leader
+        waits for this before it steps down (its last acks' removals among them)."""
+        while self._pending or self._flushing or self._inflight is not None:
+            if self._state is not _State.OPEN:
+                return
+            await asyncio.sleep(0.01)
+
     def _deposed(self, reason: str) -> None:
         if not self.is_leader:
             return

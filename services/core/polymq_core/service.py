@@ -174,7 +174,9 @@ class CoreService:
             inproc.unserve(self.settings.host, self.ports["core"])
         for server in self._listeners():
             server.close()
-        await self.broker.stop()
+        await self.broker.stop(
+            hand_over=self.cluster.hand_over if self.cluster is not None else None
+        )
         for server in self._listeners():
             try:
                 await asyncio.wait_for(server.wait_closed(), 2)

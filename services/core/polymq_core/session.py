@@ -40,6 +40,7 @@ from polymq.inproc import PipeEnd
 from polymq.resources import Admission
 from polymq.types import Destination, Message, SlowPolicy
 
+from .handover import is_handover
 from .metrics import protocol_label
 from .relay import PEER_CLIENT, Relay
 from .subscription import Subscription
@@ -99,6 +100,10 @@ class Session(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.name = "?"
         self.protocol = "native"
+        self.client = ""  # what the client calls itself (Hello.client)
+        # a leaving node handing its transient messages to this one (polymq_core.handover):
+        # its publishes keep their ids and delivery counts
+        self.handing = False
         self.principal: Principal | None = None
         # its place in the wire port's connection limits (polymq.resources)
         self.admission = Admission(None, None)
@@ -215,7 +220,8 @@ class Session(asyncio.Protocol):
             self.request(event, self.conn.raw)
 
     def _hello(self, hello: Hello) -> None:
-        self.protocol = protocol_label(str(hello.client))
+        self.client = str(hello.client)
+        self.protocol = protocol_label(self.client)
         self._hello_pending = True
         if self.transport is not None:  # what comes behind the Hello waits for the login
             self.transport.pause_reading()
@@ -238,6 +244,7 @@ class Session(asyncio.Protocol):
                 self.close("unavailable", refused)
                 return
         self.principal = principal
+        self.handing = is_handover(self.client, principal.name)
         if self._handshake is not None:
             self._handshake.cancel()
             self._handshake = None

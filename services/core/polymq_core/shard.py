@@ -269,7 +269,7 @@ class Shard:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        self._flush_removes()
+        self.flush_removes()
         await self.store.close()
 
     def wake_waiters(self) -> None:
@@ -295,7 +295,7 @@ class Shard:
             return fut
         # A write can fail: a full disk (one node), no majority or a deposed leader (a
         # cluster). The client is told "unavailable" (retry); a write nobody waits for
-        # (an ack's removal) is tried again (:meth:`_flush_removes`) or, in a cluster,
+        # (an ack's removal) is tried again (:meth:`flush_removes`) or, in a cluster,
         # fails quietly: its message comes back, at least once.
         out: asyncio.Future[None] = self.loop.create_future()
         failed = "not committed" if self.replicated else "not written"
@@ -437,13 +437,17 @@ class Shard:
         *,
         routed: bool = False,
         batch: tuple[str, float] | None = None,
+        handed: bool = False,
     ) -> asyncio.Future[None] | None:
         """Append messages to a queue or stream; the future resolves when durable.
 
         ``routed``: the messages came through a binding from the topic in their
         ``destination``, which they keep (a consumer sees where they were published).
         ``batch``: (key, expires) of an idempotent batch (see :mod:`polymq_core.batches`),
-        stored with the messages when any of them is."""
+        stored with the messages when any of them is.
+        ``handed``: a leaving node hands its transient messages to this one (see
+        :mod:`polymq_core.handover`): they keep their id, time, destination and delivery
+        count (one delivered and not acked there comes back flagged redelivered)."""
         box = self.get(key)
         now = time.time()
         if isinstance(box, Queue):
@@ -463,12 +467,14 @@ class Shard:
         behind = self._tails.get(key)
         for m in messages:
             m.seq = box.next_seq()
-            self._mid += 1
-            m.id = f"{self._boot}.{self.index}.{self._mid}"
-            m.timestamp = now
-            if not routed:
+            kept = handed and bool(m.id)
+            if not kept:
+                self._mid += 1
+                m.id = f"{self._boot}.{self.index}.{self._mid}"
+                m.timestamp = now
+                m.delivery_count = 0
+            if not (routed or kept):
                 m.destination = key
-            m.delivery_count = 0
             if ttl is not None and m.expires is None:
                 m.expires = now + ttl
             if m.persistent and box.durable:
@@ -543,14 +549,14 @@ class Shard:
         """Remove messages from the store, with every other removal of this turn of the
         loop in one write per destination. The future fails if that write does (a full
         disk); the removals are then tried again every second until they are written
-        (:meth:`_flush_removes`), so the store catches up once space returns, and until
+        (:meth:`flush_removes`), so the store catches up once space returns, and until
         then a restart would deliver those messages again (at least once)."""
         self._removes.setdefault(key, []).extend(seqs)
         if self._removed is None:
             self._removed = self.loop.create_future()
             self._removed.add_done_callback(_retrieved)
             if self._retry_removes is None:
-                self.loop.call_soon(self._flush_removes)
+                self.loop.call_soon(self.flush_removes)
         return self._removed
 
     def unforget(self, key: str, seq: int) -> bool:
@@ -561,7 +567,7 @@ class Shard:
             return True
         return False
 
-    def _flush_removes(self) -> None:
+    def flush_removes(self) -> None:
         self._retry_removes = None
         removes, self._removes = self._removes, {}
         removed, self._removed = self._removed, None
@@ -598,7 +604,7 @@ class Shard:
             return
         self._removes.setdefault(key, [])[:0] = seqs
         if self._retry_removes is None:
-            self._retry_removes = self.loop.call_later(1.0, self._flush_removes)
+            self._retry_removes = self.loop.call_later(1.0, self.flush_removes)
 
     def discard(self, queue: Queue, msg: Message, reason: str) -> asyncio.Future[None] | None:
         """A message leaves unacked (expired, rejected, too many deliveries, overflow);
