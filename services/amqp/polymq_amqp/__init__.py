@@ -14,8 +14,8 @@ exchanges, queues and bindings); ``hub`` (what connections share), ``session`` (
 connection) with ``handshake`` (start, login, tune, open), ``channel`` (one channel: qos,
 acks, confirms, transactions), ``declarations`` (exchange.* and queue.*), ``consumer``
 (basic.consume, basic.get, deliveries), ``publisher`` (basic.publish, returns, confirms);
-``transports``, ``config``, ``metrics`` and ``service``. (``bridge*`` is the RabbitMQ
-bridge, a separate service.)
+``transports``, ``config``, ``metrics`` and ``service``. (The RabbitMQ bridge is a
+service of its own: ``services/bridge``.)
 """
 
 __version__ = "0.1.0"

@@ -522,7 +522,7 @@ def _parser() -> argparse.ArgumentParser:
     nats_arguments(sub)
     bridge = sub.add_parser("bridge", help="move messages between polymq and a RabbitMQ")
     common(bridge)
-    from polymq_amqp.bridge_main import add_arguments as bridge_arguments
+    from polymq_bridge.main import add_arguments as bridge_arguments
 
     bridge_arguments(bridge, common=False)
     return p
@@ -553,7 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_nats(args)
     if args.command == "bridge":  # its own service loop, settings and exit codes
-        from polymq_amqp.bridge_main import run as run_bridge
+        from polymq_bridge.main import run as run_bridge
 
         return run_bridge(args)
     raise_open_files()

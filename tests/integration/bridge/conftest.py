@@ -3,7 +3,7 @@
 Everything is real and local: a private RabbitMQ node started by the tests
 (:mod:`tests.rabbit`, once per module: it takes seconds; any RabbitMQ already on :5672 is
 left alone), a ``polymq core`` process, and the bridge itself as a subprocess
-(``python -m polymq_amqp.bridge_main``) with a links file, reached over its metrics port.
+(``python -m polymq_bridge.main``) with a links file, reached over its metrics port.
 Clients are aio-pika on the RabbitMQ side and :class:`polymq.Client` on the polymq side.
 """
 
@@ -32,7 +32,7 @@ def unique(prefix: str = "b") -> str:
 
 
 class BridgeProcess(LoggedProcess):
-    """``python -m polymq_amqp.bridge_main`` with a links file; ``metrics()`` to read it."""
+    """``python -m polymq_bridge.main`` with a links file; ``metrics()`` to read it."""
 
     def __init__(
         self,
@@ -69,7 +69,7 @@ class BridgeProcess(LoggedProcess):
         return [
             sys.executable,
             "-m",
-            "polymq_amqp.bridge_main",
+            "polymq_bridge.main",
             "--config",
             str(self.config),
             "--rabbitmq-url",

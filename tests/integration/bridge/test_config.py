@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(60)
 
 def run_bridge(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "polymq_amqp.bridge_main", "--bridge-port", "0", *args],
+        [sys.executable, "-m", "polymq_bridge.main", "--bridge-port", "0", *args],
         capture_output=True,
         text=True,
         timeout=30,

@@ -1,12 +1,12 @@
 """The RabbitMQ bridge as a running service: links between polymq and an existing RabbitMQ.
 
-Each link of the links file (:mod:`.bridge_config`) moves messages one way, at least once:
-polymq ``queue/x`` or ``stream/x`` -> a RabbitMQ exchange (:mod:`.bridge_outbound`), or a
-RabbitMQ queue -> a polymq destination (:mod:`.bridge_inbound`). The bridge holds one
+Each link of the links file (:mod:`.config`) moves messages one way, at least once:
+polymq ``queue/x`` or ``stream/x`` -> a RabbitMQ exchange (:mod:`.outbound`), or a
+RabbitMQ queue -> a polymq destination (:mod:`.inbound`). The bridge holds one
 connection to RabbitMQ (aio-pika, one channel per link) and one to the core, each made again
-with jittered exponential backoff when it drops (:mod:`.bridge_side`); links restart their
-sessions when both are back (:mod:`.bridge_link`). Properties cross as
-:mod:`.bridge_props` says.
+with jittered exponential backoff when it drops (:mod:`.side`); links restart their
+sessions when both are back (:mod:`.link`). Properties cross as
+:mod:`.props` says.
 
 ``start()`` connects (waiting for the first attempt on each side only: a side that is away
 makes ``/readyz`` answer 503 until it is back), starts every link, binds an aiohttp app on
@@ -27,12 +27,12 @@ from prometheus_client import CollectorRegistry
 
 from polymq.frontend import add_admin_routes, admin_runner, start_site
 
-from .bridge_config import BridgeConfig, BridgeSettings, OutboundLink
-from .bridge_inbound import InboundRunner
-from .bridge_link import LinkRunner
-from .bridge_metrics import BridgeMetrics
-from .bridge_outbound import OutboundRunner
-from .bridge_side import Backoff, CoreSide, RabbitSide
+from .config import BridgeConfig, BridgeSettings, OutboundLink
+from .inbound import InboundRunner
+from .link import LinkRunner
+from .metrics import BridgeMetrics
+from .outbound import OutboundRunner
+from .side import Backoff, CoreSide, RabbitSide
 
 __all__ = ["BridgeService", "build_app"]
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from polymq_amqp.bridge_metrics import BridgeMetrics
-from polymq_amqp.bridge_outbound import StreamProgress
-from polymq_amqp.bridge_side import Attachment, Backoff, Side, Stopping
+from polymq_bridge.metrics import BridgeMetrics
+from polymq_bridge.outbound import StreamProgress
+from polymq_bridge.side import Attachment, Backoff, Side, Stopping
 
 
 def test_backoff_doubles_with_jitter_up_to_a_cap() -> None:

@@ -10,7 +10,7 @@ import pytest
 from aio_pika import DeliveryMode
 
 from polymq import Message
-from polymq_amqp.bridge_props import header_text, to_amqp, to_polymq
+from polymq_bridge.props import header_text, to_amqp, to_polymq
 
 NOW = 1_700_000_000.0
 

@@ -30,7 +30,7 @@ from yarl import URL
 from polymq import Client
 from polymq.errors import Unauthorized
 
-from .bridge_metrics import BridgeMetrics
+from .metrics import BridgeMetrics
 
 __all__ = ["Attachment", "Backoff", "CoreSide", "RabbitSide", "Side", "Stopping"]
 

@@ -36,10 +36,10 @@ from polymq import Client
 from polymq.errors import BadRequest, ConnectionClosed, PayloadTooLarge, Unavailable
 from polymq.types import Message
 
-from .bridge_config import InboundLink
-from .bridge_link import Contiguous, LinkRunner, SessionEnded, describe
-from .bridge_props import to_polymq
-from .bridge_side import Attachment
+from .config import InboundLink
+from .link import Contiguous, LinkRunner, SessionEnded, describe
+from .props import to_polymq
+from .side import Attachment
 
 __all__ = ["InboundRunner"]
 

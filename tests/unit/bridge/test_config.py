@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from polymq.config import ConfigError, from_env
-from polymq_amqp.bridge_config import (
+from polymq_bridge.config import (
     BridgeSettings,
     Direction,
     InboundLink,
@@ -173,7 +173,7 @@ def test_no_links_file_is_said_when_links_are_read() -> None:
 def test_the_polymq_cli_can_mount_the_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from polymq_amqp.bridge_main import add_arguments, settings_from
+    from polymq_bridge.main import add_arguments, settings_from
 
     for var in ("POLYMQ_BRIDGE_CONFIG", "POLYMQ_BRIDGE_RABBITMQ_URL", "POLYMQ_CORE_PORT"):
         monkeypatch.delenv(var, raising=False)

@@ -124,7 +124,7 @@ class BridgeSettings:
         if not self.bridge_config:
             raise ConfigError(
                 "no links file: set POLYMQ_BRIDGE_CONFIG or pass --config FILE (a JSON file "
-                'like {"links": [...]}, see polymq_amqp.bridge_config)'
+                'like {"links": [...]}, see polymq_bridge.config)'
             )
         return load_links(self.bridge_config)
 

@@ -35,10 +35,10 @@ from aiormq.exceptions import DeliveryError
 from polymq import Client, Delivery, Subscription
 from polymq.errors import NotFound
 
-from .bridge_config import OutboundLink
-from .bridge_link import Contiguous, LinkRunner, SessionEnded, describe
-from .bridge_props import to_amqp
-from .bridge_side import Attachment
+from .config import OutboundLink
+from .link import Contiguous, LinkRunner, SessionEnded, describe
+from .props import to_amqp
+from .side import Attachment
 
 __all__ = ["OutboundRunner", "StreamProgress"]
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from .bridge_config import LinkConfig
+from .config import LinkConfig
 
 __all__ = ["REASONS", "SIDES", "BridgeMetrics", "LinkMetrics"]
 

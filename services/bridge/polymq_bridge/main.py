@@ -1,11 +1,11 @@
-"""The bridge's command line: ``python -m polymq_amqp.bridge_main`` (``polymq bridge``).
+"""The bridge's command line: ``python -m polymq_bridge.main`` (``polymq bridge``).
 
 ::
 
     polymq bridge [--config FILE] [--rabbitmq-url URL] [--core HOST:PORT] [--host H]
                   [--bridge-port N] [--ports-file FILE] [--log-level LEVEL]
 
-Flags override the ``POLYMQ_*`` environment (:class:`~.bridge_config.BridgeSettings`).
+Flags override the ``POLYMQ_*`` environment (:class:`~.config.BridgeSettings`).
 ``--ports-file`` receives ``{"bridge": N}`` (the metrics/health port) once it is bound.
 SIGTERM and Ctrl-C stop gracefully (in-flight messages get ``POLYMQ_BRIDGE_STOP_GRACE``
 seconds to be confirmed). Exit codes: 0 after a stop, 2 for a configuration error (a bad
@@ -33,7 +33,7 @@ from typing import Any
 
 from polymq.config import ConfigError, from_env
 
-from .bridge_config import BridgeConfig, BridgeSettings
+from .config import BridgeConfig, BridgeSettings
 
 __all__ = ["add_arguments", "main", "run", "settings_from"]
 
@@ -91,7 +91,7 @@ def _write_ports(path: str, ports: dict[str, int]) -> None:
 async def serve(
     settings: BridgeSettings, config: BridgeConfig, ports_file: str | None = None
 ) -> int:
-    from .bridge import BridgeService
+    from .service import BridgeService
 
     service = BridgeService(settings, config=config)
     stop = asyncio.Event()

@@ -31,9 +31,9 @@ from aio_pika.abc import AbstractChannel, AbstractConnection
 
 from polymq import Client
 
-from .bridge_config import BridgeSettings, LinkConfig
-from .bridge_metrics import LinkMetrics
-from .bridge_side import Attachment, Backoff, CoreSide, RabbitSide, Stopping
+from .config import BridgeSettings, LinkConfig
+from .metrics import LinkMetrics
+from .side import Attachment, Backoff, CoreSide, RabbitSide, Stopping
 
 __all__ = ["Contiguous", "LinkRunner", "SessionEnded", "SideLost", "describe"]
 
