@@ -26,15 +26,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections import deque
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from ssl import SSLContext
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from . import inproc
 from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role
+from .deliveries import Delivery, DeliveryListener, Lease, Subscription, make_message
 from .errors import (
     ConnectionClosed,
     LocalProtocolError,
@@ -63,7 +62,6 @@ from .events import (
     KvPut,
     MetaGet,
     MetaSet,
-    Nack,
     Ok,
     Ping,
     Polled,
@@ -75,9 +73,9 @@ from .events import (
     Stats,
     Subscribe,
     Unbind,
-    Unsubscribe,
     Welcome,
 )
+from .handles import ChannelHandle, QueueHandle, StreamHandle, TopicHandle
 from .types import Message
 
 __all__ = [
@@ -93,168 +91,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_MESSAGE_FIELDS = frozenset(
-    {"content_type", "headers", "priority", "persistent", "expires", "ack_timeout",
-     "correlation_id", "reply_to"}
-)  # fmt: skip
-
-
-def make_message(body: bytes | str | Message, **fields: Any) -> Message:
-    if isinstance(body, Message):
-        return body
-    unknown = set(fields) - _MESSAGE_FIELDS
-    if unknown:
-        raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
-    if isinstance(body, str):
-        body = body.encode()
-        fields.setdefault("content_type", "text/plain; charset=utf-8")
-    return Message(body=bytes(body), **fields)
-
-
-@dataclass(slots=True)
-class Delivery:
-    """One delivered message; ``ack``/``nack`` are fire-and-forget (coalesced)."""
-
-    message: Message
-    tag: int
-    subscription: Subscription
-
-    def ack(self) -> None:
-        self.subscription.ack(self.tag)
-
-    def nack(self, requeue: bool = True) -> None:
-        self.subscription.nack(self.tag, requeue=requeue)
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A pulled message and the receipt that settles it."""
-
-    receipt: str
-    message: Message
-
-
-class DeliveryListener(Protocol):
-    """Takes a subscription's deliveries as they arrive, instead of its async iterator.
-
-    For frontends that relay deliveries to their own clients from protocol callbacks: no
-    task per subscription, no buffering in the client (so nothing here pauses reading the
-    shared connection; the listener bounds its own buffers, e.g. with the prefetch window).
-    Both methods are called from the client's ``data_received`` and must not block.
-    """
-
-    def on_deliver(self, sub: Subscription, tags: list[int], messages: list[Message]) -> None:
-        """Messages and their delivery tags (to ack or nack), in delivery order."""
-
-    def on_end(self, sub: Subscription, error: BaseException) -> None:
-        """The subscription ended without ``unsubscribe()``: the core cancelled it
-        (its destination was deleted) or the connection closed; ``error`` says which."""
-
-
-class Subscription:
-    """A subscription's deliveries as an async iterator (or handed to a listener)."""
-
-    def __init__(
-        self,
-        client: Client,
-        sid: int,
-        destination: str,
-        listener: DeliveryListener | None = None,
-    ) -> None:
-        self.client = client
-        self.sid = sid
-        self.destination = destination
-        self.listener = listener
-        self._items: deque[Delivery] = deque()
-        self._waiter: asyncio.Future[None] | None = None
-        self._error: BaseException | None = None
-        self._acks: list[int] = []
-        self.closed = False
-
-    def _push(self, tags: list[int], messages: list[Message]) -> None:
-        if self.listener is not None:
-            self.listener.on_deliver(self, tags, messages)
-            return
-        items = self._items
-        for tag, msg in zip(tags, messages, strict=True):
-            items.append(Delivery(msg, tag, self))
-        self._wake()
-        if len(items) >= self.client.local_buffer:
-            self.client._pause_reading()
-
-    def _end(self, error: BaseException) -> None:
-        first = self._error is None
-        if first:
-            self._error = error
-        self.closed = True
-        self._wake()
-        if first and self.listener is not None and not isinstance(error, _Finished):
-            self.listener.on_end(self, error)
-
-    def _wake(self) -> None:
-        w = self._waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    def __aiter__(self) -> AsyncIterator[Delivery]:
-        return self
-
-    async def __anext__(self) -> Delivery:
-        while not self._items:
-            if self._error is not None:
-                if isinstance(self._error, _Finished):
-                    raise StopAsyncIteration
-                raise self._error
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        d = self._items.popleft()
-        if len(self._items) < self.client.local_buffer // 2:
-            self.client._resume_reading()
-        return d
-
-    async def get(self, timeout: float | None = None) -> Delivery:
-        """The next delivery, or :class:`asyncio.TimeoutError` after ``timeout``."""
-        return await asyncio.wait_for(self.__anext__(), timeout)
-
-    def pending(self) -> int:
-        return len(self._items)
-
-    def ack(self, tag: int) -> None:
-        self._acks.append(tag)
-        self.client._queue_acks(self)
-
-    def nack(self, tag: int, requeue: bool = True) -> None:
-        self.client._send(Nack(0, self.sid, [tag], requeue, False))
-
-    async def ack_many(self, tags: list[int], *, cumulative: bool = False) -> Any:
-        return await self.client._call(Ack(self.client._rid(), self.sid, tags, cumulative))
-
-    async def unsubscribe(self) -> None:
-        if self.closed:
-            return
-        if self._acks:
-            self.client._flush()  # acks given before leaving go out first
-        self.closed = True
-        self.client._subs.pop(self.sid, None)
-        try:
-            await self.client._call(Unsubscribe(self.client._rid(), self.sid))
-        finally:
-            self._end(_Finished())
-
-    async def __aenter__(self) -> Subscription:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if not self.client.closed:
-            await self.unsubscribe()
-
-
-class _Finished(Exception):
-    pass
 
 
 class _Protocol(asyncio.Protocol):
@@ -697,83 +533,3 @@ class Client:
         if role not in ("server", "client"):
             raise ValueError("role must be 'server' or 'client'")
         return ChannelHandle(self, f"channel/{name}", role)
-
-
-class _Handle:
-    def __init__(self, client: Client, destination: str) -> None:
-        self.client = client
-        self.destination = destination
-
-    async def declare(self, **options: Any) -> dict[str, Any]:
-        return await self.client.declare(self.destination, **options)
-
-    async def delete(self) -> None:
-        await self.client.delete(self.destination)
-
-    async def stats(self) -> dict[str, Any]:
-        return await self.client.stats(self.destination)
-
-    async def metadata(self, **values: str) -> dict[str, str]:
-        """Set metadata when given keywords; return the current metadata."""
-        if values:
-            await self.client.set_metadata(self.destination, values)
-            return dict(values)
-        return await self.client.get_metadata(self.destination)
-
-
-class QueueHandle(_Handle):
-    async def push(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
-        return await self.client.publish(self.destination, body, **fields)
-
-    async def push_many(self, messages: Iterable[Message]) -> dict[str, Any]:
-        return await self.client.publish(self.destination, list(messages))
-
-    async def consume(self, **options: Any) -> Subscription:
-        return await self.client.subscribe(self.destination, **options)
-
-    async def pull(self, max: int = 1, **kw: Any) -> list[Lease]:
-        return await self.client.pull(self.destination, max, **kw)
-
-    async def purge(self) -> int:
-        return await self.client.purge(self.destination)
-
-    async def bind(self, pattern: str) -> dict[str, Any]:
-        return await self.client.bind(pattern, self.destination)
-
-    async def unbind(self, pattern: str) -> dict[str, Any]:
-        return await self.client.unbind(pattern, self.destination)
-
-    async def bindings(self) -> list[str]:
-        return await self.client.bindings(self.destination)
-
-
-class TopicHandle(_Handle):
-    async def publish(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
-        return await self.client.publish(self.destination, body, **fields)
-
-    async def subscribe(self, **options: Any) -> Subscription:
-        return await self.client.subscribe(self.destination, **options)
-
-
-class StreamHandle(_Handle):
-    async def append(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
-        return await self.client.publish(self.destination, body, **fields)
-
-    async def read(self, offset: str | int | float = "next", **options: Any) -> Subscription:
-        if isinstance(offset, float):
-            options["offset"] = {"timestamp": offset}
-        else:
-            options["offset"] = offset
-        return await self.client.subscribe(self.destination, **options)
-
-
-class ChannelHandle(_Handle):
-    def __init__(self, client: Client, destination: str, role: str) -> None:
-        super().__init__(client, destination)
-        self.role = role
-
-    async def send(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
-        return await self.client.publish(self.destination, body, role=self.role, **fields)
-
-    async def receive(self, **options: Any) -> Subscription:
-        return await self.client.subscribe(self.destination, role=self.role, **options)

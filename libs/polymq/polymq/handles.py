@@ -1,0 +1,96 @@
+"""busmq-like handles over a :class:`~polymq.client.Client`: a queue (push, consume,
+pull, purge, bindings), a topic (publish, subscribe), a stream (append, read from an
+offset) and a channel's role (send, receive)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .deliveries import Lease, Subscription
+from .types import Message
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["ChannelHandle", "QueueHandle", "StreamHandle", "TopicHandle"]
+
+
+class _Handle:
+    def __init__(self, client: Client, destination: str) -> None:
+        self.client = client
+        self.destination = destination
+
+    async def declare(self, **options: Any) -> dict[str, Any]:
+        return await self.client.declare(self.destination, **options)
+
+    async def delete(self) -> None:
+        await self.client.delete(self.destination)
+
+    async def stats(self) -> dict[str, Any]:
+        return await self.client.stats(self.destination)
+
+    async def metadata(self, **values: str) -> dict[str, str]:
+        """Set metadata when given keywords; return the current metadata."""
+        if values:
+            await self.client.set_metadata(self.destination, values)
+            return dict(values)
+        return await self.client.get_metadata(self.destination)
+
+
+class QueueHandle(_Handle):
+    async def push(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
+        return await self.client.publish(self.destination, body, **fields)
+
+    async def push_many(self, messages: Iterable[Message]) -> dict[str, Any]:
+        return await self.client.publish(self.destination, list(messages))
+
+    async def consume(self, **options: Any) -> Subscription:
+        return await self.client.subscribe(self.destination, **options)
+
+    async def pull(self, max: int = 1, **kw: Any) -> list[Lease]:
+        return await self.client.pull(self.destination, max, **kw)
+
+    async def purge(self) -> int:
+        return await self.client.purge(self.destination)
+
+    async def bind(self, pattern: str) -> dict[str, Any]:
+        return await self.client.bind(pattern, self.destination)
+
+    async def unbind(self, pattern: str) -> dict[str, Any]:
+        return await self.client.unbind(pattern, self.destination)
+
+    async def bindings(self) -> list[str]:
+        return await self.client.bindings(self.destination)
+
+
+class TopicHandle(_Handle):
+    async def publish(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
+        return await self.client.publish(self.destination, body, **fields)
+
+    async def subscribe(self, **options: Any) -> Subscription:
+        return await self.client.subscribe(self.destination, **options)
+
+
+class StreamHandle(_Handle):
+    async def append(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
+        return await self.client.publish(self.destination, body, **fields)
+
+    async def read(self, offset: str | int | float = "next", **options: Any) -> Subscription:
+        if isinstance(offset, float):
+            options["offset"] = {"timestamp": offset}
+        else:
+            options["offset"] = offset
+        return await self.client.subscribe(self.destination, **options)
+
+
+class ChannelHandle(_Handle):
+    def __init__(self, client: Client, destination: str, role: str) -> None:
+        super().__init__(client, destination)
+        self.role = role
+
+    async def send(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
+        return await self.client.publish(self.destination, body, role=self.role, **fields)
+
+    async def receive(self, **options: Any) -> Subscription:
+        return await self.client.subscribe(self.destination, role=self.role, **options)
