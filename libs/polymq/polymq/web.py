@@ -6,7 +6,10 @@
   given; plain HTTP otherwise), started and stopped in aiohttp's documented order
   (``docs/web_advanced.rst``): stop accepting, ``on_shutdown`` (waiting requests answer
   now), let in-flight requests finish within :data:`SHUTDOWN_TIMEOUT`, then the app's
-  ``cleanup_ctx`` (the core link closes last: :func:`add_core_link`).
+  ``cleanup_ctx`` (the core link closes last: :func:`add_core_link`). Its listener
+  (:class:`polymq.listener.HttpListener`) takes at most ``POLYMQ_MAX_CONNECTIONS`` at once.
+- :func:`deadline_runner`: the runner of an app whose requests' headers and body must come
+  within ``POLYMQ_HANDSHAKE_TIMEOUT`` (every frontend's, and the core's admin HTTP).
 - :class:`RequestMetrics`, :func:`metrics_middleware` and :func:`metrics_endpoint`: the
   metrics every frontend declares against an injected ``CollectorRegistry``
   (``polymq_<service>_requests``, ``..._request_duration_seconds``,
@@ -39,7 +42,6 @@ import logging
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from http import HTTPStatus
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from aiohttp import web
@@ -57,6 +59,9 @@ from .client import Client
 from .config import FrontendSettings, server_ssl_context
 from .corelink import CORE_TIMEOUT, CoreLink
 from .errors import NotFound
+from .listener import HttpListener, listener_metrics
+from .problem import PROBLEM_JSON, problem_code, problem_document, status_phrase
+from .resources import ConnectionLimits
 from .types import Destination, Kind, Message
 
 __all__ = [
@@ -68,12 +73,14 @@ __all__ = [
     "RequestMetrics",
     "SettleHandler",
     "WebService",
+    "WebSettings",
     "add_core_link",
     "add_health_routes",
     "add_metrics_route",
     "add_openapi_route",
     "add_settle_routes",
     "core_link_metrics",
+    "deadline_runner",
     "healthz",
     "link_state",
     "method_label",
@@ -92,18 +99,16 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-S = TypeVar("S", bound=FrontendSettings)
+S = TypeVar("S", bound="WebSettings")
 M = TypeVar("M", bound="RequestMetrics")
 L = TypeVar("L", bound=CoreLink)
 
 SHUTDOWN_TIMEOUT = 10.0  # seconds in-flight requests get to finish at shutdown
 PROMETHEUS = web.AppKey("prometheus", CollectorRegistry)
-PROBLEM_JSON = "application/problem+json"
 CHALLENGE = 'Basic realm="polymq", Bearer'
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-_CODES = {413: "too-large", 503: "unavailable", 504: "timeout"}  # as polymq.errors names them
 
 
 # ---- the service ---------------------------------------------------------------------------
@@ -143,6 +148,42 @@ def _body_deadline(timeout: float) -> Middleware:
     return body_deadline
 
 
+def deadline_runner(
+    app: web.Application,
+    handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    *,
+    handler_cancellation: bool = False,
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+) -> web.AppRunner:
+    """The runner of ``app`` (not set up yet) with the deadlines of every polymq HTTP
+    listener: a request's headers must come within ``handshake_timeout`` seconds (aiohttp's
+    keep-alive timer, which also closes a connection idle that long), then no more than
+    that may pass between two bytes of its body (:func:`_body_deadline`, added to ``app``'s
+    middlewares as the innermost)."""
+    app.middlewares.append(_body_deadline(handshake_timeout))
+    return web.AppRunner(
+        app,
+        access_log=None,
+        handler_cancellation=handler_cancellation,
+        shutdown_timeout=shutdown_timeout,
+        keepalive_timeout=handshake_timeout,
+        # after an answer given before the whole body came (408, 413), the rest is read
+        # and dropped for at most this long, then the connection closes
+        lingering_time=handshake_timeout,
+    )
+
+
+class WebSettings(FrontendSettings, Protocol):
+    """What :class:`WebService` reads of a frontend's settings besides
+    :class:`~polymq.config.FrontendSettings`: ``POLYMQ_HANDSHAKE_TIMEOUT`` and
+    ``POLYMQ_MAX_CONNECTIONS``."""
+
+    @property
+    def handshake_timeout(self) -> float: ...
+    @property
+    def max_connections(self) -> int: ...
+
+
 class WebService(Generic[S]):
     """An aiohttp frontend as a running service: its app (made by ``build_app`` from the
     checked settings and the registry, a new one if none is given) on ``port``, over TLS
@@ -151,7 +192,12 @@ class WebService(Generic[S]):
     not load is a ``ConfigError`` before anything starts.
 
     ``start()`` runs the app's ``cleanup_ctx`` (which connects to the core), binds the
-    listener and returns ``{name: port}``; ``stop()`` shuts down in aiohttp's order."""
+    listener and returns ``{name: port}``; ``stop()`` shuts down in aiohttp's order.
+
+    The listener (:class:`~polymq.listener.HttpListener`) takes at most the settings'
+    ``max_connections`` at once (0: the room the open-files limit leaves), answering the
+    others 503 at accept; ``polymq_<name>_connections`` and ``..._connections_refused``
+    count them."""
 
     name: ClassVar[str]  # the key of its port in ``ports`` (and in ``polymq run``'s file)
     backlog: ClassVar[int] = 128  # aiohttp's default
@@ -173,37 +219,31 @@ class WebService(Generic[S]):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.app = build_app(settings, self.registry)
         self.app.middlewares.insert(0, self._lame_duck_middleware())
-        # seconds a client has for a request's headers (aiohttp's keep-alive timer, which
-        # also closes a connection idle that long) and then for its body
-        self.handshake_timeout = float(getattr(settings, "handshake_timeout", HANDSHAKE_TIMEOUT))
-        self.app.middlewares.append(_body_deadline(self.handshake_timeout))  # innermost
+        # seconds a client has for a request's headers, then between bytes of its body
+        self.handshake_timeout = settings.handshake_timeout
+        self.limits = ConnectionLimits(f"the {self.name} listener", settings.max_connections)
+        self.listener_metrics = listener_metrics(self.registry, f"polymq_{self.name}", "HTTP")
         self.port = port
         self.lame = False  # stopping: no new connections, requests told to go elsewhere
         self._runner: web.AppRunner | None = None
+        self._listener: HttpListener | None = None
         self.ports: dict[str, int] = {}
 
     async def start(self) -> dict[str, int]:
-        self._runner = web.AppRunner(
-            self.app,
-            access_log=None,
-            handler_cancellation=True,
-            shutdown_timeout=SHUTDOWN_TIMEOUT,
-            keepalive_timeout=self.handshake_timeout,
-            # after an answer given before the whole body came (408, 413), the rest is read
-            # and dropped for at most this long, then the connection closes
-            lingering_time=self.handshake_timeout,
-        )
+        self._runner = deadline_runner(self.app, self.handshake_timeout, handler_cancellation=True)
         await self._runner.setup()  # runs the cleanup_ctx: connects to the core
-        site = web.TCPSite(
+        self._listener = HttpListener(
             self._runner,
             self.settings.host,
             self.port,
+            self.limits,
+            name=self.name,
+            metrics=self.listener_metrics,
             ssl_context=self.ssl_context,
-            reuse_address=True,
             backlog=self.backlog,
+            handshake_timeout=self.handshake_timeout,
         )
-        await site.start()
-        self.ports[self.name] = int(self._runner.addresses[0][1])
+        self.ports[self.name] = await self._listener.start()
         self.started()
         return self.ports
 
@@ -241,14 +281,18 @@ class WebService(Generic[S]):
         comes on an open one is answered 503 with ``Retry-After`` and ``Connection:
         close`` (those already running finish in :meth:`stop`)."""
         self.lame = True
-        if self._runner is not None:
-            for site in list(self._runner.sites):
-                await site.stop()
+        if self._listener is not None:
+            self._listener.close()
 
     async def stop(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
+        if listener is not None:
+            await listener.wait_closed()
 
 
 def link_state(core: CoreLink) -> str:
@@ -491,18 +535,6 @@ class FrontendLink(CoreLink, Generic[S]):
 
 
 # ---- problem details -----------------------------------------------------------------------
-def status_phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"
-
-
-def problem_code(status: int) -> str:
-    """The ``code`` of a problem with ``status`` when none is given (``not-found``, ...)."""
-    return _CODES.get(status) or status_phrase(status).lower().replace(" ", "-").replace("'", "")
-
-
 def problem_response(
     status: int,
     detail: str,
@@ -512,13 +544,7 @@ def problem_response(
 ) -> web.Response:
     """``{"type": "about:blank", "title": <the status phrase>, "status", "detail", "code"}``
     as ``application/problem+json``; a 401 challenges, a 503 says when to retry."""
-    body = {
-        "type": "about:blank",
-        "title": status_phrase(status),
-        "status": status,
-        "detail": detail,
-        "code": code or problem_code(status),
-    }
+    body = problem_document(status, detail, code=code)
     out = {k: v for k, v in (headers or {}).items() if k.lower() != "content-type"}
     if status == 401:
         out.setdefault("WWW-Authenticate", CHALLENGE)

@@ -30,6 +30,8 @@ class AvroSettings:
     tls_cert: str | None = None  # PEM certificate (chain): the listener speaks HTTPS only
     tls_key: str | None = None  # its PEM private key
     handshake_timeout: float = 10.0  # seconds for a request's headers, then between body bytes
+    # connections the listener takes at once (0: the room the open-files limit leaves)
+    max_connections: int = 0
     # One POST is one atomic publish at the core, so these bound it: the request body, the
     # records in it, and their bytes once decompressed (also held under the core's frame).
     avro_max_body: int = 64 * MIB
@@ -46,6 +48,7 @@ class AvroSettings:
         check_frontend(self, "avro_port")
         check_tls(self)
         check_range("handshake_timeout", self.handshake_timeout, 0.1, 3600, "seconds")
+        check_range("max_connections", self.max_connections, 0, 10_000_000)
         check_range("avro_max_body", self.avro_max_body, 1024, 1024 * MIB, "bytes")
         check_range("avro_max_records", self.avro_max_records, 1, 1_000_000)
         check_range("avro_max_decoded", self.avro_max_decoded, 1024, 1024 * MIB, "bytes")

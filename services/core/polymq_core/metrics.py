@@ -14,6 +14,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from polymq.listener import listener_metrics
+
 PROTOCOLS = ("native", "http", "longpoll", "stomp", "avro", "amqp", "bridge", "peer")
 
 
@@ -60,6 +62,9 @@ class Sensors:
         self.connections = Gauge(
             "polymq_connections", "Open client connections", ["protocol"], registry=registry
         )
+        # polymq_admin_connections and ..._connections_refused, by listener (admin and,
+        # with cluster TLS, peer_admin)
+        self.admin_listeners = listener_metrics(registry, "polymq_admin", "admin HTTP")
         self.subscriptions = Gauge(
             "polymq_subscriptions", "Active subscriptions", ["kind"], registry=registry
         )

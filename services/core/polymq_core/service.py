@@ -21,6 +21,9 @@ from prometheus_client import CollectorRegistry
 
 from polymq import inproc
 from polymq.auth import AuthProvider, WithServiceToken, load_provider
+from polymq.listener import HttpListener
+from polymq.resources import ConnectionLimits
+from polymq.web import deadline_runner
 
 from .admin import admin_app
 from .broker import Broker
@@ -81,6 +84,7 @@ class CoreService:
         self._server: asyncio.Server | None = None
         self._peer_server: asyncio.Server | None = None  # cluster TLS: the wire for peers
         self._admin: web.AppRunner | None = None
+        self._admin_listeners: list[HttpListener] = []
         self.ports: dict[str, int] = {}
 
     async def start(self) -> dict[str, int]:
@@ -98,13 +102,14 @@ class CoreService:
         self.ports["core"] = _port(self._server.sockets[0])
         if self.in_process:
             inproc.serve(s.host, self.ports["core"], lambda: Session(self.broker))
-        self._admin = web.AppRunner(
-            admin_app(self.broker, self.registry, self.cluster, self.reloader), access_log=None
+        # the admin HTTP has the frontends' deadlines and connection limit (not the wire's
+        # per-user one: nobody has logged in when a connection is accepted)
+        self._admin = deadline_runner(
+            admin_app(self.broker, self.registry, self.cluster, self.reloader),
+            s.handshake_timeout,
         )
         await self._admin.setup()
-        site = web.TCPSite(self._admin, s.host, s.admin_port, reuse_address=True)
-        await site.start()
-        self.ports["admin"] = int(self._admin.addresses[0][1])
+        self.ports["admin"] = await self._admin_listener("admin", s.admin_port)
         started = loop.time()
         await self.broker.start()
         log.info(
@@ -140,10 +145,7 @@ class CoreService:
             reuse_address=True,
         )
         self.ports["peer_wire"] = _port(self._peer_server.sockets[0])
-        assert self._admin is not None
-        site = web.TCPSite(self._admin, s.host, s.peer_admin_port, ssl_context=ctx)
-        await site.start()
-        self.ports["peer_admin"] = int(self._admin.addresses[-1][1])
+        self.ports["peer_admin"] = await self._admin_listener("peer_admin", s.peer_admin_port, ctx)
         log.info(
             "core %s: peers over TLS: wire protocol on %s:%d, admin on https://%s:%d/",
             s.node_name,
@@ -152,6 +154,24 @@ class CoreService:
             s.host,
             self.ports["peer_admin"],
         )
+
+    async def _admin_listener(self, name: str, port: int, ctx: ssl.SSLContext | None = None) -> int:
+        """Serve the admin app on ``port`` (TLS with ``ctx``) as listener ``name``, with
+        ``max_connections`` of its own; the port bound."""
+        s = self.settings
+        assert self._admin is not None
+        listener = HttpListener(
+            self._admin,
+            s.host,
+            port,
+            ConnectionLimits(f"the core's {name} port", s.max_connections),
+            name=name,
+            metrics=self.sensors.admin_listeners,
+            ssl_context=ctx,
+            handshake_timeout=s.handshake_timeout,
+        )
+        self._admin_listeners.append(listener)
+        return await listener.start()
 
     @property
     def pids(self) -> list[int]:
@@ -182,8 +202,13 @@ class CoreService:
                 await asyncio.wait_for(server.wait_closed(), 2)
             except TimeoutError:
                 pass
+        for listener in self._admin_listeners:
+            listener.close()
         if self._admin is not None:
             await self._admin.cleanup()
+        for listener in self._admin_listeners:
+            await listener.wait_closed()
+        self._admin_listeners.clear()
         if self.cluster is not None:
             await self.cluster.close()
 

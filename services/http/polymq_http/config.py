@@ -26,11 +26,14 @@ class HttpSettings:
     tls_cert: str | None = None  # PEM certificate (chain): the listener speaks HTTPS only
     tls_key: str | None = None  # its PEM private key
     handshake_timeout: float = 10.0  # seconds for a request's headers, then between body bytes
+    # connections the listener takes at once (0: the room the open-files limit leaves)
+    max_connections: int = 0
 
     def check(self) -> None:
         check_addresses(self, "http_port")
         check_tls(self)
         check_range("handshake_timeout", self.handshake_timeout, 0.1, 3600, "seconds")
+        check_range("max_connections", self.max_connections, 0, 10_000_000)
         if not 1024 <= self.max_body <= 1024 * MIB:
             raise ConfigError("POLYMQ_MAX_BODY must be 1024..1073741824 bytes")
         if not 1 <= self.max_batch <= 100_000:

@@ -44,11 +44,14 @@ class LongpollSettings:
     longpoll_max_body: int = 16 * MIB  # bytes of one request body
     longpoll_max_batch: int = 1000  # messages in one publish, receipts in one ack / nack
     handshake_timeout: float = 10.0  # seconds for a request's headers, then between body bytes
+    # connections the listener takes at once (0: the room the open-files limit leaves)
+    max_connections: int = 0
 
     def check(self) -> None:
         check_frontend(self, "longpoll_port")
         check_tls(self)
         check_range("handshake_timeout", self.handshake_timeout, 0.1, 3600, "seconds")
+        check_range("max_connections", self.max_connections, 0, 10_000_000)
         self.cors_origins()  # raises on a malformed list
         check_range("longpoll_max_wait", self.longpoll_max_wait, 0, 3600, "seconds")
         check_range("longpoll_max_poll", self.longpoll_max_poll, 1, 100_000)
