@@ -35,7 +35,7 @@ from .client import Client
 from .config import FrontendSettings
 from .corelink import CoreLink
 from .transport import Transport
-from .web import add_metrics_route, core_link_metrics, healthz
+from .web import add_metrics_route, core_link_metrics, deadline_runner, healthz
 
 __all__ = [
     "FrontendMetrics",
@@ -143,15 +143,12 @@ def add_admin_routes(
 
 
 def admin_runner(app: web.Application, handshake_timeout: float = 10.0) -> web.AppRunner:
-    """The runner of a service's aiohttp app (no access log; requests get 2 s at stop; a
-    request's headers, a WebSocket upgrade's too, must come within ``handshake_timeout``
-    seconds, after which an idle connection is closed as well)."""
-    return web.AppRunner(
-        app,
-        access_log=None,
-        shutdown_timeout=_ADMIN_SHUTDOWN_TIMEOUT,
-        keepalive_timeout=handshake_timeout,
-    )
+    """The runner of a service's aiohttp app (no access log; requests get 2 s at stop),
+    with the deadlines of every polymq HTTP listener (:func:`polymq.web.deadline_runner`):
+    a request's headers, a WebSocket upgrade's too, must come within ``handshake_timeout``
+    seconds, after which an idle connection is closed as well, and a body may not stall
+    longer than that."""
+    return deadline_runner(app, handshake_timeout, shutdown_timeout=_ADMIN_SHUTDOWN_TIMEOUT)
 
 
 async def start_site(
