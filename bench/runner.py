@@ -44,12 +44,13 @@ from .scenario import Context, Scenario, Skipped
 
 
 def all_scenarios() -> list[Scenario]:
-    from . import amqp, avro, cluster, http, longpoll, native, rabbitmq, stomp
+    from . import amqp, avro, cluster, fanout, http, longpoll, native, rabbitmq, stomp
 
     return [
         *native.SCENARIOS,
         *http.SCENARIOS,
         *longpoll.SCENARIOS,
+        *fanout.SCENARIOS,
         *rabbitmq.SCENARIOS,
         *stomp.SCENARIOS,
         *avro.SCENARIOS,

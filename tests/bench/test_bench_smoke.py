@@ -21,6 +21,8 @@ SCENARIOS = {
     "http_batch_publish_pull",
     "longpoll_deliveries",
     "longpoll_latency_fixed_rate",
+    "longpoll_fanout_10k",
+    "stomp_connections_10k",
     "avro",  # raw container ingest, then Spark's format("polymq") (~40 s with Spark's start)
 }
 # Measured against RabbitMQ's STOMP plugin too; polymq's side must always have a figure (the

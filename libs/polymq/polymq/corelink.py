@@ -99,6 +99,8 @@ class CoreLink:
         self.last_error = "not connected yet"
         self.budget = ByteBudget(_DEFAULT_MAX_FRAME // 2)
         self.stopping = asyncio.Event()
+        # futures of requests held open (long polls): woken together when the link stops
+        self._held: set[asyncio.Future[None]] = set()
         self._wake = asyncio.Event()
         self._first_attempt = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -137,8 +139,30 @@ class CoreLink:
         except TimeoutError:
             pass
 
-    async def stop(self) -> None:
+    def begin_stop(self) -> None:
+        """The service is stopping: set :attr:`stopping` and wake every held request."""
         self.stopping.set()
+        held, self._held = self._held, set()
+        for fut in held:
+            if not fut.done():
+                fut.set_result(None)
+
+    def hold(self) -> asyncio.Future[None]:
+        """A future that :meth:`begin_stop` wakes (done at once if stopping already): a
+        waiting request awaits it instead of a task of its own on :attr:`stopping`. The
+        holder wakes it too when its request ends, and calls :meth:`release`."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.stopping.is_set():
+            fut.set_result(None)
+        else:
+            self._held.add(fut)
+        return fut
+
+    def release(self, fut: asyncio.Future[None]) -> None:
+        self._held.discard(fut)
+
+    async def stop(self) -> None:
+        self.begin_stop()
         if self._background:
             await asyncio.wait(set(self._background), timeout=2.0)
         for task in (*self._background, self._task):

@@ -58,7 +58,7 @@ class Consumers:
                 "per connection"
             )
         if dest.kind is Kind.TOPIC:
-            sub = Subscription(session, ev.sid, str(dest), options, broker.topic_source)
+            sub = Subscription(session, ev.sid, dest, options, broker.topic_source)
             try:
                 broker.topics.add(dest.name, sub)
             except ValueError as exc:
@@ -69,7 +69,7 @@ class Consumers:
             box = broker.shard_for(key).get(key)
             if dest.kind is not Kind.STREAM and options.offset != "next":
                 raise BadRequest("offset applies to streams only")
-            sub = Subscription(session, ev.sid, str(dest), options, box)
+            sub = Subscription(session, ev.sid, dest, options, box)
             first = session.first_tags.get(ev.sid)
             if first is not None:  # a subscription moved here from another leader
                 sub.next_tag = first

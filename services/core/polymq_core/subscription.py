@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from polymq.types import AckMode, Message, SubscribeOptions
+from polymq.types import AckMode, Destination, Kind, Message, SubscribeOptions
 
 if TYPE_CHECKING:
     import asyncio
@@ -31,6 +31,8 @@ class Source(Protocol):
     def pump(self) -> None: ...
 
 
+_KIND_TEXT = {k.value: k.value for k in Kind}  # one string per kind, shared
+
 # Shared by every subscription with nothing unacked (most of them: auto mode, topics), so
 # an idle subscription costs no dict of its own. Only ``deliver`` ever inserts, after
 # replacing it with a dict of the subscription's own.
@@ -38,14 +40,18 @@ _NONE_UNACKED: dict[int, Any] = {}
 
 
 class Subscription:
+    """One subscription. A million idle ones must fit in little memory (ocamlmq's ~150 B
+    each is the mark): the destination is kept as its kind's text (one shared string) and
+    its name, which for a topic is the very string the router keys it by; the ack mode and
+    prefetch are read from ``options``, which ``SubscribeOptions.from_dict`` interns."""
+
     __slots__ = (
-        "auto",
         "closed",
-        "destination",
         "inflight",
+        "kind",
+        "name",
         "next_tag",
         "options",
-        "prefetch",
         "session",
         "sid",
         "source",
@@ -55,33 +61,50 @@ class Subscription:
         self,
         session: Session,
         sid: int,
-        destination: str,
+        destination: str | Destination,
         options: SubscribeOptions,
         source: Source,
     ) -> None:
         self.session = session
         self.sid = sid
-        self.destination = destination
+        if isinstance(destination, Destination):
+            self.kind: str = destination.kind.value
+            self.name: str = destination.name
+        else:
+            kind, _, self.name = destination.partition("/")
+            self.kind = _KIND_TEXT.get(kind, kind)
         self.options = options
-        self.auto = options.ack_mode is AckMode.AUTO
-        self.prefetch = options.prefetch
         self.source = source
         # delivery tag -> the source's key for that delivery (a queue seq, a stream seq)
         self.inflight: dict[int, Any] = _NONE_UNACKED
         self.next_tag = 1
         self.closed = False
 
+    @property
+    def destination(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    @property
+    def auto(self) -> bool:
+        return self.options.ack_mode is AckMode.AUTO
+
+    @property
+    def prefetch(self) -> int:
+        return self.options.prefetch
+
     def has_credit(self) -> bool:
         """May the source deliver one more message now?"""
         if self.closed or not self.session.accepts(self):
             return False
-        return self.prefetch == 0 or len(self.inflight) < self.prefetch or self.auto
+        options = self.options
+        prefetch = options.prefetch
+        return prefetch == 0 or len(self.inflight) < prefetch or options.ack_mode is AckMode.AUTO
 
     def deliver(self, message: Message, key: Any) -> int:
         """Hand one message to the session; returns its delivery tag."""
         tag = self.next_tag
         self.next_tag = tag + 1
-        if not self.auto:
+        if self.options.ack_mode is not AckMode.AUTO:
             inflight = self.inflight
             if inflight is _NONE_UNACKED:
                 inflight = self.inflight = {}
@@ -133,7 +156,7 @@ class TopicSource:
         self.router = router  # one for every topic subscription: the pattern is theirs
 
     def detach(self, sub: Subscription, *, requeue: list[Message]) -> None:
-        self.router.remove(sub.destination[len("topic/") :], sub)
+        self.router.remove(sub.name, sub)
 
     def settle(self, sub: Subscription, keys: list[Any], action: str) -> None:
         return None  # topic messages are transient: nothing to redeliver
