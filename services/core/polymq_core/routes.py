@@ -113,7 +113,11 @@ class Routes:
     fed to :meth:`update`, the Kubernetes endpoints. Once :meth:`attach`-ed to the running
     server, a change of the set reloads it."""
 
-    def __init__(self, static: tuple[Route, ...], *, me: str, cluster_port: int) -> None:
+    def __init__(
+        self, static: tuple[Route, ...], *, me: str, cluster_port: int, given: bool = False
+    ) -> None:
+        """``given``: ``--peers`` was given (it may name this node alone), so nats-server
+        starts without waiting for the endpoints to name another node."""
         self.static = static
         self.me = me
         self.cluster_port = cluster_port
@@ -121,13 +125,14 @@ class Routes:
         self.current = static
         self.server: NatsServer | None = None
         self._some = asyncio.Event()
-        if static:
+        if static or given:
             self._some.set()
 
     @classmethod
     def of(cls, settings: CoreSettings) -> Routes:
         port = settings.cluster_port
-        return cls(others(settings.peer_addresses(), port), me=settings.node, cluster_port=port)
+        given = settings.peer_addresses()
+        return cls(others(given, port), me=settings.node, cluster_port=port, given=bool(given))
 
     @property
     def nodes(self) -> int:
@@ -166,7 +171,7 @@ class Routes:
         server.reroute(self.current)
 
     async def wait(self, watcher: EndpointWatcher, timeout: float) -> tuple[Route, ...]:
-        """Until there is a route (at once with static peers), saying every few seconds what
+        """Until there is a route (at once with ``--peers``), saying every few seconds what
         is awaited; the routes. ``EndpointsError`` after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while not self._some.is_set():

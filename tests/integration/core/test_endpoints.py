@@ -214,7 +214,10 @@ async def test_a_cluster_node_shows_its_services_endpoints(
     kmock: kmock.KubernetesEmulator, api: client.DiscoveryV1Api, tmp_path: Path
 ) -> None:
     """``polymq run`` in cluster mode with POLYMQ_K8S_SERVICE (and a kubeconfig naming the
-    emulator): its cluster view lists the Service's pods as the endpoints say."""
+    emulator): its cluster view lists the Service's pods as the endpoints say. (It starts
+    as the Service's one pod: a second one named at start would count as a replica, and
+    JetStream would wait for it; one named later is a route and a member, not a replica
+    of streams made already.)"""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\n"
@@ -224,9 +227,7 @@ async def test_a_cluster_node_shows_its_services_endpoints(
         "current-context: here\n"
     )
     await call(
-        api.create_namespaced_endpoint_slice,
-        NS,
-        endpoint_slice("a", endpoint("k1", "10.0.0.1"), endpoint("k2", "10.0.0.2", ready=False)),
+        api.create_namespaced_endpoint_slice, NS, endpoint_slice("a", endpoint("k1", "10.0.0.1"))
     )
     port = free_port()
     node = PolymqProcess(
@@ -242,6 +243,14 @@ async def test_a_cluster_node_shows_its_services_endpoints(
     )  # fmt: skip
     await asyncio.to_thread(node.start, 60)  # (kmock answers on this loop meanwhile)
     try:
+        await call(
+            api.patch_namespaced_endpoint_slice,
+            "a",
+            NS,
+            endpoint_slice(
+                "a", endpoint("k1", "10.0.0.1"), endpoint("k2", "10.0.0.2", ready=False)
+            ),
+        )
 
         def view() -> Any:
             r = requests.get(f"http://127.0.0.1:{node.ports['admin']}/api/cluster", timeout=5)
