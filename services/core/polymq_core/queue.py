@@ -31,7 +31,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from polymq.errors import NotFound, QueueFull
+from polymq.errors import Conflict, NotFound, QueueFull
 from polymq.types import MAX_PRIORITY, DeclareOptions, Message, Overflow
 
 from .paging import Pages
@@ -180,6 +180,20 @@ class Queue:
             raise QueueFull(f"{self.key} is full ({opts.max_length} messages)")
         if opts.max_bytes is not None and size + nbytes > opts.max_bytes:
             raise QueueFull(f"{self.key} is full ({opts.max_bytes} bytes)")
+
+    def set_window(self, window: tuple[int, int] | None) -> None:
+        """Declared with other options: page within ``window`` from now on (None: keep
+        everything in memory; refused while messages are paged, which only the store
+        holds: a queue that is not durable would lose them)."""
+        if window is None:
+            if self.pages is not None and self.pages.count:
+                raise Conflict(
+                    f"{self.key} holds {self.pages.count} messages kept in the store only "
+                    "(paged): declare it durable and without drop-head, or purge it first"
+                )
+            self.pages = None
+        elif self.pages is None:
+            self.pages = Pages(*window)
 
     def pages_out(self) -> bool:
         """Would a message that comes now stay in the store only? (The shard then writes

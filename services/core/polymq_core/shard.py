@@ -368,6 +368,8 @@ class Shard:
                 )
         if box is None:
             box = self.get(key)
+        if isinstance(box, Queue):
+            box.set_window(self._window(key, options))
         box.options = options
         box.durable = options.durable
         if not options.durable:

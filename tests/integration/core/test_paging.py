@@ -129,3 +129,22 @@ async def test_a_purge_drops_the_paged_messages_too(tmp_path: Path) -> None:
         core.start()
         async with await connect(core.ports["core"]) as c:
             assert (await c.stats(q))["messages"] == 0
+
+
+async def test_queues_that_do_not_page_keep_everything(tmp_path: Path) -> None:
+    """A queue declared not durable (or drop-head) keeps its messages in memory: nothing of
+    it is in the store to read back (before, one declared over the default options paged
+    and lost what it paged)."""
+    loose, head = f"queue/{uid()}", f"queue/{uid()}"
+    with paging_core(tmp_path) as core:
+        async with await connect(core.ports["core"]) as c:
+            await c.declare(loose, durable=False)
+            await c.declare(head, durable=True, max_length=1000, overflow="drop-oldest")
+            for q in (loose, head):
+                await backlog(c, q, 300, persistent=False)
+                st = await c.stats(q)
+                assert (st["messages"], st["paged"]) == (300, 0)
+                sub = await c.subscribe(q, prefetch=50)
+                got = await collect(sub, 300)
+                assert [d.message.body for d in got] == expected(300)
+                await nothing_more(sub)
