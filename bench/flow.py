@@ -259,7 +259,7 @@ def _rates(
 
 def run_fast_producer(ctx: Context) -> Result:
     seconds = ctx.option("seconds", 10.0 if ctx.quick else 300.0)
-    watermark = ctx.option("watermark_bytes", 150 * MB if ctx.quick else 300 * MB)
+    watermark = ctx.option("watermark_bytes", 100 * MB if ctx.quick else 300 * MB)
     rate = ctx.option("consumer_rate", 1000)
     batch = ctx.option("batch", 100)
     inflight = ctx.option("inflight", 4)
