@@ -19,6 +19,9 @@ Scenario ``backlog``, on a fresh ``polymq core`` (its own data directory), one d
    ``POLYMQ_QUEUE_WINDOW_MESSAGES=0`` (no paging) and ``memory_messages`` (fewer) messages:
    "the in-memory drain rate", the reference of the 50% target, and its RSS per message.
 
+5. **RabbitMQ** (:mod:`bench.backlog_rabbit`; ``rabbitmq_messages``, 200k, 0 to skip, 0 with
+   ``--quick``): the same publish, restart and drain on a private RabbitMQ node.
+
 ``--backlog-messages N`` (or ``BENCH_BACKLOG_MESSAGES``, or ``--set backlog.messages=N``)
 sets the backlog; the free space of the temporary directory is checked first. The targets
 apply at their own scale (10M for RSS and drain, 1M for the restart): a smaller run reports
@@ -263,6 +266,17 @@ def _run_in_memory(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _rabbit_note(r: dict[str, Any]) -> str:
+    if r["status"] != "ok":
+        return f"RabbitMQ side {r['status']}: {r.get('reason') or r.get('error')}."
+    return (
+        f"RabbitMQ (private node, classic queue v2, aio-pika, {r['messages']:,} messages): "
+        f"publish {r['publish_msg_per_s']:,.0f} msg/s, {r['rss_per_queued_message_bytes']:.0f} "
+        f"B RSS per queued message, first delivery {r['restart_first_delivery_seconds']:.1f}s "
+        f"after its start, drain {r['drain_msg_per_s']:,.0f} msg/s."
+    )
+
+
 def run_backlog(ctx: Context) -> Result:
     env_default = os.environ.get("BENCH_BACKLOG_MESSAGES")
     default = int(env_default) if env_default else (20_000 if ctx.quick else 1_000_000)
@@ -272,6 +286,7 @@ def run_backlog(ctx: Context) -> Result:
     inflight = ctx.option("inflight", 8)
     prefetch = ctx.option("prefetch", 1000)
     restart = ctx.option("restart", True)
+    n_rabbit = ctx.option("rabbitmq_messages", 0 if ctx.quick else min(n, 200_000))
     disk = _check_disk(n)
     timeout = max(120.0, n / 2_000)  # a floor of 2,000 msg/s before giving up
     params = {
@@ -332,6 +347,14 @@ def run_backlog(ctx: Context) -> Result:
     _drained(r, n, "paged backlog")
 
     mem = _run_in_memory(ctx, {**params, "count": n_mem})
+    rabbit: dict[str, Any] = {"status": "skipped", "reason": "rabbitmq_messages=0"}
+    if n_rabbit:
+        from .backlog_rabbit import run_rabbitmq
+
+        try:
+            rabbit = run_rabbitmq(ctx, n_rabbit, params)
+        except Exception as exc:  # the RabbitMQ side is a reference: polymq's figures stand
+            rabbit = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
 
     publish_rate = n / (pr["t_last"] - pr["t_first"])
     drain_seconds = r["t_last"] - r["t_first"]
@@ -392,6 +415,7 @@ def run_backlog(ctx: Context) -> Result:
             "prefetch": prefetch,
             "ack_mode": "client-individual",
             "restart": restart,
+            "rabbitmq_messages": n_rabbit,
             "queue_window": "default: 10000 messages or 32 MiB",
         },
         notes=(
@@ -402,7 +426,8 @@ def run_backlog(ctx: Context) -> Result:
             f"MB over the run. {restart_note}Drained by one consumer (prefetch {prefetch}, one "
             f"ack per message) at {drain_rate:,.0f} msg/s; in memory (window 0, "
             f"{n_mem:,} messages) {mem['drain_msg_per_s']:,.0f} msg/s: ratio {ratio:.2f}. "
-            "The value is the paged drain rate; the target half the in-memory one."
+            "The value is the paged drain rate; the target half the in-memory one. "
+            + _rabbit_note(rabbit)
         ),
         details={
             "publish_msg_per_s": publish_rate,
@@ -431,6 +456,7 @@ def run_backlog(ctx: Context) -> Result:
             "drain_core_cpu_seconds": drain_core_cpu,
             "drain_consumer_cpu_seconds": r["cpu_seconds"],
             "in_memory": mem,
+            "rabbitmq": rabbit,
             "drain_ratio_to_in_memory": ratio,
             "disk": disk,
         },
