@@ -14,6 +14,9 @@ A scenario that fails records its error and the run goes on. Modules:
 ``scenario``  what a scenario is given (``Context``) and gives back (``Result``)
 ``harness``   the broker process under test, load-generator processes, machine facts
 ``native``    scenarios over the native wire protocol (``polymq.Client``)
+``backlog``   a persistent backlog past the queue window: RSS, restart, drain vs in memory
+``backlog_rabbit``  the same on a private RabbitMQ node (aio-pika, classic queue v2)
+``flow``      ``fast_producer``: a producer 10x its consumer, held by the memory alarm
 ``http``      the JSON over HTTP frontend (``polymq run``, aiohttp)
 ``rabbitmq``  an optional comparison against a local RabbitMQ (aio-pika)
 ``stomp``     STOMP scenarios: polymq's STOMP frontend vs RabbitMQ's STOMP plugin

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Coroutine, Iterator
@@ -45,6 +46,7 @@ __all__ = [
     "Broker",
     "Channel",
     "CpuPlan",
+    "RssSampler",
     "Worker",
     "broker",
     "machine_info",
@@ -174,6 +176,48 @@ def broker(
         finally:
             proc.kill()
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+class RssSampler:
+    """Samples a process's resident set size every ``every`` seconds on a thread, from
+    ``start()`` to ``stop()``: ``peak`` and the ``(time.monotonic(), bytes)`` ``samples``.
+    ``follow(pid)`` moves it to another process (the broker restarted)."""
+
+    def __init__(self, pid: int, every: float = 0.25) -> None:
+        self.every = every
+        self.peak = 0
+        self.samples: list[tuple[float, int]] = []
+        self._ps = psutil.Process(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def follow(self, pid: int) -> None:
+        self._ps = psutil.Process(pid)
+
+    def sample(self) -> int:
+        try:
+            rss = int(self._ps.memory_info().rss)
+        except psutil.Error:
+            return 0  # between a stop and the next start
+        self.samples.append((time.monotonic(), rss))
+        self.peak = max(self.peak, rss)
+        return rss
+
+    def peak_between(self, t0: float, t1: float) -> int:
+        return max((r for t, r in self.samples if t0 <= t <= t1), default=0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.sample()
+
+    def start(self) -> RssSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 # ---- load-generator processes -----------------------------------------------------------

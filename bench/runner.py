@@ -4,6 +4,7 @@
 
     python -m bench [--out FILE] [--only NAME[,NAME]] [--quick] [--no-pin] [--settle S]
                     [--set NAME.KEY=VALUE ...] [--profile DIR] [--list]
+                    [--backlog-messages N] [--fast-producer-seconds S]
 
 ``--quick`` uses small counts and short durations (a smoke run, well under a minute).
 ``--set`` overrides one parameter of one scenario (``--set topic_fanout_100.connections=8``);
@@ -44,10 +45,24 @@ from .scenario import Context, Scenario, Skipped
 
 
 def all_scenarios() -> list[Scenario]:
-    from . import amqp, avro, cluster, fanout, http, longpoll, native, rabbitmq, stomp
+    from . import (
+        amqp,
+        avro,
+        backlog,
+        cluster,
+        fanout,
+        flow,
+        http,
+        longpoll,
+        native,
+        rabbitmq,
+        stomp,
+    )
 
     return [
         *native.SCENARIOS,
+        *backlog.SCENARIOS,
+        *flow.SCENARIOS,
         *http.SCENARIOS,
         *longpoll.SCENARIOS,
         *fanout.SCENARIOS,
@@ -217,6 +232,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--profile", default=None, metavar="DIR", help="run brokers under cProfile")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument(
+        "--backlog-messages",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the backlog scenario's message count (default 1M; env BENCH_BACKLOG_MESSAGES)",
+    )
+    p.add_argument(
+        "--fast-producer-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="how long the fast_producer scenario's producer runs (default 300)",
+    )
     args = p.parse_args(argv)
 
     scenarios = all_scenarios()
@@ -236,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     if wanted:
         scenarios = [s for s in scenarios if s.name in wanted]
     sets = _parse_sets(args.set)
+    if args.backlog_messages is not None:
+        sets.setdefault("backlog", {})["messages"] = args.backlog_messages
+    if args.fast_producer_seconds is not None:
+        sets.setdefault("fast_producer", {})["seconds"] = args.fast_producer_seconds
 
     plan = CpuPlan(pin=not args.no_pin)
     out = Path(args.out)
