@@ -227,3 +227,24 @@ Service port name (`tlsPort` when secure, else `name`), `name` its key in the va
 {{- toYaml (dict "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term))) }}
 {{- end }}
 {{- end }}
+
+{{/* Where the bridge's links file and RabbitMQ URL come from, as YAML {configMap, linksKey,
+     secret, urlKey, chartConfigMap, chartSecret}: bridge.existingConfigMap (its
+     bridge.linksKey), else the ConfigMap the chart renders from bridge.links (links.json);
+     bridge.rabbitmq.existingSecret, else the Secret the chart makes from bridge.rabbitmq.url,
+     both under bridge.rabbitmq.key. */}}
+{{- define "polymq.bridgeSources" -}}
+{{- $v := .Values.bridge }}
+{{- $own := include "polymq.componentName" (dict "root" . "component" "bridge") }}
+configMap: {{ $v.existingConfigMap | default $own | quote }}
+linksKey: {{ ternary $v.linksKey "links.json" (ne $v.existingConfigMap "") | quote }}
+chartConfigMap: {{ not $v.existingConfigMap }}
+secret: {{ $v.rabbitmq.existingSecret | default $own | quote }}
+urlKey: {{ $v.rabbitmq.key | quote }}
+chartSecret: {{ not $v.rabbitmq.existingSecret }}
+{{- end }}
+
+{{/* The links file the chart renders from bridge.links */}}
+{{- define "polymq.bridgeLinksFile" -}}
+{{- toPrettyJson (dict "links" .Values.bridge.links) }}
+{{- end }}

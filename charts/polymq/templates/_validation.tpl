@@ -19,6 +19,8 @@ rabbitmq chart does in templates/validation.yaml). Rendered by validation.yaml, 
 {{- $messages = append $messages (include "polymq.validateValues.pdb" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.metrics" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.serviceMonitorTLS" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.bridgeLinks" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.bridgeRabbitmq" . | trim) -}}
 {{- $messages = without $messages "" -}}
 {{- $message := join "\n" $messages -}}
 {{- if $message -}}
@@ -60,20 +62,21 @@ polymq: core.terminationGracePeriodSeconds
 {{- end -}}
 
 {{- define "polymq.validateValues.somethingEnabled" -}}
-{{- if and (not .Values.core.enabled) (not (include "polymq.enabledFrontends" .)) -}}
+{{- if and (not .Values.core.enabled) (not (include "polymq.enabledFrontends" .)) (not .Values.bridge.enabled) -}}
 polymq: core.enabled
-    Nothing to deploy: the core and every frontend are disabled. Set core.enabled=true
-    and enable at least one frontend (http.enabled, longpoll.enabled, stomp.enabled,
-    avro.enabled, amqp.enabled).
+    Nothing to deploy: the core, every frontend and the bridge are disabled. Set
+    core.enabled=true and enable at least one frontend (http.enabled, longpoll.enabled,
+    stomp.enabled, avro.enabled, amqp.enabled).
 {{- end -}}
 {{- end -}}
 
 {{- define "polymq.validateValues.frontendsNeedCore" -}}
 {{- $frontends := include "polymq.enabledFrontends" . -}}
+{{- if .Values.bridge.enabled }}{{ $frontends = trimPrefix "," (printf "%s,bridge" $frontends) }}{{ end -}}
 {{- if and $frontends (not .Values.core.enabled) (not .Values.externalCore.host) -}}
 polymq: core.enabled
-    The frontends {{ $frontends | replace "," ", " }} are enabled but the core is not, and externalCore.host
-    is empty: they would have no core to connect to and never become ready. Set
+    These are enabled without a core: {{ $frontends | replace "," ", " }}. With core.enabled=false and
+    externalCore.host empty they have no core to connect to and never become ready. Set
     core.enabled=true, or point them at a core deployed elsewhere with
     externalCore.host=<host> (and externalCore.port, 7400 by default).
 {{- end -}}
@@ -97,9 +100,10 @@ polymq: auth.existingSecret
     `python -m polymq.auth new-token`), then
       kubectl create secret generic polymq-users --from-file=users.json
     and set auth.existingSecret=polymq-users.
-{{- else if and (include "polymq.enabledFrontends" .) (not .Values.auth.frontendLogin.existingSecret) -}}
+{{- else if and (or (include "polymq.enabledFrontends" .) .Values.bridge.enabled) (not .Values.auth.frontendLogin.existingSecret) -}}
 polymq: auth.frontendLogin.existingSecret
-    auth.enabled=true: the core requires logins, so the frontends must log in too. Give
+    auth.enabled=true: the core requires logins, so the frontends (and the bridge) must log
+    in too. Give
     them a user of users.json with every permission on "*" and put its login in a Secret:
       kubectl create secret generic polymq-frontend-login \
         --from-literal=user=frontend --from-literal=password=<its password>
@@ -255,4 +259,64 @@ polymq: metrics.serviceMonitor.enabled
     metrics.serviceMonitor.enabled=true but metrics.enabled=false. Set metrics.enabled=true
     (every polymq process serves /metrics; the switch decides whether Prometheus is told).
 {{- end -}}
+{{- end -}}
+
+{{/* The bridge runs the links of one links file: from bridge.links or an existing ConfigMap */}}
+{{- define "polymq.validateValues.bridgeLinks" -}}
+{{- $v := .Values.bridge }}
+{{- if $v.enabled }}
+{{- if and (not $v.links) (not $v.existingConfigMap) }}
+polymq: bridge.links
+    bridge.enabled=true with no links: the bridge would have nothing to move (and refuses to
+    start). List them in bridge.links, e.g.
+      bridge:
+        links:
+          - {name: orders-out, direction: polymq-to-rabbitmq, source: queue/orders,
+             exchange: polymq.out, routing_key: orders.new}
+          - {name: jobs-in, direction: rabbitmq-to-polymq, queue: jobs,
+             destination: queue/jobs}
+    or put a links file ({"links": [...]}, see polymq_bridge/config.py) in a ConfigMap:
+      kubectl create configmap polymq-bridge-links --from-file=links.json
+    and set bridge.existingConfigMap=polymq-bridge-links.
+{{- else if and $v.links $v.existingConfigMap }}
+polymq: bridge.existingConfigMap
+    bridge.links and bridge.existingConfigMap={{ $v.existingConfigMap }} are both set: the bridge
+    reads one links file. Keep the links in bridge.links and set bridge.existingConfigMap="",
+    or move them into that ConfigMap and set bridge.links=[].
+{{- else if $v.links }}
+{{- $names := list }}
+{{- range $v.links }}
+{{- if has .name $names }}
+polymq: bridge.links
+    Two links are named {{ .name }}: each name must be unique (it labels the link's metrics and
+    keys a stream link's progress in the core). Rename one of them.
+{{- end }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The RabbitMQ URL holds credentials: it comes from a Secret, the chart's or yours */}}
+{{- define "polymq.validateValues.bridgeRabbitmq" -}}
+{{- $r := .Values.bridge.rabbitmq }}
+{{- if .Values.bridge.enabled }}
+{{- if and $r.url $r.existingSecret }}
+polymq: bridge.rabbitmq.url
+    bridge.rabbitmq.url is set and so is bridge.rabbitmq.existingSecret={{ $r.existingSecret }}: the bridge
+    takes the URL from that Secret and would ignore this one. Unset one of them.
+{{- else if and (not $r.url) (not $r.existingSecret) }}
+polymq: bridge.rabbitmq.url
+    bridge.enabled=true needs the RabbitMQ to connect to. Put its URL in a Secret:
+      kubectl create secret generic polymq-bridge-rabbitmq \
+        --from-literal=url=amqp://<user>:<password>@rabbitmq.<namespace>.svc:5672/<vhost>
+    and set bridge.rabbitmq.existingSecret=polymq-bridge-rabbitmq, or let the chart make the
+    Secret: --set bridge.rabbitmq.url=amqp://<user>:<password>@<host>:5672/
+{{- else if and $r.url (not (regexMatch "^amqps?://([^@/?#]*@)?([^@/?#:\\[\\]]+|\\[[0-9A-Fa-f:.]+\\])(:[0-9]*)?([/?#].*)?$" $r.url)) }}
+polymq: bridge.rabbitmq.url
+    bridge.rabbitmq.url must look like amqp://user:password@host:5672/vhost (amqps:// for
+    TLS); it starts with neither amqp:// nor amqps://, or names no host, or its port is not
+    a number.
+{{- end }}
+{{- end }}
 {{- end -}}

@@ -24,6 +24,8 @@ from kubernetes_validate.utils import SchemaNotFoundError, latest_version
 
 from polymq_amqp.config import AmqpSettings
 from polymq_avro.config import AvroSettings
+from polymq_bridge.config import BridgeSettings, InboundLink, OutboundLink, load_links
+from polymq_bridge.main import settings_from
 from polymq_cli.main import _parser
 from polymq_core.config import CoreSettings
 from polymq_http.config import HttpSettings
@@ -60,10 +62,12 @@ SETTINGS: dict[str, type] = {
     "stomp": StompSettings,
     "avro": AvroSettings,
     "amqp": AmqpSettings,
+    "bridge": BridgeSettings,
 }
 CLI_ENV = {"POLYMQ_LOG_LEVEL"}  # read by the CLI itself
-# Services the CLI offers that the chart may leave out (the brief: the bridge is optional)
+# Services the CLI offers that the defaults leave out (the bridge: ci/bridge-values.yaml)
 OPTIONAL_SERVICES = {"bridge"}
+BRIDGE_CI = CHART / "ci" / "bridge-values.yaml"
 
 
 @pytest.fixture(scope="module", params=CI_FILES, ids=lambda p: p.name)
@@ -84,6 +88,7 @@ def test_the_ci_files_cover_the_features() -> None:
         "cluster-tls-values.yaml",
         "five-core-cluster-tls-values.yaml",
         "single-node-cluster-tls-values.yaml",
+        "bridge-values.yaml",
     } <= names
 
 
@@ -228,6 +233,15 @@ def test_names_fit_kubernetes_limits_with_the_longest_release_name() -> None:
 
 
 # ---- values: refused, documented, strict -----------------------------------------------------
+_LINK = {"name": "out", "direction": "polymq-to-rabbitmq", "source": "queue/orders"}
+
+
+def _bridge(**changes: Any) -> dict[str, Any]:
+    """Values with the bridge on: one link, a RabbitMQ URL, then ``changes``."""
+    bridge = {"enabled": True, "links": [_LINK], "rabbitmq": {"url": "amqp://r/"}}
+    return {"bridge": {**bridge, **changes}}
+
+
 REFUSED = [
     pytest.param(
         {"core": {"replicaCount": "three"}},
@@ -380,6 +394,61 @@ REFUSED = [
         {"logLevel": "LOUD"},
         ["logLevel"],
         id="log-level",
+    ),
+    pytest.param(
+        _bridge(links=[]),
+        ["bridge.links", "direction: polymq-to-rabbitmq", "bridge.existingConfigMap="],
+        id="bridge-no-links",
+    ),
+    pytest.param(
+        _bridge(existingConfigMap="links"),
+        ["bridge.existingConfigMap", "one links file"],
+        id="bridge-two-links-files",
+    ),
+    pytest.param(
+        _bridge(links=[_LINK, _LINK]),
+        ["Two links are named out", "Rename one"],
+        id="bridge-same-link-name",
+    ),
+    pytest.param(
+        _bridge(rabbitmq={}),
+        ["bridge.rabbitmq.url", "kubectl create secret generic polymq-bridge-rabbitmq"],
+        id="bridge-no-rabbitmq",
+    ),
+    pytest.param(
+        _bridge(rabbitmq={"url": "http://r:15672/"}),
+        ["bridge.rabbitmq.url", "amqp://user:password@host:5672/vhost"],
+        id="bridge-not-amqp",
+    ),
+    pytest.param(
+        _bridge(rabbitmq={"url": "amqp://u:p@/"}),
+        ["bridge.rabbitmq.url", "names no host"],
+        id="bridge-no-host",
+    ),
+    pytest.param(
+        _bridge(rabbitmq={"url": "amqp://r/", "existingSecret": "rabbit"}),
+        ["bridge.rabbitmq.url", "would ignore this one"],
+        id="bridge-two-urls",
+    ),
+    pytest.param(
+        _bridge(links=[{**_LINK, "queue": "jobs"}]),
+        ["bridge/links/0", "'queue' not allowed"],
+        id="bridge-link-mixes-directions",
+    ),
+    pytest.param(
+        _bridge(links=[{"name": "in", "direction": "rabbitmq-to-polymq", "queue": "jobs"}]),
+        ["bridge/links/0", "destination"],
+        id="bridge-link-incomplete",
+    ),
+    pytest.param(
+        {"core": {"enabled": False}, **{f: {"enabled": False} for f in FRONTENDS}, **_bridge()},
+        ["enabled without a core: bridge.", "externalCore.host"],
+        id="bridge-no-core",
+    ),
+    pytest.param(
+        {"auth": {"enabled": True, "existingSecret": "u"}, **_bridge()},
+        ["auth.frontendLogin.existingSecret", "(and the bridge)"],
+        id="bridge-auth-no-login",
     ),
 ]
 
@@ -862,8 +931,8 @@ def test_the_core_may_read_its_endpoints_and_its_statefulset_and_nothing_else() 
 def test_the_network_policy_admits_only_frontends_and_peers_to_the_wire_port(
     rendered: Rendered,
 ) -> None:
-    [policy] = rendered.of_kind("NetworkPolicy")
     core = rendered.workload("core")
+    [policy] = [p for p in rendered.of_kind("NetworkPolicy") if component_of(p) == "core"]
     assert _selects(policy["spec"]["podSelector"], pod_labels(core))
     assert not any(
         _selects(policy["spec"]["podSelector"], pod_labels(w))
@@ -1115,7 +1184,7 @@ def _check_pod(out: Rendered) -> dict[str, Any] | None:
 
 def test_helm_test_checks_every_enabled_frontend_through_its_service(rendered: Rendered) -> None:
     pod = _check_pod(rendered)
-    enabled = sorted(rendered.components() - {"core"})
+    enabled = sorted(rendered.components() - {"core", "bridge"})  # the frontends
     if not rendered.values.get("tests", {}).get("enabled", True) or not enabled:
         assert pod is None
         return
@@ -1170,3 +1239,165 @@ def test_helm_test_can_be_left_out_and_follows_the_frontends() -> None:
     assert pod["spec"]["containers"][0]["env"] == [
         {"name": "POLYMQ_CHECK_TOKEN", "valueFrom": {"secretKeyRef": {"name": "t", "key": "tok"}}}
     ]
+
+
+# ---- the RabbitMQ bridge ------------------------------------------------------------------------
+def test_the_defaults_render_no_bridge() -> None:
+    out = render()
+    bridge = [o for o in out.objects if component_of(o) == "bridge"]
+    assert bridge == []
+    assert "BRIDGE" not in out.notes
+    # the core's NetworkPolicy admits it all the same, so enabling it later needs nothing more
+    [policy] = out.of_kind("NetworkPolicy")
+    [wire] = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "wire"]
+    bridge_pod = {
+        "app.kubernetes.io/name": "polymq",
+        "app.kubernetes.io/instance": RELEASE,
+        "app.kubernetes.io/component": "bridge",
+    }
+    assert any(_selects(p["podSelector"], bridge_pod) for p in wire["from"])
+
+
+def test_the_bridge_runs_the_links_of_its_configmap_with_the_url_from_its_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = ci_values(BRIDGE_CI)
+    out = render(values)
+    deployment = out.workload("bridge")
+    assert deployment["kind"] == "Deployment" and deployment["spec"]["replicas"] == 1
+    # a new pod starts once the old one is gone: never two bridges on the same links
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    c, spec = container(deployment), pod_spec(deployment)
+
+    # the command line, as the real CLI parses it
+    args = _parser().parse_args(c["args"])
+    assert args.command == "bridge"
+    assert args.bridge_port == container_port(c, "http") == 7460
+    host, _, port = args.core.rpartition(":")
+    core = out.workload("core")
+    assert service_target(out, host, int(port)) == (core, container_port(container(core), "wire"))
+
+    # the links file: mounted from the chart's ConfigMap, loadable by the bridge itself
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    directory, _, filename = args.config.rpartition("/")
+    mount = mounts[directory]
+    assert mount["readOnly"] is True
+    [volume] = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    [item] = [i for i in volume["configMap"]["items"] if i["path"] == filename]
+    configmap = out.get("ConfigMap", volume["configMap"]["name"])
+    links_file = tmp_path / filename
+    links_file.write_text(configmap["data"][item["key"]])
+    links = load_links(links_file).links
+    assert [link.name for link in links] == [link["name"] for link in values["bridge"]["links"]]
+    assert [type(link) for link in links] == [OutboundLink, InboundLink]
+
+    # the RabbitMQ URL: from the chart's Secret by secretKeyRef, in no plain value or argument
+    env = {var["name"]: var for var in c["env"]}
+    ref = env["POLYMQ_BRIDGE_RABBITMQ_URL"]["valueFrom"]["secretKeyRef"]
+    secret = out.get("Secret", ref["name"])
+    url = base64.b64decode(secret["data"][ref["key"]]).decode()
+    assert url == values["bridge"]["rabbitmq"]["url"]
+    assert all("value" not in var for var in c["env"])
+    assert not any(url in arg or "bridge-secret" in arg for arg in c["args"])
+    assert "bridge-secret" not in yaml.safe_dump(deployment)
+    # ... and the settings the bridge makes of the pod's command line and environment pass
+    monkeypatch.setenv("POLYMQ_BRIDGE_RABBITMQ_URL", url)
+    settings = settings_from(args)
+    assert settings.bridge_config == args.config
+    assert (settings.core_host, settings.core_port) == ("polymq-test-core", 7400)
+
+    # the probes: /healthz and /readyz on the bridge's port
+    found = dict(probes(c))
+    assert found["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert found["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for probe in found.values():
+        assert container_port(c, probe["httpGet"]["port"]) == args.bridge_port
+
+    # the pod rolls when the links change
+    changed = copy.deepcopy(values)
+    changed["bridge"]["links"][0]["prefetch"] = 7
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["example.com/team"] == "messaging"
+    other = render(changed).workload("bridge")["spec"]["template"]["metadata"]["annotations"]
+    assert other["checksum/links"] != annotations["checksum/links"]
+
+    # scraped on that port through the ServiceMonitor's Service (and NOTES say where it is)
+    assert [(port, scheme) for w, port, _, scheme in scrape_targets(out) if w is deployment] == [
+        (args.bridge_port, "http")
+    ]
+    assert "\nBRIDGE: " in out.notes and "2 link(s)" in out.notes
+
+
+def test_the_bridge_may_take_its_links_and_url_from_existing_objects() -> None:
+    values = ci_values(BRIDGE_CI)
+    values["bridge"]["links"] = []
+    values["bridge"]["existingConfigMap"] = "my-links"
+    values["bridge"]["linksKey"] = "bridge.json"
+    values["bridge"]["rabbitmq"] = {"existingSecret": "my-rabbitmq", "key": "amqp-url"}
+    out = render(values)
+    assert not [o for o in out.of_kind("ConfigMap") + out.of_kind("Secret")
+                if component_of(o) == "bridge"]  # fmt: skip
+    c = container(out.workload("bridge"))
+    [var] = [v for v in c["env"] if v["name"] == "POLYMQ_BRIDGE_RABBITMQ_URL"]
+    assert var["valueFrom"]["secretKeyRef"] == {"name": "my-rabbitmq", "key": "amqp-url"}
+    [volume] = [v for v in pod_spec(out.workload("bridge"))["volumes"] if "configMap" in v]
+    assert volume["configMap"] == {
+        "name": "my-links",
+        "items": [{"key": "bridge.json", "path": "links.json"}],
+    }
+    assert "checksum/links" not in out.workload("bridge")["spec"]["template"]["metadata"].get(
+        "annotations", {}
+    )
+    assert "ConfigMap my-links, key bridge.json" in out.notes
+    _valid(out)
+
+
+def test_the_bridge_alone_may_run_against_a_core_deployed_elsewhere() -> None:
+    values = ci_values(BRIDGE_CI)
+    values.update({f: {"enabled": False} for f in FRONTENDS})
+    values["core"] = {"enabled": False}
+    values["externalCore"] = {"host": "core.mq.svc"}
+    out = render(values)
+    assert out.components() == {"bridge"}
+    args = _parser().parse_args(container(out.workload("bridge"))["args"])
+    assert args.core == "core.mq.svc:7400"
+    assert not out.of_kind("Pod")  # helm test checks frontends: there are none
+    _valid(out)
+
+
+def test_the_bridge_logs_in_to_the_core_as_the_frontends_do() -> None:
+    values = ci_values(BRIDGE_CI)
+    values["auth"] = {
+        "enabled": True,
+        "existingSecret": "polymq-users",
+        "frontendLogin": {"existingSecret": "polymq-frontend-login"},
+    }
+    out = render(values)
+    env = {v["name"]: v for v in container(out.workload("bridge"))["env"]}
+    http = {v["name"]: v for v in container(out.workload("http"))["env"]}
+    assert {"POLYMQ_CORE_USER", "POLYMQ_CORE_PASSWORD"} <= set(env)
+    for name in ("POLYMQ_CORE_USER", "POLYMQ_CORE_PASSWORD"):
+        assert env[name] == http[name]
+
+
+def test_the_bridge_admits_connections_to_its_metrics_port_alone() -> None:
+    values = ci_values(BRIDGE_CI)
+    peer = {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}
+    values["networkPolicy"] = {"bridge": {"metricsFrom": [peer]}}
+    out = render(values)
+    deployment = out.workload("bridge")
+    [policy] = [p for p in out.of_kind("NetworkPolicy") if component_of(p) == "bridge"]
+    assert _selects(policy["spec"]["podSelector"], pod_labels(deployment))
+    assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress: RabbitMQ, the core, DNS
+    [rule] = policy["spec"]["ingress"]
+    [port] = rule["ports"]
+    assert container_port(container(deployment), port["port"]) == 7460
+    assert rule["from"] == [peer]
+    _valid(out)
+
+
+def test_a_refused_rabbitmq_url_is_not_repeated_in_the_error() -> None:
+    with pytest.raises(helm.HelmRenderError) as caught:
+        render(_bridge(rabbitmq={"url": "amqp:/user:hunter2@rabbitmq/"}))
+    assert "bridge.rabbitmq.url" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
