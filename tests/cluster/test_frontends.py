@@ -5,11 +5,14 @@ subscriber on node 2."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
 
 import pytest
+
+from polymq import Client, Message
 
 from .harness import (
     Cluster,
@@ -157,3 +160,35 @@ def test_topic_message_reaches_a_subscriber_on_another_node(shared_cluster: Clus
         got = [m for m in sub.messages if m.body != "probe"]
         assert [m.body for m in got] == sent
         assert all(m.headers["destination"] == f"/topic/{t}.y" for m in got)
+
+
+def test_stream_publishes_in_flight_together_keep_every_entry(shared_cluster: Cluster) -> None:
+    """Persistent publishes to a stream in flight at once, through every node: each gets its
+    own seq and every entry is read back in seq order (a leader appended them once
+    committed, and before each one in flight took the same number: the log kept the last)."""
+    cluster = shared_cluster
+    cluster.wait_formed(timeout=30)
+    s = f"stream/{unique('inflight')}"
+
+    async def run() -> list[bytes]:
+        clients = [await Client.connect("127.0.0.1", n.ports["core"]) for n in cluster.nodes]
+        try:
+            await clients[0].declare(s, durable=True)
+            receipts = await asyncio.gather(
+                *(
+                    clients[i % len(clients)].publish(s, [Message(b"%03d" % i, persistent=True)])
+                    for i in range(60)
+                )
+            )
+            seqs = sorted(r["seqs"][0] for r in receipts)
+            assert seqs == list(range(1, 61)), seqs
+            reader = await clients[-1].subscribe(s, offset="first")
+            got = [await reader.get(20) for _ in range(60)]
+            assert [d.message.seq for d in got] == list(range(1, 61))
+            return [d.message.body for d in got]
+        finally:
+            for c in clients:
+                await c.close()
+
+    bodies = asyncio.run(run())
+    assert sorted(bodies) == [b"%03d" % i for i in range(60)]
