@@ -26,6 +26,7 @@ keeps a bounded window of ready messages in memory and the rest in the store onl
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import time
 from collections import deque
@@ -134,7 +135,7 @@ class Queue:
             or self.consumers
             or self.waiters
             or self.metadata
-            or (self.pages is not None and self.pages.count)
+            or self.paged
         )
 
     @property
@@ -208,15 +209,7 @@ class Queue:
             pages.add(message)
             self.published += 1
             return
-        p = message.priority
-        cap = self.options.max_priority
-        if cap is not None and p > cap:
-            p = cap
-        self.ready[p].append(message)
-        if p > self._top:
-            self._top = p
-        self.count += 1
-        self.nbytes += len(message.body)
+        self._ready(message)
         self.published += 1
         opts = self.options
         if opts.overflow is Overflow.DROP_OLDEST:
@@ -224,6 +217,21 @@ class Queue:
                 opts.max_bytes is not None and self.nbytes > opts.max_bytes and self.count > 1
             ):
                 self._drop_oldest()
+
+    def _level(self, message: Message) -> int:
+        """The priority level a message sits at: its priority, capped by max_priority."""
+        p = message.priority
+        cap = self.options.max_priority
+        return p if cap is None or p <= cap else cap
+
+    def _ready(self, message: Message) -> None:
+        """Append to the ready messages of its level."""
+        p = self._level(message)
+        self.ready[p].append(message)
+        if p > self._top:
+            self._top = p
+        self.count += 1
+        self.nbytes += len(message.body)
 
     def _drop_oldest(self) -> None:
         best: tuple[int, int, bool] | None = None  # (seq, level, from_heap)
@@ -278,10 +286,7 @@ class Queue:
 
     def _unpop(self, msg: Message) -> None:
         """Put back a message just popped, at the head of its level."""
-        p = msg.priority
-        cap = self.options.max_priority
-        if cap is not None and p > cap:
-            p = cap
+        p = self._level(msg)
         heapq.heappush(self.requeued[p], (msg.seq, msg))
         if p > self._top:
             self._top = p
@@ -542,25 +547,20 @@ class Queue:
         n = pages.wanted(self.count, self.nbytes)
         if n:
             pages.reading = True
-            self.shard.read_page(self.key, pages.first - 1, n, self._paged_in, pages.generation)
+            done = functools.partial(self._paged_in, generation=pages.generation)
+            self.shard.read_page(self.key, pages.first - 1, n, done)
 
-    def _paged_in(self, page: list[Message] | None, generation: int) -> None:
-        """A page came back (None: the read failed; it is tried again on the next pop)."""
+    def _paged_in(self, page: list[Message] | None, *, generation: int) -> None:
+        """A page asked for at ``generation`` came back (None: the read failed; it is
+        tried again on the next pop)."""
         pages = self.pages
         assert pages is not None
         pages.reading = False
         if page is None or generation != pages.generation:  # failed, or purged meanwhile
             return
         pages.took(page)
-        ready = self.ready
-        cap = self.options.max_priority
         for msg in page:
-            p = msg.priority if cap is None or msg.priority <= cap else cap
-            ready[p].append(msg)
-            if p > self._top:
-                self._top = p
-            self.count += 1
-            self.nbytes += len(msg.body)
+            self._ready(msg)
         self.pump()
 
     # ---- administration ----------------------------------------------------------------

@@ -234,24 +234,19 @@ class Shard:
         return settings.queue_window_messages, settings.queue_window_bytes
 
     def read_page(
-        self,
-        key: str,
-        after: int,
-        limit: int,
-        done: Callable[[list[Message] | None, int], None],
-        generation: int,
+        self, key: str, after: int, limit: int, done: Callable[[list[Message] | None], None]
     ) -> None:
-        """Read a queue's paged messages back (paging.py): ``done(page, generation)``,
-        with None if the read failed (logged)."""
+        """Read a queue's paged messages back (paging.py): ``done(page)``, with None if
+        the read failed (logged)."""
 
         async def read() -> None:
             try:
                 page = await self.store.load_page(key, after, limit)
             except StoreError as exc:
                 log.warning("shard %d: reading %s back from the store: %s", self.index, key, exc)
-                done(None, generation)
+                done(None)
             else:
-                done(page, generation)
+                done(page)
 
         task = self.loop.create_task(read(), name=f"page-{key}")
         self._reads.add(task)
