@@ -20,8 +20,8 @@
   the core's, and runs requests that wait at the core (long polls) so that they answer empty
   at once when the service stops (:meth:`FrontendLink.waiting`).
 - :func:`problem_response`: an RFC 9457 problem details answer
-  (``application/problem+json``); the translation of exceptions into them stays with each
-  frontend (``polymq_http.problems``).
+  (``application/problem+json``); the translation of exceptions into them is
+  :mod:`polymq_server.problems`'.
 - :func:`healthz`, :func:`readiness` and :func:`add_health_routes`: ``/healthz`` and
   ``/readyz``.
 - :func:`settle_receipts`: ``POST /v1/ack`` and ``/v1/nack`` once their body is parsed:

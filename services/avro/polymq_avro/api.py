@@ -12,7 +12,7 @@
 
 Each handler authenticates, checks its input, authorizes, and makes its requests to the
 core through :class:`CoreLink`. Errors are raised (``Problem``, a polymq ``RequestError``,
-an ``AvroError``) and answered as problem details by ``polymq_http``'s middleware.
+an ``AvroError``) and answered as problem details by ``problems.problem_middleware``.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from polymq.web import (
     settle_action,
     settle_receipts,
 )
-from polymq_http.access import Access
-from polymq_http.payloads import parse_pull_query, parse_settle, read_json
-from polymq_http.problems import Problem, bad_request
+from polymq_server.access import Access
+from polymq_server.payloads import parse_pull_query, parse_settle, read_json
+from polymq_server.problems import Problem, bad_request
 
 from .config import AvroSettings
 from .container import TooLarge, write_container

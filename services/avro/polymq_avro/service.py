@@ -18,15 +18,14 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq.web import WebService, add_core_link, add_metrics_route, link_state, metrics_middleware
-from polymq_http.access import reloaded_access
-from polymq_http.problems import problem_middleware
+from polymq_server.access import reloaded_access
 
 from . import api, registry_api
 from .config import AvroSettings
 from .corelink import CoreLink
 from .metrics import AvroMetrics
 from .openapi import document
-from .problems import incompatible_middleware
+from .problems import incompatible_middleware, problem_middleware
 from .registry import Registry
 
 __all__ = ["AvroService", "build_app"]

@@ -20,12 +20,8 @@ from polymq.web import (
     settle_action,
     settle_receipts,
 )
-
-from .access import Access
-from .config import HttpSettings
-from .corelink import CoreLink
-from .metrics import HttpMetrics
-from .payloads import (
+from polymq_server.access import Access
+from polymq_server.payloads import (
     lease_json,
     no_query,
     parse_declare,
@@ -35,7 +31,11 @@ from .payloads import (
     parse_settle,
     read_json,
 )
-from .problems import bad_request
+from polymq_server.problems import bad_request
+
+from .config import HttpSettings
+from .corelink import CoreLink
+from .metrics import HttpMetrics
 
 SETTINGS = web.AppKey("settings", HttpSettings)
 CORE = web.AppKey("core", CoreLink)

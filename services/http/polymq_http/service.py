@@ -18,9 +18,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq.web import WebService, add_core_link, add_metrics_route, link_state, metrics_middleware
+from polymq_server.access import reloaded_access
 
 from . import api
-from .access import reloaded_access
 from .config import HttpSettings
 from .corelink import CoreLink
 from .metrics import HttpMetrics

@@ -34,8 +34,8 @@ from polymq.web import (
     settle_action,
     settle_receipts,
 )
-from polymq_http.access import Access
-from polymq_http.payloads import parse_publish, parse_settle, read_json
+from polymq_server.access import Access
+from polymq_server.payloads import parse_publish, parse_settle, read_json
 
 from .config import LongpollSettings
 from .corelink import CoreLink

@@ -19,7 +19,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq.web import WebService, add_core_link, add_metrics_route, link_state, metrics_middleware
-from polymq_http.access import reloaded_access
+from polymq_server.access import reloaded_access
 
 from . import api, page, sse
 from .config import LongpollSettings

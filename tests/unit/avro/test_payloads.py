@@ -22,7 +22,7 @@ from polymq_avro.payloads import (
     parse_read_query,
     record_json,
 )
-from polymq_http.problems import Problem
+from polymq_server.problems import Problem
 
 SCHEMA = parse({"type": "record", "name": "R", "fields": [{"name": "b", "type": "bytes"}]})
 

@@ -1,5 +1,7 @@
-"""JSON in and out: request bodies and query strings checked into polymq values, and
-pulled messages as JSON. Every check here matches a schema in ``openapi.py``.
+"""JSON in and out, for the JSON frontends (``polymq_http``; ``polymq_longpoll`` and
+``polymq_avro`` read bodies, publish and settle with the same checks): request bodies and
+query strings checked into polymq values, and pulled messages as JSON. Every check here
+matches a schema in the HTTP frontend's OpenAPI document (``polymq_http/openapi.py``).
 
 A value that passes here can always be encoded for the core: strings are valid Unicode
 (no lone surrogates), integers fit 64 bits and numbers are finite.

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from polymq import Lease, Message
 from polymq.types import Destination
-from polymq_http.payloads import (
+from polymq_server.payloads import (
     BASE64_PATTERN,
     lease_json,
     parse_declare,
@@ -23,7 +23,7 @@ from polymq_http.payloads import (
     parse_settle,
     receipt_destination,
 )
-from polymq_http.problems import Problem
+from polymq_server.problems import Problem
 
 QUEUE = Destination.parse("queue/q")
 CHANNEL = Destination.parse("channel/c")
