@@ -1,9 +1,9 @@
 """Who a request is (``Authorization: Basic`` or ``Bearer``) and what it may do.
 
-A thin layer over :mod:`polymq.auth`: the provider authenticates, and successful logins are
+A thin layer over :mod:`polymq_server.auth`: the provider authenticates, and successful logins are
 remembered for a short while (keyed by a hash of the header, never the header itself) so
 that a client sending Basic credentials on every request does not pay for scrypt each time.
-A users reload (:mod:`polymq.reload`, heard from the core by :func:`reloaded_access`) forgets
+A users reload (:mod:`polymq_server.reload`, heard from the core by :func:`reloaded_access`) forgets
 them: an old password or grant does not outlive it.
 """
 
@@ -13,10 +13,13 @@ import hashlib
 import time
 from collections import OrderedDict
 
-from polymq.auth import AuthProvider, Permission, Principal, authenticate_http, load_provider
-from polymq.corelink import CoreLink
 from polymq.errors import Unauthorized
-from polymq.reload import Reloader
+
+from .auth import AuthProvider, Permission, Principal, authenticate_http, load_provider
+from .corelink import CoreLink
+from .reload import Reloader
+
+__all__ = ["Access", "reloaded_access"]
 
 _TTL = 60.0  # seconds a successful login is remembered
 _MAX_ENTRIES = 4096

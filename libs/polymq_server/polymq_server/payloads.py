@@ -22,13 +22,39 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from polymq import Lease, Message
-from polymq.avro import SchemaCache
-from polymq.headers import public_headers
-from polymq.jsonview import message_json
 from polymq.types import MAX_PRIORITY, DeclareOptions, Destination, Kind
-from polymq.web import receipt_destination as receipt_destination  # settling is shared
 
+from .avro import SchemaCache
+from .headers import public_headers
+from .jsonview import message_json
 from .problems import Problem, bad_request
+from .web import receipt_destination as receipt_destination  # settling is shared
+
+__all__ = [
+    "BASE64_PATTERN",
+    "ENCODINGS",
+    "MAX_CONTENT_TYPE",
+    "MAX_COUNT",
+    "MAX_METADATA_BYTES",
+    "MAX_METADATA_KEYS",
+    "MAX_SECONDS",
+    "MAX_TEXT",
+    "MAX_VISIBILITY",
+    "MESSAGE_KEYS",
+    "NAME_PATTERN",
+    "SEGMENT",
+    "lease_json",
+    "no_query",
+    "parse_declare",
+    "parse_message",
+    "parse_metadata",
+    "parse_publish",
+    "parse_pull_query",
+    "parse_settle",
+    "query_value",
+    "read_json",
+    "receipt_destination",
+]
 
 MAX_SECONDS = 10 * 365 * 86400  # ttl, ack timeout, idle ttl: at most ten years
 MAX_VISIBILITY = 43200.0  # the core's bound
@@ -325,7 +351,7 @@ def parse_settle(data: Any, max_batch: int, *, nack: bool) -> tuple[list[str], b
 
 
 def lease_json(lease: Lease, schemas: SchemaCache | None = None) -> dict[str, Any]:
-    """A pulled message as JSON (:func:`polymq.jsonview.message_json`), its receipt first."""
+    """A pulled message as JSON (:func:`polymq_server.jsonview.message_json`), its receipt first."""
     return {"receipt": lease.receipt, **message_json(lease.message, schemas)}
 
 

@@ -5,7 +5,7 @@
 e.g. ``method-not-allowed``). The middleware :func:`problems` makes turns whatever a handler
 raises into one: a :class:`Problem`, a polymq error (through its ``status``), an aiohttp HTTP error
 (unknown route, wrong method, body too large), or, for a bug, a 500 that says nothing more.
-The answer itself is built by :func:`polymq.web.problem_response`; each JSON frontend
+The answer itself is built by :func:`polymq_server.web.problem_response`; each JSON frontend
 makes its middleware with :func:`problems` (its name in the log, its word for a 404).
 """
 
@@ -19,7 +19,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from polymq.errors import ConnectionClosed, PolymqError, RequestError, Timeout
-from polymq.web import problem_code, problem_response, status_phrase
+
+from .web import problem_code, problem_response, status_phrase
 
 __all__ = [
     "Handler",

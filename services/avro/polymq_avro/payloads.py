@@ -16,8 +16,8 @@ from typing import Any
 from aiohttp import web
 
 from polymq import Message
-from polymq.avro import AvroSchema, DecodeError, decode_single, is_avro, to_json_value
-from polymq.headers import public_headers
+from polymq_server.avro import AvroSchema, DecodeError, decode_single, is_avro, to_json_value
+from polymq_server.headers import public_headers
 from polymq_server.payloads import MAX_SECONDS, no_query, query_value
 from polymq_server.problems import Problem, bad_request
 

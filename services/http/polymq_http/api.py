@@ -9,18 +9,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from polymq.auth import Permission, Principal
-from polymq.avroview import load_schemas
 from polymq.types import Destination, Kind
-from polymq.web import (
-    add_health_routes,
-    add_openapi_route,
-    add_settle_routes,
-    published_json,
-    settle_action,
-    settle_receipts,
-)
 from polymq_server.access import Access
+from polymq_server.auth import Permission, Principal
+from polymq_server.avroview import load_schemas
 from polymq_server.payloads import (
     lease_json,
     no_query,
@@ -32,6 +24,14 @@ from polymq_server.payloads import (
     read_json,
 )
 from polymq_server.problems import bad_request
+from polymq_server.web import (
+    add_health_routes,
+    add_openapi_route,
+    add_settle_routes,
+    published_json,
+    settle_action,
+    settle_receipts,
+)
 
 from .config import HttpSettings
 from .corelink import CoreLink

@@ -1,4 +1,5 @@
-"""Tests for polymq.names: AMQP (and STOMP vhost) names in the core's alphabet, reversibly."""
+"""Tests for polymq_server.names: AMQP (and STOMP vhost) names in the core's alphabet,
+reversibly."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from polymq.names import (
+from polymq.types import Destination
+from polymq_server.names import (
     UnmappableName,
     VhostNames,
     escape_key,
@@ -17,7 +19,6 @@ from polymq.names import (
     unescape_key,
     unescape_word,
 )
-from polymq.types import Destination
 
 SEGMENT = re.compile(r"[A-Za-z0-9_:\-]+\Z")
 text = st.text(max_size=40)

@@ -3,7 +3,7 @@
 Shared by the AMQP frontend (basic.publish) and the STOMP one (SEND to ``/exchange/E/K``),
 so that a message sent to exchange ``E`` with key ``K`` by either reaches the same queues.
 The records it needs (exchanges, their queue bindings, exchange-to-exchange bindings) are
-read from the core's key/value store and cached by :class:`~polymq.records.Records`:
+read from the core's key/value store and cached by :class:`~polymq_server.records.Records`:
 :func:`route_now` routes from what is cached (raising :class:`Missing` for what is not),
 :func:`route_later` reads what it misses first.
 
@@ -17,7 +17,7 @@ matching queue bindings (their records) name a queue the message already reaches
 straight to its other queues instead of its topic.
 
 **Headers exchanges** have no core bindings: a message goes to each queue whose binding
-record matches its headers (:func:`polymq.exchanges.headers_match`), and to the exchange's
+record matches its headers (:func:`polymq_server.exchanges.headers_match`), and to the exchange's
 topic, which only subscribers listen to (a STOMP ``SUBSCRIBE /exchange/<E>``, which RabbitMQ
 serves by a queue bound with no arguments: one that matches every message).
 

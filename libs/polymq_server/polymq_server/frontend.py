@@ -1,17 +1,17 @@
 """What the STOMP and AMQP frontends share: the metrics, service set-up and session I/O
 glue that each of them would otherwise write again (the aiohttp frontends share
-:mod:`polymq.web` instead).
+:mod:`polymq_server.web` instead).
 
 - :class:`FrontendMetrics`: the metrics every session-based frontend declares after its own
   (``polymq_<service>_bytes``, ``..._core_connected``, ``..._core_connects``).
-- :func:`core_link`: the frontend's :class:`~polymq.corelink.CoreLink` from its settings,
+- :func:`core_link`: the frontend's :class:`~polymq_server.corelink.CoreLink` from its settings,
   keeping the core-link metrics.
 - :func:`tls_context`, :func:`add_admin_routes`, :func:`admin_runner`, :func:`start_site`
   and :func:`not_ready`: the listeners' TLS context, ``/metrics``, ``/healthz`` and
   ``/readyz``, and the aiohttp listener of a service.
 - :func:`shutdown_sessions`: the sessions' part of a service's ``stop()``.
 - :class:`FrontendSession`: the base of a session (the endpoint of one
-  :class:`~polymq.transport.Transport`): one output buffer written once per loop iteration
+  :class:`~polymq_server.transport.Transport`): one output buffer written once per loop iteration
   while the transport drains, reading paused on demand, the one *busy* task and the other
   tasks it owns, and the close.
 
@@ -31,7 +31,8 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from .client import Client
+from polymq.client import Client
+
 from .config import FrontendSettings
 from .corelink import CoreLink
 from .transport import Transport
@@ -144,7 +145,7 @@ def add_admin_routes(
 
 def admin_runner(app: web.Application, handshake_timeout: float = 10.0) -> web.AppRunner:
     """The runner of a service's aiohttp app (no access log; requests get 2 s at stop),
-    with the deadlines of every polymq HTTP listener (:func:`polymq.web.deadline_runner`):
+    with the deadlines of every polymq HTTP listener (:func:`polymq_server.web.deadline_runner`):
     a request's headers, a WebSocket upgrade's too, must come within ``handshake_timeout``
     seconds, after which an idle connection is closed as well, and a body may not stall
     longer than that."""

@@ -54,8 +54,8 @@ Providers (``load_provider`` picks one from a spec string):
   ``password_hash`` is optional (a user without one logs in by token only); ``tokens`` and
   ``anonymous`` are optional, and without ``anonymous`` clients must log in. Tokens are stored
   as the sha256 hex of the token, never in clear. Unknown keys are errors. Make the values
-  with ``python -m polymq.auth hash-password`` (reads the password from stdin) and
-  ``python -m polymq.auth new-token``.
+  with ``python -m polymq_server.auth hash-password`` (reads the password from stdin) and
+  ``python -m polymq_server.auth new-token``.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from .errors import Forbidden, Unauthorized
-from .types import Kind
+from polymq.errors import Forbidden, Unauthorized
+from polymq.types import Kind
 
 __all__ = [
     "ALL_PERMISSIONS",
@@ -505,7 +505,7 @@ async def authenticate_http(provider: AuthProvider, header_value: str | None) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m polymq.auth")
+    parser = argparse.ArgumentParser(prog="python -m polymq_server.auth")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("hash-password", help="read a password from stdin, print its scrypt hash")
     sub.add_parser("new-token", help="print a new token and the sha256 hex to store for it")

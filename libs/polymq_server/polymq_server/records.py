@@ -9,10 +9,10 @@ a headers exchange, exchange-to-exchange bindings) is a JSON record under ``amqp
     amqp/xs/<vhost>/<source>/<destination>/<digest> an exchange binding, by source ...
     amqp/xd/<vhost>/<destination>/<source>/<digest> ... and by destination
 
-(each part escaped into one segment, see :mod:`polymq.names`; the digest covers the routing
-key and the arguments, kept tagged: :mod:`polymq.tagged`). The AMQP frontend writes them
+(each part escaped into one segment, see :mod:`polymq_server.names`; the digest covers the routing
+key and the arguments, kept tagged: :mod:`polymq_server.tagged`). The AMQP frontend writes them
 (its ``topology.py`` adds queues, writes and deletes); every frontend that publishes to an
-exchange reads them here to route as AMQP does (:mod:`polymq.routing`): the STOMP
+exchange reads them here to route as AMQP does (:mod:`polymq_server.routing`): the STOMP
 frontend's ``/exchange/`` destinations.
 
 :class:`Records` caches what it read for ``cache_ttl`` seconds: what this process changes is
@@ -30,8 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
+from polymq.errors import NotFound
+
 from .corelink import CoreLink
-from .errors import NotFound
 from .exchanges import BUILTIN, ExchangeType, record_key
 from .names import VhostNames, escape_word
 from .tagged import from_tagged, to_tagged

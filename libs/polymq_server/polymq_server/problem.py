@@ -1,7 +1,7 @@
 """RFC 9457 problem details, the JSON every polymq HTTP listener answers an error with
 (``application/problem+json``): the document alone, without aiohttp, so that an answer
-written straight on a socket (:mod:`polymq.listener`) and a handler's
-(:func:`polymq.web.problem_response`) say the same things."""
+written straight on a socket (:mod:`polymq_server.listener`) and a handler's
+(:func:`polymq_server.web.problem_response`) say the same things."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ type              queue.bind(Q, E, K) in the core               basic.publish(E,
 ================  ===========================================  ============================
 
 ``amq.topic`` routes like any topic exchange, in the vhost's plain topics rather than
-``amqp.amq:2Etopic.…`` (``topic/<K>``: see :mod:`polymq.names`), the topics every other
+``amqp.amq:2Etopic.…`` (``topic/<K>``: see :mod:`polymq_server.names`), the topics every other
 protocol names ``K``.
 
 Shared by the AMQP frontend and the STOMP one (its ``/exchange/<E>/<K>`` destinations publish

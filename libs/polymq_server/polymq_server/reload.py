@@ -5,7 +5,7 @@ A reload is a small JSON object, ``{"version": N, "log_level": "DEBUG", "users":
 "limits": {"max_body": 1048576}}`` (each change optional). :func:`new_change` makes one from
 a request and checks it. The core applies it (in a cluster, every node does: it is broadcast
 on ``system.config``) and then publishes it on its topic ``system.config``, where every
-frontend connected to it hears it (:meth:`polymq.corelink.CoreLink.follow_config`) and
+frontend connected to it hears it (:meth:`polymq_server.corelink.CoreLink.follow_config`) and
 applies the same change to itself: its own users file and log level (limits are the core's).
 
 Versions are the unix time in microseconds of the request (an integer JSON readers such as

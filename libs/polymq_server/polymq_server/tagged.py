@@ -4,7 +4,7 @@ A header whose AMQP value is not a string is carried as its text (:func:`to_text
 ``true``, a timestamp in unix seconds, JSON for a table or an array) for the other
 protocols, and as a typed value (:func:`to_tagged`, JSON) from which :func:`from_tagged`
 restores it. The AMQP frontend keeps the typed values of a message's headers in one reserved
-header; the records of bindings (``polymq.records``) keep their arguments tagged, so that
+header; the records of bindings (``polymq_server.records``) keep their arguments tagged, so that
 every frontend that routes through an exchange reads them with their AMQP types.
 """
 

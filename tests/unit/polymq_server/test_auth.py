@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from polymq import auth
-from polymq.auth import (
+from polymq.errors import Forbidden, Unauthorized
+from polymq_server import auth
+from polymq_server.auth import (
     AnonymousProvider,
     FileProvider,
     Permission,
@@ -24,7 +25,6 @@ from polymq.auth import (
     parse_authorization,
     verify_password,
 )
-from polymq.errors import Forbidden, Unauthorized
 
 ALICE_PASSWORD = "correct horse battery staple"
 BOT_TOKEN = "bot-token-0123456789"
@@ -479,7 +479,7 @@ async def test_authenticate_http(provider: FileProvider) -> None:
 def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(Path(auth.__file__).resolve().parents[1]))
     return subprocess.run(
-        [sys.executable, "-m", "polymq.auth", *args],
+        [sys.executable, "-m", "polymq_server.auth", *args],
         input=stdin,
         capture_output=True,
         text=True,

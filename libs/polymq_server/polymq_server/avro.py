@@ -45,8 +45,8 @@ from fastavro import schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
 from fastavro.validation import validate
 
-from .errors import NotFound, RequestError
-from .types import Message
+from polymq.errors import NotFound, RequestError
+from polymq.types import Message
 
 __all__ = [
     "AVRO_CONTENT_TYPES",

@@ -23,12 +23,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from polymq.client import Client, Subscription
+from polymq.errors import ConnectionClosed, RequestError, Unauthorized, Unavailable
+from polymq.types import Message
+
 from . import alarms
 from .avro import SchemaCache
-from .client import Client, Subscription
-from .errors import ConnectionClosed, RequestError, Unauthorized, Unavailable
 from .reload import TOPIC, Reloader, ReloadError
-from .types import Message
 
 __all__ = ["CORE_TIMEOUT", "ByteBudget", "CoreLink"]
 
@@ -107,7 +108,7 @@ class CoreLink:
         self._background: set[asyncio.Task[Any]] = set()
         self._schemas: SchemaCache | None = None
         self.reloader: Reloader | None = None
-        # the core's resource alarms on (polymq.alarms), as last heard, and who to tell
+        # the core's resource alarms on (polymq_server.alarms), as last heard, and who to tell
         self.alarms: frozenset[str] = frozenset()
         self.alarm_hooks: list[Callable[[frozenset[str]], None]] = []
 
@@ -299,7 +300,7 @@ class CoreLink:
 
     def follow_config(self, reloader: Reloader) -> None:
         """From each connection on, apply to this frontend (with ``reloader``) every reload
-        the core publishes on its topic ``system.config`` (see :mod:`polymq.reload`)."""
+        the core publishes on its topic ``system.config`` (see :mod:`polymq_server.reload`)."""
         self.reloader = reloader
 
     async def _follow(self, client: Client, reloader: Reloader) -> None:

@@ -1,4 +1,4 @@
-"""polymq.reload: what a reload request may say, and applying one to this process (the
+"""polymq_server.reload: what a reload request may say, and applying one to this process (the
 root logger's level, the users file re-read, the limits), newest only."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from polymq.auth import AnonymousProvider, FileProvider, WithServiceToken, hash_password
 from polymq.errors import Unauthorized
-from polymq.reload import Reloader, ReloadError, new_change
+from polymq_server.auth import AnonymousProvider, FileProvider, WithServiceToken, hash_password
+from polymq_server.reload import Reloader, ReloadError, new_change
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ aiohttp is public: ``BaseRunner.server`` (after ``setup()``) is the app's ``web.
 the low-level server whose call makes one connection's asyncio protocol (a
 ``web.RequestHandler``); the rest is asyncio's ``Protocol`` interface.
 
-Each new connection asks the listener's :class:`~polymq.resources.ConnectionLimits` for a
+Each new connection asks the listener's :class:`~polymq_server.resources.ConnectionLimits` for a
 place (the same ``POLYMQ_MAX_CONNECTIONS`` as the STOMP, AMQP and wire listeners; per user
 there is none, as nobody has logged in at accept). A connection that gets one is served by
 aiohttp, through :class:`_Gate`, which gives the place back when the connection is lost;
-one that does not is answered at once: a ``503`` problem (:mod:`polymq.problem`) with
+one that does not is answered at once: a ``503`` problem (:mod:`polymq_server.problem`) with
 ``Connection: close``, then closed.
 
 :class:`ListenerMetrics`: ``<prefix>_connections`` (open, by listener) and

@@ -1,4 +1,4 @@
-"""``polymq.frontend``: what the STOMP and AMQP frontends share (no sockets are opened)."""
+"""``polymq_server.frontend``: what the STOMP and AMQP frontends share (no sockets are opened)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq.client import Client
-from polymq.corelink import CoreLink
-from polymq.frontend import (
+from polymq_server.corelink import CoreLink
+from polymq_server.frontend import (
     FrontendMetrics,
     FrontendSession,
     add_admin_routes,
@@ -25,7 +25,7 @@ from polymq.frontend import (
     shutdown_sessions,
     tls_context,
 )
-from polymq.web import PROMETHEUS
+from polymq_server.web import PROMETHEUS
 
 
 class _Metrics(FrontendMetrics):

@@ -7,7 +7,7 @@
   (``docs/web_advanced.rst``): stop accepting, ``on_shutdown`` (waiting requests answer
   now), let in-flight requests finish within :data:`SHUTDOWN_TIMEOUT`, then the app's
   ``cleanup_ctx`` (the core link closes last: :func:`add_core_link`). Its listener
-  (:class:`polymq.listener.HttpListener`) takes at most ``POLYMQ_MAX_CONNECTIONS`` at once.
+  (:class:`polymq_server.listener.HttpListener`) takes at most ``POLYMQ_MAX_CONNECTIONS`` at once.
 - :func:`deadline_runner`: the runner of an app whose requests' headers and body must come
   within ``POLYMQ_HANDSHAKE_TIMEOUT`` (every frontend's, and the core's admin HTTP).
 - :class:`RequestMetrics`, :func:`metrics_middleware` and :func:`metrics_endpoint`: the
@@ -15,7 +15,7 @@
   (``polymq_<service>_requests``, ``..._request_duration_seconds``,
   ``..._requests_in_flight``, ``..._core_connected``, ``..._core_connects``) and
   ``GET /metrics`` (:func:`add_metrics_route`).
-- :class:`FrontendLink`: a :class:`polymq.corelink.CoreLink` built from a frontend's
+- :class:`FrontendLink`: a :class:`polymq_server.corelink.CoreLink` built from a frontend's
   settings, that keeps the core-link metrics, warns when a limit of the frontend is above
   the core's, and runs requests that wait at the core (long polls) so that they answer empty
   at once when the service stops (:meth:`FrontendLink.waiting`).
@@ -55,14 +55,15 @@ from prometheus_client import (
     generate_latest,
 )
 
-from .client import Client
+from polymq.client import Client
+from polymq.errors import NotFound
+from polymq.types import Destination, Kind, Message
+
 from .config import FrontendSettings, server_ssl_context
 from .corelink import CORE_TIMEOUT, CoreLink
-from .errors import NotFound
 from .listener import HttpListener, listener_metrics
 from .problem import PROBLEM_JSON, problem_code, problem_document, status_phrase
 from .resources import ConnectionLimits
-from .types import Destination, Kind, Message
 
 __all__ = [
     "CHALLENGE",
@@ -175,7 +176,7 @@ def deadline_runner(
 
 class WebSettings(FrontendSettings, Protocol):
     """What :class:`WebService` reads of a frontend's settings besides
-    :class:`~polymq.config.FrontendSettings`: ``POLYMQ_HANDSHAKE_TIMEOUT`` and
+    :class:`~polymq_server.config.FrontendSettings`: ``POLYMQ_HANDSHAKE_TIMEOUT`` and
     ``POLYMQ_MAX_CONNECTIONS``."""
 
     @property
@@ -194,7 +195,7 @@ class WebService(Generic[S]):
     ``start()`` runs the app's ``cleanup_ctx`` (which connects to the core), binds the
     listener and returns ``{name: port}``; ``stop()`` shuts down in aiohttp's order.
 
-    The listener (:class:`~polymq.listener.HttpListener`) takes at most the settings'
+    The listener (:class:`~polymq_server.listener.HttpListener`) takes at most the settings'
     ``max_connections`` at once (0: the room the open-files limit leaves), answering the
     others 503 at accept; ``polymq_<name>_connections`` and ``..._connections_refused``
     count them."""

@@ -2,7 +2,7 @@
 STOMP's ``accept: application/json``, the Avro frontend's JSON reads).
 
 Two steps, so that the message path stays synchronous: :func:`load_schemas` (async) makes
-sure the schemas of a batch of messages are in the :class:`~polymq.avro.SchemaCache`, then
+sure the schemas of a batch of messages are in the :class:`~polymq_server.avro.SchemaCache`, then
 :func:`json_value` decodes one message with what is cached. A message that is not Avro, or
 whose schema is not stored, or whose bytes do not decode, has no JSON value: the caller
 shows it as it is (and may say why, with the error :func:`json_value` gives).
@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from polymq.errors import PolymqError
+from polymq.types import Message
+
 from .avro import (
     HEADER_SIZE,
     AvroError,
@@ -22,8 +25,6 @@ from .avro import (
     is_avro,
     to_json_value,
 )
-from .errors import PolymqError
-from .types import Message
 
 __all__ = ["json_value", "load_schemas", "schema_of"]
 

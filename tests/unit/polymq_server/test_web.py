@@ -1,4 +1,4 @@
-"""The routes and answers ``polymq.web`` gives every JSON frontend, on an app with no
+"""The routes and answers ``polymq_server.web`` gives every JSON frontend, on an app with no
 listener (requests are resolved and answered in process)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from polymq.types import Destination
-from polymq.web import add_openapi_route, add_settle_routes, published_json, settle_action
+from polymq_server.web import add_openapi_route, add_settle_routes, published_json, settle_action
 
 
 async def answer(app: web.Application, method: str, path: str) -> web.StreamResponse:

@@ -1,4 +1,4 @@
-"""Tests for polymq.config.from_env: settings from ``POLYMQ_...`` variables."""
+"""Tests for polymq_server.config.from_env: settings from ``POLYMQ_...`` variables."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from polymq.config import ConfigError, from_env
+from polymq_server.config import ConfigError, from_env
 
 
 @dataclasses.dataclass(frozen=True)

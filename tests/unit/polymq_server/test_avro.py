@@ -1,4 +1,4 @@
-"""``polymq.avro`` (the shared module every frontend uses to show Avro messages): schema ids,
+"""``polymq_server.avro`` (the shared module every frontend uses to show Avro messages): schema ids,
 the single-object encoding, the schema cache and records as JSON. No sockets."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from polymq import Message
-from polymq.avro import (
+from polymq.errors import NotFound, RequestError
+from polymq_server.avro import (
     CONTENT_TYPE,
     MAGIC,
     SCHEMA_ID_HEADER,
@@ -38,7 +39,6 @@ from polymq.avro import (
     single_object_header,
     to_json_value,
 )
-from polymq.errors import NotFound, RequestError
 
 RICH = {
     "type": "record",

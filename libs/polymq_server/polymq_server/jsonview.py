@@ -3,9 +3,9 @@ frontend's pull, the long-polling frontend's polls and its server-sent events. O
 everywhere, so that a client moving between them reads the same fields.
 
 The body is text when it is UTF-8 (``encoding: utf8``), else base64 (``encoding: base64``);
-the headers are the public ones (no other frontend's bookkeeping, :mod:`polymq.headers`).
-Given a :class:`~polymq.avro.SchemaCache` holding the message's schema (load it first with
-:func:`polymq.avroview.load_schemas`), an Avro record also comes decoded, as ``value``
+the headers are the public ones (no other frontend's bookkeeping, :mod:`polymq_server.headers`).
+Given a :class:`~polymq_server.avro.SchemaCache` holding the message's schema (load it first with
+:func:`polymq_server.avroview.load_schemas`), an Avro record also comes decoded, as ``value``
 (null, with ``value_error`` saying why, when it cannot be decoded).
 """
 
@@ -14,10 +14,11 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from polymq.types import Message
+
 from .avro import SchemaCache
 from .avroview import json_value, schema_of
 from .headers import public_headers
-from .types import Message
 
 __all__ = ["message_json"]
 
