@@ -9,6 +9,8 @@ free limit, measured every 0.2 s, and memory also after every MiB read from the 
   ``1 - memory_headroom`` of it (0.9), leaving room for what was read, decoded and queued
   when it rose; and it clears under ``memory_low_watermark`` of it (0.85), so that a held
   producer, let go, does not run straight back into it (each clearing lets a burst in).
+  Past the low watermark the memory is under :attr:`ResourceMonitor.pressure`: paging
+  queues squeeze their window (polymq_core.paging).
 - **disk**: the free bytes of the file system of the data directory against
   ``disk_free_limit`` (RabbitMQ's default, 50 MB).
 
@@ -38,6 +40,8 @@ from prometheus_client import Gauge
 
 from polymq import alarms
 from polymq.types import Message
+
+from .paging import Pressure
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -101,6 +105,8 @@ class ResourceMonitor:
         self.detail: dict[str, Any] = {}
         self._ram = memory_limit()
         self._unmeasured = 0  # bytes read from connections since memory was last measured
+        # past the low watermark: paging queues keep a smaller window (polymq_core.paging)
+        self.pressure = Pressure()
         self._task: asyncio.Task[None] | None = None
         self._gauge = Gauge(
             "polymq_resource_alarm",
@@ -143,9 +149,11 @@ class ResourceMonitor:
         if self._unmeasured < _READ_EVERY:
             return
         self._unmeasured = 0
-        if "memory" not in self.alarms and resident_bytes() >= self.memory_marks()[1]:
-            if self.check():
-                self.announce()
+        used = resident_bytes()
+        _mark, rises, clears = self.memory_marks()
+        self.pressure.on = used >= clears
+        if "memory" not in self.alarms and used >= rises and self.check():
+            self.announce()
 
     def check(self) -> bool:
         """Measure; set or clear the alarms. Whether they changed."""
@@ -164,10 +172,17 @@ class ResourceMonitor:
         now = set()
         if used and used >= (clears if held else rises):
             now.add("memory")
+        self.pressure.on = bool(used) and used >= clears
         if free >= 0 and free < disk_limit:
             now.add("disk")
         self.detail = {
-            "memory": {"used": used, "limit": mark, "rises_at": rises, "clears_at": clears},
+            "memory": {
+                "used": used,
+                "limit": mark,
+                "rises_at": rises,
+                "clears_at": clears,
+                "pressure": self.pressure.on,
+            },
             "disk": {"free": free, "limit": disk_limit},
         }
         changed = frozenset(now) != self.alarms

@@ -2,7 +2,8 @@
 ``POLYMQ_MEMORY_HEADROOM=0.5`` and ``POLYMQ_MEMORY_LOW_WATERMARK=0.1`` and the high watermark
 set by reloads to multiples of the memory the core uses, the alarm rises while the memory is
 still under the mark (past half of it), stays on while the memory is between the two marks,
-and clears only under the low one."""
+and clears only under the low one. Past the low mark, paging queues squeeze their window
+(``POLYMQ_QUEUE_WINDOW_MESSAGES=80``: to 10) and keep the rest in the store, in order."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from typing import Any
 import pytest
 import requests
 
+from polymq import Message
+
 from ...procs import PolymqProcess
-from .helpers import eventually
+from .helpers import bodies, collect, connect, eventually, uid
 
 pytestmark = pytest.mark.timeout(60)
 WAIT = 10
@@ -23,7 +26,11 @@ WAIT = 10
 
 @pytest.fixture
 def core(tmp_path: Path) -> Iterator[PolymqProcess]:
-    env = {"POLYMQ_MEMORY_HEADROOM": "0.5", "POLYMQ_MEMORY_LOW_WATERMARK": "0.1"}
+    env = {
+        "POLYMQ_MEMORY_HEADROOM": "0.5",
+        "POLYMQ_MEMORY_LOW_WATERMARK": "0.1",
+        "POLYMQ_QUEUE_WINDOW_MESSAGES": "80",
+    }
     with PolymqProcess("core", tmp_path / "core", env=env) as proc:
         yield proc
 
@@ -77,3 +84,26 @@ async def test_the_memory_alarm_rises_under_the_mark_and_clears_under_the_low_on
     doc = await measured_with(core, used * 20)
     await eventually(lambda: api(core)["alarms"] == [], within=WAIT)
     assert "memory alarm cleared" in core.log() and "clears under" in core.log()
+
+
+async def test_past_the_low_watermark_a_paging_queue_keeps_less_in_memory(
+    core: PolymqProcess,
+) -> None:
+    used = (await asyncio.to_thread(api, core))["memory"]["used"]
+    messages = [Message(b"m%02d" % i, persistent=True) for i in range(50)]
+    free, pressed = f"queue/{uid()}", f"queue/{uid()}"
+    async with await connect(core.ports["core"]) as c:
+        for q in (free, pressed):
+            await c.declare(q, durable=True)
+        await c.publish(free, messages)
+        assert (await c.stats(free))["paged"] == 0  # 50 of a window of 80: all in memory
+
+        # four times what it uses: past the low mark (0.4x), under where the alarm rises (2x)
+        doc = await measured_with(core, used * 4)
+        assert doc["alarms"] == [] and doc["memory"]["pressure"], doc
+        await c.publish(pressed, messages)
+        assert (await c.stats(pressed))["paged"] == 40  # a window of 10 in memory
+
+        await measured_with(core, used * 20)  # no pressure: the pages come back, in order
+        sub = await c.subscribe(pressed, prefetch=100)
+        assert bodies(await collect(sub, 50)) == [m.body for m in messages]

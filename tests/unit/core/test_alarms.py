@@ -92,6 +92,7 @@ def test_the_alarm_rises_at_the_headroom_below_the_mark(tmp_path: Path, memory: 
         "limit": MARK,
         "rises_at": 90_000_000,
         "clears_at": 85_000_000,
+        "pressure": True,
     }
 
 
@@ -119,6 +120,19 @@ def test_reads_measure_the_memory_between_two_ticks(tmp_path: Path, memory: Memo
     m.read(1)  # a MiB read since the last measure: measured now, raised, announced
     assert m.alarms == {"memory"}
     assert broker.publisher.announced == [{"memory"}]
+
+
+def test_past_the_low_watermark_memory_is_under_pressure(tmp_path: Path, memory: Memory) -> None:
+    m, _broker = monitor(tmp_path)
+    memory.used = 85_000_000 - 1
+    m.check()
+    assert not m.pressure.on
+    memory.used = 85_000_000  # no alarm yet, but paging queues squeeze their window
+    m.check()
+    assert m.pressure.on and m.alarms == frozenset()
+    memory.used = 1  # (measured after a MiB read as well)
+    m.read(core_alarms._READ_EVERY)
+    assert not m.pressure.on
 
 
 @pytest.mark.parametrize(
