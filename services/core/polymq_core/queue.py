@@ -163,7 +163,7 @@ class Queue:
             "delivered": self.delivered,
             "acked": self.acked,
             "redelivered": self.redelivered,
-            "bindings": self.shard.broker.bindings.count(self.key),
+            "bindings": self.shard.host.bindings.count(self.key),
             "options": self.options.to_dict(),
         }
 
@@ -509,7 +509,7 @@ class Queue:
     def lease(self, max_: int, visibility: float, now: float) -> list[tuple[str, Message]]:
         """Up to ``max_`` messages, and no more bytes than half a frame (at least one)."""
         out: list[tuple[str, Message]] = []
-        budget = self.shard.broker.settings.max_frame // 2
+        budget = self.shard.host.settings.max_frame // 2
         while len(out) < max_:
             msg = self._pop(now)
             if msg is None:
