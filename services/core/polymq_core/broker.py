@@ -299,6 +299,16 @@ class Broker:
         return Shard.key_of(dest, role)
 
     # ---- introspection (the admin pages and the sensors) -----------------------------------
+    # ---- what a shard asks of the broker (shard.ShardHost) -------------------------------
+    def restore_cursors(self, shard: Shard, records: list[tuple[str, str, bytes]]) -> None:
+        self.cursors.restore(shard, records)
+
+    def drop_cursors(self, shard: Shard) -> None:
+        self.cursors.drop(shard)
+
+    def dead_letter(self, msg: Message, target: str, reason: str, source: str) -> None:
+        self.publisher.dead_letter(msg, target, reason, source)
+
     def describe(self) -> dict[str, Any]:
         return {
             "server": self.server_name,

@@ -33,7 +33,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from polymq.errors import Conflict, NotFound, QueueFull
-from polymq.types import MAX_PRIORITY, DeclareOptions, Message, Overflow
+from polymq.types import MAX_PRIORITY, DeclareOptions, Message, Outcome, Overflow
 
 from .paging import Pages, Pressure
 from .subscription import Subscription
@@ -167,7 +167,7 @@ class Queue:
             "delivered": self.delivered,
             "acked": self.acked,
             "redelivered": self.redelivered,
-            "bindings": self.shard.broker.bindings.count(self.key),
+            "bindings": self.shard.host.bindings.count(self.key),
             "options": self.options.to_dict(),
         }
 
@@ -456,13 +456,13 @@ class Queue:
         self._return(msg, "disconnect", forgotten=forgotten)
 
     def settle(
-        self, sub: Subscription, keys: list[Any], action: str
+        self, sub: Subscription, keys: list[Any], outcome: Outcome
     ) -> asyncio.Future[None] | None:
-        """Ack (``'ack'``), requeue (``'requeue'``) or dead-letter (``'reject'``) deliveries.
-        Returns the write that removes them from the store, if there is one."""
+        """Ack, requeue or dead-letter (reject) deliveries. Returns the write that removes
+        them from the store, if there is one."""
         inflight = self.inflight
         written: asyncio.Future[None] | None = None
-        if action == "ack":  # the common case, in one loop
+        if outcome is Outcome.ACK:  # the common case, in one loop
             settled = self.shard.settled
             acked = 0
             for seq in keys:
@@ -479,15 +479,15 @@ class Queue:
                 if d is None or d.sub is not sub:
                     continue
                 del inflight[seq]
-                written = self._settle_one(d.message, action) or written
+                written = self._settle_one(d.message, outcome) or written
         self.pump()
         return written
 
-    def _settle_one(self, msg: Message, action: str) -> asyncio.Future[None] | None:
-        if action == "ack":
+    def _settle_one(self, msg: Message, outcome: Outcome) -> asyncio.Future[None] | None:
+        if outcome is Outcome.ACK:
             self.acked += 1
             return self.shard.settled(self, msg)
-        if action == "requeue":
+        if outcome is Outcome.REQUEUE:
             self._return(msg, "nack")
             return None
         return self.shard.discard(self, msg, "rejected")
@@ -513,7 +513,7 @@ class Queue:
     def lease(self, max_: int, visibility: float, now: float) -> list[tuple[str, Message]]:
         """Up to ``max_`` messages, and no more bytes than half a frame (at least one)."""
         out: list[tuple[str, Message]] = []
-        budget = self.shard.broker.settings.max_frame // 2
+        budget = self.shard.host.settings.max_frame // 2
         while len(out) < max_:
             msg = self._pop(now)
             if msg is None:
@@ -533,13 +533,13 @@ class Queue:
             self.shard.sensors.on_deliver(len(out))
         return out
 
-    def settle_lease(self, seq: int, did: int, action: str) -> asyncio.Future[None] | None:
+    def settle_lease(self, seq: int, did: int, outcome: Outcome) -> asyncio.Future[None] | None:
         """Settle a pulled message; returns the write that removes it, if there is one."""
         d = self.inflight.get(seq)
         if d is None or d.did != did or d.sub is not None:
             raise NotFound("lease is unknown or expired (the message may have been redelivered)")
         del self.inflight[seq]
-        written = self._settle_one(d.message, action)
+        written = self._settle_one(d.message, outcome)
         self.pump()
         return written
 
