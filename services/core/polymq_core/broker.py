@@ -66,6 +66,7 @@ from .catalog import Catalog
 from .consumers import Consumers
 from .cursors import Cursors, QueueCursor
 from .keyvalue import KeyValue
+from .paging import Pressure
 from .publisher import Publisher
 from .queue import Queue
 from .routing import TopicRouter, validate_pattern
@@ -300,6 +301,10 @@ class Broker:
 
     # ---- introspection (the admin pages and the sensors) -----------------------------------
     # ---- what a shard asks of the broker (shard.ShardHost) -------------------------------
+    @property
+    def pressure(self) -> Pressure:
+        return self.monitor.pressure
+
     def restore_cursors(self, shard: Shard, records: list[tuple[str, str, bytes]]) -> None:
         self.cursors.restore(shard, records)
 

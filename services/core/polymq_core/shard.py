@@ -28,6 +28,7 @@ from polymq.errors import Conflict, NotFound, Unavailable
 from polymq.types import DeclareOptions, Destination, Message, Overflow
 
 from .batches import BatchWindow, pack_answer, unpack_answer
+from .paging import Pressure
 from .queue import Queue
 from .store import Store, StoreError
 from .stream import Stream
@@ -63,11 +64,15 @@ def channel_inbox(name: str, role: str) -> str:
 
 class ShardHost(Protocol):
     """What a shard needs of the broker that holds it: the settings, the core-wide index of
-    bindings, the shard of another key, and three calls back (the broker's cursor
-    subscriptions and dead-lettering span shards)."""
+    bindings, the memory pressure, the shard of another key, and three calls back (the
+    broker's cursor subscriptions and dead-lettering span shards)."""
 
     settings: CoreSettings
     bindings: BindingTable
+
+    @property
+    def pressure(self) -> Pressure:
+        """Memory pressure, which shrinks the queues' windows (paging.py)."""
 
     def shard_for(self, key: str) -> Shard: ...
     def restore_cursors(self, shard: Shard, records: list[tuple[str, str, bytes]]) -> None: ...
@@ -331,7 +336,7 @@ class Shard:
             box = Stream(self, key, options, last_seq=last_seq)
         else:
             window = self._window(key, options)
-            pressure = self.broker.monitor.pressure
+            pressure = self.host.pressure
             box = Queue(self, key, options, last_seq=last_seq, window=window, pressure=pressure)
         self.boxes[key] = box
         self.sensors.on_destinations(1)
