@@ -34,9 +34,9 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from prometheus_client import Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
 from polymq.types import Message
 from polymq_server import alarms
@@ -44,7 +44,7 @@ from polymq_server import alarms
 from .paging import Pressure
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .config import CoreSettings
 
 __all__ = ["ResourceMonitor", "memory_limit", "resident_bytes"]
 
@@ -98,9 +98,20 @@ def give_back_memory() -> None:
         _MALLOC_TRIM(0)
 
 
+class MonitorHost(Protocol):
+    """What the monitor needs of the broker: its settings (a reload replaces them), the
+    hook that holds or lets go the native publishers, and a topic publish for
+    ``system.alarms``."""
+
+    settings: CoreSettings
+
+    def alarms_changed(self) -> None: ...
+    def publish_topic(self, name: str, msgs: list[Message]) -> object: ...
+
+
 class ResourceMonitor:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, host: MonitorHost, registry: CollectorRegistry) -> None:
+        self.host = host
         self.alarms: frozenset[str] = frozenset()
         self.detail: dict[str, Any] = {}
         self._ram = memory_limit()
@@ -112,7 +123,7 @@ class ResourceMonitor:
             "polymq_resource_alarm",
             "1 while the resource's alarm is on (publishers are held), else 0",
             ["resource"],
-            registry=broker.sensors.registry,
+            registry=registry,
         )
         for resource in alarms.RESOURCES:
             self._gauge.labels(resource).set(0)
@@ -130,14 +141,14 @@ class ResourceMonitor:
 
     def limits(self) -> tuple[int, int]:
         """(memory high watermark in bytes, disk free limit in bytes), from the settings."""
-        s = self.broker.settings
+        s = self.host.settings
         mark = s.memory_high_watermark
         return (int(mark * self._ram) if mark <= 1 else int(mark)), int(s.disk_free_limit)
 
     def memory_marks(self) -> tuple[int, int, int]:
         """(the high watermark, the use the memory alarm rises at, the use under which it
         clears), in bytes."""
-        s = self.broker.settings
+        s = self.host.settings
         mark = self.limits()[0]
         return mark, int(mark * (1 - s.memory_headroom)), int(mark * s.memory_low_watermark)
 
@@ -166,7 +177,7 @@ class ResourceMonitor:
             give_back_memory()  # (what consumers freed meanwhile, before judging again)
             used = resident_bytes()
         try:
-            free = shutil.disk_usage(self.broker.settings.data_dir).free
+            free = shutil.disk_usage(self.host.settings.data_dir).free
         except OSError:
             free = -1  # unknown: no disk alarm on a guess
         now = set()
@@ -199,7 +210,7 @@ class ResourceMonitor:
                     log.info("%s alarm cleared (%s)", resource, self.numbers(resource, on))
                 self._gauge.labels(resource).set(1 if on else 0)
             self.alarms = frozenset(now)
-            self.broker.alarms_changed()
+            self.host.alarms_changed()
         return changed
 
     def numbers(self, resource: str, on: bool) -> str:
@@ -218,7 +229,7 @@ class ResourceMonitor:
     def announce(self) -> None:
         body = alarms.encode(self.alarms, self.detail)
         message = Message(body=body, content_type="application/json")
-        self.broker.publisher.publish_topic(alarms.TOPIC, [message])
+        self.host.publish_topic(alarms.TOPIC, [message])
 
     async def _run(self) -> None:
         last = 0.0

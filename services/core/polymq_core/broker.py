@@ -125,7 +125,8 @@ class Broker:
         self.topic_source = TopicSource(self.topics)
         self.cursors = Cursors(self)
         self.sessions: set[Session] = set()
-        self.monitor = ResourceMonitor(self)  # the resource alarms (polymq_server.alarms)
+        # the resource alarms (polymq_server.alarms)
+        self.monitor = ResourceMonitor(self, sensors.registry)
         self.connections = ConnectionLimits(
             "the core's wire port", settings.max_connections, settings.max_connections_per_user
         )
@@ -215,6 +216,10 @@ class Broker:
                 log.exception("handing on the shards' transient messages failed")
         for shard in self.shards:
             await shard.close()
+
+    def publish_topic(self, name: str, msgs: list[Message]) -> int:
+        """Publish ``msgs`` to topic ``name`` from within the core (the resource alarms)."""
+        return self.publisher.publish_topic(name, msgs)
 
     def alarms_changed(self) -> None:
         """The monitor set or cleared a resource alarm: native publishers follow."""

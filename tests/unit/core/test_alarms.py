@@ -37,13 +37,14 @@ class Publisher:
 
 
 class Broker:
-    """What the monitor uses of the broker: settings, the metrics registry, the topic
-    publisher and the hook that holds (or lets go) the publishers."""
+    """What the monitor uses of the broker (alarms.MonitorHost): settings, a topic publish
+    and the hook that holds (or lets go) the publishers."""
 
     def __init__(self, settings: CoreSettings) -> None:
         self.settings = settings
         self.sensors = Sensors()
         self.publisher = Publisher()
+        self.publish_topic = self.publisher.publish_topic
         self.changes: list[frozenset[str]] = []
         self.monitor: ResourceMonitor | None = None
 
@@ -75,7 +76,7 @@ def monitor(tmp_path: Path, **settings: Any) -> tuple[ResourceMonitor, Broker]:
     s = dataclasses.replace(s, **settings)
     s.check()
     broker = Broker(s)
-    m = broker.monitor = ResourceMonitor(broker)  # type: ignore[arg-type]
+    m = broker.monitor = ResourceMonitor(broker, broker.sensors.registry)
     return m, broker
 
 
