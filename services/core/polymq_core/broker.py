@@ -123,7 +123,9 @@ class Broker:
         ]
         self.topics: TopicRouter[Subscription] = TopicRouter()
         self.topic_source = TopicSource(self.topics)
-        self.cursors = Cursors(self)
+        self.cursors = Cursors(
+            self.topics, self.shard_for, cluster.node_id if cluster is not None else None
+        )
         self.sessions: set[Session] = set()
         # the resource alarms (polymq_server.alarms)
         self.monitor = ResourceMonitor(self, sensors.registry)

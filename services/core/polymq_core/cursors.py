@@ -40,7 +40,9 @@ from .answers import then
 from .queue import Queue
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from collections.abc import Callable
+
+    from .routing import TopicRouter
     from .shard import Shard
     from .stream import Stream
 
@@ -164,10 +166,20 @@ Cursor = TopicCursor | StreamCursor | QueueCursor
 
 
 class Cursors:
-    """Every cursor subscription of this node, with their idle timers."""
+    """Every cursor subscription of this node, with their idle timers. ``topics``: the
+    core's topic router (a topic cursor is one of its subscribers); ``shard_for``: the shard
+    of a key; ``node_id``: this node's id in a cluster (a topic cursor lives on the node
+    that opened it; the others, on their shard's leader), None on a single node."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        topics: TopicRouter[Any],
+        shard_for: Callable[[str], Shard],
+        node_id: str | None,
+    ) -> None:
+        self.topics = topics
+        self.shard_for = shard_for
+        self.node_id = node_id
         self.subs: dict[str, Cursor] = {}
         self.ttl: dict[str, float] = {}
         self.deadline: dict[str, float] = {}
@@ -195,32 +207,32 @@ class Cursors:
             raise BadRequest("cursor options are offset, ttl, visibility and buffer")
         ttl = _number(options.get("ttl", 300.0), "ttl", 1.0, MAX_TTL)
         sub_id = secrets.token_urlsafe(12)
-        cluster = self.broker.cluster
+        node_id = self.node_id
         cur: Cursor
         if dest.kind is Kind.TOPIC:
-            if cluster is not None:
-                sub_id = f"{cluster.node_id}{SEP}{sub_id}"
+            if node_id is not None:
+                sub_id = f"{node_id}{SEP}{sub_id}"
             buffer = int(_number(options.get("buffer", 10_000), "buffer", 1, MAX_BUFFER))
             cur = TopicCursor(sub_id, dest.name, buffer)
             try:
-                self.broker.topics.add(dest.name, cur)  # type: ignore[arg-type]
+                self.topics.add(dest.name, cur)
             except ValueError as exc:
                 raise BadRequest(str(exc)) from None
         elif dest.kind is Kind.STREAM:
             key = str(dest)
-            shard = self.broker.shard_for(key)
+            shard = self.shard_for(key)
             box = shard.get(key)
             offset = parse_offset(options.get("offset"))
             assert not isinstance(box, Queue)
-            if cluster is not None:
+            if node_id is not None:
                 sub_id = f"{SEP}{shard.index}{SEP}{sub_id}"
             cur = StreamCursor(sub_id, shard, key, box.start_of(offset))
             box.pollers.append(cur)
         elif dest.kind is Kind.QUEUE:
             key = str(dest)
             vis = _number(options.get("visibility", 30.0), "visibility", 0.1, 43200)
-            shard = self.broker.shard_for(key)
-            if cluster is not None:
+            shard = self.shard_for(key)
+            if node_id is not None:
                 sub_id = f"{SEP}{shard.index}{SEP}{sub_id}"
             cur = QueueCursor(sub_id, shard, key, vis)
             cur.queue()  # exists from now on
@@ -286,7 +298,7 @@ class Cursors:
             raise NotFound(f"no subscription {sub_id[:40]!r}")
         del self.ttl[sub_id], self.deadline[sub_id], self.destination[sub_id]
         if isinstance(cur, TopicCursor):
-            self.broker.topics.remove(cur.pattern, cur)  # type: ignore[arg-type]
+            self.topics.remove(cur.pattern, cur)
             cur.wake()
         elif isinstance(cur, StreamCursor):
             box = cur.shard.boxes.get(cur.key)
