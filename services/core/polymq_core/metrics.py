@@ -22,6 +22,13 @@ from polymq.connectiongauge import watch_connections
 from polymq.listener import listener_metrics
 
 PROTOCOLS = ("native", "http", "longpoll", "stomp", "avro", "amqp", "bridge", "peer")
+# the label values known ahead (queue.py, session.py, shard.py, cluster.py): their series are
+# there from the start at 0, so that a dashboard's rate() sees the first event
+REDELIVER_REASONS = ("nack", "disconnect", "ack-timeout")
+DISCARD_REASONS = ("max-length", "expired", "max-deliveries", "rejected")
+SLOW_CONSUMER_POLICIES = ("drop", "disconnect")
+NODE_STATES = ("ready", "joining", "leaving", "unreachable")
+LEADERSHIP_CHANGES = ("promoted", "demoted")
 
 
 def protocol_label(client: str) -> str:
@@ -146,6 +153,15 @@ class Sensors:
             "Requests forwarded to the node that leads their shard",
             registry=registry,
         )
+        for metric, values in (
+            (self.redelivered, REDELIVER_REASONS),
+            (self.discarded, DISCARD_REASONS),
+            (self.slow_consumers, SLOW_CONSUMER_POLICIES),
+            (self.cluster_nodes, NODE_STATES),
+            (self.leadership, LEADERSHIP_CHANGES),
+        ):
+            for value in values:
+                metric.labels(value)
         # the resource alarms' measures and limits (alarms.py), read when scraped
         self.memory_used = Gauge(
             "polymq_memory_resident_bytes",
@@ -190,7 +206,7 @@ class Sensors:
         def of(state: str) -> Callable[[], float]:
             return lambda: nodes().get(state, 0)
 
-        for state in ("ready", "joining", "leaving", "unreachable"):
+        for state in NODE_STATES:
             self.cluster_nodes.labels(state).set_function(of(state))
 
     def watch_resources(self, detail: Callable[[], Mapping[str, Mapping[str, int]]]) -> None:

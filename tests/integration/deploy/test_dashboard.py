@@ -1,0 +1,257 @@
+"""The Grafana dashboard of the chart (charts/polymq/dashboards/polymq.json): every metric its
+queries name is one that a running ``polymq run`` serves, once traffic went through every
+protocol with per-destination metrics on; each protocol's open connections show in
+``polymq_client_connections``; the dashboard is well formed (its data source a variable,
+panel ids unique, the grid 24 wide); and the chart ships it in a ConfigMap for Grafana's
+sidecar only when asked (metrics.grafanaDashboard)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pika
+import pytest
+import requests
+import stomp
+from pika.exceptions import ChannelClosedByBroker
+from prometheus_client.parser import text_string_to_metric_families
+
+from polymq import Client, Message, NotFound
+
+from ...procs import WAIT, PolymqProcess, serving
+from ..avro.conftest import USER, container, users
+from .chart import CHART, NAMESPACE, ci_values, render
+
+DASHBOARD = CHART / "dashboards" / "polymq.json"
+METRIC = re.compile(r"\bpolymq_\w+")
+# the listeners that serve /metrics in `polymq run` (one registry behind them all)
+METRICS_LISTENERS = ("admin", "http", "stomp_ws", "longpoll", "avro", "amqp_admin")
+PROTOCOLS = {
+    ("native", "core"),
+    ("http", "http"),
+    ("longpoll", "longpoll"),
+    ("avro", "avro"),
+    ("stomp", "stomp"),
+    ("stomp", "stomp_ws"),
+    ("amqp", "amqp"),
+}
+
+
+def _dashboard() -> dict[str, Any]:
+    board: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return board
+
+
+def _queries(board: dict[str, Any]) -> list[str]:
+    """Every PromQL text of the dashboard: its panels' targets and its variables' queries."""
+    out = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    for var in board["templating"]["list"]:
+        if var["type"] == "query":
+            out.append(var["query"]["query"])
+    return out
+
+
+def _uid(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+# ---- traffic through every protocol, one connection of each left open -----------------------
+async def _native(client: Client) -> None:
+    q = f"queue/{_uid('native')}"
+    await client.publish(q, [Message(b"m", persistent=True) for _ in range(3)])
+    sub = await client.subscribe(q, ack_mode="client-individual")
+    first = await sub.get(WAIT)
+    first.nack(requeue=True)  # a redelivery
+    for _ in range(3):
+        (await sub.get(WAIT)).ack()
+    await client.publish(f"stream/{_uid('native')}", b"entry")
+    with pytest.raises(NotFound):  # a request the core refuses
+        await client.stats(f"queue/{_uid('never')}")
+
+
+def _ok(response: requests.Response, status: int = 200) -> Any:
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def _http(proc: PolymqProcess, held: contextlib.ExitStack) -> None:
+    s = held.enter_context(requests.Session())
+    base = f"{proc.url('http')}/v1/queue/{_uid('http')}"
+    _ok(s.post(f"{base}/messages", json={"body": "hi"}, timeout=WAIT))
+    assert _ok(s.post(f"{base}/pull", params={"wait": 5}, timeout=WAIT))["messages"]
+
+
+def _longpoll(proc: PolymqProcess, held: contextlib.ExitStack) -> None:
+    s = held.enter_context(requests.Session())
+    base, q = f"{proc.url('longpoll')}/v1", f"queue/{_uid('lp')}"
+    sub = _ok(s.post(f"{base}/subscriptions", json={"destination": q}, timeout=WAIT), 201)["id"]
+    _ok(s.post(f"{base}/{q}/messages", json={"body": "hi"}, timeout=WAIT))
+    poll = s.get(f"{base}/subscriptions/{sub}/poll", params={"wait": 5}, timeout=WAIT)
+    assert _ok(poll)["messages"]
+
+
+def _avro(proc: PolymqProcess, held: contextlib.ExitStack) -> None:
+    s = held.enter_context(requests.Session())
+    url = f"{proc.url('avro')}/v1/stream/{_uid('avro')}/records"
+    body = container(users(5), USER)
+    _ok(s.post(url, data=body, headers={"Content-Type": "avro/binary"}, timeout=WAIT))
+
+
+def _stomp(proc: PolymqProcess, held: contextlib.ExitStack) -> None:
+    tcp = stomp.Connection12([("127.0.0.1", proc.ports["stomp"])])
+    ws = stomp.WSStompConnection([("127.0.0.1", proc.ports["stomp_ws"])], ws_path="/ws")
+    for conn in (tcp, ws):
+        conn.connect(wait=True)
+        held.callback(conn.disconnect)
+        receipt = _uid("r")
+        listener = stomp.listener.WaitingListener(receipt)
+        conn.set_listener("receipt", listener)
+        conn.send(f"/queue/{_uid('stomp')}", "hi", headers={"receipt": receipt})
+        listener.wait_on_receipt()
+
+
+def _amqp(proc: PolymqProcess, held: contextlib.ExitStack) -> None:
+    params = pika.ConnectionParameters("127.0.0.1", proc.ports["amqp"], socket_timeout=WAIT)
+    conn = pika.BlockingConnection(params)
+    held.callback(conn.close)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    q = _uid("amqp")
+    ch.queue_declare(q)
+    ch.basic_publish("", q, b"hi")
+    method, _, body = ch.basic_get(q, auto_ack=True)
+    assert body == b"hi", method
+    with pytest.raises(ChannelClosedByBroker):  # an AMQP channel exception
+        conn.channel().queue_declare(_uid("missing"), passive=True)
+
+
+def _scrape(proc: PolymqProcess) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Every sample of every /metrics listener: name -> labels -> value."""
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for listener in METRICS_LISTENERS:
+        r = requests.get(f"{proc.url(listener)}/metrics", timeout=WAIT)
+        assert r.status_code == 200, (listener, r.text)
+        for family in text_string_to_metric_families(r.text):
+            for s in family.samples:
+                out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+@pytest.fixture(scope="module")
+def scraped(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, dict[tuple[tuple[str, str], ...], float]]]:
+    """One scrape of a `polymq run` with per-destination metrics on, taken while one client
+    of each protocol is connected, after traffic through each."""
+    import asyncio
+
+    async def run(proc: PolymqProcess) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        native = await Client.connect("127.0.0.1", proc.ports["core"])
+        try:
+            await _native(native)
+            with contextlib.ExitStack() as held:
+                for traffic in (_http, _longpoll, _avro, _stomp, _amqp):
+                    traffic(proc, held)
+                return _scrape(proc)
+        finally:
+            await native.close()
+
+    env = {"POLYMQ_METRICS_PER_DESTINATION": "true"}
+    with serving("run", tmp_path_factory.mktemp("dashboard"), env=env) as proc:
+        yield asyncio.run(run(proc))
+
+
+def test_every_metric_the_dashboard_queries_is_served(
+    scraped: dict[str, dict[tuple[tuple[str, str], ...], float]],
+) -> None:
+    named = {name for query in _queries(_dashboard()) for name in METRIC.findall(query)}
+    assert len(named) > 30  # not vacuous: the panels query the core and every frontend
+    missing = sorted(named - scraped.keys())
+    assert missing == [], f"the dashboard queries metrics `polymq run` does not serve: {missing}"
+
+
+def test_each_protocol_shows_its_open_connections(
+    scraped: dict[str, dict[tuple[tuple[str, str], ...], float]],
+) -> None:
+    gauge = {
+        (dict(labels)["protocol"], dict(labels)["listener"]): value
+        for labels, value in scraped["polymq_client_connections"].items()
+    }
+    assert gauge.keys() == PROTOCOLS
+    assert {key for key, value in gauge.items() if value >= 1} == PROTOCOLS, gauge
+
+
+def test_the_dashboard_is_well_formed() -> None:
+    board = _dashboard()
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert {"namespace", "destination"} <= variables.keys()
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in board["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        for target in panel.get("targets", []):
+            assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+            assert 'namespace=~"$namespace"' in target["expr"], panel["title"]
+    per_destination = [
+        t["expr"]
+        for p in board["panels"]
+        for t in p.get("targets", [])
+        if "polymq_destination_" in t["expr"] and "omitted" not in t["expr"]
+    ]
+    assert per_destination
+    assert all('destination=~"$destination"' in e for e in per_destination)
+
+
+# ---- the chart -------------------------------------------------------------------------------
+def _configmaps(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        o for o in render(values).of_kind("ConfigMap") if "polymq.json" in (o.get("data") or {})
+    ]
+
+
+def test_the_chart_ships_the_dashboard_only_when_asked() -> None:
+    assert _configmaps({}) == []
+    [cm] = _configmaps(ci_values(CHART / "ci" / "grafana-values.yaml"))
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["namespace"] == NAMESPACE
+    assert json.loads(cm["data"]["polymq.json"]) == _dashboard()
+
+
+def test_the_dashboards_label_namespace_and_annotations_are_the_values() -> None:
+    values = {
+        "metrics": {
+            "grafanaDashboard": {
+                "enabled": True,
+                "namespace": "monitoring",
+                "label": "grafana-dashboards",
+                "labelValue": "polymq",
+                "annotations": {"grafana_folder": "Messaging"},
+            }
+        }
+    }
+    [cm] = _configmaps(values)
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana-dashboards"] == "polymq"
+    assert "grafana_dashboard" not in cm["metadata"]["labels"]
+    assert cm["metadata"]["annotations"]["grafana_folder"] == "Messaging"
+
+
+def _core_env(values: dict[str, Any]) -> dict[str, str]:
+    core = render(values).workload("core")
+    [c] = [c for c in core["spec"]["template"]["spec"]["containers"] if c["name"] == "core"]
+    return {e["name"]: e.get("value", "") for e in c.get("env", [])}
+
+
+def test_per_destination_metrics_are_off_unless_asked() -> None:
+    assert "POLYMQ_METRICS_PER_DESTINATION" not in _core_env({})
+    env = _core_env(ci_values(CHART / "ci" / "grafana-values.yaml"))
+    assert env["POLYMQ_METRICS_PER_DESTINATION"] == "true"
+    assert env["POLYMQ_METRICS_MAX_DESTINATIONS"] == "500"
