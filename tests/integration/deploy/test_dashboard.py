@@ -1,9 +1,9 @@
-"""The Grafana dashboard of the chart (charts/polymq/dashboards/polymq.json): every metric its
-queries name is one that a running ``polymq run`` serves, once traffic went through every
-protocol with per-destination metrics on; each protocol's open connections show in
-``polymq_client_connections``; the dashboard is well formed (its data source a variable,
-panel ids unique, the grid 24 wide); and the chart ships it in a ConfigMap for Grafana's
-sidecar only when asked (metrics.grafanaDashboard)."""
+"""The Grafana dashboard of the chart (charts/polymq/dashboards/polymq.json): every query
+parses as PromQL, and every metric it selects is one that a running ``polymq run`` serves
+once traffic went through every protocol with per-destination metrics on; each protocol's
+open connections show in ``polymq_client_connections``; the dashboard is well formed (its
+data source a variable, panel ids unique, the grid 24 wide); and the chart ships it in a
+ConfigMap for Grafana's sidecar only when asked (metrics.grafanaDashboard)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pika
+import promql_parser
 import pytest
 import requests
 import stomp
@@ -28,7 +29,14 @@ from ..avro.conftest import USER, container, users
 from .chart import CHART, NAMESPACE, ci_values, render
 
 DASHBOARD = CHART / "dashboards" / "polymq.json"
-METRIC = re.compile(r"\bpolymq_\w+")
+# Grafana's variables, as it puts them in a query before sending it to Prometheus
+VARIABLES = {
+    "$__rate_interval": "1m",
+    "$__range": "1h",
+    '"$namespace"': '".*"',
+    '"$destination"': '".*"',
+}
+LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+), *(?P<label>\w+)\)$")
 # the listeners that serve /metrics in `polymq run` (one registry behind them all)
 METRICS_LISTENERS = ("admin", "http", "stomp_ws", "longpoll", "avro", "amqp_admin")
 PROTOCOLS = {
@@ -48,12 +56,29 @@ def _dashboard() -> dict[str, Any]:
 
 
 def _queries(board: dict[str, Any]) -> list[str]:
-    """Every PromQL text of the dashboard: its panels' targets and its variables' queries."""
+    """Every PromQL text of the dashboard, its variables given values: its panels' targets,
+    and the series selectors of its variables' ``label_values(selector, label)``."""
     out = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
     for var in board["templating"]["list"]:
         if var["type"] == "query":
-            out.append(var["query"]["query"])
+            match = LABEL_VALUES.match(var["query"]["query"])
+            assert match, var["query"]
+            out.append(match["selector"])
+    for name, value in VARIABLES.items():
+        out = [q.replace(name, value) for q in out]
     return out
+
+
+def _metrics(query: str) -> set[str]:
+    """The metric names ``query`` selects (a ValueError if it is not PromQL)."""
+    names: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
+            names.add(node.name)
+
+    promql_parser.walk(promql_parser.parse(query), visit)
+    return names
 
 
 def _uid(prefix: str) -> str:
@@ -169,7 +194,7 @@ def scraped(
 def test_every_metric_the_dashboard_queries_is_served(
     scraped: dict[str, dict[tuple[tuple[str, str], ...], float]],
 ) -> None:
-    named = {name for query in _queries(_dashboard()) for name in METRIC.findall(query)}
+    named = {name for query in _queries(_dashboard()) for name in _metrics(query)}
     assert len(named) > 30  # not vacuous: the panels query the core and every frontend
     missing = sorted(named - scraped.keys())
     assert missing == [], f"the dashboard queries metrics `polymq run` does not serve: {missing}"
@@ -184,6 +209,16 @@ def test_each_protocol_shows_its_open_connections(
     }
     assert gauge.keys() == PROTOCOLS
     assert {key for key, value in gauge.items() if value >= 1} == PROTOCOLS, gauge
+
+
+def test_every_query_is_promql_that_selects_only_polymq_metrics() -> None:
+    queries = _queries(_dashboard())
+    assert len(queries) > 40
+    for query in queries:
+        names = _metrics(query)  # parses, or raises saying where it does not
+        assert names and all(n.startswith("polymq_") for n in names), query
+    with pytest.raises(ValueError):  # the parser refuses what Prometheus would
+        _metrics("sum by (le (rate(polymq_acked_messages_total[1m]))")
 
 
 def test_the_dashboard_is_well_formed() -> None:
