@@ -36,6 +36,8 @@ VARIABLES = {
     '"$namespace"': '".*"',
     '"$destination"': '".*"',
 }
+# the labels Prometheus gives every series of a target (a ServiceMonitor's, or a pod's)
+TARGET_LABELS = {"namespace", "instance", "job", "pod", "service", "container", "endpoint"}
 LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+), *(?P<label>\w+)\)$")
 # the listeners that serve /metrics in `polymq run` (one registry behind them all)
 METRICS_LISTENERS = ("admin", "http", "stomp_ws", "longpoll", "avro", "amqp_admin")
@@ -69,16 +71,28 @@ def _queries(board: dict[str, Any]) -> list[str]:
     return out
 
 
-def _metrics(query: str) -> set[str]:
-    """The metric names ``query`` selects (a ValueError if it is not PromQL)."""
-    names: set[str] = set()
+def _metrics(query: str) -> dict[str, set[str]]:
+    """The metric names ``query`` selects, each with the labels it asks of that metric: in
+    its matchers, and in the ``by (...)`` of the aggregations around it (a ValueError if the
+    query is not PromQL)."""
+    needs: dict[str, set[str]] = {}
+    by: list[set[str]] = []
 
-    def visit(node: Any) -> None:
+    def pre(node: Any) -> None:
+        if isinstance(node, promql_parser.AggregateExpr):
+            modifier = node.modifier
+            grouped = modifier is not None and modifier.type == promql_parser.AggModifierType.By
+            by.append(set(modifier.labels) if grouped else set())
         if isinstance(node, promql_parser.VectorSelector) and node.name:
-            names.add(node.name)
+            matched = {m.name for m in node.matchers.matchers}
+            needs.setdefault(node.name, set()).update(matched, *by)
 
-    promql_parser.walk(promql_parser.parse(query), visit)
-    return names
+    def post(node: Any) -> None:
+        if isinstance(node, promql_parser.AggregateExpr):
+            by.pop()
+
+    promql_parser.walk(promql_parser.parse(query), pre, post)
+    return needs
 
 
 def _uid(prefix: str) -> str:
@@ -194,10 +208,20 @@ def scraped(
 def test_every_metric_the_dashboard_queries_is_served(
     scraped: dict[str, dict[tuple[tuple[str, str], ...], float]],
 ) -> None:
-    named = {name for query in _queries(_dashboard()) for name in _metrics(query)}
-    assert len(named) > 30  # not vacuous: the panels query the core and every frontend
-    missing = sorted(named - scraped.keys())
+    needs: dict[str, set[str]] = {}
+    for query in _queries(_dashboard()):
+        for name, labels in _metrics(query).items():
+            needs.setdefault(name, set()).update(labels)
+    assert len(needs) > 30  # not vacuous: the panels query the core and every frontend
+    missing = sorted(needs.keys() - scraped.keys())
     assert missing == [], f"the dashboard queries metrics `polymq run` does not serve: {missing}"
+    # and asks them only for labels they have (or that Prometheus adds to every target)
+    wrong = {}
+    for name, labels in needs.items():
+        served = {label for series in scraped[name] for label, _ in series}
+        if labels - served - TARGET_LABELS:
+            wrong[name] = sorted(labels - served - TARGET_LABELS)
+    assert wrong == {}, f"labels the dashboard asks of metrics that do not have them: {wrong}"
 
 
 def test_each_protocol_shows_its_open_connections(
