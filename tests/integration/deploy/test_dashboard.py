@@ -7,11 +7,14 @@ ConfigMap for Grafana's sidecar only when asked (metrics.grafanaDashboard)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pika
@@ -169,70 +172,88 @@ def _amqp(proc: PolymqProcess, held: contextlib.ExitStack) -> None:
         conn.channel().queue_declare(_uid("missing"), passive=True)
 
 
-def _scrape(proc: PolymqProcess) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """Every sample of every /metrics listener: name -> labels -> value."""
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for listener in METRICS_LISTENERS:
-        r = requests.get(f"{proc.url(listener)}/metrics", timeout=WAIT)
-        assert r.status_code == 200, (listener, r.text)
-        for family in text_string_to_metric_families(r.text):
-            for s in family.samples:
-                out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]  # name -> labels -> value
+
+
+def _scrape(proc: PolymqProcess, listener: str) -> Samples:
+    r = requests.get(f"{proc.url(listener)}/metrics", timeout=WAIT)
+    assert r.status_code == 200, (listener, r.text)
+    out: Samples = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
     return out
 
 
-@pytest.fixture(scope="module")
-def scraped(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, dict[tuple[tuple[str, str], ...], float]]]:
-    """One scrape of a `polymq run` with per-destination metrics on, taken while one client
-    of each protocol is connected, after traffic through each."""
-    import asyncio
+def _connections(samples: Samples) -> dict[tuple[str, str], float]:
+    return {
+        (dict(labels)["protocol"], dict(labels)["listener"]): value
+        for labels, value in samples["polymq_client_connections"].items()
+    }
 
-    async def run(proc: PolymqProcess) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+
+@dataclass
+class Scrapes:
+    during: dict[str, Samples]  # by listener: while one client of each protocol is connected
+    after: Samples  # the admin port's, once every client left
+
+
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrapes]:
+    """Scrapes of a `polymq run` with per-destination metrics on: of every /metrics listener
+    while one client of each protocol is connected, after traffic through each; then of the
+    core's admin port once they all left. (The admin port's own connections are not client
+    connections: its scrape sees the clients alone, where an HTTP frontend's would count the
+    scrape's connection too.)"""
+
+    async def run(proc: PolymqProcess) -> Scrapes:
         native = await Client.connect("127.0.0.1", proc.ports["core"])
         try:
             await _native(native)
             with contextlib.ExitStack() as held:
                 for traffic in (_http, _longpoll, _avro, _stomp, _amqp):
                     traffic(proc, held)
-                return _scrape(proc)
+                during = {listener: _scrape(proc, listener) for listener in METRICS_LISTENERS}
         finally:
             await native.close()
+        deadline = time.monotonic() + WAIT
+        after = _scrape(proc, "admin")
+        while any(_connections(after).values()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # (the servers see the clients' goodbyes a moment later)
+            after = _scrape(proc, "admin")
+        return Scrapes(during, after)
 
     env = {"POLYMQ_METRICS_PER_DESTINATION": "true"}
     with serving("run", tmp_path_factory.mktemp("dashboard"), env=env) as proc:
         yield asyncio.run(run(proc))
 
 
-def test_every_metric_the_dashboard_queries_is_served(
-    scraped: dict[str, dict[tuple[tuple[str, str], ...], float]],
-) -> None:
+def test_every_metric_the_dashboard_queries_is_served(scraped: Scrapes) -> None:
+    served: dict[str, set[str]] = {}  # every metric of every listener, with its labels
+    for samples in scraped.during.values():
+        for name, series in samples.items():
+            served.setdefault(name, set()).update(label for s in series for label, _ in s)
     needs: dict[str, set[str]] = {}
     for query in _queries(_dashboard()):
         for name, labels in _metrics(query).items():
             needs.setdefault(name, set()).update(labels)
     assert len(needs) > 30  # not vacuous: the panels query the core and every frontend
-    missing = sorted(needs.keys() - scraped.keys())
+    missing = sorted(needs.keys() - served.keys())
     assert missing == [], f"the dashboard queries metrics `polymq run` does not serve: {missing}"
     # and asks them only for labels they have (or that Prometheus adds to every target)
-    wrong = {}
-    for name, labels in needs.items():
-        served = {label for series in scraped[name] for label, _ in series}
-        if labels - served - TARGET_LABELS:
-            wrong[name] = sorted(labels - served - TARGET_LABELS)
+    wrong = {
+        name: sorted(labels - served[name] - TARGET_LABELS)
+        for name, labels in needs.items()
+        if labels - served[name] - TARGET_LABELS
+    }
     assert wrong == {}, f"labels the dashboard asks of metrics that do not have them: {wrong}"
 
 
-def test_each_protocol_shows_its_open_connections(
-    scraped: dict[str, dict[tuple[tuple[str, str], ...], float]],
-) -> None:
-    gauge = {
-        (dict(labels)["protocol"], dict(labels)["listener"]): value
-        for labels, value in scraped["polymq_client_connections"].items()
-    }
-    assert gauge.keys() == PROTOCOLS
-    assert {key for key, value in gauge.items() if value >= 1} == PROTOCOLS, gauge
+def test_each_protocol_shows_its_open_connections(scraped: Scrapes) -> None:
+    during = _connections(scraped.during["admin"])
+    assert during.keys() == PROTOCOLS
+    assert {key for key, value in during.items() if value >= 1} == PROTOCOLS, during
+    assert _connections(scraped.after) == dict.fromkeys(PROTOCOLS, 0.0)
 
 
 def test_every_query_is_promql_that_selects_only_polymq_metrics() -> None:
