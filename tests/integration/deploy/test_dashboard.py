@@ -299,10 +299,15 @@ def _configmaps(values: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_the_chart_ships_the_dashboard_only_when_asked() -> None:
     assert _configmaps({}) == []
-    [cm] = _configmaps(ci_values(CHART / "ci" / "grafana-values.yaml"))
+    assert "Grafana dashboard" not in render().notes
+    out = render(ci_values(CHART / "ci" / "grafana-values.yaml"))
+    [cm] = [o for o in out.of_kind("ConfigMap") if "polymq.json" in o.get("data", {})]
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["namespace"] == NAMESPACE
     assert json.loads(cm["data"]["polymq.json"]) == _dashboard()
+    name = cm["metadata"]["name"]
+    assert f"ConfigMap {name} in namespace {NAMESPACE}" in out.notes  # where to find it
+    assert "at most 500 destinations" in out.notes
 
 
 def test_the_dashboards_label_namespace_and_annotations_are_the_values() -> None:
