@@ -55,9 +55,9 @@ from prometheus_client import (
     generate_latest,
 )
 
+from . import connectiongauge
 from .client import Client
 from .config import FrontendSettings, server_ssl_context
-from .connectiongauge import watch_connections
 from .corelink import CORE_TIMEOUT, CoreLink
 from .errors import NotFound
 from .listener import HttpListener, listener_metrics
@@ -224,7 +224,7 @@ class WebService(Generic[S]):
         self.handshake_timeout = settings.handshake_timeout
         self.limits = ConnectionLimits(f"the {self.name} listener", settings.max_connections)
         self.listener_metrics = listener_metrics(self.registry, f"polymq_{self.name}", "HTTP")
-        watch_connections(  # polymq_client_connections{protocol=<name>} reads it
+        connectiongauge.watch_connections(  # polymq_client_connections{protocol=<name>} reads it
             self.registry,
             self.name,
             self.name,
