@@ -206,7 +206,7 @@ class Sensors:
         def of(state: str) -> Callable[[], float]:
             return lambda: nodes().get(state, 0)
 
-        for state in NODE_STATES:
+        for state in ("ready", "joining", "leaving", "unreachable"):
             self.cluster_nodes.labels(state).set_function(of(state))
 
     def watch_resources(self, detail: Callable[[], Mapping[str, Mapping[str, int]]]) -> None:
