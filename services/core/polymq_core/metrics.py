@@ -197,18 +197,6 @@ class Sensors:
     def watch_bindings(self, count: Callable[[], int]) -> None:
         self.bindings.set_function(count)
 
-    def watch_cluster(
-        self, shards_led: Callable[[], int], nodes: Callable[[], dict[str, int]]
-    ) -> None:
-        """Read the cluster's state when scraped."""
-        self.shards_led.set_function(shards_led)
-
-        def of(state: str) -> Callable[[], float]:
-            return lambda: nodes().get(state, 0)
-
-        for state in ("ready", "joining", "leaving", "unreachable"):
-            self.cluster_nodes.labels(state).set_function(of(state))
-
     def watch_resources(self, detail: Callable[[], Mapping[str, Mapping[str, int]]]) -> None:
         """Read the alarms' last measures (``{"memory": {"used", "limit"}, "disk": {"free",
         "limit"}}``, empty before the first) when scraped."""
@@ -229,6 +217,18 @@ class Sensors:
     ) -> None:
         """Export per-destination figures (opt-in): see :class:`DestinationCollector`."""
         self.registry.register(DestinationCollector(stats, count, limit))
+
+    def watch_cluster(
+        self, shards_led: Callable[[], int], nodes: Callable[[], dict[str, int]]
+    ) -> None:
+        """Read the cluster's state when scraped."""
+        self.shards_led.set_function(shards_led)
+
+        def of(state: str) -> Callable[[], float]:
+            return lambda: nodes().get(state, 0)
+
+        for state in ("ready", "joining", "leaving", "unreachable"):
+            self.cluster_nodes.labels(state).set_function(of(state))
 
     def on_leadership(self, change: str) -> None:
         self.leadership.labels(change).inc()
