@@ -17,10 +17,10 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq import alarms
 from polymq.errors import RequestError
 from polymq.types import Destination
-from polymq.web import add_metrics_route, healthz
+from polymq_server import alarms
+from polymq_server.web import add_metrics_route, healthz
 
 from .broker import Broker
 from .reload import Reloader, ReloadError, new_change

@@ -1,4 +1,4 @@
-"""The core's resource alarms (:mod:`polymq.alarms`): a memory high watermark and a disk
+"""The core's resource alarms (:mod:`polymq_server.alarms`): a memory high watermark and a disk
 free limit, measured every 0.2 s (a fast producer adds tens of MB a second).
 
 - **memory**: this process's resident memory against ``memory_high_watermark`` — a fraction
@@ -9,7 +9,7 @@ free limit, measured every 0.2 s (a fast producer adds tens of MB a second).
 
 A change is logged (a warning when an alarm goes on), shown by the gauge
 ``polymq_resource_alarm{resource}`` and announced on ``system.alarms`` (also every
-:data:`polymq.alarms.EVERY` seconds, for frontends that connect later). While an alarm is
+:data:`polymq_server.alarms.EVERY` seconds, for frontends that connect later). While an alarm is
 on, the core stops reading the wire connections of native publishers (frontends hold their
 own; polymq's own links are never held, so consumers drain); they read again once it clears.
 Both limits may be changed by a reload (``polymq cluster reload --limit``), and an alarm
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Gauge
 
-from polymq import alarms
 from polymq.types import Message
+from polymq_server import alarms
 
 if TYPE_CHECKING:
     from .broker import Broker

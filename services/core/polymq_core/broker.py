@@ -27,7 +27,6 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from polymq.auth import AuthProvider, Permission, Principal
 from polymq.errors import BadRequest, Unauthorized, Unavailable
 from polymq.events import (
     Ack,
@@ -57,8 +56,9 @@ from polymq.events import (
     Unbind,
     Unsubscribe,
 )
-from polymq.resources import ConnectionLimits
 from polymq.types import Destination, Message
+from polymq_server.auth import AuthProvider, Permission, Principal
+from polymq_server.resources import ConnectionLimits
 
 from .alarms import ResourceMonitor
 from .bindings import BindingTable
@@ -124,7 +124,7 @@ class Broker:
         self.topic_source = TopicSource(self.topics)
         self.cursors = Cursors(self)
         self.sessions: set[Session] = set()
-        self.monitor = ResourceMonitor(self)  # the resource alarms (polymq.alarms)
+        self.monitor = ResourceMonitor(self)  # the resource alarms (polymq_server.alarms)
         self.connections = ConnectionLimits(
             "the core's wire port", settings.max_connections, settings.max_connections_per_user
         )

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from polymq.auth import Permission
 from polymq.errors import BadRequest, NotFound
 from polymq.events import Bind, Bindings, Declare, Delete, MetaGet, MetaSet, Purge, Stats, Unbind
 from polymq.types import DeclareOptions, Destination, Kind
+from polymq_server.auth import Permission
 
 from .answers import then
 from .shard import Shard

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polymq.config import ConfigError, check_readable
+from polymq_server.config import ConfigError, check_readable
 
 _NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CLUSTER_TLS = ("cluster_tls_cert", "cluster_tls_key", "cluster_tls_ca")

@@ -20,7 +20,6 @@ import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from polymq.auth import INTERNAL_PRINCIPAL, AuthProvider
 from polymq.codec import EVENT_BYTES, NEED_DATA, Connection, Role, weight
 from polymq.errors import PolymqError, RemoteProtocolError, RequestError, Unavailable
 from polymq.events import (
@@ -37,8 +36,9 @@ from polymq.events import (
     Welcome,
 )
 from polymq.inproc import PipeEnd
-from polymq.resources import Admission
 from polymq.types import Destination, Message, SlowPolicy
+from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider
+from polymq_server.resources import Admission
 
 from .handover import is_handover
 from .metrics import protocol_label
@@ -46,7 +46,7 @@ from .relay import PEER_CLIENT, Relay
 from .subscription import Subscription
 
 if TYPE_CHECKING:
-    from polymq.auth import Principal
+    from polymq_server.auth import Principal
 
     from .broker import Broker
 
@@ -105,7 +105,7 @@ class Session(asyncio.Protocol):
         # its publishes keep their ids and delivery counts
         self.handing = False
         self.principal: Principal | None = None
-        # its place in the wire port's connection limits (polymq.resources)
+        # its place in the wire port's connection limits (polymq_server.resources)
         self.admission = Admission(None, None)
         self.publishing = False  # a native client that has published (held by an alarm)
         self._alarm_held = False  # not reading: a resource alarm holds this publisher
