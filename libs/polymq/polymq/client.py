@@ -33,7 +33,14 @@ from typing import Any
 
 from . import inproc
 from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role
-from .deliveries import Delivery, DeliveryListener, Lease, Subscription, make_message
+from .deliveries import (
+    Delivery,
+    DeliveryListener,
+    Lease,
+    Settled,
+    Subscription,
+    make_message,
+)
 from .errors import (
     ConnectionClosed,
     LocalProtocolError,
@@ -76,7 +83,7 @@ from .events import (
     Welcome,
 )
 from .handles import ChannelHandle, QueueHandle, StreamHandle, TopicHandle
-from .types import Message
+from .types import Message, Outcome
 
 __all__ = [
     "ChannelHandle",
@@ -85,6 +92,7 @@ __all__ = [
     "DeliveryListener",
     "Lease",
     "QueueHandle",
+    "Settled",
     "StreamHandle",
     "Subscription",
     "TopicHandle",
@@ -440,9 +448,14 @@ class Client:
         r: list[Lease] = await self._call(Pull(self._rid(), destination, max, wait, visibility))
         return r
 
-    async def settle(self, receipts: list[str], action: str = "ack") -> dict[str, Any]:
-        r: dict[str, Any] = await self._call(Settle(self._rid(), receipts, action))
-        return r
+    async def settle(self, receipts: list[str], outcome: Outcome = Outcome.ACK) -> Settled:
+        """Settle pulled leases by receipt, from any connection; :class:`NotFound` when the
+        core knows none of them."""
+        # the wire carries the outcome's word (anything else is sent as it is: the core
+        # answers BadRequest)
+        word = outcome.value if isinstance(outcome, Outcome) else outcome
+        r: dict[str, Any] = await self._call(Settle(self._rid(), receipts, word))
+        return Settled(r["settled"], r["missing"])
 
     async def get_metadata(self, destination: str) -> dict[str, str]:
         r: dict[str, str] = await self._call(MetaGet(self._rid(), destination))

@@ -13,12 +13,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .events import Ack, Nack, Unsubscribe
-from .types import Message
+from .types import Message, Outcome
 
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Delivery", "DeliveryListener", "Finished", "Lease", "Subscription", "make_message"]
+__all__ = [
+    "Delivery",
+    "DeliveryListener",
+    "Finished",
+    "Lease",
+    "Settled",
+    "Subscription",
+    "make_message",
+]
 
 
 _MESSAGE_FIELDS = frozenset(
@@ -60,6 +68,15 @@ class Lease:
 
     receipt: str
     message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """The answer to settling leases: how many were settled, and the receipts the core no
+    longer knows (already settled, expired, or of a deleted queue)."""
+
+    settled: int
+    missing: list[str]
 
 
 class DeliveryListener(Protocol):
@@ -156,6 +173,13 @@ class Subscription:
 
     def nack(self, tag: int, requeue: bool = True) -> None:
         self.client._send(Nack(0, self.sid, [tag], requeue, False))
+
+    def settle(self, tag: int, outcome: Outcome) -> None:
+        """:meth:`ack` or :meth:`nack` ``tag``, as ``outcome`` says."""
+        if outcome is Outcome.ACK:
+            self.ack(tag)
+        else:
+            self.nack(tag, requeue=outcome is Outcome.REQUEUE)
 
     async def ack_many(self, tags: list[int], *, cumulative: bool = False) -> Any:
         return await self.client._call(Ack(self.client._rid(), self.sid, tags, cumulative))

@@ -175,7 +175,8 @@ class Pull(Request):
 
 @dataclass(frozen=True, slots=True)
 class Settle(Request):
-    """Ack (``action='ack'``), requeue (``'requeue'``) or dead-letter (``'reject'``) leases."""
+    """Settle leases: ``action`` is an :class:`~polymq.types.Outcome`'s word (``ack``,
+    ``requeue`` or ``reject``; ``nack`` is ``requeue``)."""
 
     OP: ClassVar[int] = 19
     rid: int

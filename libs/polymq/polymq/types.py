@@ -23,6 +23,7 @@ __all__ = [
     "Destination",
     "Kind",
     "Message",
+    "Outcome",
     "Overflow",
     "SlowPolicy",
     "SubscribeOptions",
@@ -100,6 +101,34 @@ class AckMode(enum.Enum):
     AUTO = "auto"
     CLIENT = "client"  # an ack acknowledges every earlier delivery too (cumulative)
     CLIENT_INDIVIDUAL = "client-individual"
+
+
+class Outcome(enum.Enum):
+    """What settling a delivery or a lease does to its message: the one word every layer
+    uses, from a protocol's verb (STOMP ``ACK``/``NACK``, AMQP ``basic.ack``/``nack``/
+    ``reject``, the HTTP frontends' ack and nack with ``requeue``) down to the queue. The
+    wire carries its value (``Settle.action``); ``Nack.requeue`` is :meth:`of_nack`'s input."""
+
+    ACK = "ack"  # done with: the message is removed
+    REQUEUE = "requeue"  # back to the queue, to be delivered again
+    REJECT = "reject"  # to the dead-letter destination (dropped without one)
+
+    @classmethod
+    def of_nack(cls, requeue: bool) -> Outcome:
+        """A negative acknowledgement: requeued, or rejected (dead-lettered)."""
+        return cls.REQUEUE if requeue else cls.REJECT
+
+    @classmethod
+    def parse(cls, word: object) -> Outcome:
+        """The outcome a wire word names (``nack`` is ``requeue``, as a nack requeues unless
+        told otherwise); :class:`BadRequest` for anything else."""
+        found = _OUTCOME_WORDS.get(word) if isinstance(word, str) else None
+        if found is None:
+            raise BadRequest("action must be ack, nack (requeue) or reject (dead-letter)")
+        return found
+
+
+_OUTCOME_WORDS = {o.value: o for o in Outcome} | {"nack": Outcome.REQUEUE}
 
 
 class Overflow(enum.Enum):

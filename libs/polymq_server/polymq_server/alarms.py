@@ -3,11 +3,14 @@
 While an alarm is on, publishers on every protocol are held back and consumers keep
 draining. The core measures (``polymq_core.alarms``) and publishes its state on its topic
 ``system.alarms`` when it changes and every :data:`EVERY` seconds, as
-``{"alarms": ["memory"], "memory": {"used": N, "limit": N}, "disk": {"free": N, "limit": N}}``;
-every frontend's core link hears it (:meth:`.corelink.CoreLink.on_alarms`) and holds its
-own publishers back in its protocol's way: AMQP sends ``connection.blocked`` and stops reading
-publishing connections, the HTTP, long-poll and Avro frontends answer a publish 503 with
-``Retry-After``; the core itself stops reading the wire connections of native publishers.
+``{"alarms": ["memory"], "memory": {"used": N, "limit": N, "rises_at": N, "clears_at": N,
+"pressure": true}, "disk": {"free": N, "limit": N}}`` (bytes; ``limit`` is the memory high
+watermark, under which the alarm rises and clears, ``pressure`` whether the memory is past
+where it clears: ``polymq_core.alarms``); every frontend's core link hears it
+(:meth:`polymq_server.corelink.CoreLink.on_alarms`) and holds its own publishers back in its
+protocol's way: AMQP sends ``connection.blocked`` and stops reading publishing connections,
+the HTTP, long-poll and Avro frontends answer a publish 503 with ``Retry-After``; the core
+itself stops reading the wire connections of native publishers.
 """
 
 from __future__ import annotations

@@ -40,6 +40,8 @@ LIMITS: dict[str, tuple[type[int] | tuple[type[int], type[float]], float]] = {
     "max_wait": ((int, float), 0),
     "max_subscriptions_per_connection": (int, 1),
     "memory_high_watermark": ((int, float), 0),
+    "memory_headroom": ((int, float), 0),
+    "memory_low_watermark": ((int, float), 0),
     "disk_free_limit": (int, 0),
 }
 _FIELDS = {"log_level", "users", "limits"}

@@ -25,8 +25,8 @@
 - :func:`healthz`, :func:`readiness` and :func:`add_health_routes`: ``/healthz`` and
   ``/readyz``.
 - :func:`settle_receipts`: ``POST /v1/ack`` and ``/v1/nack`` once their body is parsed:
-  settle queue leases by receipt, from any request (with the core's action of
-  :func:`settle_action`); :func:`add_settle_routes` routes both to one handler.
+  settle queue leases by receipt, from any request (with the outcome of
+  :func:`settle_outcome`); :func:`add_settle_routes` routes both to one handler.
 - :func:`published_json`: the answer to a JSON publish (``POST /v1/{kind}/{name}/messages``).
 - :func:`add_openapi_route`: ``GET /openapi.json``.
 
@@ -57,7 +57,7 @@ from prometheus_client import (
 
 from polymq.client import Client
 from polymq.errors import NotFound
-from polymq.types import Destination, Kind, Message
+from polymq.types import Destination, Kind, Message, Outcome
 
 from . import connectiongauge
 from .config import FrontendSettings, server_ssl_context
@@ -93,7 +93,7 @@ __all__ = [
     "published_json",
     "readiness",
     "receipt_destination",
-    "settle_action",
+    "settle_outcome",
     "settle_receipts",
     "status_phrase",
 ]
@@ -636,10 +636,10 @@ def receipt_destination(receipt: str) -> str | None:
     return str(dest) if dest.kind is Kind.QUEUE else None
 
 
-def settle_action(*, nack: bool, requeue: bool) -> str:
-    """The core's action for ``POST /v1/ack`` (``ack``) or ``POST /v1/nack`` (``requeue``,
-    or ``reject``, to the dead letters, when its body says ``"requeue": false``)."""
-    return "ack" if not nack else "requeue" if requeue else "reject"
+def settle_outcome(*, nack: bool, requeue: bool) -> Outcome:
+    """The outcome of ``POST /v1/ack`` (ack) or ``POST /v1/nack`` (requeue, or reject, to
+    the dead letters, when its body says ``"requeue": false``)."""
+    return Outcome.of_nack(requeue) if nack else Outcome.ACK
 
 
 class SettleHandler(Protocol):
@@ -664,13 +664,13 @@ def add_settle_routes(app: web.Application, settle: SettleHandler) -> None:
 async def settle_receipts(
     core: CoreLink,
     receipts: list[str],
-    action: str,
+    outcome: Outcome,
     authorize: Callable[[str], None],
     *,
     done: Callable[[list[str]], None] | None = None,
 ) -> dict[str, Any]:
-    """Settle queue leases by receipt with ``action`` (``ack``, ``requeue``/``nack`` or
-    ``reject``): ``{"settled": n, "missing": [...]}``, where malformed receipts and those the
+    """Settle queue leases by receipt with ``outcome``: ``{"settled": n, "missing":
+    [...]}``, where malformed receipts and those the
     core no longer knows are missing. ``authorize(queue)`` raises if the caller may not read
     a queue named; ``done(receipts sent to the core)`` is called however the core answers."""
     known: list[str] = []
@@ -685,8 +685,8 @@ async def settle_receipts(
     if not known:
         raise NotFound("unknown or malformed receipt(s)")
     try:
-        result: dict[str, Any] = await core.call(lambda c: c.settle(known, action))
+        result = await core.call(lambda c: c.settle(known, outcome))
     finally:
         if done is not None:
             done(known)
-    return {"settled": int(result.get("settled", 0)), "missing": missing + list(result["missing"])}
+    return {"settled": result.settled, "missing": missing + result.missing}

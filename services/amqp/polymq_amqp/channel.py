@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pamqp import base, commands
 
 from polymq.errors import PolymqError
+from polymq.types import Outcome
 
 from .consumer import Consumer, Consumers, Pending
 from .declarations import Declarations
@@ -81,7 +82,7 @@ class Channel:
         self.reply_to: str | None = None  # its direct reply-to name, while it consumes one
         self.confirming = False
         self.transactional = False
-        self.tx_acks: list[tuple[str, int, bool]] = []  # (action, tag, multiple)
+        self.tx_acks: list[tuple[Outcome, int, bool]] = []  # (outcome, tag, multiple)
         # confirms: sequence numbers not yet answered (in order), and answers to send
         self.unconfirmed: dict[int, None] = {}
         self.confirmed: list[tuple[int, bool]] = []
@@ -140,7 +141,7 @@ class Channel:
         self.consumer_unacked = 0
         self.consumers.release_all()
         if receipts:
-            self.settle_leases(receipts, "requeue")
+            self.settle_leases(receipts, Outcome.REQUEUE)
         self.publisher.close()
 
     # ---- channel.flow, basic.qos -------------------------------------------------------------
@@ -192,17 +193,17 @@ class Channel:
         if (multiple and tag > self._tags) or (not multiple and tag not in self.unacked):
             raise ChannelException(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
 
-    def settle(self, tag: int, multiple: bool, action: str) -> None:
-        """ack (``"ack"``), requeue or reject deliveries (in a transaction: at commit)."""
+    def settle(self, tag: int, multiple: bool, outcome: Outcome) -> None:
+        """Ack, requeue or reject deliveries (in a transaction: at commit)."""
         if self.transactional:
             self._check_tag(tag, multiple)
             if len(self.tx_acks) >= self.settings.amqp_max_tx_messages:
                 raise ChannelException(PRECONDITION_FAILED, "transaction too large")
-            self.tx_acks.append((action, tag, multiple))
+            self.tx_acks.append((outcome, tag, multiple))
             return
-        self.apply(self._take(tag, multiple), action)
+        self.apply(self._take(tag, multiple), outcome)
 
-    def apply(self, pending: list[Pending], action: str) -> None:
+    def apply(self, pending: list[Pending], outcome: Outcome) -> None:
         receipts: list[str] = []
         touched: set[Consumer] = set()
         for consumer, run in groupby(pending, _CONSUMER):  # runs of one consumer, in order
@@ -211,23 +212,23 @@ class Channel:
                 continue
             tags = [p.tag for p in run]
             self.consumer_unacked -= len(tags)
-            consumer.settle_many(tags, action)
+            consumer.settle_many(tags, outcome)
             touched.add(consumer)
         if receipts:
-            self.settle_leases(receipts, action)
+            self.settle_leases(receipts, outcome)
         for consumer in touched:
             if consumer.cancelled and consumer.outstanding <= 0:
                 self.consumers.release(consumer)
         self.pump()
 
-    def settle_leases(self, receipts: list[str], action: str) -> None:
+    def settle_leases(self, receipts: list[str], outcome: Outcome) -> None:
         link = self.hub.link
         if not link.connected:
             return
 
         async def settle() -> None:
             with contextlib.suppress(PolymqError, TimeoutError):
-                await link.call(lambda c: c.settle(receipts, action))
+                await link.call(lambda c: c.settle(receipts, outcome))
 
         link.spawn(settle(), "settling basic.get messages")
 
@@ -241,20 +242,19 @@ class Channel:
                 self.consumers.deliver_one(consumer, tag, message)
 
     def _ack(self, method: commands.Basic.Ack) -> None:
-        self.settle(int(method.delivery_tag or 0), bool(method.multiple), "ack")
+        self.settle(int(method.delivery_tag or 0), bool(method.multiple), Outcome.ACK)
 
     def _nack(self, method: commands.Basic.Nack) -> None:
-        action = "requeue" if method.requeue else "reject"
-        self.settle(int(method.delivery_tag or 0), bool(method.multiple), action)
+        outcome = Outcome.of_nack(bool(method.requeue))
+        self.settle(int(method.delivery_tag or 0), bool(method.multiple), outcome)
 
     def _reject(self, method: commands.Basic.Reject) -> None:
-        action = "requeue" if method.requeue else "reject"
-        self.settle(int(method.delivery_tag or 0), False, action)
+        self.settle(int(method.delivery_tag or 0), False, Outcome.of_nack(bool(method.requeue)))
 
     def _recover(self, method: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
         """Every unacknowledged delivery goes back to its queue (requeue=false, which the
         spec would redeliver to the same consumer, is treated the same way)."""
-        self.apply(self._take(0, True), "requeue")
+        self.apply(self._take(0, True), Outcome.REQUEUE)
         if isinstance(method, commands.Basic.Recover):
             self.session.send_method(self.number, commands.Basic.RecoverOk())
 
@@ -320,10 +320,10 @@ class Channel:
         acks, self.tx_acks = self.tx_acks, []
         self.busy(self._commit(acks), method)
 
-    async def _commit(self, acks: list[tuple[str, int, bool]]) -> None:
+    async def _commit(self, acks: list[tuple[Outcome, int, bool]]) -> None:
         await self.publisher.commit()
-        for action, tag, multiple in acks:
-            self.apply(self._take(tag, multiple), action)
+        for outcome, tag, multiple in acks:
+            self.apply(self._take(tag, multiple), outcome)
         if acks:
             client = self.session.client()
             await self.hub.link.guard(client, client.ping())  # the core has the acks

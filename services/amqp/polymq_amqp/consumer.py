@@ -46,7 +46,7 @@ from pamqp import commands
 
 from polymq.client import Subscription
 from polymq.errors import ConnectionClosed, PolymqError, Unavailable
-from polymq.types import Message
+from polymq.types import Message, Outcome
 from polymq_server.auth import Permission
 from polymq_server.corelink import CoreLink
 
@@ -138,18 +138,18 @@ class Consumer:
                 self.channel.session.fail(exc, 0)
 
     # ---- acknowledgements -----------------------------------------------------------------
-    def settle_many(self, core_tags: list[int], action: str) -> None:
-        """Ack (``"ack"``), requeue or reject each of ``core_tags`` at the core, in order."""
+    def settle_many(self, core_tags: list[int], outcome: Outcome) -> None:
+        """Ack, requeue or reject each of ``core_tags`` at the core, in order."""
         self.outstanding -= len(core_tags)
         core = self.core
         if core is None or core.closed:
             return  # its queue was deleted, or the link broke: nothing left to settle
-        if action == "ack":
+        if outcome is Outcome.ACK:
             ack = core.ack
             for tag in core_tags:
                 ack(tag)
         else:
-            requeue = action == "requeue"
+            requeue = outcome is Outcome.REQUEUE
             for tag in core_tags:
                 with contextlib.suppress(PolymqError):
                     core.nack(tag, requeue=requeue)
@@ -461,7 +461,7 @@ class Consumers:
         )
         props = delivery_properties(message, ch.names)
         if method.no_ack:
-            ch.settle_leases([lease.receipt], "ack")
+            ch.settle_leases([lease.receipt], Outcome.ACK)
         else:
             ch.unacked[dtag] = Pending(None, 0, lease.receipt)
         session.send_content(ch.number, ok, props, message.body)

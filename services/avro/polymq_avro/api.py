@@ -34,7 +34,7 @@ from polymq_server.web import (
     add_health_routes,
     add_openapi_route,
     add_settle_routes,
-    settle_action,
+    settle_outcome,
     settle_receipts,
 )
 
@@ -368,7 +368,7 @@ async def _settle(request: web.Request, *, nack: bool) -> web.Response:
     answer = await settle_receipts(
         app[CORE],
         receipts,
-        settle_action(nack=nack, requeue=requeue),
+        settle_outcome(nack=nack, requeue=requeue),
         lambda queue: access.authorize(principal, Permission.READ, queue),
     )
     return web.json_response(answer)

@@ -18,7 +18,7 @@ import asyncio
 import logging
 from typing import Any, TypeVar
 
-from polymq import Client, Lease
+from polymq import Client, Lease, Outcome
 from polymq_server.avro import SchemaCache
 from polymq_server.corelink import CORE_TIMEOUT
 from polymq_server.web import FrontendLink
@@ -100,4 +100,4 @@ class CoreLink(FrontendLink[AvroSettings]):
         if not leases or client is None or client.closed:
             return
         receipts = [lease.receipt for lease in leases]
-        self.spawn(client.settle(receipts, "requeue"), "requeueing leases nobody will see")
+        self.spawn(client.settle(receipts, Outcome.REQUEUE), "requeueing leases nobody will see")

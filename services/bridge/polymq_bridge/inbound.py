@@ -34,7 +34,7 @@ from aio_pika.abc import (
 
 from polymq import Client
 from polymq.errors import BadRequest, ConnectionClosed, PayloadTooLarge, Unavailable
-from polymq.types import Message
+from polymq.types import Message, Outcome
 
 from .config import InboundLink
 from .link import Contiguous, LinkRunner, SessionEnded, describe
@@ -76,7 +76,7 @@ class InboundRunner(LinkRunner):
         channel.close_callbacks.add(self.channel_closed())
         self._tags = Contiguous(0)  # delivery tags start at 1 on every channel
         self._acked = 0
-        self._ops: deque[tuple[str, int]] = deque()
+        self._ops: deque[tuple[Outcome, int]] = deque()
         self._ops_ready = asyncio.Event()  # something to send
         self._ops_idle = asyncio.Event()  # nothing queued and nothing being sent
         self._ops_idle.set()
@@ -174,7 +174,7 @@ class InboundRunner(LinkRunner):
                 exc_info=True,
             )
             tag = message.delivery_tag or 0
-            self._settle("reject", tag)  # queued before any ack that covers it
+            self._settle(Outcome.REJECT, tag)  # queued before any ack that covers it
             self._tags.confirmed(tag)
             self._settled(1)
             return
@@ -200,20 +200,21 @@ class InboundRunner(LinkRunner):
             m.bytes.inc(len(msg.body))
         # One basic.ack(multiple) for every delivery up to the highest tag whose earlier
         # ones are all settled; a later batch acknowledges what an earlier one could not.
-        self._settle("ack", tags.committed)
+        self._settle(Outcome.ACK, tags.committed)
         self._settled(len(batch))
 
-    def _settle(self, action: str, tag: int) -> None:
-        """Queue a basic.ack (multiple, up to ``tag``) or basic.reject for :meth:`_acker`."""
+    def _settle(self, outcome: Outcome, tag: int) -> None:
+        """Queue a basic.ack (multiple, up to ``tag``) or basic.reject (not requeued: RabbitMQ
+        dead-letters it, if the queue says where) for :meth:`_acker`."""
         ops = self._ops
-        if action == "ack":
+        if outcome is Outcome.ACK:
             if tag <= self._acked:
                 return
             self._acked = tag
-            if ops and ops[-1][0] == "ack":
-                ops[-1] = ("ack", tag)  # one frame acknowledges both
+            if ops and ops[-1][0] is Outcome.ACK:
+                ops[-1] = (Outcome.ACK, tag)  # one frame acknowledges both
                 return
-        ops.append((action, tag))
+        ops.append((outcome, tag))
         self._ops_idle.clear()
         self._ops_ready.set()
 
@@ -225,9 +226,9 @@ class InboundRunner(LinkRunner):
             await self._ops_ready.wait()
             self._ops_ready.clear()
             while ops:
-                action, tag = ops.popleft()
+                outcome, tag = ops.popleft()
                 try:
-                    if action == "ack":
+                    if outcome is Outcome.ACK:
                         await self._channel.basic_ack(delivery_tag=tag, multiple=True)
                     else:
                         await self._channel.basic_reject(delivery_tag=tag, requeue=False)

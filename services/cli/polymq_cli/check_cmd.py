@@ -328,7 +328,7 @@ async def check_core(address: str, login: Login) -> None:
         if not leases:
             raise CheckFailed(f"pull: nothing came back within {_WAIT} s")
         _expect(leases[0].message.body, body, "pull")
-        await client.settle([leases[0].receipt], "ack")
+        await client.settle([leases[0].receipt])
     finally:
         await client.close()
 

@@ -260,7 +260,9 @@ def _alarm_banner(broker: Broker) -> str:
     monitor = broker.monitor
     if not monitor.alarms:
         return ""
-    return f'<p class="alarm" role="alert">{html.escape(alarms.why(monitor.alarms))}</p>'
+    numbers = "; ".join(f"{r}: {monitor.numbers(r, False)}" for r in sorted(monitor.alarms))
+    text = f"{alarms.why(monitor.alarms)} ({numbers})"
+    return f'<p class="alarm" role="alert">{html.escape(text)}</p>'
 
 
 async def alarms_api(request: web.Request) -> web.Response:

@@ -66,6 +66,7 @@ from .catalog import Catalog
 from .consumers import Consumers
 from .cursors import Cursors, QueueCursor
 from .keyvalue import KeyValue
+from .paging import Pressure
 from .publisher import Publisher
 from .queue import Queue
 from .routing import TopicRouter, validate_pattern
@@ -124,7 +125,8 @@ class Broker:
         self.topic_source = TopicSource(self.topics)
         self.cursors = Cursors(self)
         self.sessions: set[Session] = set()
-        self.monitor = ResourceMonitor(self)  # the resource alarms (polymq_server.alarms)
+        # the resource alarms (polymq_server.alarms)
+        self.monitor = ResourceMonitor(self, sensors.registry)
         self.connections = ConnectionLimits(
             "the core's wire port", settings.max_connections, settings.max_connections_per_user
         )
@@ -215,6 +217,10 @@ class Broker:
         for shard in self.shards:
             await shard.close()
 
+    def publish_topic(self, name: str, msgs: list[Message]) -> int:
+        """Publish ``msgs`` to topic ``name`` from within the core (the resource alarms)."""
+        return self.publisher.publish_topic(name, msgs)
+
     def alarms_changed(self) -> None:
         """The monitor set or cleared a resource alarm: native publishers follow."""
         for session in list(self.sessions):
@@ -299,6 +305,20 @@ class Broker:
         return Shard.key_of(dest, role)
 
     # ---- introspection (the admin pages and the sensors) -----------------------------------
+    # ---- what a shard asks of the broker (shard.ShardHost) -------------------------------
+    @property
+    def pressure(self) -> Pressure:
+        return self.monitor.pressure
+
+    def restore_cursors(self, shard: Shard, records: list[tuple[str, str, bytes]]) -> None:
+        self.cursors.restore(shard, records)
+
+    def drop_cursors(self, shard: Shard) -> None:
+        self.cursors.drop(shard)
+
+    def dead_letter(self, msg: Message, target: str, reason: str, source: str) -> None:
+        self.publisher.dead_letter(msg, target, reason, source)
+
     def describe(self) -> dict[str, Any]:
         return {
             "server": self.server_name,

@@ -27,7 +27,7 @@ from polymq.events import (
     Subscribe,
     Unsubscribe,
 )
-from polymq.types import Destination, Kind, Message, SubscribeOptions
+from polymq.types import Destination, Kind, Message, Outcome, SubscribeOptions
 from polymq_server.auth import Permission
 
 from .cursors import Cursor, QueueCursor, StreamCursor, TopicCursor
@@ -37,8 +37,6 @@ from .subscription import Subscription
 if TYPE_CHECKING:
     from .broker import Broker
     from .session import Session
-
-_SETTLE_ACTIONS = {"ack": "ack", "nack": "requeue", "requeue": "requeue", "reject": "reject"}
 
 
 class Consumers:
@@ -88,13 +86,13 @@ class Consumers:
         keys = sub.take(_tags(ev.tags), bool(ev.cumulative))
         if keys:
             self.broker.sensors.on_ack(len(keys))
-        written = sub.source.settle(sub, keys, "ack")
+        written = sub.source.settle(sub, keys, Outcome.ACK)
         return _once_written(ev.rid, written, {"acked": len(keys)})
 
     def nack(self, session: Session, ev: Nack) -> Any:
         sub = _sub(session, ev.sid)
         keys = sub.take(_tags(ev.tags), bool(ev.cumulative))
-        written = sub.source.settle(sub, keys, "requeue" if ev.requeue else "reject")
+        written = sub.source.settle(sub, keys, Outcome.of_nack(bool(ev.requeue)))
         return _once_written(ev.rid, written, {"nacked": len(keys)})
 
     # ---- pull and leases -----------------------------------------------------------------
@@ -129,9 +127,7 @@ class Consumers:
 
     def settle(self, session: Session, ev: Settle) -> Any:
         broker = self.broker
-        action = _SETTLE_ACTIONS.get(ev.action)
-        if action is None:
-            raise BadRequest("action must be ack, nack (requeue) or reject (dead-letter)")
+        outcome = Outcome.parse(ev.action)
         if not isinstance(ev.leases, list) or not ev.leases:
             raise BadRequest("leases must be a non-empty list")
         settled = 0
@@ -146,11 +142,11 @@ class Consumers:
             try:
                 if not isinstance(box, Queue):
                     raise NotFound("lease is unknown")
-                written = box.settle_lease(seq, did, action) or written
+                written = box.settle_lease(seq, did, outcome) or written
                 settled += 1
             except NotFound:
                 missing.append(lease)
-        if action == "ack" and settled:
+        if outcome is Outcome.ACK and settled:
             broker.sensors.on_ack(settled)
         if missing and not settled:
             raise NotFound(f"unknown or expired lease(s): {', '.join(missing[:5])}")

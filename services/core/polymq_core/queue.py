@@ -33,9 +33,9 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from polymq.errors import Conflict, NotFound, QueueFull
-from polymq.types import MAX_PRIORITY, DeclareOptions, Message, Overflow
+from polymq.types import MAX_PRIORITY, DeclareOptions, Message, Outcome, Overflow
 
-from .paging import Pages
+from .paging import Pages, Pressure
 from .subscription import Subscription
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ class Queue:
         "nbytes",
         "options",
         "pages",
+        "pressure",
         "published",
         "ready",
         "redelivered",
@@ -101,9 +102,11 @@ class Queue:
         *,
         last_seq: int = 0,
         window: tuple[int, int] | None = None,
+        pressure: Pressure | None = None,
     ) -> None:
         """``window``: (messages, bytes) of ready messages kept in memory, past which
-        the queue pages (paging.py); None: it keeps them all."""
+        the queue pages (paging.py), squeezed while ``pressure`` is on; None: it keeps
+        them all."""
         self.shard = shard
         self.key = key
         self.options = options
@@ -123,7 +126,8 @@ class Queue:
         self.last_used = time.monotonic()
         self.published = self.delivered = self.acked = self.redelivered = 0
         # what stays in the store only (paging.py), or None: everything in memory
-        self.pages = None if window is None else Pages(*window)
+        self.pressure = pressure
+        self.pages = None if window is None else Pages(*window, pressure)
 
     # ---- state ---------------------------------------------------------------------------
     @property
@@ -163,7 +167,7 @@ class Queue:
             "delivered": self.delivered,
             "acked": self.acked,
             "redelivered": self.redelivered,
-            "bindings": self.shard.broker.bindings.count(self.key),
+            "bindings": self.shard.host.bindings.count(self.key),
             "options": self.options.to_dict(),
         }
 
@@ -194,7 +198,7 @@ class Queue:
                 )
             self.pages = None
         elif self.pages is None:
-            self.pages = Pages(*window)
+            self.pages = Pages(*window, self.pressure)
 
     def pages_out(self) -> bool:
         """Would a message that comes now stay in the store only? (The shard then writes
@@ -452,13 +456,13 @@ class Queue:
         self._return(msg, "disconnect", forgotten=forgotten)
 
     def settle(
-        self, sub: Subscription, keys: list[Any], action: str
+        self, sub: Subscription, keys: list[Any], outcome: Outcome
     ) -> asyncio.Future[None] | None:
-        """Ack (``'ack'``), requeue (``'requeue'``) or dead-letter (``'reject'``) deliveries.
-        Returns the write that removes them from the store, if there is one."""
+        """Ack, requeue or dead-letter (reject) deliveries. Returns the write that removes
+        them from the store, if there is one."""
         inflight = self.inflight
         written: asyncio.Future[None] | None = None
-        if action == "ack":  # the common case, in one loop
+        if outcome is Outcome.ACK:  # the common case, in one loop
             settled = self.shard.settled
             acked = 0
             for seq in keys:
@@ -475,15 +479,15 @@ class Queue:
                 if d is None or d.sub is not sub:
                     continue
                 del inflight[seq]
-                written = self._settle_one(d.message, action) or written
+                written = self._settle_one(d.message, outcome) or written
         self.pump()
         return written
 
-    def _settle_one(self, msg: Message, action: str) -> asyncio.Future[None] | None:
-        if action == "ack":
+    def _settle_one(self, msg: Message, outcome: Outcome) -> asyncio.Future[None] | None:
+        if outcome is Outcome.ACK:
             self.acked += 1
             return self.shard.settled(self, msg)
-        if action == "requeue":
+        if outcome is Outcome.REQUEUE:
             self._return(msg, "nack")
             return None
         return self.shard.discard(self, msg, "rejected")
@@ -509,7 +513,7 @@ class Queue:
     def lease(self, max_: int, visibility: float, now: float) -> list[tuple[str, Message]]:
         """Up to ``max_`` messages, and no more bytes than half a frame (at least one)."""
         out: list[tuple[str, Message]] = []
-        budget = self.shard.broker.settings.max_frame // 2
+        budget = self.shard.host.settings.max_frame // 2
         while len(out) < max_:
             msg = self._pop(now)
             if msg is None:
@@ -529,13 +533,13 @@ class Queue:
             self.shard.sensors.on_deliver(len(out))
         return out
 
-    def settle_lease(self, seq: int, did: int, action: str) -> asyncio.Future[None] | None:
+    def settle_lease(self, seq: int, did: int, outcome: Outcome) -> asyncio.Future[None] | None:
         """Settle a pulled message; returns the write that removes it, if there is one."""
         d = self.inflight.get(seq)
         if d is None or d.did != did or d.sub is not None:
             raise NotFound("lease is unknown or expired (the message may have been redelivered)")
         del self.inflight[seq]
-        written = self._settle_one(d.message, action)
+        written = self._settle_one(d.message, outcome)
         self.pump()
         return written
 

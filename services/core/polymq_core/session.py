@@ -158,6 +158,7 @@ class Session(asyncio.Protocol):
         self.close("timeout", f"no Hello (login) within {timeout:g} seconds of connecting")
 
     def data_received(self, data: bytes) -> None:
+        self.broker.monitor.read(len(data))  # (may raise the memory alarm: reading pauses)
         self.conn.receive_data(data)
         self._process()
 

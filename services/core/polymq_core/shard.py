@@ -22,18 +22,20 @@ import heapq
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.errors import Conflict, NotFound, Unavailable
 from polymq.types import DeclareOptions, Destination, Message, Overflow
 
 from .batches import BatchWindow, pack_answer, unpack_answer
+from .paging import Pressure
 from .queue import Queue
 from .store import Store, StoreError
 from .stream import Stream
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .bindings import BindingTable
+    from .config import CoreSettings
     from .metrics import Sensors
 
 log = logging.getLogger(__name__)
@@ -60,17 +62,35 @@ def channel_inbox(name: str, role: str) -> str:
     return f"channel/{name}>{role}"
 
 
+class ShardHost(Protocol):
+    """What a shard needs of the broker that holds it: the settings, the core-wide index of
+    bindings, the memory pressure, the shard of another key, and three calls back (the
+    broker's cursor subscriptions and dead-lettering span shards)."""
+
+    settings: CoreSettings
+    bindings: BindingTable
+
+    @property
+    def pressure(self) -> Pressure:
+        """Memory pressure, which shrinks the queues' windows (paging.py)."""
+
+    def shard_for(self, key: str) -> Shard: ...
+    def restore_cursors(self, shard: Shard, records: list[tuple[str, str, bytes]]) -> None: ...
+    def drop_cursors(self, shard: Shard) -> None: ...
+    def dead_letter(self, msg: Message, target: str, reason: str, source: str) -> None: ...
+
+
 class Shard:
     def __init__(
         self,
-        broker: Broker,
+        host: ShardHost,
         index: int,
         store: Store,
         sensors: Sensors,
         *,
         replicated: bool = False,
     ) -> None:
-        self.broker = broker
+        self.host = host
         # replicated: the store is a replicated log that this node may or may not lead; a
         # message is then delivered only once its write is committed. A single node leads
         # all of its shards.
@@ -151,13 +171,13 @@ class Shard:
                     last = messages[-1].seq
                     count, size = await self.store.measure_messages(rec.destination, last)
                     box.pages.add_stored(count, size, last)
-        bindings = self.broker.bindings
+        bindings = self.host.bindings
         for key, pattern in await self.store.load_bindings():
             try:
                 bindings.add(pattern, key)
             except ValueError:
                 log.warning("shard %d: ignoring binding %s -> %s", self.index, pattern, key)
-        self.broker.cursors.restore(self, await self.store.load_cursors())
+        self.host.restore_cursors(self, await self.store.load_cursors())
         for key, expires, blob in await self.store.load_batches(time.time()):
             heapq.heappush(self._stored_batches, expires)
             try:
@@ -205,10 +225,10 @@ class Shard:
             for sub in subs:
                 sub.inflight.clear()
                 sub.session.moved(sub, reason)
-        self.broker.cursors.drop(self)
-        bindings = self.broker.bindings
+        self.host.drop_cursors(self)
+        bindings = self.host.bindings
         for key in bindings.bound_queues():
-            if self.broker.shard_for(key) is self:
+            if self.host.shard_for(key) is self:
                 bindings.drop_queue(key)
         self.sensors.on_destinations(-len(self.boxes))
         self.boxes.clear()
@@ -226,7 +246,7 @@ class Shard:
         """(messages, bytes) a queue keeps in memory, past which it pages (paging.py);
         None: it keeps everything (streams, a replicated core, queues that are not
         durable or drop their head)."""
-        settings = self.broker.settings
+        settings = self.host.settings
         if self.replicated or key.startswith("stream/") or not settings.queue_window_messages:
             return None
         if not options.durable or options.overflow is Overflow.DROP_OLDEST:
@@ -315,7 +335,9 @@ class Shard:
         if key.startswith("stream/"):
             box = Stream(self, key, options, last_seq=last_seq)
         else:
-            box = Queue(self, key, options, last_seq=last_seq, window=self._window(key, options))
+            window = self._window(key, options)
+            pressure = self.host.pressure
+            box = Queue(self, key, options, last_seq=last_seq, window=window, pressure=pressure)
         self.boxes[key] = box
         self.sensors.on_destinations(1)
         return box
@@ -351,7 +373,7 @@ class Shard:
 
     def exists(self, key: str) -> bool:
         """In memory, dormant, or a queue known by its bindings (it takes what they route)."""
-        return key in self.boxes or key in self.dormant or self.broker.bindings.count(key) > 0
+        return key in self.boxes or key in self.dormant or self.host.bindings.count(key) > 0
 
     def declare(self, key: str, options: DeclareOptions) -> asyncio.Future[Any] | None:
         box = self.boxes.get(key)
@@ -370,7 +392,7 @@ class Shard:
         if not options.durable:
             return None
         fut = self.commit("save_destination", key, options.to_dict(), box.metadata)
-        patterns = self.broker.bindings.of(key)
+        patterns = self.host.bindings.of(key)
         if not patterns:
             return fut
         # bindings made before the queue was declared durable become durable with it
@@ -379,7 +401,7 @@ class Shard:
     def delete(self, key: str) -> asyncio.Future[None] | None:
         box = self.boxes.pop(key, None)
         dormant = self.dormant.pop(key, None)
-        bound = self.broker.bindings.drop_queue(key)
+        bound = self.host.bindings.drop_queue(key)
         if box is None and dormant is None and not bound:
             raise NotFound(f"{key} does not exist")
         if box is not None:
@@ -415,13 +437,13 @@ class Shard:
 
         A durable queue's binding is written even when it existed (the write is idempotent),
         so that a repeated bind is answered only once the first is durable too."""
-        added = self.broker.bindings.add(pattern, key)
+        added = self.host.bindings.add(pattern, key)
         if self.is_durable(key):
             return added, self.commit("save_bindings", key, [pattern])
         return added, None
 
     def unbind(self, key: str, pattern: str) -> tuple[bool, asyncio.Future[None] | None]:
-        removed = self.broker.bindings.remove(pattern, key)
+        removed = self.host.bindings.remove(pattern, key)
         if removed and self.is_durable(key):
             return True, self.commit("delete_bindings", key, [pattern])
         return removed, None
@@ -610,7 +632,7 @@ class Shard:
         self.sensors.on_discard(reason, 1)
         target = queue.options.dead_letter
         if target:
-            self.broker.publisher.dead_letter(msg, target, reason, queue.key)
+            self.host.dead_letter(msg, target, reason, queue.key)
         return written
 
     # ---- timers ------------------------------------------------------------------------

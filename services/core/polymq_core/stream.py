@@ -17,7 +17,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from polymq.types import DeclareOptions, Message
+from polymq.types import DeclareOptions, Message, Outcome
 
 from .subscription import Subscription
 
@@ -157,7 +157,7 @@ class Stream:
         sub.inflight.clear()
         self.last_used = time.monotonic()
 
-    def settle(self, sub: Subscription, keys: list[Any], action: str) -> None:
+    def settle(self, sub: Subscription, keys: list[Any], outcome: Outcome) -> None:
         # Acks only open the window again; the log itself is never consumed.
         self.pump()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from polymq.types import AckMode, Destination, Kind, Message, SubscribeOptions
+from polymq.types import AckMode, Destination, Kind, Message, Outcome, SubscribeOptions
 
 if TYPE_CHECKING:
     import asyncio
@@ -24,7 +24,7 @@ class Source(Protocol):
 
     def detach(self, sub: Subscription, *, requeue: list[Message]) -> None: ...
     def settle(
-        self, sub: Subscription, keys: list[Any], action: str
+        self, sub: Subscription, keys: list[Any], outcome: Outcome
     ) -> asyncio.Future[None] | None:
         """Settle deliveries; returns the store write that makes it durable, if any."""
 
@@ -158,7 +158,7 @@ class TopicSource:
     def detach(self, sub: Subscription, *, requeue: list[Message]) -> None:
         self.router.remove(sub.name, sub)
 
-    def settle(self, sub: Subscription, keys: list[Any], action: str) -> None:
+    def settle(self, sub: Subscription, keys: list[Any], outcome: Outcome) -> None:
         return None  # topic messages are transient: nothing to redeliver
 
     def unsent(self, sub: Subscription, msg: Message) -> None:

@@ -29,7 +29,7 @@ from polymq_server.web import (
     add_openapi_route,
     add_settle_routes,
     published_json,
-    settle_action,
+    settle_outcome,
     settle_receipts,
 )
 
@@ -105,7 +105,7 @@ async def _settle(request: web.Request, *, nack: bool) -> web.Response:
     answer = await settle_receipts(
         request.app[CORE],
         receipts,
-        settle_action(nack=nack, requeue=requeue),
+        settle_outcome(nack=nack, requeue=requeue),
         lambda queue: access.authorize(principal, Permission.READ, queue),
     )
     request.app[METRICS].messages.labels("ack" if not nack else "nack").inc(answer["settled"])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from polymq import Client, Lease
+from polymq import Client, Lease, Outcome
 from polymq_server.corelink import CORE_TIMEOUT, ByteBudget
 from polymq_server.web import FrontendLink
 
@@ -56,4 +56,4 @@ class CoreLink(FrontendLink[HttpSettings]):
         log.info(
             "http: requeueing %d message(s) leased for a request that went away", len(receipts)
         )
-        self.spawn(client.settle(receipts, "requeue"), "requeueing abandoned leases")
+        self.spawn(client.settle(receipts, Outcome.REQUEUE), "requeueing abandoned leases")

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from polymq.types import Destination, Kind
+from polymq.types import Destination, Kind, Outcome
 from polymq_server.access import Access
 from polymq_server.auth import Permission, Principal
 from polymq_server.avro import SchemaCache
@@ -33,7 +33,7 @@ from polymq_server.web import (
     add_health_routes,
     add_settle_routes,
     published_json,
-    settle_action,
+    settle_outcome,
     settle_receipts,
 )
 
@@ -173,7 +173,7 @@ async def poll(request: web.Request) -> web.StreamResponse:
         except BaseException:
             core.requeue(leased)
             raise
-        core.settle_soon(leased, "ack")
+        core.settle_soon(leased, Outcome.ACK)
     return response
 
 
@@ -188,7 +188,7 @@ async def _settle(request: web.Request, *, nack: bool) -> web.Response:
     answer = await settle_receipts(
         app[CORE],
         receipts,
-        settle_action(nack=nack, requeue=requeue),
+        settle_outcome(nack=nack, requeue=requeue),
         lambda queue: access.authorize(principal, Permission.READ, queue),
         done=app[WINDOWS].settled,
     )

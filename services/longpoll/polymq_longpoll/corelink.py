@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any
 
-from polymq import Client
+from polymq import Client, Outcome
 from polymq_server.corelink import CORE_TIMEOUT
 from polymq_server.web import FrontendLink
 
@@ -82,10 +82,10 @@ class CoreLink(FrontendLink[LongpollSettings]):
             "longpoll: requeueing %d message(s) leased for a request that went away",
             len(receipts),
         )
-        self.spawn(client.settle(receipts, "nack"), "requeueing abandoned leases")
+        self.spawn(client.settle(receipts, Outcome.REQUEUE), "requeueing abandoned leases")
 
-    def settle_soon(self, receipts: list[str], action: str) -> None:
+    def settle_soon(self, receipts: list[str], outcome: Outcome) -> None:
         """Settle without waiting (auto-ack after an answer was written)."""
         client = self.client
         if receipts and client is not None and not client.closed:
-            self.spawn(client.settle(receipts, action), f"{action} of written leases")
+            self.spawn(client.settle(receipts, outcome), f"{outcome.value} of written leases")

@@ -39,7 +39,7 @@ from typing import Any
 from aiohttp import web
 
 from polymq.errors import PolymqError
-from polymq.types import Kind
+from polymq.types import Kind, Outcome
 from polymq_server.problems import from_exception
 
 from .api import CORE, METRICS, SETTINGS, WINDOWS, answer_json, resume_cursor, subscription
@@ -153,7 +153,7 @@ class _Stream:
         if not leased:
             return
         if self.ref.ack is AckMode.AUTO:
-            self.core.settle_soon(leased, "ack")
+            self.core.settle_soon(leased, Outcome.ACK)
         elif self.window is not None:
             self.window.add(leased)
 

@@ -24,7 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from polymq.errors import NotFound, PolymqError, Unavailable
-from polymq.types import Message
+from polymq.types import Message, Outcome
 from polymq_server.auth import Permission
 
 from .destinations import Control, ControlOp, ExchangeRef, Target
@@ -58,7 +58,7 @@ class _Tx:
     def __init__(self) -> None:
         self.receipts: list[str] = []  # of its SEND frames, sent at COMMIT
         self.sends: list[tuple[str, Message]] = []
-        self.acks: list[tuple[StompSubscription, int, bool, bool]] = []  # sub, tag, nack, requeue
+        self.acks: list[tuple[StompSubscription, int, Outcome]] = []
         self.frames = 0
         self.nbytes = 0
 
@@ -302,12 +302,10 @@ class Publisher:
                 f"{s.stomp_max_tx_bytes} bytes of bodies",
             )
 
-    def add_ack(
-        self, name: str, sub: StompSubscription, tag: int, nack: bool, requeue: bool
-    ) -> None:
+    def add_ack(self, name: str, sub: StompSubscription, tag: int, outcome: Outcome) -> None:
         tx = self._tx(name)
         self._tx_add(tx, 0)
-        tx.acks.append((sub, tag, nack, requeue))
+        tx.acks.append((sub, tag, outcome))
 
     def _name(self, frame: Frame) -> str:
         name = frame.get("transaction")
@@ -355,9 +353,9 @@ class Publisher:
         link = session.hub.link
         futures = {core: client.publish_soon(core, messages) for core, messages in groups.items()}
         subs = session.subscriptions
-        for sub, tag, nack, requeue in tx.acks:
+        for sub, tag, outcome in tx.acks:
             if sub.owes(tag):  # (an ACK outside the transaction may have covered it since)
-                subs.settle(sub, tag, nack, requeue)
+                subs.settle(sub, tag, outcome)
         results = await link.guard(
             client, asyncio.gather(*futures.values(), return_exceptions=True)
         )

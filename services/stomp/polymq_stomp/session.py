@@ -44,7 +44,7 @@ from polymq.errors import (
     Unauthorized,
     Unavailable,
 )
-from polymq.types import AckMode
+from polymq.types import AckMode, Outcome
 from polymq_server.auth import AuthProvider, Permission, Principal
 from polymq_server.corelink import CoreLink
 from polymq_server.frontend import FrontendSession
@@ -655,20 +655,20 @@ class Session(FrontendSession):
         NACK takes ``requeue: false`` to reject (dead-letter) instead of requeueing."""
         what = "NACK" if nack else "ACK"
         sub, tag = self.subscriptions.resolve(frame, what)
-        requeue = True
+        outcome = Outcome.ACK
         if nack:
             raw = (frame.get("requeue") or "true").strip().lower()
             if raw not in ("true", "false"):
                 raise Refused("header", "Invalid header", "requeue: true or false")
-            requeue = raw == "true"
+            outcome = Outcome.of_nack(raw == "true")
         receipt = frame.get("receipt")
         tx = frame.get("transaction")
         if tx is not None:  # (the receipt at once, as RabbitMQ: only a SEND's waits for COMMIT)
-            self.publisher.add_ack(tx, sub, tag, nack, requeue)
+            self.publisher.add_ack(tx, sub, tag, outcome)
             if receipt is not None:
                 self.receipt(receipt)
             return
-        self.subscriptions.settle(sub, tag, nack, requeue)
+        self.subscriptions.settle(sub, tag, outcome)
         if receipt is not None:
             self.spawn(self._barrier_receipt(receipt), frame)
 

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from polymq.client import Subscription
 from polymq.errors import NotFound, PolymqError, RequestError
-from polymq.types import AckMode, Kind, Message, parse_offset
+from polymq.types import AckMode, Kind, Message, Outcome, parse_offset
 from polymq_server.auth import Permission
 from polymq_server.avro import SchemaCache
 from polymq_server.avroview import json_value, load_schemas, schema_of
@@ -616,7 +616,7 @@ class Subscriptions:
             )
         return sub, tag
 
-    def settle(self, sub: StompSubscription, tag: int, nack: bool, requeue: bool) -> None:
+    def settle(self, sub: StompSubscription, tag: int, outcome: Outcome) -> None:
         """Acknowledge (or nack) ``tag``; the core hears of it in this loop iteration."""
         by_msgid = self.by_msgid
         for settled, mid in sub.settle(tag):
@@ -626,11 +626,8 @@ class Subscriptions:
         core = sub.core
         if sub.topic or sub.closed or core is None or core.closed:
             return  # topic messages are gone once delivered: nothing to settle
-        if nack:
-            with contextlib.suppress(PolymqError):
-                core.nack(tag, requeue=requeue)
-        else:
-            core.ack(tag)
+        with contextlib.suppress(PolymqError):
+            core.settle(tag, outcome)
 
     def reply_target(self, stomp_destination: str) -> Target:
         target = self.session.target(stomp_destination)

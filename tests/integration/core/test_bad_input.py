@@ -11,6 +11,7 @@ import pytest
 
 from polymq import BadRequest, Client, Message, NotFound, PayloadTooLarge
 from polymq.codec import PREAMBLE
+from polymq.types import Outcome
 
 from ...procs import PolymqProcess
 from .helpers import GOODBYE, OK, PING, FrameReader, RawConn, bodies, collect, connect, frame, uid
@@ -289,9 +290,9 @@ async def test_wrong_types_in_other_requests_are_bad_requests(client: Client) ->
     with pytest.raises(BadRequest):
         await client.kv_put(uid(), "not bytes")  # type: ignore[arg-type]
     with pytest.raises(BadRequest):
-        await client.settle([], "ack")
+        await client.settle([], Outcome.ACK)
     with pytest.raises(BadRequest):
-        await client.settle(["x|1|1"], "maybe")
+        await client.settle(["x|1|1"], "maybe")  # type: ignore[arg-type]
     with pytest.raises(BadRequest):
         await client.pull(q, "3")  # type: ignore[arg-type]
     sub = await client.subscribe(q, ack_mode="client-individual")

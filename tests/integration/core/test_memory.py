@@ -8,6 +8,7 @@ import aiohttp
 import pytest
 
 from polymq import Message
+from polymq.types import Outcome
 
 from ...procs import PolymqProcess
 from .helpers import connect, uid
@@ -64,7 +65,7 @@ async def test_a_declared_queue_answers_stats_after_eviction_with_its_counters(
         await client.publish(q, [Message(b"a"), Message(b"b"), Message(b"c")])
         leases = await client.pull(q, 2)
         await client.settle([lease.receipt for lease in leases])
-        await client.settle([(await client.pull(q, 1))[0].receipt], "requeue")
+        await client.settle([(await client.pull(q, 1))[0].receipt], Outcome.REQUEUE)
         (last,) = await client.pull(q, 1)
         await client.settle([last.receipt])
         counters = ("published", "delivered", "acked", "redelivered")

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from polymq import BadRequest, Client, Conflict, Message, NotFound, QueueFull
+from polymq import BadRequest, Client, Conflict, Message, NotFound, QueueFull, Settled
+from polymq.types import Outcome
 
 from ...procs import PolymqProcess
 from .helpers import bodies, collect, connect, eventually, nothing_more, uid
@@ -370,14 +371,14 @@ async def test_pull_and_settle_ack_and_nack(client: Client) -> None:
     assert [lease.message.body for lease in leases] == [b"a", b"b"]
     st = await client.stats(q)
     assert (st["messages"], st["in_flight"]) == (1, 2)
-    r = await client.settle([leases[0].receipt], "ack")
-    assert r["settled"] == 1
+    r = await client.settle([leases[0].receipt], Outcome.ACK)
+    assert r == Settled(1, [])
     with pytest.raises(NotFound):
-        await client.settle([leases[0].receipt], "ack")  # already settled
-    await client.settle([leases[1].receipt], "nack")  # back to the queue, before "c"
+        await client.settle([leases[0].receipt], Outcome.ACK)  # already settled
+    await client.settle([leases[1].receipt], Outcome.REQUEUE)  # back to the queue, before "c"
     again = await client.pull(q, 5)
     assert [(x.message.body, x.message.delivery_count) for x in again] == [(b"b", 2), (b"c", 1)]
-    await client.settle([x.receipt for x in again], "ack")
+    await client.settle([x.receipt for x in again], Outcome.ACK)
     assert await client.pull(q, 1) == []
     st = await client.stats(q)
     assert (st["messages"], st["in_flight"], st["acked"]) == (0, 0, 3)
@@ -391,8 +392,8 @@ async def test_pull_lease_expires_and_the_old_receipt_is_refused(client: Client)
     (second,) = await client.pull(q, 1, wait=3, visibility=30)  # comes back after the lease
     assert (second.message.id, second.message.delivery_count) == (first.message.id, 2)
     with pytest.raises(NotFound):
-        await client.settle([first.receipt], "ack")
-    assert (await client.settle([second.receipt], "ack"))["settled"] == 1
+        await client.settle([first.receipt], Outcome.ACK)
+    assert (await client.settle([second.receipt], Outcome.ACK)).settled == 1
 
 
 async def test_pull_waits_for_a_message(core: PolymqProcess) -> None:
@@ -415,7 +416,7 @@ async def test_pull_settle_reject_dead_letters(client: Client) -> None:
     await client.declare(q, dead_letter=dlq)
     await client.publish(q, "bad")
     (lease,) = await client.pull(q, 1)
-    await client.settle([lease.receipt], "reject")
+    await client.settle([lease.receipt], Outcome.REJECT)
     (dead,) = await client.pull(dlq, 1)
     assert (dead.message.body, dead.message.headers["x-death-reason"]) == (b"bad", "rejected")
 

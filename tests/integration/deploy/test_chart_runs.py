@@ -32,6 +32,7 @@ import pytest
 import requests
 
 from polymq import Client, Message
+from polymq.types import Outcome
 from polymq_server.auth import hash_password
 
 from .chart import (
@@ -292,7 +293,7 @@ def test_the_three_core_pods_with_their_nats_sidecars_form_one_cluster(tmp_path:
             try:
                 await first.publish("queue/chart-sidecar", Message(b"kept", persistent=True))
                 [lease] = await last.pull("queue/chart-sidecar", 1, wait=10)
-                await last.settle([lease.receipt], "ack")
+                await last.settle([lease.receipt], Outcome.ACK)
                 return lease.message.body
             finally:
                 await first.close()

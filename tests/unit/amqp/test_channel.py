@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pamqp import base, commands
 
+from polymq.types import Outcome
 from polymq_amqp.channel import Channel, Pending
 from polymq_amqp.config import AmqpSettings
 from polymq_amqp.errors import ChannelException
@@ -72,6 +73,12 @@ class FakeCore:
     def nack(self, tag: int, requeue: bool = True) -> None:
         self.nacked.append((tag, requeue))
 
+    def settle(self, tag: int, outcome: Outcome) -> None:
+        if outcome is Outcome.ACK:
+            self.ack(tag)
+        else:
+            self.nack(tag, requeue=outcome is Outcome.REQUEUE)
+
 
 def channel() -> tuple[Channel, FakeSession]:
     session = FakeSession()
@@ -130,16 +137,13 @@ def delivered(ch: Channel, n: int) -> tuple[Any, FakeCore]:
             self.cancelled = False
             self.core = core
 
-        def settle(self, tag: int, action: str) -> None:
+        def settle(self, tag: int, outcome: Outcome) -> None:
             self.outstanding -= 1
-            if action == "ack":
-                core.ack(tag)
-            else:
-                core.nack(tag, requeue=action == "requeue")
+            core.settle(tag, outcome)
 
-        def settle_many(self, tags: list[int], action: str) -> None:
+        def settle_many(self, tags: list[int], outcome: Outcome) -> None:
             for tag in tags:
-                self.settle(tag, action)
+                self.settle(tag, outcome)
 
     consumer = Consumer()
     for i in range(n):
@@ -152,9 +156,9 @@ def delivered(ch: Channel, n: int) -> tuple[Any, FakeCore]:
 def test_ack_multiple_and_single() -> None:
     ch, _ = channel()
     _, core = delivered(ch, 5)
-    ch.settle(3, True, "ack")
+    ch.settle(3, True, Outcome.ACK)
     assert core.acked == [101, 102, 103]
-    ch.settle(5, False, "ack")
+    ch.settle(5, False, Outcome.ACK)
     assert core.acked[-1] == 105
     assert list(ch.unacked) == [4]
     assert ch.consumer_unacked == 1
@@ -163,10 +167,10 @@ def test_ack_multiple_and_single() -> None:
 def test_nack_reject_and_recover() -> None:
     ch, _ = channel()
     _, core = delivered(ch, 4)
-    ch.settle(1, False, "reject")
-    ch.settle(2, True, "requeue")
+    ch.settle(1, False, Outcome.REJECT)
+    ch.settle(2, True, Outcome.REQUEUE)
     assert core.nacked == [(101, False), (102, True)]
-    ch.apply(ch._take(0, True), "requeue")  # basic.recover
+    ch.apply(ch._take(0, True), Outcome.REQUEUE)  # basic.recover
     assert core.nacked[2:] == [(103, True), (104, True)]
     assert not ch.unacked
 
@@ -176,18 +180,18 @@ def test_unknown_tags_are_406() -> None:
     delivered(ch, 2)
     for tag, multiple in ((3, False), (9, True), (0, False)):
         with pytest.raises(ChannelException) as info:
-            ch.settle(tag, multiple, "ack")
+            ch.settle(tag, multiple, Outcome.ACK)
         assert info.value.reply_code == 406
-    ch.settle(1, False, "ack")
+    ch.settle(1, False, Outcome.ACK)
     with pytest.raises(ChannelException):
-        ch.settle(1, False, "ack")  # twice
+        ch.settle(1, False, Outcome.ACK)  # twice
 
 
 def test_acks_in_a_transaction_wait_for_the_commit() -> None:
     ch, _ = channel()
     _, core = delivered(ch, 2)
     ch.transactional = True
-    ch.settle(2, True, "ack")
-    assert core.acked == [] and ch.tx_acks == [("ack", 2, True)]
+    ch.settle(2, True, Outcome.ACK)
+    assert core.acked == [] and ch.tx_acks == [(Outcome.ACK, 2, True)]
     with pytest.raises(ChannelException):
-        ch.settle(7, False, "ack")
+        ch.settle(7, False, Outcome.ACK)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
-from polymq.types import Message
+from polymq.types import Message, Outcome
 from polymq_amqp.channel import Channel
 from polymq_amqp.codec import AmqpConnection
 from polymq_amqp.config import AmqpSettings
@@ -282,7 +282,7 @@ def test_a_run_of_deliveries_is_one_write() -> None:
     }
     assert ch.consumer_unacked == consumer.outstanding == 3
     assert session.metrics.delivered_consume.value == 3
-    ch.settle(3, True, "ack")
+    ch.settle(3, True, Outcome.ACK)
     assert list(ch.unacked) == [4] and consumer.outstanding == ch.consumer_unacked == 1
 
 
@@ -303,13 +303,13 @@ def test_deliveries_past_the_global_window_wait_for_acks() -> None:
     assert [t for _, t, _ in ch.held] == [3, 4, 5]
     ch.consumers.deliver(consumer, [6], [message()])  # behind those held
     assert len(session.writes) == 1 and len(ch.held) == 4
-    ch.settle(1, False, "ack")
+    ch.settle(1, False, Outcome.ACK)
     assert session.writes[1:] == [expected(session.codec, 1, "ctag", 3, run[2:3])]
-    ch.settle(0, True, "ack")  # room for two again
+    ch.settle(0, True, Outcome.ACK)  # room for two again
     assert b"".join(session.writes[2:]) == expected(session.codec, 1, "ctag", 4, run[3:])
     assert [t for _, t, _ in ch.held] == [6]
     assert {t: p.tag for t, p in ch.unacked.items()} == {4: 4, 5: 5}
-    ch.settle(4, False, "ack")
+    ch.settle(4, False, Outcome.ACK)
     assert session.writes[-1] == expected(session.codec, 1, "ctag", 6, [message()])
     assert not ch.held and session.metrics.delivered_consume.value == 6
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from polymq.types import AckMode, DeclareOptions, Message, SubscribeOptions
+from polymq.types import AckMode, DeclareOptions, Message, Outcome, SubscribeOptions
 from polymq_core.queue import Queue
 from polymq_core.subscription import Subscription
 
@@ -99,11 +99,11 @@ def test_acks_settle_what_the_subscription_holds_and_refill_its_window() -> None
     b = subscribe(q, session, 2, prefetch=1)
     fill(q, 6)
     assert [seq for sid, _, seq in session.got if sid == 1] == [1, 3, 4]
-    q.settle(a, [*a.take([1, 3], False), 2], "ack")  # seq 2 is b's: not a's to settle
+    q.settle(a, [*a.take([1, 3], False), 2], Outcome.ACK)  # seq 2 is b's: not a's to settle
     assert shard.settled_seqs == [1, 4] and q.acked == 2
     assert 2 in q.inflight and 1 not in q.inflight and 4 not in q.inflight
     assert session.got[-2:] == [(1, 4, 5), (1, 5, 6)]  # the room made goes to a
-    q.settle(a, [1, 4], "ack")  # already settled: nothing
+    q.settle(a, [1, 4], Outcome.ACK)  # already settled: nothing
     assert q.acked == 2 and shard.settled_seqs == [1, 4]
     assert b.inflight == {1: 2}
 
@@ -113,10 +113,10 @@ def test_nacks_requeue_in_order_or_dead_letter() -> None:
     session = FakeSession()
     a = subscribe(q, session, 1, prefetch=3)
     fill(q, 4)
-    q.settle(a, a.take([2, 1], False), "requeue")
+    q.settle(a, a.take([2, 1], False), Outcome.REQUEUE)
     assert shard.sensors.redelivered == ["nack", "nack"]
     assert [seq for _, _, seq in session.got] == [1, 2, 3, 1, 2]  # back first, in order
-    q.settle(a, a.take([5], False), "reject")
+    q.settle(a, a.take([5], False), Outcome.REJECT)
     assert shard.discarded == [(2, "rejected")] and q.acked == 0
     assert [seq for _, _, seq in session.got][-1] == 4
 
@@ -178,7 +178,7 @@ def test_consumer_priorities_serve_the_highest_with_room_first() -> None:
     assert sorted(by_sid[2] + by_sid[4]) == [1, 2, 3, 4]  # the two highest, round robin
     assert len(by_sid[2]) == len(by_sid[4]) == 2
     assert by_sid[3] == [5, 6] and by_sid[1] == []  # then the next priority
-    q.settle(high_a, high_a.take([1], False), "ack")  # room again at the top
+    q.settle(high_a, high_a.take([1], False), Outcome.ACK)  # room again at the top
     fill(q, 2)
     assert [sid for sid, _, _ in session.got[-2:]] == [2, 3]
     assert low.inflight == {} and len(mid.inflight) == 3 and len(high_b.inflight) == 2

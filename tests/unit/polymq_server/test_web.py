@@ -9,8 +9,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from polymq.types import Destination
-from polymq_server.web import add_openapi_route, add_settle_routes, published_json, settle_action
+from polymq.types import Destination, Outcome
+from polymq_server.web import add_openapi_route, add_settle_routes, published_json, settle_outcome
 
 
 async def answer(app: web.Application, method: str, path: str) -> web.StreamResponse:
@@ -21,11 +21,11 @@ async def answer(app: web.Application, method: str, path: str) -> web.StreamResp
 
 
 @pytest.mark.parametrize(
-    ("nack", "requeue", "action"),
-    [(False, True, "ack"), (True, True, "requeue"), (True, False, "reject")],
+    ("nack", "requeue", "outcome"),
+    [(False, True, Outcome.ACK), (True, True, Outcome.REQUEUE), (True, False, Outcome.REJECT)],
 )
-def test_settle_action(nack: bool, requeue: bool, action: str) -> None:
-    assert settle_action(nack=nack, requeue=requeue) == action
+def test_settle_outcome(nack: bool, requeue: bool, outcome: Outcome) -> None:
+    assert settle_outcome(nack=nack, requeue=requeue) is outcome
 
 
 def test_published_json_of_a_topic_counts_subscribers() -> None:
