@@ -170,7 +170,19 @@ class Sensors:
         )
         self.memory_mark = Gauge(
             "polymq_memory_high_watermark_bytes",
-            "The memory alarm goes on at this resident size (POLYMQ_MEMORY_HIGH_WATERMARK)",
+            "The resident size the memory is to stay under (POLYMQ_MEMORY_HIGH_WATERMARK)",
+            registry=registry,
+        )
+        self.memory_edges = Gauge(
+            "polymq_memory_alarm_threshold_bytes",
+            "The resident size the memory alarm rises at (edge=rise: POLYMQ_MEMORY_HEADROOM "
+            "below the watermark) and clears under (edge=clear: POLYMQ_MEMORY_LOW_WATERMARK)",
+            ["edge"],
+            registry=registry,
+        )
+        self.memory_pressure = Gauge(
+            "polymq_memory_pressure",
+            "1 while the memory is past the low watermark (paging queues squeeze their window)",
             registry=registry,
         )
         self.disk_free = Gauge(
@@ -198,14 +210,18 @@ class Sensors:
         self.bindings.set_function(count)
 
     def watch_resources(self, detail: Callable[[], Mapping[str, Mapping[str, int]]]) -> None:
-        """Read the alarms' last measures (``{"memory": {"used", "limit"}, "disk": {"free",
-        "limit"}}``, empty before the first) when scraped."""
+        """Read the alarms' last measures (``{"memory": {"used", "limit", "rises_at",
+        "clears_at", "pressure"}, "disk": {"free", "limit"}}``, empty before the first) when
+        scraped."""
 
         def of(resource: str, key: str) -> Callable[[], float]:
             return lambda: detail().get(resource, {}).get(key, 0)
 
         self.memory_used.set_function(of("memory", "used"))
         self.memory_mark.set_function(of("memory", "limit"))
+        self.memory_edges.labels("rise").set_function(of("memory", "rises_at"))
+        self.memory_edges.labels("clear").set_function(of("memory", "clears_at"))
+        self.memory_pressure.set_function(of("memory", "pressure"))
         self.disk_free.set_function(of("disk", "free"))
         self.disk_limit.set_function(of("disk", "limit"))
 

@@ -58,6 +58,13 @@ async def test_native_connections_and_the_alarms_measures(core: PolymqProcess) -
     )
     assert during[("polymq_disk_free_bytes", ())] > during[("polymq_disk_free_limit_bytes", ())]
     assert during[("polymq_disk_free_limit_bytes", ())] == 50_000_000  # the default
+    mark = during[("polymq_memory_high_watermark_bytes", ())]
+    rise = during[("polymq_memory_alarm_threshold_bytes", (("edge", "rise"),))]
+    clear = during[("polymq_memory_alarm_threshold_bytes", (("edge", "clear"),))]
+    assert clear < rise < mark
+    assert rise == pytest.approx(0.9 * mark, rel=1e-6)  # the default headroom: 0.1
+    assert clear == pytest.approx(0.85 * mark, rel=1e-6)  # the default low watermark
+    assert during[("polymq_memory_pressure", ())] == 0
     # off by default: no series per destination
     assert not any(name.startswith("polymq_destination_") for name, _ in during)
 
