@@ -54,6 +54,7 @@ def all_scenarios() -> list[Scenario]:
         flow,
         http,
         longpoll,
+        metrics,
         native,
         rabbitmq,
         stomp,
@@ -71,6 +72,7 @@ def all_scenarios() -> list[Scenario]:
         *avro.SCENARIOS,
         *amqp.SCENARIOS,
         *cluster.SCENARIOS,
+        *metrics.SCENARIOS,
     ]
 
 

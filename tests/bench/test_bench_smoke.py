@@ -24,6 +24,7 @@ SCENARIOS = {
     "longpoll_fanout_10k",
     "stomp_connections_10k",
     "avro",  # raw container ingest, then Spark's format("polymq") (~40 s with Spark's start)
+    "metrics_scrape_per_destination",
 }
 # Measured against RabbitMQ's STOMP plugin too; polymq's side must always have a figure (the
 # RabbitMQ side may be recorded as skipped where none can be started).

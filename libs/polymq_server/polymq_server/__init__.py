@@ -14,6 +14,8 @@ another service; what two of them share lives here. Names are imported from thei
   call) and ``payloads`` (request JSON and query checks);
 - TCP sessions: ``frontend`` (the STOMP and AMQP frontends' metrics, set-up and session glue)
   and ``transport`` (the TCP/TLS adapter);
+- ``connectiongauge``: every service's open client connections under one gauge,
+  ``polymq_client_connections{protocol, listener}``;
 - messages across protocols: ``avro``, ``avroview`` and ``jsonview`` (Avro records and
   messages as JSON), ``headers`` (a frontend's own headers), and AMQP's names, exchanges and
   bindings, which the STOMP frontend shares (``names``, ``exchanges``, ``records``,

@@ -59,6 +59,7 @@ from polymq.client import Client
 from polymq.errors import NotFound
 from polymq.types import Destination, Kind, Message, Outcome
 
+from . import connectiongauge
 from .config import FrontendSettings, server_ssl_context
 from .corelink import CORE_TIMEOUT, CoreLink
 from .listener import HttpListener, listener_metrics
@@ -224,6 +225,13 @@ class WebService(Generic[S]):
         self.handshake_timeout = settings.handshake_timeout
         self.limits = ConnectionLimits(f"the {self.name} listener", settings.max_connections)
         self.listener_metrics = listener_metrics(self.registry, f"polymq_{self.name}", "HTTP")
+        connectiongauge.watch_connections(  # polymq_client_connections{protocol=<name>} reads it
+            self.registry,
+            self.name,
+            self.name,
+            self.listener_metrics.connections,
+            {"listener": self.name},
+        )
         self.port = port
         self.lame = False  # stopping: no new connections, requests told to go elsewhere
         self._runner: web.AppRunner | None = None

@@ -12,6 +12,7 @@ from pamqp import base, commands
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics import MetricWrapperBase
 
+from polymq_server.connectiongauge import watch_connections
 from polymq_server.frontend import FrontendMetrics
 
 from .errors import REPLY_NAMES
@@ -48,6 +49,8 @@ class AmqpMetrics(FrontendMetrics):
         self.connections = Gauge(
             "polymq_amqp_connections", "Open AMQP connections", registry=registry
         )
+        # polymq_client_connections{protocol="amqp"} reads it (amqp and amqps together)
+        watch_connections(registry, "amqp", "amqp", self.connections)
         self.connections_opened = Counter(
             "polymq_amqp_connections_opened", "AMQP connections accepted", registry=registry
         )

@@ -46,6 +46,10 @@ class CoreSettings:
     queue_window_messages: int = 10_000
     queue_window_bytes: int = 32 * 1024 * 1024
     max_body: int = 16 * 1024 * 1024
+    # per-destination metrics on /metrics (polymq_destination_*{destination}: one series each,
+    # mind the cardinality), for at most that many destinations (the rest are counted)
+    metrics_per_destination: bool = False
+    metrics_max_destinations: int = 1000
     max_subscriptions_per_connection: int = 100_000
     max_pull: int = 1000
     max_wait: float = 60.0
@@ -120,6 +124,8 @@ class CoreSettings:
             raise ConfigError("POLYMQ_QUEUE_WINDOW_MESSAGES must be 0 (no paging) .. 100000000")
         if not 1024 <= self.queue_window_bytes <= 2**40:
             raise ConfigError("POLYMQ_QUEUE_WINDOW_BYTES must be 1024 .. 2**40 bytes")
+        if not 1 <= self.metrics_max_destinations <= 1_000_000:
+            raise ConfigError("POLYMQ_METRICS_MAX_DESTINATIONS must be 1..1000000")
         for name in ("max_connections", "max_connections_per_user"):
             if not 0 <= getattr(self, name) <= 10_000_000:
                 raise ConfigError(f"POLYMQ_{name.upper()} must be 0 (no limit) .. 10000000")

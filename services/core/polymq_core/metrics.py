@@ -3,20 +3,32 @@
 The broker calls sensor hooks (``on_publish``, ``on_deliver``, ...); only this module knows
 about Prometheus. Names are ``polymq_*`` in base units; labels are bounded: ``protocol`` is
 one of :data:`PROTOCOLS`, ``kind`` one of the four destination kinds, ``reason`` a fixed word.
-Per-destination figures are not labels (millions of queues would explode cardinality): they
-are in the admin API's stats instead.
+Per-destination figures are labels only when asked (``POLYMQ_METRICS_PER_DESTINATION``):
+millions of queues would explode cardinality. :class:`DestinationCollector` reads them from
+the destinations in memory when scraped, at most ``POLYMQ_METRICS_MAX_DESTINATIONS`` of
+them; without it they are in the admin API's stats only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from polymq_server.connectiongauge import watch_connections
 from polymq_server.listener import listener_metrics
 
 PROTOCOLS = ("native", "http", "longpoll", "stomp", "avro", "amqp", "bridge", "peer")
+# the label values known ahead (queue.py, session.py, shard.py, cluster.py): their series are
+# there from the start at 0, so that a dashboard's rate() sees the first event
+REDELIVER_REASONS = ("nack", "disconnect", "ack-timeout")
+DISCARD_REASONS = ("max-length", "expired", "max-deliveries", "rejected")
+SLOW_CONSUMER_POLICIES = ("drop", "disconnect")
+NODE_STATES = ("ready", "joining", "leaving", "unreachable")
+LEADERSHIP_CHANGES = ("promoted", "demoted")
 
 
 def protocol_label(client: str) -> str:
@@ -62,6 +74,9 @@ class Sensors:
         self.connections = Gauge(
             "polymq_connections", "Open client connections", ["protocol"], registry=registry
         )
+        # polymq_client_connections{protocol="native"}: the wire's own clients (the others
+        # here are frontends' and peers' links; their clients are counted by the frontends)
+        watch_connections(registry, "native", "core", self.connections, {"protocol": "native"})
         # polymq_admin_connections and ..._connections_refused, by listener (admin and,
         # with cluster TLS, peer_admin)
         self.admin_listeners = listener_metrics(registry, "polymq_admin", "admin HTTP")
@@ -138,6 +153,48 @@ class Sensors:
             "Requests forwarded to the node that leads their shard",
             registry=registry,
         )
+        for metric, values in (
+            (self.redelivered, REDELIVER_REASONS),
+            (self.discarded, DISCARD_REASONS),
+            (self.slow_consumers, SLOW_CONSUMER_POLICIES),
+            (self.cluster_nodes, NODE_STATES),
+            (self.leadership, LEADERSHIP_CHANGES),
+        ):
+            for value in values:
+                metric.labels(value)
+        # the resource alarms' measures and limits (alarms.py), read when scraped
+        self.memory_used = Gauge(
+            "polymq_memory_resident_bytes",
+            "Resident memory of the core's process, as the memory alarm measured it last",
+            registry=registry,
+        )
+        self.memory_mark = Gauge(
+            "polymq_memory_high_watermark_bytes",
+            "The resident size the memory is to stay under (POLYMQ_MEMORY_HIGH_WATERMARK)",
+            registry=registry,
+        )
+        self.memory_edges = Gauge(
+            "polymq_memory_alarm_threshold_bytes",
+            "The resident size the memory alarm rises at (edge=rise: POLYMQ_MEMORY_HEADROOM "
+            "below the watermark) and clears under (edge=clear: POLYMQ_MEMORY_LOW_WATERMARK)",
+            ["edge"],
+            registry=registry,
+        )
+        self.memory_pressure = Gauge(
+            "polymq_memory_pressure",
+            "1 while the memory is past the low watermark (paging queues squeeze their window)",
+            registry=registry,
+        )
+        self.disk_free = Gauge(
+            "polymq_disk_free_bytes",
+            "Free bytes of the data directory's file system, as the disk alarm measured it last",
+            registry=registry,
+        )
+        self.disk_limit = Gauge(
+            "polymq_disk_free_limit_bytes",
+            "The disk alarm goes on below this many free bytes (POLYMQ_DISK_FREE_LIMIT)",
+            registry=registry,
+        )
 
     def watch_depth(self, depth: Callable[[str], int], in_flight: Callable[[], int]) -> None:
         """Read queue depths when scraped (never on the message path)."""
@@ -151,6 +208,31 @@ class Sensors:
 
     def watch_bindings(self, count: Callable[[], int]) -> None:
         self.bindings.set_function(count)
+
+    def watch_resources(self, detail: Callable[[], Mapping[str, Mapping[str, int]]]) -> None:
+        """Read the alarms' last measures (``{"memory": {"used", "limit", "rises_at",
+        "clears_at", "pressure"}, "disk": {"free", "limit"}}``, empty before the first) when
+        scraped."""
+
+        def of(resource: str, key: str) -> Callable[[], float]:
+            return lambda: detail().get(resource, {}).get(key, 0)
+
+        self.memory_used.set_function(of("memory", "used"))
+        self.memory_mark.set_function(of("memory", "limit"))
+        self.memory_edges.labels("rise").set_function(of("memory", "rises_at"))
+        self.memory_edges.labels("clear").set_function(of("memory", "clears_at"))
+        self.memory_pressure.set_function(of("memory", "pressure"))
+        self.disk_free.set_function(of("disk", "free"))
+        self.disk_limit.set_function(of("disk", "limit"))
+
+    def watch_destinations(
+        self,
+        stats: Callable[[int], Iterable[Mapping[str, Any]]],
+        count: Callable[[], int],
+        limit: int,
+    ) -> None:
+        """Export per-destination figures (opt-in): see :class:`DestinationCollector`."""
+        self.registry.register(DestinationCollector(stats, count, limit))
 
     def watch_cluster(
         self, shards_led: Callable[[], int], nodes: Callable[[], dict[str, int]]
@@ -212,3 +294,76 @@ class Sensors:
     def on_commit(self, seconds: float, ops: int) -> None:
         self.commit_seconds.observe(seconds)
         self.commit_ops.observe(ops)
+
+
+# (name, help, the key of a destination's stats, counter or gauge)
+_PER_DESTINATION = (
+    ("polymq_destination_messages_ready", "Messages waiting for delivery (a stream: its "
+     "entries)", "messages", False),
+    ("polymq_destination_ready_bytes", "Body bytes of the messages waiting", "bytes", False),
+    ("polymq_destination_messages_unacked", "Messages delivered and not yet acked (queues and "
+     "channels)", "in_flight", False),
+    ("polymq_destination_consumers", "Subscribers", "subscribers", False),
+    ("polymq_destination_published_messages", "Messages published to the destination",
+     "published", True),
+    ("polymq_destination_delivered_messages", "Messages delivered from the destination (queues "
+     "and channels)", "delivered", True),
+    ("polymq_destination_acked_messages", "Deliveries acked (queues and channels)", "acked",
+     True),
+)  # fmt: skip
+
+
+class DestinationCollector(Collector):
+    """Per-destination figures, labelled ``destination`` (``queue/orders``, a channel's inbox,
+    ``stream/clicks``), made when scraped from the stats of the destinations this node holds
+    in memory (``stats(limit)``: the first ``limit`` of them, shard by shard in the order
+    they were loaded, which keeps the series stable); nothing on the message path. Those
+    past ``limit`` (``count()`` is how many there are) are counted in
+    ``polymq_destination_metrics_omitted``.
+    The counters are the destinations' own (they restart from 0 with the process, and a
+    destination evicted from memory while idle keeps them, but is not exported meanwhile).
+    """
+
+    def __init__(
+        self,
+        stats: Callable[[int], Iterable[Mapping[str, Any]]],
+        count: Callable[[], int],
+        limit: int,
+    ) -> None:
+        self._stats = stats
+        self._count = count
+        self.limit = limit
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+        yield self._omitted(0)
+
+    def _families(self) -> list[Metric]:
+        return [
+            (CounterMetricFamily if counter else GaugeMetricFamily)(
+                name, help_, labels=["destination"]
+            )
+            for name, help_, _, counter in _PER_DESTINATION
+        ]
+
+    @staticmethod
+    def _omitted(n: int) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "polymq_destination_metrics_omitted",
+            "Destinations in memory left out of the polymq_destination_* metrics "
+            "(POLYMQ_METRICS_MAX_DESTINATIONS)",
+            value=n,
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        families = self._families()
+        exported = 0
+        for stats in self._stats(self.limit):
+            exported += 1
+            label = [str(stats["destination"])]
+            for family, (_, _, key, _) in zip(families, _PER_DESTINATION, strict=True):
+                value = stats.get(key)
+                if value is not None:
+                    family.add_metric(label, value)  # type: ignore[attr-defined]
+        yield from families
+        yield self._omitted(max(self._count() - exported, 0))

@@ -81,6 +81,13 @@ class CoreService:
         self.reloader.applied = publisher(self.broker)  # to the frontends on system.config
         self.sensors.watch_depth(self.broker.depth, self.broker.in_flight)
         self.sensors.watch_bindings(lambda: len(self.broker.bindings))
+        self.sensors.watch_resources(lambda: self.broker.monitor.detail)
+        if settings.metrics_per_destination:
+            self.sensors.watch_destinations(
+                self.broker.destinations,
+                lambda: sum(len(shard.boxes) for shard in self.broker.shards),
+                settings.metrics_max_destinations,
+            )
         self._server: asyncio.Server | None = None
         self._peer_server: asyncio.Server | None = None  # cluster TLS: the wire for peers
         self._admin: web.AppRunner | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from polymq_server.connectiongauge import watch_connections
 from polymq_server.frontend import FrontendMetrics
 
 from .frames import Command
@@ -74,9 +75,13 @@ class StompMetrics(FrontendMetrics):
         self.frames_out["HEARTBEAT"] = self.frames.labels("HEARTBEAT", "out")
         for reason in REASONS:
             self.errors.labels(reason)
-        for transport in ("tcp", "ws"):
+        for transport, listener in (("tcp", "stomp"), ("ws", "stomp_ws")):
             self.connections.labels(transport)
             self.connections_opened.labels(transport)
+            # polymq_client_connections{protocol="stomp"} reads them (one name for all)
+            watch_connections(
+                registry, "stomp", listener, self.connections, {"transport": transport}
+            )
 
     def error(self, reason: str) -> None:
         self.errors.labels(reason if reason in REASONS else "internal").inc()

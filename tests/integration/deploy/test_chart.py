@@ -89,6 +89,7 @@ def test_the_ci_files_cover_the_features() -> None:
         "five-core-cluster-tls-values.yaml",
         "single-node-cluster-tls-values.yaml",
         "bridge-values.yaml",
+        "grafana-values.yaml",
     } <= names
 
 
