@@ -134,6 +134,24 @@ async def test_a_destination_shows_its_depth_in_the_list_and_on_its_page(
 
 
 @in_browser
+async def test_destinations_sort_by_their_depth_both_ways(
+    console: Console, node: PolymqProcess
+) -> None:
+    prefix = unique("sort")
+    for suffix, n in (("a", 2), ("b", 3), ("c", 1)):
+        publish(node, f"queue/{prefix}{suffix}", n)
+    await console.show("destinations")
+    await console.page.fill("#filter", prefix)
+    depths = console.page.locator('#destinations [data-field="ready"]')
+    await expect(depths).to_have_text(["2", "3", "1"])  # by name first
+    await console.page.click('button[data-sort="ready"]')
+    await expect(depths).to_have_text(["1", "2", "3"])
+    await console.page.click('button[data-sort="ready"]')
+    await expect(depths).to_have_text(["3", "2", "1"])
+    assert console.errors == []
+
+
+@in_browser
 async def test_the_cluster_page_shows_this_node_as_the_api_does(
     console: Console, node: PolymqProcess
 ) -> None:
