@@ -1,7 +1,8 @@
-"""The core's admin HTTP: ``/metrics``, ``/healthz``, ``/readyz``, ``/api/cluster``,
-``/api/destinations``, ``/api/destinations/{kind}/{name}`` and a small console at ``/``; on a
-cluster node also ``/api/cluster/snapshot/{shard}``, a copy of a shard's SQLite for another
-node (its bearer token the cluster secret)."""
+"""The core's admin HTTP: ``/metrics``, ``/healthz``, ``/readyz``, ``/api/cluster`` (and
+``/api/nodes``), the operator's API (:mod:`polymq_core.adminapi`, logins checked by
+:mod:`polymq_core.adminauth`) and a small console at ``/``; on a cluster node also
+``/api/cluster/snapshot/{shard}``, a copy of a shard's SQLite for another node (its bearer
+token the cluster secret)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq import alarms
-from polymq.errors import RequestError
-from polymq.types import Destination
 from polymq.web import add_metrics_route, healthz
 
+from . import adminapi
+from .adminauth import AdminAccess
 from .broker import Broker
 from .reload import Reloader, ReloadError, new_change
 from .reload import page as reload_page
@@ -197,24 +198,6 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def destinations(request: web.Request) -> web.Response:
-    return web.json_response({"destinations": request.app[BROKER].destinations()})
-
-
-async def destination(request: web.Request) -> web.Response:
-    broker = request.app[BROKER]
-    try:
-        dest = Destination.parse(f"{request.match_info['kind']}/{request.match_info['name']}")
-        key = str(dest)
-        return web.json_response(broker.shard_for(key).stats(key))
-    except RequestError as exc:
-        return web.json_response(
-            {"type": "about:blank", "title": exc.code, "status": exc.status, "detail": exc.message},
-            status=exc.status,
-            content_type="application/problem+json",
-        )
-
-
 def _nodes_html(node_name: str, view: ClusterView | None) -> str:
     """The console's nodes: this one alone, or every node of the cluster with a link to its
     console, its state, the shards it leads and when it was last heard; then which node
@@ -308,7 +291,8 @@ def admin_app(
 ) -> web.Application:
     """``view``: this node's part in a cluster, or None on a single node; ``reloader``:
     what applies a configuration reload here (none: reloads are refused)."""
-    app = web.Application()
+    access = AdminAccess(broker.auth, view.secret if view is not None else None)
+    app = web.Application(middlewares=[access.middleware])
     app[BROKER] = broker
     app[CLUSTER] = view
     app[RELOADER] = reloader if reloader is not None else Reloader(broker.auth)
@@ -322,6 +306,6 @@ def admin_app(
     app.router.add_post("/api/config/reload", reload)
     app.router.add_get("/reload", reload_form)
     app.router.add_post("/api/cluster/leave", leave)
-    app.router.add_get("/api/destinations", destinations)
-    app.router.add_get("/api/destinations/{kind}/{name}", destination)
+    app.router.add_get("/api/nodes", cluster)
+    adminapi.add_routes(app, broker)  # (/api/destinations and the rest of the API)
     return app
