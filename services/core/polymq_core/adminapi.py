@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from polymq.connections import CLOSE_TOPIC, LIST_TOPIC
-from polymq.errors import BadRequest, NotFound, RequestError
+from polymq.errors import BadRequest, Conflict, NotFound, RequestError
 from polymq.types import MAX_PRIORITY, Destination, Kind, Message
 
 from . import adminopenapi
@@ -300,7 +300,7 @@ async def delete_destination(request: web.Request) -> web.Response:
     try:
         dest = _destination(request)
         if dest.kind is Kind.TOPIC:
-            raise BadRequest("topics are transient and cannot be deleted")
+            raise Conflict("topics are transient and cannot be deleted")
         api.one(dest)  # 404 if unknown
         client = await api.link.client()
         await client.delete(str(dest))
@@ -313,8 +313,9 @@ async def purge(request: web.Request) -> web.Response:
     api = _api(request)
     try:
         dest = _destination(request)
-        if dest.kind is not Kind.TOPIC:
-            api.one(dest)  # 404 if unknown
+        if dest.kind is Kind.TOPIC:
+            raise Conflict("topics hold no messages to purge")
+        api.one(dest)  # 404 if unknown
         client = await api.link.client()
         purged = await client.purge(str(dest))
     except RequestError as exc:
@@ -395,11 +396,24 @@ def _publish_message(body: Any) -> Message:
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
     ):
         raise BadRequest("'headers' must map strings to strings")
+    if not _utf8(content_type, *headers, *headers.values()):
+        raise BadRequest("'content_type' and 'headers' must be text (no lone surrogates)")
+    if type(priority) is float and priority.is_integer():
+        priority = int(priority)  # (2.0 is an integer to JSON)
     if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
         raise BadRequest(f"'priority' must be an integer 0..{MAX_PRIORITY}")
     if type(persistent) is not bool:
         raise BadRequest("'persistent' must be true or false")
     return Message(data, content_type, headers, priority, persistent)
+
+
+def _utf8(*texts: str) -> bool:
+    try:
+        for text in texts:
+            text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 async def publish(request: web.Request) -> web.Response:

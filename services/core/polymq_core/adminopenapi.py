@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from polymq.types import MAX_PRIORITY
+from polymq.types import MAX_NAME_LENGTH, MAX_PRIORITY
 
 from .peek import MAX_PEEK
 
@@ -58,7 +58,12 @@ _DEST_PARAMS = [
         "name": "name",
         "in": "path",
         "required": True,
-        "schema": {"type": "string", "pattern": _NAME, "minLength": 1, "maxLength": 200},
+        "schema": {
+            "type": "string",
+            "pattern": _NAME,
+            "minLength": 1,
+            "maxLength": MAX_NAME_LENGTH,
+        },
     },
 ]
 _CONN_PARAM = [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}]
@@ -166,7 +171,7 @@ _SCHEMAS: dict[str, Any] = {
             "body_base64": {
                 "type": "string",
                 "contentEncoding": "base64",
-                "pattern": "^[A-Za-z0-9+/]*={0,2}$",
+                "pattern": "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
             },
             "content_type": {"type": "string", "maxLength": 255},
             "headers": {"type": "object", "additionalProperties": {"type": "string"}},

@@ -274,7 +274,7 @@ def test_publish_then_peek_purge_and_delete(run: PolymqProcess) -> None:
     assert_problem(api(run, "GET", f"/api/destinations/topic/{name}/messages"), 409)
     assert_problem(api(run, "GET", f"{path}/messages?count=101"), 400)
     assert_problem(api(run, "GET", "/api/destinations/queue/bad%20name"), 400)
-    assert_problem(api(run, "DELETE", f"/api/destinations/topic/{name}"), 400)
+    assert_problem(api(run, "DELETE", f"/api/destinations/topic/{name}"), 409)
 
 
 def test_a_streams_last_entries_are_peeked(run: PolymqProcess) -> None:
