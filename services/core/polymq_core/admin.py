@@ -1,6 +1,7 @@
-"""The core's admin HTTP: ``/metrics``, ``/healthz``, ``/readyz``, ``/api/cluster``,
-``/api/destinations``, ``/api/destinations/{kind}/{name}``, the overview (:mod:`.overview`)
-and the console at ``/`` (:mod:`.console`); on a cluster node also
+"""The core's admin HTTP: ``/metrics``, ``/healthz``, ``/readyz``, ``/api/cluster`` (and
+``/api/nodes``), the operator's API (:mod:`polymq_core.adminapi`, logins checked by
+:mod:`polymq_core.adminauth`), the overview (:mod:`.overview`) and the console at ``/``
+(:mod:`.console`); on a cluster node also
 ``/api/cluster/snapshot/{shard}``, a copy of a shard's SQLite for another node (its bearer
 token the cluster secret)."""
 
@@ -16,11 +17,10 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq.errors import RequestError
-from polymq.types import Destination
 from polymq.web import add_metrics_route, healthz
 
-from . import console, overview
+from . import adminapi, console, overview
+from .adminauth import AdminAccess
 from .broker import Broker
 from .reload import Reloader, ReloadError, new_change
 from .reload import page as reload_page
@@ -196,24 +196,6 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def destinations(request: web.Request) -> web.Response:
-    return web.json_response({"destinations": request.app[BROKER].destinations()})
-
-
-async def destination(request: web.Request) -> web.Response:
-    broker = request.app[BROKER]
-    try:
-        dest = Destination.parse(f"{request.match_info['kind']}/{request.match_info['name']}")
-        key = str(dest)
-        return web.json_response(broker.shard_for(key).stats(key))
-    except RequestError as exc:
-        return web.json_response(
-            {"type": "about:blank", "title": exc.code, "status": exc.status, "detail": exc.message},
-            status=exc.status,
-            content_type="application/problem+json",
-        )
-
-
 async def alarms_api(request: web.Request) -> web.Response:
     """``GET /api/alarms``: the resource alarms on, with what was measured and the limits."""
     monitor = request.app[BROKER].monitor
@@ -228,13 +210,13 @@ def admin_app(
 ) -> web.Application:
     """``view``: this node's part in a cluster, or None on a single node; ``reloader``:
     what applies a configuration reload here (none: reloads are refused)."""
-    app = web.Application()
+    access = AdminAccess(broker.auth, view.secret if view is not None else None)
+    app = web.Application(middlewares=[access.middleware])
     app[BROKER] = broker
     app[CLUSTER] = view
     app[RELOADER] = reloader if reloader is not None else Reloader(broker.auth)
     add_metrics_route(app, registry)
     console.add_routes(app, broker.settings.console_chart)
-    overview.add_routes(app, broker)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/api/cluster", cluster)
@@ -243,6 +225,7 @@ def admin_app(
     app.router.add_post("/api/config/reload", reload)
     app.router.add_get("/reload", reload_form)
     app.router.add_post("/api/cluster/leave", leave)
-    app.router.add_get("/api/destinations", destinations)
-    app.router.add_get("/api/destinations/{kind}/{name}", destination)
+    app.router.add_get("/api/nodes", cluster)
+    adminapi.add_routes(app, broker)  # (/api/destinations and the rest of the API)
+    overview.add_routes(app, broker, adminapi.lister(app))
     return app

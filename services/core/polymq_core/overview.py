@@ -3,7 +3,11 @@
 
 A sampler takes a sample every ``overview_interval`` seconds (5 by default): the publish,
 deliver and ack rates since the last one (from the counters of :mod:`.metrics`), the
-messages ready and unacked, and keeps the last 10 minutes of them in a ring. Each sample is
+messages ready and unacked, and keeps the last 10 minutes of them in a ring. Connections and
+subscriptions per protocol are the clients' (polymq's own links left out), from the admin
+API's listing of every frontend's connections (``/api/connections``), taken at most every
+:data:`LISTING_EVERY` seconds while someone watches (a stream is open, or the overview was
+asked for within a minute); until the first listing, the core's own sessions. Each sample is
 pushed, as the ``/api/overview`` document plus ``"t"``, to every open SSE stream. A stream
 whose reader falls :data:`BACKLOG` samples behind is dropped (its connection aborted), never
 buffered without bound; at shutdown every stream ends (its chunked body closed), so the
@@ -15,23 +19,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from polymq import __version__
+from polymq.auth import INTERNAL_PRINCIPAL
 
 from .broker import Broker
 from .metrics import protocol_label
 
-__all__ = ["BACKLOG", "WINDOW", "Overview", "Reader", "add_routes"]
+__all__ = ["BACKLOG", "LISTING_EVERY", "WINDOW", "Lister", "Overview", "Reader", "add_routes"]
+
+log = logging.getLogger(__name__)
 
 WINDOW = 600.0  # seconds of samples kept for /api/overview/history
 BACKLOG = 12  # samples an SSE reader may be behind before it is dropped
+LISTING_EVERY = 10.0  # seconds between two listings of the frontends' connections
+_WATCHED = 60.0  # seconds after a GET /api/overview during which listings go on
 _RATES = ("publish", "deliver", "ack")
+# the admin API's connection listing: {"connections": [Connection, ...], ...}
+Lister = Callable[[], Awaitable[dict[str, Any]]]
 
 
 class Reader:
@@ -77,9 +89,15 @@ class Reader:
 class Overview:
     """The sampler, its ring of samples and the open streams."""
 
-    def __init__(self, broker: Broker, interval: float) -> None:
+    def __init__(self, broker: Broker, interval: float, lister: Lister | None = None) -> None:
         self.broker = broker
         self.interval = interval
+        self.lister = lister
+        # per protocol, the clients' connections and subscriptions at the last listing
+        self.clients: tuple[dict[str, int], dict[str, int]] | None = None
+        self.asked = -_WATCHED  # (monotonic) when /api/overview was last asked for
+        self._listed = -LISTING_EVERY
+        self._listing: asyncio.Task[None] | None = None
         self.samples: deque[dict[str, float]] = deque(maxlen=max(1, round(WINDOW / interval)))
         self.rates = dict.fromkeys(_RATES, 0.0)
         self.readers: set[Reader] = set()
@@ -94,11 +112,39 @@ class Overview:
 
     async def stop(self) -> None:
         self.end_streams()
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._task, self._listing):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._listing = None
+
+    def list_clients(self, now: float) -> None:
+        """Start a listing of the clients' connections if one is due and someone watches."""
+        if self.lister is None or (self._listing is not None and not self._listing.done()):
+            return
+        if now - self._listed < LISTING_EVERY or not (self.readers or now - self.asked < _WATCHED):
+            return
+        self._listed = now
+        self._listing = asyncio.get_running_loop().create_task(
+            self._listed_clients(self.lister), name="overview-connections"
+        )
+
+    async def _listed_clients(self, lister: Lister) -> None:
+        try:
+            listing = await lister()
+        except Exception as exc:  # (a core that is stopping or not ready: the last one stays)
+            log.debug("overview: listing the connections failed: %s", exc)
+            return
+        connections: Counter[str] = Counter()
+        subscriptions: Counter[str] = Counter()
+        for conn in listing.get("connections", []):
+            if conn.get("user") == INTERNAL_PRINCIPAL:  # a frontend's or a peer's link
+                continue
+            protocol = str(conn.get("protocol"))
+            connections[protocol] += 1
+            subscriptions[protocol] += int(conn.get("subscriptions") or 0)
+        self.clients = dict(sorted(connections.items())), dict(sorted(subscriptions.items()))
 
     def end_streams(self) -> None:
         """End every open stream (shutdown): their handlers close the responses."""
@@ -114,6 +160,7 @@ class Overview:
     def sample(self) -> dict[str, float]:
         """Take a sample: rates since the last one, ready and unacked; push it to the streams."""
         now = time.monotonic()
+        self.list_clients(now)
         totals = self.broker.sensors.totals()
         if self._totals:
             span = max(now - self._then, 1e-6)
@@ -133,14 +180,7 @@ class Overview:
     def document(self) -> dict[str, Any]:
         """``GET /api/overview``: this node now, with the rates of the last sample."""
         broker = self.broker
-        connections: Counter[str] = Counter()
-        subscriptions: Counter[str] = Counter()
-        for session in broker.sessions:
-            if session.principal is None:  # (not logged in yet)
-                continue
-            protocol = protocol_label(session.protocol)
-            connections[protocol] += 1
-            subscriptions[protocol] += len(session.subs)
+        connections, subscriptions = self.clients or self._sessions()
         monitor = broker.monitor
         memory = monitor.detail.get("memory", {})
         disk = monitor.detail.get("disk", {})
@@ -153,12 +193,26 @@ class Overview:
                 "ready": broker.depth("queue") + broker.depth("channel"),
                 "unacked": broker.in_flight(),
             },
-            "connections": dict(sorted(connections.items())),
-            "subscriptions": dict(sorted(subscriptions.items())),
+            "connections": connections,
+            "subscriptions": subscriptions,
             "memory": {"used_bytes": memory.get("used", 0), "limit_bytes": memory.get("limit", 0)},
             "disk": {"free_bytes": disk.get("free", -1), "limit_bytes": disk.get("limit", 0)},
             "alarms": sorted(monitor.alarms),
         }
+
+    def _sessions(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Per protocol, the connections and subscriptions of the core's own sessions (in
+        ``polymq run`` also the frontends' links, unless they log in as polymq's own)."""
+        connections: Counter[str] = Counter()
+        subscriptions: Counter[str] = Counter()
+        for session in self.broker.sessions:
+            who = session.principal
+            if who is None or who.name == INTERNAL_PRINCIPAL:  # (not logged in yet; our own)
+                continue
+            protocol = protocol_label(session.protocol)
+            connections[protocol] += 1
+            subscriptions[protocol] += len(session.subs)
+        return dict(sorted(connections.items())), dict(sorted(subscriptions.items()))
 
     def history(self) -> dict[str, Any]:
         return {"interval_seconds": self.interval, "samples": list(self.samples)}
@@ -180,7 +234,10 @@ OVERVIEW = web.AppKey("overview", Overview)
 
 
 async def overview(request: web.Request) -> web.Response:
-    return web.json_response(request.app[OVERVIEW].document())
+    sampler = request.app[OVERVIEW]
+    sampler.asked = time.monotonic()
+    sampler.list_clients(sampler.asked)
+    return web.json_response(sampler.document())
 
 
 async def history(request: web.Request) -> web.Response:
@@ -218,10 +275,11 @@ async def stream(request: web.Request) -> web.StreamResponse:
     return response
 
 
-def add_routes(app: web.Application, broker: Broker) -> None:
+def add_routes(app: web.Application, broker: Broker, lister: Lister | None = None) -> None:
     """The overview's routes on ``app``; its sampler runs while ``app`` does, and its
-    streams end when ``app`` shuts down (before aiohttp waits for open requests)."""
-    sampler = app[OVERVIEW] = Overview(broker, broker.settings.overview_interval)
+    streams end when ``app`` shuts down (before aiohttp waits for open requests).
+    ``lister``: the admin API's listing of every frontend's connections."""
+    sampler = app[OVERVIEW] = Overview(broker, broker.settings.overview_interval, lister)
 
     async def run(app: web.Application) -> AsyncIterator[None]:
         sampler.start()

@@ -95,3 +95,36 @@ async def test_a_slow_reader_is_dropped_while_the_others_go_on() -> None:
         overview.sample()
         fast.pending.clear()  # (read)
     assert cut == ["slow"] and overview.readers == {fast} and slow.dropped
+
+
+async def test_connections_per_protocol_are_the_clients_of_the_listing_when_watched() -> None:
+    asked: list[int] = []
+
+    async def lister() -> dict[str, Any]:
+        asked.append(1)
+        return {
+            "connections": [
+                {"protocol": "stomp", "user": "alice", "subscriptions": 2},
+                {"protocol": "native", "user": "polymq-internal", "subscriptions": 9},
+                {"protocol": "stomp", "user": None, "subscriptions": 1},
+                {"protocol": "amqp", "user": "bob", "subscriptions": 0},
+            ],
+            "frontends": [],
+        }
+
+    overview = Overview(cast(Broker, fake_broker()), interval=5.0, lister=lister)
+    overview.sample()
+    await asyncio.sleep(0)
+    assert asked == []  # nobody watches: no listing
+    assert overview.document()["connections"] == {}  # (the core's sessions: none here)
+    overview.open(lambda: None)
+    overview.sample()
+    await asyncio.sleep(0)
+    doc = overview.document()
+    assert asked == [1]
+    assert doc["connections"] == {"amqp": 1, "stomp": 2}
+    assert doc["subscriptions"] == {"amqp": 0, "stomp": 3}
+    overview.sample()
+    await asyncio.sleep(0)
+    assert asked == [1]  # at most every LISTING_EVERY seconds
+    await overview.stop()

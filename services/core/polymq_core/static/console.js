@@ -7,6 +7,7 @@
   const banners = document.getElementById("banners");
   const REFRESH = 5000; // ms between two readings of a list page
   const WINDOW = 600; // seconds of history a chart shows
+  const INTERNAL = "polymq-internal"; // the user polymq's own links log in as (polymq.auth)
   let teardown = []; // what the current page stops when another is shown
   let flash = ""; // a status to show on the next page (e.g. after a delete)
 
@@ -242,7 +243,10 @@
     const box = h("div");
     const frontends = h("p", { class: "note" });
     const said = h("p", { role: "status" });
-    view.replaceChildren(h("h1", {}, "Connections"), said, box, frontends);
+    const own = h("input", { type: "checkbox", id: "own" });
+    view.replaceChildren(h("h1", {}, "Connections"), said,
+      h("div", { class: "filters" }, h("label", {}, own, " show polymq's own links (frontends, peers)")), box, frontends);
+    own.addEventListener("change", () => load().catch(problem));
     const before = new Map(); // id -> [seconds, messages_in, messages_out]
     const perSecond = (c, now) => {
       const b = before.get(c.id);
@@ -262,7 +266,9 @@
     const load = async () => {
       const doc = await api("/api/connections");
       const now = Date.now() / 1000;
-      const rows = doc.connections.map((c) => ({ ...c, rates: perSecond(c, now), attrs: { "data-connection": c.id } }));
+      const all = doc.connections.map((c) => ({ ...c, rates: perSecond(c, now), attrs: { "data-connection": c.id } }));
+      const rows = own.checked ? all : all.filter((c) => c.user !== INTERNAL);
+      const hidden = all.length - rows.length;
       box.replaceChildren(table([
         { label: "protocol", text: true, cell: (c) => c.protocol },
         { label: "peer", text: true, cell: (c) => c.peer },
@@ -278,6 +284,7 @@
       const silent = doc.frontends.filter((f) => !f.answered);
       frontends.textContent = `${doc.frontends.length} frontend(s) asked` +
         (silent.length ? `; no answer within 2 s from ${silent.map((f) => `${f.id} (${f.protocol})`).join(", ")}` : ", every one answered") +
+        (hidden ? `; ${hidden} of polymq's own links hidden` : "") +
         ". Rates are computed from two readings 5 s apart.";
     };
     every(load);
