@@ -245,9 +245,20 @@ async def test_peek_shows_a_queues_messages_in_order_without_taking_them(
             d.ack()
 
 
+def declare(run: PolymqProcess, destination: str) -> None:
+    """Declared, a queue stays when it is empty (one a publish made goes when emptied)."""
+
+    async def go() -> None:
+        async with await connect(run.ports["core"]) as c:
+            await c.declare(destination, durable=True)
+
+    asyncio.run(go())
+
+
 def test_publish_then_peek_purge_and_delete(run: PolymqProcess) -> None:
     name = uid("pub")
     path = f"/api/destinations/queue/{name}"
+    declare(run, f"queue/{name}")
     r = api(run, "POST", f"{path}/messages", json={"body": "one", "headers": {"k": "v"}})
     assert r.status_code == 201 and r.json()["seq"] == 1 and r.json()["id"]
     r = api(run, "POST", f"{path}/messages", json={"body_base64": "AAEC", "priority": 9})
