@@ -22,15 +22,17 @@ def test_any_node_peeks_publishes_and_purges_where_the_shard_is_led(
     cluster = shared_cluster
     leader = cluster.leader_of(0)
     other = cluster.others(leader)[0]
-    queue = cluster.queue_in_shard(0, "admin")
-    path = f"{other.admin}/api/destinations/{queue}"
+    name = cluster.queue_in_shard(0, "admin")
+    path = f"{other.admin}/api/destinations/queue/{name}"
     for body, priority in (("a", 1), ("b", 9), ("c", 1)):
         r = requests.post(f"{path}/messages", json={"body": body, "priority": priority}, timeout=30)
         assert r.status_code == 201, r.text
-    shown = requests.get(f"{path}/messages", timeout=30).json()["messages"]
+    r = requests.get(f"{path}/messages", timeout=30)
+    assert r.status_code == 200, r.text
+    shown = r.json()["messages"]
     assert [m["body"] for m in shown] == ["b", "a", "c"]
     # nothing was taken: the leader's consumers get every one, in that order
-    assert [m["body"] for m in drain(leader, queue.removeprefix("queue/"), 3)] == ["b", "a", "c"]
+    assert [m["body"] for m in drain(leader, name, 3)] == ["b", "a", "c"]
     requests.post(f"{path}/messages", json={"body": "d"}, timeout=30)
     assert requests.delete(f"{path}/contents", timeout=30).json() == {"purged": 1}
     assert requests.get(f"{path}/messages", timeout=30).json() == {"messages": []}
@@ -38,7 +40,7 @@ def test_any_node_peeks_publishes_and_purges_where_the_shard_is_led(
 
 def test_any_node_lists_and_closes_another_nodes_connections(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
-    there, here = cluster.running[0], cluster.running[1]
+    there, here = cluster.running()[0], cluster.running()[1]
     conn = stomp.Connection([("127.0.0.1", there.ports["stomp"])])
     conn.connect("far-away", "pw", wait=True)
     try:
