@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from polymq.connections import CLOSE_TOPIC, LIST_TOPIC
-from polymq.errors import BadRequest, Conflict, NotFound, RequestError
+from polymq.errors import BadRequest, Conflict, RequestError
 from polymq.types import MAX_PRIORITY, Destination, Kind, Message
 
 from . import adminopenapi
@@ -141,30 +141,19 @@ class _Api:
                 out.append(self.row(key, {"destination": key, **stats, "in_memory": False}))
         return out
 
-    def keys(self, dest: Destination) -> list[str]:
-        if dest.kind is Kind.CHANNEL:
-            return [channel_inbox(dest.name, "server"), channel_inbox(dest.name, "client")]
-        return [str(dest)]
-
-    def one(self, dest: Destination) -> dict[str, Any]:
-        if dest.kind is Kind.TOPIC:
-            subscribers = len(self.broker.topics.match(dest.name))
-            stats = {"destination": str(dest), "subscribers": subscribers}
-            return self.row(str(dest), stats)
-        found = []
-        for key in self.keys(dest):
-            shard = self.broker.shard_for(key)
-            if shard.exists(key):
-                found.append(self.row(key, shard.stats(key)))
-        if not found:
-            raise NotFound(f"{dest} does not exist")
+    async def one(self, dest: Destination) -> dict[str, Any]:
+        """``dest``'s document, from the wire's ``Stats`` (in a cluster: the shard's
+        leader's); NotFound if it does not exist."""
+        client = await self.link.client()
+        stats = await client.stats(str(dest))
         if dest.kind is not Kind.CHANNEL:
-            return found[0]
+            return self.row(str(dest), stats)
+        inboxes = [self.row(channel_inbox(dest.name, r), stats[r]) for r in ("server", "client")]
         out = self.row(str(dest), {"destination": str(dest)})
         for part in ("ready", "unacked", "consumers"):
-            out[part] = sum(r[part] for r in found)
-        out["durable"] = all(r["durable"] for r in found)
-        out.update({r["role"]: r for r in found})
+            out[part] = sum(r[part] for r in inboxes)
+        out["durable"] = all(r["durable"] for r in inboxes if "options" in r)
+        out.update({r["role"]: r for r in inboxes})
         return out
 
     # ---- connections ---------------------------------------------------------------------------
@@ -288,7 +277,7 @@ async def destinations(request: web.Request) -> web.Response:
 
 async def destination(request: web.Request) -> web.Response:
     try:
-        return web.json_response(_api(request).one(_destination(request)))
+        return web.json_response(await _api(request).one(_destination(request)))
     except RequestError as exc:
         return _failed(exc)
 
@@ -299,7 +288,7 @@ async def delete_destination(request: web.Request) -> web.Response:
         dest = _destination(request)
         if dest.kind is Kind.TOPIC:
             raise Conflict("topics are transient and cannot be deleted")
-        api.one(dest)  # 404 if unknown
+        await api.one(dest)  # 404 if unknown
         client = await api.link.client()
         await client.delete(str(dest))
     except RequestError as exc:
@@ -313,7 +302,7 @@ async def purge(request: web.Request) -> web.Response:
         dest = _destination(request)
         if dest.kind is Kind.TOPIC:
             raise Conflict("topics hold no messages to purge")
-        api.one(dest)  # 404 if unknown
+        await api.one(dest)  # 404 if unknown
         client = await api.link.client()
         purged = await client.purge(str(dest))
     except RequestError as exc:
@@ -348,10 +337,8 @@ async def peek(request: web.Request) -> web.Response:
     try:
         dest = _destination(request)
         count = _query_int(request, "count", 10, 1, MAX_PEEK)
-        if dest.kind is not Kind.TOPIC:
-            api.one(dest)  # 404 if unknown (the core answers a peek of nothing with nothing)
         client = await api.link.client()
-        messages = await client.peek(str(dest), count)
+        messages = await client.peek(str(dest), count)  # (404 if unknown, 409 for a topic)
     except RequestError as exc:
         return _failed(exc)
     return web.json_response({"messages": [_message_json(m) for m in messages]})

@@ -115,7 +115,8 @@ class Broker:
         self.settings = settings
         self.sensors = sensors
         self.auth = auth
-        self.server_name = f"polymq-core/{settings.node_name}"
+        # (a cluster node by its id: the node a frontend's connections are listed under)
+        self.server_name = f"polymq-core/{settings.node}"
         self.bindings = BindingTable()  # every queue's bindings; the shards store durable ones
         self.cluster = cluster
         self.mesh: Mesh | None = None  # in a cluster: topic messages to and from other nodes
@@ -134,7 +135,7 @@ class Broker:
             "the core's wire port", settings.max_connections, settings.max_connections_per_user
         )
         # the wire clients, as the admin API lists them (polymq.connections)
-        self.clients = ConnectionTable(f"core-{settings.node_name}", "core")
+        self.clients = ConnectionTable(f"core-{settings.node}", "core")
         self.started = time.time()
         self.ready = False
         self.recovered = asyncio.Event()  # set once start() has opened every shard
@@ -332,7 +333,7 @@ class Broker:
         return {
             "server": self.server_name,
             "uptime_seconds": round(time.time() - self.started, 3),
-            "connections": len(self.sessions),
+            "connections": sum(1 for s in self.sessions if s.client != ADMIN_CLIENT),
             "topic_subscriptions": len(self.topics),
             "bindings": len(self.bindings),
             "shards": [s.describe() for s in self.shards],

@@ -121,11 +121,15 @@ class Catalog:
                 if not dest.is_pattern
                 else broker.topics.count(dest.name),
             }
-        if dest.kind is Kind.CHANNEL:
+        if dest.kind is Kind.CHANNEL:  # (it exists once either inbox does)
             out: dict[str, Any] = {"destination": str(dest)}
             for role in ("server", "client"):
                 k = Shard.key_of(dest, role)
-                out[role] = broker.shard_for(k).stats(k)
+                shard = broker.shard_for(k)
+                known = shard.exists(k)
+                out[role] = shard.stats(k) if known else {"destination": k, "messages": 0}
+            if not any("options" in out[role] for role in ("server", "client")):
+                raise NotFound(f"{dest} does not exist")
             return out
         key = str(dest)
         return broker.shard_for(key).stats(key)
