@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ import stomp
 from playwright.async_api import Browser, Dialog, expect
 
 from polymq.auth import hash_password
+from polymq_core.adminauth import REMEMBER
 
 from ..procs import PolymqProcess
 from .conftest import WAIT, Collector, unique
@@ -30,15 +32,23 @@ ADMIN = ("admin", "admin-password")
 WATCHER = ("watcher", "watcher-password")
 
 
+LEAVER = ("leaver", "leaver-password")  # a monitoring user whose password changes
+
+
+def write_users(path: Path, leaver_password: str) -> None:
+    grants = [{"pattern": "*", "permissions": ["read", "write", "configure"]}]
+    logins = ((ADMIN, "administrator"), (WATCHER, "monitoring"))
+    users = {
+        name: {"password_hash": hash_password(password), "grants": grants, "tags": [tag]}
+        for (name, password), tag in (*logins, ((LEAVER[0], leaver_password), "monitoring"))
+    }
+    path.write_text(json.dumps({"users": users}))
+
+
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
     root = tmp_path_factory.mktemp("console-actions")
-    grants = [{"pattern": "*", "permissions": ["read", "write", "configure"]}]
-    users = {
-        name: {"password_hash": hash_password(password), "grants": grants, "tags": [tag]}
-        for (name, password), tag in ((ADMIN, "administrator"), (WATCHER, "monitoring"))
-    }
-    (root / "users.json").write_text(json.dumps({"users": users}))
+    write_users(root / "users.json", LEAVER[1])
     env = {"POLYMQ_OVERVIEW_INTERVAL": "1"}
     auth = f"file:{root / 'users.json'}"
     with PolymqProcess("run", root / "run", "--auth", auth, env=env) as proc:
@@ -185,3 +195,21 @@ def test_without_a_login_the_console_is_refused(node: PolymqProcess) -> None:
     r = requests.get(f"{node.url('admin')}/", timeout=WAIT)
     assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Basic")
     assert requests.get(f"{node.url('admin')}/", auth=ADMIN, timeout=WAIT).status_code == 200
+
+
+@in_browser
+async def test_a_login_that_stops_working_is_said(browser: Browser, node: PolymqProcess) -> None:
+    leaver = await login(browser, node, LEAVER, LAPTOP)
+    try:
+        await leaver.show("destinations")
+        await expect(leaver.page.locator("#destinations")).to_be_visible()
+        # the leaver's password changes: a reload of the users file
+        write_users(node.workdir.parent / "users.json", "another-password")
+        r = await asyncio.to_thread(api, node, "POST", "/api/config/reload", json={"users": True})
+        assert r.status_code == 200 and r.json()["applied_here"], r.text
+        # the page's next reading (every 5 s; a login is remembered REMEMBER s) is refused
+        problem = leaver.page.locator("#problem")
+        await expect(problem).to_contain_text("Not logged in (401)", timeout=(REMEMBER + 10) * 1000)
+        await leaver.shoot("unauthorized")
+    finally:
+        await leaver.page.context.close()

@@ -85,10 +85,12 @@
     }
     return `The admin server cannot be reached (${err.message || err}): is the node running?`;
   }
-  function problem(err) {
-    let el = document.getElementById("problem");
+  // a problem's banner: the page's (#problem) or the live stream's (#live-problem), each
+  // cleared only by its own next success
+  function problem(err, id = "problem") {
+    let el = document.getElementById(id);
     if (!err) { if (el) el.remove(); return; }
-    if (!el) { el = h("p", { id: "problem", class: "problem", role: "alert" }); banners.append(el); }
+    if (!el) { el = h("p", { id, class: "problem", role: "alert" }); banners.append(el); }
     el.textContent = explain(err);
   }
   // run a page's loader now and every REFRESH ms while the page is shown
@@ -132,7 +134,7 @@
     source.addEventListener("overview", (ev) => {
       const doc = JSON.parse(ev.data);
       live.last = doc;
-      problem(null);
+      problem(null, "live-problem");
       setLive(true, "live");
       showAlarms(doc);
       for (const f of live.listeners) f(doc);
@@ -140,7 +142,7 @@
     source.onerror = async () => {
       setLive(false, "live updates interrupted: reconnecting");
       if (source.readyState !== EventSource.CLOSED) return; // it reconnects by itself
-      try { await api("/api/overview"); } catch (err) { problem(err); }
+      try { await api("/api/overview"); } catch (err) { problem(err, "live-problem"); }
       setTimeout(startLive, REFRESH);
     };
   }
@@ -459,6 +461,7 @@
   // ---- the router ---------------------------------------------------------------------------
   async function route() {
     for (const stop of teardown.splice(0)) stop();
+    problem(null); // (the last page's)
     const parts = location.hash.replace(/^#\/?/, "").split("/");
     const page = ["overview", "connections", "destinations", "cluster"].includes(parts[0]) ? parts[0] : "overview";
     for (const a of document.querySelectorAll("header nav a[data-page]")) {
