@@ -33,12 +33,22 @@ from polymq.auth import INTERNAL_PRINCIPAL
 from .broker import Broker
 from .metrics import protocol_label
 
-__all__ = ["BACKLOG", "LISTING_EVERY", "WINDOW", "Lister", "Overview", "Reader", "add_routes"]
+__all__ = [
+    "BACKLOG",
+    "LISTING_EVERY",
+    "STREAM_SAMPLES",
+    "WINDOW",
+    "Lister",
+    "Overview",
+    "Reader",
+    "add_routes",
+]
 
 log = logging.getLogger(__name__)
 
 WINDOW = 600.0  # seconds of samples kept for /api/overview/history
 BACKLOG = 12  # samples an SSE reader may be behind before it is dropped
+STREAM_SAMPLES = 60  # samples after which a stream ends (the browser opens another)
 LISTING_EVERY = 10.0  # seconds between two listings of the frontends' connections
 _WATCHED = 60.0  # seconds after a GET /api/overview during which listings go on
 _RATES = ("publish", "deliver", "ack")
@@ -245,7 +255,10 @@ async def history(request: web.Request) -> web.Response:
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
-    """``text/event-stream``: the latest sample at once, then each new one."""
+    """``text/event-stream``: the latest sample at once, then each new one, for
+    :data:`STREAM_SAMPLES` samples (5 minutes at the default interval); then it ends and the
+    browser's EventSource opens another, logging in again: a login a reload removed stops
+    being served within that time, not at the console's next page load."""
     sampler = request.app[OVERVIEW]
     transport = request.transport
 
@@ -261,6 +274,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         }
     )
     reader = sampler.open(drop)
+    ending = asyncio.get_running_loop().call_later(sampler.interval * STREAM_SAMPLES, reader.end)
     try:
         await response.prepare(request)
         await response.write(b"retry: %d\n\n" % int(sampler.interval * 1000))
@@ -271,6 +285,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     except ConnectionError:  # the console went away (or was dropped): nothing to answer
         pass
     finally:
+        ending.cancel()
         sampler.close(reader)
     return response
 

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from polymq import Message
-from polymq_core.overview import LISTING_EVERY
+from polymq_core.overview import LISTING_EVERY, STREAM_SAMPLES
 
 from ...procs import PolymqProcess
 from .helpers import collect, connect, eventually, uid
@@ -127,3 +127,17 @@ async def test_the_stream_pushes_samples_and_ends_when_the_node_stops(
         rest = [e async for e in events]  # ends: the chunked body was closed, not cut
         assert await stopping == 0, node.log()
     assert all(e["t"] >= seen["t"] for e in rest)
+
+
+async def test_a_stream_ends_by_itself_after_its_samples_so_the_browser_logs_in_again(
+    node: PolymqProcess,
+) -> None:
+    timeout = aiohttp.ClientTimeout(total=STREAM_SAMPLES * INTERVAL * 3, sock_read=10)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as http,
+        http.get(node.url("admin") + "/api/overview/stream") as r,
+    ):
+        assert r.status == 200
+        got = [e async for e in _events(r)]  # ends cleanly (else ClientPayloadError)
+    assert STREAM_SAMPLES // 2 <= len(got) <= STREAM_SAMPLES + 2, len(got)
+    assert node.alive  # (the node did not stop: the stream ended by itself)
