@@ -18,8 +18,8 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq import alarms
-from polymq.web import add_metrics_route, healthz
+from polymq_server import alarms
+from polymq_server.web import add_metrics_route, healthz
 
 from . import adminapi
 from .adminauth import AdminAccess
@@ -243,7 +243,9 @@ def _alarm_banner(broker: Broker) -> str:
     monitor = broker.monitor
     if not monitor.alarms:
         return ""
-    return f'<p class="alarm" role="alert">{html.escape(alarms.why(monitor.alarms))}</p>'
+    numbers = "; ".join(f"{r}: {monitor.numbers(r, False)}" for r in sorted(monitor.alarms))
+    text = f"{alarms.why(monitor.alarms)} ({numbers})"
+    return f'<p class="alarm" role="alert">{html.escape(text)}</p>'
 
 
 async def alarms_api(request: web.Request) -> web.Response:
