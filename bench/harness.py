@@ -112,6 +112,19 @@ class Broker:
         """Resident set size of the broker process, in bytes."""
         return int(self._ps.memory_info().rss)
 
+    def peak_rss(self) -> int:
+        """The most the broker process has had resident at once since it started, in bytes:
+        the kernel's high-water mark (``VmHWM`` in ``/proc/PID/status``; Linux), kept at
+        every page fault, so no peak between two samples escapes it (0 elsewhere)."""
+        try:
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return 0
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
     def cpu_seconds(self) -> float:
         t = self._ps.cpu_times()
         return float(t.user + t.system)

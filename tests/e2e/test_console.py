@@ -206,6 +206,7 @@ async def test_an_alarm_is_a_banner_and_a_lost_node_is_said(
             await c.show("overview")
             banner = c.page.locator('.alarm[data-alarm="memory"]')
             await expect(banner).to_contain_text("memory alarm is on")
+            await expect(banner).to_contain_text("high watermark 2 B")
             await expect(c.page.locator('[data-gauge="memory"] .bar.over')).to_be_visible()
             await c.shoot("alarm")
             assert c.errors == []

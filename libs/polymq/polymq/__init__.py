@@ -1,12 +1,14 @@
-"""polymq: the shared library of the multi-protocol message gateway.
+"""polymq: the client of the multi-protocol message gateway's core.
 
 The public API is what ``__all__`` lists (checked by ``tests/unit/polymq/test_exports.py``):
-the primitive API's types, the exception tree, and the asyncio client of the core.
-The wire codec (``polymq.codec``, ``polymq.events``), settings (``polymq.config``),
-authentication (``polymq.auth``), Avro records (``polymq.avro``, ``polymq.avroview``), the
-frontends' reconnecting core link (``polymq.corelink``), the shared base of the aiohttp
-frontends (``polymq.web``) and the TCP adapter of the STOMP and AMQP sessions
-(``polymq.transport``) are imported from their modules.
+the primitive API's types, the exception tree, and the asyncio client of the core. Below it
+are the sans-IO wire codec (``polymq.codec``, ``polymq.events``) and the client's parts
+(``polymq.deliveries``, ``polymq.handles``, ``polymq.inproc``), imported from their modules.
+
+The package needs only what the wire needs (msgpack): it imports neither aiohttp nor
+prometheus-client, and it never imports the servers. What polymq's services share beyond the
+client (settings, authentication, Avro, the frontends' core link, the aiohttp and TCP
+frontends' glue, metrics) is the ``polymq_server`` library.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 It speaks AMQP 0-9-1 outside (pika, aio-pika and the other clients of RabbitMQ) and the
 polymq wire protocol inside, through one shared :class:`polymq.Client` to the core
-(:class:`polymq.corelink.CoreLink`). Exchanges route through the core's topic bindings,
+(:class:`polymq_server.corelink.CoreLink`). Exchanges route through the core's topic bindings,
 queues are core queues, and what AMQP declares that the core has no word for lives in the
 core's key/value store (``topology.py``): the frontend keeps no state a restart would lose.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from polymq.config import ConfigError
+from polymq_server.config import ConfigError
 
 __all__ = ["AmqpSettings"]
 

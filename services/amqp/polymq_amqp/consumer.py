@@ -44,11 +44,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pamqp import commands
 
-from polymq.auth import Permission
 from polymq.client import Subscription
-from polymq.corelink import CoreLink
 from polymq.errors import ConnectionClosed, PolymqError, Unavailable
 from polymq.types import Message
+from polymq_server.auth import Permission
+from polymq_server.corelink import CoreLink
 
 from . import replyto
 from .deliver import DeliverFrames, shown_route

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pamqp import commands, constants
 
-from polymq.auth import Permission
+from polymq_server.auth import Permission
 
 from . import replyto
 from .arguments import queue_options

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from polymq.auth import AuthProvider
-from polymq.corelink import CoreLink
-from polymq.resources import ConnectionLimits
+from polymq_server.auth import AuthProvider
+from polymq_server.corelink import CoreLink
+from polymq_server.resources import ConnectionLimits
 
 from .config import AmqpSettings
 from .metrics import AmqpMetrics

@@ -12,7 +12,7 @@ from pamqp import base, commands
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics import MetricWrapperBase
 
-from polymq.frontend import FrontendMetrics
+from polymq_server.frontend import FrontendMetrics
 
 from .errors import REPLY_NAMES
 from .states import method_name

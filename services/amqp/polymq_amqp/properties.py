@@ -52,8 +52,8 @@ from typing import Any, Final
 
 from pamqp import commands
 
-from polymq.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY, AMQP_TYPED, BOOKKEEPING
 from polymq.types import MAX_PRIORITY, Message
+from polymq_server.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY, AMQP_TYPED, BOOKKEEPING
 
 from . import replyto
 from .errors import PRECONDITION_FAILED, ChannelException

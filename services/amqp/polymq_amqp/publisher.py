@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pamqp import commands
 
-from polymq.auth import Permission
 from polymq.errors import PolymqError, QueueFull, Unavailable
-from polymq.routing import Missing, route_later, route_now
 from polymq.types import Message
+from polymq_server.auth import Permission
+from polymq_server.routing import Missing, route_later, route_now
 
 from . import replyto
 from .errors import (

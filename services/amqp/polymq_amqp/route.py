@@ -1,6 +1,6 @@
-"""Where a basic.publish to an exchange goes is :mod:`polymq.routing`'s (shared with the
+"""Where a basic.publish to an exchange goes is :mod:`polymq_server.routing`'s (shared with the
 STOMP frontend), from the topology's cached records (``route_now``, raising
-:class:`~polymq.routing.Missing` when one is not cached) or reading the missing ones first
+:class:`~polymq_server.routing.Missing` when one is not cached) or reading the missing ones first
 (``route_later``, in the session's busy task). Here: what RabbitMQ refuses first, as the
 channel exception it raises."""
 

@@ -28,12 +28,13 @@ import ssl
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq import Client, alarms, frontend
-from polymq.auth import AuthProvider, load_provider
-from polymq.reload import Reloader
-from polymq.resources import ConnectionLimits
-from polymq.transport import TcpTransport
-from polymq.web import link_state
+from polymq import Client
+from polymq_server import alarms, frontend
+from polymq_server.auth import AuthProvider, load_provider
+from polymq_server.reload import Reloader
+from polymq_server.resources import ConnectionLimits
+from polymq_server.transport import TcpTransport
+from polymq_server.web import link_state
 
 from .config import AmqpSettings
 from .hub import Hub

@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pamqp import base, commands
 
-from polymq.auth import Permission, Principal
 from polymq.client import Client
-from polymq.corelink import CoreLink
 from polymq.errors import PolymqError
-from polymq.frontend import FrontendSession
-from polymq.transport import Transport
+from polymq_server.auth import Permission, Principal
+from polymq_server.corelink import CoreLink
+from polymq_server.frontend import FrontendSession
+from polymq_server.transport import Transport
 
 from . import handshake
 from .codec import AmqpConnection
@@ -87,7 +87,7 @@ _MAX_INFLIGHT_BYTES: Final = 16 * 1024 * 1024  # bytes of publishes awaiting the
 
 class Session(FrontendSession):
     """The AMQP side of one connection (writing, reading's pauses, its tasks and the close
-    of the transport are :class:`~polymq.frontend.FrontendSession`'s)."""
+    of the transport are :class:`~polymq_server.frontend.FrontendSession`'s)."""
 
     metrics: AmqpMetrics
 
@@ -152,7 +152,7 @@ class Session(FrontendSession):
     def open(self) -> bool:
         return not self.closing and self.codec.state is State.OPEN
 
-    # ==== transport events (polymq.transport.Endpoint) ============================================
+    # ==== transport events (polymq_server.transport.Endpoint) ===============================
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
         self._in_bytes += len(data)

@@ -10,7 +10,7 @@ A header whose AMQP value is not a string is carried as its text (:func:`to_text
 protocols, and as a typed value (:func:`to_tagged`, JSON) in one reserved header, from which
 an AMQP delivery restores it, unless another protocol changed the text meanwhile. Those
 three (:func:`to_text`, :func:`to_tagged`, :func:`from_tagged`) live in
-:mod:`polymq.tagged` (the STOMP frontend reads tagged binding arguments too) and are
+:mod:`polymq_server.tagged` (the STOMP frontend reads tagged binding arguments too) and are
 imported from there.
 """
 
@@ -22,7 +22,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any, Final
 
-from polymq.tagged import from_tagged, to_tagged, to_text
+from polymq_server.tagged import from_tagged, to_tagged, to_text
 
 __all__ = ["encode_table", "from_tagged", "to_tagged", "to_text"]
 

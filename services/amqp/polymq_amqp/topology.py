@@ -14,11 +14,11 @@ headers exchange) is a JSON record under ``amqp/``::
 (each part escaped into one segment, see ``names.py``; the digest covers the routing key
 and arguments). Bindings of direct, topic and fanout exchanges are also core bindings
 (``client.bind``), which route in the core; those of headers exchanges are matched by
-:mod:`polymq.routing` when a message is published.
+:mod:`polymq_server.routing` when a message is published.
 Several AMQP bindings that make the same core pattern share one core binding, removed with
 the last of them.
 
-Reading and caching them is :class:`polymq.records.Records`' (the STOMP frontend routes
+Reading and caching them is :class:`polymq_server.records.Records`' (the STOMP frontend routes
 through exchanges with the same records); :class:`Topology` adds the writes, the queues and
 the instance heartbeats. Records are cached for ``cache_ttl`` seconds; this instance's own
 changes update its cache at once, another instance's are seen within that time. An
@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from polymq.corelink import CoreLink
 from polymq.errors import NotFound, PolymqError
-from polymq.records import (
+from polymq_server.corelink import CoreLink
+from polymq_server.records import (
     BY_DESTINATION,
     BY_EXCHANGE,
     BY_QUEUE,
@@ -88,7 +88,7 @@ class QueueRecord:
 
 class Topology(Records):
     """The records of every vhost, through the frontend's core link: read and cached as
-    :class:`~polymq.records.Records`, written here."""
+    :class:`~polymq_server.records.Records`, written here."""
 
     def __init__(
         self,
@@ -241,7 +241,7 @@ class Topology(Records):
         v, q, e = names.key, escape_word(b.queue), escape_word(b.exchange)
         return f"amqp/b/{v}/{q}/{e}/{b.digest}", f"amqp/e/{v}/{e}/{q}/{b.digest}"
 
-    # ---- exchange-to-exchange bindings (see polymq.routing) ---------------------------
+    # ---- exchange-to-exchange bindings (see polymq_server.routing) ---------------------------
     def _e2e_keys(self, names: VhostNames, b: ExchangeBinding) -> tuple[str, str]:
         src, dst = escape_word(b.source), escape_word(b.destination)
         return (

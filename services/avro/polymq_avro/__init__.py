@@ -1,7 +1,7 @@
 """polymq's Avro over HTTP frontend (``polymq avro``, also mounted by ``polymq run``): Avro
 object container files or single-object records in, one message per record (Avro's
 single-object encoding, ``avro/binary``), records out as containers or JSON, and a schema
-registry whose schemas and subjects live in the core's key/value store (``polymq.avro``
+registry whose schemas and subjects live in the core's key/value store (``polymq_server.avro``
 reads them in every frontend).
 
 Modules: ``config`` (settings), ``service`` (the aiohttp app and its life cycle), ``api``
@@ -9,15 +9,15 @@ Modules: ``config`` (settings), ``service`` (the aiohttp app and its life cycle)
 versions, rules), ``compat`` (Apache Avro's compatibility checker), ``container`` (object
 container files, sans-IO), ``records`` (a body as validated records and messages),
 ``payloads`` (queries, negotiation, JSON), ``corelink``, ``metrics`` and ``openapi``.
-Problem details and access control are the JSON over HTTP frontend's (``polymq_http``);
-the service runner, request metrics, health, readiness and settling are every aiohttp
-frontend's (``polymq.web``).
+Problem details, access control and the JSON checks it shares with the other JSON frontends
+are ``polymq_server``'s (``problems``, ``access``, ``payloads``); the service runner, request
+metrics, health, readiness and settling are every aiohttp frontend's (``polymq_server.web``).
 
 Every error a handler raises becomes an ``application/problem+json`` answer::
 
-    polymq_http.problems.Problem      an HTTP error with its status and detail
-    polymq.errors.RequestError        through its ``status``, among them polymq.avro's
-      polymq.avro.AvroError           422 (invalid-schema, invalid-record, ...), 404
+    polymq_server.problems.Problem    an HTTP error with its status and detail
+    polymq.errors.RequestError        through its ``status``, among them polymq_server.avro's
+      polymq_server.avro.AvroError           422 (invalid-schema, invalid-record, ...), 404
                                       (unknown-schema); container.TooLarge 413
       registry.IncompatibleSchema     409, with the checker's ``messages``
     polymq.errors.ConnectionClosed / Timeout     503 / 504: the core is away or slow

@@ -12,7 +12,7 @@
 
 Each handler authenticates, checks its input, authorizes, and makes its requests to the
 core through :class:`CoreLink`. Errors are raised (``Problem``, a polymq ``RequestError``,
-an ``AvroError``) and answered as problem details by ``polymq_http``'s middleware.
+an ``AvroError``) and answered as problem details by ``problems.problem_middleware``.
 """
 
 from __future__ import annotations
@@ -24,19 +24,19 @@ from typing import Any
 from aiohttp import web
 
 from polymq import Lease, Message
-from polymq.auth import Permission, Principal
-from polymq.avro import AvroError, AvroSchema, SchemaCache, UnknownSchema, is_avro
 from polymq.types import Destination, Kind
-from polymq.web import (
+from polymq_server.access import Access
+from polymq_server.auth import Permission, Principal
+from polymq_server.avro import AvroError, AvroSchema, SchemaCache, UnknownSchema, is_avro
+from polymq_server.payloads import parse_pull_query, parse_settle, read_json
+from polymq_server.problems import Problem, bad_request
+from polymq_server.web import (
     add_health_routes,
     add_openapi_route,
     add_settle_routes,
     settle_action,
     settle_receipts,
 )
-from polymq_http.access import Access
-from polymq_http.payloads import parse_pull_query, parse_settle, read_json
-from polymq_http.problems import Problem, bad_request
 
 from .config import AvroSettings
 from .container import TooLarge, write_container

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polymq.config import ConfigError, check_frontend, check_range, check_tls
+from polymq_server.config import ConfigError, check_frontend, check_range, check_tls
 
 from .compat import Compatibility
 

@@ -17,13 +17,13 @@ scanner does not take is decoded record by record by fastavro, which has the las
 Codecs: ``null``, ``deflate``, ``snappy`` (cramjam, CRC checked), ``zstandard`` (cramjam),
 ``bzip2`` and ``xz``: every codec fastavro reads but ``lz4``.
 
-Errors (all :class:`polymq.avro.AvroError`, so they answer as problem details)::
+Errors (all :class:`polymq_server.avro.AvroError`, so they answer as problem details)::
 
     CorruptContainer   422 corrupt-container   not a container, or a damaged one
      └── Truncated     422 truncated           the body ends inside the file
     UnsupportedCodec   422 unsupported-codec
     TooLarge           413 too-large           records or decompressed bytes over a limit
-    polymq.avro.DecodeError  422 invalid-record  a record that does not match the schema
+    polymq_server.avro.DecodeError  422 invalid-record  a record that does not match the schema
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import cramjam
 from fastavro import schemaless_reader
 
-from polymq.avro import AvroError, AvroSchema, DecodeError
+from polymq_server.avro import AvroError, AvroSchema, DecodeError
 
 from .scanner import scanner
 

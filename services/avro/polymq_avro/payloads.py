@@ -1,7 +1,7 @@
 """Query strings, headers and JSON of the Avro API: what a POST of records may ask for, how
 a read negotiates its answer (an Avro container or JSON), stream offsets, and records as
-JSON. Checks that the JSON over HTTP frontend already makes (pull parameters, settling,
-JSON bodies) are its own, imported from ``polymq_http.payloads``.
+JSON. Checks that every JSON frontend makes (pull parameters, settling, JSON bodies) are
+shared, imported from ``polymq_server.payloads``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 from aiohttp import web
 
 from polymq import Message
-from polymq.avro import AvroSchema, DecodeError, decode_single, is_avro, to_json_value
-from polymq.headers import public_headers
-from polymq_http.payloads import MAX_SECONDS, no_query, query_value
-from polymq_http.problems import Problem, bad_request
+from polymq_server.avro import AvroSchema, DecodeError, decode_single, is_avro, to_json_value
+from polymq_server.headers import public_headers
+from polymq_server.payloads import MAX_SECONDS, no_query, query_value
+from polymq_server.problems import Problem, bad_request
 
 __all__ = [
     "ACCEPTED_TYPES",

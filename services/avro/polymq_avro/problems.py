@@ -1,18 +1,24 @@
-"""Problem details (RFC 9457) for the Avro frontend: the JSON over HTTP frontend's
-(``polymq_http.problems``), plus one extension member: a 409 for an incompatible schema
-lists the compatibility checker's reasons as ``messages``."""
+"""Problem details (RFC 9457) for the Avro frontend: every JSON frontend's
+(``polymq_server.problems``), plus one extension member: a 409 for an incompatible schema
+lists the compatibility checker's reasons as ``messages``. A handler's bug is logged as
+``avro: METHOD /path failed``."""
 
 from __future__ import annotations
 
 import json
+import logging
 
 from aiohttp import web
 
-from polymq_http.problems import Handler, problem_response
+from polymq_server.problems import Handler, problem_response, problems
 
 from .registry import IncompatibleSchema
 
-__all__ = ["incompatible_middleware", "incompatible_response"]
+__all__ = ["incompatible_middleware", "incompatible_response", "problem_middleware"]
+
+log = logging.getLogger(__name__)
+
+problem_middleware = problems("avro", log)
 
 
 def incompatible_response(exc: IncompatibleSchema) -> web.Response:

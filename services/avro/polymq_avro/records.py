@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from fastavro import schemaless_reader
 
 from polymq import Message
-from polymq.avro import (
+from polymq_server.avro import (
     CONTENT_TYPE,
     HEADER_SIZE,
     MAGIC,

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from polymq import Client
-from polymq.avro import KV_SCHEMAS, AvroSchema, InvalidSchema, SchemaCache, parse
 from polymq.errors import BadRequest, Conflict, NotFound
+from polymq_server.avro import KV_SCHEMAS, AvroSchema, InvalidSchema, SchemaCache, parse
 
 from .compat import Compatibility, apache_schema, incompatibilities
 

@@ -29,10 +29,10 @@ from typing import Any
 
 from aiohttp import web
 
-from polymq.auth import Permission
-from polymq.avro import KV_SCHEMAS, is_schema_id
 from polymq.errors import BadRequest, NotFound, RequestError
-from polymq_http.payloads import read_json
+from polymq_server.auth import Permission
+from polymq_server.avro import KV_SCHEMAS, is_schema_id
+from polymq_server.payloads import read_json
 
 from .api import ACCESS, METRICS, REGISTRY, principal_of
 from .compat import Compatibility

@@ -6,7 +6,7 @@ that is away makes ``/readyz`` answer 503 until it is back), binds the listener 
 ``stop()`` shuts down in aiohttp's documented order: stop accepting, wake waiting reads
 (they answer with what they have), let in-flight requests finish (a publish being made
 durable included), then close the connection to the core (the ``cleanup_ctx``). The runner
-is every frontend's (:class:`polymq.web.WebService`).
+is every frontend's (:class:`polymq_server.web.WebService`).
 """
 
 from __future__ import annotations
@@ -17,16 +17,21 @@ import logging
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq.web import WebService, add_core_link, add_metrics_route, link_state, metrics_middleware
-from polymq_http.access import reloaded_access
-from polymq_http.problems import problem_middleware
+from polymq_server.access import reloaded_access
+from polymq_server.web import (
+    WebService,
+    add_core_link,
+    add_metrics_route,
+    link_state,
+    metrics_middleware,
+)
 
 from . import api, registry_api
 from .config import AvroSettings
 from .corelink import CoreLink
 from .metrics import AvroMetrics
 from .openapi import document
-from .problems import incompatible_middleware
+from .problems import incompatible_middleware, problem_middleware
 from .registry import Registry
 
 __all__ = ["AvroService", "build_app"]

@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from polymq.config import ConfigError
 from polymq.errors import BadRequest
 from polymq.types import Destination, Kind, parse_offset
+from polymq_server.config import ConfigError
 
 __all__ = [
     "MAX_PREFETCH",

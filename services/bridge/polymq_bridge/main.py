@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from polymq.config import ConfigError, from_env
+from polymq_server.config import ConfigError, from_env
 
 from .config import BridgeConfig, BridgeSettings
 

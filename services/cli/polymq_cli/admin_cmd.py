@@ -1,6 +1,6 @@
 """The operator's commands, clients of a core node's admin API (docs/admin-api.md)::
 
-    polymq destinations list [--kind K] [--q TEXT] [--sort [-]FIELD] [--limit N] [--json]
+    polymq destinations list [--kind K] [--q TEXT] [--sort FIELD [--desc]] [--limit N] [--json]
     polymq connections list [--json]
     polymq connections close ID
     polymq peek DESTINATION [--count N] [--json]
@@ -86,7 +86,22 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     _common(ls)
     ls.add_argument("--kind", choices=("queue", "topic", "stream", "channel"))
     ls.add_argument("--q", metavar="TEXT", help="only names that contain TEXT")
-    ls.add_argument("--sort", metavar="[-]FIELD", help="name, ready, unacked or consumers")
+    ls.add_argument(
+        "--sort",
+        choices=(
+            "name",
+            "ready",
+            "unacked",
+            "consumers",
+            "-name",
+            "-ready",
+            "-unacked",
+            "-consumers",
+        ),
+        metavar="FIELD",
+        help="name, ready, unacked or consumers (--sort=-ready, or --desc: descending)",
+    )
+    ls.add_argument("--desc", action="store_true", help="sort descending")
     ls.add_argument("--limit", type=int, metavar="N", help="at most N (500)")
     conns = sub.add_parser("connections", help="every frontend's client connections")
     conn_cmds = conns.add_subparsers(dest="admin_command", required=True)
@@ -313,6 +328,8 @@ def _dispatch(args: argparse.Namespace, api: _Api, stdin: TextIO) -> tuple[Any, 
             )
             if v is not None
         }
+        if args.desc:
+            query["sort"] = "-" + query.get("sort", "name").removeprefix("-")
         answer = api.call("GET", "/api/destinations?" + urllib.parse.urlencode(query))
         return answer, format_rows(_DEST_COLUMNS, _destination_rows(answer["destinations"]))
     if command == "connections" and args.admin_command == "close":

@@ -12,7 +12,7 @@
 node applied last), or the JSON with ``--json``. ``reload`` posts
 ``{"log_level"?, "users"?, "limits"?}`` to ``{admin}/api/config/reload`` (with the
 cluster secret, ``POLYMQ_CLUSTER_SECRET``, as bearer token) and prints the reload's version;
-every core node applies it, and every frontend connected to one (:mod:`polymq.reload`).
+every core node applies it, and every frontend connected to one (:mod:`polymq_server.reload`).
 Exit 1 when the admin API cannot be reached or does not answer 200 with that JSON, or the
 node at ``--admin`` could not apply all of it; 2 for arguments that say nothing to change.
 """
@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from polymq.reload import LEVELS, LIMITS
+from polymq_server.reload import LEVELS, LIMITS
 
 __all__ = ["add_arguments", "fetch_nodes", "format_table", "run", "send_reload"]
 

@@ -71,13 +71,13 @@ from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from polymq.auth import WithServiceToken, load_provider
-from polymq.config import ConfigError, from_env
-from polymq.resources import raise_open_files
 from polymq_cli.admin_cmd import COMMANDS as ADMIN_COMMANDS
 from polymq_core.config import CoreSettings
 from polymq_core.endpoints import EndpointsError
 from polymq_core.service import CoreService
+from polymq_server.auth import WithServiceToken, load_provider
+from polymq_server.config import ConfigError, from_env
+from polymq_server.resources import raise_open_files
 
 log = logging.getLogger("polymq")
 

@@ -39,10 +39,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from polymq.config import ConfigError, from_env
 from polymq_core.config import CoreSettings
 from polymq_core.endpoints import EndpointsError
 from polymq_core.natsd import NatsError, NatsServer, find_binary, write_config
+from polymq_server.config import ConfigError, from_env
 
 __all__ = ["CLIENT_PORT", "add_arguments", "prepare", "run"]
 

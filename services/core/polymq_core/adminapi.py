@@ -5,7 +5,7 @@ Reads of destinations come from the broker's memory (and, for one that sleeps, t
 record of it); what changes something, and peeks, go through the admin's own wire link
 (:mod:`polymq_core.adminlink`) as any frontend's requests do, forwarded in a cluster.
 Connections are asked of every frontend (and every core, for its wire clients) over the
-system topics of :mod:`polymq.connections`. Who may call what is
+system topics of :mod:`polymq_server.connections`. Who may call what is
 :mod:`polymq_core.adminauth`'s. The overview routes are the console's module's.
 """
 
@@ -22,9 +22,9 @@ from typing import Any
 
 from aiohttp import web
 
-from polymq.connections import CLOSE_TOPIC, LIST_TOPIC
 from polymq.errors import BadRequest, Conflict, RequestError
 from polymq.types import MAX_PRIORITY, Destination, Kind, Message
+from polymq_server.connections import CLOSE_TOPIC, LIST_TOPIC
 
 from . import adminopenapi
 from .adminauth import problem

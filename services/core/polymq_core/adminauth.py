@@ -1,6 +1,6 @@
 """Who may use the core's admin HTTP: the console and the operator's API.
 
-Without ``--auth`` (the provider is :attr:`~polymq.auth.AuthProvider.open`) everyone may.
+Without ``--auth`` (the provider is :attr:`~polymq_server.auth.AuthProvider.open`) everyone may.
 Otherwise every route but the probes and the metrics needs a login (HTTP Basic or a bearer
 token, checked by the core's own provider), answered 401 with ``WWW-Authenticate: Basic
 realm="polymq"`` without one, and the user's management tags decide (RabbitMQ's)::
@@ -27,8 +27,8 @@ from typing import Any
 
 from aiohttp import web
 
-from polymq.auth import AuthProvider, Principal, authenticate_http
 from polymq.errors import Unauthorized
+from polymq_server.auth import AuthProvider, Principal, authenticate_http
 
 __all__ = ["OPEN_PATHS", "PEER_PATHS", "REMEMBER", "AdminAccess", "problem"]
 

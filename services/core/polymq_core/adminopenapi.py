@@ -101,7 +101,12 @@ _SCHEMAS: dict[str, Any] = {
             "messages": _numbers(_COUNT, "ready", "unacked"),
             "connections": {"type": "object", "additionalProperties": _COUNT},
             "subscriptions": {"type": "object", "additionalProperties": _COUNT},
-            "memory": _numbers(_COUNT, "used_bytes", "limit_bytes"),
+            "memory": {
+                **_numbers(_COUNT, "used_bytes", "limit_bytes"),
+                "properties": dict.fromkeys(
+                    ("used_bytes", "limit_bytes", "rises_at_bytes", "clears_at_bytes"), _COUNT
+                ),
+            },
             "disk": _numbers({"type": "integer", "minimum": -1}, "free_bytes", "limit_bytes"),
             "alarms": {"type": "array", "items": {"type": "string", "enum": ["memory", "disk"]}},
             "t": {"type": "number"},

@@ -1,18 +1,25 @@
-"""The core's resource alarms (:mod:`polymq.alarms`): a memory high watermark and a disk
-free limit, measured every 0.2 s (a fast producer adds tens of MB a second).
+"""The core's resource alarms (:mod:`polymq_server.alarms`): a memory high watermark and a disk
+free limit, measured every 0.2 s, and memory also after every MiB read from the connections
+(a fast producer adds a hundred MB a second and more: 0.2 s of it passes any mark).
 
 - **memory**: this process's resident memory against ``memory_high_watermark`` — a fraction
   (at most 1) of the memory it may use (the cgroup v2 ``memory.max`` when one is set, else
-  the machine's), or a number of bytes (above 1). RabbitMQ's default fraction, 0.4.
+  the machine's), or a number of bytes (above 1). RabbitMQ's default fraction, 0.4. The
+  mark is what the memory is to stay under, so the alarm rises before it: at
+  ``1 - memory_headroom`` of it (0.9), leaving room for what was read, decoded and queued
+  when it rose; and it clears under ``memory_low_watermark`` of it (0.85), so that a held
+  producer, let go, does not run straight back into it (each clearing lets a burst in).
+  Past the low watermark the memory is under :attr:`ResourceMonitor.pressure`: paging
+  queues squeeze their window (polymq_core.paging).
 - **disk**: the free bytes of the file system of the data directory against
   ``disk_free_limit`` (RabbitMQ's default, 50 MB).
 
 A change is logged (a warning when an alarm goes on), shown by the gauge
 ``polymq_resource_alarm{resource}`` and announced on ``system.alarms`` (also every
-:data:`polymq.alarms.EVERY` seconds, for frontends that connect later). While an alarm is
+:data:`polymq_server.alarms.EVERY` seconds, for frontends that connect later). While an alarm is
 on, the core stops reading the wire connections of native publishers (frontends hold their
 own; polymq's own links are never held, so consumers drain); they read again once it clears.
-Both limits may be changed by a reload (``polymq cluster reload --limit``), and an alarm
+The limits may be changed by a reload (``polymq cluster reload --limit``), and an alarm
 clears by itself once the resource is back under its limit.
 """
 
@@ -31,8 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Gauge
 
-from polymq import alarms
 from polymq.types import Message
+from polymq_server import alarms
+
+from .paging import Pressure
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -64,6 +73,7 @@ def resident_bytes() -> int:
 
 
 _EVERY = 0.2  # seconds between two measures
+_READ_EVERY = 1 << 20  # bytes read from connections between two measures of the memory
 
 
 def _find_malloc_trim() -> Any:
@@ -94,6 +104,9 @@ class ResourceMonitor:
         self.alarms: frozenset[str] = frozenset()
         self.detail: dict[str, Any] = {}
         self._ram = memory_limit()
+        self._unmeasured = 0  # bytes read from connections since memory was last measured
+        # past the low watermark: paging queues keep a smaller window (polymq_core.paging)
+        self.pressure = Pressure()
         self._task: asyncio.Task[None] | None = None
         self._gauge = Gauge(
             "polymq_resource_alarm",
@@ -121,11 +134,35 @@ class ResourceMonitor:
         mark = s.memory_high_watermark
         return (int(mark * self._ram) if mark <= 1 else int(mark)), int(s.disk_free_limit)
 
+    def memory_marks(self) -> tuple[int, int, int]:
+        """(the high watermark, the use the memory alarm rises at, the use under which it
+        clears), in bytes."""
+        s = self.broker.settings
+        mark = self.limits()[0]
+        return mark, int(mark * (1 - s.memory_headroom)), int(mark * s.memory_low_watermark)
+
+    def read(self, nbytes: int) -> None:
+        """A connection read ``nbytes``: past :data:`_READ_EVERY` since the last measure,
+        memory is measured now (a read of /proc, no trim), and the alarm rises at once if it
+        is due, before what was read is decoded and queued."""
+        self._unmeasured += nbytes
+        if self._unmeasured < _READ_EVERY:
+            return
+        self._unmeasured = 0
+        used = resident_bytes()
+        _mark, rises, clears = self.memory_marks()
+        self.pressure.on = used >= clears
+        if "memory" not in self.alarms and used >= rises and self.check():
+            self.announce()
+
     def check(self) -> bool:
         """Measure; set or clear the alarms. Whether they changed."""
-        memory_mark, disk_limit = self.limits()
+        mark, rises, clears = self.memory_marks()
+        disk_limit = self.limits()[1]
+        self._unmeasured = 0
+        held = "memory" in self.alarms
         used = resident_bytes()
-        if used >= memory_mark and "memory" in self.alarms:
+        if held and used >= clears:
             give_back_memory()  # (what consumers freed meanwhile, before judging again)
             used = resident_bytes()
         try:
@@ -133,12 +170,19 @@ class ResourceMonitor:
         except OSError:
             free = -1  # unknown: no disk alarm on a guess
         now = set()
-        if used and used >= memory_mark:
+        if used and used >= (clears if held else rises):
             now.add("memory")
+        self.pressure.on = bool(used) and used >= clears
         if free >= 0 and free < disk_limit:
             now.add("disk")
         self.detail = {
-            "memory": {"used": used, "limit": memory_mark},
+            "memory": {
+                "used": used,
+                "limit": mark,
+                "rises_at": rises,
+                "clears_at": clears,
+                "pressure": self.pressure.on,
+            },
             "disk": {"free": free, "limit": disk_limit},
         }
         changed = frozenset(now) != self.alarms
@@ -149,19 +193,26 @@ class ResourceMonitor:
                     log.warning(
                         "%s alarm on (%s): publishers are held until it clears",
                         resource,
-                        self._numbers(resource),
+                        self.numbers(resource, on),
                     )
                 elif was and not on:
-                    log.info("%s alarm cleared (%s)", resource, self._numbers(resource))
+                    log.info("%s alarm cleared (%s)", resource, self.numbers(resource, on))
                 self._gauge.labels(resource).set(1 if on else 0)
             self.alarms = frozenset(now)
             self.broker.alarms_changed()
         return changed
 
-    def _numbers(self, resource: str) -> str:
+    def numbers(self, resource: str, on: bool) -> str:
+        """What was measured of ``resource`` against its limit (for the mark it just rose
+        at if ``on``, else the one it clears under), as the log and the console say it."""
         d = self.detail[resource]
         if resource == "memory":
-            return f"{d['used'] / 2**20:.0f} MiB used, high watermark {d['limit'] / 2**20:.0f} MiB"
+            mark = d["limit"]
+            at, verb = (d["rises_at"], "rises at") if on else (d["clears_at"], "clears under")
+            return (
+                f"{d['used'] / 2**20:.0f} MiB used; it {verb} {at / 2**20:.0f} MiB, "
+                f"{at / mark:.0%} of the high watermark {mark / 2**20:.0f} MiB"
+            )
         return f"{d['free'] / 2**20:.0f} MiB free, limit {d['limit'] / 2**20:.0f} MiB"
 
     def announce(self) -> None:

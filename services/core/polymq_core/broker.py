@@ -28,8 +28,6 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from polymq.auth import AuthProvider, Permission, Principal
-from polymq.connections import ConnectionTable
 from polymq.errors import BadRequest, Unauthorized, Unavailable
 from polymq.events import (
     Ack,
@@ -60,8 +58,10 @@ from polymq.events import (
     Unbind,
     Unsubscribe,
 )
-from polymq.resources import ConnectionLimits
 from polymq.types import Destination, Message
+from polymq_server.auth import AuthProvider, Permission, Principal
+from polymq_server.connections import ConnectionTable
+from polymq_server.resources import ConnectionLimits
 
 from .alarms import ResourceMonitor
 from .bindings import BindingTable
@@ -130,11 +130,11 @@ class Broker:
         self.topic_source = TopicSource(self.topics)
         self.cursors = Cursors(self)
         self.sessions: set[Session] = set()
-        self.monitor = ResourceMonitor(self)  # the resource alarms (polymq.alarms)
+        self.monitor = ResourceMonitor(self)  # the resource alarms (polymq_server.alarms)
         self.connections = ConnectionLimits(
             "the core's wire port", settings.max_connections, settings.max_connections_per_user
         )
-        # the wire clients, as the admin API lists them (polymq.connections)
+        # the wire clients, as the admin API lists them (polymq_server.connections)
         self.clients = ConnectionTable(f"core-{settings.node}", "core")
         self.started = time.time()
         self.ready = False

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from polymq.auth import Permission
 from polymq.errors import BadRequest, Conflict, NotFound
 from polymq.events import (
     Bind,
@@ -28,6 +27,7 @@ from polymq.events import (
     Unbind,
 )
 from polymq.types import DeclareOptions, Destination, Kind
+from polymq_server.auth import Permission
 
 from . import peek
 from .answers import then

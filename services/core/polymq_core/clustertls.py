@@ -10,7 +10,7 @@ are checked by nats-server, host name included (natsd).
 
 Errors::
 
-    ConfigError   (polymq.config) a file that is not PEM, a key that is not the
+    ConfigError   (polymq_server.config) a file that is not PEM, a key that is not the
                   certificate's, a CA bundle OpenSSL cannot load; names the variable
 """
 
@@ -20,7 +20,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from polymq.config import ConfigError, load_certificate
+from polymq_server.config import ConfigError, load_certificate
 
 from .config import CoreSettings
 

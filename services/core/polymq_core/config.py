@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polymq.config import ConfigError, check_readable
+from polymq_server.config import ConfigError, check_readable
 
 _NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CLUSTER_TLS = ("cluster_tls_cert", "cluster_tls_key", "cluster_tls_ca")
@@ -33,8 +33,12 @@ class CoreSettings:
     max_connections: int = 0
     max_connections_per_user: int = 0
     # resource alarms (polymq_core.alarms): a fraction (<= 1) of the memory this process may
-    # use, or bytes (> 1); the least free bytes on the data directory's file system
+    # use, or bytes (> 1), that its memory is to stay under; the share of that mark kept for
+    # what comes while the alarm takes hold (it rises at 1 - headroom of the mark); the share
+    # of the mark under which it clears; the least free bytes on the data directory's disk
     memory_high_watermark: float = 0.4
+    memory_headroom: float = 0.1
+    memory_low_watermark: float = 0.85
     disk_free_limit: int = 50_000_000
     # a durable queue's window of ready messages kept in memory (one node): past either
     # bound its messages stay in the store only, and are read back in order as it drains
@@ -105,6 +109,17 @@ class CoreSettings:
             raise ConfigError(
                 "POLYMQ_MEMORY_HIGH_WATERMARK must be a fraction of the memory (0 < f <= 1) "
                 "or a number of bytes"
+            )
+        if not 0 <= self.memory_headroom < 1:
+            raise ConfigError(
+                "POLYMQ_MEMORY_HEADROOM must be a fraction of the memory high watermark "
+                "(0 <= f < 1): the memory alarm rises at 1 - f of it"
+            )
+        if not 0 < self.memory_low_watermark <= 1 - self.memory_headroom:
+            raise ConfigError(
+                "POLYMQ_MEMORY_LOW_WATERMARK must be a fraction of the memory high watermark "
+                f"(0 < f <= 1 - POLYMQ_MEMORY_HEADROOM = {1 - self.memory_headroom:g}): the "
+                "memory alarm clears under it"
             )
         if not 0 <= self.disk_free_limit <= 2**60:
             raise ConfigError("POLYMQ_DISK_FREE_LIMIT must be a number of bytes (0: none)")

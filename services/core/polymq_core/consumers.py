@@ -13,7 +13,6 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from polymq.auth import Permission
 from polymq.errors import BadRequest, NotFound, Unavailable
 from polymq.events import (
     Ack,
@@ -29,6 +28,7 @@ from polymq.events import (
     Unsubscribe,
 )
 from polymq.types import Destination, Kind, Message, SubscribeOptions
+from polymq_server.auth import Permission
 
 from .cursors import Cursor, QueueCursor, StreamCursor, TopicCursor
 from .queue import Queue, Waiter

@@ -46,10 +46,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from polymq.auth import INTERNAL_PRINCIPAL
 from polymq.client import Client
 from polymq.errors import ConnectionClosed, PolymqError, RequestError
 from polymq.types import MAX_PRIORITY, Message
+from polymq_server.auth import INTERNAL_PRINCIPAL
 
 from .queue import Queue
 from .stream import Stream

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from polymq.auth import Permission
 from polymq.errors import BadRequest, NotFound
 from polymq.events import KvDelete, KvGet, KvList, KvPut
+from polymq_server.auth import Permission
 
 from .answers import then
 

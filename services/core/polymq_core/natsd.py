@@ -26,7 +26,7 @@ cluster routes``).
 Errors::
 
     NatsError            the server cannot be found, started, or did not come up
-    ConfigError          (polymq.config) a malformed peer list (``parse_peers``)
+    ConfigError          (polymq_server.config) a malformed peer list (``parse_peers``)
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from polymq.config import ConfigError
+from polymq_server.config import ConfigError
 
 from .clustertls import ClusterTls
 from .config import parse_peers

@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from polymq import __version__
-from polymq.auth import INTERNAL_PRINCIPAL
+from polymq_server.auth import INTERNAL_PRINCIPAL
 
 from .broker import Broker
 from .metrics import protocol_label
@@ -205,7 +205,13 @@ class Overview:
             },
             "connections": connections,
             "subscriptions": subscriptions,
-            "memory": {"used_bytes": memory.get("used", 0), "limit_bytes": memory.get("limit", 0)},
+            "memory": {
+                "used_bytes": memory.get("used", 0),
+                "limit_bytes": memory.get("limit", 0),  # the high watermark
+                # the alarm rises at, and once on clears under (alarms.py)
+                "rises_at_bytes": memory.get("rises_at", 0),
+                "clears_at_bytes": memory.get("clears_at", 0),
+            },
             "disk": {"free_bytes": disk.get("free", -1), "limit_bytes": disk.get("limit", 0)},
             "alarms": sorted(monitor.alarms),
         }

@@ -8,6 +8,10 @@ the queue's stored messages from :attr:`Pages.first` on; a transient message tha
 while the queue pages is written like a persistent one (it then survives a restart too).
 A restart reads one window of each queue and counts the rest the same way.
 
+Under memory pressure (:class:`Pressure`: the core's memory past the memory alarm's low
+watermark, ``polymq_core.alarms``) the window shrinks to 1/:data:`SQUEEZE` of itself: new
+messages go to the store sooner, and pages read back are smaller; what is in memory stays.
+
 What pages: durable queues on one node. A replicated core keeps its queues in memory (its
 local store is written as the log is applied, a step behind the leader's memory), and so
 do queues that are not durable (nothing of theirs is stored) and queues whose overflow
@@ -18,27 +22,58 @@ from __future__ import annotations
 
 from polymq.types import Message
 
+SQUEEZE = 8  # a window under memory pressure is this many times smaller
+
+
+class Pressure:
+    """Whether the core's memory is under pressure (set by the memory alarm's monitor at
+    each measure; shared by every paging queue)."""
+
+    __slots__ = ("on",)
+
+    def __init__(self) -> None:
+        self.on = False
+
 
 class Pages:
     """The messages of a queue that are in the store only: how many, their body bytes
     (after a restart, an estimate: the stored records' size), the first one's seq, and
     which purge they outlived (``generation``: a page read across a purge is dropped)."""
 
-    __slots__ = ("count", "first", "generation", "nbytes", "reading", "window", "window_bytes")
+    __slots__ = (
+        "count",
+        "first",
+        "generation",
+        "nbytes",
+        "pressure",
+        "reading",
+        "window",
+        "window_bytes",
+    )
 
-    def __init__(self, window: int, window_bytes: int) -> None:
+    def __init__(self, window: int, window_bytes: int, pressure: Pressure | None = None) -> None:
         self.window = window
         self.window_bytes = window_bytes
+        self.pressure = pressure
         self.count = 0
         self.nbytes = 0
         self.first = 0
         self.generation = 0
         self.reading = False
 
+    def bounds(self) -> tuple[int, int]:
+        """The window now, (messages, bytes): squeezed under memory pressure."""
+        if self.pressure is not None and self.pressure.on:
+            return max(self.window // SQUEEZE, 1), max(self.window_bytes // SQUEEZE, 1)
+        return self.window, self.window_bytes
+
     def full(self, count: int, nbytes: int) -> bool:
         """Does a message that comes now stay in the store only? Once anything is paged,
         everything after it is too (the order in the store is the queue's order)."""
-        return bool(self.count) or count >= self.window or nbytes >= self.window_bytes
+        if self.count:
+            return True
+        window, window_bytes = self.bounds()
+        return count >= window or nbytes >= window_bytes
 
     def add(self, msg: Message) -> None:
         if not self.count:
@@ -61,10 +96,11 @@ class Pages:
         messages' mean size."""
         if not self.count or self.reading:
             return 0
-        if count * 2 >= self.window or nbytes * 2 >= self.window_bytes:
+        window, window_bytes = self.bounds()
+        if count * 2 >= window or nbytes * 2 >= window_bytes:
             return 0
         mean = max(self.nbytes // self.count, 1)
-        room = min(self.window - count, (self.window_bytes - nbytes) // mean)
+        room = min(window - count, (window_bytes - nbytes) // mean)
         return max(1, min(room, self.count))
 
     def took(self, page: list[Message]) -> None:

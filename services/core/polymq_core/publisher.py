@@ -16,10 +16,10 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from polymq.auth import Permission
 from polymq.errors import BadRequest, QueueFull
 from polymq.events import Publish
 from polymq.types import Destination, Kind, Message
+from polymq_server.auth import Permission
 
 from .answers import then
 from .batches import MAX_BATCH_ID, MAX_BATCH_TTL

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from polymq.errors import Conflict, NotFound, QueueFull
 from polymq.types import MAX_PRIORITY, DeclareOptions, Message, Overflow
 
-from .paging import Pages
+from .paging import Pages, Pressure
 from .subscription import Subscription
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ class Queue:
         "nbytes",
         "options",
         "pages",
+        "pressure",
         "published",
         "ready",
         "redelivered",
@@ -101,9 +102,11 @@ class Queue:
         *,
         last_seq: int = 0,
         window: tuple[int, int] | None = None,
+        pressure: Pressure | None = None,
     ) -> None:
         """``window``: (messages, bytes) of ready messages kept in memory, past which
-        the queue pages (paging.py); None: it keeps them all."""
+        the queue pages (paging.py), squeezed while ``pressure`` is on; None: it keeps
+        them all."""
         self.shard = shard
         self.key = key
         self.options = options
@@ -123,7 +126,8 @@ class Queue:
         self.last_used = time.monotonic()
         self.published = self.delivered = self.acked = self.redelivered = 0
         # what stays in the store only (paging.py), or None: everything in memory
-        self.pages = None if window is None else Pages(*window)
+        self.pressure = pressure
+        self.pages = None if window is None else Pages(*window, pressure)
 
     # ---- state ---------------------------------------------------------------------------
     @property
@@ -194,7 +198,7 @@ class Queue:
                 )
             self.pages = None
         elif self.pages is None:
-            self.pages = Pages(*window)
+            self.pages = Pages(*window, self.pressure)
 
     def pages_out(self) -> bool:
         """Would a message that comes now stay in the store only? (The shard then writes

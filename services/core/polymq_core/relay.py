@@ -40,7 +40,6 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from polymq.auth import Permission
 from polymq.codec import NEED_DATA, Connection, Role, weight
 from polymq.errors import BadRequest, PolymqError, RequestError, Unavailable
 from polymq.events import (
@@ -77,6 +76,7 @@ from polymq.events import (
     Welcome,
 )
 from polymq.types import Destination, Kind
+from polymq_server.auth import Permission
 
 from .cursors import SEP
 from .shard import Shard

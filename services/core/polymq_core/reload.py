@@ -1,4 +1,4 @@
-"""Reloads in the core (:mod:`polymq.reload` says what a reload is and applies it).
+"""Reloads in the core (:mod:`polymq_server.reload` says what a reload is and applies it).
 
 In a cluster a reload is broadcast between the nodes on the NATS subject :data:`SUBJECT`
 and every node applies it; each node announces the version it applied last on
@@ -17,9 +17,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from polymq.config import ConfigError
-from polymq.reload import LEVELS, LIMITS, TOPIC, Reloader, ReloadError, new_change
 from polymq.types import Message
+from polymq_server.config import ConfigError
+from polymq_server.reload import LEVELS, LIMITS, TOPIC, Reloader, ReloadError, new_change
 
 from .broker import Broker
 

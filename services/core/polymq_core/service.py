@@ -20,10 +20,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq import inproc
-from polymq.auth import AuthProvider, WithServiceToken, load_provider
-from polymq.listener import HttpListener
-from polymq.resources import ConnectionLimits
-from polymq.web import deadline_runner
+from polymq_server.auth import AuthProvider, WithServiceToken, load_provider
+from polymq_server.listener import HttpListener
+from polymq_server.resources import ConnectionLimits
+from polymq_server.web import deadline_runner
 
 from .admin import admin_app
 from .broker import Broker

@@ -20,9 +20,7 @@ import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from polymq.auth import INTERNAL_PRINCIPAL, AuthProvider
 from polymq.codec import EVENT_BYTES, NEED_DATA, Connection, Role, weight
-from polymq.connections import Tracked
 from polymq.errors import PolymqError, RemoteProtocolError, RequestError, Unavailable
 from polymq.events import (
     Cancelled,
@@ -38,8 +36,10 @@ from polymq.events import (
     Welcome,
 )
 from polymq.inproc import PipeEnd
-from polymq.resources import Admission
 from polymq.types import Destination, Message, SlowPolicy
+from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider
+from polymq_server.connections import Tracked
+from polymq_server.resources import Admission
 
 from .handover import is_handover
 from .metrics import protocol_label
@@ -47,7 +47,7 @@ from .relay import PEER_CLIENT, Relay
 from .subscription import Subscription
 
 if TYPE_CHECKING:
-    from polymq.auth import Principal
+    from polymq_server.auth import Principal
 
     from .broker import Broker
 
@@ -106,7 +106,7 @@ class Session(asyncio.Protocol):
         # its publishes keep their ids and delivery counts
         self.handing = False
         self.principal: Principal | None = None
-        # its place in the wire port's connection limits (polymq.resources)
+        # its place in the wire port's connection limits (polymq_server.resources)
         self.admission = Admission(None, None)
         self.publishing = False  # a native client that has published (held by an alarm)
         self.messages_in = self.messages_out = 0  # published, delivered (the admin API's)
@@ -161,6 +161,7 @@ class Session(asyncio.Protocol):
         self.close("timeout", f"no Hello (login) within {timeout:g} seconds of connecting")
 
     def data_received(self, data: bytes) -> None:
+        self.broker.monitor.read(len(data))  # (may raise the memory alarm: reading pauses)
         self.conn.receive_data(data)
         self._process()
 

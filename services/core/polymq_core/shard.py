@@ -315,7 +315,9 @@ class Shard:
         if key.startswith("stream/"):
             box = Stream(self, key, options, last_seq=last_seq)
         else:
-            box = Queue(self, key, options, last_seq=last_seq, window=self._window(key, options))
+            window = self._window(key, options)
+            pressure = self.broker.monitor.pressure
+            box = Queue(self, key, options, last_seq=last_seq, window=window, pressure=pressure)
         self.boxes[key] = box
         self.sensors.on_destinations(1)
         return box

@@ -9,23 +9,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from polymq.auth import Permission, Principal
-from polymq.avroview import load_schemas
 from polymq.types import Destination, Kind
-from polymq.web import (
-    add_health_routes,
-    add_openapi_route,
-    add_settle_routes,
-    published_json,
-    settle_action,
-    settle_receipts,
-)
-
-from .access import Access
-from .config import HttpSettings
-from .corelink import CoreLink
-from .metrics import HttpMetrics
-from .payloads import (
+from polymq_server.access import Access
+from polymq_server.auth import Permission, Principal
+from polymq_server.avroview import load_schemas
+from polymq_server.payloads import (
     lease_json,
     no_query,
     parse_declare,
@@ -35,7 +23,19 @@ from .payloads import (
     parse_settle,
     read_json,
 )
-from .problems import bad_request
+from polymq_server.problems import bad_request
+from polymq_server.web import (
+    add_health_routes,
+    add_openapi_route,
+    add_settle_routes,
+    published_json,
+    settle_action,
+    settle_receipts,
+)
+
+from .config import HttpSettings
+from .corelink import CoreLink
+from .metrics import HttpMetrics
 
 SETTINGS = web.AppKey("settings", HttpSettings)
 CORE = web.AppKey("core", CoreLink)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polymq.config import ConfigError, check_access, check_addresses, check_range, check_tls
+from polymq_server.config import ConfigError, check_access, check_addresses, check_range, check_tls
 
 MIB = 1024 * 1024
 

@@ -6,7 +6,7 @@ that is away makes ``/readyz`` answer 503 until it is back), binds the listener 
 ``{"http": port}``. ``stop()`` shuts down in aiohttp's documented order: stop accepting, wake
 long polls (they answer with what they have), let in-flight requests finish, then close the
 connection to the core (the ``cleanup_ctx`` of the app). The runner is every frontend's
-(:class:`polymq.web.WebService`).
+(:class:`polymq_server.web.WebService`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,16 @@ import logging
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq.web import WebService, add_core_link, add_metrics_route, link_state, metrics_middleware
+from polymq_server.access import reloaded_access
+from polymq_server.web import (
+    WebService,
+    add_core_link,
+    add_metrics_route,
+    link_state,
+    metrics_middleware,
+)
 
 from . import api
-from .access import reloaded_access
 from .config import HttpSettings
 from .corelink import CoreLink
 from .metrics import HttpMetrics

@@ -23,19 +23,19 @@ from typing import Any
 
 from aiohttp import web
 
-from polymq.auth import Permission, Principal
-from polymq.avro import SchemaCache
-from polymq.avroview import load_schemas
 from polymq.types import Destination, Kind
-from polymq.web import (
+from polymq_server.access import Access
+from polymq_server.auth import Permission, Principal
+from polymq_server.avro import SchemaCache
+from polymq_server.avroview import load_schemas
+from polymq_server.payloads import parse_publish, parse_settle, read_json
+from polymq_server.web import (
     add_health_routes,
     add_settle_routes,
     published_json,
     settle_action,
     settle_receipts,
 )
-from polymq_http.access import Access
-from polymq_http.payloads import parse_publish, parse_settle, read_json
 
 from .config import LongpollSettings
 from .corelink import CoreLink

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from polymq.config import ConfigError, check_frontend, check_range, check_tls
+from polymq_server.config import ConfigError, check_frontend, check_range, check_tls
 
 MIB = 1024 * 1024
 

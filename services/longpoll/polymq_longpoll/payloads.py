@@ -1,6 +1,6 @@
 """JSON in and out for subscriptions and polls. Publishing, settling and reading a body are
-the JSON over HTTP frontend's (``polymq_http.payloads``), and a delivered message is shown as
-:func:`polymq.jsonview.message_json` shows it: one message format everywhere."""
+every JSON frontend's (``polymq_server.payloads``), and a delivered message is shown as
+:func:`polymq_server.jsonview.message_json` shows it: one message format everywhere."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from typing import Any
 from aiohttp import web
 
 from polymq import Message
-from polymq.avro import SchemaCache
 from polymq.errors import BadRequest
-from polymq.jsonview import message_json as _message_json
 from polymq.types import Destination, Kind, parse_offset
-from polymq_http.payloads import no_query as no_query
-from polymq_http.payloads import query_value as query_value
-from polymq_http.problems import bad_request
+from polymq_server.avro import SchemaCache
+from polymq_server.jsonview import message_json as _message_json
+from polymq_server.payloads import no_query as no_query
+from polymq_server.payloads import query_value as query_value
+from polymq_server.problems import bad_request
 
 from .config import LongpollSettings
 from .subscriptions import AckMode

@@ -1,11 +1,11 @@
-"""Problem details (RFC 9457) for the long-polling frontend: the JSON over HTTP frontend's
-(``polymq_http.problems``), with this frontend's word for an unknown route."""
+"""Problem details (RFC 9457) for the long-polling frontend: every JSON frontend's
+(``polymq_server.problems``), with this frontend's word for an unknown route."""
 
 from __future__ import annotations
 
 import logging
 
-from polymq_http.problems import problems
+from polymq_server.problems import problems
 
 __all__ = ["problem_middleware"]
 

@@ -40,7 +40,7 @@ from aiohttp import web
 
 from polymq.errors import PolymqError
 from polymq.types import Kind
-from polymq_http.problems import from_exception
+from polymq_server.problems import from_exception
 
 from .api import CORE, METRICS, SETTINGS, WINDOWS, answer_json, resume_cursor, subscription
 from .leases import Window

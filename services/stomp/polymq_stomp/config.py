@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from polymq.config import ConfigError, check_frontend
+from polymq_server.config import ConfigError, check_frontend
 
 KIB = 1024
 MIB = 1024 * 1024

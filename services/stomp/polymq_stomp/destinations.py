@@ -15,7 +15,7 @@ STOMP                              core                          notes
 ``/exchange/<E>[/<key>]``          an :class:`ExchangeRef`:      RabbitMQ; ``exchange.py``
                                    where AMQP's exchange ``E``   finds its type (any) and
                                    routes (SEND), the topics it  routes SENDs as AMQP
-                                   routes in (SUBSCRIBE)         (``polymq.routing``)
+                                   routes in (SUBSCRIBE)         (``polymq_server.routing``)
 ``/control/count-msgs/queue/x``    stats of ``queue/x``          ocamlmq, SEND only
 ``/control/count-subscribers/...`` stats of ``queue/x``,         ocamlmq, SEND only
                                    ``topic/x``, ``stream/x``
@@ -23,7 +23,7 @@ STOMP                              core                          notes
 
 In a vhost other than ``/`` (the CONNECT frame's ``host`` header, see ``vhost.py``) every
 core name but a temp queue's starts with that vhost's prefix (``amqp:v<vhost>.``, the one
-AMQP gives the vhost's queues: :attr:`polymq.names.VhostNames.prefix`), so that vhosts
+AMQP gives the vhost's queues: :attr:`polymq_server.names.VhostNames.prefix`), so that vhosts
 never share a destination.
 
 Names are the core's (:func:`polymq.types.Destination.parse`): letters, digits, ``_ . : -``;

@@ -1,10 +1,10 @@
 """``/exchange/<E>[/<key>]``: RabbitMQ's destinations for any exchange, routed as AMQP routes.
 
 The AMQP frontend routes a publish to exchange ``E`` with key ``K`` through the core topic
-``topic/amqp.<E>.<K>`` of the vhost (:meth:`polymq.names.VhostNames.publish_topic`), and a
+``topic/amqp.<E>.<K>`` of the vhost (:meth:`polymq_server.names.VhostNames.publish_topic`), and a
 queue bound to ``E`` gets it through a core binding on that namespace
-(:mod:`polymq.exchanges`), or, for a headers exchange and through exchange-to-exchange
-bindings, straight from the binding records (:mod:`polymq.routing`). STOMP routes with the
+(:mod:`polymq_server.exchanges`), or, for a headers exchange and through exchange-to-exchange
+bindings, straight from the binding records (:mod:`polymq_server.routing`). STOMP routes with the
 same code and records, so that both see one exchange:
 
 ============  ===========================================  ===================================
@@ -21,7 +21,7 @@ headers       ``topic/amqp.<E>.#``: RabbitMQ binds the      (longstr) headers go
 
 ``amq.topic`` and ``amq.direct`` keep the mapping of ``destinations.py``. The type of an
 exchange is built in (``amq.fanout``, ``amq.headers``, ``amq.match``) or read from its AMQP
-record (:class:`polymq.records.Records`, cached for two seconds: a binding made over AMQP
+record (:class:`polymq_server.records.Records`, cached for two seconds: a binding made over AMQP
 routes STOMP's SENDs within that time); an exchange that is neither is ERROR ``not_found``
 with RabbitMQ's ``NOT_FOUND - no exchange '<E>' in vhost '<vhost>'``, an internal one
 ``access_refused``. A SEND that goes anywhere but ``E``'s own topic carries the exchange and
@@ -38,12 +38,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from polymq.exchanges import binding_pattern
-from polymq.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY
-from polymq.names import SHARED_TOPIC_EXCHANGE, UnmappableName, VhostNames
-from polymq.records import ExchangeRecord
-from polymq.routing import Missing, route_later, route_now
 from polymq.types import Kind, Message
+from polymq_server.exchanges import binding_pattern
+from polymq_server.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY
+from polymq_server.names import SHARED_TOPIC_EXCHANGE, UnmappableName, VhostNames
+from polymq_server.records import ExchangeRecord
+from polymq_server.routing import Missing, route_later, route_now
 
 from .destinations import ExchangeRef, Target
 from .refusal import Refused

@@ -29,8 +29,8 @@ import math
 import time
 from typing import Final
 
-from polymq.headers import BOOKKEEPING, public_headers
 from polymq.types import MAX_PRIORITY, Message
+from polymq_server.headers import BOOKKEEPING, public_headers
 
 from .destinations import Target, from_core, parse_destination
 from .frames import Frame

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from polymq.frontend import FrontendMetrics
+from polymq_server.frontend import FrontendMetrics
 
 from .frames import Command
 

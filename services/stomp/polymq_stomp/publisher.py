@@ -23,9 +23,9 @@ import contextlib
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
-from polymq.auth import Permission
 from polymq.errors import NotFound, PolymqError, Unavailable
 from polymq.types import Message
+from polymq_server.auth import Permission
 
 from .destinations import Control, ControlOp, ExchangeRef, Target
 from .exchange import routes_later, routes_now

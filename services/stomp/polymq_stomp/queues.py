@@ -46,8 +46,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from polymq.names import UnmappableName, VhostNames
 from polymq.types import MAX_PRIORITY, AckMode, Overflow
+from polymq_server.names import UnmappableName, VhostNames
 
 from .config import StompSettings
 from .destinations import Target

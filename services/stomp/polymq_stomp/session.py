@@ -34,9 +34,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final
 
-from polymq.auth import AuthProvider, Permission, Principal
 from polymq.client import Client
-from polymq.corelink import CoreLink
 from polymq.errors import (
     ConnectionClosed,
     Forbidden,
@@ -46,11 +44,13 @@ from polymq.errors import (
     Unauthorized,
     Unavailable,
 )
-from polymq.frontend import FrontendSession
-from polymq.names import VhostNames
-from polymq.records import Records
-from polymq.resources import ConnectionLimits
 from polymq.types import AckMode
+from polymq_server.auth import AuthProvider, Permission, Principal
+from polymq_server.corelink import CoreLink
+from polymq_server.frontend import FrontendSession
+from polymq_server.names import VhostNames
+from polymq_server.records import Records
+from polymq_server.resources import ConnectionLimits
 
 from .codec import CLOSED, NEED_DATA, VERSIONS, Role, State, StompConnection
 from .config import StompSettings
@@ -94,7 +94,8 @@ class Hub:
 
 class Session(FrontendSession):
     """The STOMP side of one connection (the transport's endpoint; writing, reading's pauses,
-    its tasks and the close of the transport are :class:`~polymq.frontend.FrontendSession`'s)."""
+    its tasks and the close of the transport are
+    :class:`~polymq_server.frontend.FrontendSession`'s)."""
 
     transport: Transport
     metrics: StompMetrics

@@ -59,14 +59,14 @@ from functools import partial
 from itertools import count
 from typing import TYPE_CHECKING, Any, Final
 
-from polymq.auth import Permission
-from polymq.avro import SchemaCache
-from polymq.avroview import json_value, load_schemas, schema_of
 from polymq.client import Subscription
-from polymq.corelink import CoreLink
 from polymq.errors import NotFound, PolymqError, RequestError
-from polymq.names import VhostNames
 from polymq.types import AckMode, Kind, Message, parse_offset
+from polymq_server.auth import Permission
+from polymq_server.avro import SchemaCache
+from polymq_server.avroview import json_value, load_schemas, schema_of
+from polymq_server.corelink import CoreLink
+from polymq_server.names import VhostNames
 
 from .destinations import Control, ExchangeRef, Target, from_core
 from .exchange import shown

@@ -19,7 +19,7 @@ import ipaddress
 import socket
 from functools import lru_cache
 
-from polymq.names import DEFAULT_VHOST
+from polymq_server.names import DEFAULT_VHOST
 
 from .config import StompSettings
 from .refusal import Refused

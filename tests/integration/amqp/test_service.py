@@ -15,7 +15,7 @@ import pika
 import pytest
 import requests
 
-from polymq.auth import hash_password
+from polymq_server.auth import hash_password
 
 from ...procs import PolymqProcess
 from .helpers import WAIT, Broker, eventually, unique

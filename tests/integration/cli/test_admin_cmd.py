@@ -60,6 +60,9 @@ def test_publish_peek_list_purge_and_consume(run: PolymqProcess) -> None:
     listed = polymq(run, "destinations", "list", "--q", q.removeprefix("queue/"))
     assert listed.returncode == 0
     assert listed.stdout.splitlines()[1].split()[:4] == [q, "2", "0", "0"]
+    ranked = polymq(run, "destinations", "list", "--sort", "ready", "--desc", "--json")
+    readies = [d["ready"] for d in json.loads(ranked.stdout)["destinations"]]
+    assert readies == sorted(readies, reverse=True) and readies[0] >= 2
     consumed = polymq(
         None, "consume", q, "--count", "1", "--core", f"127.0.0.1:{run.ports['core']}"
     )

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from polymq import BadRequest, Client, Forbidden, Message, NotFound
-from polymq.auth import hash_password
+from polymq_server.auth import hash_password
 
 from ...procs import PolymqProcess
 from .helpers import bodies, collect, connect, eventually, nothing_more, uid

@@ -20,7 +20,6 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq.auth import load_provider
 from polymq_core.admin import admin_app
 from polymq_core.broker import Broker
 from polymq_core.cluster import ClusterNode
@@ -30,6 +29,7 @@ from polymq_core.metrics import Sensors
 from polymq_core.replog import ReplicatedStore
 from polymq_core.snapshot import APPLIED_HEADER, SnapshotError, download, snapshot_url
 from polymq_core.store import SqliteStore, check_snapshot
+from polymq_server.auth import load_provider
 
 from .helpers import eventually
 from .test_replog import SETTLE, Node, Q, converged, message, settle, three_nodes

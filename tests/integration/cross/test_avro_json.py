@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from polymq import Client, Message
-from polymq.avro import CONTENT_TYPE, KV_SCHEMAS, SCHEMA_ID_HEADER, encode_single, parse
+from polymq_server.avro import CONTENT_TYPE, KV_SCHEMAS, SCHEMA_ID_HEADER, encode_single, parse
 
 from ...procs import PolymqProcess
 from ..longpoll.conftest import Longpoll

@@ -54,7 +54,7 @@ from .chart import (
 
 KUBE_VERSIONS = ("1.30", latest_version())
 FRONTENDS = ("http", "longpoll", "stomp", "avro", "amqp")
-# The settings each service reads from POLYMQ_* variables (polymq.config.from_env)
+# The settings each service reads from POLYMQ_* variables (polymq_server.config.from_env)
 SETTINGS: dict[str, type] = {
     "core": CoreSettings,
     "http": HttpSettings,

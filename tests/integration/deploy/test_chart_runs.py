@@ -32,7 +32,7 @@ import pytest
 import requests
 
 from polymq import Client, Message
-from polymq.auth import hash_password
+from polymq_server.auth import hash_password
 
 from .chart import (
     CHART,

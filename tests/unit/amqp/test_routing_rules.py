@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from polymq.config import ConfigError, from_env
 from polymq.types import DeclareOptions
 from polymq_amqp.arguments import queue_options
 from polymq_amqp.config import AmqpSettings
 from polymq_amqp.errors import ChannelException
 from polymq_amqp.exchanges import ExchangeType, binding_pattern, headers_match
 from polymq_amqp.names import VhostNames
+from polymq_server.config import ConfigError, from_env
 
 NAMES = VhostNames("/")
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from polymq.avro import InvalidSchema
 from polymq_avro.compat import Compatibility, apache_schema, incompatibilities
+from polymq_server.avro import InvalidSchema
 
 
 def record(*fields: dict[str, Any]) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from polymq.config import ConfigError, from_env
 from polymq_avro.compat import Compatibility
 from polymq_avro.config import AvroSettings
+from polymq_server.config import ConfigError, from_env
 
 
 def test_defaults() -> None:

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polymq.avro import AvroError, DecodeError, decode_single, parse
 from polymq_avro.container import (
     CorruptContainer,
     TooLarge,
@@ -24,6 +23,7 @@ from polymq_avro.container import (
     split_records,
     write_container,
 )
+from polymq_server.avro import AvroError, DecodeError, decode_single, parse
 
 SCHEMA = {
     "type": "record",

@@ -12,7 +12,6 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from polymq import Message
-from polymq.avro import CONTENT_TYPE, encode_single, parse
 from polymq_avro.payloads import (
     check_content_type,
     idempotency_key,
@@ -22,7 +21,8 @@ from polymq_avro.payloads import (
     parse_read_query,
     record_json,
 )
-from polymq_http.problems import Problem
+from polymq_server.avro import CONTENT_TYPE, encode_single, parse
+from polymq_server.problems import Problem
 
 SCHEMA = parse({"type": "record", "name": "R", "fields": [{"name": "b", "type": "bytes"}]})
 

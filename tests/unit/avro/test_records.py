@@ -11,15 +11,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from polymq.avro import (
-    CONTENT_TYPE,
-    SCHEMA_ID_HEADER,
-    AvroSchema,
-    DecodeError,
-    decode_single,
-    encode_single,
-    parse,
-)
 from polymq_avro.container import TooLarge, Truncated
 from polymq_avro.records import (
     BodyKind,
@@ -30,6 +21,15 @@ from polymq_avro.records import (
     messages,
     sniff,
     split_single,
+)
+from polymq_server.avro import (
+    CONTENT_TYPE,
+    SCHEMA_ID_HEADER,
+    AvroSchema,
+    DecodeError,
+    decode_single,
+    encode_single,
+    parse,
 )
 
 A = parse(

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from polymq.avro import SchemaCache, UnknownSchema, parse
 from polymq.errors import BadRequest, NotFound
 from polymq_avro.compat import Compatibility
 from polymq_avro.registry import IncompatibleSchema, Registry, Subject
+from polymq_server.avro import SchemaCache, UnknownSchema, parse
 
 
 class FakeCore:

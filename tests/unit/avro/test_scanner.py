@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from polymq.avro import parse
 from polymq_avro.container import read_container, split_records
 from polymq_avro.scanner import scanner
+from polymq_server.avro import parse
 
 EVERYTHING = {
     "type": "record",

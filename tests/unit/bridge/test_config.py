@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from polymq.config import ConfigError, from_env
 from polymq_bridge.config import (
     BridgeSettings,
     Direction,
@@ -18,6 +17,7 @@ from polymq_bridge.config import (
     load_links,
     parse_links,
 )
+from polymq_server.config import ConfigError, from_env
 
 
 def out(**kw: Any) -> dict[str, Any]:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from polymq.config import ConfigError
 from polymq_cli.main import _parser
 from polymq_cli.nats_cmd import prepare, run
 from polymq_core.cluster import nats_config
 from polymq_core.config import CoreSettings
 from polymq_core.natsd import derived_password
+from polymq_server.config import ConfigError
 
 SECRET = "s" * 40
 PEERS = "127.0.0.1:17001,127.0.0.1:17002,127.0.0.1:17003"

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from polymq.auth import AuthProvider, Principal
-from polymq.config import ConfigError, from_env
 from polymq.errors import Unauthorized
 from polymq.events import Hello
 from polymq_core.clustertls import ClusterTls
 from polymq_core.config import CoreSettings
 from polymq_core.natsd import NatsConfig
 from polymq_core.service import CoreService
+from polymq_server.auth import AuthProvider, Principal
+from polymq_server.config import ConfigError, from_env
 
 from ...pki import HAVE_OPENSSL, Authority
 

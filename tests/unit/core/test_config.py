@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from polymq.config import ConfigError, from_env
 from polymq_core import snapshot
 from polymq_core.config import CoreSettings
 from polymq_core.service import CoreService
+from polymq_server.config import ConfigError, from_env
 
 CLUSTER = {
     "POLYMQ_NODE_ID": "a",

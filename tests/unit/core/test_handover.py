@@ -4,7 +4,6 @@ order, in what requests, and which links are hand-over links. No sockets."""
 
 from __future__ import annotations
 
-from polymq.auth import INTERNAL_PRINCIPAL
 from polymq.types import DeclareOptions, Message
 from polymq_core.handover import (
     QueueContents,
@@ -17,6 +16,7 @@ from polymq_core.handover import (
     steps_of,
 )
 from polymq_core.queue import Queue
+from polymq_server.auth import INTERNAL_PRINCIPAL
 
 from .test_queue import FakeSession, FakeShard, subscribe
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from polymq.config import ConfigError
 from polymq_core.natsd import (
     NatsConfig,
     NatsError,
@@ -17,6 +16,7 @@ from polymq_core.natsd import (
     parse_peers,
     write_config,
 )
+from polymq_server.config import ConfigError
 
 
 @pytest.mark.parametrize(

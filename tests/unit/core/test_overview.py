@@ -20,7 +20,10 @@ def fake_broker() -> Any:
     sensors = Sensors(CollectorRegistry())
     monitor = SimpleNamespace(
         alarms=frozenset({"disk"}),
-        detail={"memory": {"used": 10, "limit": 100}, "disk": {"free": 5, "limit": 50}},
+        detail={
+            "memory": {"used": 10, "limit": 100, "rises_at": 90, "clears_at": 80},
+            "disk": {"free": 5, "limit": 50},
+        },
     )
     return SimpleNamespace(
         settings=SimpleNamespace(node="n1"),
@@ -47,7 +50,12 @@ def test_a_sample_has_the_rates_since_the_last_and_the_ring_keeps_ten_minutes() 
     doc = overview.document()
     assert doc["rates"]["publish"] == second["publish"]
     assert doc["alarms"] == ["disk"]
-    assert doc["memory"] == {"used_bytes": 10, "limit_bytes": 100}
+    assert doc["memory"] == {
+        "used_bytes": 10,
+        "limit_bytes": 100,
+        "rises_at_bytes": 90,
+        "clears_at_bytes": 80,
+    }
     assert doc["disk"] == {"free_bytes": 5, "limit_bytes": 50}
     for _ in range(200):
         overview.sample()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from polymq.types import Message
-from polymq_core.paging import Pages
+from polymq_core.paging import SQUEEZE, Pages, Pressure
 
 
 def msg(seq: int, size: int = 10) -> Message:
@@ -53,3 +53,19 @@ def test_a_restart_counts_what_it_did_not_read_and_a_purge_forgets_it() -> None:
     pages.add_stored(5, 50, 100)
     pages.took([])  # the store had none left: the counts were off
     assert (pages.count, pages.nbytes) == (0, 0)
+
+
+def test_under_memory_pressure_the_window_is_squeezed() -> None:
+    pressure = Pressure()
+    pages = Pages(80, 8000, pressure)
+    assert not pages.full(10, 0) and not pages.full(0, 1000)
+    pressure.on = True  # the window is 80 / SQUEEZE = 10 messages, 1000 bytes
+    assert SQUEEZE == 8
+    assert pages.full(10, 0) and pages.full(0, 1000) and not pages.full(9, 999)
+    for seq in range(1, 101):
+        pages.add(msg(seq))
+    assert pages.wanted(5, 50) == 0  # half the squeezed window ready: nothing yet
+    assert pages.wanted(4, 40) == 6  # a page fills the squeezed window only
+    pressure.on = False
+    assert pages.wanted(4, 40) == 76
+    assert pages.full(0, 0)  # (what is paged stays paged: the order is the store's)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from polymq.config import ConfigError, from_env
 from polymq_http.config import HttpSettings
+from polymq_server.config import ConfigError, from_env
 
 
 def test_defaults() -> None:

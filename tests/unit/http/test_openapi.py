@@ -5,7 +5,7 @@ from __future__ import annotations
 from polymq.types import DeclareOptions
 from polymq_http.config import HttpSettings
 from polymq_http.openapi import document
-from polymq_http.payloads import (
+from polymq_server.payloads import (
     BASE64_PATTERN,
     MAX_CONTENT_TYPE,
     MAX_COUNT,

@@ -97,7 +97,7 @@ def test_from_core() -> None:
 
 
 # ---- vhosts ------------------------------------------------------------------------------
-OTHER = "amqp:vother."  # polymq.names.VhostNames("other").prefix
+OTHER = "amqp:vother."  # polymq_server.names.VhostNames("other").prefix
 
 
 @pytest.mark.parametrize(

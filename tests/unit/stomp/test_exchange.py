@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from polymq.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY
-from polymq.names import VhostNames
 from polymq.types import Message
+from polymq_server.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY
+from polymq_server.names import VhostNames
 from polymq_stomp.exchange import shown
 
 NAMES = VhostNames("/")

@@ -122,7 +122,8 @@
     for (const el of banners.querySelectorAll(".alarm")) el.remove();
     for (const resource of doc.alarms || []) {
       const m = resource === "memory"
-        ? `memory alarm is on: ${bytes(doc.memory.used_bytes)} used, high watermark ${bytes(doc.memory.limit_bytes)}`
+        ? `memory alarm is on: ${bytes(doc.memory.used_bytes)} used, high watermark ${bytes(doc.memory.limit_bytes)}` +
+          (doc.memory.clears_at_bytes ? `; it clears under ${bytes(doc.memory.clears_at_bytes)}` : "")
         : resource === "disk"
           ? `disk alarm is on: ${bytes(doc.disk.free_bytes)} free, limit ${bytes(doc.disk.limit_bytes)}`
           : `${resource} alarm is on`;

@@ -1,0 +1,390 @@
+"""Avro messages: schema ids, single-object encoding, a schema cache, and records as JSON.
+
+A message carries one Avro record in Avro's **single-object encoding**: the two bytes
+``C3 01``, the schema's 8-byte CRC-64-AVRO (Rabin) fingerprint, little-endian, as Avro's
+Java implementation writes it, then the record's binary encoding. Its content type is
+``avro/binary`` and its header ``avro-schema-id`` repeats the schema id: those 8 bytes as
+16 lowercase hex characters (so the id is also the hex of the body's bytes 2..10).
+The fingerprint is taken over the schema's Parsing Canonical Form, so two spellings of one
+schema share an id (their docs, aliases and logical types are not part of it).
+
+Schemas live in the core's key/value store, the full JSON under ``avro/schemas/<id>``;
+:class:`SchemaCache` loads and keeps them, parsed, for every frontend that shows Avro
+messages (the Avro frontend reads and writes them, HTTP and STOMP can show them as JSON
+with :func:`to_json_value`).
+
+Sans-IO but for :class:`SchemaCache`, whose loader is handed in (a coroutine that reads a
+key of the core). Errors form one tree, each a :class:`polymq.errors.RequestError` with the
+HTTP status and word a frontend answers with::
+
+    AvroError               422 avro           anything below
+     ├── InvalidSchema      422 invalid-schema  not a valid Avro schema
+     ├── UnknownSchema      404 unknown-schema  no schema with this id is stored
+     └── DecodeError        422 invalid-record  bytes that are not a record of their schema
+
+Whatever fastavro raises is translated into these at this boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import decimal
+import io
+import json
+import math
+import re
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastavro import schemaless_reader, schemaless_writer
+from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
+from fastavro.validation import validate
+
+from polymq.errors import NotFound, RequestError
+from polymq.types import Message
+
+__all__ = [
+    "AVRO_CONTENT_TYPES",
+    "CONTENT_TYPE",
+    "HEADER_SIZE",
+    "KV_SCHEMAS",
+    "MAGIC",
+    "SCHEMA_ID_HEADER",
+    "AvroError",
+    "AvroSchema",
+    "DecodeError",
+    "InvalidSchema",
+    "SchemaCache",
+    "UnknownSchema",
+    "decode_single",
+    "encode_single",
+    "is_avro",
+    "is_schema_id",
+    "parse",
+    "read_datum",
+    "read_header",
+    "schema_id",
+    "single_object_header",
+    "to_json_value",
+]
+
+MAGIC = b"\xc3\x01"  # the single-object encoding's marker
+HEADER_SIZE = 10  # the marker and the 8-byte fingerprint
+CONTENT_TYPE = "avro/binary"
+# media types that name Avro binary data (a message's content type is one of these)
+AVRO_CONTENT_TYPES = frozenset(
+    {"avro/binary", "application/avro", "application/vnd.apache.avro+binary"}
+)
+SCHEMA_ID_HEADER = "avro-schema-id"
+KV_SCHEMAS = "avro/schemas/"  # + id: the schema's full JSON
+
+_ID_RE = re.compile(r"[0-9a-f]{16}\Z")
+
+
+# ---- errors ----------------------------------------------------------------------------
+class AvroError(RequestError):
+    """Avro data or a schema was refused."""
+
+    code = "avro"
+    status = 422
+
+
+class InvalidSchema(AvroError):
+    code = "invalid-schema"
+    status = 422
+
+
+class UnknownSchema(AvroError):
+    code = "unknown-schema"
+    status = 404
+
+    def __init__(self, schema_id: str, message: str = "") -> None:
+        super().__init__(message or f"no Avro schema with id {schema_id[:40]!r} is registered")
+        self.schema_id = schema_id
+
+
+class DecodeError(AvroError):
+    code = "invalid-record"
+    status = 422
+
+
+# ---- schemas ---------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class AvroSchema:
+    """One parsed schema: its id, its full JSON (as stored), and fastavro's parsed forms
+    (``parsed`` with logical types, ``plain`` without: the pure Avro data)."""
+
+    id: str
+    json: str
+    canonical: str
+    parsed: Any = field(repr=False)
+    plain: Any = field(repr=False)
+
+    @property
+    def fingerprint(self) -> bytes:
+        """The 8 bytes of the single-object header (the id's hex, decoded)."""
+        return bytes.fromhex(self.id)
+
+    @property
+    def header(self) -> bytes:
+        return MAGIC + self.fingerprint
+
+
+def _load_json(schema: str | bytes | Mapping[str, Any] | list[Any]) -> Any:
+    if isinstance(schema, bytes | bytearray):
+        try:
+            schema = bytes(schema).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidSchema("the schema is not UTF-8 text") from None
+    if isinstance(schema, str):
+        try:
+            return json.loads(schema)
+        except RecursionError:
+            raise InvalidSchema("the schema is nested too deeply") from None
+        except ValueError:
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", schema):
+                return schema  # a bare type name, e.g. int or com.example.Thing
+            raise InvalidSchema("the schema is not JSON") from None
+    if isinstance(schema, Mapping):
+        return dict(schema)
+    if isinstance(schema, list):
+        return list(schema)
+    raise InvalidSchema("a schema is JSON: a type name, an object or a list (a union)")
+
+
+def parse(schema: str | bytes | Mapping[str, Any] | list[Any] | AvroSchema) -> AvroSchema:
+    """Parse a schema (JSON text, or JSON already decoded); InvalidSchema if it is none."""
+    if isinstance(schema, AvroSchema):
+        return schema
+    obj = _load_json(schema)
+    try:
+        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+        stripped = _strip_logical(obj)
+        parsed = parse_schema(obj, named_schemas={})
+        plain = parse_schema(stripped, named_schemas={})
+        canonical = to_parsing_canonical_form(parsed)
+        fp = fingerprint(canonical, "CRC-64-AVRO")
+    except RecursionError:
+        raise InvalidSchema("the schema is nested too deeply") from None
+    except Exception as exc:  # fastavro raises ValueError, KeyError, TypeError, its own...
+        raise InvalidSchema(f"not a valid Avro schema: {_describe(exc)}") from None
+    return AvroSchema(id=fp, json=text, canonical=canonical, parsed=parsed, plain=plain)
+
+
+def schema_id(schema: str | bytes | Mapping[str, Any] | list[Any] | AvroSchema) -> str:
+    """The id of a schema: the CRC-64-AVRO fingerprint of its Parsing Canonical Form, as the
+    16 lowercase hex characters of its 8 little-endian bytes."""
+    return parse(schema).id
+
+
+def is_schema_id(text: str) -> bool:
+    return isinstance(text, str) and _ID_RE.match(text) is not None
+
+
+def _strip_logical(node: Any) -> Any:
+    """``node`` without ``logicalType`` annotations (defaults and other values untouched)."""
+    if isinstance(node, list):
+        return [_strip_logical(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: v for k, v in node.items() if k != "logicalType"}
+    kind = out.get("type")
+    if kind in ("record", "error") and isinstance(out.get("fields"), list):
+        out["fields"] = [
+            {**f, "type": _strip_logical(f["type"])} if isinstance(f, dict) and "type" in f else f
+            for f in out["fields"]
+        ]
+    elif kind == "array" and "items" in out:
+        out["items"] = _strip_logical(out["items"])
+    elif kind == "map" and "values" in out:
+        out["values"] = _strip_logical(out["values"])
+    elif isinstance(kind, dict | list):
+        out["type"] = _strip_logical(kind)
+    return out
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+# ---- single-object encoding ------------------------------------------------------------
+def single_object_header(schema: AvroSchema | str) -> bytes:
+    """``C3 01`` and the fingerprint of ``schema`` (or of a schema id)."""
+    sid = schema.id if isinstance(schema, AvroSchema) else schema
+    if not is_schema_id(sid):
+        raise UnknownSchema(sid, f"{sid[:40]!r} is not a schema id (16 lowercase hex digits)")
+    return MAGIC + bytes.fromhex(sid)
+
+
+def encode_single(schema: AvroSchema | Any, datum: Any) -> bytes:
+    """``datum`` in the single-object encoding of ``schema``; DecodeError if it does not
+    match the schema."""
+    s = parse(schema)
+    out = io.BytesIO()
+    out.write(s.header)
+    try:
+        validate(datum, s.parsed, raise_errors=True)  # the writer does not check ranges
+        schemaless_writer(out, s.parsed, datum, strict=True)
+    except Exception as exc:
+        raise DecodeError(f"the value does not match schema {s.id}: {_describe(exc)}") from None
+    return out.getvalue()
+
+
+def read_header(data: bytes | memoryview, pos: int = 0) -> str:
+    """The schema id of the single-object record at ``data[pos:]``; DecodeError if there is
+    no single-object header there."""
+    head = bytes(data[pos : pos + HEADER_SIZE])
+    if len(head) < HEADER_SIZE or head[:2] != MAGIC:
+        if head[:2] == MAGIC or (len(head) < 2 and MAGIC.startswith(head)):
+            raise DecodeError(f"truncated single-object header at byte {pos}")
+        raise DecodeError(f"no single-object header (C3 01) at byte {pos}")
+    return head[2:].hex()
+
+
+def read_datum(
+    data: bytes, pos: int, schema: AvroSchema, *, logical: bool = True
+) -> tuple[Any, int]:
+    """Decode one binary datum of ``schema`` at ``data[pos:]``; the datum and where it
+    ends. ``logical``: convert logical types (dates, decimals...), else plain Avro values."""
+    stream = io.BytesIO(data)
+    stream.seek(pos)
+    try:
+        datum = schemaless_reader(stream, schema.parsed if logical else schema.plain, None)
+    except Exception as exc:
+        raise DecodeError(
+            f"the record at byte {pos} is not valid for schema {schema.id}: {_describe(exc)}"
+        ) from None
+    return datum, stream.tell()
+
+
+def decode_single(
+    data: bytes, schema: AvroSchema | Callable[[str], AvroSchema], *, logical: bool = True
+) -> Any:
+    """The record in one single-object encoded ``data``. ``schema`` is the schema, or a
+    function from id to schema (raising UnknownSchema); DecodeError if the header names
+    another schema, the bytes do not decode, or bytes are left over."""
+    sid = read_header(data)
+    s = schema(sid) if callable(schema) else schema
+    if s.id != sid:
+        raise DecodeError(f"the record is of schema {sid}, not {s.id}")
+    datum, end = read_datum(bytes(data), HEADER_SIZE, s, logical=logical)
+    if end != len(data):
+        raise DecodeError(f"{len(data) - end} byte(s) after the record")
+    return datum
+
+
+def is_avro(message: Message) -> bool:
+    """Whether ``message`` holds an Avro record in the single-object encoding (an Avro
+    content type and the single-object header)."""
+    media = message.content_type.split(";", 1)[0].strip().lower()
+    body = message.body
+    return media in AVRO_CONTENT_TYPES and len(body) >= HEADER_SIZE and body[:2] == MAGIC
+
+
+# ---- the schema cache ------------------------------------------------------------------
+Fetch = Callable[[str], Awaitable[bytes]]
+
+
+class SchemaCache:
+    """Parsed schemas by id, loaded from the core's key/value store on a miss (LRU).
+
+    ``fetch(key)`` reads a key of the core (``Client.kv_get``, or a frontend's wrapper
+    around its shared client) and raises :class:`polymq.errors.NotFound` when it is absent.
+    Concurrent loads of one id share one fetch. A schema is immutable under its id, so an
+    entry never goes stale; unknown ids are not remembered (they may be registered later).
+    """
+
+    def __init__(self, fetch: Fetch, maxsize: int = 1024) -> None:
+        if maxsize < 1:
+            raise ValueError("maxsize must be at least 1")
+        self.fetch = fetch
+        self.maxsize = maxsize
+        self._entries: OrderedDict[str, AvroSchema] = OrderedDict()
+        self._loading: dict[str, asyncio.Future[AvroSchema]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self._entries
+
+    def cached(self, sid: str) -> AvroSchema | None:
+        """The schema if it is held (no I/O), else None."""
+        s = self._entries.get(sid)
+        if s is not None:
+            self._entries.move_to_end(sid)
+            self.hits += 1
+        return s
+
+    def put(self, schema: AvroSchema) -> None:
+        """Hold ``schema`` (which its caller has stored under its id)."""
+        self._entries[schema.id] = schema
+        self._entries.move_to_end(schema.id)
+        while len(self._entries) > self.maxsize:
+            self._entries.popitem(last=False)
+
+    async def get(self, sid: str) -> AvroSchema:
+        """The schema with id ``sid``; UnknownSchema if none is stored (or ``sid`` is no
+        id); a corrupt stored schema is an InvalidSchema."""
+        s = self.cached(sid)
+        if s is not None:
+            return s
+        if not is_schema_id(sid):
+            raise UnknownSchema(sid, f"{sid[:40]!r} is not a schema id (16 lowercase hex digits)")
+        loading = self._loading.get(sid)
+        if loading is None:
+            self.misses += 1
+            loading = asyncio.ensure_future(self._load(sid))
+            self._loading[sid] = loading
+            loading.add_done_callback(lambda f: self._loaded(sid, f))
+        return await asyncio.shield(loading)
+
+    def _loaded(self, sid: str, fut: asyncio.Future[AvroSchema]) -> None:
+        self._loading.pop(sid, None)
+        if not fut.cancelled():
+            fut.exception()  # retrieved: every waiter may have gone (cancelled) meanwhile
+
+    async def _load(self, sid: str) -> AvroSchema:
+        try:
+            raw = await self.fetch(KV_SCHEMAS + sid)
+        except NotFound:
+            raise UnknownSchema(sid) from None
+        s = parse(raw)
+        if s.id != sid:
+            raise InvalidSchema(f"the schema stored under {sid} has the id {s.id}")
+        self.put(s)
+        return s
+
+
+# ---- records as JSON -------------------------------------------------------------------
+def to_json_value(datum: Any) -> Any:
+    """A decoded Avro value as JSON-able data: bytes and fixed as base64 strings, decimals
+    as strings (exact), dates and times in ISO 8601, UUIDs as strings, and the floats JSON
+    cannot hold as ``"NaN"``, ``"Infinity"``, ``"-Infinity"``."""
+    if datum is None or isinstance(datum, bool | int | str):
+        return datum
+    if isinstance(datum, float):
+        if math.isfinite(datum):
+            return datum
+        return "NaN" if math.isnan(datum) else "Infinity" if datum > 0 else "-Infinity"
+    if isinstance(datum, dict):
+        return {str(k): to_json_value(v) for k, v in datum.items()}
+    if isinstance(datum, list | tuple):
+        return [to_json_value(v) for v in datum]
+    if isinstance(datum, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(datum)).decode("ascii")
+    if isinstance(datum, decimal.Decimal):
+        return str(datum)
+    if isinstance(datum, datetime.datetime | datetime.date | datetime.time):
+        return datum.isoformat()
+    if isinstance(datum, uuid.UUID):
+        return str(datum)
+    raise TypeError(f"not an Avro value: {type(datum).__name__}")

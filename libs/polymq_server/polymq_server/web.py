@@ -1,0 +1,692 @@
+"""The shared base of polymq's aiohttp frontends (``polymq_http``, ``polymq_longpoll``,
+``polymq_avro``): what each of them would otherwise write again.
+
+- :class:`WebService`: one aiohttp app on one TCP listener (HTTPS when the settings name a
+  certificate and key, ``POLYMQ_TLS_CERT``/``POLYMQ_TLS_KEY``, or an ``ssl.SSLContext`` is
+  given; plain HTTP otherwise), started and stopped in aiohttp's documented order
+  (``docs/web_advanced.rst``): stop accepting, ``on_shutdown`` (waiting requests answer
+  now), let in-flight requests finish within :data:`SHUTDOWN_TIMEOUT`, then the app's
+  ``cleanup_ctx`` (the core link closes last: :func:`add_core_link`). Its listener
+  (:class:`polymq_server.listener.HttpListener`) takes at most ``POLYMQ_MAX_CONNECTIONS`` at once.
+- :func:`deadline_runner`: the runner of an app whose requests' headers and body must come
+  within ``POLYMQ_HANDSHAKE_TIMEOUT`` (every frontend's, and the core's admin HTTP).
+- :class:`RequestMetrics`, :func:`metrics_middleware` and :func:`metrics_endpoint`: the
+  metrics every frontend declares against an injected ``CollectorRegistry``
+  (``polymq_<service>_requests``, ``..._request_duration_seconds``,
+  ``..._requests_in_flight``, ``..._core_connected``, ``..._core_connects``) and
+  ``GET /metrics`` (:func:`add_metrics_route`).
+- :class:`FrontendLink`: a :class:`polymq_server.corelink.CoreLink` built from a frontend's
+  settings, that keeps the core-link metrics, warns when a limit of the frontend is above
+  the core's, and runs requests that wait at the core (long polls) so that they answer empty
+  at once when the service stops (:meth:`FrontendLink.waiting`).
+- :func:`problem_response`: an RFC 9457 problem details answer
+  (``application/problem+json``); the translation of exceptions into them is
+  :mod:`polymq_server.problems`'.
+- :func:`healthz`, :func:`readiness` and :func:`add_health_routes`: ``/healthz`` and
+  ``/readyz``.
+- :func:`settle_receipts`: ``POST /v1/ack`` and ``/v1/nack`` once their body is parsed:
+  settle queue leases by receipt, from any request (with the core's action of
+  :func:`settle_action`); :func:`add_settle_routes` routes both to one handler.
+- :func:`published_json`: the answer to a JSON publish (``POST /v1/{kind}/{name}/messages``).
+- :func:`add_openapi_route`: ``GET /openapi.json``.
+
+Errors: :func:`settle_receipts` raises ``polymq.errors.NotFound`` (404) when no receipt is
+well-formed, and lets the ``Forbidden`` of ``authorize`` and the core's errors through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from polymq.client import Client
+from polymq.errors import NotFound
+from polymq.types import Destination, Kind, Message
+
+from .config import FrontendSettings, server_ssl_context
+from .connections import ConnectionTable
+from .corelink import CORE_TIMEOUT, CoreLink
+from .listener import HttpListener, connection_middleware, listener_metrics
+from .problem import PROBLEM_JSON, problem_code, problem_document, status_phrase
+from .resources import ConnectionLimits
+
+__all__ = [
+    "CHALLENGE",
+    "PROBLEM_JSON",
+    "PROMETHEUS",
+    "SHUTDOWN_TIMEOUT",
+    "FrontendLink",
+    "RequestMetrics",
+    "SettleHandler",
+    "WebService",
+    "WebSettings",
+    "add_core_link",
+    "add_health_routes",
+    "add_metrics_route",
+    "add_openapi_route",
+    "add_settle_routes",
+    "core_link_metrics",
+    "deadline_runner",
+    "healthz",
+    "link_state",
+    "method_label",
+    "metrics_endpoint",
+    "metrics_middleware",
+    "problem_code",
+    "problem_response",
+    "published_json",
+    "readiness",
+    "receipt_destination",
+    "settle_action",
+    "settle_receipts",
+    "status_phrase",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+S = TypeVar("S", bound="WebSettings")
+M = TypeVar("M", bound="RequestMetrics")
+L = TypeVar("L", bound=CoreLink)
+
+SHUTDOWN_TIMEOUT = 10.0  # seconds in-flight requests get to finish at shutdown
+PROMETHEUS = web.AppKey("prometheus", CollectorRegistry)
+# the client connections of the app's listener, as the admin API lists them (add_core_link)
+CONNECTIONS = web.AppKey("connections", ConnectionTable)
+CHALLENGE = 'Basic realm="polymq", Bearer'
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
+_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+# ---- the service ---------------------------------------------------------------------------
+HANDSHAKE_TIMEOUT = 10.0  # seconds for a request's headers, then for its body (as RabbitMQ's)
+
+
+def _body_deadline(timeout: float) -> Middleware:
+    """Read a request's body before its handler runs (which then reads it from memory),
+    answering 408 and closing when no byte of it came for ``timeout`` seconds: a body
+    shorter than its ``Content-Length``, or a chunk that never comes, must not hold a
+    handler forever, while a large body that keeps coming has the time it needs.
+    Innermost, so that aiohttp's 413 for a body over the limit reaches the app's problem
+    middleware; a body declared over the limit is left to the handler (413 at once)."""
+
+    @web.middleware
+    async def body_deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
+        declared = request.content_length
+        if request.body_exists and (declared is None or declared <= request.client_max_size):
+            reading = asyncio.ensure_future(request.read())
+            try:
+                seen = request.content.total_bytes
+                while not reading.done():
+                    await asyncio.wait((reading,), timeout=timeout)
+                    if not reading.done() and request.content.total_bytes == seen:
+                        response = problem_response(
+                            408, f"no byte of the request's body came for {timeout:g} seconds",
+                            code="timeout",
+                        )  # fmt: skip
+                        response.force_close()
+                        return response
+                    seen = request.content.total_bytes
+                reading.result()  # (aiohttp's 413 for a chunked body over the limit)
+            finally:
+                reading.cancel()
+        return await handler(request)
+
+    return body_deadline
+
+
+def deadline_runner(
+    app: web.Application,
+    handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    *,
+    handler_cancellation: bool = False,
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+) -> web.AppRunner:
+    """The runner of ``app`` (not set up yet) with the deadlines of every polymq HTTP
+    listener: a request's headers must come within ``handshake_timeout`` seconds (aiohttp's
+    keep-alive timer, which also closes a connection idle that long), then no more than
+    that may pass between two bytes of its body (:func:`_body_deadline`, added to ``app``'s
+    middlewares as the innermost)."""
+    app.middlewares.append(_body_deadline(handshake_timeout))
+    return web.AppRunner(
+        app,
+        access_log=None,
+        handler_cancellation=handler_cancellation,
+        shutdown_timeout=shutdown_timeout,
+        keepalive_timeout=handshake_timeout,
+        # after an answer given before the whole body came (408, 413), the rest is read
+        # and dropped for at most this long, then the connection closes
+        lingering_time=handshake_timeout,
+    )
+
+
+class WebSettings(FrontendSettings, Protocol):
+    """What :class:`WebService` reads of a frontend's settings besides
+    :class:`~polymq_server.config.FrontendSettings`: ``POLYMQ_HANDSHAKE_TIMEOUT`` and
+    ``POLYMQ_MAX_CONNECTIONS``."""
+
+    @property
+    def handshake_timeout(self) -> float: ...
+    @property
+    def max_connections(self) -> int: ...
+
+
+class WebService(Generic[S]):
+    """An aiohttp frontend as a running service: its app (made by ``build_app`` from the
+    checked settings and the registry, a new one if none is given) on ``port``, over TLS
+    with ``ssl_context`` (by default the one of the settings' ``tls_cert``/``tls_key``, and
+    none when they are unset). The context is made here, so that a certificate that does
+    not load is a ``ConfigError`` before anything starts.
+
+    ``start()`` runs the app's ``cleanup_ctx`` (which connects to the core), binds the
+    listener and returns ``{name: port}``; ``stop()`` shuts down in aiohttp's order.
+
+    The listener (:class:`~polymq_server.listener.HttpListener`) takes at most the settings'
+    ``max_connections`` at once (0: the room the open-files limit leaves), answering the
+    others 503 at accept; ``polymq_<name>_connections`` and ``..._connections_refused``
+    count them."""
+
+    name: ClassVar[str]  # the key of its port in ``ports`` (and in ``polymq run``'s file)
+    backlog: ClassVar[int] = 128  # aiohttp's default
+
+    def __init__(
+        self,
+        settings: S,
+        registry: CollectorRegistry | None,
+        build_app: Callable[[S, CollectorRegistry], web.Application],
+        *,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        settings.check()
+        if ssl_context is None and settings.tls_cert and settings.tls_key:
+            ssl_context = server_ssl_context(settings.tls_cert, settings.tls_key)
+        self.settings = settings
+        self.ssl_context = ssl_context
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.app = build_app(settings, self.registry)
+        self.app.middlewares.insert(0, self._lame_duck_middleware())
+        if CONNECTIONS in self.app:
+            self.app.middlewares.insert(0, connection_middleware)
+        # seconds a client has for a request's headers, then between bytes of its body
+        self.handshake_timeout = settings.handshake_timeout
+        self.limits = ConnectionLimits(f"the {self.name} listener", settings.max_connections)
+        self.listener_metrics = listener_metrics(self.registry, f"polymq_{self.name}", "HTTP")
+        self.port = port
+        self.lame = False  # stopping: no new connections, requests told to go elsewhere
+        self._runner: web.AppRunner | None = None
+        self._listener: HttpListener | None = None
+        self.ports: dict[str, int] = {}
+
+    async def start(self) -> dict[str, int]:
+        self._runner = deadline_runner(self.app, self.handshake_timeout, handler_cancellation=True)
+        await self._runner.setup()  # runs the cleanup_ctx: connects to the core
+        self._listener = HttpListener(
+            self._runner,
+            self.settings.host,
+            self.port,
+            self.limits,
+            name=self.name,
+            metrics=self.listener_metrics,
+            ssl_context=self.ssl_context,
+            backlog=self.backlog,
+            handshake_timeout=self.handshake_timeout,
+            connections=self.app.get(CONNECTIONS),
+            protocol=self.name,
+        )
+        self.ports[self.name] = await self._listener.start()
+        self.started()
+        return self.ports
+
+    @property
+    def scheme(self) -> str:
+        """``https`` when the listener speaks TLS, else ``http``."""
+        return "https" if self.ssl_context is not None else "http"
+
+    @property
+    def url(self) -> str:
+        """The listener's base URL, once started (``https://127.0.0.1:7480/``)."""
+        host = self.settings.host
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address
+        return f"{self.scheme}://{host}:{self.ports[self.name]}/"
+
+    def started(self) -> None:
+        """Say where it listens (:attr:`url`: https or http) and what it serves (each
+        frontend logs its own line)."""
+
+    def _lame_duck_middleware(self) -> Middleware:
+        @web.middleware
+        async def lame_duck(request: web.Request, handler: Handler) -> web.StreamResponse:
+            if not self.lame:
+                return await handler(request)
+            response = problem_response(
+                503, "this instance is shutting down: retry (on another)", code="unavailable"
+            )
+            response.force_close()  # Connection: close (a load balancer picks another)
+            return response
+
+        return lame_duck
+
+    async def lame_duck(self) -> None:
+        """The first step of a stop: accept no new connections; a request that still
+        comes on an open one is answered 503 with ``Retry-After`` and ``Connection:
+        close`` (those already running finish in :meth:`stop`)."""
+        self.lame = True
+        if self._listener is not None:
+            self._listener.close()
+
+    async def stop(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+        if listener is not None:
+            await listener.wait_closed()
+
+
+def link_state(core: CoreLink) -> str:
+    """How a started service's log line describes its core link."""
+    return "connected" if core.connected else "not reachable yet (retrying)"
+
+
+def add_core_link(app: web.Application, key: web.AppKey[L]) -> None:
+    """Wire the core link under ``key`` into ``app``: it connects in the app's
+    ``cleanup_ctx`` (closed last at shutdown), and ``on_shutdown`` sets its ``stopping``
+    (waiting requests answer now instead of at their deadline)."""
+
+    async def core_link(app: web.Application) -> AsyncIterator[None]:
+        core = app[key]
+        await core.start()
+        yield
+        await core.stop()
+
+    async def stopping(app: web.Application) -> None:
+        app[key].begin_stop()
+
+    app.cleanup_ctx.append(core_link)
+    app.on_shutdown.append(stopping)
+    app[CONNECTIONS] = app[key].connections
+
+
+# ---- metrics -------------------------------------------------------------------------------
+def method_label(method: str) -> str:
+    """A bounded ``method`` label: one of the methods the APIs use, else ``other``."""
+    return method if method in _METHODS else "other"
+
+
+def core_link_metrics(registry: CollectorRegistry, service: str) -> tuple[Gauge, Counter]:
+    """``polymq_<service>_core_connected`` (1 while the frontend holds a connection to the
+    core) and ``polymq_<service>_core_connects`` (connections made), declared in
+    ``registry``."""
+    connected = Gauge(
+        f"polymq_{service}_core_connected",
+        "1 while the frontend holds a connection to the core, else 0",
+        registry=registry,
+    )
+    connects = Counter(
+        f"polymq_{service}_core_connects",
+        "Connections made to the core (a reconnect counts again)",
+        registry=registry,
+    )
+    return connected, connects
+
+
+class RequestMetrics:
+    """The request metrics of frontend ``service``: ``polymq_<service>_requests`` (by method,
+    route template and status; ``requests`` is its help), and with ``duration`` (the help of
+    the histogram) also ``polymq_<service>_request_duration_seconds`` and
+    ``polymq_<service>_requests_in_flight``. A subclass declares its own metrics after these,
+    and the core link's with :meth:`core_link_metrics` where they belong in its list."""
+
+    core_connected: Gauge
+    core_connects: Counter
+
+    def __init__(
+        self, registry: CollectorRegistry, service: str, *, requests: str, duration: str | None
+    ) -> None:
+        self.service = service
+        self.requests = Counter(
+            f"polymq_{service}_requests",
+            requests,
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.duration: Histogram | None = None
+        self.in_flight: Gauge | None = None
+        if duration is not None:
+            self.duration = Histogram(
+                f"polymq_{service}_request_duration_seconds",
+                duration,
+                ["method", "route"],
+                buckets=_DURATION_BUCKETS,
+                registry=registry,
+            )
+            self.in_flight = Gauge(
+                f"polymq_{service}_requests_in_flight",
+                "HTTP requests being answered",
+                registry=registry,
+            )
+
+    def core_link_metrics(self, registry: CollectorRegistry) -> None:
+        """Declare ``polymq_<service>_core_connected`` and ``..._core_connects``."""
+        self.core_connected, self.core_connects = core_link_metrics(registry, self.service)
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        m = method_label(method)
+        self.requests.labels(m, route, str(status)).inc()
+        if self.duration is not None:
+            self.duration.labels(m, route).observe(seconds)
+
+
+def metrics_middleware(key: web.AppKey[M]) -> Middleware:
+    """A middleware that counts (and times) every request into the metrics under ``key``:
+    by route template (``unmatched`` for none) and status (499 when the client went away,
+    500 when the handler failed without an HTTP answer)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        metrics = request.app[key]
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        start = time.perf_counter()
+        status = 500
+        in_flight = metrics.in_flight
+        if in_flight is not None:
+            in_flight.inc()
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away
+            raise
+        finally:
+            if in_flight is not None:
+                in_flight.dec()
+            metrics.observe(request.method, route, status, time.perf_counter() - start)
+
+    return middleware
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    """``GET /metrics``: the registry stored under :data:`PROMETHEUS`."""
+    body = generate_latest(request.app[PROMETHEUS])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def add_metrics_route(app: web.Application, registry: CollectorRegistry) -> None:
+    """``GET /metrics`` of ``registry`` (stored under :data:`PROMETHEUS`)."""
+    app[PROMETHEUS] = registry
+    app.router.add_get("/metrics", metrics_endpoint)
+
+
+# ---- the core link ---------------------------------------------------------------------------
+class FrontendLink(CoreLink, Generic[S]):
+    """The core link of frontend ``service`` (its name in logs and at the core), from its
+    settings; it keeps ``metrics.core_connected``/``core_connects`` and, on each connection,
+    warns about every ``(our setting, the core's limit)`` of :attr:`limits` whose value is
+    above what the core says (the core's limit rules)."""
+
+    limits: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    def __init__(self, settings: S, metrics: RequestMetrics, *, service: str) -> None:
+        super().__init__(
+            settings.core_host,
+            settings.core_port,
+            service=service,
+            user=settings.core_user,
+            password=settings.core_password,
+            token=settings.core_token,
+        )
+        self.settings = settings
+        self.metrics = metrics
+
+    def attached(self, client: Client) -> None:
+        for ours, name in self.limits:
+            theirs = client.limits.get(name)
+            value = getattr(self.settings, ours)
+            if isinstance(theirs, int | float) and value > theirs:
+                log.warning(
+                    "%s: POLYMQ_%s=%s is above the core's %s: the core's limit rules",
+                    self.service,
+                    ours.upper(),
+                    value,
+                    theirs if ours == name else f"{name}={theirs}",
+                )
+        super().attached(client)
+        self.metrics.core_connected.set(1)
+        self.metrics.core_connects.inc()
+
+    def detached(self, client: Client, reason: str) -> None:
+        self.metrics.core_connected.set(0)
+        super().detached(client, reason)
+
+    async def stop(self) -> None:
+        await super().stop()
+        self.metrics.core_connected.set(0)
+
+    async def publish(
+        self,
+        destination: str,
+        messages: list[Message],
+        size: int,
+        *,
+        role: str | None = None,
+        batch_id: str | None = None,
+        batch_ttl: float | None = None,
+    ) -> dict[str, Any]:
+        """Publish ``messages`` (from ``size`` bytes of request body), holding that much of
+        :attr:`budget` while in flight so that coalesced requests never make a frame the
+        core would refuse."""
+        await self.budget.acquire(size)
+        try:
+            return await self.call(
+                lambda c: c.publish(
+                    destination, messages, role=role, batch_id=batch_id, batch_ttl=batch_ttl
+                )
+            )
+        finally:
+            self.budget.release(size)
+
+    async def waiting(
+        self,
+        client: Client,
+        request: Awaitable[T],
+        wait: float,
+        abandoned: Callable[[T], None],
+        empty: T,
+    ) -> T:
+        """``request`` on ``client`` (which may wait up to ``wait`` seconds at the core);
+        ``empty`` at once if the service stops first, ``TimeoutError`` if the core does not
+        answer in time. What it brings after we gave up is ``abandoned`` (leases go back)."""
+        # One task (the request) and one future per waiting request; no task on
+        # ``stopping`` nor ``asyncio.wait``: with 10,000 long polls held, those (and the
+        # Event's deque that each cancelled wait is removed from) cost more than the rest
+        # of an answer.
+        task = asyncio.ensure_future(request)
+        woken = self.hold()
+
+        def wake(_: object = None) -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        task.add_done_callback(wake)
+        loop = asyncio.get_running_loop()
+        timer = loop.call_at(loop.time() + wait + CORE_TIMEOUT, wake)
+        try:
+            await woken
+        finally:
+            self.release(woken)
+            timer.cancel()
+            task.remove_done_callback(wake)
+            if not task.done():  # we gave up: whatever it brings later goes back at once
+
+                def later(t: asyncio.Future[T]) -> None:
+                    if not t.cancelled() and t.exception() is None:
+                        abandoned(t.result())
+
+                task.add_done_callback(later)
+        if task.done():
+            return await self.guard(client, task)
+        if self.stopping.is_set():
+            return empty
+        raise TimeoutError
+
+
+# ---- problem details -----------------------------------------------------------------------
+def problem_response(
+    status: int,
+    detail: str,
+    *,
+    code: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
+    """``{"type": "about:blank", "title": <the status phrase>, "status", "detail", "code"}``
+    as ``application/problem+json``; a 401 challenges, a 503 says when to retry."""
+    body = problem_document(status, detail, code=code)
+    out = {k: v for k, v in (headers or {}).items() if k.lower() != "content-type"}
+    if status == 401:
+        out.setdefault("WWW-Authenticate", CHALLENGE)
+    if status == 503:
+        out.setdefault("Retry-After", "1")
+    return web.Response(
+        status=status,
+        body=json.dumps(body).encode(),
+        headers=out,
+        content_type=PROBLEM_JSON,
+    )
+
+
+# ---- the JSON APIs' shared routes and answers -------------------------------------------------
+def published_json(dest: Destination, result: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer to a publish to ``dest`` from the core's ``result``: ``count`` and
+    ``subscribers`` for a topic, else ``count``, ``ids`` and ``seqs``."""
+    if dest.kind is Kind.TOPIC:
+        return {"count": result["count"], "subscribers": result["subscribers"]}
+    return {"count": result["count"], "ids": result["ids"], "seqs": result["seqs"]}
+
+
+def add_openapi_route(app: web.Application, document: web.AppKey[bytes]) -> None:
+    """``GET /openapi.json``: the JSON document stored under ``document``."""
+
+    async def openapi(request: web.Request) -> web.Response:
+        return web.Response(body=request.app[document], content_type="application/json")
+
+    app.router.add_get("/openapi.json", openapi)
+
+
+# ---- health ----------------------------------------------------------------------------------
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def readiness(core: CoreLink) -> web.Response:
+    """``/readyz`` of a frontend that reaches the core through ``core``."""
+    if core.stopping.is_set():
+        return problem_response(503, "shutting down", code="unavailable")
+    if not core.connected:
+        detail = f"not connected to the core at {core.address}: {core.last_error}"
+        return problem_response(503, detail, code="unavailable")
+    return web.json_response({"status": "ready", "core": core.address})
+
+
+def add_health_routes(app: web.Application, core: web.AppKey[L]) -> None:
+    """``GET /healthz`` and ``GET /readyz`` (of the core link under ``core``)."""
+
+    async def readyz(request: web.Request) -> web.Response:
+        return readiness(request.app[core])
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+
+
+# ---- settling leases -------------------------------------------------------------------------
+def receipt_destination(receipt: str) -> str | None:
+    """The queue a receipt (``queue/<name>|<seq>|<delivery>``) settles, or None if malformed."""
+    key, sep, rest = receipt.partition("|")
+    seq, sep2, did = rest.partition("|")
+    if not (sep and sep2 and seq.isdigit() and did.isdigit() and seq.isascii() and did.isascii()):
+        return None
+    try:
+        dest = Destination.parse(key)
+    except Exception:
+        return None
+    return str(dest) if dest.kind is Kind.QUEUE else None
+
+
+def settle_action(*, nack: bool, requeue: bool) -> str:
+    """The core's action for ``POST /v1/ack`` (``ack``) or ``POST /v1/nack`` (``requeue``,
+    or ``reject``, to the dead letters, when its body says ``"requeue": false``)."""
+    return "ack" if not nack else "requeue" if requeue else "reject"
+
+
+class SettleHandler(Protocol):
+    """A frontend's handler of ``POST /v1/ack`` (``nack`` false) and ``/v1/nack``."""
+
+    def __call__(self, request: web.Request, *, nack: bool) -> Awaitable[web.StreamResponse]: ...
+
+
+def add_settle_routes(app: web.Application, settle: SettleHandler) -> None:
+    """``POST /v1/ack`` and ``POST /v1/nack``, both answered by ``settle``."""
+
+    async def ack(request: web.Request) -> web.StreamResponse:
+        return await settle(request, nack=False)
+
+    async def nack(request: web.Request) -> web.StreamResponse:
+        return await settle(request, nack=True)
+
+    app.router.add_post("/v1/ack", ack)
+    app.router.add_post("/v1/nack", nack)
+
+
+async def settle_receipts(
+    core: CoreLink,
+    receipts: list[str],
+    action: str,
+    authorize: Callable[[str], None],
+    *,
+    done: Callable[[list[str]], None] | None = None,
+) -> dict[str, Any]:
+    """Settle queue leases by receipt with ``action`` (``ack``, ``requeue``/``nack`` or
+    ``reject``): ``{"settled": n, "missing": [...]}``, where malformed receipts and those the
+    core no longer knows are missing. ``authorize(queue)`` raises if the caller may not read
+    a queue named; ``done(receipts sent to the core)`` is called however the core answers."""
+    known: list[str] = []
+    missing: list[str] = []
+    for receipt in receipts:
+        dest = receipt_destination(receipt)
+        if dest is None:
+            missing.append(receipt)
+            continue
+        authorize(dest)
+        known.append(receipt)
+    if not known:
+        raise NotFound("unknown or malformed receipt(s)")
+    try:
+        result: dict[str, Any] = await core.call(lambda c: c.settle(known, action))
+    finally:
+        if done is not None:
+            done(known)
+    return {"settled": int(result.get("settled", 0)), "missing": missing + list(result["missing"])}

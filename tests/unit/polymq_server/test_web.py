@@ -1,0 +1,78 @@
+"""The routes and answers ``polymq_server.web`` gives every JSON frontend, on an app with no
+listener (requests are resolved and answered in process)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+
+from polymq.types import Destination
+from polymq_server.web import add_openapi_route, add_settle_routes, published_json, settle_action
+
+
+async def answer(app: web.Application, method: str, path: str) -> web.StreamResponse:
+    match = await app.router.resolve(make_mocked_request(method, path, app=app))
+    if match.http_exception is not None:
+        raise match.http_exception
+    return await match.handler(make_mocked_request(method, path, match_info=dict(match), app=app))
+
+
+@pytest.mark.parametrize(
+    ("nack", "requeue", "action"),
+    [(False, True, "ack"), (True, True, "requeue"), (True, False, "reject")],
+)
+def test_settle_action(nack: bool, requeue: bool, action: str) -> None:
+    assert settle_action(nack=nack, requeue=requeue) == action
+
+
+def test_published_json_of_a_topic_counts_subscribers() -> None:
+    result = {"count": 2, "subscribers": 3, "ids": ["a", "b"], "seqs": [1, 2]}
+    assert published_json(Destination.parse("topic/t"), result) == {
+        "count": 2,
+        "subscribers": 3,
+    }
+
+
+@pytest.mark.parametrize("dest", ["queue/q", "stream/s", "channel/c"])
+def test_published_json_of_a_stored_destination_names_the_messages(dest: str) -> None:
+    result = {"count": 2, "ids": ["a", "b"], "seqs": [1, 2]}
+    answer = published_json(Destination.parse(dest), result)
+    assert answer == result
+    assert list(answer) == ["count", "ids", "seqs"]  # the order clients see in the JSON
+
+
+async def test_settle_routes_call_one_handler_with_nack() -> None:
+    calls: list[bool] = []
+
+    async def settle(request: web.Request, *, nack: bool) -> web.Response:
+        calls.append(nack)
+        return web.json_response({"nack": nack}, status=201)
+
+    app = web.Application()
+    add_settle_routes(app, settle)
+    ack = await answer(app, "POST", "/v1/ack")
+    nack = await answer(app, "POST", "/v1/nack")
+    assert calls == [False, True]
+    assert isinstance(ack, web.Response) and isinstance(nack, web.Response)
+    assert (ack.status, ack.body) == (201, b'{"nack": false}')
+    assert (nack.status, nack.body) == (201, b'{"nack": true}')
+    with pytest.raises(web.HTTPMethodNotAllowed):
+        await answer(app, "GET", "/v1/ack")
+    assert calls == [False, True]
+
+
+async def test_openapi_route_serves_the_stored_document() -> None:
+    key = web.AppKey("openapi", bytes)
+    app = web.Application()
+    app[key] = json.dumps({"openapi": "3.1.0"}).encode()
+    add_openapi_route(app, key)
+    response = await answer(app, "GET", "/openapi.json")
+    assert isinstance(response, web.Response)
+    assert response.status == 200
+    assert response.content_type == "application/json"
+    assert response.body == b'{"openapi": "3.1.0"}'
+    with pytest.raises(web.HTTPMethodNotAllowed):
+        await answer(app, "POST", "/openapi.json")
