@@ -11,7 +11,8 @@
 #   docker run --rm polymq core --data-dir /var/lib/polymq    # one service
 #
 # Stages: `web` fetches @stomp/stompjs (the STOMP page's browser library, pinned by
-# services/stomp/web/package-lock.json), `build` turns the project and its dependencies into
+# services/stomp/web/package-lock.json) and uPlot (the core console's charts, pinned by
+# services/core/web/package-lock.json), `build` turns the project and its dependencies into
 # wheels and installs them into a virtualenv, and the final stage copies that virtualenv and the
 # bundle onto a clean python:3.11-slim: no compiler, no npm, no pip cache, no sources.
 # No HEALTHCHECK: Kubernetes probes /healthz and /readyz (see charts/polymq).
@@ -24,6 +25,10 @@ WORKDIR /web
 COPY services/stomp/web/package.json services/stomp/web/package-lock.json ./
 RUN npm ci --no-audit --no-fund --loglevel=error \
  && test -s node_modules/@stomp/stompjs/bundles/stomp.umd.min.js
+WORKDIR /console
+COPY services/core/web/package.json services/core/web/package-lock.json ./
+RUN npm ci --no-audit --no-fund --loglevel=error \
+ && test -s node_modules/uplot/dist/uPlot.iife.min.js && test -s node_modules/uplot/dist/uPlot.min.css
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -55,14 +60,17 @@ RUN groupadd --system --gid 10001 polymq \
  && install -d -o polymq -g polymq -m 0750 /var/lib/polymq
 COPY --from=build /opt/polymq /opt/polymq
 COPY --from=web /web/node_modules/@stomp/stompjs/bundles/stomp.umd.min.js /opt/polymq/web/stomp.umd.min.js
+COPY --from=web /console/node_modules/uplot/dist/uPlot.iife.min.js /console/node_modules/uplot/dist/uPlot.min.css /opt/polymq/web/uplot/
 # POLYMQ_HOST: listen on every interface (a container's loopback is useless from outside);
-# POLYMQ_DATA_DIR: the core's store, a volume in Kubernetes; POLYMQ_STOMP_STOMPJS: the bundle above.
+# POLYMQ_DATA_DIR: the core's store, a volume in Kubernetes; POLYMQ_STOMP_STOMPJS and
+# POLYMQ_CONSOLE_CHART: the browser libraries above (the STOMP page's, the console's charts).
 ENV PATH=/opt/polymq/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     POLYMQ_HOST=0.0.0.0 \
     POLYMQ_DATA_DIR=/var/lib/polymq \
-    POLYMQ_STOMP_STOMPJS=/opt/polymq/web/stomp.umd.min.js
+    POLYMQ_STOMP_STOMPJS=/opt/polymq/web/stomp.umd.min.js \
+    POLYMQ_CONSOLE_CHART=/opt/polymq/web/uplot
 WORKDIR /var/lib/polymq
 VOLUME ["/var/lib/polymq"]
 USER 10001:10001

@@ -13,6 +13,9 @@ STAMP  := $(VENV)/.installed-$(SUM)
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WEB    := services/stomp/web
 STOMPJS := $(WEB)/node_modules/@stomp/stompjs/bundles/stomp.umd.min.js
+# uPlot, the charts of the core's console (services/core/polymq_core/console.py)
+CONSOLEWEB := services/core/web
+UPLOT := $(CONSOLEWEB)/node_modules/uplot/dist/uPlot.iife.min.js
 AMQPNODE := tests/integration/amqp/node
 AMQPLIB := $(AMQPNODE)/node_modules/amqplib/package.json
 
@@ -21,6 +24,11 @@ AMQPLIB := $(AMQPNODE)/node_modules/amqplib/package.json
 # @stomp/stompjs for the STOMP frontend's browser page: from npm, served locally (no CDN)
 $(STOMPJS): $(WEB)/package.json $(WEB)/package-lock.json
 	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# uPlot for the core's console: from npm, served locally by the admin port (no CDN)
+$(UPLOT): $(CONSOLEWEB)/package.json $(CONSOLEWEB)/package-lock.json
+	cd $(CONSOLEWEB) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 # amqplib for the AMQP frontend's Node test (tests/integration/amqp/test_amqplib.py)
@@ -49,14 +57,14 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-* $(VENV)/.run-*
 	@touch $@ $(RUN_STAMP)
 
-install: $(STAMP) $(STOMPJS) $(AMQPLIB)
+install: $(STAMP) $(STOMPJS) $(UPLOT) $(AMQPLIB)
 
 ## make run: install what is missing, then start polymq (core + frontends) on its embedded store
-run: $(RUN_STAMP) $(STOMPJS)
+run: $(RUN_STAMP) $(STOMPJS) $(UPLOT)
 	$(VENV)/bin/polymq run --data-dir $${POLYMQ_DATA_DIR:-./polymq-data}
 
 ## make test: install what the tests need, then run them all (lint and types first)
-test: $(STAMP) $(STOMPJS) $(AMQPLIB) chromium lint typecheck
+test: $(STAMP) $(STOMPJS) $(UPLOT) $(AMQPLIB) chromium lint typecheck
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
@@ -80,4 +88,4 @@ bench: $(STAMP) $(STOMPJS) rabbitmq
 	$(PY) -m bench --settle 15 --out bench-results.json
 
 clean:
-	rm -rf $(VENV) $(WEB)/node_modules $(AMQPNODE)/node_modules polymq-data bench-results.json .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(WEB)/node_modules $(CONSOLEWEB)/node_modules $(AMQPNODE)/node_modules polymq-data bench-results.json .pytest_cache .mypy_cache .ruff_cache

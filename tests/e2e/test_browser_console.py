@@ -28,7 +28,13 @@ MS = WAIT * 1000
 
 def write_users(path: Path, password: str) -> None:
     grants = [{"pattern": "*", "permissions": ["read", "write", "configure"]}]
-    users = {"ops": {"password_hash": hash_password(password), "grants": grants}}
+    users = {
+        "ops": {
+            "password_hash": hash_password(password),
+            "grants": grants,
+            "tags": ["administrator"],  # the console and the admin API (docs/admin-api.md)
+        }
+    }
     path.write_text(json.dumps({"users": users}))
 
 
@@ -60,7 +66,7 @@ async def test_a_reload_from_the_console(
     assert http_status(proc, "before") == 200
     assert http_status(proc, "before", "pull") == 200
     write_users(users, "after")
-    page = await browser.new_page()
+    page = await browser.new_page(http_credentials={"username": "ops", "password": "before"})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     try:

@@ -70,6 +70,8 @@ from .events import (
     MetaGet,
     MetaSet,
     Ok,
+    Peek,
+    Peeked,
     Ping,
     Polled,
     Publish,
@@ -234,6 +236,10 @@ class Client:
             fut = self._pending.pop(ev.rid, None)
             if fut is not None and not fut.done():
                 fut.set_result([Lease(r, m) for r, m in zip(ev.leases, ev.messages, strict=True)])
+        elif isinstance(ev, Peeked):
+            fut = self._pending.pop(ev.rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(ev.messages)
         elif isinstance(ev, Polled):
             fut = self._pending.pop(ev.rid, None)
             if fut is not None and not fut.done():
@@ -446,6 +452,15 @@ class Client:
         self, destination: str, max: int = 1, *, wait: float = 0.0, visibility: float = 30.0
     ) -> list[Lease]:
         r: list[Lease] = await self._call(Pull(self._rid(), destination, max, wait, visibility))
+        return r
+
+    async def peek(
+        self, destination: str, count: int = 10, *, role: str | None = None
+    ) -> list[Message]:
+        """Look without taking: a queue's first ``count`` ready messages in delivery order
+        (a durable queue's in-memory window: paged messages come after it), or a stream's
+        last ``count`` entries. Nothing is leased, acked or counted as delivered."""
+        r: list[Message] = await self._call(Peek(self._rid(), destination, count, role))
         return r
 
     async def settle(self, receipts: list[str], outcome: Outcome = Outcome.ACK) -> Settled:

@@ -43,6 +43,7 @@ from .events import (
     Event,
     Goodbye,
     Hello,
+    Peeked,
     Polled,
     Publish,
     Pulled,
@@ -118,7 +119,7 @@ _FIELDS: dict[int, tuple[str, ...]] = {
     op: tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
     for op, cls in EVENT_TYPES.items()
 }
-_HAS_MESSAGES = frozenset(cls.OP for cls in (Publish, Deliver, Pulled, Polled))
+_HAS_MESSAGES = frozenset(cls.OP for cls in (Publish, Deliver, Pulled, Polled, Peeked))
 _TO_WIRE = Message.to_wire  # looked up once: a batch may hold thousands of messages
 _FROM_WIRE = Message.from_wire
 
@@ -204,7 +205,7 @@ class Connection:
         self.max_login_frame = max_frame if max_login_frame is None else max_login_frame
         self.keep_raw = keep_raw
         # with keep_raw: the operation of the event next_event returned last, as it came on
-        # the wire, if it carries messages (Publish, Deliver, Pulled, Polled); else None
+        # the wire, if it carries messages (Publish, Deliver, Pulled, Polled, Peeked); else None
         self.raw: bytes | None = None
         self.state = State.PREAMBLE if role is Role.SERVER else State.HELLO
         self._buf = bytearray()

@@ -3,8 +3,9 @@
 Client to core: ``Hello``, ``Publish``, ``Declare``, ``Delete``, ``Purge``, ``Subscribe``,
 ``Unsubscribe``, ``Ack``, ``Nack``, ``Pull``, ``Settle``, ``Stats``, ``MetaGet``, ``MetaSet``,
 ``KvGet``, ``KvPut``, ``KvDelete``, ``KvList``, ``Ping``, ``CursorOpen``, ``CursorPoll``,
-``CursorClose``, ``Bind``, ``Unbind``, ``Bindings``.
-Core to client: ``Welcome``, ``Ok``, ``Fail``, ``Deliver``, ``Pulled``, ``Cancelled``, ``Goodbye``.
+``CursorClose``, ``Bind``, ``Unbind``, ``Bindings``, ``Peek``.
+Core to client: ``Welcome``, ``Ok``, ``Fail``, ``Deliver``, ``Pulled``, ``Polled``, ``Peeked``,
+``Cancelled``, ``Goodbye``.
 
 Every request carries ``rid``, a request id the answer (``Ok``, ``Fail`` or ``Pulled``) repeats;
 ``rid`` 0 asks for no answer at all (fire and forget).
@@ -41,6 +42,8 @@ __all__ = [
     "MetaSet",
     "Nack",
     "Ok",
+    "Peek",
+    "Peeked",
     "Ping",
     "Polled",
     "Publish",
@@ -305,6 +308,20 @@ class Bindings(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class Peek(Request):
+    """Look at messages without taking them: a queue's first ``count`` ready messages (in
+    the order they would be delivered: by priority, then sequence; those of a durable
+    queue's in-memory window, paged ones come after it), or a stream's last ``count``
+    entries. A channel's: the inbox of ``role`` (default ``server``). Answer: ``Peeked``."""
+
+    OP: ClassVar[int] = 34
+    rid: int
+    destination: str
+    count: int
+    role: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Ok(Event):
     OP: ClassVar[int] = 40
     rid: int
@@ -345,6 +362,15 @@ class Polled(Event):
     rid: int
     cursor: int
     receipts: list[str]
+    messages: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class Peeked(Event):
+    """The answer to Peek: the messages, still where they were (nothing is leased)."""
+
+    OP: ClassVar[int] = 47
+    rid: int
     messages: list[Message]
 
 
@@ -396,11 +422,13 @@ EVENT_TYPES: dict[int, type[Event]] = {
         Bind,
         Unbind,
         Bindings,
+        Peek,
         Ok,
         Fail,
         Deliver,
         Pulled,
         Polled,
+        Peeked,
         Cancelled,
         Goodbye,
     )

@@ -51,6 +51,11 @@ Providers (``load_provider`` picks one from a spec string):
       "anonymous": {"grants": [{"pattern": "topic/public.*", "permissions": ["read"]}]}
     }
 
+  A user's ``tags`` (optional: ``["monitoring"]`` or ``["administrator"]``, RabbitMQ's
+  management tags) open the core's admin API and console to them: ``monitoring`` may read
+  everything there, ``administrator`` may also change things (publish, purge, delete, close
+  connections); a user without either is refused there (see ``polymq_core.adminauth``).
+
   ``password_hash`` is optional (a user without one logs in by token only); ``tokens`` and
   ``anonymous`` are optional, and without ``anonymous`` clients must log in. Tokens are stored
   as the sha256 hex of the token, never in clear. Unknown keys are errors. Make the values
@@ -84,6 +89,7 @@ from polymq.errors import Forbidden, Unauthorized
 from polymq.types import Kind
 
 __all__ = [
+    "ADMIN_TAGS",
     "ALL_PERMISSIONS",
     "INTERNAL_PRINCIPAL",
     "AnonymousProvider",
@@ -116,6 +122,8 @@ class Permission(enum.Enum):
 
 
 ALL_PERMISSIONS = frozenset(Permission)
+# the management tags a user may have: what the admin API lets them do (RabbitMQ's names)
+ADMIN_TAGS = frozenset({"monitoring", "administrator"})
 _PERMISSION_NAMES = {m.value for m in Permission}
 _USE_PERMS = "use read, write or configure"
 
@@ -148,6 +156,7 @@ class Principal:
     name: str
     anonymous: bool
     grants: tuple[Grant, ...] = ()
+    tags: frozenset[str] = frozenset()  # management tags (ADMIN_TAGS): the admin API's
 
     def allows(self, permission: Permission, destination: str) -> bool:
         return any(g.allows(permission, destination) for g in self.grants)
@@ -162,6 +171,11 @@ INTERNAL_PRINCIPAL = "polymq-internal"  # who the service token logs in as: poly
 
 class AuthProvider(abc.ABC):
     """Turns credentials into a ``Principal`` (or ``Unauthorized``) and checks permissions."""
+
+    @property
+    def open(self) -> bool:
+        """True in anonymous mode: nobody logs in anywhere (the admin API included)."""
+        return False
 
     @abc.abstractmethod
     async def authenticate_password(self, user: str, password: str) -> Principal: ...
@@ -209,6 +223,10 @@ class AnonymousProvider(AuthProvider):
     async def anonymous(self) -> Principal:
         return Principal("anonymous", anonymous=True, grants=_EVERYTHING)
 
+    @property
+    def open(self) -> bool:
+        return True
+
     def describe(self) -> str:
         return "anonymous mode: no authentication, every client may do everything"
 
@@ -229,11 +247,15 @@ class WithServiceToken(AuthProvider):
 
     async def authenticate_token(self, token: str) -> Principal:
         if hmac.compare_digest(token.encode(), self._token.encode()):
-            return Principal(INTERNAL_PRINCIPAL, anonymous=False, grants=_EVERYTHING)
+            return Principal(INTERNAL_PRINCIPAL, False, _EVERYTHING, frozenset({"administrator"}))
         return await self.inner.authenticate_token(token)
 
     async def anonymous(self) -> Principal:
         return await self.inner.anonymous()
+
+    @property
+    def open(self) -> bool:
+        return self.inner.open
 
     def describe(self) -> str:
         return self.inner.describe()
@@ -298,6 +320,7 @@ def _verify_or_dummy(password: str, encoded: str | None) -> bool:
 class _User:
     password_hash: str | None
     grants: tuple[Grant, ...]
+    tags: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,14 +347,15 @@ class FileProvider(AuthProvider):
         ok = await asyncio.to_thread(_verify_or_dummy, password, encoded)
         if found is None or encoded is None or not ok:
             raise Unauthorized(_BAD_LOGIN)
-        return Principal(user, anonymous=False, grants=found.grants)
+        return Principal(user, anonymous=False, grants=found.grants, tags=found.tags)
 
     async def authenticate_token(self, token: str) -> Principal:
         config = self._config
         name = config.tokens.get(hash_token(token))
         if name is None:
             raise Unauthorized("invalid token")
-        return Principal(name, anonymous=False, grants=config.users[name].grants)
+        found = config.users[name]
+        return Principal(name, anonymous=False, grants=found.grants, tags=found.tags)
 
     async def anonymous(self) -> Principal:
         grants = self._config.anonymous
@@ -430,6 +454,19 @@ def _parse_grants(v: Any, what: str) -> tuple[Grant, ...]:
     return tuple(out)
 
 
+def _parse_tags(user: dict[str, Any], what: str) -> frozenset[str]:
+    tags = user.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise ValueError(f"{what}: 'tags' must be a list of strings")
+    unknown = sorted(set(tags) - ADMIN_TAGS)
+    if unknown:
+        raise ValueError(
+            f"{what}: unknown tag(s) {', '.join(map(repr, unknown))} "
+            f"(use {' or '.join(sorted(ADMIN_TAGS))})"
+        )
+    return frozenset(tags)
+
+
 def _parse_config(data: Any) -> _Config:
     data = _object(data, "the top level", ("users", "tokens", "anonymous"))
     users: dict[str, _User] = {}
@@ -437,14 +474,14 @@ def _parse_config(data: Any) -> _Config:
         what = f"user {name!r}"
         if not name:
             raise ValueError("a user name is empty")
-        u = _object(u, what, ("password_hash", "grants"))
+        u = _object(u, what, ("password_hash", "grants", "tags"))
         pw = u.get("password_hash")
         if pw is not None:
             try:
                 _parse_hash(pw)
             except ValueError as e:
                 raise ValueError(f"{what}: {e}") from None
-        users[name] = _User(pw, _parse_grants(u.get("grants", []), what))
+        users[name] = _User(pw, _parse_grants(u.get("grants", []), what), _parse_tags(u, what))
     tokens: dict[str, str] = {}
     for digest, t in _object(data.get("tokens", {}), "'tokens'").items():
         what = f"token {digest[:12]!r}"

@@ -29,6 +29,7 @@ from polymq.types import Message
 
 from . import alarms
 from .avro import SchemaCache
+from .connections import ConnectionTable, Responder, instance_id
 from .reload import TOPIC, Reloader, ReloadError
 
 __all__ = ["CORE_TIMEOUT", "ByteBudget", "CoreLink"]
@@ -111,6 +112,8 @@ class CoreLink:
         # the core's resource alarms on (polymq_server.alarms), as last heard, and who to tell
         self.alarms: frozenset[str] = frozenset()
         self.alarm_hooks: list[Callable[[frozenset[str]], None]] = []
+        # this instance's client connections, listed and closed through the core's admin
+        self.connections = ConnectionTable(instance_id(service), service)
 
     @property
     def schemas(self) -> SchemaCache:
@@ -264,6 +267,19 @@ class CoreLink:
         if self.reloader is not None:
             self.spawn(self._follow(client, self.reloader), f"subscribing to topic/{TOPIC}")
         self.spawn(self._follow_alarms(client), f"subscribing to topic/{alarms.TOPIC}")
+        self.spawn(self._answer_connections(client), "subscribing to topic/system.connections.*")
+
+    async def _answer_connections(self, client: Client) -> None:
+        try:
+            await Responder(client, self.connections).start()
+        except RequestError as exc:
+            log.warning(
+                "%s: the admin API will not list this instance's connections: %s (grant this "
+                "frontend's core user read on topic/system.connections.* and write on "
+                "topic/system.connections.reply.*)",
+                self.service,
+                exc,
+            )
 
     async def _follow_alarms(self, client: Client) -> None:
         try:

@@ -16,6 +16,10 @@ one that does not is answered at once: a ``503`` problem (:mod:`polymq_server.pr
 
 :class:`ListenerMetrics`: ``<prefix>_connections`` (open, by listener) and
 ``<prefix>_connections_refused`` (by listener), declared by :func:`listener_metrics`.
+
+With a :class:`~polymq.connections.ConnectionTable` (``connections``), each connection it
+serves is an entry there (protocol ``protocol``), closed by the admin API by closing its
+socket; :func:`connection_middleware` gives the entry its user and counts its requests.
 """
 
 from __future__ import annotations
@@ -25,16 +29,28 @@ import json
 import logging
 import socket
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from polymq.errors import Unauthorized
+
+from .auth import parse_authorization
+from .connections import ConnectionTable, Tracked
 from .problem import PROBLEM_JSON, problem_document, status_phrase
 from .resources import Admission, ConnectionLimits
 
-__all__ = ["REFUSED_LINGER", "HttpListener", "ListenerMetrics", "listener_metrics", "refusal"]
+__all__ = [
+    "REFUSED_LINGER",
+    "HttpListener",
+    "ListenerMetrics",
+    "connection_middleware",
+    "listener_metrics",
+    "refusal",
+]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +112,7 @@ class _Gate(asyncio.Protocol):
         self._admission: Admission | None = None
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self.tracked: Tracked | None = None  # its entry in the listener's connections
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         listener = self._listener
@@ -107,6 +124,13 @@ class _Gate(asyncio.Protocol):
                 listener.open.inc()
             self._inner = server()  # aiohttp's web.RequestHandler
             self._inner.connection_made(transport)
+            if listener.connections is not None:
+                peer = transport.get_extra_info("peername")
+                self.tracked = listener.connections.open(
+                    listener.protocol,
+                    f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer),
+                    lambda reason: transport.close(),
+                )
             return
         admission.release()
         detail = admission.refused or "the listener is shutting down"
@@ -151,6 +175,8 @@ class _Gate(asyncio.Protocol):
             if listener.open is not None:
                 listener.open.dec()
         listener.refused.discard(self)
+        if self.tracked is not None and listener.connections is not None:
+            listener.connections.close(self.tracked)
         if self._timer is not None:
             self._timer.cancel()
         if self._inner is not None:
@@ -176,8 +202,12 @@ class HttpListener:
         ssl_context: ssl.SSLContext | None = None,
         backlog: int = 128,
         handshake_timeout: float | None = None,
+        connections: ConnectionTable | None = None,
+        protocol: str = "http",
     ) -> None:
         self.runner = runner
+        self.connections = connections
+        self.protocol = protocol
         self.handshake_timeout = handshake_timeout
         self.host = host
         self.port = port  # the bound one once started
@@ -227,3 +257,34 @@ class HttpListener:
                 await asyncio.wait_for(server.wait_closed(), timeout)
             except TimeoutError:
                 log.debug("%s: connections still open after %.1fs", self.name, timeout)
+
+
+def _user(authorization: str | None) -> str:
+    """Who the requests of a connection say they are: a Basic login's user, a bearer token
+    (``(token)``: its user is the provider's to know), else ``anonymous``."""
+    try:
+        parsed = parse_authorization(authorization)
+    except Unauthorized:
+        return "anonymous"
+    if parsed is None:
+        return "anonymous"
+    return parsed[1] if parsed[0] == "basic" else "(token)"
+
+
+@web.middleware
+async def connection_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Counts a request in (and its answer out) on the connection's entry of its listener's
+    table, and, unless it was refused 401, names the entry's user after it."""
+    transport = request.transport
+    gate = transport.get_protocol() if transport is not None else None
+    tracked = gate.tracked if isinstance(gate, _Gate) else None
+    if tracked is None:
+        return await handler(request)
+    tracked.messages_in += 1
+    response = await handler(request)
+    tracked.messages_out += 1
+    if response.status != 401:
+        tracked.user = _user(request.headers.get("Authorization"))
+    return response

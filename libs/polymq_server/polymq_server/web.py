@@ -61,8 +61,9 @@ from polymq.types import Destination, Kind, Message, Outcome
 
 from . import connectiongauge
 from .config import FrontendSettings, server_ssl_context
+from .connections import ConnectionTable
 from .corelink import CORE_TIMEOUT, CoreLink
-from .listener import HttpListener, listener_metrics
+from .listener import HttpListener, connection_middleware, listener_metrics
 from .problem import PROBLEM_JSON, problem_code, problem_document, status_phrase
 from .resources import ConnectionLimits
 
@@ -107,6 +108,8 @@ L = TypeVar("L", bound=CoreLink)
 
 SHUTDOWN_TIMEOUT = 10.0  # seconds in-flight requests get to finish at shutdown
 PROMETHEUS = web.AppKey("prometheus", CollectorRegistry)
+# the client connections of the app's listener, as the admin API lists them (add_core_link)
+CONNECTIONS = web.AppKey("connections", ConnectionTable)
 CHALLENGE = 'Basic realm="polymq", Bearer'
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
@@ -221,6 +224,8 @@ class WebService(Generic[S]):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.app = build_app(settings, self.registry)
         self.app.middlewares.insert(0, self._lame_duck_middleware())
+        if CONNECTIONS in self.app:
+            self.app.middlewares.insert(0, connection_middleware)
         # seconds a client has for a request's headers, then between bytes of its body
         self.handshake_timeout = settings.handshake_timeout
         self.limits = ConnectionLimits(f"the {self.name} listener", settings.max_connections)
@@ -251,6 +256,8 @@ class WebService(Generic[S]):
             ssl_context=self.ssl_context,
             backlog=self.backlog,
             handshake_timeout=self.handshake_timeout,
+            connections=self.app.get(CONNECTIONS),
+            protocol=self.name,
         )
         self.ports[self.name] = await self._listener.start()
         self.started()
@@ -325,6 +332,7 @@ def add_core_link(app: web.Application, key: web.AppKey[L]) -> None:
 
     app.cleanup_ctx.append(core_link)
     app.on_shutdown.append(stopping)
+    app[CONNECTIONS] = app[key].connections
 
 
 # ---- metrics -------------------------------------------------------------------------------

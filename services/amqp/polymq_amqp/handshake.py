@@ -146,7 +146,7 @@ def open_vhost(session: Session, method: commands.Connection.Open) -> None:
         raise ConnectionException(
             NOT_ALLOWED, f"access to vhost '{vhost}' refused: connection limit reached: {refused}"
         )
-    session.vhost = vhost
+    session.vhost = session.tracked.vhost = vhost
     session.names = VhostNames(vhost)
     session.send_method(0, commands.Connection.OpenOk())
     session.opened()

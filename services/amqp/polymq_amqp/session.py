@@ -141,6 +141,9 @@ class Session(FrontendSession):
         self.admission = hub.connections.admit()
         self.metrics.connections.inc()
         self.metrics.connections_opened.inc()
+        self.tracked = hub.link.connections.open(  # (the admin API's view of it)
+            "amqp", transport.peer, self._closed_by_admin, self._counts
+        )
 
     def __repr__(self) -> str:
         return f"<amqp connection {self.conn_id} {self.transport.peer}>"
@@ -173,8 +176,17 @@ class Session(FrontendSession):
         self._done_reading = True
         self.closing = True
         self._teardown()
+        self.hub.link.connections.close(self.tracked)
         self.admission.release()
         self.metrics.connections.dec()
+
+    def _counts(self) -> dict[str, int]:
+        channels = list(self.channels.values())
+        subs = sum(len(ch.consumers.by_tag) for ch in channels)
+        return {"subscriptions": subs, "channels": len(channels)}
+
+    def _closed_by_admin(self, reason: str) -> None:
+        self.close_connection(ConnectionException(CONNECTION_FORCED, reason))
 
     def _tick(self) -> None:
         """Once per loop iteration with something to do: confirms made in it go out (acks
@@ -188,9 +200,11 @@ class Session(FrontendSession):
             self.metrics.bytes_in.inc(self._in_bytes)
             self._in_bytes = 0
         if self._delivered_out:
+            self.tracked.messages_out += self._delivered_out
             self.metrics.method_out("basic.deliver", self._delivered_out)
             self._delivered_out = 0
         if self._published_in:
+            self.tracked.messages_in += self._published_in
             self.metrics.method_in("basic.publish", self._published_in)
             self._published_in = 0
         self._flush()
@@ -604,6 +618,7 @@ class Session(FrontendSession):
         """The connection acts as ``principal`` from now on (the login, or a new secret:
         permissions are checked again)."""
         self.principal = principal
+        self.tracked.user = principal.name
         self._allowed.clear()
 
     def client(self) -> Client:

@@ -21,6 +21,9 @@
                  of or besides --peers: the peers from that Service's endpoints)
     polymq cluster list --admin URL [--timeout S] [--json]
                  (the nodes that answered, as one node's admin API sees them)
+    polymq destinations list | connections list | connections close ID | peek DEST |
+           publish DEST BODY | purge DEST | consume DEST  [--admin URL] [--json] ...
+                 (the operator's commands, clients of a node's admin API: admin_cmd.py)
     polymq check [--http URL] [--longpoll URL] [--avro URL] [--stomp HOST:PORT] [--amqp URL]
                  [--core HOST:PORT] [--timeout S]
                  (one message through each frontend given and back: check_cmd.py, helm test)
@@ -68,6 +71,7 @@ from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from polymq_cli.admin_cmd import COMMANDS as ADMIN_COMMANDS
 from polymq_core.config import CoreSettings
 from polymq_core.endpoints import EndpointsError
 from polymq_core.service import CoreService
@@ -514,6 +518,9 @@ def _parser() -> argparse.ArgumentParser:
     from polymq_cli.cluster_cmd import add_arguments as cluster_arguments
 
     cluster_arguments(sub)
+    from polymq_cli.admin_cmd import add_arguments as admin_arguments
+
+    admin_arguments(sub)
     from polymq_cli.check_cmd import add_arguments as check_arguments
 
     check_arguments(sub)
@@ -544,6 +551,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from polymq_cli.cluster_cmd import run as run_cluster
 
         return run_cluster(args)
+    if args.command in ADMIN_COMMANDS:  # clients of a node's admin API
+        from polymq_cli.admin_cmd import run as run_admin
+
+        return run_admin(args)
     if args.command == "check":  # a client of the frontends
         from polymq_cli.check_cmd import run as run_check
 

@@ -1,14 +1,14 @@
-"""The core's admin HTTP: ``/metrics``, ``/healthz``, ``/readyz``, ``/api/cluster``,
-``/api/destinations``, ``/api/destinations/{kind}/{name}`` and a small console at ``/``; on a
-cluster node also ``/api/cluster/snapshot/{shard}``, a copy of a shard's SQLite for another
-node (its bearer token the cluster secret)."""
+"""The core's admin HTTP: ``/metrics``, ``/healthz``, ``/readyz``, ``/api/cluster`` (and
+``/api/nodes``), the operator's API (:mod:`polymq_core.adminapi`, logins checked by
+:mod:`polymq_core.adminauth`), the overview (:mod:`.overview`) and the console at ``/``
+(:mod:`.console`); on a cluster node also
+``/api/cluster/snapshot/{shard}``, a copy of a shard's SQLite for another node (its bearer
+token the cluster secret)."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import html
-import json
 import os
 import ssl
 from pathlib import Path
@@ -17,11 +17,10 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq.errors import RequestError
-from polymq.types import Destination
-from polymq_server import alarms
 from polymq_server.web import add_metrics_route, healthz
 
+from . import adminapi, console, overview
+from .adminauth import AdminAccess
 from .broker import Broker
 from .reload import Reloader, ReloadError, new_change
 from .reload import page as reload_page
@@ -197,109 +196,10 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def destinations(request: web.Request) -> web.Response:
-    return web.json_response({"destinations": request.app[BROKER].destinations()})
-
-
-async def destination(request: web.Request) -> web.Response:
-    broker = request.app[BROKER]
-    try:
-        dest = Destination.parse(f"{request.match_info['kind']}/{request.match_info['name']}")
-        key = str(dest)
-        return web.json_response(broker.shard_for(key).stats(key))
-    except RequestError as exc:
-        return web.json_response(
-            {"type": "about:blank", "title": exc.code, "status": exc.status, "detail": exc.message},
-            status=exc.status,
-            content_type="application/problem+json",
-        )
-
-
-def _nodes_html(node_name: str, view: ClusterView | None) -> str:
-    """The console's nodes: this one alone, or every node of the cluster with a link to its
-    console, its state, the shards it leads and when it was last heard; then which node
-    leads each shard (and, on Kubernetes, the Service's pods)."""
-    if view is None:
-        return f'<ul><li><a href="/">{html.escape(node_name)}</a> (this node)</li></ul>'
-    info = view.describe()
-    items = []
-    for node in info["nodes"]:
-        url = str(node.get("admin_url") or "")
-        name = html.escape(str(node["id"]))
-        link = f'<a href="{html.escape(url.rstrip("/"))}/">{name}</a>' if url else name
-        items.append(
-            f"<li>{link}{' (this node)' if node.get('self') else ''}: "
-            f"{html.escape(str(node['state']))}, leads shards "
-            f"{html.escape(str(node.get('shards_led', [])))}, configuration "
-            f"{int(node.get('config_version') or 0) or '-'}, heard "
-            f"{float(node.get('last_heard_seconds_ago', 0)):.1f}s ago</li>"
-        )
-    shards = "".join(
-        f"<tr><td>{s['shard']}</td><td>{html.escape(str(s['leader'] or '-'))}</td>"
-        f"<td>{s['applied']}</td></tr>"
-        for s in info["shards"]
-    )
-    out = (
-        f"<ul>{''.join(items)}</ul><h2>Shards</h2><table><tr><th>shard</th><th>leader</th>"
-        f"<th>applied here</th></tr>{shards}</table>"
-    )
-    k8s = info.get("kubernetes")
-    if k8s:
-        pods = ", ".join(
-            f"{html.escape(m['name'])} ({'ready' if m['ready'] else 'not ready'})"
-            for m in k8s["members"]
-        )
-        error = f" (last error: {html.escape(k8s['error'])})" if k8s.get("error") else ""
-        out += (
-            f"<p>Kubernetes Service {html.escape(k8s['service'])}: {pods or 'no pods'}{error}</p>"
-        )
-    return out
-
-
-def _alarm_banner(broker: Broker) -> str:
-    monitor = broker.monitor
-    if not monitor.alarms:
-        return ""
-    numbers = "; ".join(f"{r}: {monitor.numbers(r, False)}" for r in sorted(monitor.alarms))
-    text = f"{alarms.why(monitor.alarms)} ({numbers})"
-    return f'<p class="alarm" role="alert">{html.escape(text)}</p>'
-
-
 async def alarms_api(request: web.Request) -> web.Response:
     """``GET /api/alarms``: the resource alarms on, with what was measured and the limits."""
     monitor = request.app[BROKER].monitor
     return web.json_response({"alarms": sorted(monitor.alarms), **monitor.detail})
-
-
-async def console(request: web.Request) -> web.Response:
-    broker = request.app[BROKER]
-    info = broker.describe()
-    nodes = _nodes_html(broker.settings.node_name, _cluster(request.app))
-    rows = "".join(
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
-            html.escape(d["destination"]),
-            d.get("messages", 0),
-            d.get("in_flight", "-"),
-            d.get("subscribers", 0),
-        )
-        for d in broker.destinations(200)
-    )
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>polymq {
-        html.escape(broker.settings.node_name)
-    }</title><meta http-equiv="refresh" content="5"><style>
-body{{font-family:system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}td:first-child{{text-align:left}}
-.alarm{{background:#fdd;border:2px solid #c00;padding:.5em 1em;font-weight:bold}}
-</style></head><body><h1>polymq</h1>{_alarm_banner(broker)}
-<h2>Nodes</h2>{nodes}
-<p>{info["connections"]} connections, {info["topic_subscriptions"]} topic subscriptions,
-{info["bindings"]} bindings, up {info["uptime_seconds"]:.0f}s. <a href="/metrics">metrics</a>
-<a href="/api/cluster">cluster</a> <a href="/reload">reload the configuration</a></p>
-<h2>Destinations in memory</h2><table><tr><th>destination</th><th>ready</th>
-<th>in flight</th><th>subscribers</th></tr>{rows}</table>
-<script type="application/json" id="cluster">{html.escape(json.dumps(info))}</script>
-</body></html>"""
-    return web.Response(text=page, content_type="text/html")
 
 
 def admin_app(
@@ -310,12 +210,13 @@ def admin_app(
 ) -> web.Application:
     """``view``: this node's part in a cluster, or None on a single node; ``reloader``:
     what applies a configuration reload here (none: reloads are refused)."""
-    app = web.Application()
+    access = AdminAccess(broker.auth, view.secret if view is not None else None)
+    app = web.Application(middlewares=[access.middleware])
     app[BROKER] = broker
     app[CLUSTER] = view
     app[RELOADER] = reloader if reloader is not None else Reloader(broker.auth)
     add_metrics_route(app, registry)
-    app.router.add_get("/", console)
+    console.add_routes(app, broker.settings.console_chart)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/api/cluster", cluster)
@@ -324,6 +225,7 @@ def admin_app(
     app.router.add_post("/api/config/reload", reload)
     app.router.add_get("/reload", reload_form)
     app.router.add_post("/api/cluster/leave", leave)
-    app.router.add_get("/api/destinations", destinations)
-    app.router.add_get("/api/destinations/{kind}/{name}", destination)
+    app.router.add_get("/api/nodes", cluster)
+    adminapi.add_routes(app, broker)  # (/api/destinations and the rest of the API)
+    overview.add_routes(app, broker, adminapi.lister(app))
     return app

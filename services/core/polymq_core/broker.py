@@ -9,7 +9,8 @@ one dispatch table from request type to handler, and the helpers every handler s
   queues, dead letters;
 - :class:`~polymq_core.consumers.Consumers`: subscriptions and their acks, pulls and
   settles of leases, cursor subscriptions;
-- :class:`~polymq_core.catalog.Catalog`: declare, delete, purge, bindings, metadata, stats;
+- :class:`~polymq_core.catalog.Catalog`: declare, delete, purge, bindings, metadata, stats,
+  peek;
 - :class:`~polymq_core.keyvalue.KeyValue`: the key/value store.
 
 Handlers answer with a plain result (sent as ``Ok``), an ``Event``, or an awaitable (a
@@ -46,6 +47,7 @@ from polymq.events import (
     MetaGet,
     MetaSet,
     Nack,
+    Peek,
     Ping,
     Publish,
     Pull,
@@ -58,6 +60,7 @@ from polymq.events import (
 )
 from polymq.types import Destination, Message
 from polymq_server.auth import AuthProvider, Permission, Principal
+from polymq_server.connections import ConnectionTable
 from polymq_server.resources import ConnectionLimits
 
 from .alarms import ResourceMonitor
@@ -69,6 +72,7 @@ from .keyvalue import KeyValue
 from .paging import Pressure
 from .publisher import Publisher
 from .queue import Queue
+from .relay import PEER_CLIENT
 from .routing import TopicRouter, validate_pattern
 from .shard import Shard
 from .store import SqliteStore, Store
@@ -89,6 +93,7 @@ class Mesh(Protocol):
     def publish(self, name: str, messages: list[Message]) -> None: ...
 
 
+ADMIN_CLIENT = "polymq-admin"  # the Hello.client of the admin API's own link to its core
 _KNOWN_DESTINATIONS = 1024  # destinations kept per session (parsed and authorized)
 # seconds a login that comes while the core recovers its store waits before it is told to
 # come back ("unavailable"): below the wire's handshake timeout
@@ -111,7 +116,8 @@ class Broker:
         self.settings = settings
         self.sensors = sensors
         self.auth = auth
-        self.server_name = f"polymq-core/{settings.node_name}"
+        # (a cluster node by its id: the node a frontend's connections are listed under)
+        self.server_name = f"polymq-core/{settings.node}"
         self.bindings = BindingTable()  # every queue's bindings; the shards store durable ones
         self.cluster = cluster
         self.mesh: Mesh | None = None  # in a cluster: topic messages to and from other nodes
@@ -132,6 +138,8 @@ class Broker:
         self.connections = ConnectionLimits(
             "the core's wire port", settings.max_connections, settings.max_connections_per_user
         )
+        # the wire clients, as the admin API lists them (polymq_server.connections)
+        self.clients = ConnectionTable(f"core-{settings.node}", "core")
         self.started = time.time()
         self.ready = False
         self.recovered = asyncio.Event()  # set once start() has opened every shard
@@ -151,6 +159,7 @@ class Broker:
             Pull: consumers.pull,
             Settle: consumers.settle,
             Stats: catalog.stats,
+            Peek: catalog.peek,
             MetaGet: catalog.meta_get,
             MetaSet: catalog.meta_set,
             KvGet: kv.get,
@@ -231,7 +240,28 @@ class Broker:
     def session_opened(self, session: Session) -> None:
         self.sessions.add(session)
 
+    def logged_in(self, session: Session) -> None:
+        """``session`` is logged in: the admin API lists it (not the cluster's own links
+        and the admin's: their clients are ``peer`` and ``polymq-admin``)."""
+        if session.client in (PEER_CLIENT, ADMIN_CLIENT):
+            return
+        principal = session.principal
+        session.tracked = tracked = self.clients.open(
+            "native",
+            session.name,
+            lambda reason: session.close("closed", reason),
+            lambda: {
+                "subscriptions": len(session.subs),
+                "messages_in": session.messages_in,
+                "messages_out": session.messages_out,
+            },
+        )
+        tracked.user = principal.name if principal is not None else None
+        tracked.client = session.client
+
     def session_closed(self, session: Session) -> None:
+        if session.tracked is not None:
+            self.clients.close(session.tracked)
         if session in self.sessions:
             self.sessions.discard(session)
             session.admission.release()
@@ -325,7 +355,7 @@ class Broker:
         return {
             "server": self.server_name,
             "uptime_seconds": round(time.time() - self.started, 3),
-            "connections": len(self.sessions),
+            "connections": sum(1 for s in self.sessions if s.client != ADMIN_CLIENT),
             "topic_subscriptions": len(self.topics),
             "bindings": len(self.bindings),
             "shards": [s.describe() for s in self.shards],

@@ -1,6 +1,6 @@
 """The destinations as things to manage: ``Declare``, ``Delete`` and ``Purge``; a queue's
 bindings to topic patterns (``Bind``, ``Unbind``, ``Bindings``); metadata (``MetaGet``,
-``MetaSet``) and ``Stats``.
+``MetaSet``), ``Stats`` and ``Peek`` (answered ``Peeked``: see :mod:`polymq_core.peek`).
 
 A channel is two queues, one per role (see ``Shard.key_of``); its metadata is kept on the
 server side. Topics are transient: they can be declared (nothing is kept) and counted, not
@@ -12,12 +12,26 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from polymq.errors import BadRequest, NotFound
-from polymq.events import Bind, Bindings, Declare, Delete, MetaGet, MetaSet, Purge, Stats, Unbind
+from polymq.errors import BadRequest, Conflict, NotFound
+from polymq.events import (
+    Bind,
+    Bindings,
+    Declare,
+    Delete,
+    MetaGet,
+    MetaSet,
+    Peek,
+    Peeked,
+    Purge,
+    Stats,
+    Unbind,
+)
 from polymq.types import DeclareOptions, Destination, Kind
 from polymq_server.auth import Permission
 
+from . import peek
 from .answers import then
+from .queue import Queue
 from .shard import Shard
 
 if TYPE_CHECKING:
@@ -107,14 +121,35 @@ class Catalog:
                 if not dest.is_pattern
                 else broker.topics.count(dest.name),
             }
-        if dest.kind is Kind.CHANNEL:
+        if dest.kind is Kind.CHANNEL:  # (it exists once either inbox does)
             out: dict[str, Any] = {"destination": str(dest)}
             for role in ("server", "client"):
                 k = Shard.key_of(dest, role)
-                out[role] = broker.shard_for(k).stats(k)
+                shard = broker.shard_for(k)
+                known = shard.exists(k)
+                out[role] = shard.stats(k) if known else {"destination": k, "messages": 0}
+            if not any("options" in out[role] for role in ("server", "client")):
+                raise NotFound(f"{dest} does not exist")
             return out
         key = str(dest)
         return broker.shard_for(key).stats(key)
+
+    def peek(self, session: Session, ev: Peek) -> Peeked:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.READ)
+        if dest.kind is Kind.TOPIC:
+            raise Conflict("a topic keeps no messages to look at")
+        count = ev.count
+        if type(count) is not int or not 1 <= count <= peek.MAX_PEEK:
+            raise BadRequest(f"count must be an integer 1..{peek.MAX_PEEK}")
+        key = broker.box_key(dest, (ev.role or "server") if dest.kind is Kind.CHANNEL else None)
+        shard = broker.shard_for(key)
+        if not shard.exists(key):
+            raise NotFound(f"{dest} does not exist")
+        box = shard.get(key)
+        if isinstance(box, Queue):
+            return Peeked(ev.rid, peek.head(box, count))
+        return Peeked(ev.rid, peek.tail(box, count))
 
     def meta_get(self, session: Session, ev: MetaGet) -> Any:
         broker = self.broker

@@ -54,6 +54,11 @@ class CoreSettings:
     max_pull: int = 1000
     max_wait: float = 60.0
     batch_window: float = 900.0  # seconds a publish's batch id is remembered (idempotency)
+    # the console (polymq_core.overview, .console): seconds between two samples of the
+    # overview's rates, and the directory of the chart library's files (uPlot's dist/;
+    # empty: services/core/web/node_modules/uplot/dist, where `make run` installs it)
+    overview_interval: float = 5.0
+    console_chart: str = ""
     # cluster mode (docs/cluster.md): on when `peers` or `k8s_service` is set (the NATS
     # routes are the union of both: polymq_core.routes)
     node_id: str = ""  # this node's id in the cluster (default: node_name)
@@ -96,6 +101,8 @@ class CoreSettings:
                 raise ConfigError(f"POLYMQ_{name.upper()} must be 0..65535 (0 picks a free port)")
         if not 0 < self.batch_window <= 7 * 86400:
             raise ConfigError("POLYMQ_BATCH_WINDOW must be 0 < seconds <= 604800 (a week)")
+        if not 0.1 <= self.overview_interval <= 60:
+            raise ConfigError("POLYMQ_OVERVIEW_INTERVAL must be 0.1..60 seconds")
         if self.max_body > self.max_frame:
             raise ConfigError("POLYMQ_MAX_BODY cannot exceed POLYMQ_MAX_FRAME")
         if not 1024 <= self.max_login_frame <= self.max_frame:

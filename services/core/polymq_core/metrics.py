@@ -37,6 +37,13 @@ def protocol_label(client: str) -> str:
     return word if word in PROTOCOLS else "native"
 
 
+def _total(counter: Counter) -> float:
+    """A counter's value summed over its labels."""
+    return sum(
+        s.value for family in counter.collect() for s in family.samples if s.name.endswith("_total")
+    )
+
+
 class Sensors:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -245,6 +252,14 @@ class Sensors:
 
         for state in ("ready", "joining", "leaving", "unreachable"):
             self.cluster_nodes.labels(state).set_function(of(state))
+
+    def totals(self) -> dict[str, float]:
+        """The totals of the publish, deliver and ack counters (the console's rates)."""
+        return {
+            "publish": _total(self.published),
+            "deliver": _total(self.delivered),
+            "ack": _total(self.acked),
+        }
 
     def on_leadership(self, change: str) -> None:
         self.leadership.labels(change).inc()

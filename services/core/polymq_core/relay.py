@@ -64,6 +64,7 @@ from polymq.events import (
     MetaSet,
     Nack,
     Ok,
+    Peek,
     Publish,
     Pull,
     Purge,
@@ -522,6 +523,12 @@ class Relay:
             return _box_of(b.destination(s, ev.destination, Permission.READ, pattern=t is Stats))
         if isinstance(ev, Pull):
             return str(b.destination(s, ev.destination, Permission.READ))
+        if isinstance(ev, Peek):
+            dest = b.destination(s, ev.destination, Permission.READ)
+            if dest.kind is Kind.TOPIC:
+                return None  # the local handler refuses it
+            role = ev.role or "server"
+            return b.box_key(dest, role) if dest.kind is Kind.CHANNEL else str(dest)
         if isinstance(ev, Bind | Unbind):
             q = b.destination(s, ev.queue, Permission.CONFIGURE)
             b.destination(s, ev.pattern, Permission.READ, pattern=True)

@@ -67,7 +67,7 @@ def publisher(broker: Broker) -> Callable[[dict[str, Any]], None]:
 def page(node: str, clustered: bool, version: int) -> str:
     """``GET /reload`` on the admin port: a form that posts a reload to
     ``/api/config/reload`` (with the cluster secret the operator types, in a cluster) and
-    shows the answer. Its own page, because the console refreshes itself every few seconds."""
+    shows the answer (the console links to it)."""
     secret = (
         '<label>Cluster secret <input type="password" id="secret" autocomplete="off" '
         "required></label><br>"

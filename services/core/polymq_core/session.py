@@ -38,6 +38,7 @@ from polymq.events import (
 from polymq.inproc import PipeEnd
 from polymq.types import Destination, Message, SlowPolicy
 from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider
+from polymq_server.connections import Tracked
 from polymq_server.resources import Admission
 
 from .handover import is_handover
@@ -108,6 +109,8 @@ class Session(asyncio.Protocol):
         # its place in the wire port's connection limits (polymq_server.resources)
         self.admission = Admission(None, None)
         self.publishing = False  # a native client that has published (held by an alarm)
+        self.messages_in = self.messages_out = 0  # published, delivered (the admin API's)
+        self.tracked: Tracked | None = None  # its entry in the broker's clients
         self._alarm_held = False  # not reading: a resource alarm holds this publisher
         # destinations named in requests, parsed and authorized (see Broker.destination)
         self.destinations: dict[tuple[str, Any, bool], Destination] = {}
@@ -253,12 +256,15 @@ class Session(asyncio.Protocol):
             self.transport.resume_reading()
         self.destinations.clear()  # (none is known before: requests wait for the hello)
         self.broker.sensors.on_connection(self.protocol, 1)
+        self.broker.logged_in(self)
         self.reply(Welcome(1, self.broker.server_name, self.name, self.broker.settings.limits()))
         self._process()
 
     def request(self, event: Event, raw: bytes | None, held: Any = None) -> None:
         """Serve ``event`` here or through the relay (``raw``: its op as it came, if it
         carries messages; ``held``: the relay held it and takes it again)."""
+        if type(event) is Publish:
+            self.messages_in += len(event.messages)
         if type(event) is Publish and self.admission.user is not None and not self.publishing:
             self.publishing = True  # a native publisher: held while a resource alarm is on
             if self.broker.monitor.alarms:
@@ -425,6 +431,7 @@ class Session(asyncio.Protocol):
             backlog, self._backlog = self._backlog, {}
             for sub, b in backlog.items():
                 if not sub.closed:
+                    self.messages_out += len(b.tags)
                     _deliveries(sub.sid, b, events, weights)
         if not events:
             return

@@ -33,6 +33,7 @@ REASONS = frozenset(
         "core",  # the core refused a request (queue full, too large, ...)
         "unavailable",  # no connection to the core
         "shutdown",  # the frontend is stopping
+        "closed",  # an administrator closed it (the admin API)
         "internal",  # a bug
     }
 )

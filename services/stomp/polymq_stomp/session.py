@@ -143,6 +143,12 @@ class Session(FrontendSession):
         )
         self.metrics.connections.labels(transport.kind).inc()
         self.metrics.connections_opened.labels(transport.kind).inc()
+        self.tracked = hub.link.connections.open(  # (the admin API's view of it)
+            "stomp-ws" if transport.kind == "ws" else "stomp",
+            transport.peer,
+            self._closed_by_admin,
+            lambda: {"subscriptions": len(self.subscriptions)},
+        )
 
     def __repr__(self) -> str:
         return f"<stomp session {self.conn_id} {self.transport.kind} {self.transport.peer}>"
@@ -193,6 +199,7 @@ class Session(FrontendSession):
         self.closing = True
         self._teardown()
         self.hub.sessions.discard(self)
+        self.hub.link.connections.close(self.tracked)
         self.admission.release()
         self.metrics.connections.labels(self.transport.kind).dec()
 
@@ -307,6 +314,7 @@ class Session(FrontendSession):
         if sub.ack_on_write:
             self._ack_after_write[sub] = last_tag
         self.metrics.frames_out["MESSAGE"].inc(len(frames))
+        self.tracked.messages_out += len(frames)
         self._schedule()
 
     def log_unsendable(self, exc: LocalStompError) -> None:  # pragma: no cover - a bug
@@ -353,6 +361,9 @@ class Session(FrontendSession):
         link = self.hub.link
         if (cores or temps) and link.connected:
             link.spawn(release(cores, temps, link), f"releasing {self}")
+
+    def _closed_by_admin(self, reason: str) -> None:
+        self.fail("connection closed", reason, "closed")
 
     async def shutdown(self, grace: float) -> None:
         """The frontend stops: answer what was read, then ERROR "shutting down"."""
@@ -438,6 +449,7 @@ class Session(FrontendSession):
         self.principal = principal
         self.version = version
         self.vhost = vhost
+        self.tracked.user, self.tracked.vhost = principal.name, vhost
         self.vhost_prefix = VhostNames(vhost).prefix
         self.client_id = frame.get("client-id") or ""
         self.codec.negotiate(version)
@@ -636,6 +648,7 @@ class Session(FrontendSession):
             self.publishing = True  # a publisher: held while a resource alarm is on
             if self.hub.link.alarms:
                 self.update_reading()
+        self.tracked.messages_in += 1
         self.publisher.send(frame)
 
     def _on_subscribe(self, frame: Frame) -> None:

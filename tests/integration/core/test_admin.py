@@ -71,5 +71,12 @@ async def test_health_cluster_view_and_console(core: PolymqProcess) -> None:
                 assert r.content_type == "application/problem+json"
             async with http.get(f"{admin}/") as r:
                 page = await r.text()
-    assert r.content_type == "text/html"
-    assert f"queue/{q}" in page and "/metrics" in page
+            assert r.content_type == "text/html"
+            # the console is a page that reads the JSON API (tests/e2e/test_console.py
+            # drives it in Chromium); its scripts and the chart library are served here
+            assert "/static/console.js" in page and "/metrics" in page
+            for asset in ("console.js", "console.css", "uPlot.iife.min.js", "uPlot.min.css"):
+                async with http.get(f"{admin}/static/{asset}") as r:
+                    assert r.status == 200, (asset, await r.text())
+            async with http.get(f"{admin}/static/..%2fadmin.py") as r:
+                assert r.status == 404

@@ -202,7 +202,8 @@ async def _cluster(core: PolymqProcess) -> dict[str, object]:
 async def _in_memory(core: PolymqProcess, q: str) -> bool:
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{core.url('admin')}/api/destinations") as r:
-            return any(d["destination"] == q for d in (await r.json())["destinations"])
+            rows = (await r.json())["destinations"]
+            return any(d["destination"] == q and d["in_memory"] for d in rows)
 
 
 @pytest.mark.timeout(120)

@@ -17,6 +17,7 @@ from pathlib import Path
 from polymq_amqp.config import AmqpSettings
 from polymq_avro.config import AvroSettings
 from polymq_core.config import CoreSettings
+from polymq_core.console import CHART_FILES
 from polymq_http.config import HttpSettings
 from polymq_longpoll.config import LongpollSettings
 from polymq_stomp.config import StompSettings
@@ -144,6 +145,22 @@ def test_the_stomp_page_library_is_in_the_image() -> None:
     assert any("npm ci" in r for r in web.all("RUN"))  # the locked version, not the newest
 
 
+def test_the_console_chart_library_is_in_the_image() -> None:
+    """The core's console serves uPlot's files from POLYMQ_CONSOLE_CHART (console.py): the
+    files npm installs from the lock file are copied to exactly that directory."""
+    stage = final()
+    where = env_of(stage)["POLYMQ_CONSOLE_CHART"]
+    copies = [c.split() for c in stage.all("COPY")]
+    [copy] = [c for c in copies if c[-1].rstrip("/") == where]
+    assert copy[-1].endswith("/")  # (several files into a directory)
+    sources = copy[1:-1]
+    assert all(s.startswith("/console/node_modules/uplot/dist/") for s in sources), sources
+    assert sorted(Path(s).name for s in sources) == sorted(CHART_FILES)
+    [web] = [s for s in parse()[1] if s.name == copy[0].removeprefix("--from=")]
+    assert any("services/core/web/package-lock.json" in c for c in web.all("COPY"))
+    assert any("npm ci" in r for r in web.all("RUN"))
+
+
 def test_package_data_reaches_the_wheel() -> None:
     """Files the services read next to their modules are declared as package data, so the
     wheel the image installs carries them (the image has no source tree)."""
@@ -207,6 +224,7 @@ def test_the_build_context_holds_the_sources_and_no_secrets() -> None:
         ".git/config",
         ".venv/bin/python",
         "services/stomp/web/node_modules/@stomp/stompjs/bundles/stomp.umd.min.js",
+        "services/core/web/node_modules/uplot/dist/uPlot.iife.min.js",
         "libs/polymq/polymq/__pycache__/client.cpython-311.pyc",
         "tls.key",
         "services/stomp/cert.pem",
@@ -224,6 +242,9 @@ def test_the_build_context_holds_the_sources_and_no_secrets() -> None:
         "services/stomp/web/package.json",
         "services/stomp/web/package-lock.json",
         "services/stomp/polymq_stomp/static/index.html",
+        "services/core/web/package.json",
+        "services/core/web/package-lock.json",
+        "services/core/polymq_core/static/console.js",
         "services/http/polymq_http/openapi.json",
     ):
         assert not ignored(path), path

@@ -132,3 +132,10 @@ def test_a_kubernetes_service_alone_checks_the_cluster_settings() -> None:
     env = {"POLYMQ_K8S_SERVICE": "core", "POLYMQ_NODE_ID": "core 0"}
     with pytest.raises(ConfigError, match="node id 'core 0'"):
         from_env(CoreSettings, env=env)
+
+
+@pytest.mark.parametrize("value", ["0", "0.05", "61", "-1"])
+def test_the_overview_interval_is_a_tenth_of_a_second_to_a_minute(value: str) -> None:
+    with pytest.raises(ConfigError, match="POLYMQ_OVERVIEW_INTERVAL"):
+        from_env(CoreSettings, env={"POLYMQ_OVERVIEW_INTERVAL": value})
+    assert from_env(CoreSettings, env={"POLYMQ_OVERVIEW_INTERVAL": "0.1"}).overview_interval == 0.1

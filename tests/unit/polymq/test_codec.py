@@ -53,6 +53,8 @@ from polymq.events import (
     MetaSet,
     Nack,
     Ok,
+    Peek,
+    Peeked,
     Ping,
     Polled,
     Publish,
@@ -136,6 +138,8 @@ CLIENT_EVENTS: list[Event] = [
     Bind(25, "topic/news.sp*", "queue/ünï"),
     Unbind(26, "topic/amqp.vh.orders.*.eu", "queue/audit"),
     Bindings(27, "queue/audit"),
+    Peek(28, "queue/orders", 10),
+    Peek(29, "channel/rpc", 100, "client"),
 ]
 SERVER_EVENTS: list[Event] = [
     Ok(1),
@@ -144,6 +148,8 @@ SERVER_EVENTS: list[Event] = [
     Deliver(1, [1, 2], [FULL_MESSAGE, PLAIN_MESSAGE]),
     Pulled(12, ["lease-1"], [FULL_MESSAGE]),
     Polled(21, 7, ["", "queue/q|3|9"], [FULL_MESSAGE, PLAIN_MESSAGE]),
+    Peeked(28, [FULL_MESSAGE, PLAIN_MESSAGE]),
+    Peeked(29, []),
     Cancelled(1, "slow-consumer", "the subscriber's buffer overflowed"),
 ]
 
@@ -735,7 +741,7 @@ def _relayed(sender: Role, events: list[Event]) -> tuple[list[Event], list[bytes
 def test_ops_kept_raw_pass_through_unchanged(sender: Role, samples: list[Event]) -> None:
     passed, raws, data = _relayed(sender, samples)
     assert passed == samples
-    carrying = (Publish, Deliver, Pulled, Polled)
+    carrying = (Publish, Deliver, Pulled, Polled, Peeked)
     assert [raw is not None for raw in raws] == [isinstance(e, carrying) for e in samples]
     assert any(raws)
     # the same bytes as encoding them again: passing on changes nothing but the work
@@ -1032,6 +1038,7 @@ client_events = st.one_of(
     st.builds(Bind, ids, text, text),
     st.builds(Unbind, ids, text, text),
     st.builds(Bindings, ids, text),
+    st.builds(Peek, ids, text, ints, st.none() | text),
 )
 server_events = st.one_of(
     st.builds(Ok, ids, values),
@@ -1039,6 +1046,7 @@ server_events = st.one_of(
     st.builds(Deliver, ids, tags, message_lists),
     st.builds(Pulled, ids, st.lists(text, max_size=3), message_lists),
     st.builds(Polled, ids, ids, st.lists(text, max_size=3), message_lists),
+    st.builds(Peeked, ids, message_lists),
     st.builds(Cancelled, ids, text, text),
 )
 

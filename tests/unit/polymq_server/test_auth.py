@@ -505,3 +505,36 @@ def test_cli_new_token() -> None:
     fields = dict(line.split(" ", 1) for line in done.stdout.splitlines())
     assert set(fields) == {"token", "sha256"}
     assert hash_token(fields["token"]) == fields["sha256"]
+
+
+# --- management tags (the core's admin API) ------------------------------------------------
+
+
+async def test_users_carry_their_management_tags(tmp_path: Path, alice_hash: str) -> None:
+    doc = config(alice_hash)
+    doc["users"]["alice"]["tags"] = ["monitoring"]
+    doc["users"]["bot"]["tags"] = ["administrator", "monitoring"]
+    p = FileProvider(write(tmp_path / "u.json", doc))
+    alice = await p.authenticate_password("alice", ALICE_PASSWORD)
+    assert alice.tags == frozenset({"monitoring"})
+    bot = await p.authenticate_token(BOT_TOKEN)
+    assert bot.tags == frozenset({"administrator", "monitoring"})
+    assert not p.open and AnonymousProvider().open
+    # polymq's own links (the service token) may do everything there too
+    wrapped = auth.WithServiceToken(p, "s" * 40)
+    assert (await wrapped.authenticate_token("s" * 40)).tags == frozenset({"administrator"})
+    assert not wrapped.open and auth.WithServiceToken(AnonymousProvider(), "s" * 40).open
+
+
+@pytest.mark.parametrize(
+    ("tags", "expected"),
+    [("monitoring", "'tags' must be a list"), (["root"], "unknown tag(s) 'root'"), ([1], "list")],
+)
+def test_malformed_tags_are_refused(
+    tmp_path: Path, alice_hash: str, tags: Any, expected: str
+) -> None:
+    doc = config(alice_hash)
+    doc["users"]["alice"]["tags"] = tags
+    with pytest.raises(ValueError, match=r"user 'alice'") as info:
+        FileProvider(write(tmp_path / "u.json", doc))
+    assert expected in str(info.value)
