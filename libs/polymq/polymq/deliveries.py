@@ -10,13 +10,10 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from .events import Ack, Nack, Unsubscribe
+from .events import Ack, Event, Nack, Unsubscribe
 from .types import Message, Outcome
-
-if TYPE_CHECKING:
-    from .client import Client
 
 __all__ = [
     "Delivery",
@@ -25,6 +22,7 @@ __all__ = [
     "Lease",
     "Settled",
     "Subscription",
+    "SubscriptionHost",
     "make_message",
 ]
 
@@ -96,12 +94,31 @@ class DeliveryListener(Protocol):
         (its destination was deleted) or the connection closed; ``error`` says which."""
 
 
+class SubscriptionHost(Protocol):
+    """What a subscription needs of the :class:`~polymq.client.Client` that holds it: its
+    local buffer and reading pauses, its table of subscriptions, and its outgoing events
+    (acks coalesced, calls answered). A protocol, so that this module need not import the
+    client's, which imports it."""
+
+    local_buffer: int
+    closed: bool
+    _subs: dict[int, Subscription]
+
+    def _pause_reading(self) -> None: ...
+    def _resume_reading(self) -> None: ...
+    def _rid(self) -> int: ...
+    def _send(self, ev: Event) -> None: ...
+    def _queue_acks(self, sub: Subscription) -> None: ...
+    def _flush(self) -> None: ...
+    async def _call(self, ev: Event) -> Any: ...
+
+
 class Subscription:
     """A subscription's deliveries as an async iterator (or handed to a listener)."""
 
     def __init__(
         self,
-        client: Client,
+        client: SubscriptionHost,
         sid: int,
         destination: str,
         listener: DeliveryListener | None = None,

@@ -5,19 +5,48 @@ offset) and a channel's role (send, receive)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .deliveries import Lease, Subscription
+from .deliveries import DeliveryListener, Lease, Subscription
 from .types import Message
 
-if TYPE_CHECKING:
-    from .client import Client
+__all__ = ["ChannelHandle", "HandleHost", "QueueHandle", "StreamHandle", "TopicHandle"]
 
-__all__ = ["ChannelHandle", "QueueHandle", "StreamHandle", "TopicHandle"]
+
+class HandleHost(Protocol):
+    """The calls of the :class:`~polymq.client.Client` that a handle makes for its one
+    destination. A protocol, so that this module need not import the client's, which
+    imports it."""
+
+    async def declare(self, destination: str, **options: Any) -> dict[str, Any]: ...
+    async def delete(self, destination: str) -> None: ...
+    async def stats(self, destination: str) -> dict[str, Any]: ...
+    async def get_metadata(self, destination: str) -> dict[str, str]: ...
+    async def set_metadata(self, destination: str, metadata: dict[str, str]) -> None: ...
+    async def publish(
+        self,
+        destination: str,
+        messages: bytes | str | Message | Iterable[Message],
+        *,
+        role: str | None = None,
+        batch_id: str | None = None,
+        batch_ttl: float | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]: ...
+    async def subscribe(
+        self, destination: str, *, listener: DeliveryListener | None = None, **options: Any
+    ) -> Subscription: ...
+    async def pull(
+        self, destination: str, max: int = 1, *, wait: float = 0.0, visibility: float = 30.0
+    ) -> list[Lease]: ...
+    async def purge(self, destination: str) -> int: ...
+    async def bind(self, pattern: str, queue: str) -> dict[str, Any]: ...
+    async def unbind(self, pattern: str, queue: str) -> dict[str, Any]: ...
+    async def bindings(self, queue: str) -> list[str]: ...
 
 
 class _Handle:
-    def __init__(self, client: Client, destination: str) -> None:
+    def __init__(self, client: HandleHost, destination: str) -> None:
         self.client = client
         self.destination = destination
 
@@ -85,7 +114,7 @@ class StreamHandle(_Handle):
 
 
 class ChannelHandle(_Handle):
-    def __init__(self, client: Client, destination: str, role: str) -> None:
+    def __init__(self, client: HandleHost, destination: str, role: str) -> None:
         super().__init__(client, destination)
         self.role = role
 

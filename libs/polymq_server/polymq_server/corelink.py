@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from polymq.client import Client, Subscription
+from polymq.deliveries import SubscriptionHost
 from polymq.errors import ConnectionClosed, RequestError, Unauthorized, Unavailable
 from polymq.types import Message
 
@@ -379,8 +380,9 @@ class CoreLink:
         client = self.get()
         return await self.guard(client, asyncio.wait_for(fn(client), CORE_TIMEOUT))
 
-    async def guard(self, client: Client, aw: Awaitable[T]) -> T:
-        """Await ``aw`` (a request on ``client``); a Goodbye becomes ``Unavailable``."""
+    async def guard(self, client: Client | SubscriptionHost, aw: Awaitable[T]) -> T:
+        """Await ``aw`` (a request on ``client``, or on the one a subscription holds); a
+        Goodbye becomes ``Unavailable``."""
         try:
             return await aw
         except ConnectionClosed:

@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable
 from itertools import groupby
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from pamqp import base, commands
 
@@ -52,20 +52,26 @@ from .errors import (
     ChannelException,
     ConnectionException,
 )
-from .publisher import Publisher
+from .publisher import Publisher, PublisherSession
 
 if TYPE_CHECKING:
     from polymq.types import Message
 
-    from .session import Session
-
-__all__ = ["Channel", "Pending"]
+__all__ = ["Channel", "ChannelSession", "Pending"]
 
 _CONSUMER: Final[Callable[[Pending], Consumer | None]] = attrgetter("consumer")
 
 
+class ChannelSession(PublisherSession, Protocol):
+    """The session as a channel sees it: what its parts ask (``parts.py``, the publisher's
+    outbox), and where its confirms are due. A protocol, so that this module need not
+    import ``session.py``, which imports it."""
+
+    def confirms_due(self, channel: Channel) -> None: ...
+
+
 class Channel:
-    def __init__(self, session: Session, number: int) -> None:
+    def __init__(self, session: ChannelSession, number: int) -> None:
         self.session = session
         self.number = number
         self.hub = session.hub

@@ -38,9 +38,10 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections import deque
 from collections.abc import Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from pamqp import commands
 
@@ -59,12 +60,13 @@ from .errors import (
     ChannelException,
     ConnectionException,
 )
+from .parts import PartHost
 from .properties import delivery_properties
 
 if TYPE_CHECKING:
-    from .channel import Channel
+    from .declarations import Declarations
 
-__all__ = ["Consumer", "Consumers", "Pending"]
+__all__ = ["Consumer", "ConsumerHost", "Consumers", "Pending"]
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +94,7 @@ class Consumer:
 
     def __init__(
         self,
-        channel: Channel,
+        channel: ConsumerHost,
         tag: str,
         queue: str,
         core_queue: str,
@@ -175,10 +177,40 @@ class Pending:
         self.receipt = receipt
 
 
+class ConsumerHost(PartHost, Protocol):
+    """What a channel's consumers ask of it: a part's view (``parts.py``), its prefetch
+    windows and unacknowledged deliveries, its queue declarations and delivery tags. A
+    protocol, so that this module need not import ``channel.py``, which imports it."""
+
+    # what the consumers keep up to date
+    reply_to: str | None
+    consumer_unacked: int
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def consumers(self) -> Consumers: ...
+    @property
+    def declarations(self) -> Declarations: ...
+    @property
+    def prefetch(self) -> int: ...
+    @property
+    def global_prefetch(self) -> int: ...
+    @property
+    def held(self) -> deque[tuple[Consumer, int, Message]]: ...
+    @property
+    def unacked(self) -> dict[int, Pending]: ...
+
+    def next_tag(self) -> int: ...
+    def next_tags(self, n: int) -> int: ...
+    def resolve_queue(self, name: str) -> str: ...
+    def settle_leases(self, receipts: list[str], outcome: Outcome) -> None: ...
+
+
 class Consumers:
     """The consumers of one channel, and the methods that work on them."""
 
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: ConsumerHost) -> None:
         self.channel = channel
         self.session = channel.session
         self.by_tag: dict[str, Consumer] = {}

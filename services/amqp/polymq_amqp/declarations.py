@@ -19,7 +19,7 @@ records are kept by :class:`~polymq_amqp.topology.Topology`; the rules are Rabbi
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from pamqp import commands, constants
 
@@ -39,13 +39,11 @@ from .errors import (
 )
 from .exchanges import BUILTIN, ExchangeType, valid_match_mode
 from .names import UnmappableName
+from .parts import PartHost
 from .tables import to_text
 from .topology import ExchangeRecord, QueueRecord, tagged_args
 
-if TYPE_CHECKING:
-    from .channel import Channel
-
-__all__ = ["Declarations"]
+__all__ = ["Declarations", "DeclarationsHost"]
 
 _NAME_RE: Final = constants.DOMAIN_REGEX["queue-name"]
 
@@ -56,8 +54,18 @@ def _text(v: Any) -> str:
     return to_text(v)
 
 
+class DeclarationsHost(PartHost, Protocol):
+    """What a channel's declarations ask of it: a part's view (``parts.py``), and the queue
+    "" stands for. A protocol, so that this module need not import ``channel.py``, which
+    imports it."""
+
+    last_queue: str | None
+
+    def resolve_queue(self, name: str) -> str: ...
+
+
 class Declarations:
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: DeclarationsHost) -> None:
         self.channel = channel
         self.session = channel.session
         self.names = channel.names

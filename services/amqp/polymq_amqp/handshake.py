@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from pamqp import commands, decode
 
@@ -23,9 +23,16 @@ from .errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_ALLOWED, ConnectionEx
 from .names import VhostNames
 
 if TYPE_CHECKING:
-    from .session import Session
+    from pamqp import base
+
+    from polymq_server.auth import Principal
+    from polymq_server.resources import Admission
+
+    from .config import AmqpSettings
+    from .hub import Hub
 
 __all__ = [
+    "HandshakeSession",
     "credentials",
     "login",
     "open_vhost",
@@ -37,6 +44,31 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MECHANISMS: Final = "PLAIN AMQPLAIN"
+
+
+class HandshakeSession(Protocol):
+    """What the handshake asks of the session it runs for (a protocol, so that this module
+    need not import ``session.py``, which imports it): what it learns of the client, the
+    login, the vhost, and the methods it answers with."""
+
+    client_properties: dict[str, Any]
+    cancel_notify: bool
+    blocked_notify: bool
+    vhost: str
+    names: VhostNames
+
+    @property
+    def hub(self) -> Hub: ...
+    @property
+    def settings(self) -> AmqpSettings: ...
+    @property
+    def principal(self) -> Principal | None: ...
+    @property
+    def admission(self) -> Admission: ...
+
+    def send_method(self, channel: int, method: base.Frame) -> bool: ...
+    def logged_in(self, principal: Principal) -> None: ...
+    def opened(self) -> None: ...
 
 
 def server_properties() -> dict[str, Any]:
@@ -60,7 +92,7 @@ def server_properties() -> dict[str, Any]:
     }
 
 
-def send_start(session: Session) -> None:
+def send_start(session: HandshakeSession) -> None:
     session.send_method(
         0,
         commands.Connection.Start(
@@ -73,7 +105,7 @@ def send_start(session: Session) -> None:
     )
 
 
-async def login(session: Session, start_ok: commands.Connection.StartOk) -> None:
+async def login(session: HandshakeSession, start_ok: commands.Connection.StartOk) -> None:
     """Check the credentials of start-ok, then connection.tune."""
     props = start_ok.client_properties or {}
     session.client_properties = dict(props)
@@ -104,7 +136,9 @@ async def login(session: Session, start_ok: commands.Connection.StartOk) -> None
     log.debug("amqp %s: logged in as %s", session, principal.name)
 
 
-async def update_secret(session: Session, method: commands.Connection.UpdateSecret) -> None:
+async def update_secret(
+    session: HandshakeSession, method: commands.Connection.UpdateSecret
+) -> None:
     """connection.update-secret (a token refresh): the user logs in again with the new
     secret; update-secret-ok, or connection.close 530 NOT_ALLOWED as RabbitMQ answers when
     the secret is refused (the connection goes on as the same user, with the permissions
@@ -129,7 +163,7 @@ async def update_secret(session: Session, method: commands.Connection.UpdateSecr
     log.info("amqp %s: secret updated for %s (%s)", session, principal.name, method.reason)
 
 
-def open_vhost(session: Session, method: commands.Connection.Open) -> None:
+def open_vhost(session: HandshakeSession, method: commands.Connection.Open) -> None:
     vhost = method.virtual_host or "/"
     if not session.settings.vhost_allowed(vhost):
         raise ConnectionException(NOT_ALLOWED, f"vhost {vhost} not found")

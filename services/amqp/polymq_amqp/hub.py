@@ -13,22 +13,32 @@ default: see ``service.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from polymq_server.auth import AuthProvider
 from polymq_server.corelink import CoreLink
+from polymq_server.frontend import Shutdown
 from polymq_server.resources import ConnectionLimits
 
 from .config import AmqpSettings
 from .metrics import AmqpMetrics
 from .topology import Topology
 
-if TYPE_CHECKING:
-    from .session import Session
-
-__all__ = ["Hub"]
+__all__ = ["Hub", "HubSession"]
 
 _DEFAULT_MAX_BODY: Final = 16 * 1024 * 1024
+
+
+class HubSession(Shutdown, Protocol):
+    """An open connection, as the hub and the service see it (a protocol, so that this
+    module need not import ``session.py``, which imports it): is it on its way out, and the
+    news it is told (the alarms changed, the core went away), and its shutdown."""
+
+    @property
+    def closing(self) -> bool: ...
+
+    def alarm_changed(self) -> None: ...
+    def core_lost(self, reason: str) -> None: ...
 
 
 @dataclass(eq=False)
@@ -39,7 +49,7 @@ class Hub:
     metrics: AmqpMetrics
     topology: Topology
     instance: str  # this frontend process, as exclusive queues name their owners
-    sessions: dict[str, Session] = field(default_factory=dict)  # by connection id
+    sessions: dict[str, HubSession] = field(default_factory=dict)  # by connection id
     exclusive_consumers: dict[str, str] = field(default_factory=dict)  # core queue -> owner
     refusing: set[str] = field(default_factory=set)  # core queues that refused a batch
     stopping: bool = False

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from pamqp import commands
 
@@ -56,16 +56,13 @@ from .errors import (
 )
 from .events import Content, ContentRun
 from .names import UnmappableName
+from .parts import ChannelHost, PartHost
 from .properties import PublishTemplate, delivery_properties
 from .route import check_publish
 from .tables import from_tagged
 from .topology import QueueRecord
 
-if TYPE_CHECKING:
-    from .channel import Channel
-    from .session import Session
-
-__all__ = ["Outbox", "Publisher"]
+__all__ = ["Outbox", "Publisher", "PublisherHost", "PublisherSession"]
 
 _BATCH_BYTES: Final = 4 * 1024 * 1024  # a queue's batch goes to the core past this
 _REJECTING: Final = frozenset({"reject-publish", "reject-publish-dlx"})
@@ -90,6 +87,33 @@ class _Publish:
         self.failed: BaseException | None = None
 
 
+class PublisherSession(ChannelHost, Protocol):
+    """The session as a channel's publisher sees it: a part's view (``parts.py``), and the
+    outbox that batches its publishes."""
+
+    @property
+    def outbox(self) -> Outbox: ...
+
+
+class PublisherHost(PartHost, Protocol):
+    """What a publisher asks of its channel: a part's view (``parts.py``) whose session has
+    the outbox, and its confirms and transaction mode. A protocol, so that this module need
+    not import ``channel.py``, which imports it."""
+
+    @property
+    def session(self) -> PublisherSession: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def confirming(self) -> bool: ...
+    @property
+    def transactional(self) -> bool: ...
+    @property
+    def unconfirmed(self) -> dict[int, None]: ...
+
+    def confirm(self, seq: int, ok: bool) -> None: ...
+
+
 class _Batch:
     __slots__ = ("items", "messages", "nbytes")
 
@@ -104,7 +128,7 @@ class Outbox:
 
     __slots__ = ("batches", "session")
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: ChannelHost) -> None:
         self.session = session
         self.batches: dict[str, _Batch] = {}
 
@@ -170,7 +194,7 @@ class Outbox:
 
 
 class Publisher:
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: PublisherHost) -> None:
         self.channel = channel
         self.session = channel.session
         self.tx: list[tuple[commands.Basic.Publish, list[str], Message]] = []

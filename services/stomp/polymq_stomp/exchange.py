@@ -49,12 +49,12 @@ from .destinations import ExchangeRef, Target
 from .refusal import Refused
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .parts import PartSession
 
 __all__ = ["resolve", "routes_later", "routes_now", "shown"]
 
 
-async def _record(session: Session, names: VhostNames, name: str) -> ExchangeRecord:
+async def _record(session: PartSession, names: VhostNames, name: str) -> ExchangeRecord:
     rec = await session.hub.records.exchange(names, name)
     if rec is None:
         raise Refused(
@@ -65,7 +65,7 @@ async def _record(session: Session, names: VhostNames, name: str) -> ExchangeRec
     return rec
 
 
-async def resolve(session: Session, ref: ExchangeRef, *, subscribe: bool) -> Target:
+async def resolve(session: PartSession, ref: ExchangeRef, *, subscribe: bool) -> Target:
     """The topic pattern (SUBSCRIBE) behind ``ref``, or (SEND) the target whose messages
     are routed by :func:`routes_now`; Refused if there is no such exchange."""
     names = VhostNames(session.vhost)
@@ -112,7 +112,7 @@ def _mark(target: Target, cores: list[str], message: Message) -> list[str]:
     return cores
 
 
-def routes_now(session: Session, target: Target, message: Message) -> list[str] | None:
+def routes_now(session: PartSession, target: Target, message: Message) -> list[str] | None:
     """The core destinations of a SEND to an exchange's ``target``, from cached records;
     None when one must be read first (:func:`routes_later`)."""
     names = VhostNames(session.vhost)
@@ -129,7 +129,7 @@ def routes_now(session: Session, target: Target, message: Message) -> list[str] 
     return _mark(target, cores, message)
 
 
-async def routes_later(session: Session, target: Target, message: Message) -> list[str]:
+async def routes_later(session: PartSession, target: Target, message: Message) -> list[str]:
     """:func:`routes_now`, reading the records it needs."""
     names = VhostNames(session.vhost)
     assert target.exchange is not None and target.routing_key is not None

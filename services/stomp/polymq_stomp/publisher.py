@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from polymq.errors import NotFound, PolymqError, Unavailable
 from polymq.types import Message, Outcome
@@ -31,13 +32,31 @@ from .destinations import Control, ControlOp, ExchangeRef, Target
 from .exchange import routes_later, routes_now
 from .frames import Command, Frame
 from .messages import message_from_send
+from .parts import PartSession
 from .refusal import Refused
 
 if TYPE_CHECKING:
-    from .session import Session
-    from .subscription import StompSubscription
+    from .subscription import StompSubscription, Subscriptions
 
-__all__ = ["Publisher"]
+__all__ = ["Publisher", "PublisherSession"]
+
+
+class PublisherSession(PartSession, Protocol):
+    """The session as its publisher sees it: a part's view (``parts.py``), its
+    subscriptions (a reply-to's), the busy task a SEND may need, reading's pauses, and
+    the refusal of a frame. A protocol, so that this module need not import ``session.py``,
+    which imports it."""
+
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def subscriptions(self) -> Subscriptions: ...
+
+    def has_temp(self, core: str) -> bool: ...
+    def start_busy(self, coro: Coroutine[Any, Any, None], frame: Frame) -> None: ...
+    def update_reading(self) -> None: ...
+    def refuse(self, exc: BaseException, frame: Frame | None = None) -> None: ...
+
 
 _BATCH_BYTES: Final = 4 * 1024 * 1024  # a destination's SENDs go to the core past this
 _MAX_INFLIGHT_BYTES: Final = 16 * 1024 * 1024  # bytes of SENDs awaiting the core, then pause
@@ -64,7 +83,7 @@ class _Tx:
 
 
 class Publisher:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: PublisherSession) -> None:
         self.session = session
         self.batches: dict[str, _Batch] = {}
         self.inflight = 0
@@ -380,7 +399,7 @@ class Publisher:
             session.receipt(receipt)
 
 
-def _core_of(session: Session, stomp_destination: str) -> str:
+def _core_of(session: PublisherSession, stomp_destination: str) -> str:
     return session.subscriptions.reply_target(stomp_destination).core
 
 

@@ -55,9 +55,10 @@ import contextlib
 import copy
 import json
 from collections import deque
+from collections.abc import Coroutine
 from functools import partial
 from itertools import count
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from polymq.client import Subscription
 from polymq.errors import NotFound, PolymqError, RequestError
@@ -72,13 +73,15 @@ from .destinations import Control, ExchangeRef, Target, from_core
 from .exchange import shown
 from .frames import Command, Frame, LocalStompError
 from .messages import message_headers, parse_float, parse_int
+from .parts import PartSession
 from .queues import Backing, backing_queue, durable_asked, queue_arguments
 from .refusal import Refused
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .codec import StompConnection
+    from .metrics import StompMetrics
 
-__all__ = ["StompSubscription", "Subscriptions", "release"]
+__all__ = ["StompSubscription", "SubscriptionSession", "Subscriptions", "release"]
 
 _ACK_MODES: Final = {m.value: m for m in AckMode}
 _BIG_BUFFER: Final = 1 << 40  # core buffer of window-bounded subscriptions: never reached
@@ -208,10 +211,39 @@ class StompSubscription:
         return f"<StompSubscription {self.id!r} {self.target.stomp} {self.mode.value}>"
 
 
+class SubscriptionSession(PartSession, Protocol):
+    """The session as its subscriptions see it: a part's view (``parts.py``), the protocol
+    version, the codec and metrics, the connection's own queues, the writes of messages, and
+    the news of a subscription that is slow or ended. A protocol, so that this module need
+    not import ``session.py``, which imports it."""
+
+    @property
+    def version(self) -> str: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def codec(self) -> StompConnection: ...
+    @property
+    def metrics(self) -> StompMetrics: ...
+    @property
+    def open(self) -> bool: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, None], frame: Frame) -> None: ...
+    def own_queue(self, core: str) -> None: ...
+    def owns_queue(self, core: str) -> bool: ...
+    def disown_queue(self, core: str) -> None: ...
+    def write_messages(
+        self, sub: StompSubscription, frames: list[bytes], nbytes: int, last_tag: int
+    ) -> None: ...
+    def log_unsendable(self, exc: LocalStompError) -> None: ...
+    def slow_consumer(self, sub: StompSubscription) -> None: ...
+    def subscription_ended(self, sub: StompSubscription, error: BaseException) -> None: ...
+
+
 class Subscriptions:
     """The subscriptions of one session, and the frames that work on them."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SubscriptionSession) -> None:
         self.session = session
         self.by_id: dict[str, StompSubscription] = {}
         self.by_ix: dict[int, StompSubscription] = {}

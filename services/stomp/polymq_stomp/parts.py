@@ -1,0 +1,54 @@
+"""What a session's parts ask of their :class:`~polymq_stomp.session.Session` and its
+hub: the exchange routing (``exchange.py``), the publisher and the subscriptions. The
+session holds them and they call back into it; they name these protocols, not the
+Session, so that none of their modules imports ``session.py`` (which imports theirs). They
+live apart because all three parts need them; what only one part asks is added by that
+part's module (``publisher.PublisherSession``, ``subscription.SubscriptionSession``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from polymq.client import Client
+    from polymq_server.auth import Permission
+    from polymq_server.corelink import CoreLink
+    from polymq_server.records import Records
+
+    from .config import StompSettings
+    from .destinations import Control, ExchangeRef, Target
+
+__all__ = ["PartHub", "PartSession"]
+
+
+class PartHub(Protocol):
+    """The hub as the parts see it: the core link, and AMQP's exchanges and bindings."""
+
+    @property
+    def link(self) -> CoreLink: ...
+    @property
+    def records(self) -> Records: ...
+
+
+class PartSession(Protocol):
+    """The session as its parts see it."""
+
+    @property
+    def hub(self) -> PartHub: ...
+    @property
+    def settings(self) -> StompSettings: ...
+    @property
+    def conn_id(self) -> str: ...
+    @property
+    def vhost(self) -> str: ...
+    @property
+    def vhost_prefix(self) -> str: ...
+
+    def client(self) -> Client: ...
+    def authorize(self, permission: Permission, destination: str) -> None: ...
+    def receipt(self, receipt_id: str, *extra: tuple[str, str]) -> None: ...
+    def target(
+        self, destination: str | None, *, pattern: bool = False, command: str = "SEND"
+    ) -> Target | Control | ExchangeRef: ...
+    async def exchange_target(self, ref: ExchangeRef, *, subscribe: bool) -> Target: ...
+    async def ensure_temp(self, target: Target) -> None: ...
