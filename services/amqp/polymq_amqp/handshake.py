@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pamqp import base
 
     from polymq_server.auth import Principal
+    from polymq_server.connections import Tracked
     from polymq_server.resources import Admission
 
     from .config import AmqpSettings
@@ -56,6 +57,7 @@ class HandshakeSession(Protocol):
     blocked_notify: bool
     vhost: str
     names: VhostNames
+    tracked: Tracked  # its row in the admin API's connection table (the vhost is shown)
 
     @property
     def hub(self) -> Hub: ...
