@@ -43,6 +43,7 @@ from polymq.types import Destination, Message, SlowPolicy
 from .handover import is_handover
 from .metrics import protocol_label
 from .relay import PEER_CLIENT, Relay
+from .sids import SidTable
 from .subscription import Subscription
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ class Session(asyncio.Protocol):
         self._alarm_held = False  # not reading: a resource alarm holds this publisher
         # destinations named in requests, parsed and authorized (see Broker.destination)
         self.destinations: dict[tuple[str, Any, bool], Destination] = {}
-        self.subs: dict[int, Subscription] = {}
+        self.subs: SidTable[Subscription] = SidTable()  # by sid
         self.first_tags: dict[int, int] = {}  # sid -> its first delivery tag, if not 1 (moved)
         self._replies: list[Event] = []
         self._raws: dict[int, bytes] = {}  # index in _replies -> that event's encoded op
@@ -449,7 +450,7 @@ class Session(asyncio.Protocol):
         return sub
 
     def _drop_sub(self, sub: Subscription, pending: _Backlog | None) -> None:
-        sub.closed = True
+        sub.close()
         unsent: list[Message] = []
         if pending is not None:
             for tag, msg in zip(pending.tags, pending.messages, strict=True):
@@ -465,7 +466,7 @@ class Session(asyncio.Protocol):
     def cancel(self, sub: Subscription, code: str, message: str) -> None:
         """The core ends a subscription (its destination was deleted)."""
         if self.subs.pop(sub.sid, None) is not None:
-            sub.closed = True
+            sub.close()
             self._backlog.pop(sub, None)
             self.broker.sensors.on_subscription(sub.destination.split("/", 1)[0], -1)
             self.reply(Cancelled(sub.sid, code, message))
@@ -475,7 +476,7 @@ class Session(asyncio.Protocol):
         What it held unacked comes back from the new leader, flagged as redelivered."""
         if self.subs.pop(sub.sid, None) is None:
             return
-        sub.closed = True
+        sub.close()
         self._backlog.pop(sub, None)
         self.broker.sensors.on_subscription(sub.destination.split("/", 1)[0], -1)
         if self.protocol == PEER_CLIENT:  # the origin node's relay moves it
