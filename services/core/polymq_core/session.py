@@ -75,6 +75,12 @@ def _deliveries(sid: int, b: _Backlog, events: list[Event], weights: list[int]) 
             start, size = i + 1, 0
 
 
+# Replies pending past this many go out at once rather than at the end of the loop's turn:
+# a turn that reads many connections, each with a frame of thousands of requests, would
+# otherwise hold every reply of them all at the same time (memory freed afterwards, but
+# kept by the allocator).
+_REPLIES_AT_ONCE = 1024
+
 _SLOW_LINGER = 10.0  # seconds a cut slow consumer has to read what its socket still holds
 
 
@@ -346,8 +352,12 @@ class Session(asyncio.Protocol):
         """Send ``event`` (``raw``: its operation, encoded already by another node)."""
         if raw is not None:
             self._raws[len(self._replies)] = raw
-        self._replies.append(event)
-        self._schedule_flush()
+        replies = self._replies
+        replies.append(event)
+        if len(replies) >= _REPLIES_AT_ONCE:
+            self._flush()
+        else:
+            self._schedule_flush()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
