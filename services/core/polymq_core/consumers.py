@@ -32,6 +32,7 @@ from polymq_server.auth import Permission
 
 from .cursors import Cursor, QueueCursor, StreamCursor, TopicCursor
 from .queue import Queue, Waiter
+from .sids import shared_sid
 from .subscription import Subscription
 
 if TYPE_CHECKING:
@@ -55,8 +56,9 @@ class Consumers:
                 f"at most {broker.settings.max_subscriptions_per_connection} subscriptions "
                 "per connection"
             )
+        sid = shared_sid(ev.sid)  # (the same sids recur on every connection)
         if dest.kind is Kind.TOPIC:
-            sub = Subscription(session, ev.sid, dest, options, broker.topic_source)
+            sub = Subscription(session, sid, dest, options, broker.topic_source)
             try:
                 broker.topics.add(dest.name, sub)
             except ValueError as exc:
@@ -67,7 +69,7 @@ class Consumers:
             box = broker.shard_for(key).get(key)
             if dest.kind is not Kind.STREAM and options.offset != "next":
                 raise BadRequest("offset applies to streams only")
-            sub = Subscription(session, ev.sid, dest, options, box)
+            sub = Subscription(session, sid, dest, options, box)
             first = session.first_tags.get(ev.sid)
             if first is not None:  # a subscription moved here from another leader
                 sub.next_tag = first

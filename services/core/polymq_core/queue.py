@@ -36,7 +36,7 @@ from polymq.errors import Conflict, NotFound, QueueFull
 from polymq.types import MAX_PRIORITY, DeclareOptions, Message, Outcome, Overflow
 
 from .paging import Pages, Pressure
-from .subscription import Subscription
+from .subscription import Subscription, kind_text
 
 if TYPE_CHECKING:
     from .shard import Shard
@@ -141,6 +141,11 @@ class Queue:
             or self.metadata
             or self.paged
         )
+
+    @property
+    def kind(self) -> str:
+        """The kind its subscribers name: "queue", or "channel" for a channel's inbox."""
+        return kind_text(self.key)
 
     @property
     def paged(self) -> int:

@@ -44,6 +44,7 @@ from polymq_server.resources import Admission
 from .handover import is_handover
 from .metrics import protocol_label
 from .relay import PEER_CLIENT, Relay
+from .sids import SidTable
 from .subscription import Subscription
 
 if TYPE_CHECKING:
@@ -74,6 +75,12 @@ def _deliveries(sid: int, b: _Backlog, events: list[Event], weights: list[int]) 
             weights.append(size)
             start, size = i + 1, 0
 
+
+# Replies pending past this many go out at once rather than at the end of the loop's turn:
+# a turn that reads many connections, each with a frame of thousands of requests, would
+# otherwise hold every reply of them all at the same time (memory freed afterwards, but
+# kept by the allocator).
+_REPLIES_AT_ONCE = 1024
 
 _SLOW_LINGER = 10.0  # seconds a cut slow consumer has to read what its socket still holds
 
@@ -114,7 +121,7 @@ class Session(asyncio.Protocol):
         self._alarm_held = False  # not reading: a resource alarm holds this publisher
         # destinations named in requests, parsed and authorized (see Broker.destination)
         self.destinations: dict[tuple[str, Any, bool], Destination] = {}
-        self.subs: dict[int, Subscription] = {}
+        self.subs: SidTable[Subscription] = SidTable()  # by sid
         self.first_tags: dict[int, int] = {}  # sid -> its first delivery tag, if not 1 (moved)
         self._replies: list[Event] = []
         self._raws: dict[int, bytes] = {}  # index in _replies -> that event's encoded op
@@ -352,8 +359,12 @@ class Session(asyncio.Protocol):
         """Send ``event`` (``raw``: its operation, encoded already by another node)."""
         if raw is not None:
             self._raws[len(self._replies)] = raw
-        self._replies.append(event)
-        self._schedule_flush()
+        replies = self._replies
+        replies.append(event)
+        if len(replies) >= _REPLIES_AT_ONCE:
+            self._flush()
+        else:
+            self._schedule_flush()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -457,7 +468,7 @@ class Session(asyncio.Protocol):
         return sub
 
     def _drop_sub(self, sub: Subscription, pending: _Backlog | None) -> None:
-        sub.closed = True
+        sub.close()
         unsent: list[Message] = []
         if pending is not None:
             for tag, msg in zip(pending.tags, pending.messages, strict=True):
@@ -473,7 +484,7 @@ class Session(asyncio.Protocol):
     def cancel(self, sub: Subscription, code: str, message: str) -> None:
         """The core ends a subscription (its destination was deleted)."""
         if self.subs.pop(sub.sid, None) is not None:
-            sub.closed = True
+            sub.close()
             self._backlog.pop(sub, None)
             self.broker.sensors.on_subscription(sub.destination.split("/", 1)[0], -1)
             self.reply(Cancelled(sub.sid, code, message))
@@ -483,7 +494,7 @@ class Session(asyncio.Protocol):
         What it held unacked comes back from the new leader, flagged as redelivered."""
         if self.subs.pop(sub.sid, None) is None:
             return
-        sub.closed = True
+        sub.close()
         self._backlog.pop(sub, None)
         self.broker.sensors.on_subscription(sub.destination.split("/", 1)[0], -1)
         if self.protocol == PEER_CLIENT:  # the origin node's relay moves it

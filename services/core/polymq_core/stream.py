@@ -69,6 +69,8 @@ class Stream:
         self._assigned = last_seq  # the last seq handed to a publish (appended or not yet)
         self._gaps = 0  # entries that are gaps
 
+    kind = "stream"  # (what its subscriptions name: Subscription.destination)
+
     @property
     def last_seq(self) -> int:
         return self.first_seq + len(self.entries) - 1

@@ -11,7 +11,7 @@ import pytest
 from polymq import BadRequest, Client, Message, Subscription
 
 from ...procs import PolymqProcess
-from .helpers import bodies, collect, connect, nothing_more, uid
+from .helpers import bodies, collect, connect, eventually, nothing_more, uid
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -78,6 +78,49 @@ async def test_topic_messages_are_transient_and_unsubscribe_stops_delivery(
     assert bodies(await collect(sub, 1)) == [b"live"]
     await sub.unsubscribe()
     assert (await client.publish(t, "after"))["subscribers"] == 0
+
+
+async def test_thousands_of_subscriptions_at_once_on_two_connections(
+    core: PolymqProcess,
+) -> None:
+    """3,000 subscribe requests sent together on each of two connections (the same sids on
+    both): every one answered, in a frame or several, each topic counting its subscribers
+    and delivering to them; a queue subscription among them gets its messages; unsubscribing
+    and closing a connection release them, the other connection's staying."""
+    p, n = uid(), 3000
+    q = f"queue/{p}.q"
+    port = core.ports["core"]
+    a, b, pub = await connect(port), await connect(port), await connect(port)
+    try:
+        await pub.publish(q, [Message(f"m{i}".encode()) for i in range(5)])
+        subs_a = await asyncio.gather(
+            *(a.subscribe(f"topic/{p}.t{i}") for i in range(n)), a.subscribe(q)
+        )
+        subs_b = await asyncio.gather(*(b.subscribe(f"topic/{p}.t{i}") for i in range(n)))
+        assert bodies(await collect(subs_a[-1], 5)) == [f"m{i}".encode() for i in range(5)]
+        for i in (0, 1023, 1024, 2999):
+            assert (await pub.stats(f"topic/{p}.t{i}"))["subscribers"] == 2
+            r = await pub.publish(f"topic/{p}.t{i}", f"to {i}")
+            assert r["subscribers"] == 2
+            assert bodies(await collect(subs_a[i], 1)) == [f"to {i}".encode()]
+            assert bodies(await collect(subs_b[i], 1)) == [f"to {i}".encode()]
+        await asyncio.gather(*(s.unsubscribe() for s in subs_a[: n // 2]))
+        for i in (0, n // 2 - 1):
+            assert (await pub.stats(f"topic/{p}.t{i}"))["subscribers"] == 1
+            assert (await pub.publish(f"topic/{p}.t{i}", "b only"))["subscribers"] == 1
+            assert bodies(await collect(subs_b[i], 1)) == [b"b only"]
+        assert (await pub.stats(f"topic/{p}.t{n - 1}"))["subscribers"] == 2
+        await b.close()
+        await eventually(lambda: _subscribers(pub, f"topic/{p}.t{n - 1}", 1), within=10)
+        assert (await pub.stats(f"topic/{p}.t0"))["subscribers"] == 0
+        assert (await pub.stats(q))["subscribers"] == 1
+    finally:
+        for c in (a, b, pub):
+            await c.close()
+
+
+async def _subscribers(client: Client, destination: str, want: int) -> bool:
+    return (await client.stats(destination))["subscribers"] == want
 
 
 async def test_bad_topic_pattern_is_refused(client: Client) -> None:
