@@ -361,6 +361,7 @@ class RequestMetrics:
             ["method", "route", "status"],
             registry=registry,
         )
+        self._counted: dict[tuple[str, str, int], Counter] = {}
         self.duration: Histogram | None = None
         self.in_flight: Gauge | None = None
         if duration is not None:
@@ -383,7 +384,11 @@ class RequestMetrics:
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         m = method_label(method)
-        self.requests.labels(m, route, str(status)).inc()
+        key = (m, route, status)  # bounded: a method label, a route template, a status
+        counter = self._counted.get(key)
+        if counter is None:  # (labels() costs more than inc(): once per key, not per answer)
+            counter = self._counted[key] = self.requests.labels(m, route, str(status))
+        counter.inc()
         if self.duration is not None:
             self.duration.labels(m, route).observe(seconds)
 
@@ -512,10 +517,10 @@ class FrontendLink(CoreLink, Generic[S]):
         """``request`` on ``client`` (which may wait up to ``wait`` seconds at the core);
         ``empty`` at once if the service stops first, ``TimeoutError`` if the core does not
         answer in time. What it brings after we gave up is ``abandoned`` (leases go back)."""
-        # One task (the request) and one future per waiting request; no task on
-        # ``stopping`` nor ``asyncio.wait``: with 10,000 long polls held, those (and the
-        # Event's deque that each cancelled wait is removed from) cost more than the rest
-        # of an answer.
+        # Two futures per waiting request (the request's, e.g. Client.cursor_poll, which
+        # needs no task, and ``woken``); no task on ``stopping`` nor ``asyncio.wait``: with
+        # 10,000 long polls held, those (and the Event's deque that each cancelled wait is
+        # removed from) cost more than the rest of an answer.
         task = asyncio.ensure_future(request)
         woken = self.hold()
 
@@ -540,6 +545,8 @@ class FrontendLink(CoreLink, Generic[S]):
 
                 task.add_done_callback(later)
         if task.done():
+            if not task.cancelled() and task.exception() is None:
+                return task.result()
             return await self.guard(client, task)
         if self.stopping.is_set():
             return empty

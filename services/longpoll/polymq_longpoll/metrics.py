@@ -7,7 +7,10 @@ the HTTP methods or ``other``, ``status`` the code, ``transport`` ``poll`` or ``
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from polymq.web import RequestMetrics
 
@@ -60,3 +63,25 @@ class LongpollMetrics(RequestMetrics):
             registry=registry,
         )
         self.core_link_metrics(registry)
+        # children by label value, made on first use (``labels()`` costs more than the
+        # update, once per answer of 10,000 long polls woken together)
+        self._poll_durations: dict[str, Histogram] = {}
+        self._delivered: dict[str, Counter] = {}
+
+    def poll_answered(self, outcome: str, seconds: float) -> None:
+        """A long poll ends, ``outcome`` ``messages``, ``empty`` or ``error``."""
+        _child(self._poll_durations, self.poll_duration, outcome).observe(seconds)
+
+    def delivered(self, transport: str, count: int) -> None:
+        """``count`` messages go out by ``transport`` (``poll`` or ``sse``)."""
+        _child(self._delivered, self.messages, transport).inc(count)
+
+
+W = TypeVar("W", bound=MetricWrapperBase)
+
+
+def _child(children: dict[str, W], metric: W, value: str) -> W:
+    child = children.get(value)
+    if child is None:
+        child = children[value] = metric.labels(value)
+    return child

@@ -22,6 +22,7 @@ from polymq.web import WebService, add_core_link, add_metrics_route, link_state,
 from polymq_http.access import reloaded_access
 
 from . import api, page, sse
+from .answers import Shown
 from .config import LongpollSettings
 from .corelink import CoreLink
 from .cors import Cors
@@ -51,6 +52,7 @@ def build_app(settings: LongpollSettings, registry: CollectorRegistry) -> web.Ap
     app[api.CORE] = CoreLink(settings, metrics)
     app[api.ACCESS] = reloaded_access(settings.auth, app[api.CORE], "longpoll")
     app[api.WINDOWS] = Windows()
+    app[api.SHOWN] = Shown()
     api.add_routes(app)
     sse.add_routes(app)
     page.add_routes(app)
