@@ -79,6 +79,7 @@ __all__ = [
     "add_metrics_route",
     "add_openapi_route",
     "add_settle_routes",
+    "answered",
     "core_link_metrics",
     "deadline_runner",
     "healthz",
@@ -124,25 +125,29 @@ def _body_deadline(timeout: float) -> Middleware:
     middleware; a body declared over the limit is left to the handler (413 at once)."""
 
     @web.middleware
-    async def body_deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
+    def body_deadline(request: web.Request, handler: Handler) -> Awaitable[web.StreamResponse]:
         declared = request.content_length
         if request.body_exists and (declared is None or declared <= request.client_max_size):
-            reading = asyncio.ensure_future(request.read())
-            try:
+            return read_first(request, handler)
+        return handler(request)  # (not a coroutine: no frame of its own in a waiting poll)
+
+    async def read_first(request: web.Request, handler: Handler) -> web.StreamResponse:
+        reading = asyncio.ensure_future(request.read())
+        try:
+            seen = request.content.total_bytes
+            while not reading.done():
+                await asyncio.wait((reading,), timeout=timeout)
+                if not reading.done() and request.content.total_bytes == seen:
+                    response = problem_response(
+                        408, f"no byte of the request's body came for {timeout:g} seconds",
+                        code="timeout",
+                    )  # fmt: skip
+                    response.force_close()
+                    return response
                 seen = request.content.total_bytes
-                while not reading.done():
-                    await asyncio.wait((reading,), timeout=timeout)
-                    if not reading.done() and request.content.total_bytes == seen:
-                        response = problem_response(
-                            408, f"no byte of the request's body came for {timeout:g} seconds",
-                            code="timeout",
-                        )  # fmt: skip
-                        response.force_close()
-                        return response
-                    seen = request.content.total_bytes
-                reading.result()  # (aiohttp's 413 for a chunked body over the limit)
-            finally:
-                reading.cancel()
+            reading.result()  # (aiohttp's 413 for a chunked body over the limit)
+        finally:
+            reading.cancel()
         return await handler(request)
 
     return body_deadline
@@ -265,14 +270,14 @@ class WebService(Generic[S]):
 
     def _lame_duck_middleware(self) -> Middleware:
         @web.middleware
-        async def lame_duck(request: web.Request, handler: Handler) -> web.StreamResponse:
+        def lame_duck(request: web.Request, handler: Handler) -> Awaitable[web.StreamResponse]:
             if not self.lame:
-                return await handler(request)
+                return handler(request)  # (not a coroutine: no frame in a waiting poll)
             response = problem_response(
                 503, "this instance is shutting down: retry (on another)", code="unavailable"
             )
             response.force_close()  # Connection: close (a load balancer picks another)
-            return response
+            return answered(response)
 
         return lame_duck
 
@@ -293,6 +298,11 @@ class WebService(Generic[S]):
             await runner.cleanup()
         if listener is not None:
             await listener.wait_closed()
+
+
+async def answered(response: web.StreamResponse) -> web.StreamResponse:
+    """``response`` as the awaitable a middleware that is no coroutine returns."""
+    return response
 
 
 def link_state(core: CoreLink) -> str:
