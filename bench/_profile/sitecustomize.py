@@ -7,7 +7,7 @@ polymq handles gracefully).
 
 A scenario may narrow the profile to what it measures (:meth:`bench.harness.Broker.
 profile_window`): SIGUSR1 forgets what was gathered so far (the set-up), SIGUSR2 stops
-gathering (the tear-down is left out too).
+gathering (the tear-down is left out too) and writes the profile at once.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ if _path is not None:
         _prof.enable()
 
     def _halt(_signo: int, _frame: Any) -> None:
-        _prof.disable()
+        _dump()  # now: a broker slow to stop is killed before its atexit
 
     signal.signal(signal.SIGUSR1, _restart)
     signal.signal(signal.SIGUSR2, _halt)
