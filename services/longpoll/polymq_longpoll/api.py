@@ -149,12 +149,12 @@ async def poll(request: web.Request) -> web.StreamResponse:
         metrics.reconnects.labels("poll").inc()
     outcome = "error"
     start = time.perf_counter()
-    metrics.polls_open.inc()
+    metrics.polls += 1
     try:
         result = await core.poll(ref.core_id, cursor, max_, wait, ref.max_step)
         outcome = "messages" if result["messages"] else "empty"
     finally:
-        metrics.polls_open.dec()
+        metrics.polls -= 1
         metrics.poll_answered(outcome, time.perf_counter() - start)
     leased = [r for r in result["receipts"] if r]
     transport = request.transport
