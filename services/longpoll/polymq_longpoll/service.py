@@ -28,6 +28,7 @@ from polymq_server.web import (
 )
 
 from . import api, page, sse
+from .answers import Shown
 from .config import LongpollSettings
 from .corelink import CoreLink
 from .cors import Cors
@@ -57,6 +58,7 @@ def build_app(settings: LongpollSettings, registry: CollectorRegistry) -> web.Ap
     app[api.CORE] = CoreLink(settings, metrics)
     app[api.ACCESS] = reloaded_access(settings.auth, app[api.CORE], "longpoll")
     app[api.WINDOWS] = Windows()
+    app[api.SHOWN] = Shown()
     api.add_routes(app)
     sse.add_routes(app)
     page.add_routes(app)
