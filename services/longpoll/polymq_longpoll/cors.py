@@ -15,7 +15,7 @@ from collections.abc import Awaitable
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from polymq.web import answered
+from polymq_server.web import answered
 
 __all__ = ["Cors"]
 

@@ -8,12 +8,12 @@ import json
 from typing import Any
 
 from polymq import Message
-from polymq.avro import SchemaCache, encode_single, parse
 from polymq.errors import NotFound
 from polymq.types import Destination
 from polymq_longpoll.answers import Shown, answer_bytes
 from polymq_longpoll.api import answer_json
 from polymq_longpoll.subscriptions import AckMode, SubscriptionRef
+from polymq_server.avro import SchemaCache, encode_single, parse
 
 
 def ref(destination: str) -> SubscriptionRef:
