@@ -89,11 +89,11 @@ from .schema import (
     LOAD_CURSORS,
     LOAD_DESTINATIONS,
     REMOVE,
-    SCHEMA,
     SCHEMA_VERSION,
     Write,
     WriteKind,
     apply_batch,
+    migrate,
 )
 
 __all__ = [
@@ -392,10 +392,19 @@ class SqliteStore(Store):
             if version < SCHEMA_VERSION:
                 # (only then: an up-to-date store opens without writing, so a node restarts
                 # on a full disk, serves what it has and writes again once space returns)
+                started = time.monotonic()
                 conn.execute("BEGIN IMMEDIATE")
-                for sql in SCHEMA:
-                    conn.execute(sql)
+                copied = migrate(conn)
                 conn.execute("COMMIT")
+                if copied:
+                    logger.info(
+                        "store %s: schema version %d -> %d, %d messages copied in %.1f s",
+                        self._path,
+                        version,
+                        SCHEMA_VERSION,
+                        copied,
+                        time.monotonic() - started,
+                    )
         except BaseException:
             conn.close()
             raise
