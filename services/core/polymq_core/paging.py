@@ -21,7 +21,7 @@ from polymq.types import Message
 
 class Pages:
     """The messages of a queue that are in the store only: how many, their body bytes
-    (after a restart, an estimate: the stored records' size), the first one's seq, and
+    (after a restart, an estimate: Store.measure_messages), the first one's seq, and
     which purge they outlived (``generation``: a page read across a purge is dropped)."""
 
     __slots__ = ("count", "first", "generation", "nbytes", "reading", "window", "window_bytes")

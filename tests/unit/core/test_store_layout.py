@@ -114,3 +114,21 @@ async def test_a_version_4_file_is_migrated_and_keeps_its_data(db: Path) -> None
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert "messages_v4" not in names
+
+
+async def test_a_long_backlog_is_counted_and_its_size_estimated_from_its_start(db: Path) -> None:
+    """measure_messages (a restart, past a queue's window) counts every message but sums
+    the size of the first 1000 only (reading every record is reading the whole backlog)."""
+    async with opened(db) as store:
+        await settled(store.append_many(Q, [small_message(s) for s in range(1, 1101)]))
+        await settled(store.append_many(Q, [kilobyte_message(s) for s in range(1101, 1601)]))
+        count, size = await store.measure_messages(Q, 100)
+        first = sum(len(_blob(small_message(s))) for s in range(101, 1101))
+        assert (count, size) == (1500, first * 1500 // 1000)
+        last = sum(len(_blob(kilobyte_message(s))) for s in range(1591, 1601))
+        assert await store.measure_messages(Q, 1590) == (10, last)  # all measured
+        assert await store.measure_messages(Q, 1600) == (0, 0)
+
+
+def _blob(message: Message) -> bytes:
+    return bytes(msgpack.packb(message.to_wire(), use_bin_type=True))
