@@ -36,8 +36,9 @@ cost of the (destination, seq) index beside it (~30 bytes a message, one more pa
 commit). A larger page size would also have fitted 1 KB rows, but every commit writes whole
 pages to the WAL (16 KiB pages: three times the bytes of a one-message commit) and it only
 moves the spill to larger messages. Version 4's ``messages`` is copied into the new table
-when the file is opened (time and space as for writing the backlog again; the old pages are
-freed inside the file, which keeps its size and reuses them).
+when the file is opened (1M 1 KB messages: 7.3 s; the file grows by the new table, 1.4 GB,
+and the WAL holds as much until checkpointed; the old pages are freed inside the file, which
+keeps its size and reuses them).
 
 A queued write is a flat tuple ``(future, kind, *fields)`` (:data:`Write`); its
 :class:`WriteKind` lists the fields. In the replicated log (:mod:`polymq_core.replog`) a write
@@ -99,7 +100,15 @@ def migrate(conn: sqlite3.Connection) -> int:
         "INSERT INTO messages (destination, seq, blob)"
         f" SELECT destination, seq, blob FROM {_OLD_MESSAGES} ORDER BY destination, seq"
     ).rowcount
-    conn.execute(f"DROP TABLE {_OLD_MESSAGES}")
+    # Not zeroed page by page (SQLite as packaged may default to secure_delete, which wrote
+    # every old page to the WAL: 9.0 s and 611 MB of WAL for 100k 1 KB messages, 1.4 s and
+    # 141 MB without): their rows live on in the new table.
+    (secure,) = conn.execute("PRAGMA secure_delete").fetchone()
+    conn.execute("PRAGMA secure_delete = 0")
+    try:
+        conn.execute(f"DROP TABLE {_OLD_MESSAGES}")
+    finally:
+        conn.execute(f"PRAGMA secure_delete = {int(secure)}")
     return int(copied)
 
 
