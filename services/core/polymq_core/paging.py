@@ -37,7 +37,7 @@ class Pressure:
 
 class Pages:
     """The messages of a queue that are in the store only: how many, their body bytes
-    (after a restart, an estimate: the stored records' size), the first one's seq, and
+    (after a restart, an estimate: Store.measure_messages), the first one's seq, and
     which purge they outlived (``generation``: a page read across a purge is dropped)."""
 
     __slots__ = (
