@@ -54,13 +54,14 @@ from polymq_server.resources import ConnectionLimits
 
 from .codec import CLOSED, NEED_DATA, VERSIONS, Role, State, StompConnection
 from .config import StompSettings
+from .delivery import StompSubscription
 from .destinations import Control, ExchangeRef, Target, parse_destination
 from .exchange import resolve as resolve_exchange
 from .frames import Command, Frame, Heartbeat, LocalStompError, RemoteStompError
 from .metrics import StompMetrics
 from .publisher import Publisher
 from .refusal import Refused
-from .subscription import StompSubscription, Subscriptions, release
+from .subscription import Subscriptions, release
 from .transports import Transport, WsTransport
 from .vhost import DEFAULT_VHOST, choose_vhost
 
@@ -306,7 +307,7 @@ class Session(FrontendSession):
     def write_messages(
         self, sub: StompSubscription, frames: list[bytes], nbytes: int, last_tag: int
     ) -> None:
-        """MESSAGE frames of ``sub`` (see ``Subscriptions.deliver``)."""
+        """MESSAGE frames of ``sub`` (see ``Deliveries.deliver``)."""
         self._out += frames
         self._out_bytes += nbytes
         if sub.topic:
