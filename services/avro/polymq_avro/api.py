@@ -30,13 +30,8 @@ from polymq_server.auth import Permission, Principal
 from polymq_server.avro import AvroError, AvroSchema, SchemaCache, UnknownSchema, is_avro
 from polymq_server.payloads import parse_pull_query, parse_settle, read_json
 from polymq_server.problems import Problem, bad_request
-from polymq_server.web import (
-    add_health_routes,
-    add_openapi_route,
-    add_settle_routes,
-    settle_outcome,
-    settle_receipts,
-)
+from polymq_server.receipts import add_settle_routes, settle_outcome, settle_receipts
+from polymq_server.web import add_health_routes, add_openapi_route
 
 from .config import AvroSettings
 from .container import TooLarge, write_container

@@ -24,14 +24,8 @@ from polymq_server.payloads import (
     read_json,
 )
 from polymq_server.problems import bad_request
-from polymq_server.web import (
-    add_health_routes,
-    add_openapi_route,
-    add_settle_routes,
-    published_json,
-    settle_outcome,
-    settle_receipts,
-)
+from polymq_server.receipts import add_settle_routes, settle_outcome, settle_receipts
+from polymq_server.web import add_health_routes, add_openapi_route, published_json
 
 from .config import HttpSettings
 from .corelink import CoreLink

@@ -29,13 +29,8 @@ from polymq_server.auth import Permission, Principal
 from polymq_server.avro import SchemaCache
 from polymq_server.avroview import load_schemas
 from polymq_server.payloads import parse_publish, parse_settle, read_json
-from polymq_server.web import (
-    add_health_routes,
-    add_settle_routes,
-    published_json,
-    settle_outcome,
-    settle_receipts,
-)
+from polymq_server.receipts import add_settle_routes, settle_outcome, settle_receipts
+from polymq_server.web import add_health_routes, published_json
 
 from .config import LongpollSettings
 from .corelink import CoreLink

@@ -19,13 +19,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq_server.access import reloaded_access
-from polymq_server.web import (
-    WebService,
-    add_core_link,
-    add_metrics_route,
-    link_state,
-    metrics_middleware,
-)
+from polymq_server.requestmetrics import add_metrics_route, metrics_middleware
+from polymq_server.web import WebService, add_core_link, link_state
 
 from . import api, page, sse
 from .config import LongpollSettings
