@@ -33,8 +33,15 @@ __all__ = [
 def receipt_destination(receipt: str) -> str | None:
     """The queue a receipt (``queue/<name>|<seq>|<delivery>``) settles, or None if malformed."""
     key, sep, rest = receipt.partition("|")
-    seq, sep2, did = rest.partition("|")
-    if not (sep and sep2 and seq.isdigit() and did.isdigit() and seq.isascii() and did.isascii()):
+    seq, sep2, delivery_id = rest.partition("|")
+    if not (
+        sep
+        and sep2
+        and seq.isdigit()
+        and delivery_id.isdigit()
+        and seq.isascii()
+        and delivery_id.isascii()
+    ):
         return None
     try:
         dest = Destination.parse(key)
