@@ -11,7 +11,7 @@
     GET  /openapi.json /metrics /healthz /readyz
 
 Each handler authenticates, checks its input, authorizes, and makes its requests to the
-core through :class:`CoreLink`. Errors are raised (``Problem``, a polymq ``RequestError``,
+core through :class:`AvroLink`. Errors are raised (``Problem``, a polymq ``RequestError``,
 an ``AvroError``) and answered as problem details by ``problems.problem_middleware``.
 """
 
@@ -35,7 +35,7 @@ from polymq_server.web import add_health_routes, add_openapi_route
 
 from .config import AvroSettings
 from .container import TooLarge, write_container
-from .corelink import CoreLink
+from .corelink import AvroLink
 from .metrics import AvroMetrics
 from .payloads import (
     JSON_TYPE,
@@ -62,7 +62,7 @@ from .records import (
 from .registry import SUBJECTS, Registry, check_subject
 
 SETTINGS = web.AppKey("settings", AvroSettings)
-CORE = web.AppKey("core", CoreLink)
+CORE = web.AppKey("core", AvroLink)
 ACCESS = web.AppKey("access", Access)
 METRICS = web.AppKey("metrics", AvroMetrics)
 CACHE = web.AppKey("schema_cache", SchemaCache)
@@ -130,7 +130,7 @@ async def decode(app: web.Application, body: bytes) -> Records:
                 ) from None
 
 
-def check_size(core: CoreLink, records: Records) -> int:
+def check_size(core: AvroLink, records: Records) -> int:
     """The bytes the publish will take; TooLarge if the core would refuse it."""
     size = records.size + MESSAGE_OVERHEAD * records.count + 1024
     frame = core.limit("max_frame")

@@ -23,7 +23,7 @@ from polymq_server.web import WebService, add_core_link, link_state
 
 from . import api, registry_api
 from .config import AvroSettings
-from .corelink import CoreLink
+from .corelink import AvroLink
 from .metrics import AvroMetrics
 from .openapi import document
 from .problems import incompatible_middleware, problem_middleware
@@ -40,7 +40,7 @@ def build_app(settings: AvroSettings, registry: CollectorRegistry) -> web.Applic
         middlewares=[metrics_middleware(api.METRICS), problem_middleware, incompatible_middleware],
         client_max_size=settings.avro_max_body,
     )
-    core = CoreLink(settings, metrics)
+    core = AvroLink(settings, metrics)
     cache = core.schemas
     app[api.SETTINGS] = settings
     app[api.METRICS] = metrics

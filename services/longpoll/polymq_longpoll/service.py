@@ -24,7 +24,7 @@ from polymq_server.web import WebService, add_core_link, link_state
 
 from . import api, page, sse
 from .config import LongpollSettings
-from .corelink import CoreLink
+from .corelink import LongpollLink
 from .cors import Cors
 from .leases import Windows
 from .metrics import LongpollMetrics
@@ -49,7 +49,7 @@ def build_app(settings: LongpollSettings, registry: CollectorRegistry) -> web.Ap
     app.on_response_prepare.append(cors.on_prepare)
     app[api.SETTINGS] = settings
     app[api.METRICS] = metrics
-    app[api.CORE] = CoreLink(settings, metrics)
+    app[api.CORE] = LongpollLink(settings, metrics)
     app[api.ACCESS] = reloaded_access(settings.auth, app[api.CORE], "longpoll")
     app[api.WINDOWS] = Windows()
     api.add_routes(app)

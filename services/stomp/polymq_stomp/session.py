@@ -65,7 +65,7 @@ from .subscription import Subscriptions, release
 from .transports import Transport, WsTransport
 from .vhost import DEFAULT_VHOST
 
-__all__ = ["Hub", "Session"]
+__all__ = ["Hub", "StompSession"]
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class Hub:
     link: CoreLink
     auth: AuthProvider
     metrics: StompMetrics
-    sessions: set[Session] = field(default_factory=set)
+    sessions: set[StompSession] = field(default_factory=set)
     stopping: bool = False
     # the listeners' connection limits (the service sets them from its settings)
     connections: ConnectionLimits = field(default_factory=lambda: ConnectionLimits("stomp"))
@@ -90,7 +90,7 @@ class Hub:
         self.records = Records(self.link)
 
 
-class Session(FrontendSession):
+class StompSession(FrontendSession):
     """The STOMP side of one connection (the transport's endpoint; writing, reading's pauses,
     its tasks and the close of the transport are
     :class:`~polymq_server.frontend.FrontendSession`'s)."""
@@ -659,16 +659,16 @@ class Session(FrontendSession):
         self._close()  # after what is written
 
 
-_HANDLERS: Final[dict[Command, Callable[[Session, Frame], None]]] = {
-    Command.CONNECT: Session._on_connect,
-    Command.STOMP: Session._on_connect,
-    Command.SEND: Session._on_send,
-    Command.SUBSCRIBE: Session._on_subscribe,
-    Command.UNSUBSCRIBE: Session._on_unsubscribe,
-    Command.ACK: Session._on_ack,
-    Command.NACK: Session._on_nack,
-    Command.BEGIN: Session._on_begin,
-    Command.COMMIT: Session._on_commit,
-    Command.ABORT: Session._on_abort,
-    Command.DISCONNECT: Session._on_disconnect,
+_HANDLERS: Final[dict[Command, Callable[[StompSession, Frame], None]]] = {
+    Command.CONNECT: StompSession._on_connect,
+    Command.STOMP: StompSession._on_connect,
+    Command.SEND: StompSession._on_send,
+    Command.SUBSCRIBE: StompSession._on_subscribe,
+    Command.UNSUBSCRIBE: StompSession._on_unsubscribe,
+    Command.ACK: StompSession._on_ack,
+    Command.NACK: StompSession._on_nack,
+    Command.BEGIN: StompSession._on_begin,
+    Command.COMMIT: StompSession._on_commit,
+    Command.ABORT: StompSession._on_abort,
+    Command.DISCONNECT: StompSession._on_disconnect,
 }
