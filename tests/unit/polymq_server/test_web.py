@@ -1,5 +1,5 @@
-"""The routes and answers ``polymq_server.web`` gives every JSON frontend, on an app with no
-listener (requests are resolved and answered in process)."""
+"""The routes and answers ``polymq_server.web`` (and its ``receipts``) give every JSON
+frontend, on an app with no listener (requests are resolved and answered in process)."""
 
 from __future__ import annotations
 
