@@ -88,8 +88,15 @@ def _pin_process(pid: int, cpus: list[int]) -> None:
 class Broker:
     """A running ``polymq`` process; ``host``/``ports`` to reach it, ``rss()`` to weigh it."""
 
-    def __init__(self, proc: PolymqProcess, workdir: Path, cpus: list[int] | None) -> None:
+    def __init__(
+        self,
+        proc: PolymqProcess,
+        workdir: Path,
+        cpus: list[int] | None,
+        profiled: bool = False,
+    ) -> None:
         self.proc = proc
+        self.profiled = profiled
         self.workdir = workdir
         self.cpus = cpus
         self.host = "127.0.0.1"
@@ -136,6 +143,18 @@ class Broker:
     def log_tail(self, n: int = 30) -> str:
         return "\n".join(self.proc.log().splitlines()[-n:])
 
+    @contextlib.contextmanager
+    def profile_window(self) -> Iterator[None]:
+        """Under ``--profile``, keep only what the broker does inside the block in its
+        profile (the set-up before and the tear-down after are left out)."""
+        if self.profiled:
+            os.kill(self.pid, signal.SIGUSR1)
+        try:
+            yield
+        finally:
+            if self.profiled and self.proc.alive:
+                os.kill(self.pid, signal.SIGUSR2)
+
     def pin(self) -> None:
         """Re-pin (threads started after the broker came up are not pinned otherwise)."""
         if self.cpus is not None:
@@ -169,7 +188,7 @@ def broker(
             raise BenchError(
                 f"polymq {command} did not start: {lines[-1]}\n" + "\n".join(lines[-25:])
             ) from exc
-        b = Broker(proc, workdir, plan.broker)
+        b = Broker(proc, workdir, plan.broker, profiled=profile is not None)
         b.pin()
         try:
             yield b

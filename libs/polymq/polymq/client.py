@@ -358,11 +358,23 @@ class Client:
     async def _call(self, ev: Event) -> Any:
         if not self._can_write.is_set():
             await self._can_write.wait()
+        return await self._request(ev)
+
+    def _request(self, ev: Event) -> asyncio.Future[Any]:
+        """Send ``ev`` now (once the connection may be written again if it may not) and
+        give the future of its answer: no task of its own, for a request held open by the
+        thousand (long polls)."""
+        if not self._can_write.is_set():
+            return asyncio.ensure_future(self._call(ev))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         rid: int = ev.rid  # type: ignore[attr-defined]
-        self._send(ev)
+        try:
+            self._send(ev)
+        except Exception as exc:  # (closed: the awaiter gets it, as from _call)
+            fut.set_exception(exc)
+            return fut
         self._pending[rid] = fut
-        return await fut
+        return fut
 
     # ---- the primitive API ------------------------------------------------------------
     async def publish(
@@ -535,14 +547,15 @@ class Client:
         r: dict[str, Any] = await self._call(CursorOpen(self._rid(), destination, options))
         return r
 
-    async def cursor_poll(
+    def cursor_poll(
         self, sub_id: str, cursor: int | None, *, max: int = 100, wait: float = 0.0
-    ) -> dict[str, Any]:
+    ) -> asyncio.Future[dict[str, Any]]:
         """``{"cursor", "messages", "receipts"}``: what follows ``cursor`` (None: the oldest
         held), waiting up to ``wait`` seconds for the first. Presenting a cursor confirms
-        everything up to it; :class:`~polymq.errors.Gone` if it points before what is held."""
-        r: dict[str, Any] = await self._call(CursorPoll(self._rid(), sub_id, cursor, max, wait))
-        return r
+        everything up to it; :class:`~polymq.errors.Gone` if it points before what is held.
+        The poll is sent at once and answered by the future returned (await it): a frontend
+        holding thousands of polls spends no task on each."""
+        return self._request(CursorPoll(self._rid(), sub_id, cursor, max, wait))
 
     async def cursor_close(self, sub_id: str) -> None:
         await self._call(CursorClose(self._rid(), sub_id))

@@ -16,7 +16,7 @@ The request/reply, over two system topics (the MailerQ ``list-cluster`` way)::
 
 A request message carries the topic to answer on in its ``reply_to`` (and a
 ``correlation_id`` the answer repeats). :class:`Responder` is the frontend's side, subscribed
-on each connection of its :class:`~polymq.corelink.CoreLink`; the asking side is the core's
+on each connection of its :class:`~polymq_server.corelink.CoreLink`; the asking side is the core's
 (``polymq_core.connlist``). Topics cross a cluster's mesh, so any node lists every frontend.
 
 Nothing here imports aiohttp or prometheus: the table is plain data, the responder speaks

@@ -87,6 +87,7 @@ class RequestMetrics:
             ["method", "route", "status"],
             registry=registry,
         )
+        self._counted: dict[tuple[str, str, int], Counter] = {}
         self.duration: Histogram | None = None
         self.in_flight: Gauge | None = None
         if duration is not None:
@@ -109,7 +110,11 @@ class RequestMetrics:
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         m = method_label(method)
-        self.requests.labels(m, route, str(status)).inc()
+        key = (m, route, status)  # bounded: a method label, a route template, a status
+        counter = self._counted.get(key)
+        if counter is None:  # (labels() costs more than inc(): once per key, not per answer)
+            counter = self._counted[key] = self.requests.labels(m, route, str(status))
+        counter.inc()
         if self.duration is not None:
             self.duration.labels(m, route).observe(seconds)
 

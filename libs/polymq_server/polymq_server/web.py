@@ -38,7 +38,9 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
-from prometheus_client import CollectorRegistry
+from prometheus_client import (
+    CollectorRegistry,
+)
 
 from polymq.client import Client
 from polymq.types import Destination, Kind, Message
@@ -62,6 +64,7 @@ __all__ = [
     "add_core_link",
     "add_health_routes",
     "add_openapi_route",
+    "answered",
     "deadline_runner",
     "healthz",
     "link_state",
@@ -97,25 +100,29 @@ def _body_deadline(timeout: float) -> Middleware:
     middleware; a body declared over the limit is left to the handler (413 at once)."""
 
     @web.middleware
-    async def body_deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
+    def body_deadline(request: web.Request, handler: Handler) -> Awaitable[web.StreamResponse]:
         declared = request.content_length
         if request.body_exists and (declared is None or declared <= request.client_max_size):
-            reading = asyncio.ensure_future(request.read())
-            try:
+            return read_first(request, handler)
+        return handler(request)  # (not a coroutine: no frame of its own in a waiting poll)
+
+    async def read_first(request: web.Request, handler: Handler) -> web.StreamResponse:
+        reading = asyncio.ensure_future(request.read())
+        try:
+            seen = request.content.total_bytes
+            while not reading.done():
+                await asyncio.wait((reading,), timeout=timeout)
+                if not reading.done() and request.content.total_bytes == seen:
+                    response = problem_response(
+                        408, f"no byte of the request's body came for {timeout:g} seconds",
+                        code="timeout",
+                    )  # fmt: skip
+                    response.force_close()
+                    return response
                 seen = request.content.total_bytes
-                while not reading.done():
-                    await asyncio.wait((reading,), timeout=timeout)
-                    if not reading.done() and request.content.total_bytes == seen:
-                        response = problem_response(
-                            408, f"no byte of the request's body came for {timeout:g} seconds",
-                            code="timeout",
-                        )  # fmt: skip
-                        response.force_close()
-                        return response
-                    seen = request.content.total_bytes
-                reading.result()  # (aiohttp's 413 for a chunked body over the limit)
-            finally:
-                reading.cancel()
+            reading.result()  # (aiohttp's 413 for a chunked body over the limit)
+        finally:
+            reading.cancel()
         return await handler(request)
 
     return body_deadline
@@ -249,14 +256,14 @@ class WebService(Generic[S]):
 
     def _lame_duck_middleware(self) -> Middleware:
         @web.middleware
-        async def lame_duck(request: web.Request, handler: Handler) -> web.StreamResponse:
+        def lame_duck(request: web.Request, handler: Handler) -> Awaitable[web.StreamResponse]:
             if not self.lame:
-                return await handler(request)
+                return handler(request)  # (not a coroutine: no frame in a waiting poll)
             response = problem_response(
                 503, "this instance is shutting down: retry (on another)", code="unavailable"
             )
             response.force_close()  # Connection: close (a load balancer picks another)
-            return response
+            return answered(response)
 
         return lame_duck
 
@@ -277,6 +284,11 @@ class WebService(Generic[S]):
             await runner.cleanup()
         if listener is not None:
             await listener.wait_closed()
+
+
+async def answered(response: web.StreamResponse) -> web.StreamResponse:
+    """``response`` as the awaitable a middleware that is no coroutine returns."""
+    return response
 
 
 def link_state(core: CoreLink) -> str:
@@ -382,10 +394,10 @@ class FrontendLink(CoreLink, Generic[S]):
         """``request`` on ``client`` (which may wait up to ``wait`` seconds at the core);
         ``empty`` at once if the service stops first, ``TimeoutError`` if the core does not
         answer in time. What it brings after we gave up is ``abandoned`` (leases go back)."""
-        # One task (the request) and one future per waiting request; no task on
-        # ``stopping`` nor ``asyncio.wait``: with 10,000 long polls held, those (and the
-        # Event's deque that each cancelled wait is removed from) cost more than the rest
-        # of an answer.
+        # Two futures per waiting request (the request's, e.g. Client.cursor_poll, which
+        # needs no task, and ``woken``); no task on ``stopping`` nor ``asyncio.wait``: with
+        # 10,000 long polls held, those (and the Event's deque that each cancelled wait is
+        # removed from) cost more than the rest of an answer.
         task = asyncio.ensure_future(request)
         woken = self.hold()
 
@@ -410,6 +422,8 @@ class FrontendLink(CoreLink, Generic[S]):
 
                 task.add_done_callback(later)
         if task.done():
+            if not task.cancelled() and task.exception() is None:
+                return task.result()
             return await self.guard(client, task)
         if self.stopping.is_set():
             return empty

@@ -79,6 +79,7 @@ from .store import SqliteStore, Store
 from .subscription import Subscription, TopicSource
 
 if TYPE_CHECKING:
+    from .caller import Caller
     from .config import CoreSettings
     from .metrics import Sensors
     from .relay import Leaders
@@ -306,7 +307,7 @@ class Broker:
         return self.shards[zlib.crc32(base.encode()) % len(self.shards)]
 
     def destination(
-        self, session: Session, text: Any, perm: Permission, *, pattern: bool = False
+        self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
     ) -> Destination:
         """The destination ``text`` names (a topic pattern if ``pattern``), once ``session``
         may use it with ``perm``. Kept per session (its principal does not change): a

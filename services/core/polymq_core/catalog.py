@@ -10,7 +10,7 @@ deleted, purged or given metadata. Durable changes go through ``Shard.commit``.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.errors import BadRequest, Conflict, NotFound
 from polymq.events import (
@@ -35,18 +35,32 @@ from .queue import Queue
 from .shard import Shard
 
 if TYPE_CHECKING:
-    from .broker import Broker
-    from .session import Session
+    from .bindings import BindingTable
+    from .caller import Caller
+    from .routing import TopicRouter
 
 MAX_BINDINGS_PER_QUEUE = 100_000
 
 
+class CatalogHost(Protocol):
+    """What declare, delete, purge, bindings, stats, peek and metadata use of the broker."""
+
+    bindings: BindingTable
+    topics: TopicRouter[Any]
+
+    def shard_for(self, key: str) -> Shard: ...
+    def holder_key(self, dest: Destination, role: Any) -> str: ...
+    def destination(
+        self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
+    ) -> Destination: ...
+
+
 class Catalog:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: CatalogHost) -> None:
         self.broker = broker
 
     # ---- declare / delete / purge -------------------------------------------------------
-    def declare(self, session: Session, ev: Declare) -> Any:
+    def declare(self, session: Caller, ev: Declare) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
         options = DeclareOptions.from_dict(ev.options)
@@ -57,7 +71,7 @@ class Catalog:
         result = {"destination": str(dest), "options": options.to_dict()}
         return then(asyncio.gather(*futs), result) if futs else result
 
-    def delete(self, session: Session, ev: Delete) -> Any:
+    def delete(self, session: Caller, ev: Delete) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
         if dest.kind is Kind.TOPIC:
@@ -66,7 +80,7 @@ class Catalog:
         futs = [f for k in keys if (f := broker.shard_for(k).delete(k)) is not None]
         return then(asyncio.gather(*futs), {"deleted": str(dest)})
 
-    def purge(self, session: Session, ev: Purge) -> Any:
+    def purge(self, session: Caller, ev: Purge) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
         if dest.kind is Kind.TOPIC:
@@ -75,7 +89,7 @@ class Catalog:
         return {"purged": sum(broker.shard_for(k).purge(k) for k in keys)}
 
     # ---- bindings -----------------------------------------------------------------------
-    def _binding(self, session: Session, pattern: Any, queue: Any) -> tuple[str, str]:
+    def _binding(self, session: Caller, pattern: Any, queue: Any) -> tuple[str, str]:
         """(pattern without ``topic/``, queue key) of a Bind or Unbind, with permissions:
         CONFIGURE on the queue and READ on the topic pattern (to bind is to subscribe)."""
         q = self.broker.destination(session, queue, Permission.CONFIGURE)
@@ -86,7 +100,7 @@ class Catalog:
             raise BadRequest(f"a binding's pattern is 'topic/<pattern>', not {str(p)[:80]!r}")
         return p.name, str(q)
 
-    def bind(self, session: Session, ev: Bind) -> Any:
+    def bind(self, session: Caller, ev: Bind) -> Any:
         bindings = self.broker.bindings
         pattern, key = self._binding(session, ev.pattern, ev.queue)
         if bindings.count(key) >= MAX_BINDINGS_PER_QUEUE and not bindings.has(pattern, key):
@@ -98,20 +112,20 @@ class Catalog:
         result = {"added": int(added)}
         return result if fut is None else then(fut, result)
 
-    def unbind(self, session: Session, ev: Unbind) -> Any:
+    def unbind(self, session: Caller, ev: Unbind) -> Any:
         pattern, key = self._binding(session, ev.pattern, ev.queue)
         removed, fut = self.broker.shard_for(key).unbind(key, pattern)
         result = {"removed": int(removed)}
         return result if fut is None else then(fut, result)
 
-    def bindings(self, session: Session, ev: Bindings) -> Any:
+    def bindings(self, session: Caller, ev: Bindings) -> Any:
         q = self.broker.destination(session, ev.queue, Permission.READ)
         if q.kind is not Kind.QUEUE:
             raise BadRequest(f"bindings go to queues ('queue/<name>'), not {str(q)[:80]!r}")
         return [f"topic/{p}" for p in self.broker.bindings.of(str(q))]
 
     # ---- stats and metadata -------------------------------------------------------------
-    def stats(self, session: Session, ev: Stats) -> Any:
+    def stats(self, session: Caller, ev: Stats) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.READ, pattern=True)
         if dest.kind is Kind.TOPIC:
@@ -134,7 +148,7 @@ class Catalog:
         key = str(dest)
         return broker.shard_for(key).stats(key)
 
-    def peek(self, session: Session, ev: Peek) -> Peeked:
+    def peek(self, session: Caller, ev: Peek) -> Peeked:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.READ)
         if dest.kind is Kind.TOPIC:
@@ -151,7 +165,7 @@ class Catalog:
             return Peeked(ev.rid, peek.head(holder, count))
         return Peeked(ev.rid, peek.tail(holder, count))
 
-    def meta_get(self, session: Session, ev: MetaGet) -> Any:
+    def meta_get(self, session: Caller, ev: MetaGet) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.READ)
         key = broker.holder_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
@@ -160,7 +174,7 @@ class Catalog:
             raise NotFound(f"{dest} does not exist")
         return dict(shard.get(key).metadata)
 
-    def meta_set(self, session: Session, ev: MetaSet) -> Any:
+    def meta_set(self, session: Caller, ev: MetaSet) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
         if dest.kind is Kind.TOPIC:

@@ -196,17 +196,19 @@ class Consumers:
         cursors = self.broker.cursors
 
         async def later() -> Polled:
-            fut = asyncio.get_running_loop().create_future()
-            cur.waiters.append(fut)
+            # a timer that wakes the future (not asyncio.wait_for, whose own future and
+            # callback each of 10,000 polls woken by one topic message would pay for)
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[None] = loop.create_future()
+            timer = loop.call_later(wait, _wake, fut)
+            cur.waiters[fut] = None
             cur.polling += 1
             try:
-                await asyncio.wait_for(fut, wait)
-            except TimeoutError:
-                pass
+                await fut
             finally:
+                timer.cancel()
                 cur.polling -= 1
-                if fut in cur.waiters:
-                    cur.waiters.remove(fut)
+                cur.waiters.pop(fut, None)
             if ev.id not in cursors.subs and isinstance(cur, StreamCursor):
                 if not cur.shard.leading:  # it moved with its shard while this poll waited
                     raise Unavailable(f"{cur.key}: its shard moved to another node; poll again")
@@ -217,6 +219,11 @@ class Consumers:
     def cursor_close(self, session: Session, ev: CursorClose) -> Any:
         self._cursor(session, ev.id)
         return self.broker.cursors.close(ev.id)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _sub(session: Session, sid: int) -> Subscription:

@@ -60,11 +60,12 @@ class _Waiting:
     __slots__ = ("polling", "waiters")
 
     def __init__(self) -> None:
-        self.waiters: list[asyncio.Future[None]] = []
+        # (a dict: a poll that times out leaves it in O(1), not by a scan of 10,000)
+        self.waiters: dict[asyncio.Future[None], None] = {}
         self.polling = 0  # polls in progress: a subscription being read is not idle
 
     def wake(self) -> None:
-        waiters, self.waiters = self.waiters, []
+        waiters, self.waiters = self.waiters, {}
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)

@@ -10,7 +10,7 @@ that covers all of ``kv/<prefix>...`` (``AuthProvider.authorize_prefix``), such 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.errors import BadRequest, NotFound
 from polymq.events import KvDelete, KvGet, KvList, KvPut
@@ -19,26 +19,37 @@ from polymq_server.auth import Permission
 from .answers import then
 
 if TYPE_CHECKING:
-    from .broker import Broker
-    from .session import Session
+    from polymq_server.auth import AuthProvider
+
+    from .caller import Caller
+    from .shard import Shard
 
 MAX_KEY_LENGTH = 1024
 MAX_KV_VALUE = 1024 * 1024
 MAX_KV_LIST = 100_000
 
 
+class KeyValueHost(Protocol):
+    """What the key/value requests use of the broker: the auth and the shards."""
+
+    auth: AuthProvider
+    shards: list[Shard]
+
+    def shard_for(self, key: str) -> Shard: ...
+
+
 class KeyValue:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: KeyValueHost) -> None:
         self.broker = broker
 
-    def _key(self, session: Session, key: Any, perm: Permission) -> str:
+    def _key(self, session: Caller, key: Any, perm: Permission) -> str:
         if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
             raise BadRequest(f"key must be a string of 1..{MAX_KEY_LENGTH} characters")
         if session.principal is not None:
             self.broker.auth.authorize(session.principal, perm, f"kv/{key}")
         return key
 
-    def get(self, session: Session, ev: KvGet) -> Any:
+    def get(self, session: Caller, ev: KvGet) -> Any:
         key = self._key(session, ev.key, Permission.READ)
 
         async def get() -> Any:
@@ -49,17 +60,17 @@ class KeyValue:
 
         return get()
 
-    def put(self, session: Session, ev: KvPut) -> Any:
+    def put(self, session: Caller, ev: KvPut) -> Any:
         key = self._key(session, ev.key, Permission.WRITE)
         if not isinstance(ev.value, bytes) or len(ev.value) > MAX_KV_VALUE:
             raise BadRequest(f"value must be bytes of at most {MAX_KV_VALUE}")
         return then(self.broker.shard_for("kv/" + key).commit("kv_put", key, ev.value), None)
 
-    def delete(self, session: Session, ev: KvDelete) -> Any:
+    def delete(self, session: Caller, ev: KvDelete) -> Any:
         key = self._key(session, ev.key, Permission.WRITE)
         return then(self.broker.shard_for("kv/" + key).commit("kv_delete", key), None)
 
-    def keys(self, session: Session, ev: KvList) -> Any:
+    def keys(self, session: Caller, ev: KvList) -> Any:
         prefix, limit = ev.prefix, ev.limit
         if not isinstance(prefix, str) or len(prefix) > MAX_KEY_LENGTH:
             raise BadRequest(f"prefix must be a string of at most {MAX_KEY_LENGTH} characters")

@@ -30,7 +30,7 @@ import functools
 import heapq
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.errors import Conflict, NotFound, QueueFull
 from polymq.types import MAX_PRIORITY, DeclareOptions, Message, Outcome, Overflow
@@ -39,9 +39,34 @@ from .paging import Pages, Pressure
 from .subscription import Subscription, kind_text
 
 if TYPE_CHECKING:
-    from .shard import Shard
+    from collections.abc import Callable
+
+    from .metrics import Sensors
 
 _LEVELS = MAX_PRIORITY + 1
+
+
+class QueueHost(Protocol):
+    """What a queue needs of the shard that holds it (a protocol, so that this module need
+    not import ``shard.py``, which imports it): its durable writes, the end of a message
+    (acked, or discarded to the dead letters), delivery ids and ack-timeout timers, paging
+    reads, and two figures of the core (bindings to it, the frame size)."""
+
+    sensors: Sensors
+
+    @property
+    def max_frame(self) -> int: ...
+
+    def commit(self, op: str, *args: Any) -> asyncio.Future[None]: ...
+    def settled(self, queue: Queue, msg: Message) -> asyncio.Future[None] | None: ...
+    def discard(self, queue: Queue, msg: Message, reason: str) -> asyncio.Future[None] | None: ...
+    def unforget(self, key: str, seq: int) -> bool: ...
+    def new_delivery_id(self) -> int: ...
+    def schedule(self, deadline: float, holder: Queue, seq: int, delivery_id: int) -> None: ...
+    def read_page(
+        self, key: str, after: int, limit: int, done: Callable[[list[Message] | None], None]
+    ) -> None: ...
+    def binding_count(self, key: str) -> int: ...
 
 
 class Delivery:
@@ -96,7 +121,7 @@ class Queue:
 
     def __init__(
         self,
-        shard: Shard,
+        shard: QueueHost,
         key: str,
         options: DeclareOptions,
         *,
@@ -172,7 +197,7 @@ class Queue:
             "delivered": self.delivered,
             "acked": self.acked,
             "redelivered": self.redelivered,
-            "bindings": self.shard.host.bindings.count(self.key),
+            "bindings": self.shard.binding_count(self.key),
             "options": self.options.to_dict(),
         }
 
@@ -518,7 +543,7 @@ class Queue:
     def lease(self, max_: int, visibility: float, now: float) -> list[tuple[str, Message]]:
         """Up to ``max_`` messages, and no more bytes than half a frame (at least one)."""
         out: list[tuple[str, Message]] = []
-        budget = self.shard.host.settings.max_frame // 2
+        budget = self.shard.max_frame // 2
         while len(out) < max_:
             msg = self._pop(now)
             if msg is None:

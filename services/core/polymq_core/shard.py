@@ -645,6 +645,14 @@ class Shard:
         return written
 
     # ---- timers ------------------------------------------------------------------------
+    # ---- what a queue asks of its shard (queue.QueueHost) ---------------------------------
+    @property
+    def max_frame(self) -> int:
+        return self.host.settings.max_frame
+
+    def binding_count(self, key: str) -> int:
+        return self.host.bindings.count(key)
+
     def new_delivery_id(self) -> int:
         self._did += 1
         return self._did

@@ -15,15 +15,33 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.types import DeclareOptions, Message, Outcome
 
 from .subscription import Subscription
 
 if TYPE_CHECKING:
-    from .cursors import StreamCursor
-    from .shard import Shard
+    import asyncio
+
+    from .metrics import Sensors
+
+
+class StreamHost(Protocol):
+    """What a stream needs of the shard that holds it (a protocol: ``shard.py`` imports
+    this module): its loop, its sensors, and the removal of trimmed entries from the store."""
+
+    sensors: Sensors
+    loop: asyncio.AbstractEventLoop
+
+    def forget(self, key: str, seqs: list[int]) -> asyncio.Future[None]: ...
+
+
+class Poller(Protocol):
+    """A cursor subscription reading the stream (cursors.StreamCursor): woken by an append."""
+
+    def wake(self) -> None: ...
+
 
 _BURST = 512  # entries handed to one subscriber per pump before yielding to others
 
@@ -52,7 +70,7 @@ class Stream:
         "shard",
     )
 
-    def __init__(self, shard: Shard, key: str, options: DeclareOptions, *, last_seq: int = 0):
+    def __init__(self, shard: StreamHost, key: str, options: DeclareOptions, *, last_seq: int = 0):
         self.shard = shard
         self.key = key
         self.options = options
@@ -63,7 +81,7 @@ class Stream:
         self.nbytes = 0
         self.cursors: dict[Subscription, int] = {}
         self.published = 0
-        self.pollers: list[StreamCursor] = []  # cursor subscriptions reading this stream
+        self.pollers: list[Poller] = []  # cursor subscriptions reading this stream
         self.last_used = time.monotonic()
         self._pump_scheduled = False
         self._assigned = last_seq  # the last seq handed to a publish (appended or not yet)

@@ -32,6 +32,7 @@ from polymq_server.payloads import parse_publish, parse_settle, read_json
 from polymq_server.receipts import add_settle_routes, settle_outcome, settle_receipts
 from polymq_server.web import add_health_routes, published_json
 
+from .answers import Shown, answer_bytes, json_answer
 from .config import LongpollSettings
 from .corelink import LongpollLink
 from .leases import Windows
@@ -51,6 +52,7 @@ CORE = web.AppKey("core", LongpollLink)
 ACCESS = web.AppKey("access", Access)
 METRICS = web.AppKey("metrics", LongpollMetrics)
 WINDOWS = web.AppKey("windows", Windows)
+SHOWN = web.AppKey("shown", Shown)
 
 POLL_QUERY = frozenset({"cursor", "max", "wait"})
 
@@ -142,25 +144,26 @@ async def poll(request: web.Request) -> web.StreamResponse:
         metrics.reconnects.labels("poll").inc()
     outcome = "error"
     start = time.perf_counter()
-    metrics.polls_open.inc()
+    metrics.polls += 1
     try:
         result = await core.poll(ref.core_id, cursor, max_, wait, ref.max_step)
         outcome = "messages" if result["messages"] else "empty"
     finally:
-        metrics.polls_open.dec()
-        metrics.poll_duration.labels(outcome).observe(time.perf_counter() - start)
+        metrics.polls -= 1
+        metrics.poll_answered(outcome, time.perf_counter() - start)
     leased = [r for r in result["receipts"] if r]
     transport = request.transport
     if leased and (transport is None or transport.is_closing()):
         core.requeue(leased)  # the client left while we waited: nobody can settle these
         return web.Response(status=499)
-    metrics.messages.labels("poll").inc(len(result["messages"]))
+    metrics.delivered("poll", len(result["messages"]))
     try:
-        answer = await answer_json(ref, result, core.schemas)
+        await load_schemas(core.schemas, result["messages"])
+        body = answer_bytes(ref, result, core.schemas, app[SHOWN])
     except BaseException:
         core.requeue(leased)  # (cancelled while loading Avro schemas: the client left)
         raise
-    response = web.json_response(answer)
+    response = json_answer(request, body)
     if leased and ref.ack is AckMode.AUTO:
         try:
             await response.prepare(request)

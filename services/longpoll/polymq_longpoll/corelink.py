@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from polymq import Client, Outcome
@@ -61,11 +62,12 @@ class LongpollLink(FrontendLink[LongpollSettings]):
             if result["messages"] or step >= remaining or self.stopping.is_set():
                 return result
 
-    async def _poll_once(
+    def _poll_once(
         self, sub_id: str, cursor: int | None, max_: int, wait: float
-    ) -> dict[str, Any]:
+    ) -> Awaitable[dict[str, Any]]:
+        # (no coroutine of its own: one frame fewer held by each of 10,000 waiting polls)
         client = self.get()
-        return await self.waiting(
+        return self.waiting(
             client,
             client.cursor_poll(sub_id, cursor, max=max_, wait=wait),
             wait,

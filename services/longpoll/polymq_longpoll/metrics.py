@@ -7,7 +7,10 @@ the HTTP methods or ``other``, ``status`` the code, ``transport`` ``poll`` or ``
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from polymq_server.requestmetrics import RequestMetrics
 
@@ -23,11 +26,15 @@ class LongpollMetrics(RequestMetrics):
             "they end)",
             duration=None,
         )
+        # long polls waiting now: a plain count the gauge reads when scraped (no lock taken
+        # twice per poll: 10,000 of them may end together)
+        self.polls = 0
         self.polls_open = Gauge(
             "polymq_longpoll_polls_open",
             "Long polls waiting for messages or their deadline",
             registry=registry,
         )
+        self.polls_open.set_function(lambda: self.polls)
         self.sse_streams = Gauge(
             "polymq_longpoll_sse_streams",
             "Server-Sent Events streams open",
@@ -60,3 +67,25 @@ class LongpollMetrics(RequestMetrics):
             registry=registry,
         )
         self.core_link_metrics(registry)
+        # children by label value, made on first use (``labels()`` costs more than the
+        # update, once per answer of 10,000 long polls woken together)
+        self._poll_durations: dict[str, Histogram] = {}
+        self._delivered: dict[str, Counter] = {}
+
+    def poll_answered(self, outcome: str, seconds: float) -> None:
+        """A long poll ends, ``outcome`` ``messages``, ``empty`` or ``error``."""
+        _child(self._poll_durations, self.poll_duration, outcome).observe(seconds)
+
+    def delivered(self, transport: str, count: int) -> None:
+        """``count`` messages go out by ``transport`` (``poll`` or ``sse``)."""
+        _child(self._delivered, self.messages, transport).inc(count)
+
+
+W = TypeVar("W", bound=MetricWrapperBase)
+
+
+def _child(children: dict[str, W], metric: W, value: str) -> W:
+    child = children.get(value)
+    if child is None:
+        child = children[value] = metric.labels(value)
+    return child

@@ -23,6 +23,7 @@ from polymq_server.requestmetrics import add_metrics_route, metrics_middleware
 from polymq_server.web import WebService, add_core_link, link_state
 
 from . import api, page, sse
+from .answers import Shown
 from .config import LongpollSettings
 from .corelink import LongpollLink
 from .cors import Cors
@@ -52,6 +53,7 @@ def build_app(settings: LongpollSettings, registry: CollectorRegistry) -> web.Ap
     app[api.CORE] = LongpollLink(settings, metrics)
     app[api.ACCESS] = reloaded_access(settings.auth, app[api.CORE], "longpoll")
     app[api.WINDOWS] = Windows()
+    app[api.SHOWN] = Shown()
     api.add_routes(app)
     sse.add_routes(app)
     page.add_routes(app)

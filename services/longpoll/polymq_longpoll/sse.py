@@ -147,7 +147,7 @@ class _Stream:
         except BaseException:
             self.core.requeue(leased)
             raise
-        self.metrics.messages.labels("sse").inc(len(result["messages"]))
+        self.metrics.delivered("sse", len(result["messages"]))
         if result["messages"]:
             self.written = time.monotonic()
         if not leased:

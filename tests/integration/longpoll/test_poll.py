@@ -3,8 +3,13 @@ that expire come back, and receipts settle from any connection."""
 
 from __future__ import annotations
 
+import email.utils
+import json
+import socket
 import threading
 import time
+import urllib.parse
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -229,3 +234,64 @@ def test_publish_takes_the_http_frontends_body(lp: Longpoll) -> None:
     assert got[0]["headers"] == {"k": "v"} and got[0]["priority"] == 7
     assert got[1]["content_type"] == "text/x-demo" and got[1]["correlation_id"] == "c1"
     assert [m["seq"] for m in got] == r.json()["seqs"]
+
+
+def _exchange(sock: socket.socket, request: bytes, *, head_only: bool = False) -> HttpAnswer:
+    """Send ``request`` and read one whole answer (framed by Content-Length)."""
+    sock.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection ended before an answer's head: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    length = 0 if head_only else int(headers["content-length"])
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the connection ended inside the body"
+        body += chunk
+    assert len(body) == length, "more bytes than the answer's Content-Length"
+    return HttpAnswer(status, headers, body)
+
+
+@dataclass
+class HttpAnswer:
+    status: str
+    headers: dict[str, str]
+    body: bytes
+
+
+def test_a_poll_answer_is_a_whole_http_answer_on_a_kept_connection(lp: Longpoll) -> None:
+    dest = f"stream/{unique()}"
+    for body in ("one", "two \u00e9"):
+        lp.publish(dest, body)
+    sub = lp.open(dest, offset="first")
+    expected = lp.poll(sub["id"], sub["cursor"])
+    assert bodies(expected["messages"]) == ["one", "two \u00e9"]
+    url = urllib.parse.urlsplit(lp.base)
+    path = f"/v1/subscriptions/{sub['id']}/poll?cursor={sub['cursor']}"
+    get = f"GET {path} HTTP/1.1\r\nHost: {url.netloc}\r\nOrigin: http://localhost:3000\r\n"
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        answers = [_exchange(sock, f"{get}\r\n".encode()) for _ in range(2)]  # kept alive
+        closing = _exchange(sock, f"{get}Connection: close\r\n\r\n".encode())
+        assert sock.recv(1) == b"", "the connection was not closed after Connection: close"
+    for a in [*answers, closing]:
+        assert a.status == "HTTP/1.1 200 OK"
+        assert json.loads(a.body) == expected
+        assert a.headers["content-type"] == "application/json; charset=utf-8"
+        assert a.headers["access-control-allow-origin"] == "*"
+        assert a.headers["server"].startswith("Python/") and "aiohttp" in a.headers["server"]
+        assert email.utils.parsedate_to_datetime(a.headers["date"]).tzinfo is not None
+    assert all("connection" not in a.headers for a in answers)
+    assert closing.headers["connection"] == "close"
+    # HTTP/1.0 and HEAD take aiohttp's own path: the same headers, the same body (or none)
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        old = _exchange(sock, f"GET {path} HTTP/1.0\r\nOrigin: http://a.example\r\n\r\n".encode())
+    assert old.status == "HTTP/1.0 200 OK" and json.loads(old.body) == expected
+    assert set(old.headers) - {"connection"} == set(closing.headers) - {"connection"}
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        head = _exchange(sock, f"HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), head_only=True)
+    assert head.status == "HTTP/1.1 200 OK" and head.body == b""
+    assert head.headers["content-type"] == "application/json; charset=utf-8"
