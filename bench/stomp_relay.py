@@ -38,7 +38,7 @@ class _Hub:
     def __init__(self) -> None:
         self.queue_subs: list[_Session] = []
         self.topic_subs: list[_Session] = []
-        self._rr = itertools.count()
+        self._turns = itertools.count()  # round-robin over the queue subscribers
         self.sessions: set[_Session] = set()
         self.full: set[_Session] = set()
         self.relayed = 0
@@ -50,7 +50,7 @@ class _Hub:
             return [(s, out) for s in self.topic_subs]
         if not self.queue_subs:
             return []
-        return [(self.queue_subs[next(self._rr) % len(self.queue_subs)], out)]
+        return [(self.queue_subs[next(self._turns) % len(self.queue_subs)], out)]
 
     def set_full(self, s: _Session, full: bool) -> None:
         was = bool(self.full)

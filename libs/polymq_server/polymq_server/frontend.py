@@ -35,8 +35,9 @@ from polymq.client import Client
 
 from .config import FrontendSettings
 from .corelink import CoreLink
+from .requestmetrics import add_metrics_route, core_link_metrics
 from .transport import Transport
-from .web import add_metrics_route, core_link_metrics, deadline_runner, healthz
+from .web import deadline_runner, healthz
 
 __all__ = [
     "FrontendMetrics",

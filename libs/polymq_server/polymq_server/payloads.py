@@ -28,7 +28,7 @@ from .avro import SchemaCache
 from .headers import public_headers
 from .jsonview import message_json
 from .problems import Problem, bad_request
-from .web import receipt_destination as receipt_destination  # settling is shared
+from .receipts import receipt_destination as receipt_destination  # settling is shared
 
 __all__ = [
     "BASE64_PATTERN",

@@ -10,28 +10,21 @@
   (:class:`polymq_server.listener.HttpListener`) takes at most ``POLYMQ_MAX_CONNECTIONS`` at once.
 - :func:`deadline_runner`: the runner of an app whose requests' headers and body must come
   within ``POLYMQ_HANDSHAKE_TIMEOUT`` (every frontend's, and the core's admin HTTP).
-- :class:`RequestMetrics`, :func:`metrics_middleware` and :func:`metrics_endpoint`: the
-  metrics every frontend declares against an injected ``CollectorRegistry``
-  (``polymq_<service>_requests``, ``..._request_duration_seconds``,
-  ``..._requests_in_flight``, ``..._core_connected``, ``..._core_connects``) and
-  ``GET /metrics`` (:func:`add_metrics_route`).
 - :class:`FrontendLink`: a :class:`polymq_server.corelink.CoreLink` built from a frontend's
-  settings, that keeps the core-link metrics, warns when a limit of the frontend is above
-  the core's, and runs requests that wait at the core (long polls) so that they answer empty
-  at once when the service stops (:meth:`FrontendLink.waiting`).
+  settings, that keeps the core-link metrics (in its
+  :class:`~polymq_server.requestmetrics.RequestMetrics`), warns when a limit of the frontend
+  is above the core's, and runs requests that wait at the core (long polls) so that they
+  answer empty at once when the service stops (:meth:`FrontendLink.waiting`).
 - :func:`problem_response`: an RFC 9457 problem details answer
   (``application/problem+json``); the translation of exceptions into them is
   :mod:`polymq_server.problems`'.
 - :func:`healthz`, :func:`readiness` and :func:`add_health_routes`: ``/healthz`` and
   ``/readyz``.
-- :func:`settle_receipts`: ``POST /v1/ack`` and ``/v1/nack`` once their body is parsed:
-  settle queue leases by receipt, from any request (with the outcome of
-  :func:`settle_outcome`); :func:`add_settle_routes` routes both to one handler.
 - :func:`published_json`: the answer to a JSON publish (``POST /v1/{kind}/{name}/messages``).
 - :func:`add_openapi_route`: ``GET /openapi.json``.
 
-Errors: :func:`settle_receipts` raises ``polymq.errors.NotFound`` (404) when no receipt is
-well-formed, and lets the ``Forbidden`` of ``authorize`` and the core's errors through.
+Elsewhere: the request metrics and ``GET /metrics`` are ``requestmetrics.py``'s, settling
+leases by receipt (``POST /v1/ack`` and ``/v1/nack``) ``receipts.py``'s.
 """
 
 from __future__ import annotations
@@ -40,24 +33,17 @@ import asyncio
 import json
 import logging
 import ssl
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
 )
 
 from polymq.client import Client
-from polymq.errors import NotFound
-from polymq.types import Destination, Kind, Message, Outcome
+from polymq.types import Destination, Kind, Message
 
 from . import connectiongauge
 from .config import FrontendSettings, server_ssl_context
@@ -65,38 +51,27 @@ from .connections import ConnectionTable
 from .corelink import CORE_TIMEOUT, CoreLink
 from .listener import HttpListener, connection_middleware, listener_metrics
 from .problem import PROBLEM_JSON, problem_code, problem_document, status_phrase
+from .requestmetrics import RequestMetrics
 from .resources import ConnectionLimits
 
 __all__ = [
     "CHALLENGE",
     "PROBLEM_JSON",
-    "PROMETHEUS",
     "SHUTDOWN_TIMEOUT",
     "FrontendLink",
-    "RequestMetrics",
-    "SettleHandler",
     "WebService",
     "WebSettings",
     "add_core_link",
     "add_health_routes",
-    "add_metrics_route",
     "add_openapi_route",
-    "add_settle_routes",
     "answered",
-    "core_link_metrics",
     "deadline_runner",
     "healthz",
     "link_state",
-    "method_label",
-    "metrics_endpoint",
-    "metrics_middleware",
     "problem_code",
     "problem_response",
     "published_json",
     "readiness",
-    "receipt_destination",
-    "settle_outcome",
-    "settle_receipts",
     "status_phrase",
 ]
 
@@ -104,17 +79,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 S = TypeVar("S", bound="WebSettings")
-M = TypeVar("M", bound="RequestMetrics")
 L = TypeVar("L", bound=CoreLink)
 
 SHUTDOWN_TIMEOUT = 10.0  # seconds in-flight requests get to finish at shutdown
-PROMETHEUS = web.AppKey("prometheus", CollectorRegistry)
 # the client connections of the app's listener, as the admin API lists them (add_core_link)
 CONNECTIONS = web.AppKey("connections", ConnectionTable)
 CHALLENGE = 'Basic realm="polymq", Bearer'
-
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
-_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 # ---- the service ---------------------------------------------------------------------------
@@ -345,126 +315,6 @@ def add_core_link(app: web.Application, key: web.AppKey[L]) -> None:
     app[CONNECTIONS] = app[key].connections
 
 
-# ---- metrics -------------------------------------------------------------------------------
-def method_label(method: str) -> str:
-    """A bounded ``method`` label: one of the methods the APIs use, else ``other``."""
-    return method if method in _METHODS else "other"
-
-
-def core_link_metrics(registry: CollectorRegistry, service: str) -> tuple[Gauge, Counter]:
-    """``polymq_<service>_core_connected`` (1 while the frontend holds a connection to the
-    core) and ``polymq_<service>_core_connects`` (connections made), declared in
-    ``registry``."""
-    connected = Gauge(
-        f"polymq_{service}_core_connected",
-        "1 while the frontend holds a connection to the core, else 0",
-        registry=registry,
-    )
-    connects = Counter(
-        f"polymq_{service}_core_connects",
-        "Connections made to the core (a reconnect counts again)",
-        registry=registry,
-    )
-    return connected, connects
-
-
-class RequestMetrics:
-    """The request metrics of frontend ``service``: ``polymq_<service>_requests`` (by method,
-    route template and status; ``requests`` is its help), and with ``duration`` (the help of
-    the histogram) also ``polymq_<service>_request_duration_seconds`` and
-    ``polymq_<service>_requests_in_flight``. A subclass declares its own metrics after these,
-    and the core link's with :meth:`core_link_metrics` where they belong in its list."""
-
-    core_connected: Gauge
-    core_connects: Counter
-
-    def __init__(
-        self, registry: CollectorRegistry, service: str, *, requests: str, duration: str | None
-    ) -> None:
-        self.service = service
-        self.requests = Counter(
-            f"polymq_{service}_requests",
-            requests,
-            ["method", "route", "status"],
-            registry=registry,
-        )
-        self._counted: dict[tuple[str, str, int], Counter] = {}
-        self.duration: Histogram | None = None
-        self.in_flight: Gauge | None = None
-        if duration is not None:
-            self.duration = Histogram(
-                f"polymq_{service}_request_duration_seconds",
-                duration,
-                ["method", "route"],
-                buckets=_DURATION_BUCKETS,
-                registry=registry,
-            )
-            self.in_flight = Gauge(
-                f"polymq_{service}_requests_in_flight",
-                "HTTP requests being answered",
-                registry=registry,
-            )
-
-    def core_link_metrics(self, registry: CollectorRegistry) -> None:
-        """Declare ``polymq_<service>_core_connected`` and ``..._core_connects``."""
-        self.core_connected, self.core_connects = core_link_metrics(registry, self.service)
-
-    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        m = method_label(method)
-        key = (m, route, status)  # bounded: a method label, a route template, a status
-        counter = self._counted.get(key)
-        if counter is None:  # (labels() costs more than inc(): once per key, not per answer)
-            counter = self._counted[key] = self.requests.labels(m, route, str(status))
-        counter.inc()
-        if self.duration is not None:
-            self.duration.labels(m, route).observe(seconds)
-
-
-def metrics_middleware(key: web.AppKey[M]) -> Middleware:
-    """A middleware that counts (and times) every request into the metrics under ``key``:
-    by route template (``unmatched`` for none) and status (499 when the client went away,
-    500 when the handler failed without an HTTP answer)."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        metrics = request.app[key]
-        resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else "unmatched"
-        start = time.perf_counter()
-        status = 500
-        in_flight = metrics.in_flight
-        if in_flight is not None:
-            in_flight.inc()
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        except asyncio.CancelledError:
-            status = 499  # the client went away
-            raise
-        finally:
-            if in_flight is not None:
-                in_flight.dec()
-            metrics.observe(request.method, route, status, time.perf_counter() - start)
-
-    return middleware
-
-
-async def metrics_endpoint(request: web.Request) -> web.Response:
-    """``GET /metrics``: the registry stored under :data:`PROMETHEUS`."""
-    body = generate_latest(request.app[PROMETHEUS])
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-def add_metrics_route(app: web.Application, registry: CollectorRegistry) -> None:
-    """``GET /metrics`` of ``registry`` (stored under :data:`PROMETHEUS`)."""
-    app[PROMETHEUS] = registry
-    app.router.add_get("/metrics", metrics_endpoint)
-
-
 # ---- the core link ---------------------------------------------------------------------------
 class FrontendLink(CoreLink, Generic[S]):
     """The core link of frontend ``service`` (its name in logs and at the core), from its
@@ -645,73 +495,3 @@ def add_health_routes(app: web.Application, core: web.AppKey[L]) -> None:
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-
-
-# ---- settling leases -------------------------------------------------------------------------
-def receipt_destination(receipt: str) -> str | None:
-    """The queue a receipt (``queue/<name>|<seq>|<delivery>``) settles, or None if malformed."""
-    key, sep, rest = receipt.partition("|")
-    seq, sep2, did = rest.partition("|")
-    if not (sep and sep2 and seq.isdigit() and did.isdigit() and seq.isascii() and did.isascii()):
-        return None
-    try:
-        dest = Destination.parse(key)
-    except Exception:
-        return None
-    return str(dest) if dest.kind is Kind.QUEUE else None
-
-
-def settle_outcome(*, nack: bool, requeue: bool) -> Outcome:
-    """The outcome of ``POST /v1/ack`` (ack) or ``POST /v1/nack`` (requeue, or reject, to
-    the dead letters, when its body says ``"requeue": false``)."""
-    return Outcome.of_nack(requeue) if nack else Outcome.ACK
-
-
-class SettleHandler(Protocol):
-    """A frontend's handler of ``POST /v1/ack`` (``nack`` false) and ``/v1/nack``."""
-
-    def __call__(self, request: web.Request, *, nack: bool) -> Awaitable[web.StreamResponse]: ...
-
-
-def add_settle_routes(app: web.Application, settle: SettleHandler) -> None:
-    """``POST /v1/ack`` and ``POST /v1/nack``, both answered by ``settle``."""
-
-    async def ack(request: web.Request) -> web.StreamResponse:
-        return await settle(request, nack=False)
-
-    async def nack(request: web.Request) -> web.StreamResponse:
-        return await settle(request, nack=True)
-
-    app.router.add_post("/v1/ack", ack)
-    app.router.add_post("/v1/nack", nack)
-
-
-async def settle_receipts(
-    core: CoreLink,
-    receipts: list[str],
-    outcome: Outcome,
-    authorize: Callable[[str], None],
-    *,
-    done: Callable[[list[str]], None] | None = None,
-) -> dict[str, Any]:
-    """Settle queue leases by receipt with ``outcome``: ``{"settled": n, "missing":
-    [...]}``, where malformed receipts and those the
-    core no longer knows are missing. ``authorize(queue)`` raises if the caller may not read
-    a queue named; ``done(receipts sent to the core)`` is called however the core answers."""
-    known: list[str] = []
-    missing: list[str] = []
-    for receipt in receipts:
-        dest = receipt_destination(receipt)
-        if dest is None:
-            missing.append(receipt)
-            continue
-        authorize(dest)
-        known.append(receipt)
-    if not known:
-        raise NotFound("unknown or malformed receipt(s)")
-    try:
-        result = await core.call(lambda c: c.settle(known, outcome))
-    finally:
-        if done is not None:
-            done(known)
-    return {"settled": result.settled, "missing": missing + result.missing}

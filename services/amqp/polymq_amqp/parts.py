@@ -1,7 +1,7 @@
-"""What a connection's parts ask of its :class:`~polymq_amqp.session.Session`: a channel
+"""What a connection's parts ask of its :class:`~polymq_amqp.session.AmqpSession`: a channel
 (``channel.py``), its consumers, declarations and publisher, and the session's outbox of
 publishes. The session holds them and they call back into it; they name this protocol,
-not the Session, so that none of their modules imports ``session.py`` (which imports
+not the AmqpSession, so that none of their modules imports ``session.py`` (which imports
 theirs). It lives apart from them because all four of theirs need it and ``channel.py``
 imports the other three; what only one part asks (the outbox, the confirms due) is added
 by that part's module. :class:`PartHost` is the other way: the channel as each of its

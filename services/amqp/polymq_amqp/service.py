@@ -39,7 +39,7 @@ from polymq_server.web import link_state
 from .config import AmqpSettings
 from .hub import Hub
 from .metrics import AmqpMetrics
-from .session import Session
+from .session import AmqpSession
 from .topology import Topology
 
 __all__ = ["AmqpService", "build_app"]
@@ -127,7 +127,7 @@ class AmqpService:
         loop = asyncio.get_running_loop()
 
         def tcp() -> TcpTransport:
-            return TcpTransport(lambda transport: Session(hub, transport))
+            return TcpTransport(lambda transport: AmqpSession(hub, transport))
 
         server = await loop.create_server(
             tcp, self.settings.host, port, ssl=ctx, reuse_address=True, backlog=1024

@@ -78,14 +78,14 @@ from .topology import Topology
 if TYPE_CHECKING:
     from .channel import Channel
 
-__all__ = ["Hub", "Session"]
+__all__ = ["AmqpSession", "Hub"]
 
 log = logging.getLogger(__name__)
 
 _MAX_INFLIGHT_BYTES: Final = 16 * 1024 * 1024  # bytes of publishes awaiting the core, then pause
 
 
-class Session(FrontendSession):
+class AmqpSession(FrontendSession):
     """The AMQP side of one connection (writing, reading's pauses, its tasks and the close
     of the transport are :class:`~polymq_server.frontend.FrontendSession`'s)."""
 

@@ -10,8 +10,9 @@ versions, rules), ``compat`` (Apache Avro's compatibility checker), ``container`
 container files, sans-IO), ``records`` (a body as validated records and messages),
 ``payloads`` (queries, negotiation, JSON), ``corelink``, ``metrics`` and ``openapi``.
 Problem details, access control and the JSON checks it shares with the other JSON frontends
-are ``polymq_server``'s (``problems``, ``access``, ``payloads``); the service runner, request
-metrics, health, readiness and settling are every aiohttp frontend's (``polymq_server.web``).
+are ``polymq_server``'s (``problems``, ``access``, ``payloads``); the service runner, health
+and readiness (``polymq_server.web``), the request metrics (``requestmetrics``) and settling
+(``receipts``) are every aiohttp frontend's.
 
 Every error a handler raises becomes an ``application/problem+json`` answer::
 

@@ -11,7 +11,7 @@
     GET  /openapi.json /metrics /healthz /readyz
 
 Each handler authenticates, checks its input, authorizes, and makes its requests to the
-core through :class:`CoreLink`. Errors are raised (``Problem``, a polymq ``RequestError``,
+core through :class:`AvroLink`. Errors are raised (``Problem``, a polymq ``RequestError``,
 an ``AvroError``) and answered as problem details by ``problems.problem_middleware``.
 """
 
@@ -30,17 +30,12 @@ from polymq_server.auth import Permission, Principal
 from polymq_server.avro import AvroError, AvroSchema, SchemaCache, UnknownSchema, is_avro
 from polymq_server.payloads import parse_pull_query, parse_settle, read_json
 from polymq_server.problems import Problem, bad_request
-from polymq_server.web import (
-    add_health_routes,
-    add_openapi_route,
-    add_settle_routes,
-    settle_outcome,
-    settle_receipts,
-)
+from polymq_server.receipts import add_settle_routes, settle_outcome, settle_receipts
+from polymq_server.web import add_health_routes, add_openapi_route
 
 from .config import AvroSettings
 from .container import TooLarge, write_container
-from .corelink import CoreLink
+from .corelink import AvroLink
 from .metrics import AvroMetrics
 from .payloads import (
     JSON_TYPE,
@@ -67,7 +62,7 @@ from .records import (
 from .registry import SUBJECTS, Registry, check_subject
 
 SETTINGS = web.AppKey("settings", AvroSettings)
-CORE = web.AppKey("core", CoreLink)
+CORE = web.AppKey("core", AvroLink)
 ACCESS = web.AppKey("access", Access)
 METRICS = web.AppKey("metrics", AvroMetrics)
 CACHE = web.AppKey("schema_cache", SchemaCache)
@@ -135,7 +130,7 @@ async def decode(app: web.Application, body: bytes) -> Records:
                 ) from None
 
 
-def check_size(core: CoreLink, records: Records) -> int:
+def check_size(core: AvroLink, records: Records) -> int:
     """The bytes the publish will take; TooLarge if the core would refuse it."""
     size = records.size + MESSAGE_OVERHEAD * records.count + 1024
     frame = core.limit("max_frame")

@@ -7,7 +7,7 @@ above the core's), plus what only this frontend needs:
 - waiting reads (a queue pull, a stream read through a cursor opened for one request) that
   answer empty as soon as the service stops; messages leased for a request that went away
   go back to their queue at once instead of when their lease expires;
-- :meth:`CoreLink.fetch`, the schema cache's loader (a key of the core's key/value store);
+- :meth:`AvroLink.fetch`, the schema cache's loader (a key of the core's key/value store);
   the cache is the base link's ``schemas`` (shared with ``polymq_server.avroview``), sized by
   ``POLYMQ_AVRO_SCHEMA_CACHE``.
 """
@@ -26,7 +26,7 @@ from polymq_server.web import FrontendLink
 from .config import AvroSettings
 from .metrics import AvroMetrics
 
-__all__ = ["CORE_TIMEOUT", "CoreLink"]
+__all__ = ["CORE_TIMEOUT", "AvroLink"]
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ T = TypeVar("T")
 _CURSOR_TTL = 60.0  # seconds a read's cursor outlives a read that could not close it
 
 
-class CoreLink(FrontendLink[AvroSettings]):
+class AvroLink(FrontendLink[AvroSettings]):
     limits = (("avro_max_pull", "max_pull"), ("avro_max_wait", "max_wait"))
 
     def __init__(self, settings: AvroSettings, metrics: AvroMetrics) -> None:

@@ -18,17 +18,12 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq_server.access import reloaded_access
-from polymq_server.web import (
-    WebService,
-    add_core_link,
-    add_metrics_route,
-    link_state,
-    metrics_middleware,
-)
+from polymq_server.requestmetrics import add_metrics_route, metrics_middleware
+from polymq_server.web import WebService, add_core_link, link_state
 
 from . import api, registry_api
 from .config import AvroSettings
-from .corelink import CoreLink
+from .corelink import AvroLink
 from .metrics import AvroMetrics
 from .openapi import document
 from .problems import incompatible_middleware, problem_middleware
@@ -45,7 +40,7 @@ def build_app(settings: AvroSettings, registry: CollectorRegistry) -> web.Applic
         middlewares=[metrics_middleware(api.METRICS), problem_middleware, incompatible_middleware],
         client_max_size=settings.avro_max_body,
     )
-    core = CoreLink(settings, metrics)
+    core = AvroLink(settings, metrics)
     cache = core.schemas
     app[api.SETTINGS] = settings
     app[api.METRICS] = metrics

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq_server.web import add_metrics_route, healthz
+from polymq_server.requestmetrics import add_metrics_route
+from polymq_server.web import healthz
 
 from . import adminapi, console, overview
 from .adminauth import AdminAccess

@@ -80,9 +80,9 @@ class _Api:
         rates: dict[str, tuple[float, float]] = {}
         span = max(now - then, 1e-3)
         for shard in self.broker.shards:
-            for key, box in shard.boxes.items():
-                published = box.published
-                delivered = box.delivered if isinstance(box, Queue) else 0
+            for key, holder in shard.holders.items():
+                published = holder.published
+                delivered = holder.delivered if isinstance(holder, Queue) else 0
                 counters[key] = (published, delivered)
                 was = before.get(key)
                 if was is not None:
@@ -133,8 +133,8 @@ class _Api:
     def rows(self) -> list[dict[str, Any]]:
         out = []
         for shard in self.broker.shards:
-            for key, box in list(shard.boxes.items()):
-                out.append(self.row(key, {**box.stats(), "in_memory": True}))
+            for key, holder in list(shard.holders.items()):
+                out.append(self.row(key, {**holder.stats(), "in_memory": True}))
             for key, (options, _, _) in list(shard.dormant.items()):
                 # asleep: nothing in memory, its record says what it is
                 stats = {"messages": 0, "subscribers": 0, "options": options.to_dict()}

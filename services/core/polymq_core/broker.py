@@ -331,7 +331,7 @@ class Broker:
             session.destinations[key] = dest
         return dest
 
-    def box_key(self, dest: Destination, role: Any) -> str:
+    def holder_key(self, dest: Destination, role: Any) -> str:
         """The shard key of ``dest`` (a channel's: the inbox of ``role``)."""
         if role is not None and not isinstance(role, str):
             raise BadRequest("role must be a string")
@@ -366,25 +366,25 @@ class Broker:
         """Ready messages over the in-memory destinations of one kind."""
         prefix = kind + "/"
         return sum(
-            box.count if isinstance(box, Queue) else len(box.entries)
+            holder.count if isinstance(holder, Queue) else len(holder.entries)
             for shard in self.shards
-            for key, box in shard.boxes.items()
+            for key, holder in shard.holders.items()
             if key.startswith(prefix)
         )
 
     def in_flight(self) -> int:
         return sum(
-            len(box.inflight)
+            len(holder.inflight)
             for shard in self.shards
-            for box in shard.boxes.values()
-            if isinstance(box, Queue)
+            for holder in shard.holders.values()
+            if isinstance(holder, Queue)
         )
 
     def destinations(self, limit: int = 1000) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for shard in self.shards:
-            for box in shard.boxes.values():
-                out.append(box.stats())
+            for holder in shard.holders.values():
+                out.append(holder.stats())
                 if len(out) >= limit:
                     return out
         return out

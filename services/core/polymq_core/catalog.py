@@ -49,7 +49,7 @@ class CatalogHost(Protocol):
     topics: TopicRouter[Any]
 
     def shard_for(self, key: str) -> Shard: ...
-    def box_key(self, dest: Destination, role: Any) -> str: ...
+    def holder_key(self, dest: Destination, role: Any) -> str: ...
     def destination(
         self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
     ) -> Destination: ...
@@ -156,19 +156,19 @@ class Catalog:
         count = ev.count
         if type(count) is not int or not 1 <= count <= peek.MAX_PEEK:
             raise BadRequest(f"count must be an integer 1..{peek.MAX_PEEK}")
-        key = broker.box_key(dest, (ev.role or "server") if dest.kind is Kind.CHANNEL else None)
+        key = broker.holder_key(dest, (ev.role or "server") if dest.kind is Kind.CHANNEL else None)
         shard = broker.shard_for(key)
         if not shard.exists(key):
             raise NotFound(f"{dest} does not exist")
-        box = shard.get(key)
-        if isinstance(box, Queue):
-            return Peeked(ev.rid, peek.head(box, count))
-        return Peeked(ev.rid, peek.tail(box, count))
+        holder = shard.get(key)
+        if isinstance(holder, Queue):
+            return Peeked(ev.rid, peek.head(holder, count))
+        return Peeked(ev.rid, peek.tail(holder, count))
 
     def meta_get(self, session: Caller, ev: MetaGet) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.READ)
-        key = broker.box_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
+        key = broker.holder_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
         shard = broker.shard_for(key)
         if not shard.exists(key):
             raise NotFound(f"{dest} does not exist")
@@ -186,7 +186,7 @@ class Catalog:
             raise BadRequest("metadata must map strings to strings")
         if len(meta) > 256 or sum(len(k) + len(v) for k, v in meta.items()) > 65536:
             raise BadRequest("metadata is limited to 256 keys and 64 KiB")
-        key = broker.box_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
+        key = broker.holder_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
         return then(broker.shard_for(key).set_metadata(key, meta), dict(meta))
 
 

@@ -65,16 +65,16 @@ class Consumers:
                 raise BadRequest(str(exc)) from None
             session.add_sub(sub)
         else:
-            key = broker.box_key(dest, options.role)
-            box = broker.shard_for(key).get(key)
+            key = broker.holder_key(dest, options.role)
+            holder = broker.shard_for(key).get(key)
             if dest.kind is not Kind.STREAM and options.offset != "next":
                 raise BadRequest("offset applies to streams only")
-            sub = Subscription(session, sid, dest, options, box)
+            sub = Subscription(session, sid, dest, options, holder)
             first = session.first_tags.get(ev.sid)
             if first is not None:  # a subscription moved here from another leader
                 sub.next_tag = first
             session.add_sub(sub)
-            box.attach(sub)
+            holder.attach(sub)
         broker.sensors.on_subscription(dest.kind.value, 1)
         return {"sid": ev.sid, "destination": str(dest)}
 
@@ -108,9 +108,9 @@ class Consumers:
         if not isinstance(vis, int | float) or not 0 < vis <= 43200:
             raise BadRequest("visibility must be 0..43200 seconds")
         key = str(dest)
-        box = broker.shard_for(key).get(key)
-        assert isinstance(box, Queue)
-        got = _lease_or_wait(box, max_, wait, float(vis))
+        holder = broker.shard_for(key).get(key)
+        assert isinstance(holder, Queue)
+        got = _lease_or_wait(holder, max_, wait, float(vis))
         if isinstance(got, list):
             return _pulled(ev.rid, got)
 
@@ -136,15 +136,15 @@ class Consumers:
         missing = []
         written: asyncio.Future[None] | None = None
         for lease in ev.leases:
-            key, seq, did = _parse_lease(lease)
+            key, seq, delivery_id = _parse_lease(lease)
             dest = Destination.parse(key)
             if session.principal is not None:
                 broker.auth.authorize(session.principal, Permission.READ, str(dest))
-            box = broker.shard_for(key).boxes.get(key)
+            holder = broker.shard_for(key).holders.get(key)
             try:
-                if not isinstance(box, Queue):
+                if not isinstance(holder, Queue):
                     raise NotFound("lease is unknown")
-                written = box.settle_lease(seq, did, outcome) or written
+                written = holder.settle_lease(seq, delivery_id, outcome) or written
                 settled += 1
             except NotFound:
                 missing.append(lease)
@@ -234,15 +234,15 @@ def _sub(session: Session, sid: int) -> Subscription:
 
 
 def _lease_or_wait(
-    box: Queue, max_: int, wait: float, vis: float
+    holder: Queue, max_: int, wait: float, vis: float
 ) -> list[tuple[str, Message]] | asyncio.Future[list[tuple[str, Message]]]:
     """Lease what is there now; if nothing and ``wait``, a future of what comes within it."""
-    got = box.lease(max_, vis, time.time())
+    got = holder.lease(max_, vis, time.time())
     if got or wait == 0:
         return got
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[list[tuple[str, Message]]] = loop.create_future()
-    box.waiters.append(Waiter(fut, max_, vis))
+    holder.waiters.append(Waiter(fut, max_, vis))
 
     def give_up() -> None:
         if not fut.done():
@@ -269,8 +269,8 @@ def _tags(tags: Any) -> list[int]:
 
 def _parse_lease(lease: Any) -> tuple[str, int, int]:
     try:
-        key, seq, did = str(lease).rsplit("|", 2)
-        return key, int(seq), int(did)
+        key, seq, delivery_id = str(lease).rsplit("|", 2)
+        return key, int(seq), int(delivery_id)
     except ValueError:
         raise NotFound(f"malformed lease {str(lease)[:80]!r}") from None
 

@@ -123,9 +123,9 @@ class StreamCursor(_Waiting):
         return self.start - 1
 
     def _stream(self) -> Stream:
-        box = self.shard.get(self.key)
-        assert not isinstance(box, Queue)
-        return box
+        holder = self.shard.get(self.key)
+        assert not isinstance(holder, Queue)
+        return holder
 
     def poll(self, cursor: int | None, max_: int) -> tuple[int, list[str], list[Message]]:
         stream = self._stream()
@@ -154,9 +154,9 @@ class QueueCursor:
     cursor = 0
 
     def queue(self) -> Queue:
-        box = self.shard.get(self.key)
-        assert isinstance(box, Queue)
-        return box
+        holder = self.shard.get(self.key)
+        assert isinstance(holder, Queue)
+        return holder
 
     def poll(self, cursor: int | None, max_: int) -> tuple[int, list[str], list[Message]]:
         got = self.queue().lease(max_, self.visibility, time.time())
@@ -222,13 +222,13 @@ class Cursors:
         elif dest.kind is Kind.STREAM:
             key = str(dest)
             shard = self.shard_for(key)
-            box = shard.get(key)
+            holder = shard.get(key)
             offset = parse_offset(options.get("offset"))
-            assert not isinstance(box, Queue)
+            assert not isinstance(holder, Queue)
             if node_id is not None:
                 sub_id = f"{SEP}{shard.index}{SEP}{sub_id}"
-            cur = StreamCursor(sub_id, shard, key, box.start_of(offset))
-            box.pollers.append(cur)
+            cur = StreamCursor(sub_id, shard, key, holder.start_of(offset))
+            holder.pollers.append(cur)
         elif dest.kind is Kind.QUEUE:
             key = str(dest)
             vis = _number(options.get("visibility", 30.0), "visibility", 0.1, 43200)
@@ -259,11 +259,11 @@ class Cursors:
                 kind, value, ttl = msgpack.unpackb(blob)
                 cur: Cursor
                 if kind == _STREAM:
-                    box = shard.get(key)
-                    if isinstance(box, Queue):
+                    holder = shard.get(key)
+                    if isinstance(holder, Queue):
                         raise ValueError(f"{key} is not a stream")
                     cur = StreamCursor(sub_id, shard, key, int(value))
-                    box.pollers.append(cur)
+                    holder.pollers.append(cur)
                 elif kind == _QUEUE:
                     cur = QueueCursor(sub_id, shard, key, float(value))
                 else:
@@ -302,9 +302,9 @@ class Cursors:
             self.topics.remove(cur.pattern, cur)
             cur.wake()
         elif isinstance(cur, StreamCursor):
-            box = cur.shard.boxes.get(cur.key)
-            if box is not None and not isinstance(box, Queue) and cur in box.pollers:
-                box.pollers.remove(cur)
+            holder = cur.shard.holders.get(cur.key)
+            if holder is not None and not isinstance(holder, Queue) and cur in holder.pollers:
+                holder.pollers.remove(cur)
             cur.wake()
         return cur
 

@@ -146,15 +146,15 @@ def take(shard: Shard, patterns_of: Callable[[str], Iterable[str]]) -> ShardCont
     """What only memory holds of ``shard`` (``patterns_of(key)``: a queue's bindings)."""
     queues: list[QueueContents] = []
     entries = 0
-    for key in sorted(shard.boxes):
-        box = shard.boxes[key]
-        if isinstance(box, Queue):
-            found = memory_only(box, patterns_of(key))
+    for key in sorted(shard.holders):
+        holder = shard.holders[key]
+        if isinstance(holder, Queue):
+            found = memory_only(holder, patterns_of(key))
             if found is not None:
                 queues.append(found)
-        elif isinstance(box, Stream):
+        elif isinstance(holder, Stream):
             entries += sum(
-                1 for m in box.entries if m.id and not (m.persistent and box.durable)
+                1 for m in holder.entries if m.id and not (m.persistent and holder.durable)
             )  # (an entry without id is the gap of a failed write: nothing to hand)
     return ShardContents(shard.index, tuple(queues), entries)
 

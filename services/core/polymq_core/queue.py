@@ -62,7 +62,7 @@ class QueueHost(Protocol):
     def discard(self, queue: Queue, msg: Message, reason: str) -> asyncio.Future[None] | None: ...
     def unforget(self, key: str, seq: int) -> bool: ...
     def new_delivery_id(self) -> int: ...
-    def schedule(self, deadline: float, box: Queue, seq: int, did: int) -> None: ...
+    def schedule(self, deadline: float, holder: Queue, seq: int, delivery_id: int) -> None: ...
     def read_page(
         self, key: str, after: int, limit: int, done: Callable[[list[Message] | None], None]
     ) -> None: ...
@@ -72,14 +72,14 @@ class QueueHost(Protocol):
 class Delivery:
     """One outstanding delivery of a message: to a subscription, or a pull lease."""
 
-    __slots__ = ("deadline", "did", "message", "sub")
+    __slots__ = ("deadline", "delivery_id", "message", "sub")
 
     def __init__(
-        self, message: Message, sub: Subscription | None, did: int, deadline: float | None
+        self, message: Message, sub: Subscription | None, delivery_id: int, deadline: float | None
     ) -> None:
         self.message = message
         self.sub = sub
-        self.did = did
+        self.delivery_id = delivery_id
         self.deadline = deadline
 
 
@@ -94,10 +94,10 @@ class Waiter:
 
 class Queue:
     __slots__ = (
+        "_next_consumer",
         "_prioritized",
-        "_rr",
         "_seq",
-        "_top",
+        "_top_priority",
         "acked",
         "consumers",
         "count",
@@ -144,9 +144,9 @@ class Queue:
         self.inflight: dict[int, Delivery] = {}
         self.consumers: list[Subscription] = []
         self.waiters: deque[Waiter] = deque()
-        self._rr = 0
+        self._next_consumer = 0
         self._prioritized = False  # consumers in order of priority: see pump()
-        self._top = 0  # highest priority level that may hold a ready message
+        self._top_priority = 0  # highest priority level that may hold a ready message
         self._seq = last_seq
         self.last_used = time.monotonic()
         self.published = self.delivered = self.acked = self.redelivered = 0
@@ -262,8 +262,8 @@ class Queue:
         """Append to the ready messages of its level."""
         p = self._level(message)
         self.ready[p].append(message)
-        if p > self._top:
-            self._top = p
+        if p > self._top_priority:
+            self._top_priority = p
         self.count += 1
         self.nbytes += len(message.body)
 
@@ -296,7 +296,7 @@ class Queue:
         if self.pages is not None and self.pages.count:
             self._page_in()
         while self.count:
-            level = self._top  # no message sits above it
+            level = self._top_priority  # no message sits above it
             while True:
                 heap = requeued[level]
                 dq = ready[level]
@@ -309,7 +309,7 @@ class Queue:
                     msg = dq.popleft()
                     break
                 level -= 1  # count > 0 means some level at or below holds one
-            self._top = level
+            self._top_priority = level
             self.count -= 1
             self.nbytes -= len(msg.body)
             if msg.expires is not None and msg.expires <= now:
@@ -322,8 +322,8 @@ class Queue:
         """Put back a message just popped, at the head of its level."""
         p = self._level(msg)
         heapq.heappush(self.requeued[p], (msg.seq, msg))
-        if p > self._top:
-            self._top = p
+        if p > self._top_priority:
+            self._top_priority = p
         self.count += 1
         self.nbytes += len(msg.body)
 
@@ -404,7 +404,7 @@ class Queue:
             return
         n = len(consumers)
         idle = 0
-        rr = self._rr
+        rr = self._next_consumer
         delivered = 0
         pop = self._pop
         deliver = self._deliver
@@ -423,7 +423,7 @@ class Queue:
             delivered += 1
             idle = 0
             n = len(consumers)  # a delivery may cut a slow consumer off: it left the list
-        self._rr = rr
+        self._next_consumer = rr
         if delivered:
             self.delivered += delivered
             self.shard.sensors.on_deliver(delivered)
@@ -444,7 +444,7 @@ class Queue:
                     j += 1
                 size = j - i
                 for k in range(size):
-                    candidate = consumers[i + (self._rr + k) % size]
+                    candidate = consumers[i + (self._next_consumer + k) % size]
                     if candidate.has_credit():
                         sub = candidate
                         break
@@ -454,7 +454,7 @@ class Queue:
             msg = self._pop(now)
             if msg is None:
                 break
-            self._rr += 1
+            self._next_consumer += 1
             self._deliver(sub, msg, now)
             delivered += 1
         return delivered
@@ -469,14 +469,14 @@ class Queue:
         seq = msg.seq
         timeout = msg.ack_timeout or sub.options.ack_timeout or self.options.ack_timeout
         shard = self.shard
-        did = shard.new_delivery_id()
+        delivery_id = shard.new_delivery_id()
         if timeout:
             deadline = now + timeout
-            self.inflight[seq] = Delivery(msg, sub, did, deadline)
+            self.inflight[seq] = Delivery(msg, sub, delivery_id, deadline)
             sub.deliver(msg, seq)
-            shard.schedule(deadline, self, seq, did)
+            shard.schedule(deadline, self, seq, delivery_id)
         else:
-            self.inflight[seq] = Delivery(msg, sub, did, None)
+            self.inflight[seq] = Delivery(msg, sub, delivery_id, None)
             sub.deliver(msg, seq)
 
     def unsent(self, sub: Subscription, msg: Message) -> None:
@@ -522,10 +522,10 @@ class Queue:
             return None
         return self.shard.discard(self, msg, "rejected")
 
-    def expire_delivery(self, seq: int, did: int) -> None:
+    def expire_delivery(self, seq: int, delivery_id: int) -> None:
         """An ack timeout fired: redeliver, preferring another subscriber."""
         d = self.inflight.get(seq)
-        if d is None or d.did != did:
+        if d is None or d.delivery_id != delivery_id:
             return
         del self.inflight[seq]
         if d.sub is not None:
@@ -537,7 +537,7 @@ class Queue:
     def _rotate_past(self, sub: Subscription) -> None:
         """Make round robin start after ``sub`` so another subscriber gets the redelivery."""
         if sub in self.consumers and len(self.consumers) > 1:
-            self._rr = self.consumers.index(sub) + 1
+            self._next_consumer = self.consumers.index(sub) + 1
 
     # ---- pull with visibility timeout (leases) ------------------------------------------
     def lease(self, max_: int, visibility: float, now: float) -> list[tuple[str, Message]]:
@@ -553,20 +553,22 @@ class Queue:
                 self._unpop(msg)
                 break
             msg.delivery_count += 1
-            did = self.shard.new_delivery_id()
+            delivery_id = self.shard.new_delivery_id()
             deadline = now + visibility
-            self.inflight[msg.seq] = Delivery(msg, None, did, deadline)
-            self.shard.schedule(deadline, self, msg.seq, did)
-            out.append((f"{self.key}|{msg.seq}|{did}", msg))
+            self.inflight[msg.seq] = Delivery(msg, None, delivery_id, deadline)
+            self.shard.schedule(deadline, self, msg.seq, delivery_id)
+            out.append((f"{self.key}|{msg.seq}|{delivery_id}", msg))
         if out:
             self.delivered += len(out)
             self.shard.sensors.on_deliver(len(out))
         return out
 
-    def settle_lease(self, seq: int, did: int, outcome: Outcome) -> asyncio.Future[None] | None:
+    def settle_lease(
+        self, seq: int, delivery_id: int, outcome: Outcome
+    ) -> asyncio.Future[None] | None:
         """Settle a pulled message; returns the write that removes it, if there is one."""
         d = self.inflight.get(seq)
-        if d is None or d.did != did or d.sub is not None:
+        if d is None or d.delivery_id != delivery_id or d.sub is not None:
             raise NotFound("lease is unknown or expired (the message may have been redelivered)")
         del self.inflight[seq]
         written = self._settle_one(d.message, outcome)

@@ -516,11 +516,11 @@ class Relay:
             if dest.kind is Kind.TOPIC:
                 return None
             sub_role: Any = ev.options.get("role") if isinstance(ev.options, dict) else None
-            return b.box_key(dest, sub_role if dest.kind is Kind.CHANNEL else None)
+            return b.holder_key(dest, sub_role if dest.kind is Kind.CHANNEL else None)
         if isinstance(ev, Declare | Delete | Purge | MetaSet):
-            return _box_of(b.destination(s, ev.destination, Permission.CONFIGURE))
+            return _holder_of(b.destination(s, ev.destination, Permission.CONFIGURE))
         if isinstance(ev, Stats | MetaGet):
-            return _box_of(b.destination(s, ev.destination, Permission.READ, pattern=t is Stats))
+            return _holder_of(b.destination(s, ev.destination, Permission.READ, pattern=t is Stats))
         if isinstance(ev, Pull):
             return str(b.destination(s, ev.destination, Permission.READ))
         if isinstance(ev, Peek):
@@ -528,7 +528,7 @@ class Relay:
             if dest.kind is Kind.TOPIC:
                 return None  # the local handler refuses it
             role = ev.role or "server"
-            return b.box_key(dest, role) if dest.kind is Kind.CHANNEL else str(dest)
+            return b.holder_key(dest, role) if dest.kind is Kind.CHANNEL else str(dest)
         if isinstance(ev, Bind | Unbind):
             q = b.destination(s, ev.queue, Permission.CONFIGURE)
             b.destination(s, ev.pattern, Permission.READ, pattern=True)
@@ -744,7 +744,7 @@ class Relay:
                 fut.cancel()
 
 
-def _box_of(dest: Destination) -> str | None:
+def _holder_of(dest: Destination) -> str | None:
     if dest.kind is Kind.TOPIC or dest.is_pattern:
         return None
     return Shard.key_of(dest, "server" if dest.kind is Kind.CHANNEL else None)

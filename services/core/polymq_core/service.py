@@ -85,7 +85,7 @@ class CoreService:
         if settings.metrics_per_destination:
             self.sensors.watch_destinations(
                 self.broker.destinations,
-                lambda: sum(len(shard.boxes) for shard in self.broker.shards),
+                lambda: sum(len(shard.holders) for shard in self.broker.shards),
                 settings.metrics_max_destinations,
             )
         self._server: asyncio.Server | None = None

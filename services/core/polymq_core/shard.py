@@ -42,11 +42,13 @@ log = logging.getLogger(__name__)
 
 FORGET_BATCHES_EVERY = 60.0  # seconds between drops of expired batches from the store
 
-Box = Queue | Stream
+# What holds a destination's messages in a shard: a queue or a stream (a topic holds none,
+# a channel is two queues). Not Destination, polymq.types' name of a parsed destination.
+Holder = Queue | Stream
 _DEFAULTS = DeclareOptions()
 # The options of a destination declared with the defaults (or read from the store) while it
 # is dormant: equal to _DEFAULTS but not the same object, which only destinations that were
-# never declared have (made by a publish or a subscribe): see Shard._doze.
+# never declared have (made by a publish or a subscribe): see Shard._remember_dormant.
 _DECLARED = DeclareOptions()
 
 
@@ -99,7 +101,7 @@ class Shard:
         self.index = index
         self.store = store
         self.sensors = sensors
-        self.boxes: dict[str, Box] = {}
+        self.holders: dict[str, Holder] = {}
         # declared durable destinations not in memory: key -> options (shared when default)
         # Destinations not in memory that must come back as they were: key -> (options,
         # last seq, a queue's counters). Declared ones keep their options (and so go on
@@ -109,7 +111,7 @@ class Shard:
         # (its ids stay unique: they carry a boot id and a counter).
         self.dormant: dict[str, tuple[DeclareOptions, int, tuple[int, ...] | None]] = {}
         self.loop = asyncio.get_event_loop()
-        self._timers: list[tuple[float, int, str, int]] = []  # (deadline, did, key, seq)
+        self._timers: list[tuple[float, int, str, int]] = []  # (deadline, delivery_id, key, seq)
         self._did = 0
         self._mid = 0  # message ids: boot id, shard, counter; unique across restarts
         self._boot = format(time.time_ns() // 1_000_000, "x")
@@ -157,20 +159,20 @@ class Shard:
                 messages = await self.store.load_messages(rec.destination)
             # an idle TTL only runs for destinations in memory (the sweep never sees dormant ones)
             if not messages and not rec.metadata and options.idle_ttl is None:
-                self._doze(rec.destination, options, rec.last_seq)
+                self._remember_dormant(rec.destination, options, rec.last_seq)
                 continue
-            box = self._make(rec.destination, options, rec.last_seq)
-            box.metadata = dict(rec.metadata)
+            holder = self._make(rec.destination, options, rec.last_seq)
+            holder.metadata = dict(rec.metadata)
             for m in messages:
                 if redelivered and m.delivery_count < 1:
                     m.delivery_count = 1
-                box.put(m)
-            if isinstance(box, Queue):
-                box.published = 0
-                if window and len(messages) == window and box.pages is not None:
+                holder.put(m)
+            if isinstance(holder, Queue):
+                holder.published = 0
+                if window and len(messages) == window and holder.pages is not None:
                     last = messages[-1].seq
                     count, size = await self.store.measure_messages(rec.destination, last)
-                    box.pages.add_stored(count, size, last)
+                    holder.pages.add_stored(count, size, last)
         bindings = self.host.bindings
         for key, pattern in await self.store.load_bindings():
             try:
@@ -196,9 +198,11 @@ class Shard:
         await self._load(redelivered=True)
         self.leading = True
         self.sensors.on_leadership("promoted")
-        for box in self.boxes.values():
-            box.pump()
-        log.info("shard %d: this node leads it now (%d destinations)", self.index, len(self.boxes))
+        for holder in self.holders.values():
+            holder.pump()
+        log.info(
+            "shard %d: this node leads it now (%d destinations)", self.index, len(self.holders)
+        )
 
     def demote(self, reason: str) -> None:
         """This node no longer leads the shard: writes still pending fail, subscribers are
@@ -210,18 +214,18 @@ class Shard:
         demote: Callable[[], None] | None = getattr(self.store, "demote", None)
         if demote is not None:
             demote()
-        for box in list(self.boxes.values()):
-            if isinstance(box, Queue):
-                for w in box.waiters:
+        for holder in list(self.holders.values()):
+            if isinstance(holder, Queue):
+                for w in holder.waiters:
                     if not w.future.done():
-                        w.future.set_exception(Unavailable(f"{box.key}: {reason}"))
-                box.waiters.clear()
-                subs = list(box.consumers)
-                box.consumers.clear()
-                box.inflight.clear()
+                        w.future.set_exception(Unavailable(f"{holder.key}: {reason}"))
+                holder.waiters.clear()
+                subs = list(holder.consumers)
+                holder.consumers.clear()
+                holder.inflight.clear()
             else:
-                subs = list(box.cursors)
-                box.cursors.clear()
+                subs = list(holder.cursors)
+                holder.cursors.clear()
             for sub in subs:
                 sub.inflight.clear()
                 sub.session.moved(sub, reason)
@@ -230,8 +234,8 @@ class Shard:
         for key in bindings.bound_queues():
             if self.host.shard_for(key) is self:
                 bindings.drop_queue(key)
-        self.sensors.on_destinations(-len(self.boxes))
-        self.boxes.clear()
+        self.sensors.on_destinations(-len(self.holders))
+        self.holders.clear()
         self.dormant.clear()
         self._timers.clear()
         self._removes.clear()
@@ -289,10 +293,10 @@ class Shard:
 
     def wake_waiters(self) -> None:
         """Answer every waiting pull now, with nothing (shutdown)."""
-        for box in self.boxes.values():
-            if isinstance(box, Queue):
-                while box.waiters:
-                    w = box.waiters.popleft()
+        for holder in self.holders.values():
+            if isinstance(holder, Queue):
+                while holder.waiters:
+                    w = holder.waiters.popleft()
                     if not w.future.done():
                         w.future.set_result([])
 
@@ -330,34 +334,34 @@ class Shard:
         return out
 
     # ---- destinations ----------------------------------------------------------------------
-    def _make(self, key: str, options: DeclareOptions, last_seq: int = 0) -> Box:
-        box: Box
+    def _make(self, key: str, options: DeclareOptions, last_seq: int = 0) -> Holder:
+        holder: Holder
         if key.startswith("stream/"):
-            box = Stream(self, key, options, last_seq=last_seq)
+            holder = Stream(self, key, options, last_seq=last_seq)
         else:
             window = self._window(key, options)
             pressure = self.host.pressure
-            box = Queue(self, key, options, last_seq=last_seq, window=window, pressure=pressure)
-        self.boxes[key] = box
+            holder = Queue(self, key, options, last_seq=last_seq, window=window, pressure=pressure)
+        self.holders[key] = holder
         self.sensors.on_destinations(1)
-        return box
+        return holder
 
-    def get(self, key: str, *, create: bool = True) -> Box:
-        box = self.boxes.get(key)
-        if box is not None:
-            return box
+    def get(self, key: str, *, create: bool = True) -> Holder:
+        holder = self.holders.get(key)
+        if holder is not None:
+            return holder
         dormant = self.dormant.pop(key, None)
         if dormant is not None:
             options, last_seq, counters = dormant
-            box = self._make(key, options, last_seq)
-            if counters is not None and isinstance(box, Queue):
-                box.published, box.delivered, box.acked, box.redelivered = counters
-            return box
+            holder = self._make(key, options, last_seq)
+            if counters is not None and isinstance(holder, Queue):
+                holder.published, holder.delivered, holder.acked, holder.redelivered = counters
+            return holder
         if not create:
             raise NotFound(f"{key} does not exist")
         return self._make(key, _DEFAULTS)
 
-    def _doze(
+    def _remember_dormant(
         self,
         key: str,
         options: DeclareOptions,
@@ -373,25 +377,25 @@ class Shard:
 
     def exists(self, key: str) -> bool:
         """In memory, dormant, or a queue known by its bindings (it takes what they route)."""
-        return key in self.boxes or key in self.dormant or self.host.bindings.count(key) > 0
+        return key in self.holders or key in self.dormant or self.host.bindings.count(key) > 0
 
     def declare(self, key: str, options: DeclareOptions) -> asyncio.Future[Any] | None:
-        box = self.boxes.get(key)
-        current = box.options if box is not None else self.dormant.get(key, (None,))[0]
+        holder = self.holders.get(key)
+        current = holder.options if holder is not None else self.dormant.get(key, (None,))[0]
         if current is not None and current != options:
             if current != _DEFAULTS:
                 raise Conflict(
                     f"{key} exists with other options {current.to_dict()}; delete it first"
                 )
-        if box is None:
-            box = self.get(key)
-        if isinstance(box, Queue):
-            box.set_window(self._window(key, options))
-        box.options = options
-        box.durable = options.durable
+        if holder is None:
+            holder = self.get(key)
+        if isinstance(holder, Queue):
+            holder.set_window(self._window(key, options))
+        holder.options = options
+        holder.durable = options.durable
         if not options.durable:
             return None
-        fut = self.commit("save_destination", key, options.to_dict(), box.metadata)
+        fut = self.commit("save_destination", key, options.to_dict(), holder.metadata)
         patterns = self.host.bindings.of(key)
         if not patterns:
             return fut
@@ -399,35 +403,35 @@ class Shard:
         return asyncio.gather(fut, self.commit("save_bindings", key, patterns))
 
     def delete(self, key: str) -> asyncio.Future[None] | None:
-        box = self.boxes.pop(key, None)
+        holder = self.holders.pop(key, None)
         dormant = self.dormant.pop(key, None)
         bound = self.host.bindings.drop_queue(key)
-        if box is None and dormant is None and not bound:
+        if holder is None and dormant is None and not bound:
             raise NotFound(f"{key} does not exist")
-        if box is not None:
-            box.close(f"{key} was deleted")
+        if holder is not None:
+            holder.close(f"{key} was deleted")
             self.sensors.on_destinations(-1)
         self._removes.pop(key, None)
         return self.commit("delete_destination", key)
 
     def purge(self, key: str) -> int:
-        box = self.get(key, create=False)
-        paged = box.paged if isinstance(box, Queue) else 0
-        dropped = box.purge()
-        if (paged or any(m.persistent for m in dropped)) and box.durable:
+        holder = self.get(key, create=False)
+        paged = holder.paged if isinstance(holder, Queue) else 0
+        dropped = holder.purge()
+        if (paged or any(m.persistent for m in dropped)) and holder.durable:
             self.commit("purge", key)
         return len(dropped) + paged
 
     def set_metadata(self, key: str, metadata: dict[str, str]) -> asyncio.Future[None]:
-        box = self.get(key)
-        box.metadata = dict(metadata)
-        return self.commit("save_destination", key, box.options.to_dict(), box.metadata)
+        holder = self.get(key)
+        holder.metadata = dict(metadata)
+        return self.commit("save_destination", key, holder.options.to_dict(), holder.metadata)
 
     def is_durable(self, key: str) -> bool:
         """Is ``key`` declared durable (in memory or dormant)?"""
-        box = self.boxes.get(key)
-        if box is not None:
-            return box.durable
+        holder = self.holders.get(key)
+        if holder is not None:
+            return holder.durable
         dormant = self.dormant.get(key)
         return dormant is not None and dormant[0].durable
 
@@ -467,25 +471,25 @@ class Shard:
         ``handed``: a leaving node hands its transient messages to this one (see
         :mod:`polymq_core.handover`): they keep their id, time, destination and delivery
         count (one delivered and not acked there comes back flagged redelivered)."""
-        box = self.get(key)
+        holder = self.get(key)
         now = time.time()
-        if isinstance(box, Queue):
-            box.check_room(len(messages), sum(len(m.body) for m in messages))
-            if box.pages_out():
+        if isinstance(holder, Queue):
+            holder.check_room(len(messages), sum(len(m.body) for m in messages))
+            if holder.pages_out():
                 # past the queue's memory window: everything is kept in the store only,
                 # so transient messages are written as persistent ones (paging.py)
                 for m in messages:
                     m.persistent = True
-        ttl = box.options.message_ttl
+        ttl = holder.options.message_ttl
         durable: list[Message] = []
         # a publish holding persistent messages is enqueued as a whole once written (in a
         # cluster: committed), so that a message whose write failed is never delivered
         # (its transient ones wait with them, so the order stays)
-        later = box.durable and any(m.persistent for m in messages)
+        later = holder.durable and any(m.persistent for m in messages)
         # an earlier publish still waiting for its write: this one queues behind it
         behind = self._tails.get(key)
         for m in messages:
-            m.seq = box.next_seq()
+            m.seq = holder.next_seq()
             kept = handed and bool(m.id)
             if not kept:
                 self._mid += 1
@@ -496,19 +500,19 @@ class Shard:
                 m.destination = key
             if ttl is not None and m.expires is None:
                 m.expires = now + ttl
-            if m.persistent and box.durable:
+            if m.persistent and holder.durable:
                 durable.append(m)
             if not later and behind is None:
-                box.put(m)
-        box.last_used = time.monotonic()
+                holder.put(m)
+        holder.last_used = time.monotonic()
         if not durable:
             if behind is not None:
-                self._enqueue_after(box, messages, behind, written_only=False)
+                self._enqueue_after(holder, messages, behind, written_only=False)
             else:
-                box.pump()
+                holder.pump()
             return None
         fut = self._append(key, messages, durable, batch)
-        self._enqueue_after(box, messages, fut, written_only=True)
+        self._enqueue_after(holder, messages, fut, written_only=True)
         return fut
 
     def _append(
@@ -524,7 +528,12 @@ class Shard:
         return self.commit("append_batch", key, durable, *batch, pack_answer(messages))
 
     def _enqueue_after(
-        self, box: Box, messages: list[Message], fut: asyncio.Future[None], *, written_only: bool
+        self,
+        holder: Holder,
+        messages: list[Message],
+        fut: asyncio.Future[None],
+        *,
+        written_only: bool,
     ) -> None:
         """Enqueue (and so deliver) ``messages`` once ``fut`` is done. A publish holding
         persistent messages waits for its own write (in a cluster: committed by a
@@ -532,7 +541,7 @@ class Shard:
         there. A transient publish behind it waits for the same write, then is enqueued
         either way, so a queue keeps its publishers' order. Writes finish in the order
         they were made, and so do these callbacks."""
-        key = box.key
+        key = holder.key
         committing = self._committing
         committing[key] = committing.get(key, 0) + 1
         self._tails[key] = fut
@@ -548,7 +557,7 @@ class Shard:
                 return
             if written_only and (f.cancelled() or f.exception() is not None):
                 return
-            current = self.boxes.get(key)
+            current = self.holders.get(key)
             if current is None:  # evicted or deleted meanwhile
                 current = self.get(key)
             for m in messages:
@@ -648,8 +657,8 @@ class Shard:
         self._did += 1
         return self._did
 
-    def schedule(self, deadline: float, box: Queue, seq: int, did: int) -> None:
-        heapq.heappush(self._timers, (deadline, did, box.key, seq))
+    def schedule(self, deadline: float, holder: Queue, seq: int, delivery_id: int) -> None:
+        heapq.heappush(self._timers, (deadline, delivery_id, holder.key, seq))
 
     async def _run_timers(self) -> None:
         last_sweep = time.monotonic()
@@ -658,10 +667,10 @@ class Shard:
             now = time.time()
             timers = self._timers
             while timers and timers[0][0] <= now:
-                _, did, key, seq = heapq.heappop(timers)
-                box = self.boxes.get(key)
-                if isinstance(box, Queue):
-                    box.expire_delivery(seq, did)
+                _, delivery_id, key, seq = heapq.heappop(timers)
+                holder = self.holders.get(key)
+                if isinstance(holder, Queue):
+                    holder.expire_delivery(seq, delivery_id)
             mono = time.monotonic()
             if mono - last_sweep >= 0.5:
                 last_sweep = mono
@@ -682,45 +691,48 @@ class Shard:
 
     def _sweep(self, mono: float) -> None:
         """Idle TTL expiry, and eviction of idle destinations from memory."""
-        for key, box in list(self.boxes.items()):
-            ttl = box.options.idle_ttl
-            if isinstance(box, Queue):
-                unused = not box.consumers and not box.waiters
+        for key, holder in list(self.holders.items()):
+            ttl = holder.options.idle_ttl
+            if isinstance(holder, Queue):
+                unused = not holder.consumers and not holder.waiters
             else:
-                unused = not box.cursors
+                unused = not holder.cursors
             if ttl is not None:
-                if unused and mono - box.last_used >= ttl:
+                if unused and mono - holder.last_used >= ttl:
                     log.info("shard %d: %s idle for %.0fs, deleting", self.index, key, ttl)
                     self.delete(key)
                 continue
-            if not box.idle or key in self._committing:
-                continue  # (publishes waiting for their commit are enqueued into this box)
-            if box.options != _DEFAULTS and not box.options.durable:
+            if not holder.idle or key in self._committing:
+                continue  # (publishes waiting for their commit are enqueued into this holder)
+            if holder.options != _DEFAULTS and not holder.options.durable:
                 continue  # non-durable options live only in this object: keep it
             counters = None
-            if isinstance(box, Queue) and box.published | box.delivered | box.redelivered:
-                counters = (box.published, box.delivered, box.acked, box.redelivered)
-            self._doze(key, box.options, box.last_seq, counters)
-            del self.boxes[key]
+            if (
+                isinstance(holder, Queue)
+                and holder.published | holder.delivered | holder.redelivered
+            ):
+                counters = (holder.published, holder.delivered, holder.acked, holder.redelivered)
+            self._remember_dormant(key, holder.options, holder.last_seq, counters)
+            del self.holders[key]
             self.sensors.on_destinations(-1)
 
     # ---- introspection -----------------------------------------------------------------
     def stats(self, key: str) -> dict[str, Any]:
-        box = self.boxes.get(key)
-        if box is None:
+        holder = self.holders.get(key)
+        if holder is None:
             if not self.exists(key):
                 raise NotFound(f"{key} does not exist")
-            box = self.get(key)
-        return box.stats()
+            holder = self.get(key)
+        return holder.stats()
 
     def describe(self) -> dict[str, Any]:
         return {
             "shard": self.index,
             "leading": self.leading,
-            "in_memory": len(self.boxes),
+            "in_memory": len(self.holders),
             "dormant": len(self.dormant),
             "messages": sum(
-                b.count if isinstance(b, Queue) else len(b.entries) for b in self.boxes.values()
+                b.count if isinstance(b, Queue) else len(b.entries) for b in self.holders.values()
             ),
         }
 

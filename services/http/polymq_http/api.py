@@ -1,7 +1,7 @@
 """The handlers of the JSON over HTTP API and their routes (documented in ``openapi.py``).
 
 Each handler authenticates, validates the destination, authorizes the operation, reads and
-checks its body, and then makes one request to the core through :class:`CoreLink`. Errors are
+checks its body, and then makes one request to the core through :class:`HttpLink`. Errors are
 raised and turned into problem details by ``problems.problem_middleware``.
 """
 
@@ -24,21 +24,15 @@ from polymq_server.payloads import (
     read_json,
 )
 from polymq_server.problems import bad_request
-from polymq_server.web import (
-    add_health_routes,
-    add_openapi_route,
-    add_settle_routes,
-    published_json,
-    settle_outcome,
-    settle_receipts,
-)
+from polymq_server.receipts import add_settle_routes, settle_outcome, settle_receipts
+from polymq_server.web import add_health_routes, add_openapi_route, published_json
 
 from .config import HttpSettings
-from .corelink import CoreLink
+from .corelink import HttpLink
 from .metrics import HttpMetrics
 
 SETTINGS = web.AppKey("settings", HttpSettings)
-CORE = web.AppKey("core", CoreLink)
+CORE = web.AppKey("core", HttpLink)
 ACCESS = web.AppKey("access", Access)
 METRICS = web.AppKey("metrics", HttpMetrics)
 OPENAPI = web.AppKey("openapi", bytes)

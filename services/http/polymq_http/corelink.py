@@ -23,12 +23,12 @@ from polymq_server.web import FrontendLink
 from .config import HttpSettings
 from .metrics import HttpMetrics
 
-__all__ = ["CORE_TIMEOUT", "ByteBudget", "CoreLink"]
+__all__ = ["CORE_TIMEOUT", "ByteBudget", "HttpLink"]
 
 log = logging.getLogger(__name__)
 
 
-class CoreLink(FrontendLink[HttpSettings]):
+class HttpLink(FrontendLink[HttpSettings]):
     limits = (("max_body", "max_body"), ("max_pull", "max_pull"), ("max_wait", "max_wait"))
 
     def __init__(self, settings: HttpSettings, metrics: HttpMetrics) -> None:

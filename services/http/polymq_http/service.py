@@ -18,17 +18,12 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq_server.access import reloaded_access
-from polymq_server.web import (
-    WebService,
-    add_core_link,
-    add_metrics_route,
-    link_state,
-    metrics_middleware,
-)
+from polymq_server.requestmetrics import add_metrics_route, metrics_middleware
+from polymq_server.web import WebService, add_core_link, link_state
 
 from . import api
 from .config import HttpSettings
-from .corelink import CoreLink
+from .corelink import HttpLink
 from .metrics import HttpMetrics
 from .openapi import document
 from .problems import problem_middleware
@@ -46,7 +41,7 @@ def build_app(settings: HttpSettings, registry: CollectorRegistry) -> web.Applic
     )
     app[api.SETTINGS] = settings
     app[api.METRICS] = metrics
-    app[api.CORE] = CoreLink(settings, metrics)
+    app[api.CORE] = HttpLink(settings, metrics)
     app[api.ACCESS] = reloaded_access(settings.auth, app[api.CORE], "http")
     app[api.OPENAPI] = json.dumps(document(settings), indent=1).encode()
     api.add_routes(app)

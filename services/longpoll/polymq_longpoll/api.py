@@ -12,7 +12,7 @@
     GET    /metrics /healthz /readyz
 
 Each handler authenticates, checks its input, authorizes, and makes its requests to the
-core through :class:`CoreLink`. Errors are raised and turned into problem details by
+core through :class:`LongpollLink`. Errors are raised and turned into problem details by
 ``problems.problem_middleware``.
 """
 
@@ -29,17 +29,12 @@ from polymq_server.auth import Permission, Principal
 from polymq_server.avro import SchemaCache
 from polymq_server.avroview import load_schemas
 from polymq_server.payloads import parse_publish, parse_settle, read_json
-from polymq_server.web import (
-    add_health_routes,
-    add_settle_routes,
-    published_json,
-    settle_outcome,
-    settle_receipts,
-)
+from polymq_server.receipts import add_settle_routes, settle_outcome, settle_receipts
+from polymq_server.web import add_health_routes, published_json
 
 from .answers import Shown, answer_bytes, json_answer
 from .config import LongpollSettings
-from .corelink import CoreLink
+from .corelink import LongpollLink
 from .leases import Windows
 from .metrics import LongpollMetrics
 from .payloads import (
@@ -53,7 +48,7 @@ from .payloads import (
 from .subscriptions import AckMode, SubscriptionRef, message_cursors, parse_cursor
 
 SETTINGS = web.AppKey("settings", LongpollSettings)
-CORE = web.AppKey("core", CoreLink)
+CORE = web.AppKey("core", LongpollLink)
 ACCESS = web.AppKey("access", Access)
 METRICS = web.AppKey("metrics", LongpollMetrics)
 WINDOWS = web.AppKey("windows", Windows)

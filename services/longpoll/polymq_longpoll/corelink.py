@@ -4,7 +4,7 @@ while it is away), as every frontend has it (:class:`polymq_server.web.FrontendL
 and a warning when a limit of this frontend is above the core's), plus what only this
 frontend needs:
 
-- :meth:`CoreLink.poll`, one cursor poll that answers empty at once when the service stops,
+- :meth:`LongpollLink.poll`, one cursor poll that answers empty at once when the service stops,
   and waits past the core's own cap on ``wait`` by polling again;
 - leases nobody will see (the request went away while the core was answering, or the answer
   could not be written) go back to their queue at once instead of when their lease expires.
@@ -24,14 +24,14 @@ from polymq_server.web import FrontendLink
 from .config import LongpollSettings
 from .metrics import LongpollMetrics
 
-__all__ = ["CORE_TIMEOUT", "CoreLink"]
+__all__ = ["CORE_TIMEOUT", "LongpollLink"]
 
 log = logging.getLogger(__name__)
 
 _CORE_MAX_WAIT = 60.0  # the core's cap on one poll's wait, unless it says otherwise
 
 
-class CoreLink(FrontendLink[LongpollSettings]):
+class LongpollLink(FrontendLink[LongpollSettings]):
     limits = (("longpoll_max_poll", "max_pull"), ("longpoll_max_body", "max_body"))
 
     def __init__(self, settings: LongpollSettings, metrics: LongpollMetrics) -> None:

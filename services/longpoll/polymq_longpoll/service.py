@@ -19,18 +19,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq_server.access import reloaded_access
-from polymq_server.web import (
-    WebService,
-    add_core_link,
-    add_metrics_route,
-    link_state,
-    metrics_middleware,
-)
+from polymq_server.requestmetrics import add_metrics_route, metrics_middleware
+from polymq_server.web import WebService, add_core_link, link_state
 
 from . import api, page, sse
 from .answers import Shown
 from .config import LongpollSettings
-from .corelink import CoreLink
+from .corelink import LongpollLink
 from .cors import Cors
 from .leases import Windows
 from .metrics import LongpollMetrics
@@ -55,7 +50,7 @@ def build_app(settings: LongpollSettings, registry: CollectorRegistry) -> web.Ap
     app.on_response_prepare.append(cors.on_prepare)
     app[api.SETTINGS] = settings
     app[api.METRICS] = metrics
-    app[api.CORE] = CoreLink(settings, metrics)
+    app[api.CORE] = LongpollLink(settings, metrics)
     app[api.ACCESS] = reloaded_access(settings.auth, app[api.CORE], "longpoll")
     app[api.WINDOWS] = Windows()
     app[api.SHOWN] = Shown()

@@ -1,7 +1,7 @@
-"""What a session's parts ask of their :class:`~polymq_stomp.session.Session` and its
+"""What a session's parts ask of their :class:`~polymq_stomp.session.StompSession` and its
 hub: the exchange routing (``exchange.py``), the publisher and the subscriptions. The
 session holds them and they call back into it; they name these protocols, not the
-Session, so that none of their modules imports ``session.py`` (which imports theirs). They
+StompSession, so that none of their modules imports ``session.py`` (which imports theirs). They
 live apart because all three parts need them; what only one part asks is added by that
 part's module (``publisher.PublisherSession``, ``subscription.SubscriptionSession``)."""
 

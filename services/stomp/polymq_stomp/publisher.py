@@ -36,7 +36,8 @@ from .parts import PartSession
 from .refusal import Refused
 
 if TYPE_CHECKING:
-    from .subscription import StompSubscription, Subscriptions
+    from .delivery import StompSubscription
+    from .subscription import Subscriptions
 
 __all__ = ["Publisher", "PublisherSession"]
 

@@ -32,7 +32,7 @@ from polymq_server.web import link_state
 from . import page
 from .config import StompSettings
 from .metrics import StompMetrics
-from .session import Hub, Session
+from .session import Hub, StompSession
 from .transports import TcpTransport, WsTransport, serve_websocket
 
 __all__ = ["StompService", "build_app"]
@@ -61,8 +61,8 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             status=400, text="STOMP over WebSocket: open a WebSocket here (ws://host:port/ws)\n"
         )
 
-    def endpoint(transport: WsTransport) -> Session:
-        return Session(hub, transport)
+    def endpoint(transport: WsTransport) -> StompSession:
+        return StompSession(hub, transport)
 
     # A frame too large in a message up to this size gets a STOMP ERROR like any other;
     # past it aiohttp refuses the message itself (close code 1009) before buffering it.
@@ -122,7 +122,7 @@ class StompService:
         hub = self.hub
 
         def tcp() -> TcpTransport:
-            return TcpTransport(lambda transport: Session(hub, transport))
+            return TcpTransport(lambda transport: StompSession(hub, transport))
 
         self._server = await loop.create_server(
             tcp, s.host, s.stomp_port, ssl=ctx, reuse_address=True, backlog=1024

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import secrets
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -52,25 +51,24 @@ from polymq_server.names import VhostNames
 from polymq_server.records import Records
 from polymq_server.resources import ConnectionLimits
 
-from .codec import CLOSED, NEED_DATA, VERSIONS, Role, State, StompConnection
+from .codec import CLOSED, NEED_DATA, Role, State, StompConnection
 from .config import StompSettings
+from .delivery import StompSubscription
 from .destinations import Control, ExchangeRef, Target, parse_destination
 from .exchange import resolve as resolve_exchange
 from .frames import Command, Frame, Heartbeat, LocalStompError, RemoteStompError
+from .handshake import VersionMismatch, agree, version_error
 from .metrics import StompMetrics
 from .publisher import Publisher
 from .refusal import Refused
-from .subscription import StompSubscription, Subscriptions, release
+from .subscription import Subscriptions, release
 from .transports import Transport, WsTransport
-from .vhost import DEFAULT_VHOST, choose_vhost
+from .vhost import DEFAULT_VHOST
 
-__all__ = ["SERVER_NAME", "Hub", "Session"]
+__all__ = ["Hub", "StompSession"]
 
 log = logging.getLogger(__name__)
 
-SERVER_NAME: Final = "polymq-stomp/0.1.0"
-_SUPPORTED: Final = ",".join(VERSIONS)
-_VERSION_RE: Final = re.compile(r"[0-9]+\.[0-9]+\Z")
 _DRAIN_TIMEOUT: Final = 10.0  # seconds DISCONNECT waits for SENDs to be answered
 
 
@@ -82,7 +80,7 @@ class Hub:
     link: CoreLink
     auth: AuthProvider
     metrics: StompMetrics
-    sessions: set[Session] = field(default_factory=set)
+    sessions: set[StompSession] = field(default_factory=set)
     stopping: bool = False
     # the listeners' connection limits (the service sets them from its settings)
     connections: ConnectionLimits = field(default_factory=lambda: ConnectionLimits("stomp"))
@@ -92,7 +90,7 @@ class Hub:
         self.records = Records(self.link)
 
 
-class Session(FrontendSession):
+class StompSession(FrontendSession):
     """The STOMP side of one connection (the transport's endpoint; writing, reading's pauses,
     its tasks and the close of the transport are
     :class:`~polymq_server.frontend.FrontendSession`'s)."""
@@ -306,7 +304,7 @@ class Session(FrontendSession):
     def write_messages(
         self, sub: StompSubscription, frames: list[bytes], nbytes: int, last_tag: int
     ) -> None:
-        """MESSAGE frames of ``sub`` (see ``Subscriptions.deliver``)."""
+        """MESSAGE frames of ``sub`` (see ``Deliveries.deliver``)."""
         self._out += frames
         self._out_bytes += nbytes
         if sub.topic:
@@ -409,62 +407,34 @@ class Session(FrontendSession):
                 "subscription",
             )
 
-    # ==== CONNECT ============================================================================
+    # ==== CONNECT (handshake.py) =============================================================
     async def _connect(self, frame: Frame) -> None:
-        raw = frame.get("accept-version")
-        if raw is None:
-            offered = ["1.0"]
-        else:
-            offered = [v.strip() for v in raw.split(",")]
-            if not all(_VERSION_RE.match(v) for v in offered):
-                raise Refused(
-                    "version",
-                    "Version mismatch",
-                    f"accept-version: {raw[:100]!r}: expected versions such as 1.0,1.1,1.2",
-                )
-        common = [v for v in reversed(VERSIONS) if v in offered]
-        if not common:
-            self._version_error(raw or "")
-            return
-        version = common[0]
-        hb_out = hb_in = 0
-        if version != "1.0":
-            hb_out, hb_in = self._heartbeats(frame.get("heart-beat") or "0,0")
-        vhost = choose_vhost(frame.get("host"), self.settings, self.transport_host())
-        login = frame.get("login")
-        auth = self.hub.auth
         try:
-            if login:
-                principal = await auth.authenticate_password(login, frame.get("passcode") or "")
-            else:
-                principal = await auth.anonymous()
-        except Unauthorized as exc:
-            who = f"Access refused for user '{login[:100]}'" if login else "Access refused"
-            raise Refused("auth", "Bad CONNECT", f"{who}: {exc.message}") from None
-        if not self.hub.link.connected:
-            raise Unavailable(f"no connection to the core at {self.hub.link.address}")
-        refused = self.admission.login(principal.name)
-        if refused is not None:
-            raise Refused("limit", "Connection limit reached", refused)
+            agreed = await agree(
+                frame,
+                self.settings,
+                auth=self.hub.auth,
+                link=self.hub.link,
+                admission=self.admission,
+                transport_host=self.transport_host(),
+            )
+        except VersionMismatch as exc:
+            self._version_error(exc.offered)
+            return
+        principal, version, vhost = agreed.principal, agreed.version, agreed.vhost
         self.principal = principal
         self.version = version
         self.vhost = vhost
         self.tracked.user, self.tracked.vhost = principal.name, vhost
         self.vhost_prefix = VhostNames(vhost).prefix
-        self.client_id = frame.get("client-id") or ""
+        self.client_id = agreed.client_id
         self.codec.negotiate(version)
         self.codec.max_frame = self.settings.stomp_max_frame
-        headers = (
-            ("version", version),
-            ("heart-beat", f"{hb_out},{hb_in}"),  # 0,0 in 1.0, as RabbitMQ says it
-            ("server", SERVER_NAME),
-            ("session", self.conn_id),
-        )
-        self._send(Frame(Command.CONNECTED, headers))
+        self._send(agreed.connected(self.conn_id))
         if self._handshake is not None:
             self._handshake.cancel()
             self._handshake = None
-        self._start_heartbeats(hb_out, hb_in)
+        self._start_heartbeats(*agreed.heartbeat)
         log.debug("stomp %s: connected as %s (STOMP %s)", self, principal.name, version)
 
     def _handshake_expired(self) -> None:
@@ -484,41 +454,8 @@ class Session(FrontendSession):
         self.closing = True
         self.metrics.error("version")
         self.metrics.frames_out["ERROR"].inc()
-        body = f"Supported versions are {_SUPPORTED}; the client accepts {offered[:100]!r}"
-        data = body.encode()
-        frame = Frame(
-            Command.ERROR,
-            (
-                ("message", "Version mismatch"),
-                ("version", _SUPPORTED),
-                ("content-type", "text/plain"),
-                ("content-length", str(len(data))),
-            ),
-            data,
-        )
-        self._write(self.codec.send(frame))
+        self._write(self.codec.send(version_error(offered)))
         self._close()
-
-    def _heartbeats(self, raw: str) -> tuple[int, int]:
-        """Our heart-beat header ``(sx, sy)``: we send every sx ms, and expect every sy ms.
-        What the client asks for, no shorter than ``stomp_heartbeat_min``."""
-        cx_s, sep, cy_s = raw.partition(",")
-        try:
-            if not sep:
-                raise ValueError
-            cx, cy = int(cx_s.strip()), int(cy_s.strip())
-            if cx < 0 or cy < 0:
-                raise ValueError
-        except ValueError:
-            raise Refused(
-                "version",
-                "Invalid header",
-                f"heart-beat: {raw[:60]!r}: expected two integers >= 0 such as 10000,10000",
-            ) from None
-        floor = self.settings.stomp_heartbeat_min
-        sx = max(cy, floor) if cy else 0  # the client wants ours every cy ms
-        sy = max(cx, floor) if cx else 0  # the client can send every cx ms
-        return sx, sy
 
     def _start_heartbeats(self, send_ms: int, expect_ms: int) -> None:
         self._hb_out = send_ms / 1000.0
@@ -722,16 +659,16 @@ class Session(FrontendSession):
         self._close()  # after what is written
 
 
-_HANDLERS: Final[dict[Command, Callable[[Session, Frame], None]]] = {
-    Command.CONNECT: Session._on_connect,
-    Command.STOMP: Session._on_connect,
-    Command.SEND: Session._on_send,
-    Command.SUBSCRIBE: Session._on_subscribe,
-    Command.UNSUBSCRIBE: Session._on_unsubscribe,
-    Command.ACK: Session._on_ack,
-    Command.NACK: Session._on_nack,
-    Command.BEGIN: Session._on_begin,
-    Command.COMMIT: Session._on_commit,
-    Command.ABORT: Session._on_abort,
-    Command.DISCONNECT: Session._on_disconnect,
+_HANDLERS: Final[dict[Command, Callable[[StompSession, Frame], None]]] = {
+    Command.CONNECT: StompSession._on_connect,
+    Command.STOMP: StompSession._on_connect,
+    Command.SEND: StompSession._on_send,
+    Command.SUBSCRIBE: StompSession._on_subscribe,
+    Command.UNSUBSCRIBE: StompSession._on_unsubscribe,
+    Command.ACK: StompSession._on_ack,
+    Command.NACK: StompSession._on_nack,
+    Command.BEGIN: StompSession._on_begin,
+    Command.COMMIT: StompSession._on_commit,
+    Command.ABORT: StompSession._on_abort,
+    Command.DISCONNECT: StompSession._on_disconnect,
 }

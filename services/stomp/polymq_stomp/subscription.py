@@ -1,8 +1,10 @@
-"""STOMP subscriptions: SUBSCRIBE, UNSUBSCRIBE, ACK, NACK and the MESSAGE frames.
+"""STOMP subscriptions: SUBSCRIBE, UNSUBSCRIBE, ACK and NACK.
 
-One :class:`StompSubscription` per SUBSCRIBE listens to one core subscription (it is the
-:class:`polymq.client.DeliveryListener`); the session's :class:`Subscriptions` holds them,
-turns deliveries into MESSAGE frames and checks and settles acknowledgements.
+One :class:`~polymq_stomp.delivery.StompSubscription` per SUBSCRIBE listens to one core
+subscription (it is the :class:`polymq.client.DeliveryListener`); the session's
+:class:`Subscriptions` holds them and checks and settles acknowledgements; its
+:class:`~polymq_stomp.delivery.Deliveries` turns deliveries into MESSAGE frames
+(``delivery.py``).
 
 =========================  ==============================  ====================================
 STOMP ``ack``              core subscription               acknowledgement
@@ -52,9 +54,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import json
-from collections import deque
 from collections.abc import Coroutine
 from functools import partial
 from itertools import count
@@ -62,182 +61,41 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from polymq.client import Subscription
 from polymq.errors import NotFound, PolymqError, RequestError
-from polymq.types import AckMode, Kind, Message, Outcome, parse_offset
+from polymq.types import AckMode, Kind, Outcome, parse_offset
 from polymq_server.auth import Permission
-from polymq_server.avro import SchemaCache
-from polymq_server.avroview import json_value, load_schemas, schema_of
 from polymq_server.corelink import CoreLink
-from polymq_server.names import VhostNames
 
-from .destinations import Control, ExchangeRef, Target, from_core
-from .exchange import shown
-from .frames import Command, Frame, LocalStompError
-from .messages import message_headers, parse_float, parse_int
-from .parts import PartSession
+from .delivery import Deliveries, DeliverySession, StompSubscription
+from .destinations import Control, ExchangeRef, Target
+from .frames import Frame
+from .messages import parse_float, parse_int
 from .queues import Backing, backing_queue, durable_asked, queue_arguments
 from .refusal import Refused
 
 if TYPE_CHECKING:
-    from .codec import StompConnection
     from .metrics import StompMetrics
 
-__all__ = ["StompSubscription", "SubscriptionSession", "Subscriptions", "release"]
+__all__ = ["SubscriptionSession", "Subscriptions", "release"]
 
 _ACK_MODES: Final = {m.value: m for m in AckMode}
 _BIG_BUFFER: Final = 1 << 40  # core buffer of window-bounded subscriptions: never reached
 _CORE_TOPIC_BUFFER: Final = 16 * 1024 * 1024
 
 
-class StompSubscription:
-    """A :class:`polymq.client.DeliveryListener` relaying to one session."""
+class SubscriptionSession(DeliverySession, Protocol):
+    """The session as its subscriptions see it: what the deliveries see (``delivery.py``),
+    the client id and metrics, and the connection's own queues. A protocol, so that this
+    module need not import ``session.py``, which imports it."""
 
-    __slots__ = (
-        "ack_on_write",
-        "as_json",
-        "base_headers",
-        "buffer_bytes",
-        "buffer_messages",
-        "closed",
-        "core",
-        "drop",
-        "held",
-        "high",
-        "id",
-        "ids",
-        "ix",
-        "low",
-        "mode",
-        "owner",
-        "target",
-        "topic",
-        "unacked",
-        "unwritten",
-        "unwritten_bytes",
-        "window",
-    )
-
-    def __init__(
-        self,
-        owner: Subscriptions,
-        sid: str,
-        ix: int,
-        target: Target,
-        mode: AckMode,
-        *,
-        window: int,
-        buffer_messages: int,
-        buffer_bytes: int,
-        drop: bool,
-        as_json: bool = False,
-    ) -> None:
-        self.owner = owner
-        self.id = sid
-        self.ix = ix
-        self.target = target
-        self.mode = mode
-        self.window = window
-        self.buffer_messages = buffer_messages
-        self.buffer_bytes = buffer_bytes
-        self.drop = drop  # slow policy for topics: drop (True) or disconnect
-        self.as_json = as_json  # Avro records as JSON (`accept: application/json`)
-        # deliveries waiting for Avro schemas to load (in order; as_json only)
-        self.held: deque[tuple[list[int], list[Message]]] = deque()
-        self.topic = target.kind is Kind.TOPIC
-        self.ack_on_write = mode is AckMode.AUTO and not self.topic
-        self.core: Subscription | None = None
-        self.closed = False
-        # ack: client -> (low, high]: delivered and not acked; client-individual -> unacked
-        self.low = 0
-        self.high = 0
-        self.unacked: dict[int, str] = {}  # tag -> message-id
-        self.ids: deque[tuple[int, str]] = deque()  # client mode, STOMP < 1.2: (tag, id)
-        # messages encoded but not yet handed to the socket (topics: the slow-consumer bound)
-        self.unwritten = 0
-        self.unwritten_bytes = 0
-        self.base_headers: tuple[tuple[str, str], ...] = (("subscription", sid),)
-        if not target.per_message:
-            self.base_headers += (("destination", target.stomp),)
-
-    # ---- polymq.client.DeliveryListener -------------------------------------------------
-    def on_deliver(self, sub: Subscription, tags: list[int], messages: list[Message]) -> None:
-        if self.core is None:
-            self.core = sub  # deliveries may come before subscribe() returns
-        if not self.closed:
-            self.owner.deliver(self, tags, messages)
-
-    def on_end(self, sub: Subscription, error: BaseException) -> None:
-        if not self.closed:
-            self.owner.session.subscription_ended(self, error)
-
-    # ---- acknowledgements ------------------------------------------------------------------
-    @property
-    def outstanding(self) -> int:
-        """Messages delivered and not yet acknowledged (client modes)."""
-        if self.mode is AckMode.CLIENT:
-            return self.high - self.low
-        return len(self.unacked)
-
-    def delivered(self, tag: int, message_id: str, keep_id: bool) -> None:
-        """Track an unacknowledged delivery; ``keep_id``: ACK will name its message-id."""
-        if self.mode is AckMode.CLIENT:
-            self.high = tag
-            if keep_id:
-                self.ids.append((tag, message_id))
-        else:
-            self.unacked[tag] = message_id
-
-    def owes(self, tag: int) -> bool:
-        """Is ``tag`` delivered and not yet acknowledged?"""
-        if self.mode is AckMode.CLIENT:
-            return self.low < tag <= self.high
-        if self.mode is AckMode.AUTO:
-            return False
-        return tag in self.unacked
-
-    def settle(self, tag: int) -> list[tuple[int, str]]:
-        """Mark ``tag`` (and, in client mode, every earlier one) acknowledged; returns the
-        deliveries ``(tag, message-id)`` that no longer need to be found."""
-        if self.mode is AckMode.CLIENT:
-            self.low = max(self.low, tag)
-            gone: list[tuple[int, str]] = []
-            ids = self.ids
-            while ids and ids[0][0] <= tag:
-                gone.append(ids.popleft())
-            return gone
-        mid = self.unacked.pop(tag, None)
-        return [] if mid is None else [(tag, mid)]
-
-    def __repr__(self) -> str:
-        return f"<StompSubscription {self.id!r} {self.target.stomp} {self.mode.value}>"
-
-
-class SubscriptionSession(PartSession, Protocol):
-    """The session as its subscriptions see it: a part's view (``parts.py``), the protocol
-    version, the codec and metrics, the connection's own queues, the writes of messages, and
-    the news of a subscription that is slow or ended. A protocol, so that this module need
-    not import ``session.py``, which imports it."""
-
-    @property
-    def version(self) -> str: ...
     @property
     def client_id(self) -> str: ...
     @property
-    def codec(self) -> StompConnection: ...
-    @property
     def metrics(self) -> StompMetrics: ...
-    @property
-    def open(self) -> bool: ...
 
     def spawn(self, coro: Coroutine[Any, Any, None], frame: Frame) -> None: ...
     def own_queue(self, core: str) -> None: ...
     def owns_queue(self, core: str) -> bool: ...
     def disown_queue(self, core: str) -> None: ...
-    def write_messages(
-        self, sub: StompSubscription, frames: list[bytes], nbytes: int, last_tag: int
-    ) -> None: ...
-    def log_unsendable(self, exc: LocalStompError) -> None: ...
-    def slow_consumer(self, sub: StompSubscription) -> None: ...
-    def subscription_ended(self, sub: StompSubscription, error: BaseException) -> None: ...
 
 
 class Subscriptions:
@@ -248,6 +106,7 @@ class Subscriptions:
         self.by_id: dict[str, StompSubscription] = {}
         self.by_ix: dict[int, StompSubscription] = {}
         self.by_msgid: dict[str, tuple[StompSubscription, int]] = {}  # STOMP < 1.2
+        self.deliveries = Deliveries(session, self.by_msgid)
         self._ixs = count(1)
         self._private = count(1)  # names of private queues behind topic subscriptions
 
@@ -268,93 +127,6 @@ class Subscriptions:
         if subs:
             self.session.metrics.subscriptions.dec(len(subs))
         return subs
-
-    # ---- MESSAGE frames ----------------------------------------------------------------------
-    def deliver(self, sub: StompSubscription, tags: list[int], messages: list[Message]) -> None:
-        """MESSAGE frames for ``sub`` (called by the core client as deliveries arrive)."""
-        session = self.session
-        if not session.open:
-            return
-        if sub.as_json:
-            cache = session.hub.link.schemas
-            if sub.held or any(
-                (sid := schema_of(m)) is not None and sid not in cache for m in messages
-            ):  # a schema to load first: hold this (and what follows) in order meanwhile
-                sub.held.append((tags, messages))
-                if len(sub.held) == 1:
-                    session.hub.link.spawn(self._release_held(sub), "loading Avro schemas")
-                return
-            messages = [_as_json(cache, m) for m in messages]
-        self._frames(sub, tags, messages)
-
-    async def _release_held(self, sub: StompSubscription) -> None:
-        cache = self.session.hub.link.schemas
-        while sub.held and not sub.closed and self.session.open:
-            await load_schemas(cache, sub.held[0][1])
-            tags, messages = sub.held.popleft()
-            self._frames(sub, tags, [_as_json(cache, m) for m in messages])
-        sub.held.clear()
-
-    def _frames(self, sub: StompSubscription, tags: list[int], messages: list[Message]) -> None:
-        session = self.session
-        version = session.version
-        keep_id = version != "1.2"
-        conn_id = session.conn_id
-        send = session.codec.send
-        track = sub.mode is not AckMode.AUTO
-        topic = sub.topic
-        per_message = sub.target.per_message
-        prefix = sub.target.topic_prefix
-        skip = 6 + len(sub.target.vhost_prefix)  # "topic/" and the vhost's prefix
-        vprefix = session.vhost_prefix
-        names = VhostNames(session.vhost) if sub.target.exchange is not None else None
-        base = sub.base_headers
-        ix = sub.ix
-        by_msgid = self.by_msgid
-        frames: list[bytes] = []
-        nbytes = 0
-        last_tag = 0
-        for tag, msg in zip(tags, messages, strict=True):
-            if topic and (
-                sub.unwritten >= sub.buffer_messages
-                or sub.unwritten_bytes >= sub.buffer_bytes
-                or (track and sub.outstanding >= sub.window)
-            ):
-                if sub.drop:
-                    continue
-                session.slow_consumer(sub)
-                return
-            mid = msg.id or f"T.{conn_id}.{ix}.{tag}"
-            headers = [*base, ("message-id", mid)]
-            if per_message:
-                d = msg.destination
-                if d[:6] != "topic/":
-                    named = from_core(d, conn_id, vprefix)
-                elif names is not None:  # an exchange's: /exchange/<E>/<K>, as RabbitMQ
-                    named = shown(names, msg)
-                else:
-                    named = prefix + d[skip:]
-                headers.append(("destination", named or d))
-            if track:
-                if not keep_id:
-                    headers.append(("ack", f"{ix}.{tag}"))
-                sub.delivered(tag, mid, keep_id)
-                if keep_id:
-                    by_msgid[mid] = (sub, tag)
-            headers += message_headers(msg, version, conn_id, vprefix)
-            try:
-                data = send(Frame(Command.MESSAGE, tuple(headers), msg.body))
-            except LocalStompError as exc:  # pragma: no cover - message_headers keeps it sendable
-                session.log_unsendable(exc)
-                continue
-            frames.append(data)
-            nbytes += len(data)
-            last_tag = tag
-            if topic:
-                sub.unwritten += 1
-                sub.unwritten_bytes += len(data)
-        if frames:
-            session.write_messages(sub, frames, nbytes, last_tag)
 
     # ---- SUBSCRIBE -----------------------------------------------------------------------
     async def subscribe(self, frame: Frame) -> None:
@@ -506,7 +278,7 @@ class Subscriptions:
         drop = options.pop("slow_policy", "disconnect") == "drop"
         as_json = bool(options.pop("as_json", False))
         sub = StompSubscription(
-            self,
+            self.deliveries,
             sid,
             next(self._ixs),
             target,
@@ -679,20 +451,6 @@ class Subscriptions:
         if stomp_destination in self.by_id or len(self.by_id) >= s.stomp_max_subscriptions:
             return
         await self.open(stomp_destination, target, AckMode.AUTO, s.stomp_prefetch, {})
-
-
-def _as_json(cache: SchemaCache, message: Message) -> Message:
-    """``message`` with its Avro record as a JSON body (the same message if not Avro)."""
-    value, error = json_value(cache, message)
-    if value is None and error is None:
-        return message
-    shown = copy.copy(message)
-    if error is None:
-        shown.body = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-        shown.content_type = "application/json"
-    else:
-        shown.headers = {**message.headers, "x-avro-error": error[:500]}
-    return shown
 
 
 def _stream_offset(raw: str) -> str | int | float:

@@ -44,8 +44,8 @@ class FakeShard:
         self._did += 1
         return self._did
 
-    def schedule(self, deadline: float, box: Queue, seq: int, did: int) -> None:
-        self.timers.append((deadline, seq, did))
+    def schedule(self, deadline: float, holder: Queue, seq: int, delivery_id: int) -> None:
+        self.timers.append((deadline, seq, delivery_id))
 
 
 class FakeSession:

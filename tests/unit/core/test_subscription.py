@@ -27,7 +27,7 @@ class FakeSession:
         self.got.append((sub.sid, tag, key))
 
 
-class FakeBox:
+class FakeHolder:
     """A queue's side, as far as a subscription sees it: its key names its kind."""
 
     def __init__(self, key: str) -> None:
@@ -64,9 +64,9 @@ def test_the_first_delivery_gives_a_window_of_its_own() -> None:
 
 def queue_subs(session: FakeSession, mode: AckMode) -> tuple[Subscription, Subscription]:
     """Two subscriptions to one queue, sids 1 and 2."""
-    box, opts = FakeBox("queue/q"), SubscribeOptions(ack_mode=mode)
-    a = Subscription(session, 1, "queue/q", opts, box)  # type: ignore[arg-type]
-    return a, Subscription(session, 2, "queue/q", opts, box)  # type: ignore[arg-type]
+    holder, opts = FakeHolder("queue/q"), SubscribeOptions(ack_mode=mode)
+    a = Subscription(session, 1, "queue/q", opts, holder)  # type: ignore[arg-type]
+    return a, Subscription(session, 2, "queue/q", opts, holder)  # type: ignore[arg-type]
 
 
 def test_unacked_deliveries_are_the_subscriptions_own() -> None:
@@ -78,7 +78,7 @@ def test_unacked_deliveries_are_the_subscriptions_own() -> None:
     assert a.take([1], False) == [10] and a.inflight == {2: 11}
     a.forget(11)
     assert a.inflight == {} and b.inflight == {}
-    auto = Subscription(session, 3, "queue/q", SubscribeOptions(), FakeBox("queue/q"))  # type: ignore[arg-type]
+    auto = Subscription(session, 3, "queue/q", SubscribeOptions(), FakeHolder("queue/q"))  # type: ignore[arg-type]
     auto.deliver(Message(body=b"z"), 12)
     assert auto.inflight == {} and auto.next_tag == 2  # auto mode: nothing unacked
 

@@ -25,7 +25,7 @@ from polymq_server.frontend import (
     shutdown_sessions,
     tls_context,
 )
-from polymq_server.web import PROMETHEUS
+from polymq_server.requestmetrics import PROMETHEUS
 
 
 class _Metrics(FrontendMetrics):

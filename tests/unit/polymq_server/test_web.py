@@ -1,5 +1,5 @@
-"""The routes and answers ``polymq_server.web`` gives every JSON frontend, on an app with no
-listener (requests are resolved and answered in process)."""
+"""The routes and answers ``polymq_server.web`` (and its ``receipts``) give every JSON
+frontend, on an app with no listener (requests are resolved and answered in process)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from polymq.types import Destination, Outcome
-from polymq_server.web import add_openapi_route, add_settle_routes, published_json, settle_outcome
+from polymq_server.receipts import add_settle_routes, settle_outcome
+from polymq_server.web import add_openapi_route, published_json
 
 
 async def answer(app: web.Application, method: str, path: str) -> web.StreamResponse:

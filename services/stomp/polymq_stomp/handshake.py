@@ -1,0 +1,153 @@
+"""A STOMP connection's handshake: what its CONNECT (or STOMP) frame asks, checked and agreed.
+
+:func:`agree` takes the CONNECT frame and gives the :class:`Agreement` the session then
+acts on: the protocol version (the highest both sides speak), the heart-beats (what the
+client asks, no shorter than ``stomp_heartbeat_min``), the vhost, the login (checked by the
+auth provider) and the connection limits' admission. It raises :class:`Refused` (an ERROR,
+then the close) for a malformed header, a refused login or a limit reached,
+:class:`VersionMismatch` when no version is common (the session answers with
+:func:`version_error`, STOMP 1.2's ERROR listing what we speak), and ``Unavailable`` while
+the core is away. The session owns the handshake timeout and the heart-beat timers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from polymq.errors import Unauthorized, Unavailable
+
+from .codec import VERSIONS
+from .frames import Command, Frame
+from .refusal import Refused
+from .vhost import choose_vhost
+
+if TYPE_CHECKING:
+    from polymq_server.auth import AuthProvider, Principal
+    from polymq_server.corelink import CoreLink
+    from polymq_server.resources import Admission
+
+    from .config import StompSettings
+
+__all__ = ["SERVER_NAME", "Agreement", "VersionMismatch", "agree", "version_error"]
+
+SERVER_NAME: Final = "polymq-stomp/0.1.0"
+_SUPPORTED: Final = ",".join(VERSIONS)
+_VERSION_RE: Final = re.compile(r"[0-9]+\.[0-9]+\Z")
+
+
+class VersionMismatch(Exception):
+    """The client speaks none of our versions (``offered``: its accept-version header)."""
+
+    def __init__(self, offered: str) -> None:
+        super().__init__(offered)
+        self.offered = offered
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    """What a CONNECT agreed: the connection acts on it from its CONNECTED on."""
+
+    principal: Principal
+    version: str
+    vhost: str
+    client_id: str  # CONNECT's client-id header: names durable subscriptions' queues
+    heartbeat: tuple[int, int]  # (ms between the beats we send, ms between the client's)
+
+    def connected(self, session_id: str) -> Frame:
+        """The CONNECTED frame that answers the CONNECT."""
+        hb_out, hb_in = self.heartbeat
+        headers = (
+            ("version", self.version),
+            ("heart-beat", f"{hb_out},{hb_in}"),  # 0,0 in 1.0, as RabbitMQ says it
+            ("server", SERVER_NAME),
+            ("session", session_id),
+        )
+        return Frame(Command.CONNECTED, headers)
+
+
+async def agree(
+    frame: Frame,
+    settings: StompSettings,
+    *,
+    auth: AuthProvider,
+    link: CoreLink,
+    admission: Admission,
+    transport_host: str | None,
+) -> Agreement:
+    """Check the CONNECT ``frame`` and log its user in (``transport_host``: the host a
+    WebSocket client opened its socket on, for the vhost)."""
+    raw = frame.get("accept-version")
+    if raw is None:
+        offered = ["1.0"]
+    else:
+        offered = [v.strip() for v in raw.split(",")]
+        if not all(_VERSION_RE.match(v) for v in offered):
+            raise Refused(
+                "version",
+                "Version mismatch",
+                f"accept-version: {raw[:100]!r}: expected versions such as 1.0,1.1,1.2",
+            )
+    common = [v for v in reversed(VERSIONS) if v in offered]
+    if not common:
+        raise VersionMismatch(raw or "")
+    version = common[0]
+    hb_out = hb_in = 0
+    if version != "1.0":
+        hb_out, hb_in = _heartbeats(frame.get("heart-beat") or "0,0", settings)
+    vhost = choose_vhost(frame.get("host"), settings, transport_host)
+    login = frame.get("login")
+    try:
+        if login:
+            principal = await auth.authenticate_password(login, frame.get("passcode") or "")
+        else:
+            principal = await auth.anonymous()
+    except Unauthorized as exc:
+        who = f"Access refused for user '{login[:100]}'" if login else "Access refused"
+        raise Refused("auth", "Bad CONNECT", f"{who}: {exc.message}") from None
+    if not link.connected:
+        raise Unavailable(f"no connection to the core at {link.address}")
+    refused = admission.login(principal.name)
+    if refused is not None:
+        raise Refused("limit", "Connection limit reached", refused)
+    client_id = frame.get("client-id") or ""
+    return Agreement(principal, version, vhost, client_id, (hb_out, hb_in))
+
+
+def version_error(offered: str) -> Frame:
+    """ERROR with a ``version`` header listing what we speak (STOMP 1.2 says so)."""
+    body = f"Supported versions are {_SUPPORTED}; the client accepts {offered[:100]!r}"
+    data = body.encode()
+    return Frame(
+        Command.ERROR,
+        (
+            ("message", "Version mismatch"),
+            ("version", _SUPPORTED),
+            ("content-type", "text/plain"),
+            ("content-length", str(len(data))),
+        ),
+        data,
+    )
+
+
+def _heartbeats(raw: str, settings: StompSettings) -> tuple[int, int]:
+    """Our heart-beat header ``(sx, sy)``: we send every sx ms, and expect every sy ms.
+    What the client asks for, no shorter than ``stomp_heartbeat_min``."""
+    cx_s, sep, cy_s = raw.partition(",")
+    try:
+        if not sep:
+            raise ValueError
+        cx, cy = int(cx_s.strip()), int(cy_s.strip())
+        if cx < 0 or cy < 0:
+            raise ValueError
+    except ValueError:
+        raise Refused(
+            "version",
+            "Invalid header",
+            f"heart-beat: {raw[:60]!r}: expected two integers >= 0 such as 10000,10000",
+        ) from None
+    floor = settings.stomp_heartbeat_min
+    sx = max(cy, floor) if cy else 0  # the client wants ours every cy ms
+    sy = max(cx, floor) if cx else 0  # the client can send every cx ms
+    return sx, sy
