@@ -25,14 +25,22 @@ from ...procs import WAIT, PolymqProcess
 REACH = 5.0  # seconds a reload may take to reach every frontend (issue 15: within 5 s)
 
 
+ADMIN = ("root", "root-password")  # the operator: the admin API needs an administrator
+
+
 def write_users(path: Path, password: str) -> None:
     grants = [{"pattern": "*", "permissions": ["read", "write", "configure"]}]
-    users = {"alice": {"password_hash": hash_password(password), "grants": grants}}
+    users = {
+        "alice": {"password_hash": hash_password(password), "grants": grants},
+        ADMIN[0]: {"password_hash": hash_password(ADMIN[1]), "tags": ["administrator"]},
+    }
     path.write_text(json.dumps({"users": users}))
 
 
 def reload(proc: PolymqProcess, change: dict[str, Any]) -> dict[str, Any]:
-    r = requests.post(f"{proc.url('admin')}/api/config/reload", json=change, timeout=WAIT)
+    r = requests.post(
+        f"{proc.url('admin')}/api/config/reload", json=change, auth=ADMIN, timeout=WAIT
+    )
     assert r.status_code == 200, r.text
     answer: dict[str, Any] = r.json()
     return answer

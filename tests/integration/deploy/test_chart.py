@@ -26,6 +26,7 @@ from polymq_amqp.config import AmqpSettings
 from polymq_avro.config import AvroSettings
 from polymq_bridge.config import BridgeSettings, InboundLink, OutboundLink, load_links
 from polymq_bridge.main import settings_from
+from polymq_cli.admin_cmd import COMMANDS as ADMIN_COMMANDS
 from polymq_cli.main import _parser
 from polymq_core.config import CoreSettings
 from polymq_http.config import HttpSettings
@@ -537,9 +538,10 @@ def _cli_commands() -> set[str]:
 def test_the_chart_deploys_every_service_the_cli_offers() -> None:
     out = render()
     deployed = out.components()
-    # run: everything in one process; cluster: an admin command (polymq cluster list);
-    # nats: the core pods' sidecar, and check: the helm test Pod (both checked below)
-    offered = _cli_commands() - {"run", "cluster", "nats", "check"}
+    # run: everything in one process; cluster and the operator's commands (destinations,
+    # connections, peek, ...): clients of a node's admin API; nats: the core pods' sidecar,
+    # and check: the helm test Pod (both checked below)
+    offered = _cli_commands() - {"run", "cluster", "nats", "check", *ADMIN_COMMANDS}
     assert _parser().parse_args(sidecars(out.workload("core"))["nats"]["args"]).command == "nats"
     [test_pod] = out.of_kind("Pod")
     assert _parser().parse_args(test_pod["spec"]["containers"][0]["args"]).command == "check"
