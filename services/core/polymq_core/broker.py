@@ -26,7 +26,7 @@ import logging
 import time
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from polymq.errors import BadRequest, Unauthorized, Unavailable
 from polymq.events import (
@@ -70,7 +70,7 @@ from .consumers import Consumers
 from .cursors import Cursors, QueueCursor
 from .keyvalue import KeyValue
 from .paging import Pressure
-from .publisher import Publisher
+from .publisher import Mesh, Publisher
 from .queue import Queue
 from .relay import PEER_CLIENT
 from .routing import TopicRouter, validate_pattern
@@ -86,12 +86,6 @@ if TYPE_CHECKING:
     from .session import Session
 
 log = logging.getLogger(__name__)
-
-
-class Mesh(Protocol):
-    """Where topic messages go to reach the other nodes' subscribers."""
-
-    def publish(self, name: str, messages: list[Message]) -> None: ...
 
 
 ADMIN_CLIENT = "polymq-admin"  # the Hello.client of the admin API's own link to its core

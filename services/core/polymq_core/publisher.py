@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.errors import BadRequest, QueueFull
 from polymq.events import Publish
@@ -23,11 +23,45 @@ from polymq_server.auth import Permission
 
 from .answers import then
 from .batches import MAX_BATCH_ID, MAX_BATCH_TTL
+from .caller import Caller
 from .shard import Shard
 
 if TYPE_CHECKING:
-    from .broker import Broker
-    from .session import Session
+    from .bindings import BindingTable
+    from .config import CoreSettings
+    from .metrics import Sensors
+    from .routing import TopicRouter
+    from .subscription import Subscription
+
+
+class Mesh(Protocol):
+    """Where topic messages go to reach the other nodes' subscribers."""
+
+    def publish(self, name: str, messages: list[Message]) -> None: ...
+
+
+class PublishCaller(Caller, Protocol):
+    """The session a publish came on, as the publisher sees it: its protocol (a metrics
+    label) and whether it is a leaving node handing its messages over."""
+
+    protocol: str
+    handing: bool
+
+
+class PublisherHost(Protocol):
+    """What publishing and dead-lettering use of the broker."""
+
+    settings: CoreSettings
+    sensors: Sensors
+    bindings: BindingTable
+    topics: TopicRouter[Subscription]
+    mesh: Mesh | None
+
+    def shard_for(self, key: str) -> Shard: ...
+    def destination(
+        self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
+    ) -> Destination: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +69,11 @@ _NO_RETURN = frozenset({"expired", "max-length"})  # dead-letter reasons that ne
 
 
 class Publisher:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: PublisherHost) -> None:
         self.broker = broker
 
     # ---- Publish ---------------------------------------------------------------------------
-    def publish(self, session: Session, ev: Publish) -> Any:
+    def publish(self, session: PublishCaller, ev: Publish) -> Any:
         broker = self.broker
         if ev.batch_id is None:
             return self._publish_now(
@@ -69,7 +103,7 @@ class Publisher:
 
     def _publish_now(
         self,
-        session: Session,
+        session: PublishCaller,
         ev: Publish,
         dest: Destination,
         batch: tuple[str, float] | None = None,
