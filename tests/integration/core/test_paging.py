@@ -148,3 +148,34 @@ async def test_queues_that_do_not_page_keep_everything(tmp_path: Path) -> None:
                 got = await collect(sub, 300)
                 assert [d.message.body for d in got] == expected(300)
                 await nothing_more(sub)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+async def test_a_publisher_that_leaves_before_its_paged_messages_are_written_loses_none(
+    tmp_path: Path, persistent: bool
+) -> None:
+    """A publisher that fires batches and goes at once: those the queue writes to the store
+    (paged transient ones, here behind a backlog that a consumer under slow policy "drop"
+    leaves in the queue, or persistent ones) are still being written when its connection
+    closes. Closing cancelled the wait for their answers, and the cancel reached the write's
+    future: the queue took it for a failed write and dropped the messages (in the store,
+    delivered only after a restart). Found by the bench's native_transient_queue."""
+    q = f"queue/{uid()}"
+    n, batch = 20_000, 1000
+    with paging_core(tmp_path) as core:
+        port = core.ports["core"]
+        producer = await connect(port)
+        for start in range(0, n, batch):
+            producer.publish_nowait(
+                q, [Message(b"m%05d" % i, persistent=persistent)
+                    for i in range(start, start + batch)]
+            )  # fmt: skip
+            await producer.drain()
+        await producer.ping()  # answered at once: the writes may still be under way
+        await producer.close()
+        async with await connect(port) as c:
+            sub = await c.subscribe(q, prefetch=500)  # auto ack
+            got = await collect(sub, n, within=15)
+            assert [d.message.body for d in got] == expected(n)
+            await nothing_more(sub)
+            assert (await c.stats(q))["published"] == n
