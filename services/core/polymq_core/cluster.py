@@ -50,13 +50,15 @@ from polymq.types import Message
 from .clustertls import ClusterTls
 from .endpoints import EndpointWatcher, Member, scaled_below
 from .handover import HandOver
+from .logentry import LogError
 from .membership import LEAVING, UNREACHABLE, Membership, PeerInfo
 from .mesh import TopicMesh
 from .natsd import AUTH_REFUSED, TLS_REFUSED, NatsConfig, NatsServer, hostport
 from .reload import SUBJECT as RELOAD_SUBJECT
 from .reload import Reloader, ReloadError
-from .replog import LogError, ReplicatedStore, ShardLog
+from .replog import ReplicatedStore
 from .routes import Routes, others, watch_endpoints
+from .shardlog import ShardLog
 from .snapshot import (
     KEEP_ENTRIES,
     MAX_ENTRIES,

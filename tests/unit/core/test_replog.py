@@ -1,6 +1,6 @@
-"""Tests of ``polymq_core.replog`` without NATS: the entry codec, and ReplicatedStore's
-leader and follower logic over an in-memory log that fences appends as JetStream does (the
-real stream is in tests/integration/core/test_replog.py)."""
+"""Tests of ``polymq_core.replog`` without NATS: the entry codec (``polymq_core.logentry``),
+and ReplicatedStore's leader and follower logic over an in-memory log that fences appends as
+JetStream does (the real stream is in tests/integration/core/test_replog.py)."""
 
 from __future__ import annotations
 
@@ -16,17 +16,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from polymq.types import Message
-from polymq_core.replog import (
+from polymq_core.logentry import (
     ENTRY_VERSION,
     Deposed,
     Entry,
     LogError,
     LogUnavailable,
-    ReplicatedStore,
-    ShardLog,
     decode_entry,
     encode_entry,
 )
+from polymq_core.replog import ReplicatedStore
+from polymq_core.shardlog import ShardLog
 from polymq_core.store import SqliteStore, StoreError
 
 Q = "queue/q"

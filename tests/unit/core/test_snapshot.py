@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from polymq.types import Message
+from polymq_core.logentry import Deposed, LogError
 from polymq_core.membership import LEAVING, PeerInfo
-from polymq_core.replog import Deposed, LogError, ReplicatedStore, _TailEnd
+from polymq_core.replog import ReplicatedStore
+from polymq_core.shardlog import TailEnd
 from polymq_core.snapshot import (
     lowest_applied,
     purge_point,
@@ -233,7 +235,7 @@ class PurgeableLog:
             seq = start
             while True:
                 if seq < self.first:
-                    raise _TailEnd(f"purged: {self.stream} starts at entry {self.first}")
+                    raise TailEnd(f"purged: {self.stream} starts at entry {self.first}")
                 while seq <= self.last:
                     await on_entry(seq, self.entries[seq])
                     seq += 1
