@@ -70,7 +70,8 @@ from .snapshot import (
     snapshot_sources,
     snapshot_url,
 )
-from .store import SqliteStore, Store
+from .sqlitestore import SqliteStore
+from .store import Store
 
 if TYPE_CHECKING:
     from .broker import Broker

@@ -4,7 +4,7 @@ Every shard has one replicated log (:class:`~polymq_core.shardlog.ShardLog`); ea
 of it is one **entry**: the writes a leader gathered (group commit), as
 ``msgpack([1, node_id, epoch, [[kind, *fields], ...]])`` (:func:`encode_entry`). Every node
 applies every entry, in order, to its own SQLite snapshot of the shard
-(:meth:`~polymq_core.store.SqliteStore.apply_entry`), together with the entry's
+(:meth:`~polymq_core.sqlitestore.SqliteStore.apply_entry`), together with the entry's
 sequence. A takeover entry (a new leader's fence) carries no writes.
 
 The codec needs no NATS; the errors are here, below the stream's client
@@ -66,7 +66,7 @@ class LogUnavailable(LogError):
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One decoded entry. ``writes`` are ``(kind value, *fields)`` tuples as
-    :meth:`~polymq_core.store.SqliteStore.encode` made them; a takeover entry (a new
+    :meth:`~polymq_core.sqlitestore.SqliteStore.encode` made them; a takeover entry (a new
     leader's fence) has none."""
 
     node_id: str

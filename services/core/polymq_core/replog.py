@@ -3,7 +3,7 @@ and "Leaders").
 
 Every node applies every entry of a shard's log (:mod:`polymq_core.shardlog`, entries as
 :mod:`polymq_core.logentry` encodes them), in order, to its own SQLite snapshot of the shard
-(:meth:`~polymq_core.store.SqliteStore.apply_entry`), together with the entry's sequence.
+(:meth:`~polymq_core.sqlitestore.SqliteStore.apply_entry`), together with the entry's sequence.
 
 :class:`ReplicatedStore` is the :class:`~polymq_core.store.Store` a shard uses in cluster
 mode. Reads go to the local SQLite. Writes are taken only while this node leads the shard
@@ -42,14 +42,9 @@ from polymq.types import Message
 
 from .logentry import Deposed, Entry, LogError, LogUnavailable, decode_entry, encode_entry
 from .shardlog import ShardLog, TailEnd, cancelling
-from .store import (
-    DestinationRecord,
-    SqliteStore,
-    Store,
-    StoreError,
-    check_snapshot,
-    install_snapshot,
-)
+from .sqlitestore import SqliteStore
+from .store import DestinationRecord, Store, StoreError
+from .storecopy import check_snapshot, install_snapshot
 
 __all__ = ["ReplicatedStore"]
 
@@ -665,7 +660,7 @@ class ReplicatedStore(Store):
 
     async def snapshot(self, path: Path) -> int:
         """A consistent copy of the local SQLite in the new file ``path``
-        (:meth:`~polymq_core.store.SqliteStore.backup`); the sequence applied in it.
+        (:meth:`~polymq_core.sqlitestore.SqliteStore.backup`); the sequence applied in it.
         :class:`StoreError` while this store is not open or is copying a snapshot itself."""
         if self._state is not _State.OPEN or self.restoring:
             state = "copying a snapshot itself" if self.restoring else self._state.value

@@ -1,4 +1,4 @@
-"""The SQLite side of a shard's store (:mod:`polymq_core.store`): the layout of the file,
+"""The SQLite side of a shard's store (:mod:`polymq_core.sqlitestore`): the layout of the file,
 its versions and their migrations, the statements, and how a batch of queued writes is
 applied in one transaction. No threads and no asyncio here: the store's writer thread calls
 :func:`apply_batch` between ``BEGIN IMMEDIATE`` and ``COMMIT``.

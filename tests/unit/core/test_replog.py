@@ -27,7 +27,8 @@ from polymq_core.logentry import (
 )
 from polymq_core.replog import ReplicatedStore
 from polymq_core.shardlog import ShardLog
-from polymq_core.store import SqliteStore, StoreError
+from polymq_core.sqlitestore import SqliteStore
+from polymq_core.store import StoreError
 
 Q = "queue/q"
 DEADLINE = 5.0

@@ -27,7 +27,9 @@ from polymq_core.snapshot import (
     snapshot_sources,
     snapshot_url,
 )
-from polymq_core.store import SqliteStore, StoreError, check_snapshot, install_snapshot
+from polymq_core.sqlitestore import SqliteStore
+from polymq_core.store import StoreError
+from polymq_core.storecopy import check_snapshot, install_snapshot
 
 Q = "queue/q"
 DEADLINE = 5.0
