@@ -5,7 +5,8 @@ client program needs: it brings aiohttp, prometheus-client and fastavro. No serv
 another service; what two of them share lives here. Names are imported from their modules:
 
 - settings and operations: ``config`` (``POLYMQ_...`` settings), ``auth`` (users, grants;
-  ``python -m polymq_server.auth``), ``reload`` (reloads without a restart), ``alarms`` (the
+  ``python -m polymq_server.auth``; its parts ``principals``, ``passwords`` and
+  ``usersfile``), ``reload`` (reloads without a restart), ``alarms`` (the
   core's resource alarms), ``resources`` (open files and connection limits);
 - the frontends' link to the core: ``corelink`` (reconnecting, shared by every frontend);
 - HTTP: ``web`` (the aiohttp frontends' base and the core's admin HTTP), ``listener`` (a

@@ -75,7 +75,8 @@ from .queue import Queue
 from .relay import PEER_CLIENT
 from .routing import TopicRouter, validate_pattern
 from .shard import Shard
-from .store import SqliteStore, Store
+from .sqlitestore import SqliteStore
+from .store import Store
 from .subscription import Subscription, TopicSource
 
 if TYPE_CHECKING:

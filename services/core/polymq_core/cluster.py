@@ -12,11 +12,11 @@ Life cycle, driven by :class:`~polymq_core.service.CoreService`:
 2. the broker opens its shards on :meth:`ClusterNode.store` (each tails its log);
 3. :meth:`ClusterNode.start`: announce ourselves, exchange topic interest, and follow the
    shards' leaders every second: a shard whose stream this node leads is promoted (fenced
-   takeover, then loaded), one led elsewhere is demoted;
+   takeover, then loaded), one led elsewhere is demoted (:mod:`polymq_core.leadership`);
    The leader of each shard also purges its log every ``purge_every`` seconds, below what
-   every node announced it applied (:mod:`polymq_core.snapshot`); a node whose next entry was
-   purged copies the shard from another node's admin HTTP (:meth:`ClusterNode.snapshot`
-   serves it there);
+   every node announced it applied; a node whose next entry was purged copies the shard
+   from another node's admin HTTP (:meth:`ClusterNode.snapshot` serves it there:
+   :mod:`polymq_core.retention`);
 4. :meth:`ClusterNode.leave` (announce leaving, stop following); once the broker has
    answered what it read, :meth:`ClusterNode.hand_over` (what only memory holds of the
    shards it leads, to their next leaders: :mod:`polymq_core.handover`); once it closed its
@@ -27,7 +27,6 @@ Life cycle, driven by :class:`~polymq_core.service.CoreService`:
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import json
@@ -36,9 +35,7 @@ import os
 import shutil
 import socket
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client as NatsClient
@@ -50,25 +47,25 @@ from polymq.types import Message
 from .clustertls import ClusterTls
 from .endpoints import EndpointWatcher, Member, scaled_below
 from .handover import HandOver
-from .membership import LEAVING, UNREACHABLE, Membership, PeerInfo
+from .leadership import ShardLeadership
+from .logentry import LogError
+from .membership import Membership
 from .mesh import TopicMesh
 from .natsd import AUTH_REFUSED, TLS_REFUSED, NatsConfig, NatsServer, hostport
 from .reload import SUBJECT as RELOAD_SUBJECT
 from .reload import Reloader, ReloadError
-from .replog import LogError, ReplicatedStore, ShardLog
+from .replog import ReplicatedStore
+from .retention import LogRetention
 from .routes import Routes, others, watch_endpoints
+from .shardlog import ShardLog
 from .snapshot import (
     KEEP_ENTRIES,
     MAX_ENTRIES,
     PURGE_EVERY,
-    SnapshotError,
-    download,
-    lowest_applied,
     purge_point,
-    snapshot_sources,
-    snapshot_url,
 )
-from .store import SqliteStore, Store
+from .sqlitestore import SqliteStore
+from .store import Store
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -78,26 +75,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
-_POLL = 1.0  # seconds between looks at who leads each shard's stream
-_INFO_TIMEOUT = 1.5  # seconds a look may take (a dead leader's stream does not answer)
 _ELECTED = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"
-_BALANCE_EVERY = 10.0  # seconds between looks at how the shards' leaders are spread
-_CAUGHT_UP = 100  # entries a node may be behind and still be handed a shard's lead
-# seconds a node keeps a shard it has just taken over before the balancer may hand it on: a
-# failover is not followed at once by a second move (each move sends a subscription's
-# unacknowledged deliveries again and refuses the writes in flight)
-_SETTLE = 20.0
-# seconds a shard may go without a leader (reported, or no answer at all) before this node
-# stops serving it from memory; its writes fail meanwhile anyway (no majority, no commit)
-_LEADERLESS = 10.0
-_UNREADY_GRACE = 10.0  # seconds a pod Kubernetes calls not ready keeps its shards' leads
 _CONNECT_FOR = 90.0  # seconds to wait for the cluster's JetStream to answer at start-up
 _MAX_PAYLOAD = 64 * 1024 * 1024
 _DEV_SECRET = "polymq-insecure-development-cluster-secret"
 
 
-class ClusterNode:
-    """``purge_every``: seconds between the purges of the logs this node leads, each keeping
+class ClusterNode(ShardLeadership, LogRetention):
+    """This node in the cluster; following and moving the shards' leaders is
+    :class:`~polymq_core.leadership.ShardLeadership`'s part of it, purging logs and copying
+    shards :class:`~polymq_core.retention.LogRetention`'s.
+
+    ``purge_every``: seconds between the purges of the logs this node leads, each keeping
     at least ``keep_entries`` entries and at most ``max_entries`` (:func:`purge_point`)."""
 
     def __init__(
@@ -348,29 +337,6 @@ class ClusterNode:
         """Shard ``shard``'s writes are in its log (or failed)."""
         await self.stores[shard].written()
 
-    async def step_down(self, shard: int) -> None:
-        """Hand shard ``shard``'s stream on (this node stops): to the ready replica that
-        leads the fewest and has caught up, if there is one, else where JetStream likes."""
-        heir = None
-        if self.membership is not None:
-            heir = self._heir(shard, self._candidates(self.membership))
-        await self.logs[shard].step_down(preferred=heir)
-
-    async def stream_leader(self, shard: int) -> str | None:
-        """Who leads shard ``shard``'s stream now (None: nobody, or no answer in time)."""
-        try:
-            leader, _ = await asyncio.wait_for(self.logs[shard].info(), _INFO_TIMEOUT)
-        except (LogError, TimeoutError):
-            return None
-        return leader
-
-    def heirs(self) -> set[str]:
-        """The other nodes that may take a shard this node hands on now (ready: not
-        stopping, not unreachable, not a pod Kubernetes calls not ready)."""
-        if self.membership is None:
-            return set()
-        return set(self._candidates(self.membership))
-
     async def close(self) -> None:
         """Step two, once the broker closed its shards: hand the streams this node leads to
         the others (one election instead of a timeout), then close NATS."""
@@ -432,289 +398,6 @@ class ClusterNode:
             pids.append(self.nats.pid)
         return pids
 
-    # ---- leaders ------------------------------------------------------------------------------
-    def leader_of(self, shard: int) -> str | None:
-        return self.leaders.get(shard)
-
-    def address_of(self, node: str) -> tuple[str, int] | None:
-        if self.membership is None:
-            return None
-        # with cluster TLS, the wire listener for peers (TLS, a certificate both ways)
-        return self.membership.address_of(node, "core" if self.tls is None else "peer_wire")
-
-    async def _follow(self, index: int) -> None:
-        """Follow shard ``index``'s stream leader: every second, and at once when JetStream
-        announces a new leader for it."""
-        wake = self._wake[index]
-        while True:
-            try:
-                await self._look(index)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("following shard %d's leader failed; trying again", index)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), _POLL)
-            wake.clear()
-
-    async def _elected(self, msg: Msg) -> None:
-        """A JetStream advisory: a stream has a new leader. Act on the leader it names at
-        once (a look in flight may be waiting for an answer the election never gave), and
-        look again to be sure."""
-        stream = msg.subject.rsplit(".", 1)[-1]
-        try:
-            leader = json.loads(msg.data).get("leader")
-        except (ValueError, AttributeError):
-            leader = None
-        for i, shard_log in enumerate(self.logs):
-            if shard_log.stream == stream:
-                shard_log.nudge()
-                if isinstance(leader, str) and leader and self.broker is not None:
-                    self._saw(i, leader, time.monotonic())
-                self._wake[i].set()
-
-    async def _look(self, i: int) -> None:
-        assert self.broker is not None
-        now = time.monotonic()
-        try:
-            leader, _ = await asyncio.wait_for(self.logs[i].info(), _INFO_TIMEOUT)
-        except (LogError, TimeoutError):
-            # No answer is not "no leader": under load a look can time out. Keep what we
-            # knew for routing; only a long silence counts as leaderless (below).
-            leader = None
-        self._saw(i, leader, now)
-        if leader == self.node_id and i not in self._resizing:
-            gone, more = self._gone_replicas(i), self._more_replicas(i)
-            step = self._drop_gone if gone else self._grow if more else None
-            if step is not None:
-                self._resizing[i] = asyncio.get_running_loop().create_task(
-                    self._resize(i, step), name=f"resize-{i}"
-                )
-
-    async def _resize(self, i: int, step: Callable[[int], Awaitable[None]]) -> None:
-        """``step(i)``: change shard ``i``'s stream's replicas; one that fails is logged
-        and tried again at a look after _BALANCE_EVERY."""
-        try:
-            await step(i)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("%s: changing its replicas failed (%s)", self.logs[i].stream, exc)
-            await asyncio.sleep(_BALANCE_EVERY)
-        finally:
-            self._resizing.pop(i, None)
-
-    def _more_replicas(self, i: int) -> int:
-        """How many replicas shard ``i``'s stream should have, if more than it has: one
-        per ready node, at most three (a stream scaled down grows back when nodes join;
-        one is never shrunk here)."""
-        if self.membership is None or not self.logs[i].peers:
-            return 0
-        ready = [n for n in self.membership.peers() if self.membership.state_of(n) == "ready"]
-        wanted = min(3, len(ready))
-        has = max(self.logs[i].configured, len(self.logs[i].peers))
-        return wanted if wanted > has else 0
-
-    async def _grow(self, i: int) -> None:
-        """Give shard ``i``'s stream a replica on each node that joined, up to three
-        (JetStream places them; a new replica catches up from the leader)."""
-        shard_log = self.logs[i]
-        wanted = self._more_replicas(i)
-        if wanted:
-            await asyncio.wait_for(shard_log.resize(wanted), 5.0)
-            log.info("%s: %d replicas (nodes joined)", shard_log.stream, wanted)
-
-    def _gone_replicas(self, i: int) -> list[str]:
-        """The replicas of shard ``i``'s stream that JetStream calls offline and whose node
-        said it left for good."""
-        if self.membership is None:
-            return []
-        peers = self.membership.peers()
-        return [n for n in self.logs[i].offline if (p := peers.get(n)) is not None and p.gone]
-
-    async def _drop_gone(self, i: int) -> None:
-        """Take the replicas of nodes gone for good out of shard ``i``'s stream (its leader
-        does, once JetStream calls them offline): a peer removal, which JetStream answers
-        by placing a new replica on a node that has none; with no such node (three scaled
-        down to two), one replica fewer, JetStream dropping the offline one."""
-        shard_log = self.logs[i]
-        gone = self._gone_replicas(i)
-        for node in gone:
-            try:
-                await asyncio.wait_for(shard_log.remove_peer(node), 5.0)
-                log.info("%s: took node %s (gone) out of its replicas", shard_log.stream, node)
-            except LogError as exc:
-                if "remap" not in str(exc):
-                    raise
-                keep = sum(1 for p in shard_log.peers if p not in gone)
-                if 1 <= keep < shard_log.configured:
-                    await asyncio.wait_for(shard_log.resize(keep), 5.0)
-                    log.info(
-                        "%s: %d replicas, without %s (gone; no node to replace it)",
-                        shard_log.stream,
-                        keep,
-                        ", ".join(gone),
-                    )
-                return
-
-    def _saw(self, i: int, leader: str | None, now: float) -> None:
-        """Shard ``i``'s stream is led by ``leader`` (None: no answer, and the known leader
-        stays for routing): take the shard over, let it go, or, after _LEADERLESS seconds
-        without a leader, stop serving it."""
-        assert self.broker is not None
-        shard = self.broker.shards[i]
-        if leader is None:
-            since = self._leaderless_since.setdefault(i, now)
-            if shard.leading and now - since >= _LEADERLESS:
-                shard.demote("its log has no leader (no majority?)")
-        else:
-            self.leaders[i] = leader
-            self._leaderless_since.pop(i, None)
-            if leader == self.node_id:
-                if not shard.leading and i not in self._promoting:
-                    self._promoting[i] = asyncio.get_running_loop().create_task(
-                        self._promote(i), name=f"promote-{i}"
-                    )
-            elif shard.leading:
-                shard.demote(f"node {leader} leads it now")
-        if self.state == "joining" and self.ready():
-            self.state = "ready"
-
-    async def _balance(self) -> None:
-        """Spread the shards' leaders over the live nodes: a node that leads more than its
-        share hands one shard at a time to the ready, caught-up node that leads the fewest
-        (a JetStream leader step-down with that node preferred), the quietest shard
-        first. JetStream places leaders where its elections fall; after a restart one node
-        may lead everything."""
-        await _every(_BALANCE_EVERY, self._balance_once, "balancing the shards' leaders")
-
-    async def _balance_once(self) -> None:
-        broker, membership = self.broker, self.membership
-        if broker is None or membership is None:
-            return
-        ready = {
-            node: peer
-            for node, peer in membership.peers().items()
-            if membership.state_of(node) == "ready"
-        }
-        # a pod Kubernetes says is not ready is no leader candidate: nothing is handed to
-        # it, and once it has been so for a while it hands on what it leads
-        unready = self._unready_since
-        if self.node_id in unready:
-            return  # (_guard_unready hands on what it leads)
-        ready = {n: p for n, p in ready.items() if n not in unready}
-        if self.node_id not in ready or len(ready) < 2:
-            return
-        led: dict[str, list[int]] = {node: [] for node in ready}
-        for i in range(len(self.logs)):
-            leader = self.leaders.get(i)
-            if leader in led:
-                led[leader].append(i)
-        # The quietest shards first (entries since the last look): moving a leader fails
-        # the writes it had not appended yet, so a busy shard moves last.
-        applied = {i: store.applied for i, store in enumerate(self.stores)}
-        busy = {i: n - self._applied_seen.get(i, n) for i, n in applied.items()}
-        self._applied_seen = applied
-        mine = sorted(
-            (i for i in led[self.node_id] if broker.shards[i].leading),
-            key=lambda i: (busy.get(i, 0), i),
-        )
-        # only a replica of a shard's stream can lead it (a fourth node, or one that came
-        # back after it was taken out, has none until a stream grows onto it)
-        shards = range(len(self.logs))
-        able = [n for n in ready if any(self._replica_of(i, n) for i in shards)]
-        share = -(-len(self.logs) // max(len(able), 1))  # the most any node should lead
-        if len(mine) <= share:
-            return
-        now = time.monotonic()
-        mine = [i for i in mine if now - self._led_since.get(i, -_SETTLE) >= _SETTLE]
-        for i in mine:
-            targets = [n for n in ready if n != self.node_id and self._replica_of(i, n)]
-            if not targets:
-                continue
-            target = min(targets, key=lambda n: (len(led[n]), n))
-            if len(led[target]) + 1 <= share and self._caught_up(i, ready[target]):
-                await self._hand(i, target, "balance")
-                return
-
-    def _replica_of(self, i: int, node: str) -> bool:
-        """Is ``node`` a replica of shard ``i``'s stream (yes while none is known)?"""
-        peers = getattr(self.logs[i], "peers", ())
-        return not peers or node in peers
-
-    def _caught_up(self, i: int, peer: Any) -> bool:
-        """Has ``peer`` applied shard ``i``'s log to within _CAUGHT_UP of this node?"""
-        ours = self.stores[i].applied if i < len(self.stores) else 0
-        return bool(ours - peer.applied.get(i, 0) <= _CAUGHT_UP)
-
-    async def _hand(self, i: int, target: str, why: str) -> None:
-        """Hand shard ``i``'s lead to ``target``: a step-down with it preferred."""
-        log.info("shard %d: handing its lead to node %s (%s)", i, target, why)
-        await asyncio.wait_for(self.logs[i].step_down(preferred=target), 5.0)
-
-    async def _guard_unready(self) -> None:
-        """Every second: once this node's pod has been not ready (or gone from the
-        endpoints) for _UNREADY_GRACE, hand a shard it leads to a ready node (one a look;
-        a blip shorter than the grace moves nothing)."""
-        await _every(_POLL, self._guard_unready_once, "handing on a shard (not ready here)")
-
-    async def _guard_unready_once(self) -> None:
-        membership = self.membership
-        since = self._unready_since.get(self.node_id)
-        if membership is None or since is None or time.monotonic() - since < _UNREADY_GRACE:
-            return
-        others = self._candidates(membership)
-        if others:
-            await self._hand_off(others)
-
-    def _candidates(self, membership: Membership) -> dict[str, PeerInfo]:
-        """The other nodes that may lead a shard this node hands on: ready, and not a pod
-        Kubernetes calls not ready."""
-        return {
-            node: peer
-            for node, peer in membership.peers().items()
-            if node != self.node_id
-            and membership.state_of(node) == "ready"
-            and node not in self._unready_since
-        }
-
-    def _heir(self, i: int, others: dict[str, PeerInfo]) -> str | None:
-        """Of ``others``, the one to hand shard ``i`` to: a replica of its stream that has
-        caught up with this node, leading the fewest shards; None if none may."""
-        led = collections.Counter(self.leaders.values())
-        able = [n for n in others if self._replica_of(i, n) and self._caught_up(i, others[n])]
-        return min(able, key=lambda n: (led[n], n), default=None)
-
-    async def _hand_off(self, others: dict[str, PeerInfo]) -> None:
-        """Hand one shard this node leads to the candidate leading the fewest that has
-        caught up with it (one a round, as the balancer moves them)."""
-        assert self.broker is not None
-        for i, shard in enumerate(self.broker.shards):
-            if self.leaders.get(i) != self.node_id or not shard.leading:
-                continue
-            target = self._heir(i, others)
-            if target is not None:
-                await self._hand(i, target, "not ready here")
-                return
-
-    async def _promote(self, index: int) -> None:
-        assert self.broker is not None
-        try:
-            await self.broker.shards[index].promote()
-            if self.broker.shards[index].leading:
-                self._led_since[index] = time.monotonic()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("shard %d: taking over failed (%s); trying again", index, exc)
-        finally:
-            self._promoting.pop(index, None)
-
-    def _deposed(self, index: int) -> None:
-        """The shard's log refused our append: somebody else leads it now."""
-        if self.broker is not None:
-            self.broker.shards[index].demote("another node appended to its log (deposed)")
-
     def _node_states(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         if self.membership is not None:
@@ -722,121 +405,6 @@ class ClusterNode:
                 state = self.membership.state_of(node)
                 counts[state] = counts.get(state, 0) + 1
         return counts
-
-    def ready(self) -> bool:
-        """Can this node serve every shard: lead it, or forward to a leader it can reach?"""
-        if self.broker is None or self.state == "leaving":
-            return False
-        for shard in self.broker.shards:
-            leader = self.leaders.get(shard.index)
-            if leader is None:
-                return False
-            if leader == self.node_id:
-                if not shard.leading:
-                    return False
-            elif self.address_of(leader) is None:
-                return False
-        return True
-
-    # ---- a bounded log, and snapshots for who fell behind it -------------------------------------
-    async def _purge_logs(self) -> None:
-        """Every ``purge_every`` seconds, purge the logs of the shards this node leads."""
-        while True:
-            await asyncio.sleep(self.purge_every)
-            for i, store in enumerate(self.stores):
-                if not store.is_leader:
-                    continue
-                try:
-                    await self.purge(i)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.warning("shard %d: purging its log failed: %s", i, exc)
-
-    async def purge(self, index: int) -> int:
-        """Purge shard ``index``'s log below what every node announced it applied (keeping
-        at least ``keep_entries``); the sequence purged below, 0 if nothing was."""
-        if self.membership is None:
-            return 0
-        shard_log = self.logs[index]
-        lowest = lowest_applied(self.membership.peers().values(), index)
-        first, last = await shard_log.span()
-        point = purge_point(
-            lowest, first=first, last=last, keep=self.keep_entries, most=self.max_entries
-        )
-        if point:
-            await shard_log.purge_below(point)
-            log.info(
-                "shard %d: purged its log below entry %d (every node applied %s; last %d)",
-                index,
-                point,
-                lowest,
-                last,
-            )
-        return point
-
-    @property
-    def _snapshots(self) -> Path:
-        return self.settings.data_dir / "snapshots"
-
-    async def snapshot(self, shard: int) -> tuple[Path, int]:
-        """A consistent copy of shard ``shard``'s SQLite in a new file (the caller removes
-        it) and the log sequence applied in it: what ``GET /api/cluster/snapshot/<shard>``
-        serves. IndexError for no such shard, StoreError if it cannot be copied now."""
-        if not 0 <= shard < len(self.stores):
-            raise IndexError(f"no shard {shard}")
-        path = self._snapshots / f"shard-{shard:03d}-{uuid.uuid4().hex}.db"
-        try:
-            return path, await self.stores[shard].snapshot(path)
-        except BaseException:
-            path.unlink(missing_ok=True)
-            raise
-
-    async def _fetch_snapshot(self, index: int, target: Path) -> int:
-        """Copy shard ``index`` from another node into ``target`` (its leader if it can,
-        else a node that announced enough applied); the sequence applied in the copy."""
-        membership = self.membership
-        if membership is None:
-            raise SnapshotError("no other node heard from yet")
-        try:
-            first: int | None = (await self.logs[index].span())[0]
-        except LogError:
-            first = None
-        reachable = [
-            peer
-            for peer in membership.peers().values()
-            if membership.state_of(peer.node_id) not in (LEAVING, UNREACHABLE)
-        ]
-        sources = snapshot_sources(
-            reachable, index, me=self.node_id, leader=self.leaders.get(index), first=first
-        )
-        if not sources:
-            needed = f" applied up to entry {first - 1}" if first else ""
-            raise SnapshotError(f"no reachable node has announced shard {index}{needed}")
-        failures = []
-        for peer in sources:
-            try:
-                url = snapshot_url(self._admin_url_of(peer), index)
-                applied = await download(url, self.secret, target, ssl=self.peer_ssl)
-            except SnapshotError as exc:
-                failures.append(str(exc))
-                continue
-            log.info("shard %d: copied from node %s at entry %d", index, peer.node_id, applied)
-            return applied
-        raise SnapshotError("; ".join(failures))
-
-    def _admin_url_of(self, peer: PeerInfo) -> str:
-        """Where ``peer`` serves snapshots: its admin URL, or with cluster TLS its admin
-        listener for peers (https, a certificate both ways)."""
-        if self.tls is None:
-            return peer.admin_url
-        address = peer.addresses.get("peer_admin")
-        if address is None:
-            raise SnapshotError(
-                f"node {peer.node_id} announced no TLS admin listener for peers: is cluster "
-                "TLS on there?"
-            )
-        return f"https://{address}/"
 
     # ---- announcements and topics --------------------------------------------------------------
     def _describe_self(self) -> dict[str, Any]:
@@ -958,18 +526,6 @@ class ClusterNode:
             )
         self.k8s_members = members
         self.routes.update(members)  # the NATS routes: the endpoints are a source of them
-
-
-async def _every(seconds: float, step: Callable[[], Awaitable[None]], what: str) -> None:
-    """``step()`` every ``seconds``, for ever; a step that fails is logged and tried again."""
-    while True:
-        await asyncio.sleep(seconds)
-        try:
-            await step()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.info("%s failed (%s); trying again", what, exc)
 
 
 def _quiet(fut: asyncio.Future[Any]) -> None:

@@ -1,4 +1,4 @@
-"""The SQLite side of a shard's store (:mod:`polymq_core.store`): the layout of the file,
+"""The SQLite side of a shard's store (:mod:`polymq_core.sqlitestore`): the layout of the file,
 its versions and their migrations, the statements, and how a batch of queued writes is
 applied in one transaction. No threads and no asyncio here: the store's writer thread calls
 :func:`apply_batch` between ``BEGIN IMMEDIATE`` and ``COMMIT``.
@@ -41,7 +41,7 @@ and the WAL holds as much until checkpointed; the old pages are freed inside the
 keeps its size and reuses them).
 
 A queued write is a flat tuple ``(future, kind, *fields)`` (:data:`Write`); its
-:class:`WriteKind` lists the fields. In the replicated log (:mod:`polymq_core.replog`) a write
+:class:`WriteKind` lists the fields. In a replicated log entry (:mod:`polymq_core.logentry`) a write
 travels as ``(kind.value, *fields)``, its fields plain msgpack values (blobs as bytes, JSON as
 str); :data:`ARITY` says how many fields each kind has.
 """

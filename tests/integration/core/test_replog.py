@@ -26,15 +26,12 @@ import pytest
 from nats.aio.client import Client as NatsClient
 
 from polymq.types import Message
+from polymq_core.logentry import Deposed, LogUnavailable, encode_entry
 from polymq_core.natsd import NatsConfig, NatsServer
-from polymq_core.replog import (
-    Deposed,
-    LogUnavailable,
-    ReplicatedStore,
-    ShardLog,
-    encode_entry,
-)
-from polymq_core.store import SqliteStore, StoreError
+from polymq_core.replog import ReplicatedStore
+from polymq_core.shardlog import ShardLog
+from polymq_core.sqlitestore import SqliteStore
+from polymq_core.store import StoreError
 
 from .helpers import eventually
 

@@ -28,7 +28,8 @@ from polymq_core.membership import READY, UNREACHABLE, PeerInfo
 from polymq_core.metrics import Sensors
 from polymq_core.replog import ReplicatedStore
 from polymq_core.snapshot import APPLIED_HEADER, SnapshotError, download, snapshot_url
-from polymq_core.store import SqliteStore, check_snapshot
+from polymq_core.sqlitestore import SqliteStore
+from polymq_core.storecopy import check_snapshot
 from polymq_server.auth import load_provider
 
 from .helpers import eventually

@@ -1,13 +1,13 @@
-"""The balancer of ``polymq_core.cluster`` without NATS: which shard a node that leads more
-than its share hands on, and that a shard it has just taken over stays put for a while (a
-failover followed at once by a balance move was seen to send a consumer's unacknowledged
-deliveries twice)."""
+"""The balancer of ``polymq_core.leadership`` (a ClusterNode's part) without NATS: which
+shard a node that leads more than its share hands on, and that a shard it has just taken over
+stays put for a while (a failover followed at once by a balance move was seen to send a
+consumer's unacknowledged deliveries twice)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from polymq_core import cluster as cluster_mod
+from polymq_core import leadership
 from polymq_core.cluster import ClusterNode
 from polymq_core.config import CoreSettings
 from polymq_core.endpoints import Member
@@ -112,7 +112,7 @@ async def test_shards_just_taken_over_stay_until_they_have_settled() -> None:
         node.leaders[i] = "a"
     await node._balance_once()
     assert handed(logs) == {}, "a shard taken over just now was handed on"
-    node._led_since[1] -= cluster_mod._SETTLE
+    node._led_since[1] -= leadership._SETTLE
     await node._balance_once()
     assert handed(logs) == {1: ["b"]}
 
@@ -133,7 +133,7 @@ async def test_a_pod_not_ready_for_a_while_hands_on_what_it_leads() -> None:
     await node._balance_once()
     await node._guard_unready_once()
     assert handed(logs) == {}, "handed on at the first sign (a blip is no failover)"
-    node._unready_since["a"] -= cluster_mod._UNREADY_GRACE
+    node._unready_since["a"] -= leadership._UNREADY_GRACE
     await node._balance_once()
     assert handed(logs) == {}, "the balancer moves nothing from a node that is not ready"
     await node._guard_unready_once()
@@ -146,7 +146,7 @@ async def test_a_pod_gone_from_the_endpoints_for_a_while_hands_on_what_it_leads(
     node._k8s_changed({"b": Member("b", "10.0.0.2", True)})  # a left the endpoints
     await node._guard_unready_once()
     assert handed(logs) == {}, "handed on at once (a blip is no failover)"
-    node._unready_since["a"] -= cluster_mod._UNREADY_GRACE
+    node._unready_since["a"] -= leadership._UNREADY_GRACE
     await node._guard_unready_once()
     assert handed(logs) == {2: ["b"]}
 

@@ -17,15 +17,19 @@ from typing import Any
 import pytest
 
 from polymq.types import Message
+from polymq_core.logentry import Deposed, LogError
 from polymq_core.membership import LEAVING, PeerInfo
-from polymq_core.replog import Deposed, LogError, ReplicatedStore, _TailEnd
+from polymq_core.replog import ReplicatedStore
+from polymq_core.shardlog import TailEnd
 from polymq_core.snapshot import (
     lowest_applied,
     purge_point,
     snapshot_sources,
     snapshot_url,
 )
-from polymq_core.store import SqliteStore, StoreError, check_snapshot, install_snapshot
+from polymq_core.sqlitestore import SqliteStore
+from polymq_core.store import StoreError
+from polymq_core.storecopy import check_snapshot, install_snapshot
 
 Q = "queue/q"
 DEADLINE = 5.0
@@ -233,7 +237,7 @@ class PurgeableLog:
             seq = start
             while True:
                 if seq < self.first:
-                    raise _TailEnd(f"purged: {self.stream} starts at entry {self.first}")
+                    raise TailEnd(f"purged: {self.stream} starts at entry {self.first}")
                 while seq <= self.last:
                     await on_entry(seq, self.entries[seq])
                     seq += 1

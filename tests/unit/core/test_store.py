@@ -1,4 +1,5 @@
-"""Tests of ``polymq_core.store``: what a shard observes of its SqliteStore.
+"""Tests of ``polymq_core.sqlitestore`` (and the ``polymq_core.store`` contract): what a
+shard observes of its SqliteStore.
 
 Durability is checked by reopening the file (and once by killing a writer process with
 SIGKILL), never by looking at in-memory state.
@@ -23,10 +24,12 @@ import msgpack
 import pytest
 
 import polymq.types
+import polymq_core.sqlitestore
 import polymq_core.store
 from polymq.types import Message
 from polymq_core.schema import SCHEMA_VERSION, WriteKind
-from polymq_core.store import DestinationRecord, SqliteStore, StoreError
+from polymq_core.sqlitestore import SqliteStore
+from polymq_core.store import DestinationRecord, StoreError
 
 Q = "queue/orders"
 DEADLINE = 10.0  # seconds; a write that takes longer than this is hanging
@@ -395,7 +398,7 @@ async def test_a_failing_on_commit_hook_is_logged_and_ignored(
         raise RuntimeError("sensor broke")
 
     store.on_commit = hook
-    with caplog.at_level(logging.ERROR, logger=polymq_core.store.__name__):
+    with caplog.at_level(logging.ERROR, logger=polymq_core.sqlitestore.__name__):
         await settled(store.append(Q, small_message(1)))
         await settled(store.append(Q, small_message(2)))
 
@@ -467,7 +470,7 @@ async def test_a_failing_batch_fails_every_write_in_it_and_later_batches_work(
         " BEGIN SELECT RAISE(ABORT, 'disk is full'); END"
     )
 
-    with caplog.at_level(logging.ERROR, logger=polymq_core.store.__name__):
+    with caplog.at_level(logging.ERROR, logger=polymq_core.sqlitestore.__name__):
         async with writer_held(store, db):
             doomed = [store.append(Q, small_message(2)), store.kv_put("k", b"v")]
         results = await asyncio.wait_for(asyncio.gather(*doomed, return_exceptions=True), DEADLINE)
@@ -523,7 +526,7 @@ import asyncio, sys
 
 import msgpack
 from polymq.types import Message
-from polymq_core.store import SqliteStore
+from polymq_core.sqlitestore import SqliteStore
 
 
 async def main() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from polymq.errors import Forbidden, Unauthorized
-from polymq_server import auth
+from polymq_server import auth, passwords, usersfile
 from polymq_server.auth import (
     AnonymousProvider,
     FileProvider,
@@ -147,7 +147,7 @@ async def test_unknown_user_and_wrong_password_are_the_same_401(provider: FilePr
 async def test_unknown_user_costs_a_scrypt_too(
     provider: FileProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    auth._dummy_hash()  # made once, before counting
+    usersfile._dummy_hash()  # made once, before counting
     calls = []
     real = hashlib.scrypt
 
@@ -155,7 +155,7 @@ async def test_unknown_user_costs_a_scrypt_too(
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(auth.hashlib, "scrypt", counting)
+    monkeypatch.setattr(passwords.hashlib, "scrypt", counting)
     with pytest.raises(Unauthorized):
         await provider.authenticate_password("mallory", "pw")
     assert calls == [1]

@@ -1,0 +1,120 @@
+"""Who a client is and what it may do, and the interface that says so (:mod:`polymq_server.auth`
+draws the whole picture).
+
+A :class:`Principal` is a client once authenticated: a name, whether it is anonymous, its
+grants and its management tags. A :class:`Grant` is a pattern (fnmatch, matched against
+``kind/name`` or ``kv/<key>``) and some of the three :class:`Permission` values. An
+:class:`AuthProvider` turns credentials into a principal (or ``Unauthorized``) and checks a
+principal's permission (or raises ``Forbidden``); the providers are in
+:mod:`polymq_server.auth` and :mod:`polymq_server.usersfile`.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import fnmatch
+from dataclasses import dataclass
+from typing import NoReturn
+
+from polymq.errors import Forbidden
+
+__all__ = [
+    "ADMIN_TAGS",
+    "ALL_PERMISSIONS",
+    "INTERNAL_PRINCIPAL",
+    "AuthProvider",
+    "Grant",
+    "Permission",
+    "Principal",
+]
+
+
+class Permission(enum.Enum):
+    CONFIGURE = "configure"  # declare, delete, purge, set metadata
+    WRITE = "write"  # publish
+    READ = "read"  # subscribe, pull, ack, stats
+
+
+ALL_PERMISSIONS = frozenset(Permission)
+# the management tags a user may have: what the admin API lets them do (RabbitMQ's names)
+ADMIN_TAGS = frozenset({"monitoring", "administrator"})
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """``permissions`` on every destination whose ``kind/name`` matches ``pattern`` (fnmatch)."""
+
+    pattern: str
+    permissions: frozenset[Permission]
+
+    def allows(self, permission: Permission, destination: str) -> bool:
+        return permission in self.permissions and fnmatch.fnmatchcase(destination, self.pattern)
+
+    def allows_prefix(self, permission: Permission, prefix: str) -> bool:
+        """``permission`` on every string that starts with ``prefix``: the pattern ends in a
+        ``*`` and matches ``prefix`` itself (not ``prefix + "*"`` as text, which ``?`` and
+        ``[...]`` would match too)."""
+        return (
+            permission in self.permissions
+            and self.pattern.endswith("*")
+            and fnmatch.fnmatchcase(prefix, self.pattern)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a client is, once authenticated, and what it may do."""
+
+    name: str
+    anonymous: bool
+    grants: tuple[Grant, ...] = ()
+    tags: frozenset[str] = frozenset()  # management tags (ADMIN_TAGS): the admin API's
+
+    def allows(self, permission: Permission, destination: str) -> bool:
+        return any(g.allows(permission, destination) for g in self.grants)
+
+    def allows_prefix(self, permission: Permission, prefix: str) -> bool:
+        return any(g.allows_prefix(permission, prefix) for g in self.grants)
+
+
+INTERNAL_PRINCIPAL = "polymq-internal"  # who the service token logs in as: polymq's own links
+
+
+class AuthProvider(abc.ABC):
+    """Turns credentials into a ``Principal`` (or ``Unauthorized``) and checks permissions."""
+
+    @property
+    def open(self) -> bool:
+        """True in anonymous mode: nobody logs in anywhere (the admin API included)."""
+        return False
+
+    @abc.abstractmethod
+    async def authenticate_password(self, user: str, password: str) -> Principal: ...
+
+    @abc.abstractmethod
+    async def authenticate_token(self, token: str) -> Principal: ...
+
+    @abc.abstractmethod
+    async def anonymous(self) -> Principal:
+        """The principal of a client that presented no credentials; Unauthorized if refused."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """One line for the start-up log saying how clients are authenticated."""
+
+    def authorize(self, principal: Principal, permission: Permission, destination: str) -> None:
+        """Return if ``principal`` holds ``permission`` on ``destination``, else raise Forbidden."""
+        if not principal.allows(permission, destination):
+            _forbid(principal, permission, destination)
+
+    def authorize_prefix(self, principal: Principal, permission: Permission, prefix: str) -> None:
+        """Return if ``principal`` holds ``permission`` on every string that starts with
+        ``prefix`` (listing the keys ``kv/<prefix>...``), else raise Forbidden."""
+        if not principal.allows_prefix(permission, prefix):
+            _forbid(principal, permission, prefix + "*")
+
+
+def _forbid(principal: Principal, permission: Permission, destination: str) -> NoReturn:
+    who = "anonymous client" if principal.anonymous else f"user {principal.name!r}"
+    raise Forbidden(f"{who} has no {permission.value} permission on {destination[:300]!r}")

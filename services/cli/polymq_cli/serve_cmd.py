@@ -1,0 +1,234 @@
+"""``polymq run``, ``core``, ``http``, ``stomp``, ``longpoll``, ``avro`` and ``amqp``: start the
+services, print where they listen, and stop them gracefully.
+
+``run`` starts the core and every frontend in one process (the frontends reach the core
+without a socket, logging in with a one-off token); the others start one service each. Their
+flags and settings are :mod:`polymq_cli.serve_flags`'s. A stop (SIGTERM, Ctrl-C) puts every
+listener in lame duck at once, then stops the services one by one, the core last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from prometheus_client import CollectorRegistry
+
+from polymq_core.endpoints import EndpointsError
+from polymq_core.service import CoreService
+from polymq_server.auth import WithServiceToken, load_provider
+from polymq_server.config import ConfigError
+from polymq_server.resources import raise_open_files
+
+from .serve_flags import core_settings, frontend_settings, load_ref
+
+__all__ = ["Service", "run"]
+
+log = logging.getLogger("polymq")
+
+
+class Service(Protocol):
+    async def start(self) -> dict[str, int]: ...
+    async def lame_duck(self) -> None: ...  # stop accepting (a stop's first step, on all)
+    async def stop(self) -> None: ...
+
+
+# The frontends, in the order `polymq run` starts them: the command, its settings and service
+# classes ("module:class", imported when used), the ports its flags set, and the listener
+# that serves https:// with TLS (the AMQP frontend names its TLS port apart: amqp_tls).
+# seconds a service may take to stop: a frontend; the core (it answers what it read for up to
+# 10 s, then flushes its stores)
+_STOP_TIMEOUT: Final = 12.0
+_CORE_STOP_TIMEOUT: Final = 60.0
+_FRONTENDS: Final = (
+    ("http", "polymq_http.config:HttpSettings", "polymq_http.service:HttpService",
+     ("http",), "http"),
+    ("stomp", "polymq_stomp.config:StompSettings", "polymq_stomp.service:StompService",
+     ("stomp", "stomp_ws"), "stomp_ws"),
+    ("longpoll", "polymq_longpoll.config:LongpollSettings",
+     "polymq_longpoll.service:LongpollService", ("longpoll",), "longpoll"),
+    ("avro", "polymq_avro.config:AvroSettings", "polymq_avro.service:AvroService",
+     ("avro",), "avro"),
+    ("amqp", "polymq_amqp.config:AmqpSettings", "polymq_amqp.service:AmqpService",
+     ("amqp", "amqp_admin", "amqp_tls"), None),
+)  # fmt: skip
+
+
+def _write_ports(path: str, ports: dict[str, int], pids: list[int]) -> None:
+    """Atomically, so a reader never sees half a file. ``pids``: every process of this
+    node (polymq, and in a cluster its nats-server), for tests that kill or freeze it."""
+    tmp = Path(path + ".tmp")
+    tmp.write_text(json.dumps({**ports, "pids": pids}))
+    os.replace(tmp, path)
+
+
+def _tune_gc() -> None:
+    """Keep the cyclic garbage collector off the message path. A broker holds many long-lived
+    objects (queued messages, subscriptions): with the default thresholds every full
+    collection walks all of them, which was ~half the CPU per record of Avro ingest into a
+    growing stream (bench `avro`: 4.4 of 9.2 us/record). Objects made at start-up are moved
+    out of the collector's view, and collections run less often; reference counting still
+    frees everything without cycles at once."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 10)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    registry = CollectorRegistry()
+    services: list[Service] = []
+    ports: dict[str, int] = {}
+    secure: set[str] = set()  # the listeners that speak TLS (https:// in the list below)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        core_addr: tuple[str, int] | None = None
+        core: CoreService | None = None
+        service_token: str | None = None
+        if args.command in ("run", "core"):
+            settings = core_settings(args)
+            auth = load_provider(settings.auth)
+            if args.command == "run":  # in-process frontends log in with a one-off token
+                service_token = secrets.token_urlsafe(32)
+                auth = WithServiceToken(auth, service_token)
+            # polymq run: its frontends reach the core without a socket
+            core = CoreService(settings, registry, auth, in_process=args.command == "run")
+            services.append(core)
+            ports.update(await _starting(core.start(), stop))
+            core_addr = (settings.host, ports["core"])
+            if args.command == "run" and settings.auth in ("", "anonymous"):
+                log.warning("%s (set --auth file:users.json to require logins)", auth.describe())
+        for command, settings_ref, service_ref, port_names, secure_port in _FRONTENDS:
+            if args.command not in ("run", command):
+                continue
+            fe_settings = frontend_settings(
+                args, core_addr, settings_ref, port_names, service_token
+            )
+            service = load_ref(service_ref)(fe_settings, registry)
+            services.append(service)
+            ports.update(await _starting(service.start(), stop))
+            if secure_port is not None and fe_settings.tls_cert:
+                secure.add(secure_port)
+        _tune_gc()
+        if core is not None and core.cluster is not None:
+            core.cluster.add_listeners({k: v for k, v in ports.items() if k not in core.ports})
+        if args.ports_file:
+            pids = core.pids if core is not None else [os.getpid()]
+            _write_ports(args.ports_file, ports, pids)
+        host = args.host
+        schemes = {
+            "admin": "http://",
+            "http": "http://",
+            "stomp_ws": "http://",
+            "longpoll": "http://",
+            "avro": "http://",
+            "amqp": "amqp://",
+            "amqp_tls": "amqps://",
+            "amqp_admin": "http://",
+        }
+        schemes.update(dict.fromkeys(secure, "https://"))
+        for name, port in ports.items():
+            scheme = schemes.get(name, "")
+            print(f"polymq {name:<10} listening on {scheme}{host}:{port}", flush=True)
+        print("polymq ready (Ctrl-C to stop)", flush=True)
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        # lame duck first, every listener at once: no new connection anywhere while the
+        # services stop one by one (each then tells its clients to go elsewhere)
+        for svc in services:
+            try:
+                await asyncio.wait_for(svc.lame_duck(), _STOP_TIMEOUT)
+            except Exception:
+                log.exception("error while %s stopped accepting", type(svc).__name__)
+        for svc in reversed(services):
+            try:
+                limit = _CORE_STOP_TIMEOUT if isinstance(svc, CoreService) else _STOP_TIMEOUT
+                await asyncio.wait_for(svc.stop(), limit)
+            except TimeoutError:
+                log.error(
+                    "%s did not stop within %.0f s; going on without it. Tasks:\n%s",
+                    type(svc).__name__,
+                    limit,
+                    _task_dump(),
+                )
+            except Exception:
+                log.exception("error while stopping %s", type(svc).__name__)
+    return 0
+
+
+class _Interrupted(Exception):
+    """SIGTERM or Ctrl-C came while a service was still starting."""
+
+
+async def _starting(
+    start: Coroutine[Any, Any, dict[str, int]], stop: asyncio.Event
+) -> dict[str, int]:
+    """A service's start, given up when the process is told to stop meanwhile (a cluster
+    node waiting for its peers must not ignore SIGTERM)."""
+    task = asyncio.ensure_future(start)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((task, stopping), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise _Interrupted
+    return task.result()
+
+
+def _task_dump() -> str:
+    """Where each task of the loop waits (a line of its innermost frame each)."""
+    lines = []
+    for task in asyncio.all_tasks():
+        frames = task.get_stack(limit=None)
+        where = (
+            f"{frames[-1].f_code.co_filename}:{frames[-1].f_lineno} {frames[-1].f_code.co_name}"
+            if frames
+            else "(not started)"
+        )
+        lines.append(f"  {task.get_name()}: {task.get_coro()!r} at {where}")
+    return "\n".join(sorted(lines)[:200])
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the service command ``args`` until SIGTERM or Ctrl-C; the exit code (2 for a
+    configuration error, 1 when a service cannot start)."""
+    raise_open_files()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        return asyncio.run(_serve(args))
+    except ConfigError as exc:
+        print(f"polymq: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # e.g. a malformed auth file
+        print(f"polymq: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, EndpointsError) as exc:  # (EndpointsError: no Kubernetes API, no peer)
+        print(f"polymq: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except _Interrupted:
+        print("polymq: stopped while starting", file=sys.stderr)
+        return 0

@@ -1,0 +1,307 @@
+"""The service commands' flags (``polymq run``, ``core``, ``http``, ``stomp``, ``longpoll``,
+``avro``, ``amqp``) and the settings they make.
+
+:func:`add_arguments` adds the commands and their flags to ``polymq``'s parser
+(:func:`common_arguments` the flags every service command shares, the bridge's too);
+:func:`core_settings` and :func:`frontend_settings` read a service's settings from the
+environment (``POLYMQ_...``) and change them by the flags given. A port left at its default
+that is taken becomes 0 (a free one, and said). Running the services is
+:mod:`polymq_cli.serve_cmd`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import errno
+import importlib
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from polymq_core.config import CoreSettings
+from polymq_server.config import ConfigError, from_env
+
+__all__ = [
+    "add_arguments",
+    "common_arguments",
+    "core_settings",
+    "frontend_settings",
+    "load_ref",
+]
+
+log = logging.getLogger("polymq")
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+def _ports(args: argparse.Namespace, names: Sequence[str], defaults: Any) -> dict[str, int]:
+    """Resolve each ``--NAME-port``: explicit values stand; a taken default becomes 0."""
+    out = {}
+    for name in names:
+        value = getattr(args, f"{name}_port")
+        if value is None:
+            value = getattr(defaults, f"{name}_port")
+            if value and not _port_free(args.host, value):
+                log.warning("port %d (%s) is taken; picking a free port instead", value, name)
+                value = 0
+        out[f"{name}_port"] = value
+    return out
+
+
+_CLUSTER_TLS_FLAGS: Final = (
+    "cluster_tls_cert",
+    "cluster_tls_key",
+    "cluster_tls_ca",
+    "peer_wire_port",
+    "peer_admin_port",
+)
+
+
+def core_settings(args: argparse.Namespace) -> CoreSettings:
+    """The core's settings: the environment's, changed by the flags (checked)."""
+    base = from_env(CoreSettings)
+    changes: dict[str, Any] = {"host": args.host or base.host}
+    args.host = changes["host"]
+    changes.update(_ports(args, ("core", "admin"), base))
+    if args.data_dir is not None:
+        changes["data_dir"] = Path(args.data_dir)
+    if args.shards is not None:
+        changes["shards"] = args.shards
+    if args.auth is not None:
+        changes["auth"] = args.auth
+    for flag in ("node_id", "peers", "cluster_port", "nats_url", *_CLUSTER_TLS_FLAGS):
+        value = getattr(args, flag, None)
+        if value is not None:
+            changes[flag] = value
+    settings: CoreSettings = dataclasses.replace(base, **changes)
+    settings.check()
+    return settings
+
+
+def _frontend_changes(
+    args: argparse.Namespace, core: tuple[str, int] | None, base: Any, ports: Sequence[str]
+) -> dict[str, Any]:
+    """What the flags change in a frontend's settings: host, ports, the core, auth."""
+    changes: dict[str, Any] = {"host": args.host or base.host}
+    args.host = changes["host"]
+    changes.update(_ports(args, ports, base))
+    if core is not None:
+        changes["core_host"], changes["core_port"] = core
+    elif getattr(args, "core", None):
+        host, _, port = args.core.rpartition(":")
+        try:
+            changes["core_host"], changes["core_port"] = host or "127.0.0.1", int(port)
+        except ValueError:
+            raise ConfigError(f"--core {args.core!r}: expected HOST:PORT") from None
+    if args.auth is not None:
+        changes["auth"] = args.auth
+    for name in ("tls_cert", "tls_key"):
+        if getattr(args, name, None) is not None:
+            changes[name] = getattr(args, name)
+    return changes
+
+
+def load_ref(ref: str) -> Any:
+    """The class a ``"module:class"`` reference names, its module imported now (a service's
+    dependencies are imported only when it runs)."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def frontend_settings(
+    args: argparse.Namespace,
+    core: tuple[str, int] | None,
+    settings_ref: str,
+    ports: Sequence[str],
+    token: str | None,
+) -> Any:
+    """A frontend's settings: the environment's, changed by the flags (and, in `polymq
+    run`, the one-off token its in-process core gave it)."""
+    base = from_env(load_ref(settings_ref))
+    changes = _frontend_changes(args, core, base, ports)
+    if token is not None:
+        changes["core_token"] = token
+    return dataclasses.replace(base, **changes)
+
+
+def common_arguments(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
+    sp.add_argument("--ports-file", default=None, help="write the bound ports here as JSON")
+    sp.add_argument("--auth", default=None, help="'anonymous' or 'file:/path/users.json'")
+    sp.add_argument("--log-level", default=os.environ.get("POLYMQ_LOG_LEVEL", "INFO"))
+
+
+def _core_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--core-port", type=int, default=None, help="wire protocol (7400; 0=any)")
+    sp.add_argument("--admin-port", type=int, default=None, help="admin HTTP (7401; 0=any)")
+    sp.add_argument("--data-dir", default=None, help="where the store lives")
+    sp.add_argument("--shards", type=int, default=None, help="number of shards (4)")
+    sp.add_argument("--node-id", default=None, help="this node's id in a cluster (POLYMQ_NODE_ID)")
+    sp.add_argument(
+        "--peers",
+        default=None,
+        metavar="HOST:PORT,...",
+        help="the cluster nodes' cluster addresses, the same list on every node (self is "
+        "skipped); turns on the replicated core, as POLYMQ_K8S_SERVICE does (POLYMQ_PEERS; "
+        "docs/cluster.md)",
+    )
+    sp.add_argument(
+        "--cluster-port",
+        type=int,
+        default=None,
+        help="this node's cluster (NATS route) port (7422; POLYMQ_CLUSTER_PORT)",
+    )
+    sp.add_argument(
+        "--nats",
+        dest="nats_url",
+        default=None,
+        metavar="URL",
+        help="use a NATS server run apart instead of starting one (POLYMQ_NATS_URL)",
+    )
+    for name, what in (
+        ("cert", "this node's PEM certificate (chain) for TLS between the nodes"),
+        ("key", "its PEM private key, unencrypted"),
+        ("ca", "the PEM CA bundle that signed every node's certificate"),
+    ):
+        sp.add_argument(
+            f"--cluster-tls-{name}",
+            default=None,
+            metavar="PEM",
+            help=f"{what} (POLYMQ_CLUSTER_TLS_{name.upper()}; all three or none)",
+        )
+    sp.add_argument(
+        "--peer-wire-port",
+        type=int,
+        default=None,
+        help="with cluster TLS: the wire protocol for peers (7423; 0=any)",
+    )
+    sp.add_argument(
+        "--peer-admin-port",
+        type=int,
+        default=None,
+        help="with cluster TLS: the admin HTTP for peers (7424; 0=any)",
+    )
+
+
+def _http_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--http-port", type=int, default=None, help="JSON over HTTP (7480; 0=any)")
+
+
+def _stomp_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--stomp-port", type=int, default=None, help="STOMP over TCP (61613; 0=any)")
+    sp.add_argument(
+        "--stomp-ws-port",
+        type=int,
+        default=None,
+        help="STOMP over WebSocket at /ws, and a page at / (15674; 0=any)",
+    )
+
+
+def _tls_flags(sp: argparse.ArgumentParser, what: str) -> None:
+    sp.add_argument(
+        "--tls-cert",
+        default=None,
+        metavar="PEM",
+        help=f"PEM certificate (chain): {what} (POLYMQ_TLS_CERT)",
+    )
+    sp.add_argument(
+        "--tls-key",
+        default=None,
+        metavar="PEM",
+        help="PEM private key of --tls-cert, unencrypted (POLYMQ_TLS_KEY)",
+    )
+
+
+def _longpoll_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--longpoll-port",
+        type=int,
+        default=None,
+        help="long polling and SSE, a JS client and a demo page (7490; 0=any)",
+    )
+
+
+def _avro_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--avro-port",
+        type=int,
+        default=None,
+        help="Avro over HTTP and the schema registry (7470; 0=any)",
+    )
+
+
+def _amqp_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--amqp-port", type=int, default=None, help="AMQP 0-9-1 (5672; 0=any)")
+    sp.add_argument(
+        "--amqp-admin-port",
+        type=int,
+        default=None,
+        help="the AMQP frontend's /healthz, /readyz and /metrics (15692; 0=any)",
+    )
+    sp.add_argument(
+        "--amqp-tls-port",
+        type=int,
+        default=None,
+        help="AMQP over TLS, with --tls-cert and --tls-key (5671; 0=any)",
+    )
+
+
+def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the service commands (``run``, ``core``, ``http``, ``stomp``, ``longpoll``,
+    ``avro``, ``amqp``) to ``polymq``'s, in the order ``polymq --help`` lists them."""
+    run = sub.add_parser("run", help="the core and every frontend in one process")
+    common_arguments(run)
+    _core_flags(run)
+    _http_flags(run)
+    _stomp_flags(run)
+    _longpoll_flags(run)
+    _avro_flags(run)
+    _amqp_flags(run)
+    _tls_flags(
+        run,
+        "TLS on every frontend listener: HTTPS on the http, longpoll and avro ports, STOMP "
+        "over TLS and WSS, and AMQP's amqps port; the core's wire and admin ports, plain "
+        "AMQP and AMQP's admin port stay plain",
+    )
+    core = sub.add_parser("core", help="the core broker")
+    common_arguments(core)
+    _core_flags(core)
+    http = sub.add_parser("http", help="the JSON over HTTP frontend")
+    common_arguments(http)
+    _http_flags(http)
+    _tls_flags(http, "HTTPS on --http-port (one listener, TLS only)")
+    http.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    stomp = sub.add_parser("stomp", help="the STOMP frontend (TCP and WebSocket)")
+    common_arguments(stomp)
+    _stomp_flags(stomp)
+    _tls_flags(stomp, "STOMP over TLS on both listeners (WSS on --stomp-ws-port)")
+    stomp.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    longpoll = sub.add_parser("longpoll", help="the long-polling and SSE frontend for browsers")
+    common_arguments(longpoll)
+    _longpoll_flags(longpoll)
+    _tls_flags(longpoll, "HTTPS on --longpoll-port (one listener, TLS only)")
+    longpoll.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    avro = sub.add_parser("avro", help="the Avro over HTTP frontend and schema registry")
+    common_arguments(avro)
+    _avro_flags(avro)
+    _tls_flags(avro, "HTTPS on --avro-port (one listener, TLS only)")
+    avro.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    amqp = sub.add_parser("amqp", help="the AMQP 0-9-1 frontend")
+    common_arguments(amqp)
+    _amqp_flags(amqp)
+    _tls_flags(amqp, "AMQP over TLS on --amqp-tls-port, besides plain AMQP")
+    amqp.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
