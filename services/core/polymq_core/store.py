@@ -101,6 +101,7 @@ __all__ = [
     "SqliteStore",
     "Store",
     "StoreError",
+    "StoreWrite",
     "check_snapshot",
     "install_snapshot",
 ]
@@ -240,6 +241,12 @@ class Store(abc.ABC):
         count exact, the bytes those of their bodies or an estimate (a restart's figure)."""
         page = [m for m in await self.load_messages(destination) if m.seq > after]
         return len(page), sum(len(m.body) for m in page)
+
+
+# One durable change, named by the call that makes it: given a shard's store, issue one of
+# its writes (``lambda store: store.purge(key)``). ``Shard.commit`` takes these rather than
+# a method's name, so that the type checker sees which write it is and its arguments.
+StoreWrite = Callable[[Store], asyncio.Future[None]]
 
 
 _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
