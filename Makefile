@@ -70,7 +70,7 @@ test: $(STAMP) $(STOMPJS) $(UPLOT) $(AMQPLIB) chromium lint typecheck
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/lint-imports pyproject.toml importlinter-core.toml
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

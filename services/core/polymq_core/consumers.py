@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.errors import BadRequest, NotFound, Unavailable
 from polymq.events import (
@@ -30,22 +30,61 @@ from polymq.events import (
 from polymq.types import Destination, Kind, Message, Outcome, SubscribeOptions
 from polymq_server.auth import Permission
 
-from .cursors import Cursor, QueueCursor, StreamCursor, TopicCursor
+from .caller import Caller
+from .cursors import Cursor, Cursors, QueueCursor, StreamCursor, TopicCursor
 from .queue import Queue, Waiter
-from .sids import shared_sid
-from .subscription import Subscription
+from .sids import SidTable, shared_sid
+from .subscription import SubscriberSession, Subscription, TopicSource
 
 if TYPE_CHECKING:
-    from .broker import Broker
-    from .session import Session
+    from polymq_server.auth import AuthProvider
+
+    from .config import CoreSettings
+    from .metrics import Sensors
+    from .routing import TopicRouter
+    from .shard import Shard
+
+
+class ConsumerSession(Caller, SubscriberSession, Protocol):
+    """The session a consuming request came on, as these handlers see it (a protocol, as
+    the other handlers' :class:`~polymq_core.caller.Caller`: they need not import
+    ``session.py``): who sent it, the subscriptions it owns by sid (it takes each delivery,
+    :class:`~polymq_core.subscription.SubscriberSession`), and the first delivery tag of
+    one that moved here from another node."""
+
+    subs: SidTable[Subscription]
+    first_tags: dict[int, int]
+
+    def add_sub(self, sub: Subscription) -> None: ...
+    def remove_sub(self, sid: int) -> Subscription | None: ...
+
+
+class ConsumersHost(Protocol):
+    """What the consuming requests use of the broker (a protocol: ``broker.py`` imports
+    this module): its limits (settings), sensors and auth, the topic router and the topic
+    side of subscriptions, the cursor subscriptions, the shard of a key, and its
+    destination checks."""
+
+    settings: CoreSettings
+    sensors: Sensors
+    auth: AuthProvider
+    topics: TopicRouter[Subscription]
+    topic_source: TopicSource
+    cursors: Cursors
+
+    def shard_for(self, key: str) -> Shard: ...
+    def destination(
+        self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
+    ) -> Destination: ...
+    def holder_key(self, dest: Destination, role: Any) -> str: ...
 
 
 class Consumers:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ConsumersHost) -> None:
         self.broker = broker
 
     # ---- subscriptions -------------------------------------------------------------------
-    def subscribe(self, session: Session, ev: Subscribe) -> Any:
+    def subscribe(self, session: ConsumerSession, ev: Subscribe) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.READ, pattern=True)
         options = SubscribeOptions.from_dict(ev.options)
@@ -78,12 +117,12 @@ class Consumers:
         broker.sensors.on_subscription(dest.kind.value, 1)
         return {"sid": ev.sid, "destination": str(dest)}
 
-    def unsubscribe(self, session: Session, ev: Unsubscribe) -> Any:
+    def unsubscribe(self, session: ConsumerSession, ev: Unsubscribe) -> Any:
         if session.remove_sub(ev.sid) is None:
             raise NotFound(f"no subscription {ev.sid} on this connection")
         return None
 
-    def ack(self, session: Session, ev: Ack) -> Any:
+    def ack(self, session: ConsumerSession, ev: Ack) -> Any:
         sub = _sub(session, ev.sid)
         keys = sub.take(_tags(ev.tags), bool(ev.cumulative))
         if keys:
@@ -91,14 +130,14 @@ class Consumers:
         written = sub.source.settle(sub, keys, Outcome.ACK)
         return _once_written(ev.rid, written, {"acked": len(keys)})
 
-    def nack(self, session: Session, ev: Nack) -> Any:
+    def nack(self, session: ConsumerSession, ev: Nack) -> Any:
         sub = _sub(session, ev.sid)
         keys = sub.take(_tags(ev.tags), bool(ev.cumulative))
         written = sub.source.settle(sub, keys, Outcome.of_nack(bool(ev.requeue)))
         return _once_written(ev.rid, written, {"nacked": len(keys)})
 
     # ---- pull and leases -----------------------------------------------------------------
-    def pull(self, session: Session, ev: Pull) -> Any:
+    def pull(self, session: ConsumerSession, ev: Pull) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.READ)
         if dest.kind is not Kind.QUEUE:
@@ -127,7 +166,7 @@ class Consumers:
             raise BadRequest(f"wait must be 0..{settings.max_wait} seconds")
         return max_, float(wait)
 
-    def settle(self, session: Session, ev: Settle) -> Any:
+    def settle(self, session: ConsumerSession, ev: Settle) -> Any:
         broker = self.broker
         outcome = Outcome.parse(ev.action)
         if not isinstance(ev.leases, list) or not ev.leases:
@@ -155,12 +194,12 @@ class Consumers:
         return _once_written(ev.rid, written, {"settled": settled, "missing": missing})
 
     # ---- cursor subscriptions (live in the core; polled from any connection) --------------
-    def cursor_open(self, session: Session, ev: CursorOpen) -> Any:
+    def cursor_open(self, session: ConsumerSession, ev: CursorOpen) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.READ, pattern=True)
         return broker.cursors.open(dest, ev.options)
 
-    def _cursor(self, session: Session, sub_id: Any) -> Cursor:
+    def _cursor(self, session: ConsumerSession, sub_id: Any) -> Cursor:
         broker = self.broker
         cur = broker.cursors.get(sub_id)
         if session.principal is not None:
@@ -169,7 +208,7 @@ class Consumers:
             )
         return cur
 
-    def cursor_poll(self, session: Session, ev: CursorPoll) -> Any:
+    def cursor_poll(self, session: ConsumerSession, ev: CursorPoll) -> Any:
         cur = self._cursor(session, ev.id)
         if not isinstance(cur, TopicCursor) and not cur.shard.leading:
             raise Unavailable(f"{cur.key}: its shard is moving to another node; poll again")
@@ -216,7 +255,7 @@ class Consumers:
 
         return later()
 
-    def cursor_close(self, session: Session, ev: CursorClose) -> Any:
+    def cursor_close(self, session: ConsumerSession, ev: CursorClose) -> Any:
         self._cursor(session, ev.id)
         return self.broker.cursors.close(ev.id)
 
@@ -226,7 +265,7 @@ def _wake(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-def _sub(session: Session, sid: int) -> Subscription:
+def _sub(session: ConsumerSession, sid: int) -> Subscription:
     sub = session.subs.get(sid)
     if sub is None:
         raise NotFound(f"no subscription {sid} on this connection")

@@ -243,7 +243,8 @@ class Cursors:
         result = {"id": sub_id, "cursor": cur.cursor}
         if isinstance(cur, TopicCursor):
             return result
-        return then(cur.shard.commit("save_cursor", sub_id, cur.key, _record(cur, ttl)), result)
+        key, record = cur.key, _record(cur, ttl)
+        return then(cur.shard.commit(lambda store: store.save_cursor(sub_id, key, record)), result)
 
     def _add(self, cur: Cursor, destination: str, ttl: float) -> None:
         self.subs[cur.id] = cur
@@ -290,7 +291,7 @@ class Cursors:
         """Remove a subscription; the future of its removal from the store, if it was there."""
         cur = self._forget(sub_id)
         if not isinstance(cur, TopicCursor) and cur.shard.leading:
-            return cur.shard.commit("delete_cursor", sub_id)
+            return cur.shard.commit(lambda store: store.delete_cursor(sub_id))
         return None
 
     def _forget(self, sub_id: str) -> Cursor:

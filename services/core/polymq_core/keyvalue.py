@@ -64,11 +64,13 @@ class KeyValue:
         key = self._key(session, ev.key, Permission.WRITE)
         if not isinstance(ev.value, bytes) or len(ev.value) > MAX_KV_VALUE:
             raise BadRequest(f"value must be bytes of at most {MAX_KV_VALUE}")
-        return then(self.broker.shard_for("kv/" + key).commit("kv_put", key, ev.value), None)
+        shard = self.broker.shard_for("kv/" + key)
+        return then(shard.commit(lambda store: store.kv_put(key, ev.value)), None)
 
     def delete(self, session: Caller, ev: KvDelete) -> Any:
         key = self._key(session, ev.key, Permission.WRITE)
-        return then(self.broker.shard_for("kv/" + key).commit("kv_delete", key), None)
+        shard = self.broker.shard_for("kv/" + key)
+        return then(shard.commit(lambda store: store.kv_delete(key)), None)
 
     def keys(self, session: Caller, ev: KvList) -> Any:
         prefix, limit = ev.prefix, ev.limit

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .metrics import Sensors
+    from .store import StoreWrite
 
 _LEVELS = MAX_PRIORITY + 1
 
@@ -57,7 +58,7 @@ class QueueHost(Protocol):
     @property
     def max_frame(self) -> int: ...
 
-    def commit(self, op: str, *args: Any) -> asyncio.Future[None]: ...
+    def commit(self, write: StoreWrite) -> asyncio.Future[None]: ...
     def settled(self, queue: Queue, msg: Message) -> asyncio.Future[None] | None: ...
     def discard(self, queue: Queue, msg: Message, reason: str) -> asyncio.Future[None] | None: ...
     def unforget(self, key: str, seq: int) -> bool: ...
@@ -377,7 +378,7 @@ class Queue:
             self.shard.discard(self, msg, "max-deliveries")
             return
         if forgotten or (limit is not None and msg.persistent and self.durable):
-            self.shard.commit("append_many", self.key, [msg])
+            self.shard.commit(lambda store: store.append_many(self.key, [msg]))
         self.requeue(msg)
         self.shard.sensors.on_redeliver(reason, 1)
 

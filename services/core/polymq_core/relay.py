@@ -78,12 +78,17 @@ from polymq.events import (
 from polymq.types import Destination, Kind
 from polymq_server.auth import Permission
 
+from .caller import Caller
 from .cursors import SEP
 from .shard import Shard
 
 if TYPE_CHECKING:
-    from .broker import Broker
-    from .session import Session
+    from polymq_server.auth import AuthProvider
+
+    from .config import CoreSettings
+    from .metrics import Sensors
+    from .sids import SidTable
+    from .subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +137,37 @@ class Leaders(Protocol):
 
     def leader_of(self, shard: int) -> str | None: ...
     def address_of(self, node: str) -> tuple[str, int] | None: ...
+
+
+class RelayHost(Protocol):
+    """What the relay uses of the broker (a protocol, so that this module need not import
+    ``broker.py``): the frame size, its sensors and auth, the shards and the shard of a key,
+    and its destination checks (a request is parsed and authorized here before it goes)."""
+
+    settings: CoreSettings
+    sensors: Sensors
+    auth: AuthProvider
+    shards: list[Shard]
+
+    def shard_for(self, key: str) -> Shard: ...
+    def destination(
+        self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
+    ) -> Destination: ...
+    def holder_key(self, dest: Destination, role: Any) -> str: ...
+
+
+class RelaySession(Caller, Protocol):
+    """What the relay uses of the client session it forwards for (a protocol, so that this
+    module need not import ``session.py``, which imports it): who it is (a peer's requests
+    are never forwarded again), the sids in use, and the way back: an answer or a delivery
+    to send, a held request to serve after all, a moved subscription to take back here."""
+
+    protocol: str
+    subs: SidTable[Subscription]
+
+    def request(self, event: Event, raw: bytes | None, held: _Held | None = None) -> None: ...
+    def reply(self, event: Event, raw: bytes | None = None) -> None: ...
+    def resubscribe_here(self, request: Subscribe, top: int) -> None: ...
 
 
 @dataclasses.dataclass
@@ -240,7 +276,7 @@ class PeerLink(asyncio.Protocol):
 class Relay:
     """The forwarding side of one client session (see the module docstring)."""
 
-    def __init__(self, session: Session, broker: Broker, cluster: Leaders) -> None:
+    def __init__(self, session: RelaySession, broker: RelayHost, cluster: Leaders) -> None:
         self.session = session
         self.broker = broker
         self.cluster = cluster
@@ -750,4 +786,4 @@ def _holder_of(dest: Destination) -> str | None:
     return Shard.key_of(dest, "server" if dest.kind is Kind.CHANNEL else None)
 
 
-__all__ = ["PEER_CLIENT", "Leaders", "PeerLink", "Relay"]
+__all__ = ["PEER_CLIENT", "Leaders", "PeerLink", "Relay", "RelayHost", "RelaySession"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.codec import EVENT_BYTES, NEED_DATA, Connection, Role, weight
 from polymq.errors import PolymqError, RemoteProtocolError, RequestError, Unavailable
@@ -43,14 +43,15 @@ from polymq_server.resources import Admission
 
 from .handover import is_handover
 from .metrics import protocol_label
-from .relay import PEER_CLIENT, Relay
+from .relay import PEER_CLIENT, Leaders, Relay, RelayHost
 from .sids import SidTable
 from .subscription import Subscription
 
 if TYPE_CHECKING:
     from polymq_server.auth import Principal
+    from polymq_server.resources import ConnectionLimits
 
-    from .broker import Broker
+    from .alarms import ResourceMonitor
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +95,27 @@ class _Backlog:
         self.nbytes = 0
 
 
+class SessionHost(RelayHost, Protocol):
+    """What a session uses of the broker (a protocol, so that this module need not import
+    ``broker.py``, which names Session): what its relay uses (a session hands its broker
+    on to it), the cluster, the wire port's connection limits, the resource alarms, the
+    login, the dispatch of a request, and the calls that keep the broker's list of
+    sessions."""
+
+    cluster: Leaders | None
+    connections: ConnectionLimits
+    monitor: ResourceMonitor
+    server_name: str
+
+    async def authenticate(self, hello: Hello, auth: AuthProvider | None = None) -> Principal: ...
+    def handle(self, session: Session, event: Event) -> Any: ...
+    def session_opened(self, session: Session) -> None: ...
+    def logged_in(self, session: Session) -> None: ...
+    def session_closed(self, session: Session) -> None: ...
+
+
 class Session(asyncio.Protocol):
-    def __init__(self, broker: Broker, auth: AuthProvider | None = None) -> None:
+    def __init__(self, broker: SessionHost, auth: AuthProvider | None = None) -> None:
         self.broker = broker
         self.auth = auth  # the listener's own login rules (the peers'), else the core's
         # (in a cluster, what carries messages is kept as it came, for a relay to pass on)
@@ -561,4 +581,4 @@ class Session(asyncio.Protocol):
         transport.close()
 
 
-__all__ = ["Pulled", "Session"]
+__all__ = ["Pulled", "Session", "SessionHost"]

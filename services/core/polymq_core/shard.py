@@ -30,7 +30,7 @@ from polymq.types import DeclareOptions, Destination, Message, Overflow
 from .batches import BatchWindow, pack_answer, unpack_answer
 from .paging import Pressure
 from .queue import Queue
-from .store import Store, StoreError
+from .store import Store, StoreError, StoreWrite
 from .stream import Stream
 
 if TYPE_CHECKING:
@@ -301,12 +301,12 @@ class Shard:
                         w.future.set_result([])
 
     # ---- the one place durable changes leave the shard ------------------------------------
-    def commit(self, op: str, *args: Any) -> asyncio.Future[None]:
-        """Make one durable change (a Store write); resolves once it is durable (in a
-        cluster: committed by a majority of the shard's log and applied here)."""
-        method: Callable[..., asyncio.Future[None]] = getattr(self.store, op)
+    def commit(self, write: StoreWrite) -> asyncio.Future[None]:
+        """Make one durable change, ``write`` given the shard's store (``lambda store:
+        store.purge(key)``); resolves once it is durable (in a cluster: committed by a
+        majority of the shard's log and applied here)."""
         try:
-            fut = method(*args)
+            fut = write(self.store)
         except StoreError as exc:
             fut = self.loop.create_future()
             fut.set_exception(Unavailable(f"store failed: {exc}"))
@@ -395,12 +395,13 @@ class Shard:
         holder.durable = options.durable
         if not options.durable:
             return None
-        fut = self.commit("save_destination", key, options.to_dict(), holder.metadata)
+        stored, metadata = options.to_dict(), holder.metadata
+        fut = self.commit(lambda store: store.save_destination(key, stored, metadata))
         patterns = self.host.bindings.of(key)
         if not patterns:
             return fut
         # bindings made before the queue was declared durable become durable with it
-        return asyncio.gather(fut, self.commit("save_bindings", key, patterns))
+        return asyncio.gather(fut, self.commit(lambda store: store.save_bindings(key, patterns)))
 
     def delete(self, key: str) -> asyncio.Future[None] | None:
         holder = self.holders.pop(key, None)
@@ -412,20 +413,21 @@ class Shard:
             holder.close(f"{key} was deleted")
             self.sensors.on_destinations(-1)
         self._removes.pop(key, None)
-        return self.commit("delete_destination", key)
+        return self.commit(lambda store: store.delete_destination(key))
 
     def purge(self, key: str) -> int:
         holder = self.get(key, create=False)
         paged = holder.paged if isinstance(holder, Queue) else 0
         dropped = holder.purge()
         if (paged or any(m.persistent for m in dropped)) and holder.durable:
-            self.commit("purge", key)
+            self.commit(lambda store: store.purge(key))
         return len(dropped) + paged
 
     def set_metadata(self, key: str, metadata: dict[str, str]) -> asyncio.Future[None]:
         holder = self.get(key)
-        holder.metadata = dict(metadata)
-        return self.commit("save_destination", key, holder.options.to_dict(), holder.metadata)
+        holder.metadata = kept = dict(metadata)
+        options = holder.options.to_dict()
+        return self.commit(lambda store: store.save_destination(key, options, kept))
 
     def is_durable(self, key: str) -> bool:
         """Is ``key`` declared durable (in memory or dormant)?"""
@@ -443,13 +445,13 @@ class Shard:
         so that a repeated bind is answered only once the first is durable too."""
         added = self.host.bindings.add(pattern, key)
         if self.is_durable(key):
-            return added, self.commit("save_bindings", key, [pattern])
+            return added, self.commit(lambda store: store.save_bindings(key, [pattern]))
         return added, None
 
     def unbind(self, key: str, pattern: str) -> tuple[bool, asyncio.Future[None] | None]:
         removed = self.host.bindings.remove(pattern, key)
         if removed and self.is_durable(key):
-            return True, self.commit("delete_bindings", key, [pattern])
+            return True, self.commit(lambda store: store.delete_bindings(key, [pattern]))
         return removed, None
 
     # ---- messages ------------------------------------------------------------------------
@@ -523,9 +525,13 @@ class Shard:
         batch: tuple[str, float] | None,
     ) -> asyncio.Future[None]:
         if batch is None:
-            return self.commit("append_many", key, durable)
-        heapq.heappush(self._stored_batches, batch[1])
-        return self.commit("append_batch", key, durable, *batch, pack_answer(messages))
+            return self.commit(lambda store: store.append_many(key, durable))
+        batch_key, expires = batch
+        heapq.heappush(self._stored_batches, expires)
+        answer = pack_answer(messages)
+        return self.commit(
+            lambda store: store.append_batch(key, durable, batch_key, expires, answer)
+        )
 
     def _enqueue_after(
         self,
@@ -599,7 +605,7 @@ class Shard:
         self._retry_removes = None
         removes, self._removes = self._removes, {}
         removed, self._removed = self._removed, None
-        writes = {key: self.commit("remove", key, seqs) for key, seqs in removes.items() if seqs}
+        writes = {key: self._remove(key, seqs) for key, seqs in removes.items() if seqs}
         if not writes:
             if removed is not None and not removed.done():
                 removed.set_result(None)
@@ -623,6 +629,9 @@ class Shard:
 
         for key, fut in writes.items():
             fut.add_done_callback(functools.partial(written, key))
+
+    def _remove(self, key: str, seqs: list[int]) -> asyncio.Future[None]:
+        return self.commit(lambda store: store.remove(key, seqs))
 
     def _retry_remove(self, key: str, seqs: list[int]) -> None:
         """A removal was not written: on one node (a full disk) try it again in a second,
@@ -687,7 +696,7 @@ class Shard:
         self._batches_forgotten = mono
         while expiries and expiries[0] <= now:
             heapq.heappop(expiries)
-        self.commit("forget_batches", now)
+        self.commit(lambda store: store.forget_batches(now))
 
     def _sweep(self, mono: float) -> None:
         """Idle TTL expiry, and eviction of idle destinations from memory."""

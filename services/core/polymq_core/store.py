@@ -46,7 +46,7 @@ from typing import Any
 
 from polymq.types import Message
 
-__all__ = ["DestinationRecord", "Store", "StoreError"]
+__all__ = ["DestinationRecord", "Store", "StoreError", "StoreWrite"]
 
 
 class StoreError(Exception):
@@ -179,3 +179,9 @@ class Store(abc.ABC):
         count exact, the bytes those of their bodies or an estimate (a restart's figure)."""
         page = [m for m in await self.load_messages(destination) if m.seq > after]
         return len(page), sum(len(m.body) for m in page)
+
+
+# One durable change, named by the call that makes it: given a shard's store, issue one of
+# its writes (``lambda store: store.purge(key)``). ``Shard.commit`` takes these rather than
+# a method's name, so that the type checker sees which write it is and its arguments.
+StoreWrite = Callable[[Store], asyncio.Future[None]]

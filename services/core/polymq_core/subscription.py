@@ -16,7 +16,25 @@ if TYPE_CHECKING:
     import asyncio
 
     from .routing import TopicRouter
-    from .session import Session
+
+
+class SubscriberSession(Protocol):
+    """What a subscription and the destinations it is attached to (queues, streams, the
+    shard that moves them) use of the session that owns it: a protocol, so that this module
+    need not import ``session.py``, which imports it. The session takes each delivery (or
+    says it has no room), is told when the core ends or moves one of its subscriptions, and
+    names itself in logs."""
+
+    name: str
+
+    @property
+    def writable(self) -> bool:
+        """Is the socket draining (a stream hands entries only while it is)?"""
+
+    def accepts(self, sub: Subscription) -> bool: ...
+    def push_delivery(self, sub: Subscription, tag: int, msg: Message, key: Any) -> None: ...
+    def cancel(self, sub: Subscription, code: str, message: str) -> None: ...
+    def moved(self, sub: Subscription, reason: str) -> None: ...
 
 
 class Source(Protocol):
@@ -82,7 +100,7 @@ class Subscription:
 
     def __init__(
         self,
-        session: Session,
+        session: SubscriberSession,
         sid: int,
         destination: str | Destination,
         options: SubscribeOptions,
