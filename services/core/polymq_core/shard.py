@@ -21,7 +21,7 @@ import functools
 import heapq
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.errors import Conflict, NotFound, Unavailable
@@ -193,8 +193,7 @@ class Shard:
         the shard as the log has it. Until this returns, requests for it are refused."""
         if self.leading:
             return
-        promote: Callable[[], Awaitable[Any]] = self.store.promote  # type: ignore[attr-defined]
-        await promote()
+        await self.store.promote()
         await self._load(redelivered=True)
         self.leading = True
         self.sensors.on_leadership("promoted")
@@ -211,9 +210,7 @@ class Shard:
             return
         self.leading = False
         self.sensors.on_leadership("demoted")
-        demote: Callable[[], None] | None = getattr(self.store, "demote", None)
-        if demote is not None:
-            demote()
+        self.store.demote()
         for holder in list(self.holders.values()):
             if isinstance(holder, Queue):
                 for w in holder.waiters:

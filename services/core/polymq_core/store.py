@@ -73,6 +73,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def open(self) -> None: ...
 
+    async def promote(self) -> int:
+        """Take the lead of the shard's log (a cluster's store fences it and catches up);
+        returns the last entry applied. One node's store always leads: nothing to do."""
+        return 0
+
+    def demote(self) -> None:
+        """Stop leading: a cluster's store fails the writes still pending. One node's store
+        never stops."""
+        return
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Wait for every pending write to be committed, then close."""
