@@ -103,8 +103,8 @@ async def publisher(params: dict[str, Any], ch: Any) -> dict[str, Any]:
                 hi = next_i = min(count, lo + batch)
                 msgs = [Message(body=make_body(i, filler), persistent=True) for i in range(lo, hi)]
                 r = await client.publish(dest, msgs)
-                if r.get("count") != hi - lo:
-                    raise BenchError(f"publish receipt counts {r.get('count')}, not {hi - lo}")
+                if r.count != hi - lo:
+                    raise BenchError(f"publish receipt counts {r.count}, not {hi - lo}")
                 confirmed += hi - lo
 
         await asyncio.gather(*(one() for _ in range(params["inflight"])))
@@ -114,7 +114,7 @@ async def publisher(params: dict[str, Any], ch: Any) -> dict[str, Any]:
             "confirmed": confirmed,
             "t_first": t0,
             "t_last": t1,
-            "queue_stats": stats,
+            "queue_stats": stats.to_json(),
             "cpu_seconds": time.process_time() - cpu0,
         }
     finally:
@@ -175,7 +175,7 @@ async def drainer(params: dict[str, Any], ch: Any) -> dict[str, Any]:
             "t_connected": t_connected,
             "t_first": t_first,
             "t_last": t_last,
-            "queue_stats": stats,
+            "queue_stats": stats.to_json(),
             "cpu_seconds": time.process_time() - cpu0,
         }
     finally:

@@ -106,8 +106,8 @@ async def native_producer(params: dict[str, Any], ch: Any) -> dict[str, Any]:
                 t = now()
                 r = await client.publish(dest, msgs if k == batch else msgs[:k])
                 samples.append((now() - t, k))
-                if r.get("count") != k:
-                    raise BenchError(f"publish receipt counts {r.get('count')}, not {k}")
+                if r.count != k:
+                    raise BenchError(f"publish receipt counts {r.count}, not {k}")
                 confirmed += k
 
         await asyncio.gather(*(one() for _ in range(inflight)))

@@ -91,8 +91,8 @@ async def producer(params: dict[str, Any], ch: Any) -> dict[str, Any]:
                 except PolymqError as exc:  # refused: not confirmed, the run goes on
                     closed.append(f"{now() - t0:.1f}s: refused: {type(exc).__name__}: {exc}")
                     return
-                if r.get("count") != batch:
-                    raise BenchError(f"publish receipt counts {r.get('count')}, not {batch}")
+                if r.count != batch:
+                    raise BenchError(f"publish receipt counts {r.count}, not {batch}")
                 outstanding.discard(lo)
                 confirmed += batch
 
@@ -221,7 +221,7 @@ async def consumer(params: dict[str, Any], ch: Any) -> dict[str, Any]:
             "t_full": t_full,
             "t_last": t_last,
             "timeline": timeline,
-            "queue_stats": stats,
+            "queue_stats": stats.to_json(),
         }
     finally:
         await client.close()

@@ -232,8 +232,8 @@ async def receipt_producer(params: dict[str, Any], ch: Any) -> dict[str, Any]:
                 r = await client.publish(dest, msgs)
                 t_last = now()
                 latencies.append(t_last - t)
-                if r.get("count") != batch:
-                    raise BenchError(f"publish receipt counts {r.get('count')}, not {batch}")
+                if r.count != batch:
+                    raise BenchError(f"publish receipt counts {r.count}, not {batch}")
                 done += batch
 
         await asyncio.gather(*(one() for _ in range(params["inflight"])))
@@ -243,7 +243,7 @@ async def receipt_producer(params: dict[str, Any], ch: Any) -> dict[str, Any]:
             "receipted": done,
             "t_first": t0,
             "t_last": t_last,
-            "queue_messages": stats.get("messages"),
+            "queue_messages": stats.messages,
             "latency_p50_s": latencies[len(latencies) // 2] if latencies else None,
             "latency_p99_s": latencies[int(len(latencies) * 0.99)] if latencies else None,
         }

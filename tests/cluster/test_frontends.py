@@ -180,7 +180,7 @@ def test_stream_publishes_in_flight_together_keep_every_entry(shared_cluster: Cl
                     for i in range(60)
                 )
             )
-            seqs = sorted(r["seqs"][0] for r in receipts)
+            seqs = sorted(r.seqs[0] for r in receipts)
             assert seqs == list(range(1, 61)), seqs
             reader = await clients[-1].subscribe(s, offset="first")
             got = [await reader.get(20) for _ in range(60)]

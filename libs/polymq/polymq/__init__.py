@@ -1,7 +1,9 @@
 """polymq: the client of the multi-protocol message gateway's core.
 
 The public API is what ``__all__`` lists (checked by ``tests/unit/polymq/test_exports.py``):
-the primitive API's types, the exception tree, and the asyncio client of the core. Below it
+the primitive API's types, the exception tree, the asyncio client of the core and what its
+calls answer (``polymq.answers``: :class:`Published`, :class:`Declared`, the stats of each
+kind of destination, ...). Below it
 are the sans-IO wire codec (``polymq.codec``, ``polymq.events``) and the client's parts
 (``polymq.deliveries``, ``polymq.handles``, ``polymq.inproc``), imported from their modules.
 
@@ -13,6 +15,18 @@ frontends' glue, metrics) is the ``polymq_server`` library.
 
 from __future__ import annotations
 
+from .answers import (
+    Bound,
+    ChannelStats,
+    CursorOpened,
+    Declared,
+    DestinationStats,
+    Published,
+    QueueStats,
+    StreamStats,
+    TopicStats,
+    Unbound,
+)
 from .client import (
     ChannelHandle,
     Client,
@@ -58,13 +72,18 @@ __version__ = "0.1.0"
 __all__ = [
     "AckMode",
     "BadRequest",
+    "Bound",
     "ChannelHandle",
+    "ChannelStats",
     "Client",
     "Conflict",
     "ConnectionClosed",
+    "CursorOpened",
     "DeclareOptions",
+    "Declared",
     "Delivery",
     "Destination",
+    "DestinationStats",
     "Forbidden",
     "Gone",
     "Kind",
@@ -76,18 +95,23 @@ __all__ = [
     "PayloadTooLarge",
     "PolymqError",
     "ProtocolError",
+    "Published",
     "QueueFull",
     "QueueHandle",
+    "QueueStats",
     "RequestError",
     "Settled",
     "SlowConsumer",
     "SlowPolicy",
     "StreamHandle",
+    "StreamStats",
     "SubscribeOptions",
     "Subscription",
     "Timeout",
     "TopicHandle",
+    "TopicStats",
     "Unauthorized",
     "Unavailable",
+    "Unbound",
     "__version__",
 ]

@@ -26,12 +26,21 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from ssl import SSLContext
 from types import TracebackType
 from typing import Any
 
 from . import inproc
+from .answers import (
+    Bound,
+    CursorOpened,
+    Declared,
+    DestinationStats,
+    Published,
+    Unbound,
+    stats_from_wire,
+)
 from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role
 from .deliveries import (
     Delivery,
@@ -134,7 +143,9 @@ class Client:
         self.local_buffer = local_buffer
         self.conn = Connection(Role.CLIENT)
         self._transport: asyncio.Transport | None = None
-        self._pending: dict[int, asyncio.Future[Any]] = {}
+        # each request's future, and what makes the answer of its Ok's result (None: the
+        # result as it is); publish_soon's future is answered so, without a task
+        self._pending: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None]] = {}
         self._subs: dict[int, Subscription] = {}
         self._rids = itertools.count(1)
         self._sids = itertools.count(1)
@@ -229,27 +240,35 @@ class Client:
             if sub is not None:
                 sub._push(ev.tags, ev.messages)
         elif isinstance(ev, Ok):
-            fut = self._pending.pop(ev.rid, None)
-            if fut is not None and not fut.done():
-                fut.set_result(ev.result)
+            waiting = self._pending.pop(ev.rid, None)
+            if waiting is not None:
+                answered, answer = waiting
+                if not answered.done():
+                    if answer is None:
+                        answered.set_result(ev.result)
+                    else:
+                        try:
+                            answered.set_result(answer(ev.result))
+                        except Exception as exc:  # a malformed answer fails its request only
+                            answered.set_exception(exc)
         elif isinstance(ev, Pulled):
-            fut = self._pending.pop(ev.rid, None)
-            if fut is not None and not fut.done():
+            fut = self._waiting(ev.rid)
+            if fut is not None:
                 fut.set_result([Lease(r, m) for r, m in zip(ev.leases, ev.messages, strict=True)])
         elif isinstance(ev, Peeked):
-            fut = self._pending.pop(ev.rid, None)
-            if fut is not None and not fut.done():
+            fut = self._waiting(ev.rid)
+            if fut is not None:
                 fut.set_result(ev.messages)
         elif isinstance(ev, Polled):
-            fut = self._pending.pop(ev.rid, None)
-            if fut is not None and not fut.done():
+            fut = self._waiting(ev.rid)
+            if fut is not None:
                 fut.set_result(
                     {"cursor": ev.cursor, "receipts": ev.receipts, "messages": ev.messages}
                 )
         elif isinstance(ev, Fail):
-            fut = self._pending.pop(ev.rid, None)
+            fut = self._waiting(ev.rid)
             err = error_from_code(ev.code, ev.message)
-            if fut is not None and not fut.done():
+            if fut is not None:
                 fut.set_exception(err)
             elif ev.rid == 0:
                 log.warning("polymq: a fire-and-forget request failed: %s", err)
@@ -271,6 +290,13 @@ class Client:
                 )
             self._fail_all(reason)
 
+    def _waiting(self, rid: int) -> asyncio.Future[Any] | None:
+        """The future of request ``rid``, which this answer ends; None if nothing waits."""
+        waiting = self._pending.pop(rid, None)
+        if waiting is None or waiting[0].done():
+            return None
+        return waiting[0]
+
     def _lost(self, exc: BaseException | None, reason: BaseException | None = None) -> None:
         if self.closed and self.close_reason is not None:
             return
@@ -286,7 +312,7 @@ class Client:
         self.closed = True
         err = self.close_reason
         pending, self._pending = self._pending, {}
-        for fut in pending.values():
+        for fut, _ in pending.values():
             if not fut.done():
                 fut.set_exception(err)
         if self._welcome is not None and not self._welcome.done():
@@ -349,8 +375,8 @@ class Client:
                     try:
                         t.write(self.conn.send(ev))
                     except LocalProtocolError as exc:
-                        fut = self._pending.pop(getattr(ev, "rid", 0), None)
-                        if fut is not None and not fut.done():
+                        fut = self._waiting(getattr(ev, "rid", 0))
+                        if fut is not None:
                             fut.set_exception(exc)
                         else:
                             log.warning("polymq: cannot send %s: %s", type(ev).__name__, exc)
@@ -373,7 +399,7 @@ class Client:
         except Exception as exc:  # (closed: the awaiter gets it, as from _call)
             fut.set_exception(exc)
             return fut
-        self._pending[rid] = fut
+        self._pending[rid] = (fut, None)
         return fut
 
     # ---- the primitive API ------------------------------------------------------------
@@ -386,38 +412,37 @@ class Client:
         batch_id: str | None = None,
         batch_ttl: float | None = None,
         **fields: Any,
-    ) -> dict[str, Any]:
+    ) -> Published:
         """Publish one message or a batch; returns after the core accepted (and, for
         persistent messages on durable destinations, fsynced) every one.
 
         A batch is all or nothing. With ``batch_id`` it is idempotent: for ``batch_ttl``
         seconds (None: the core's window) a repeat with the same id to the same destination
-        publishes nothing and answers like the first, with ``"duplicate": True``.
+        publishes nothing and answers like the first, with ``duplicate`` true.
 
-        A queue or stream answers ``{"count", "ids", "seqs"}``. A topic answers ``{"count",
-        "subscribers", "queues", "refused"}``: the live subscribers reached, the number of
-        bound queues (see :meth:`bind`) that took a copy and the list of those that refused
-        it (full, under ``overflow: reject``); it returns once copies of persistent messages
-        in durable queues are on disk."""
+        A queue or stream answers the messages' ``ids`` and ``seqs``. A topic answers the
+        live ``subscribers`` reached, the number of bound ``queues`` (see :meth:`bind`) that
+        took a copy and the list of those that ``refused`` it (full, under ``overflow:
+        reject``); it returns once copies of persistent messages in durable queues are on
+        disk. See :class:`~polymq.answers.Published`."""
         if isinstance(messages, bytes | str | Message):
             batch = [make_message(messages, **fields)]
         else:
             batch = list(messages)
         ev = Publish(self._rid(), destination, batch, role, batch_id, batch_ttl)
-        result: dict[str, Any] = await self._call(ev)
-        return result
+        return Published.from_wire(await self._call(ev))
 
     def publish_soon(
         self, destination: str, messages: list[Message], *, role: str | None = None
-    ) -> asyncio.Future[dict[str, Any]]:
+    ) -> asyncio.Future[Published]:
         """Publish a batch in this loop iteration's frame and return the future of the core's
         answer, without a coroutine: for frontends that publish from protocol callbacks.
         It does not wait for the socket to drain: callers bound what they have in flight.
         Raises at once (no future) if the client is closed."""
         rid = self._rid()
         self._send(Publish(rid, destination, messages, role))
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
+        fut: asyncio.Future[Published] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = (fut, Published.from_wire)
         return fut
 
     def publish_nowait(self, destination: str, messages: list[Message]) -> None:
@@ -429,9 +454,10 @@ class Client:
         if not self._can_write.is_set():
             await self._can_write.wait()
 
-    async def declare(self, destination: str, **options: Any) -> dict[str, Any]:
-        r: dict[str, Any] = await self._call(Declare(self._rid(), destination, options))
-        return r
+    async def declare(self, destination: str, **options: Any) -> Declared:
+        """Create ``destination`` with ``options`` (see :class:`~polymq.types.DeclareOptions`)
+        or change its options; a topic has none to keep."""
+        return Declared.from_wire(await self._call(Declare(self._rid(), destination, options)))
 
     async def delete(self, destination: str) -> None:
         await self._call(Delete(self._rid(), destination))
@@ -440,9 +466,11 @@ class Client:
         r = await self._call(Purge(self._rid(), destination))
         return int(r["purged"])
 
-    async def stats(self, destination: str) -> dict[str, Any]:
-        r: dict[str, Any] = await self._call(Stats(self._rid(), destination))
-        return r
+    async def stats(self, destination: str) -> DestinationStats:
+        """A :class:`~polymq.answers.QueueStats`, :class:`~polymq.answers.StreamStats`,
+        :class:`~polymq.answers.TopicStats` (a pattern's too) or
+        :class:`~polymq.answers.ChannelStats`, as ``destination``'s kind is."""
+        return stats_from_wire(await self._call(Stats(self._rid(), destination)))
 
     async def subscribe(
         self, destination: str, *, listener: DeliveryListener | None = None, **options: Any
@@ -510,18 +538,17 @@ class Client:
         await self._call(Ping(self._rid()))
 
     # ---- bindings: topic pattern -> queue ----------------------------------------------
-    async def bind(self, pattern: str, queue: str) -> dict[str, Any]:
+    async def bind(self, pattern: str, queue: str) -> Bound:
         """Bind ``queue`` (``"queue/<name>"``) to ``pattern`` (``"topic/<pattern>"``, with
         ``*``, ``#`` or a trailing ``*`` prefix): every message published to a matching topic
-        is also appended to the queue. Idempotent; kept across restarts when the queue is
-        declared durable, and removed with the queue. Returns ``{"added": 0 | 1}``."""
-        r: dict[str, Any] = await self._call(Bind(self._rid(), pattern, queue))
-        return r
+        is also appended to the queue. Idempotent (``added`` is false for a binding that was
+        there); kept across restarts when the queue is declared durable, and removed with
+        the queue."""
+        return Bound.from_wire(await self._call(Bind(self._rid(), pattern, queue)))
 
-    async def unbind(self, pattern: str, queue: str) -> dict[str, Any]:
-        """Remove a binding; ``{"removed": 0}`` if there was none."""
-        r: dict[str, Any] = await self._call(Unbind(self._rid(), pattern, queue))
-        return r
+    async def unbind(self, pattern: str, queue: str) -> Unbound:
+        """Remove a binding; ``removed`` is false if there was none."""
+        return Unbound.from_wire(await self._call(Unbind(self._rid(), pattern, queue)))
 
     async def bindings(self, queue: str) -> list[str]:
         """The patterns (``"topic/..."``) ``queue`` is bound to, sorted."""
@@ -537,15 +564,17 @@ class Client:
         ttl: float = 300.0,
         visibility: float = 30.0,
         buffer: int = 10_000,
-    ) -> dict[str, Any]:
+    ) -> CursorOpened:
         """Open a subscription the core keeps until ``ttl`` seconds pass without a poll.
 
-        Returns ``{"id", "cursor"}``. Topics buffer up to ``buffer`` messages; streams read
-        from ``offset``; queues lease what a poll takes for ``visibility`` seconds.
+        Returns its ``id`` and first ``cursor``. Topics buffer up to ``buffer`` messages;
+        streams read from ``offset``; queues lease what a poll takes for ``visibility``
+        seconds.
         """
         options = {"offset": offset, "ttl": ttl, "visibility": visibility, "buffer": buffer}
-        r: dict[str, Any] = await self._call(CursorOpen(self._rid(), destination, options))
-        return r
+        return CursorOpened.from_wire(
+            await self._call(CursorOpen(self._rid(), destination, options))
+        )
 
     def cursor_poll(
         self, sub_id: str, cursor: int | None, *, max: int = 100, wait: float = 0.0

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from .answers import Bound, Declared, DestinationStats, Published, Unbound
 from .deliveries import DeliveryListener, Lease, Subscription
 from .types import Message
 
@@ -18,9 +19,9 @@ class HandleHost(Protocol):
     destination. A protocol, so that this module need not import the client's, which
     imports it."""
 
-    async def declare(self, destination: str, **options: Any) -> dict[str, Any]: ...
+    async def declare(self, destination: str, **options: Any) -> Declared: ...
     async def delete(self, destination: str) -> None: ...
-    async def stats(self, destination: str) -> dict[str, Any]: ...
+    async def stats(self, destination: str) -> DestinationStats: ...
     async def get_metadata(self, destination: str) -> dict[str, str]: ...
     async def set_metadata(self, destination: str, metadata: dict[str, str]) -> None: ...
     async def publish(
@@ -32,7 +33,7 @@ class HandleHost(Protocol):
         batch_id: str | None = None,
         batch_ttl: float | None = None,
         **fields: Any,
-    ) -> dict[str, Any]: ...
+    ) -> Published: ...
     async def subscribe(
         self, destination: str, *, listener: DeliveryListener | None = None, **options: Any
     ) -> Subscription: ...
@@ -40,8 +41,8 @@ class HandleHost(Protocol):
         self, destination: str, max: int = 1, *, wait: float = 0.0, visibility: float = 30.0
     ) -> list[Lease]: ...
     async def purge(self, destination: str) -> int: ...
-    async def bind(self, pattern: str, queue: str) -> dict[str, Any]: ...
-    async def unbind(self, pattern: str, queue: str) -> dict[str, Any]: ...
+    async def bind(self, pattern: str, queue: str) -> Bound: ...
+    async def unbind(self, pattern: str, queue: str) -> Unbound: ...
     async def bindings(self, queue: str) -> list[str]: ...
 
 
@@ -50,13 +51,13 @@ class _Handle:
         self.client = client
         self.destination = destination
 
-    async def declare(self, **options: Any) -> dict[str, Any]:
+    async def declare(self, **options: Any) -> Declared:
         return await self.client.declare(self.destination, **options)
 
     async def delete(self) -> None:
         await self.client.delete(self.destination)
 
-    async def stats(self) -> dict[str, Any]:
+    async def stats(self) -> DestinationStats:
         return await self.client.stats(self.destination)
 
     async def metadata(self, **values: str) -> dict[str, str]:
@@ -68,10 +69,10 @@ class _Handle:
 
 
 class QueueHandle(_Handle):
-    async def push(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
+    async def push(self, body: bytes | str | Message, **fields: Any) -> Published:
         return await self.client.publish(self.destination, body, **fields)
 
-    async def push_many(self, messages: Iterable[Message]) -> dict[str, Any]:
+    async def push_many(self, messages: Iterable[Message]) -> Published:
         return await self.client.publish(self.destination, list(messages))
 
     async def consume(self, **options: Any) -> Subscription:
@@ -83,10 +84,10 @@ class QueueHandle(_Handle):
     async def purge(self) -> int:
         return await self.client.purge(self.destination)
 
-    async def bind(self, pattern: str) -> dict[str, Any]:
+    async def bind(self, pattern: str) -> Bound:
         return await self.client.bind(pattern, self.destination)
 
-    async def unbind(self, pattern: str) -> dict[str, Any]:
+    async def unbind(self, pattern: str) -> Unbound:
         return await self.client.unbind(pattern, self.destination)
 
     async def bindings(self) -> list[str]:
@@ -94,7 +95,7 @@ class QueueHandle(_Handle):
 
 
 class TopicHandle(_Handle):
-    async def publish(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
+    async def publish(self, body: bytes | str | Message, **fields: Any) -> Published:
         return await self.client.publish(self.destination, body, **fields)
 
     async def subscribe(self, **options: Any) -> Subscription:
@@ -102,7 +103,7 @@ class TopicHandle(_Handle):
 
 
 class StreamHandle(_Handle):
-    async def append(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
+    async def append(self, body: bytes | str | Message, **fields: Any) -> Published:
         return await self.client.publish(self.destination, body, **fields)
 
     async def read(self, offset: str | int | float = "next", **options: Any) -> Subscription:
@@ -118,7 +119,7 @@ class ChannelHandle(_Handle):
         super().__init__(client, destination)
         self.role = role
 
-    async def send(self, body: bytes | str | Message, **fields: Any) -> dict[str, Any]:
+    async def send(self, body: bytes | str | Message, **fields: Any) -> Published:
         return await self.client.publish(self.destination, body, role=self.role, **fields)
 
     async def receive(self, **options: Any) -> Subscription:

@@ -42,6 +42,7 @@ from prometheus_client import (
     CollectorRegistry,
 )
 
+from polymq.answers import Published
 from polymq.client import Client
 from polymq.types import Destination, Kind, Message
 
@@ -369,7 +370,7 @@ class FrontendLink(CoreLink, Generic[S]):
         role: str | None = None,
         batch_id: str | None = None,
         batch_ttl: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> Published:
         """Publish ``messages`` (from ``size`` bytes of request body), holding that much of
         :attr:`budget` while in flight so that coalesced requests never make a frame the
         core would refuse."""
@@ -455,12 +456,12 @@ def problem_response(
 
 
 # ---- the JSON APIs' shared routes and answers -------------------------------------------------
-def published_json(dest: Destination, result: Mapping[str, Any]) -> dict[str, Any]:
+def published_json(dest: Destination, result: Published) -> dict[str, Any]:
     """The answer to a publish to ``dest`` from the core's ``result``: ``count`` and
     ``subscribers`` for a topic, else ``count``, ``ids`` and ``seqs``."""
     if dest.kind is Kind.TOPIC:
-        return {"count": result["count"], "subscribers": result["subscribers"]}
-    return {"count": result["count"], "ids": result["ids"], "seqs": result["seqs"]}
+        return {"count": result.count, "subscribers": result.subscribers}
+    return {"count": result.count, "ids": result.ids, "seqs": result.seqs}
 
 
 def add_openapi_route(app: web.Application, document: web.AppKey[bytes]) -> None:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from pamqp import commands
 
+from polymq.answers import QueueStats
 from polymq.client import Subscription
 from polymq.errors import ConnectionClosed, PolymqError, Unavailable
 from polymq.types import Message, Outcome
@@ -315,7 +316,7 @@ class Consumers:
             )
         if method.exclusive:
             stats = await ch.session.topology.core_has(core_queue)
-            if stats and int(stats.get("subscribers") or 0) > 0:
+            if stats is not None and stats.subscribers > 0:
                 raise ChannelException(
                     ACCESS_REFUSED,
                     f"queue '{queue}' in vhost '{ch.names.vhost}' has consumers: it cannot be "
@@ -439,7 +440,7 @@ class Consumers:
             if consumer.auto_delete:
                 with contextlib.suppress(PolymqError, TimeoutError):
                     stats = await topology.core_has(consumer.core_queue)
-                    if stats is not None and not int(stats.get("subscribers") or 0):
+                    if stats is not None and not stats.subscribers:
                         rec = await topology.queue(names, consumer.queue)
                         if rec is not None and rec.auto_delete:
                             log.debug("amqp: auto-delete queue %r has no consumer left", rec.name)
@@ -478,7 +479,7 @@ class Consumers:
         )
         if isinstance(leases, BaseException):
             raise leases
-        count = 0 if isinstance(stats, BaseException) else int(stats.get("messages") or 0)
+        count = stats.messages if isinstance(stats, QueueStats) else 0  # (or an exception)
         if not leases:
             session.send_method(ch.number, commands.Basic.GetEmpty())
             return

@@ -120,8 +120,8 @@ class Declarations:
         return rec
 
     async def _counts(self, core: str) -> tuple[int, int]:
-        stats = await self.topology.core_has(core) or {}
-        return int(stats.get("messages") or 0), int(stats.get("subscribers") or 0)
+        stats = await self.topology.core_has(core)
+        return (0, 0) if stats is None else (stats.messages, stats.subscribers)
 
     def _reply(self, method: Any, answer: Any) -> None:
         if not getattr(method, "nowait", False):
@@ -406,8 +406,8 @@ class Declarations:
         if rec is None and stats is None:
             self._reply(m, commands.Queue.DeleteOk(message_count=0))
             return
-        messages = int((stats or {}).get("messages") or 0)
-        if m.if_unused and int((stats or {}).get("subscribers") or 0):
+        messages = 0 if stats is None else stats.messages
+        if m.if_unused and stats is not None and stats.subscribers:
             raise ChannelException(
                 PRECONDITION_FAILED, f"queue '{queue}' in vhost '{self.vhost}' in use"
             )

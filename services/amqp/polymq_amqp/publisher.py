@@ -36,10 +36,11 @@ from __future__ import annotations
 import asyncio
 import copy
 from functools import partial
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from pamqp import commands
 
+from polymq.answers import Published
 from polymq.errors import PolymqError, QueueFull, Unavailable
 from polymq.types import Message
 from polymq_server.auth import Permission
@@ -163,7 +164,7 @@ class Outbox:
             return
         fut.add_done_callback(partial(self._answered, dest, batch))
 
-    def _answered(self, dest: str, batch: _Batch, fut: asyncio.Future[dict[str, Any]]) -> None:
+    def _answered(self, dest: str, batch: _Batch, fut: asyncio.Future[Published]) -> None:
         if not fut.cancelled() and isinstance(fut.exception(), QueueFull):
             # the queue refuses after all (declared with a bound elsewhere): from now on its
             # messages go one by one, so that a refusal names one message
@@ -374,7 +375,7 @@ class Publisher:
                 fut = client.publish_soon(dest, [message])
                 fut.add_done_callback(partial(self.answered, p))
 
-    def answered(self, p: _Publish, fut: asyncio.Future[dict[str, Any]]) -> None:
+    def answered(self, p: _Publish, fut: asyncio.Future[Published]) -> None:
         p.pending -= 1
         routed, refused, failed = _outcome(fut)
         p.routed |= routed
@@ -434,7 +435,7 @@ class Publisher:
         session = self.session
         session.outbox.flush()
         client = session.client()
-        waits: list[tuple[_Publish, list[asyncio.Future[dict[str, Any]]]]] = []
+        waits: list[tuple[_Publish, list[asyncio.Future[Published]]]] = []
         for method, route, message in items:
             p = _Publish(0, method, [message], len(message.body))
             futs = [client.publish_soon(dest, [message]) for dest in route]
@@ -453,7 +454,7 @@ class Publisher:
                 self._return(p.method, p.messages[0])
 
 
-def _outcome(fut: asyncio.Future[dict[str, Any]]) -> tuple[bool, bool, BaseException | None]:
+def _outcome(fut: asyncio.Future[Published]) -> tuple[bool, bool, BaseException | None]:
     """What the core's answer for one destination says: routed, refused, failed."""
     if fut.cancelled():
         return False, False, Unavailable("the publish was cancelled")
@@ -462,23 +463,27 @@ def _outcome(fut: asyncio.Future[dict[str, Any]]) -> tuple[bool, bool, BaseExcep
         return True, True, None
     if exc is not None:
         return False, False, exc
-    result = fut.result()
-    if "subscribers" in result:  # a topic: subscribers, bound queues, and refusals
-        refused = bool(result.get("refused"))
-        return bool(result.get("subscribers") or result.get("queues") or refused), refused, None
-    return True, False, None
+    routed, refused = _routed(fut.result())
+    return routed, refused, None
 
 
-def _tally(p: _Publish, result: dict[str, Any]) -> None:
+def _tally(p: _Publish, result: Published) -> None:
     """What the core's answer says about one destination of ``p``."""
-    if "subscribers" in result:  # a topic: subscribers, bound queues, and refusals
-        refused = result.get("refused") or []
-        if refused:
-            p.refused = True
-        if result.get("subscribers") or result.get("queues") or refused:
-            p.routed = True
-    else:
+    routed, refused = _routed(result)
+    if refused:
+        p.refused = True
+    if routed:
         p.routed = True
+
+
+def _routed(result: Published) -> tuple[bool, bool]:
+    """Did the message reach anyone, and did a queue refuse it? A queue's answer says it
+    took it; a topic's counts its subscribers, the bound queues that took a copy and those
+    that refused one."""
+    if not result.to_topic:
+        return True, False
+    refused = bool(result.refused)
+    return bool(result.subscribers or result.queues or refused), refused
 
 
 def _cannot_refuse(rec: QueueRecord | None, dest: str, publisher: Publisher) -> bool:

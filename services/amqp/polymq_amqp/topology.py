@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from polymq.answers import QueueStats
 from polymq.errors import NotFound, PolymqError
 from polymq_server.corelink import CoreLink
 from polymq_server.records import (
@@ -211,13 +212,13 @@ class Topology(Records):
             return True
         return False
 
-    async def core_has(self, core: str) -> dict[str, Any] | None:
-        """The core's stats of a queue, None if it has no such queue."""
+    async def core_has(self, core: str) -> QueueStats | None:
+        """The core's stats of a queue (``queue/<name>``), None if it has no such queue."""
         try:
-            stats: dict[str, Any] = await self.link.call(lambda c: c.stats(core))
+            stats = await self.link.call(lambda c: c.stats(core))
         except NotFound:
             return None
-        return stats
+        return stats if isinstance(stats, QueueStats) else None
 
     async def put_queue(self, names: VhostNames, rec: QueueRecord) -> None:
         key = self.queue_key(names, rec.name)

@@ -202,18 +202,18 @@ async def publish(request: web.Request) -> web.Response:
     except Exception:
         metrics.batches.labels("failed").inc()
         raise
-    duplicate = bool(result.get("duplicate", False))
+    duplicate = result.duplicate
     if duplicate:
         metrics.batches.labels("duplicate").inc()
         metrics.duplicates.inc(records.count)
     else:
         metrics.batches.labels("published").inc()
         metrics.records.labels("in").inc(records.count)
-    answer["count"] = result["count"]
+    answer["count"] = result.count
     if dest.kind is Kind.TOPIC:
-        answer["subscribers"] = result["subscribers"]
+        answer["subscribers"] = result.subscribers
     else:
-        answer["ids"], answer["seqs"] = result["ids"], result["seqs"]
+        answer["ids"], answer["seqs"] = result.ids, result.seqs
     answer["duplicate"] = duplicate
     return web.json_response(answer)
 

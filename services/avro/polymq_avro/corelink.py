@@ -80,8 +80,8 @@ class AvroLink(FrontendLink[AvroSettings]):
                 CORE_TIMEOUT,
             ),
         )
-        sub_id = str(opened["id"])
-        empty = {"cursor": opened["cursor"], "messages": [], "receipts": []}
+        sub_id = opened.id
+        empty = {"cursor": opened.cursor, "messages": [], "receipts": []}
         try:
             return await self.waiting(
                 client,

@@ -33,6 +33,7 @@ from aiormq.abc import DeliveredMessage
 from aiormq.exceptions import DeliveryError
 
 from polymq import Client, Delivery, Subscription
+from polymq.answers import DestinationStats, QueueStats, StreamStats
 from polymq.errors import NotFound
 
 from .config import OutboundLink
@@ -136,12 +137,11 @@ class OutboundRunner(LinkRunner):
             return StreamProgress(committed), committed + 1
         offset = c.offset
         if offset in ("next", "last"):
-            try:
+            last: int | None = None  # (None: no such stream yet, or an empty one)
+            with contextlib.suppress(NotFound):
                 stats = await client.stats(c.source)
-            except NotFound:
-                stats = {}
-            last = stats.get("last_seq")
-            if isinstance(last, int):
+                last = stats.last_seq if isinstance(stats, StreamStats) else None
+            if last is not None:
                 offset = last + 1 if offset == "next" else last
             else:
                 offset = "first"  # empty: the first entry to come is next and last
@@ -284,16 +284,20 @@ class OutboundRunner(LinkRunner):
                 try:
                     stats = await asyncio.wait_for(client.stats(c.source), 5)
                 except NotFound:
-                    stats = {}
+                    self.metrics.lag.set(0)  # no source: nothing waits
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
                     log.debug("bridge: link %s: stats failed: %s", self.name, exc)
-                    stats = None
-                if stats is not None:
-                    if progress is None:
-                        self.metrics.lag.set(stats.get("messages", 0))
-                    else:
-                        last = stats.get("last_seq") or progress.committed
-                        self.metrics.lag.set(max(0, last - progress.committed))
+                else:
+                    self.metrics.lag.set(_lag(stats, progress))
             await asyncio.sleep(min(interval, _SAVE_INTERVAL) if progress else interval)
+
+
+def _lag(stats: DestinationStats, progress: StreamProgress | None) -> int:
+    """What the source holds that the link has not sent: a queue's messages, or a stream's
+    entries after the last one ``progress`` committed."""
+    if progress is None:
+        return stats.messages if isinstance(stats, QueueStats | StreamStats) else 0
+    last = stats.last_seq if isinstance(stats, StreamStats) else None
+    return max(0, (last or progress.committed) - progress.committed)

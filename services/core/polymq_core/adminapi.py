@@ -145,7 +145,7 @@ class _Api:
         """``dest``'s document, from the wire's ``Stats`` (in a cluster: the shard's
         leader's); NotFound if it does not exist."""
         client = await self.link.client()
-        stats = await client.stats(str(dest))
+        stats = (await client.stats(str(dest))).to_json()
         if dest.kind is not Kind.CHANNEL:
             return self.row(str(dest), stats)
         inboxes = [self.row(channel_inbox(dest.name, r), stats[r]) for r in ("server", "client")]
@@ -414,12 +414,11 @@ async def publish(request: web.Request) -> web.Response:
         result = await client.publish(str(dest), message)
     except RequestError as exc:
         return _failed(exc)
-    ids, seqs = result.get("ids") or [None], result.get("seqs") or []
-    out: dict[str, Any] = {"id": ids[0]}
-    if seqs:
-        out["seq"] = seqs[0]
-    if "subscribers" in result:
-        out["subscribers"] = result["subscribers"]
+    out: dict[str, Any] = {"id": result.ids[0] if result.ids else None}
+    if result.seqs:
+        out["seq"] = result.seqs[0]
+    if result.to_topic:
+        out["subscribers"] = result.subscribers
     return web.json_response(out, status=201)
 
 

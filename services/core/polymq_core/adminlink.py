@@ -131,7 +131,7 @@ class AdminLink:
                 reply_to=f"topic/{self.reply_topic}",
             )
             sent = await client.publish(f"topic/{topic}", message)
-            reached = sent.get("subscribers") if self.broker.cluster is None else None
+            reached = sent.subscribers if self.broker.cluster is None else None
             while not enough(answers) and not (
                 isinstance(reached, int) and len(answers) >= reached
             ):

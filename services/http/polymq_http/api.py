@@ -112,7 +112,7 @@ async def declare(request: web.Request) -> web.Response:
     data, size = await read_json(request, request.app[SETTINGS].max_body, required=False)
     options = parse_declare(data) if size else {}
     result = await request.app[CORE].call(lambda c: c.declare(str(dest), **options))
-    return web.json_response(result)
+    return web.json_response(result.to_json())
 
 
 async def delete(request: web.Request) -> web.Response:
@@ -129,7 +129,8 @@ async def purge(request: web.Request) -> web.Response:
 
 async def stats(request: web.Request) -> web.Response:
     dest = await _authorized(request, Permission.READ)
-    return web.json_response(await request.app[CORE].call(lambda c: c.stats(str(dest))))
+    stats = await request.app[CORE].call(lambda c: c.stats(str(dest)))
+    return web.json_response(stats.to_json())
 
 
 async def get_metadata(request: web.Request) -> web.Response:

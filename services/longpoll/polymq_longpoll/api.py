@@ -107,12 +107,12 @@ async def open_subscription(request: web.Request) -> web.Response:
     request.app[ACCESS].authorize(principal, Permission.READ, str(dest))
     result = await request.app[CORE].call(lambda c: c.cursor_open(str(dest), **options))
     visibility = float(options.get("visibility", 0.0))
-    ref = SubscriptionRef(str(result["id"]), dest, ack, prefetch, visibility, options["ttl"])
+    ref = SubscriptionRef(result.id, dest, ack, prefetch, visibility, options["ttl"])
     request.app[METRICS].subscriptions.labels(dest.kind.value).inc()
     sub_id = ref.encode()
     body = {
         "id": sub_id,
-        "cursor": str(result["cursor"]),
+        "cursor": str(result.cursor),
         "destination": str(dest),
         "ack": ack.value,
         "prefetch": prefetch,

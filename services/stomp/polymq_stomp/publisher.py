@@ -24,6 +24,7 @@ from collections.abc import Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from polymq.answers import DestinationStats, Published, QueueStats, StreamStats, TopicStats
 from polymq.errors import NotFound, PolymqError, Unavailable
 from polymq.types import Message, Outcome
 from polymq_server.auth import Permission
@@ -239,7 +240,7 @@ class Publisher:
         if self.inflight <= 0 and self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
 
-    def _published(self, batch: _Batch, fut: asyncio.Future[dict[str, Any]]) -> None:
+    def _published(self, batch: _Batch, fut: asyncio.Future[Published]) -> None:
         if self.session.closing:
             self._answered(batch)
             if not fut.cancelled():
@@ -285,18 +286,22 @@ class Publisher:
         session = self.session
         session.authorize(Permission.READ, ctl.core)
         client = session.client()
+        stats: DestinationStats | None
         try:
             stats = await session.hub.link.guard(client, client.stats(ctl.core))
         except NotFound:
-            stats = {}
+            stats = None  # counted as none
         receipt = frame.get("receipt")
         if receipt is None:
             return
         if ctl.op is ControlOp.COUNT_MESSAGES:
-            session.receipt(receipt, ("num-messages", str(int(stats.get("messages") or 0))))
+            held = stats.messages if isinstance(stats, QueueStats | StreamStats) else 0
+            session.receipt(receipt, ("num-messages", str(held)))
         else:
-            count = str(int(stats.get("subscribers") or 0))
-            session.receipt(receipt, ("num-subscribers", count))
+            count = (
+                stats.subscribers if isinstance(stats, QueueStats | StreamStats | TopicStats) else 0
+            )
+            session.receipt(receipt, ("num-subscribers", str(count)))
 
     # ---- transactions ---------------------------------------------------------------------
     def _tx(self, name: str) -> _Tx:

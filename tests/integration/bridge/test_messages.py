@@ -336,7 +336,7 @@ async def test_unroutable_messages_wait_in_polymq_until_rabbitmq_can_route_them(
         )
         await asyncio.sleep(0.3)
         stats = await c.stats(f"queue/{src}")
-        assert stats["messages"] + stats["in_flight"] == 5
+        assert stats.messages + stats.in_flight == 5
         deadline = time.monotonic() + 10
         while "could not route" not in json.loads(bridge.get("/links")[1])["links"][0].get(
             "last_error", ""

@@ -243,7 +243,7 @@ async def test_peek_shows_a_queues_messages_in_order_without_taking_them(
         assert [m["body"] for m in two.json()["messages"]] == ["high-1", "high-2"]
         # still all there, and a consumer gets them in the order shown
         stats = await c.stats(q)
-        assert stats["messages"] == 5 and stats["in_flight"] == 0 and stats["delivered"] == 0
+        assert stats.messages == 5 and stats.in_flight == 0 and stats.delivered == 0
         sub = await c.subscribe(q, ack_mode="client-individual", prefetch=10)
         got = await collect(sub, 5)
         assert bodies(got) == [b"high-1", b"high-2", b"mid", b"low-1", b"\xff\x00binary"]

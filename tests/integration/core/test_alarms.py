@@ -96,13 +96,13 @@ async def test_past_the_low_watermark_a_paging_queue_keeps_less_in_memory(
         for q in (free, pressed):
             await c.declare(q, durable=True)
         await c.publish(free, messages)
-        assert (await c.stats(free))["paged"] == 0  # 50 of a window of 80: all in memory
+        assert (await c.stats(free)).paged == 0  # 50 of a window of 80: all in memory
 
         # four times what it uses: past the low mark (0.4x), under where the alarm rises (2x)
         doc = await measured_with(core, used * 4)
         assert doc["alarms"] == [] and doc["memory"]["pressure"], doc
         await c.publish(pressed, messages)
-        assert (await c.stats(pressed))["paged"] == 40  # a window of 10 in memory
+        assert (await c.stats(pressed)).paged == 40  # a window of 10 in memory
 
         await measured_with(core, used * 20)  # no pressure: the pages come back, in order
         sub = await c.subscribe(pressed, prefetch=100)

@@ -187,7 +187,7 @@ async def test_malformed_destination_fails_that_request_only(
 async def test_longest_legal_name_is_accepted(client: Client) -> None:
     q = "queue/" + "n" * 255
     await client.publish(q, "x")
-    assert (await client.stats(q))["messages"] == 1
+    assert (await client.stats(q)).messages == 1
 
 
 async def test_body_over_max_body_is_payload_too_large(client: Client) -> None:
@@ -201,7 +201,7 @@ async def test_body_over_max_body_is_payload_too_large(client: Client) -> None:
     with pytest.raises(NotFound):  # nothing of either batch got in
         await client.stats(q)
     await client.publish(q, b"z" * 1024)
-    assert (await client.stats(q))["messages"] == 1
+    assert (await client.stats(q)).messages == 1
 
 
 @pytest.mark.parametrize(
@@ -227,7 +227,7 @@ async def test_wrong_types_in_declare_options_are_bad_requests(
     with pytest.raises(BadRequest):
         await client.declare(q, **options)
     await client.declare(q, max_length=5)  # the connection is fine; nothing half-declared
-    assert (await client.stats(q))["options"]["max_length"] == 5
+    assert (await client.stats(q)).options.max_length == 5
 
 
 @pytest.mark.parametrize(
@@ -278,7 +278,7 @@ async def test_wrong_types_in_message_fields_are_bad_requests(
     with pytest.raises(NotFound):
         await client.stats(q)
     await client.publish(q, "fine")
-    assert (await client.stats(q))["messages"] == 1
+    assert (await client.stats(q)).messages == 1
 
 
 async def test_wrong_types_in_other_requests_are_bad_requests(client: Client) -> None:

@@ -27,20 +27,20 @@ async def test_a_repeated_batch_id_publishes_once_and_answers_like_the_first(
         await client.declare(dest, durable=True)
     first = await client.publish(dest, batch(100), batch_id="b-1")
     again = await client.publish(dest, batch(100), batch_id="b-1")
-    assert first["duplicate"] is False and again["duplicate"] is True
-    assert again["ids"] == first["ids"] and again["seqs"] == first["seqs"]
-    assert (await client.stats(dest))["messages"] == 100
+    assert first.duplicate is False and again.duplicate is True
+    assert again.ids == first.ids and again.seqs == first.seqs
+    assert (await client.stats(dest)).messages == 100
     other = await client.publish(dest, batch(100), batch_id="b-2")
-    assert other["duplicate"] is False and other["ids"] != first["ids"]
-    assert (await client.stats(dest))["messages"] == 200
+    assert other.duplicate is False and other.ids != first.ids
+    assert (await client.stats(dest)).messages == 200
 
 
 async def test_the_same_batch_id_on_another_destination_is_another_batch(client: Client) -> None:
     a, b = f"queue/{uid()}", f"queue/{uid()}"
     await client.publish(a, batch(3), batch_id="same")
     r = await client.publish(b, batch(3), batch_id="same")
-    assert r["duplicate"] is False
-    assert (await client.stats(b))["messages"] == 3
+    assert r.duplicate is False
+    assert (await client.stats(b)).messages == 3
 
 
 async def test_concurrent_repeats_share_one_publish(core: PolymqProcess) -> None:
@@ -50,9 +50,9 @@ async def test_concurrent_repeats_share_one_publish(core: PolymqProcess) -> None
         answers = await asyncio.gather(
             *(c.publish(dest, batch(50), batch_id="race") for c in clients for _ in range(3))
         )
-        assert sum(not a["duplicate"] for a in answers) == 1
-        assert len({tuple(a["ids"]) for a in answers}) == 1
-        assert (await clients[0].stats(dest))["messages"] == 50
+        assert sum(not a.duplicate for a in answers) == 1
+        assert len({tuple(a.ids) for a in answers}) == 1
+        assert (await clients[0].stats(dest)).messages == 50
     finally:
         for c in clients:
             await c.close()
@@ -63,20 +63,20 @@ async def test_a_refused_batch_is_not_remembered_so_its_retry_publishes(client: 
     await client.declare(dest, max_length=5, overflow="reject")
     with pytest.raises(QueueFull):
         await client.publish(dest, batch(10), batch_id="too-big")
-    assert (await client.stats(dest))["messages"] == 0  # all or nothing
+    assert (await client.stats(dest)).messages == 0  # all or nothing
     await client.purge(dest)
     r = await client.publish(dest, batch(5), batch_id="too-big")
-    assert r["duplicate"] is False and r["count"] == 5
+    assert r.duplicate is False and r.count == 5
 
 
 async def test_a_batch_id_expires_after_its_ttl(client: Client) -> None:
     dest = f"queue/{uid()}"
     await client.publish(dest, batch(2), batch_id="short", batch_ttl=0.3)
-    assert (await client.publish(dest, batch(2), batch_id="short", batch_ttl=0.3))["duplicate"]
+    assert (await client.publish(dest, batch(2), batch_id="short", batch_ttl=0.3)).duplicate
     await asyncio.sleep(0.5)
     r = await client.publish(dest, batch(2), batch_id="short", batch_ttl=0.3)
-    assert r["duplicate"] is False
-    assert (await client.stats(dest))["messages"] == 4
+    assert r.duplicate is False
+    assert (await client.stats(dest)).messages == 4
 
 
 async def test_topic_batches_are_deduplicated_too(client: Client) -> None:
@@ -84,7 +84,7 @@ async def test_topic_batches_are_deduplicated_too(client: Client) -> None:
     sub = await client.subscribe(f"topic/{name}")
     await client.publish(f"topic/{name}", batch(2), batch_id="t")
     r = await client.publish(f"topic/{name}", batch(2), batch_id="t")
-    assert r["duplicate"] is True and r["subscribers"] == 1
+    assert r.duplicate is True and r.subscribers == 1
     got = [await sub.get(5) for _ in range(2)]
     assert [d.message.body for d in got] == [b"m0", b"m1"]
     with pytest.raises(TimeoutError):
@@ -108,23 +108,23 @@ async def test_a_batch_of_persistent_messages_is_remembered_across_kill_9(
     core.start()
     async with await connect(core.ports["core"]) as c:
         again = await c.publish(dest, batch(300), batch_id="kept", role=role)
-        assert again["duplicate"] is True
-        assert (again["ids"], again["seqs"], again["count"]) == (
-            first["ids"],
-            first["seqs"],
+        assert again.duplicate is True
+        assert (again.ids, again.seqs, again.count) == (
+            first.ids,
+            first.seqs,
             300,
         )
-        assert (await c.publish(dest, batch(2, "o"), batch_id="other", role=role))["duplicate"]
-        assert other["seqs"] == [301, 302]
+        assert (await c.publish(dest, batch(2, "o"), batch_id="other", role=role)).duplicate
+        assert other.seqs == [301, 302]
         fresh = await c.publish(dest, batch(1), batch_id="new", role=role)
-        assert fresh["duplicate"] is False and fresh["seqs"] == [303]
+        assert fresh.duplicate is False and fresh.seqs == [303]
         if kind == "channel":
             sub = await c.subscribe(dest, role="server")
             got = await collect(sub, 303)
             await nothing_more(sub)
             assert len({d.message.id for d in got}) == 303
         else:
-            assert (await c.stats(dest))["messages"] == 303
+            assert (await c.stats(dest)).messages == 303
 
 
 async def test_what_a_restart_forgets_transient_batches_and_expired_ones(
@@ -136,15 +136,15 @@ async def test_what_a_restart_forgets_transient_batches_and_expired_ones(
     async with await connect(core.ports["core"]) as c:
         await c.declare(expiring, durable=True)
         await c.publish(transient, [Message(b"t")], batch_id="t")
-        assert (await c.publish(transient, [Message(b"t")], batch_id="t"))["duplicate"]
+        assert (await c.publish(transient, [Message(b"t")], batch_id="t")).duplicate
         await c.publish(expiring, batch(2), batch_id="e", batch_ttl=1.0)
     core.kill()
     await asyncio.sleep(1.2)
     core.start()
     async with await connect(core.ports["core"]) as c:
-        assert (await c.publish(transient, [Message(b"t")], batch_id="t"))["duplicate"] is False
-        assert (await c.publish(expiring, batch(2), batch_id="e"))["duplicate"] is False
-        assert (await c.stats(expiring))["messages"] == 4
+        assert (await c.publish(transient, [Message(b"t")], batch_id="t")).duplicate is False
+        assert (await c.publish(expiring, batch(2), batch_id="e")).duplicate is False
+        assert (await c.stats(expiring)).messages == 4
 
 
 @pytest.mark.parametrize(

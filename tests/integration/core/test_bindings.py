@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from polymq import BadRequest, Client, Forbidden, Message, NotFound
+from polymq import BadRequest, Bound, Client, Forbidden, Message, NotFound, Published, Unbound
 from polymq_server.auth import hash_password
 
 from ...procs import PolymqProcess
@@ -32,7 +33,7 @@ async def drain(c: Client, queue: str, n: int) -> list[Message]:
 async def depth(c: Client, queue: str) -> int:
     """Ready messages in ``queue``; 0 for a queue nothing ever went into."""
     try:
-        return int((await c.stats(queue))["messages"])
+        return int((await c.stats(queue)).messages)
     except NotFound:
         return 0
 
@@ -43,11 +44,11 @@ async def depth(c: Client, queue: str) -> int:
 async def test_bind_exact_star_hash_and_prefix_patterns(client: Client) -> None:
     ns = uid("b")
     exact, star, hash_, prefix = (f"queue/{uid()}" for _ in range(4))
-    assert await client.bind(f"topic/{ns}.orders.eu", exact) == {"added": 1}
-    assert await client.bind(f"topic/{ns}.*.eu", star) == {"added": 1}
-    assert await client.bind(f"topic/{ns}.orders.#", hash_) == {"added": 1}
-    assert await client.bind(f"topic/{ns}.ord*", prefix) == {"added": 1}
-    assert await client.bind(f"topic/{ns}.ord*", prefix) == {"added": 0}  # idempotent
+    assert await client.bind(f"topic/{ns}.orders.eu", exact) == Bound(added=True)
+    assert await client.bind(f"topic/{ns}.*.eu", star) == Bound(added=True)
+    assert await client.bind(f"topic/{ns}.orders.#", hash_) == Bound(added=True)
+    assert await client.bind(f"topic/{ns}.ord*", prefix) == Bound(added=True)
+    assert await client.bind(f"topic/{ns}.ord*", prefix) == Bound(added=False)  # idempotent
 
     topics = {
         "orders.eu": {exact, star, hash_, prefix},
@@ -59,7 +60,7 @@ async def test_bind_exact_star_hash_and_prefix_patterns(client: Client) -> None:
     }
     for topic, expected in topics.items():
         r = await client.publish(f"topic/{ns}.{topic}", topic)
-        assert r == {"count": 1, "subscribers": 0, "queues": len(expected), "refused": []}, topic
+        assert r == Published(1, subscribers=0, queues=len(expected), refused=[]), topic
 
     for queue in (exact, star, hash_, prefix):
         want = [t.encode() for t, qs in topics.items() if queue in qs]
@@ -77,7 +78,7 @@ async def test_bound_queues_each_get_their_own_copy(client: Client) -> None:
     await client.bind(topic, q2)
 
     r = await client.publish(topic, [Message(b"a", headers={"k": "v"}, priority=7), Message(b"b")])
-    assert (r["queues"], r["refused"]) == (2, [])
+    assert (r.queues, r.refused) == (2, [])
 
     a1, b1 = await drain(client, q1, 2)
     a2, _, _, b2 = await drain(client, q2, 4)  # priority 7 first
@@ -98,13 +99,13 @@ async def test_a_subscriber_and_a_binding_both_get_it_and_two_patterns_give_one_
     await client.bind(f"topic/{ns}.#", q)
     await client.bind(f"topic/{ns}.x.*", q)  # matches too: still one copy
     r = await client.publish(f"topic/{ns}.x.y", "hello")
-    assert (r["subscribers"], r["queues"]) == (1, 1)
+    assert (r.subscribers, r.queues) == (1, 1)
     (d,) = await collect(sub, 1)
     assert d.message.body == b"hello"
     assert [m.body for m in await drain(client, q, 1)] == [b"hello"]
     assert await client.bindings(q) == [f"topic/{ns}.#", f"topic/{ns}.x.*"]
     stats = await client.stats(q)
-    assert stats["bindings"] == 2
+    assert stats.bindings == 2
 
 
 async def test_a_consumer_of_a_bound_queue_gets_routed_messages(client: Client) -> None:
@@ -123,11 +124,11 @@ async def test_unbind_stops_routing(client: Client) -> None:
     topic, q = f"topic/{uid('t')}", f"queue/{uid()}"
     await client.bind(topic, q)
     await client.publish(topic, "in")
-    assert await client.unbind(topic, q) == {"removed": 1}
-    assert await client.unbind(topic, q) == {"removed": 0}  # not bound: no error
-    assert await client.unbind(f"topic/{uid()}", f"queue/{uid()}") == {"removed": 0}
+    assert await client.unbind(topic, q) == Unbound(removed=True)
+    assert await client.unbind(topic, q) == Unbound(removed=False)  # not bound: no error
+    assert await client.unbind(f"topic/{uid()}", f"queue/{uid()}") == Unbound(removed=False)
     r = await client.publish(topic, "out")
-    assert r["queues"] == 0
+    assert r.queues == 0
     assert [m.body for m in await drain(client, q, 1)] == [b"in"]
     assert await client.bindings(q) == []
 
@@ -138,9 +139,9 @@ async def test_a_full_queue_under_reject_refuses_its_copy_alone(client: Client) 
     await client.declare(full, max_length=1, overflow="reject")
     await client.bind(topic, full)
     await client.bind(topic, ok)
-    assert (await client.publish(topic, "1"))["refused"] == []
+    assert (await client.publish(topic, "1")).refused == []
     r = await client.publish(topic, "2")
-    assert (r["queues"], r["refused"]) == (1, [full])
+    assert (r.queues, r.refused) == (1, [full])
     assert [m.body for m in await drain(client, ok, 2)] == [b"1", b"2"]
     assert [m.body for m in await drain(client, full, 1)] == [b"1"]
 
@@ -150,8 +151,8 @@ async def test_idempotent_batches_work_for_topic_publishes(client: Client) -> No
     await client.bind(topic, q)
     first = await client.publish(topic, "once", batch_id="b-1")
     again = await client.publish(topic, "once", batch_id="b-1")
-    assert first == {"count": 1, "subscribers": 0, "queues": 1, "refused": [], "duplicate": False}
-    assert again == {**first, "duplicate": True}
+    assert first == Published(1, subscribers=0, queues=1, refused=[], duplicate=False)
+    assert again == replace(first, duplicate=True)
     assert await depth(client, q) == 1
 
 
@@ -162,7 +163,7 @@ async def test_deleting_the_queue_drops_its_bindings(client: Client) -> None:
     await client.publish(topic, "x")
     await client.delete(q)
     assert await client.bindings(q) == []
-    assert (await client.publish(topic, "y"))["queues"] == 0
+    assert (await client.publish(topic, "y")).queues == 0
     with pytest.raises(NotFound):
         await client.stats(q)
 
@@ -170,7 +171,7 @@ async def test_deleting_the_queue_drops_its_bindings(client: Client) -> None:
     q2 = f"queue/{uid()}"
     await client.bind(topic, q2)
     stats = await client.stats(q2)
-    assert (stats["messages"], stats["bindings"]) == (0, 1)
+    assert (stats.messages, stats.bindings) == (0, 1)
     await client.delete(q2)
     assert await client.bindings(q2) == []
     with pytest.raises(NotFound):
@@ -182,7 +183,7 @@ async def test_idle_ttl_expiry_drops_the_bindings(client: Client) -> None:
     await client.declare(q, idle_ttl=1)
     await client.bind(topic, q)
     await eventually(lambda: _unbound(client, q), within=10)
-    assert (await client.publish(topic, "late"))["queues"] == 0
+    assert (await client.publish(topic, "late")).queues == 0
 
 
 async def _unbound(c: Client, q: str) -> bool:
@@ -222,8 +223,8 @@ async def test_durable_bindings_and_routed_messages_survive_restarts(core: Polym
             f"topic/{ns}.a",
             [Message(b"p1", persistent=True), Message(b"t1"), Message(b"p2", persistent=True)],
         )
-        assert r["queues"] == 3
-        assert (await c.stats(idle))["bindings"] == 1
+        assert r.queues == 3
+        assert (await c.stats(idle)).bindings == 1
     core.kill()  # SIGKILL: the receipt meant the persistent copies were on disk
     core.start()
     async with await connect(core.ports["core"]) as c:
@@ -234,21 +235,21 @@ async def test_durable_bindings_and_routed_messages_survive_restarts(core: Polym
             assert [m.body for m in await drain(c, q, 2)] == [b"p1", b"p2"]
         await eventually(lambda: _not_in_memory(core, idle), within=10)
         r = await c.publish(f"topic/{ns}.a", Message(b"p3", persistent=True))
-        assert r["queues"] == 2
+        assert r.queues == 2
     core.stop()  # graceful, this time
     core.start()
     async with await connect(core.ports["core"]) as c:
         for q in (busy, idle):
             assert [m.body for m in await drain(c, q, 1)] == [b"p3"]
-        assert (await c.publish(f"topic/{ns}.b", "b"))["queues"] == 1
-        assert await c.unbind(f"topic/{ns}.#", busy) == {"removed": 1}
+        assert (await c.publish(f"topic/{ns}.b", "b")).queues == 1
+        assert await c.unbind(f"topic/{ns}.#", busy) == Unbound(removed=True)
         await c.delete(idle)
     core.stop()
     core.start()
     async with await connect(core.ports["core"]) as c:
         assert await c.bindings(busy) == []  # the unbind was durable
         assert await c.bindings(idle) == []  # and so was the delete
-        assert (await c.publish(f"topic/{ns}.a", "a"))["queues"] == 0
+        assert (await c.publish(f"topic/{ns}.a", "a")).queues == 0
     assert (await _cluster(core))["bindings"] == 0
 
 
@@ -403,7 +404,7 @@ async def test_binding_needs_configure_on_the_queue_and_read_on_the_topic(
             await connect(port, user="reader", password="pw") as reader,
         ):
             q = f"queue/ops-{uid()}"
-            assert await ops.bind("topic/public.news", q) == {"added": 1}
+            assert await ops.bind("topic/public.news", q) == Bound(added=True)
             with pytest.raises(Forbidden):
                 await ops.bind("topic/secret.#", q)  # no read on that topic
             with pytest.raises(Forbidden):
@@ -413,7 +414,7 @@ async def test_binding_needs_configure_on_the_queue_and_read_on_the_topic(
             with pytest.raises(Forbidden):
                 await reader.unbind("topic/public.news", q)
             assert await reader.bindings(q) == ["topic/public.news"]  # read suffices to list
-            assert await ops.unbind("topic/public.news", q) == {"removed": 1}
+            assert await ops.unbind("topic/public.news", q) == Unbound(removed=True)
             await ops.ping()
 
 
@@ -437,7 +438,7 @@ async def test_many_bindings_route_by_match_not_by_count(client: Client) -> None
     t0 = time.perf_counter()
     for _ in range(200):
         r = await client.publish(f"topic/{ns}.k42.x", "m")
-        assert r["queues"] == 2
+        assert r.queues == 2
     elapsed = time.perf_counter() - t0
     assert await depth(client, target) == 200
     assert await depth(client, f"queue/{ns}-42") == 200

@@ -66,7 +66,7 @@ async def test_receipted_persistent_messages_survive_kill_9(core: PolymqProcess)
 
     core.start()  # the same data dir, new ports
     async with await connect(core.ports["core"]) as c:
-        stored = (await c.stats(q))["messages"]
+        stored = (await c.stats(q)).messages
         assert stored >= len(receipted)
         sub = await c.subscribe(q, ack_mode="client", prefetch=1000)
         got: list[int] = []
@@ -147,7 +147,7 @@ async def test_metadata_survives_kill_9(core: PolymqProcess) -> None:
     async with await connect(core.ports["core"]) as c:
         assert await c.get_metadata(q) == {"owner": "ops"}
         assert await c.get_metadata(s) == {"purpose": "audit"}
-        assert (await c.stats(s))["options"]["max_length"] == 100
+        assert (await c.stats(s)).options.max_length == 100
 
 
 async def test_key_value_put_get_delete_survive_kill_9(core: PolymqProcess) -> None:
@@ -179,7 +179,7 @@ async def test_declared_options_survive_restart(core: PolymqProcess) -> None:
     core.start()
     async with await connect(core.ports["core"]) as c:
         st = await c.stats(q)
-        assert st["options"]["max_length"] == 2 and st["options"]["max_deliveries"] == 3
+        assert st.options.max_length == 2 and st.options.max_deliveries == 3
         await c.publish(q, [Message(b"a"), Message(b"b")])
         with pytest.raises(QueueFull):
             await c.publish(q, "c")

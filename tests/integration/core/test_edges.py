@@ -19,7 +19,7 @@ async def test_an_unencodable_request_fails_alone(client: Client) -> None:
     q = f"queue/{uid()}"
     with pytest.raises(LocalProtocolError):
         await asyncio.wait_for(client.publish(q, b"x", correlation_id="\ud800"), 5)
-    assert (await client.publish(q, b"fine"))["count"] == 1  # the connection is intact
+    assert (await client.publish(q, b"fine")).count == 1  # the connection is intact
 
 
 @pytest.mark.timeout(60)
@@ -27,8 +27,8 @@ async def test_big_concurrent_publishes_are_split_into_frames(client: Client) ->
     q = f"queue/{uid()}"
     body = b"b" * (12 * MIB)  # 8 x 12 MiB would be one 96 MiB frame, over the 64 MiB limit
     results = await asyncio.gather(*(client.publish(q, body) for _ in range(8)))
-    assert [r["count"] for r in results] == [1] * 8
-    assert (await client.stats(q))["messages"] == 8
+    assert [r.count for r in results] == [1] * 8
+    assert (await client.stats(q)).messages == 8
 
 
 @pytest.mark.timeout(60)
@@ -59,7 +59,7 @@ async def test_an_ack_given_just_before_leaving_is_not_lost(client: Client) -> N
         d.ack()  # fire-and-forget, then leave at once
     await asyncio.sleep(0.2)
     st = await client.stats(q)
-    assert (st["messages"], st["in_flight"], st["acked"]) == (0, 0, 1)
+    assert (st.messages, st.in_flight, st.acked) == (0, 0, 1)
 
 
 async def test_a_closed_connections_waiting_pull_takes_nothing(core: PolymqProcess) -> None:

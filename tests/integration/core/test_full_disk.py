@@ -67,7 +67,7 @@ async def publish_until_full(c: Client, dest: str) -> tuple[list[bytes], list[in
     for i in range(DISK // BODY + 200):
         body = b"%06d" % i + b"x" * BODY
         try:
-            seqs += (await c.publish(dest, [Message(body, persistent=True)]))["seqs"]
+            seqs += (await c.publish(dest, [Message(body, persistent=True)])).seqs
         except Unavailable as exc:
             failures.append(exc.message)
         else:
@@ -96,7 +96,7 @@ async def test_a_full_disk_fails_writes_cleanly_and_the_core_recovers(
             assert written and len(failures) > 100, (len(written), failures[:1])
             assert all("full" in f for f in failures), failures[:3]
             # nothing that failed is in the queue, or ever delivered
-            assert (await c.stats(q))["messages"] == len(written)
+            assert (await c.stats(q)).messages == len(written)
             sub = await c.subscribe(q, ack_mode="client-individual", prefetch=len(written) + 10)
             got = await collect(sub, len(written))
             await nothing_more(sub)
@@ -116,7 +116,7 @@ async def test_a_full_disk_fails_writes_cleanly_and_the_core_recovers(
         fill(small_disk / "filler")
         core.start()
         async with await connect(core.ports["core"]) as c:
-            assert (await c.stats(q))["messages"] == len(written)
+            assert (await c.stats(q)).messages == len(written)
             sub = await c.subscribe(q, ack_mode="client-individual", prefetch=50)
             got = await collect(sub, 20)
             assert [d.message.body for d in got] == written[:20]
@@ -137,7 +137,7 @@ async def test_a_full_disk_fails_writes_cleanly_and_the_core_recovers(
         core.start()
         async with await connect(core.ports["core"]) as c:
             # 20 acked after the restart, the last one published after space came back
-            assert (await c.stats(q))["messages"] == len(written) - 20 + 1
+            assert (await c.stats(q)).messages == len(written) - 20 + 1
             sub = await c.subscribe(q, prefetch=len(written))
             got = await collect(sub, len(written) - 20 + 1)
             assert [d.message.body for d in got] == [*written[20:], b"after"]
@@ -158,8 +158,8 @@ async def test_a_stream_publish_that_failed_leaves_a_gap_readers_skip(
             assert len(failures) > 100
             os.unlink(small_disk / "spare")
             after = await c.publish(s, [Message(b"after", persistent=True)])
-            assert after["seqs"][0] > seqs[-1] + 1  # the failed ones' numbers are not reused
-            assert (await c.stats(s))["messages"] == len(written) + 1
+            assert after.seqs[0] > seqs[-1] + 1  # the failed ones' numbers are not reused
+            assert (await c.stats(s)).messages == len(written) + 1
             reader = await c.subscribe(s, offset="first")
             got = await collect(reader, len(written) + 1)
             await nothing_more(reader)
@@ -171,6 +171,6 @@ async def test_a_stream_publish_that_failed_leaves_a_gap_readers_skip(
             got = await collect(reader, len(written) + 1)
             await nothing_more(reader)
             assert [d.message.body for d in got] == [*written, b"after"]
-            assert (await c.publish(s, [Message(b"next", persistent=True)]))["seqs"] == [
-                after["seqs"][0] + 1
+            assert (await c.publish(s, [Message(b"next", persistent=True)])).seqs == [
+                after.seqs[0] + 1
             ]

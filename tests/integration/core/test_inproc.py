@@ -61,7 +61,7 @@ async def test_a_client_in_the_process_uses_the_pipe_and_shares_the_broker(
         d.ack()
         await piped.ping()
         stats = await piped.stats(q)  # acks sent before the ping were applied before it
-        assert (stats["messages"], stats["in_flight"], stats["acked"]) == (0, 0, 301)
+        assert (stats.messages, stats.in_flight, stats.acked) == (0, 0, 301)
 
 
 async def test_stopping_the_core_ends_piped_clients_with_a_reason(tmp_path: Path) -> None:

@@ -47,9 +47,9 @@ async def test_idle_queues_are_evicted_and_come_back_on_use(core: PolymqProcess)
 
         # Evicted does not mean forgotten: the declared options come back on use.
         stats = await client.stats(durable)
-        assert stats["options"]["max_length"] == 7
+        assert stats.options.max_length == 7
         receipt = await client.publish(f"queue/{prefix}.3", b"again")
-        assert receipt["count"] == 1
+        assert receipt.count == 1
     finally:
         await client.close()
 
@@ -69,7 +69,7 @@ async def test_a_declared_queue_answers_stats_after_eviction_with_its_counters(
         (last,) = await client.pull(q, 1)
         await client.settle([last.receipt])
         counters = ("published", "delivered", "acked", "redelivered")
-        before = {k: (await client.stats(q))[k] for k in counters}
+        before = {k: getattr(await client.stats(q), k) for k in counters}
         assert before["published"] == 3 and before["redelivered"] == 1
         for _ in range(40):  # empty and unused: evicted within a sweep or two
             await asyncio.sleep(0.25)
@@ -77,7 +77,7 @@ async def test_a_declared_queue_answers_stats_after_eviction_with_its_counters(
                 break
         assert await _counts(core) == (0, 1), "the empty queue stayed in memory"
         stats = await client.stats(q)  # answered, empty, its counters as they were
-        assert stats["messages"] == 0
-        assert {k: stats[k] for k in counters} == before
+        assert stats.messages == 0
+        assert {k: getattr(stats, k) for k in counters} == before
     finally:
         await client.close()

@@ -45,8 +45,8 @@ async def test_a_backlog_past_the_window_is_paged_and_read_back_in_order(
             # transient ones that come while it pages are kept (in the store) and in order
             await c.publish(q, [Message(b"transient", persistent=False)])
             st = await c.stats(q)
-            assert (st["messages"], st["paged"]) == (1001, 901)
-            assert st["bytes"] == 1000 * 6 + len(b"transient")
+            assert (st.messages, st.paged) == (1001, 901)
+            assert st.bytes == 1000 * 6 + len(b"transient")
             sub = await c.subscribe(q, ack_mode="client-individual", prefetch=30)
             got = []
             for _ in range(1001):
@@ -55,7 +55,7 @@ async def test_a_backlog_past_the_window_is_paged_and_read_back_in_order(
                 d.ack()
             await nothing_more(sub)
             assert got == [*expected(1000), b"transient"]
-            assert (await c.stats(q))["messages"] == 0
+            assert (await c.stats(q)).messages == 0
 
 
 async def test_paged_messages_are_redelivered_and_dead_lettered_as_others(
@@ -100,7 +100,7 @@ async def test_a_restart_reads_one_window_and_counts_the_rest(tmp_path: Path) ->
         core.start()
         async with await connect(core.ports["core"]) as c:
             st = await c.stats(q)
-            assert (st["messages"], st["paged"]) == (2000, 2000 - WINDOW)
+            assert (st.messages, st.paged) == (2000, 2000 - WINDOW)
             sub = await c.subscribe(q, prefetch=50)  # auto ack
             got = await collect(sub, 2000)
             assert [d.message.body for d in got] == expected(2000)
@@ -108,7 +108,7 @@ async def test_a_restart_reads_one_window_and_counts_the_rest(tmp_path: Path) ->
         assert core.stop() == 0, core.log()
         core.start()
         async with await connect(core.ports["core"]) as c:
-            assert (await c.stats(q))["messages"] == 0
+            assert (await c.stats(q)).messages == 0
 
 
 async def test_a_purge_drops_the_paged_messages_too(tmp_path: Path) -> None:
@@ -119,7 +119,7 @@ async def test_a_purge_drops_the_paged_messages_too(tmp_path: Path) -> None:
             await c.declare(q, durable=True)
             await backlog(c, q, 500)
             assert await c.purge(q) == 500
-            assert (await c.stats(q))["messages"] == 0
+            assert (await c.stats(q)).messages == 0
             await backlog(c, q, 150, tag="n")
             sub = await c.subscribe(q, prefetch=20)
             got = await collect(sub, 150)
@@ -128,7 +128,7 @@ async def test_a_purge_drops_the_paged_messages_too(tmp_path: Path) -> None:
         assert core.stop() == 0, core.log()
         core.start()
         async with await connect(core.ports["core"]) as c:
-            assert (await c.stats(q))["messages"] == 0
+            assert (await c.stats(q)).messages == 0
 
 
 async def test_queues_that_do_not_page_keep_everything(tmp_path: Path) -> None:
@@ -143,7 +143,7 @@ async def test_queues_that_do_not_page_keep_everything(tmp_path: Path) -> None:
             for q in (loose, head):
                 await backlog(c, q, 300, persistent=False)
                 st = await c.stats(q)
-                assert (st["messages"], st["paged"]) == (300, 0)
+                assert (st.messages, st.paged) == (300, 0)
                 sub = await c.subscribe(q, prefetch=50)
                 got = await collect(sub, 300)
                 assert [d.message.body for d in got] == expected(300)

@@ -27,12 +27,12 @@ async def test_peek_shows_the_window_of_a_paging_queue_and_takes_nothing(tmp_pat
             for start in range(0, 150, 50):
                 batch = [Message(b"m%03d" % i, persistent=True) for i in range(start, start + 50)]
                 await c.publish(q, batch)
-            assert (await c.stats(q))["paged"] == 50
+            assert (await c.stats(q)).paged == 50
             shown = await c.peek(q, 100)
             assert [m.body for m in shown] == [b"m%03d" % i for i in range(100)]
             assert [m.body for m in await c.peek(q, 3)] == [b"m000", b"m001", b"m002"]
             after = await c.stats(q)  # nothing read back from the store, leased or counted
-            assert (after["paged"], after["in_flight"], after["delivered"]) == (50, 0, 0)
+            assert (after.paged, after.in_flight, after.delivered) == (50, 0, 0)
             admin = f"http://127.0.0.1:{core.ports['admin']}/api/destinations/{q}"
             row = (await asyncio.to_thread(requests.get, admin, timeout=10)).json()
             assert (row["ready"], row["paged"], row["unacked"]) == (150, 50, 0)
@@ -44,7 +44,7 @@ async def test_peek_shows_the_window_of_a_paging_queue_and_takes_nothing(tmp_pat
                 d.ack()
             await sub.unsubscribe()
             assert [m.body for m in await c.peek(q, 2)] == [b"m010", b"m011"]
-            assert (await c.stats(q))["messages"] == 140
+            assert (await c.stats(q)).messages == 140
 
 
 async def test_peek_of_a_stream_and_what_it_refuses(core: PolymqProcess) -> None:

@@ -40,7 +40,7 @@ async def test_fifo_order_of_1000_messages_to_one_consumer(core: PolymqProcess) 
             got.append(d)
             d.ack()  # the window of 50 moves on as we ack
         assert bodies(got) == [str(i).encode() for i in range(1000)]
-        assert [d.message.seq for d in got] == [r["seqs"][0] for r in receipts]
+        assert [d.message.seq for d in got] == [r.seqs[0] for r in receipts]
         assert all(d.message.delivery_count == 1 for d in got)
         await nothing_more(sub, 0.2)
 
@@ -53,7 +53,7 @@ async def test_priority_order_highest_first_fifo_within_a_priority(client: Clien
         await client.publish(
             q, [Message(f"{j}".encode(), priority=prios[j]) for j in range(i, i + 20)]
         )
-    assert (await client.stats(q))["messages"] == 200
+    assert (await client.stats(q)).messages == 200
     sub = await client.subscribe(q)
     got = await collect(sub, 200)
     expected = sorted(range(200), key=lambda j: (-prios[j], j))
@@ -72,14 +72,14 @@ async def test_prefetch_window_is_respected(client: Client) -> None:
     assert bodies(first) == [b"0", b"1", b"2", b"3", b"4"]
     await nothing_more(sub, 0.5)
     st = await client.stats(q)
-    assert (st["in_flight"], st["messages"], st["subscribers"]) == (5, 15, 1)
+    assert (st.in_flight, st.messages, st.subscribers) == (5, 15, 1)
     first[0].ack()
     first[3].ack()
     more = await collect(sub, 2)
     assert bodies(more) == [b"5", b"6"]
     await nothing_more(sub, 0.5)
     st = await client.stats(q)
-    assert (st["in_flight"], st["messages"]) == (5, 13)
+    assert (st.in_flight, st.messages) == (5, 13)
 
 
 async def test_cumulative_ack_in_client_mode(core: PolymqProcess) -> None:
@@ -95,7 +95,7 @@ async def test_cumulative_ack_in_client_mode(core: PolymqProcess) -> None:
         more = await collect(sub, 5)
         assert bodies(more) == [str(i).encode() for i in range(10, 15)]
         st = await c.stats(q)
-        assert (st["in_flight"], st["messages"], st["acked"]) == (10, 0, 5)
+        assert (st.in_flight, st.messages, st.acked) == (10, 0, 5)
         await a.close()  # 5..14 were never acked: they come back, 0..4 do not
         sub2 = await c.subscribe(q, ack_mode="client-individual")
         back = await collect(sub2, 10)
@@ -112,7 +112,7 @@ async def test_explicit_cumulative_ack_in_client_individual_mode(client: Client)
     r = await sub.ack_many([got[2].tag], cumulative=True)
     assert r == {"acked": 3}
     st = await client.stats(q)
-    assert (st["in_flight"], st["acked"]) == (3, 3)
+    assert (st.in_flight, st.acked) == (3, 3)
 
 
 async def test_nack_requeue_redelivers_and_reject_dead_letters(client: Client) -> None:
@@ -157,7 +157,7 @@ async def test_dead_letter_after_max_deliveries(client: Client) -> None:
     assert h["x-original-destination"] == q
     assert h["k"] == "v"
     st = await client.stats(q)
-    assert (st["messages"], st["in_flight"]) == (0, 0)
+    assert (st.messages, st.in_flight) == (0, 0)
 
 
 async def test_ack_timeout_redelivers_to_another_subscriber(core: PolymqProcess) -> None:
@@ -179,12 +179,12 @@ async def test_ack_timeout_redelivers_to_another_subscriber(core: PolymqProcess)
         d1.ack()  # late: that delivery is gone, this changes nothing
         await eventually(lambda: _settled(cb, q))
         st = await cb.stats(q)
-        assert (st["messages"], st["in_flight"], st["acked"]) == (0, 0, 1)
+        assert (st.messages, st.in_flight, st.acked) == (0, 0, 1)
 
 
 async def _settled(c: Client, q: str) -> bool:
     st = await c.stats(q)
-    return bool(st["acked"] == 1 and st["in_flight"] == 0)
+    return bool(st.acked == 1 and st.in_flight == 0)
 
 
 async def test_redelivery_in_order_after_a_consumer_connection_is_cut(core: PolymqProcess) -> None:
@@ -205,7 +205,7 @@ async def test_redelivery_in_order_after_a_consumer_connection_is_cut(core: Poly
         assert [d.message.id for d in back] == [d.message.id for d in got]
         assert all(d.message.redelivered and d.message.delivery_count == 2 for d in back)
         st = await producer.stats(q)
-        assert (st["subscribers"], st["in_flight"], st["messages"]) == (1, 20, 0)
+        assert (st.subscribers, st.in_flight, st.messages) == (1, 20, 0)
         await victim.close()
 
 
@@ -221,7 +221,7 @@ async def test_max_length_with_reject_refuses_the_publish(client: Client) -> Non
     await client.publish(q, "3")
     with pytest.raises(QueueFull):
         await client.publish(q, "4")
-    assert (await client.stats(q))["messages"] == 3
+    assert (await client.stats(q)).messages == 3
     sub = await client.subscribe(q)
     assert bodies(await collect(sub, 3)) == [b"1", b"2", b"3"]
     await nothing_more(sub)
@@ -234,7 +234,7 @@ async def test_max_length_with_drop_oldest_keeps_the_newest(client: Client) -> N
     await client.declare(q, max_length=3, overflow="drop-oldest")
     for i in range(1, 6):
         await client.publish(q, str(i))
-    assert (await client.stats(q))["messages"] == 3
+    assert (await client.stats(q)).messages == 3
     sub = await client.subscribe(q)
     assert bodies(await collect(sub, 3)) == [b"3", b"4", b"5"]
     await nothing_more(sub)
@@ -261,15 +261,15 @@ async def test_expired_messages_are_never_delivered(client: Client) -> None:
 async def test_declare_is_idempotent_and_conflicts_on_other_options(client: Client) -> None:
     q = f"queue/{uid()}"
     r = await client.declare(q, max_length=10, dead_letter="queue/dl")
-    assert r["options"]["max_length"] == 10
+    assert r.options.max_length == 10
     await client.declare(q, max_length=10, dead_letter="queue/dl")  # the same again: fine
     with pytest.raises(Conflict) as exc:
         await client.declare(q, max_length=20)
     assert exc.value.status == 409
-    assert (await client.stats(q))["options"]["max_length"] == 10
+    assert (await client.stats(q)).options.max_length == 10
     await client.delete(q)
     await client.declare(q, max_length=20)  # once deleted, anything goes
-    assert (await client.stats(q))["options"]["max_length"] == 20
+    assert (await client.stats(q)).options.max_length == 20
 
 
 async def test_purge_drops_ready_messages_only(client: Client) -> None:
@@ -279,7 +279,7 @@ async def test_purge_drops_ready_messages_only(client: Client) -> None:
     held = await collect(sub, 2)
     assert await client.purge(q) == 3
     st = await client.stats(q)
-    assert (st["messages"], st["in_flight"]) == (0, 2)
+    assert (st.messages, st.in_flight) == (0, 2)
     held[0].ack()
     held[1].ack()
     await nothing_more(sub)  # the purged ones are gone for good
@@ -311,7 +311,7 @@ async def test_stats_count_messages_subscribers_and_in_flight(core: PolymqProces
     async with await connect(port) as c, await connect(port) as c2:
         await c.publish(q, msgs(*(str(i) for i in range(7))))
         st = await c.stats(q)
-        assert (st["destination"], st["messages"], st["subscribers"], st["in_flight"]) == (
+        assert (st.destination, st.messages, st.subscribers, st.in_flight) == (
             q,
             7,
             0,
@@ -322,8 +322,8 @@ async def test_stats_count_messages_subscribers_and_in_flight(core: PolymqProces
         await collect(s1, 2)
         got2 = await collect(s2, 3)
         st = await c.stats(q)
-        assert (st["messages"], st["subscribers"], st["in_flight"]) == (2, 2, 5)
-        assert st["published"] == 7 and st["delivered"] == 5
+        assert (st.messages, st.subscribers, st.in_flight) == (2, 2, 5)
+        assert st.published == 7 and st.delivered == 5
         await s2.unsubscribe()  # its three unacked go back
         await eventually(lambda: _stat_is(c, q, messages=5, subscribers=1, in_flight=2))
         for d in got2:
@@ -332,7 +332,7 @@ async def test_stats_count_messages_subscribers_and_in_flight(core: PolymqProces
 
 async def _stat_is(c: Client, q: str, **want: int) -> bool:
     st = await c.stats(q)
-    return all(st[k] == v for k, v in want.items())
+    return all(getattr(st, k) == v for k, v in want.items())
 
 
 async def test_idle_ttl_deletes_an_unused_queue_but_not_one_with_a_subscriber(
@@ -343,7 +343,7 @@ async def test_idle_ttl_deletes_an_unused_queue_but_not_one_with_a_subscriber(
     await client.declare(busy, idle_ttl=1)
     sub = await client.subscribe(busy)
     t0 = time.monotonic()
-    assert (await client.stats(idle))["destination"] == idle
+    assert (await client.stats(idle)).destination == idle
 
     async def gone() -> bool:
         try:
@@ -356,7 +356,7 @@ async def test_idle_ttl_deletes_an_unused_queue_but_not_one_with_a_subscriber(
     assert time.monotonic() - t0 >= 0.9
     await asyncio.sleep(1.2)  # well past the TTL for the busy one too
     st = await client.stats(busy)
-    assert (st["subscribers"], st["options"]["idle_ttl"]) == (1, 1)
+    assert (st.subscribers, st.options.idle_ttl) == (1, 1)
     await client.publish(busy, "still-here")
     assert bodies(await collect(sub, 1)) == [b"still-here"]
 
@@ -370,7 +370,7 @@ async def test_pull_and_settle_ack_and_nack(client: Client) -> None:
     leases = await client.pull(q, 2, visibility=30)
     assert [lease.message.body for lease in leases] == [b"a", b"b"]
     st = await client.stats(q)
-    assert (st["messages"], st["in_flight"]) == (1, 2)
+    assert (st.messages, st.in_flight) == (1, 2)
     r = await client.settle([leases[0].receipt], Outcome.ACK)
     assert r == Settled(1, [])
     with pytest.raises(NotFound):
@@ -381,7 +381,7 @@ async def test_pull_and_settle_ack_and_nack(client: Client) -> None:
     await client.settle([x.receipt for x in again], Outcome.ACK)
     assert await client.pull(q, 1) == []
     st = await client.stats(q)
-    assert (st["messages"], st["in_flight"], st["acked"]) == (0, 0, 3)
+    assert (st.messages, st.in_flight, st.acked) == (0, 0, 3)
 
 
 async def test_pull_lease_expires_and_the_old_receipt_is_refused(client: Client) -> None:

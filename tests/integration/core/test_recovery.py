@@ -69,7 +69,7 @@ async def test_a_restarting_core_listens_while_it_recovers(tmp_path: Path) -> No
         assert r.status_code == 200
         assert "recovered in" in core.log()
         async with await connect(port) as c:  # and everything is there
-            assert (await c.stats(q))["messages"] == BACKLOG
+            assert (await c.stats(q)).messages == BACKLOG
             sub = await c.subscribe(q, prefetch=10)
             assert [m.message.body for m in await collect(sub, 3)] == [b"0", b"1", b"2"]
         print(f"logins during recovery: {logins}; readyz: {readyz[:3]} ... {readyz[-2:]}")

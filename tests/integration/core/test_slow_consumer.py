@@ -36,7 +36,7 @@ async def test_slow_consumer_is_cut_and_the_fast_one_gets_everything_else(
     # The fast one shares this loop with the producer and may lag behind it for a moment on
     # a busy box: it gets room for that, so only the slow one is at risk.
     fsub = await fast.subscribe(q, ack_mode="auto", buffer_messages=10_000_000)
-    assert (await admin.stats(q))["subscribers"] == 2
+    assert (await admin.stats(q)).subscribers == 2
 
     fast_got: list[int] = []
     fast_times: list[float] = []
@@ -56,7 +56,7 @@ async def test_slow_consumer_is_cut_and_the_fast_one_gets_everything_else(
             await eventually(lambda s=start: s - len(fast_got) <= 60_000, within=60, interval=0.005)
 
     async def one_subscriber_left() -> bool:
-        return (await admin.stats(q))["subscribers"] == 1
+        return (await admin.stats(q)).subscribers == 1
 
     consumer = asyncio.ensure_future(consume_fast())
     cut = asyncio.ensure_future(eventually(one_subscriber_left, within=120, interval=0.05))
@@ -88,7 +88,7 @@ async def test_slow_consumer_is_cut_and_the_fast_one_gets_everything_else(
     assert [op[1] for op in goodbyes] == ["slow-consumer"]
     assert r.ops[-1][0] == GOODBYE  # said last, before the close
     st = await admin.stats(q)
-    assert (st["messages"], st["in_flight"], st["subscribers"]) == (0, 0, 1)
+    assert (st.messages, st.in_flight, st.subscribers) == (0, 0, 1)
     assert not fast.closed
     for c in (admin, fast, producer):
         await c.close()
@@ -111,7 +111,7 @@ async def test_slow_topic_subscribers_are_cut_or_dropped_by_their_policy(
     await dropper.handshake([14, 2, 1, t, {"buffer_messages": 100, "slow_policy": "drop"}])
     await dropper.until(lambda r: r.of(OK))
     fsub = await fast.subscribe(t, buffer_messages=10_000_000)
-    assert (await admin.stats(t))["subscribers"] == 3
+    assert (await admin.stats(t)).subscribers == 3
 
     fast_got: list[int] = []
 
@@ -136,7 +136,7 @@ async def test_slow_topic_subscribers_are_cut_or_dropped_by_their_policy(
     metrics = await asyncio.to_thread(_get, f"{core.url('admin')}/metrics")
     assert 'polymq_slow_consumers_total{policy="disconnect"} 1.0' in metrics  # one cut, once
 
-    assert (await admin.stats(t))["subscribers"] == 2  # the dropping one is still subscribed
+    assert (await admin.stats(t)).subscribers == 2  # the dropping one is still subscribed
     await dropper.drain(quiet=0.5)  # it reads again: what it was sent, while it was slow
     await admin.publish(t, struct.pack(">I", n))  # and news reach it again
     got: list[int] = []
@@ -181,19 +181,19 @@ async def test_cutting_a_slow_consumer_loses_no_persistent_message_across_a_cras
             )
 
         async def no_subscriber() -> bool:
-            return (await producer.stats(q))["subscribers"] == 0
+            return (await producer.stats(q)).subscribers == 0
 
         await eventually(no_subscriber, within=30)
         r = await slow.read_to_eof(30)
         slow.close()
         slow_got = [struct.unpack(">I", m[0][:4])[0] for op in r.of(DELIVER) for m in op[3]]
         assert 0 < len(slow_got) < n
-        assert (await producer.stats(q))["messages"] == n - len(slow_got)
+        assert (await producer.stats(q)).messages == n - len(slow_got)
         await asyncio.sleep(0.5)  # let the store catch up with what the slow one was sent
     core.kill()
     core.start()
     async with await connect(core.ports["core"]) as c:
-        left = (await c.stats(q))["messages"]
+        left = (await c.stats(q)).messages
         sub = await c.subscribe(q)
         after = [struct.unpack(">I", d.message.body[:4])[0] for d in await collect(sub, left)]
     assert sorted(slow_got + after) == list(range(n))  # each exactly once, none lost

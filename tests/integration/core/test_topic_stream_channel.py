@@ -55,15 +55,15 @@ async def test_topic_patterns_star_hash_and_prefix(core: PolymqProcess) -> None:
         for t in topics:
             r = await pub.publish(f"topic/{p}.{t}", t)
             want = sum(t in v for v in patterns.values())
-            assert r["subscribers"] == want, (t, r)
+            assert r.subscribers == want, (t, r)
         # an end marker every pattern matches; per subscription, order is publish order
         await pub.publish(f"topic/{p}.news.sport", "end", headers={"end": "1"})
         for pat, want in patterns.items():
             assert await _until_end(subs[pat]) == want, pat
             await nothing_more(subs[pat], 0.05)
         st = await pub.stats(f"topic/{p}.news.sport")
-        assert st["subscribers"] == 6  # every pattern matches news.sport
-        assert (await pub.stats(f"topic/{p}.news.#"))["subscribers"] == 1
+        assert st.subscribers == 6  # every pattern matches news.sport
+        assert (await pub.stats(f"topic/{p}.news.#")).subscribers == 1
 
 
 async def test_topic_messages_are_transient_and_unsubscribe_stops_delivery(
@@ -71,13 +71,13 @@ async def test_topic_messages_are_transient_and_unsubscribe_stops_delivery(
 ) -> None:
     t = f"topic/{uid()}"
     r = await client.publish(t, "nobody-listens")
-    assert r["subscribers"] == 0
+    assert r.subscribers == 0
     sub = await client.subscribe(t)
     await nothing_more(sub, 0.2)  # what was published before is gone
     await client.publish(t, "live")
     assert bodies(await collect(sub, 1)) == [b"live"]
     await sub.unsubscribe()
-    assert (await client.publish(t, "after"))["subscribers"] == 0
+    assert (await client.publish(t, "after")).subscribers == 0
 
 
 async def test_thousands_of_subscriptions_at_once_on_two_connections(
@@ -99,28 +99,28 @@ async def test_thousands_of_subscriptions_at_once_on_two_connections(
         subs_b = await asyncio.gather(*(b.subscribe(f"topic/{p}.t{i}") for i in range(n)))
         assert bodies(await collect(subs_a[-1], 5)) == [f"m{i}".encode() for i in range(5)]
         for i in (0, 1023, 1024, 2999):
-            assert (await pub.stats(f"topic/{p}.t{i}"))["subscribers"] == 2
+            assert (await pub.stats(f"topic/{p}.t{i}")).subscribers == 2
             r = await pub.publish(f"topic/{p}.t{i}", f"to {i}")
-            assert r["subscribers"] == 2
+            assert r.subscribers == 2
             assert bodies(await collect(subs_a[i], 1)) == [f"to {i}".encode()]
             assert bodies(await collect(subs_b[i], 1)) == [f"to {i}".encode()]
         await asyncio.gather(*(s.unsubscribe() for s in subs_a[: n // 2]))
         for i in (0, n // 2 - 1):
-            assert (await pub.stats(f"topic/{p}.t{i}"))["subscribers"] == 1
-            assert (await pub.publish(f"topic/{p}.t{i}", "b only"))["subscribers"] == 1
+            assert (await pub.stats(f"topic/{p}.t{i}")).subscribers == 1
+            assert (await pub.publish(f"topic/{p}.t{i}", "b only")).subscribers == 1
             assert bodies(await collect(subs_b[i], 1)) == [b"b only"]
-        assert (await pub.stats(f"topic/{p}.t{n - 1}"))["subscribers"] == 2
+        assert (await pub.stats(f"topic/{p}.t{n - 1}")).subscribers == 2
         await b.close()
         await eventually(lambda: _subscribers(pub, f"topic/{p}.t{n - 1}", 1), within=10)
-        assert (await pub.stats(f"topic/{p}.t0"))["subscribers"] == 0
-        assert (await pub.stats(q))["subscribers"] == 1
+        assert (await pub.stats(f"topic/{p}.t0")).subscribers == 0
+        assert (await pub.stats(q)).subscribers == 1
     finally:
         for c in (a, b, pub):
             await c.close()
 
 
 async def _subscribers(client: Client, destination: str, want: int) -> bool:
-    return (await client.stats(destination))["subscribers"] == want
+    return (await client.stats(destination)).subscribers == want
 
 
 async def test_bad_topic_pattern_is_refused(client: Client) -> None:
@@ -140,7 +140,7 @@ async def test_stream_replay_from_every_kind_of_offset(core: PolymqProcess) -> N
     port = core.ports["core"]
     async with await connect(port) as w, await connect(port) as r:
         r1 = await w.publish(s, [Message(f"a{i}".encode()) for i in range(5)])
-        assert r1["seqs"] == [1, 2, 3, 4, 5]
+        assert r1.seqs == [1, 2, 3, 4, 5]
         await asyncio.sleep(0.05)
         mark = time.time()  # the core runs on this host's clock
         await asyncio.sleep(0.05)
@@ -180,7 +180,7 @@ async def test_stream_is_not_consumed_by_reading(client: Client) -> None:
     b = await client.subscribe(s, offset="first")  # a second reader reads it all again
     assert bodies(await collect(b, 3)) == [b"0", b"1", b"2"]
     st = await client.stats(s)
-    assert (st["messages"], st["first_seq"], st["last_seq"], st["subscribers"]) == (3, 1, 3, 2)
+    assert (st.messages, st.first_seq, st.last_seq, st.subscribers) == (3, 1, 3, 2)
 
 
 async def test_stream_publishes_in_flight_together_get_their_own_seqs(client: Client) -> None:
@@ -192,11 +192,11 @@ async def test_stream_publishes_in_flight_together_get_their_own_seqs(client: Cl
     receipts = await asyncio.gather(
         *(client.publish(s, [Message(b"%d" % i, persistent=True)]) for i in range(50))
     )
-    assert sorted(r["seqs"][0] for r in receipts) == list(range(1, 51))
+    assert sorted(r.seqs[0] for r in receipts) == list(range(1, 51))
     reader = await client.subscribe(s, offset="first")
     got = await collect(reader, 50)
     assert [d.message.body for d in got] == [b"%d" % i for i in range(50)]
-    assert (await client.stats(s))["messages"] == 50
+    assert (await client.stats(s)).messages == 50
 
 
 async def test_stream_sequence_survives_eviction_from_memory(client: Client) -> None:
@@ -207,7 +207,7 @@ async def test_stream_sequence_survives_eviction_from_memory(client: Client) -> 
     await client.purge(stream.destination)
     await asyncio.sleep(1.5)  # two sweeps: the empty, unread stream is evicted
     receipt = await stream.append("after")
-    assert receipt["seqs"] == [4]
+    assert receipt.seqs == [4]
     reader = await stream.read(4)
     assert (await reader.get(5)).message.body == b"after"
 
@@ -239,7 +239,7 @@ async def test_channel_roles_each_receive_what_the_other_sends(core: PolymqProce
         await nothing_more(s_in, 0.2)  # nobody receives what it sent itself
         await nothing_more(c_in, 0.2)
         st = await cs.stats(f"channel/{name}")
-        assert st["server"]["subscribers"] == 1 and st["client"]["subscribers"] == 1
+        assert st.server.subscribers == 1 and st.client.subscribers == 1
 
 
 async def test_channel_keeps_messages_until_the_other_role_arrives(core: PolymqProcess) -> None:

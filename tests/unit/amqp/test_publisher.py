@@ -9,6 +9,7 @@ from typing import Any
 
 from pamqp import commands
 
+from polymq.answers import Published
 from polymq.errors import QueueFull
 from polymq.types import Message
 from polymq_amqp.channel import Channel
@@ -21,10 +22,10 @@ from .test_channel import FakeSession
 
 class _Client:
     def __init__(self) -> None:
-        self.requests: list[tuple[str, list[Message], asyncio.Future[dict[str, Any]]]] = []
+        self.requests: list[tuple[str, list[Message], asyncio.Future[Published]]] = []
 
-    def publish_soon(self, dest: str, messages: list[Message]) -> asyncio.Future[dict[str, Any]]:
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+    def publish_soon(self, dest: str, messages: list[Message]) -> asyncio.Future[Published]:
+        fut: asyncio.Future[Published] = asyncio.get_running_loop().create_future()
         self.requests.append((dest, list(messages), fut))
         return fut
 
@@ -107,10 +108,10 @@ async def test_one_request_per_queue_and_read_each_message_confirmed() -> None:
     session.outbox.flush()
     got = [(dest, [m.body for m in msgs]) for dest, msgs, _ in session.core.requests]
     assert got == [("queue/a", [b"0", b"2", b"4"]), ("queue/b", [b"1", b"3"])]
-    session.core.requests[1][2].set_result({"count": 2})  # b answers first
+    session.core.requests[1][2].set_result(Published(2))  # b answers first
     await _tick(ch)
     assert [(m.delivery_tag, m.multiple) for m in session.sent] == [(2, False), (4, False)]
-    session.core.requests[0][2].set_result({"count": 3})
+    session.core.requests[0][2].set_result(Published(3))
     await _tick(ch)
     assert [(m.delivery_tag, m.multiple) for m in session.sent[2:]] == [(5, True)]
     assert all(isinstance(m, commands.Basic.Ack) for m in session.sent)
@@ -130,8 +131,8 @@ async def test_a_queue_that_may_refuse_gets_one_request_a_message_after_the_batc
         ("queue/r", [b"2"]),
         ("queue/r", [b"3"]),
     ]
-    reqs[0][2].set_result({"count": 1})
-    reqs[1][2].set_result({"count": 1})
+    reqs[0][2].set_result(Published(1))
+    reqs[1][2].set_result(Published(1))
     reqs[2][2].set_exception(QueueFull("queue/r is full"))
     await _tick(ch)
     answers = [(type(m).__name__, m.delivery_tag, m.multiple) for m in session.sent]

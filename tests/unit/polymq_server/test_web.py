@@ -9,6 +9,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
+from polymq.answers import Published
 from polymq.types import Destination, Outcome
 from polymq_server.receipts import add_settle_routes, settle_outcome
 from polymq_server.web import add_openapi_route, published_json
@@ -30,7 +31,7 @@ def test_settle_outcome(nack: bool, requeue: bool, outcome: Outcome) -> None:
 
 
 def test_published_json_of_a_topic_counts_subscribers() -> None:
-    result = {"count": 2, "subscribers": 3, "ids": ["a", "b"], "seqs": [1, 2]}
+    result = Published(2, ["a", "b"], [1, 2], subscribers=3)
     assert published_json(Destination.parse("topic/t"), result) == {
         "count": 2,
         "subscribers": 3,
@@ -39,9 +40,9 @@ def test_published_json_of_a_topic_counts_subscribers() -> None:
 
 @pytest.mark.parametrize("dest", ["queue/q", "stream/s", "channel/c"])
 def test_published_json_of_a_stored_destination_names_the_messages(dest: str) -> None:
-    result = {"count": 2, "ids": ["a", "b"], "seqs": [1, 2]}
+    result = Published(2, ["a", "b"], [1, 2])
     answer = published_json(Destination.parse(dest), result)
-    assert answer == result
+    assert answer == {"count": 2, "ids": ["a", "b"], "seqs": [1, 2]}
     assert list(answer) == ["count", "ids", "seqs"]  # the order clients see in the JSON
 
 
