@@ -1,5 +1,5 @@
-"""One AMQP connection (the transport's endpoint): reading, channels, writing, heartbeats,
-closing (the handshake's methods are in ``handshake.py``).
+"""One AMQP connection (the transport's endpoint): reading, channels, writing, closing
+(the handshake's methods are in ``handshake.py``, the heartbeats in ``heartbeat.py``).
 
 Reading: ``data_received`` feeds the sans-IO codec and handles its events in order. Most
 methods are handled at once, without awaiting anything: a basic.publish whose exchange (and
@@ -68,6 +68,7 @@ from .events import (
     OversizedContent,
     ProtocolHeader,
 )
+from .heartbeat import Heartbeats
 from .hub import Hub
 from .metrics import AmqpMetrics
 from .names import VhostNames
@@ -131,8 +132,7 @@ class AmqpSession(FrontendSession):
         self.outbox = Outbox(self)  # publishes read, to go to the core after this read
         self.inflight_bytes = 0  # and their bodies' bytes
         # timers
-        self._hb = 0.0
-        self._hb_timer: asyncio.TimerHandle | None = None
+        self.heartbeats: Heartbeats | None = None  # from connection.tune-ok on, if any
         self._close_timer: asyncio.TimerHandle | None = self.loop.call_later(
             s.amqp_handshake_timeout, self._handshake_timeout
         )
@@ -154,7 +154,7 @@ class AmqpSession(FrontendSession):
 
     # ==== transport events (polymq_server.transport.Endpoint) ===============================
     def data_received(self, data: bytes) -> None:
-        self._last_read = self.loop.time()
+        self.last_read = self.loop.time()
         self._in_bytes += len(data)
         if self._done_reading:
             return
@@ -451,6 +451,13 @@ class AmqpSession(FrontendSession):
         self._done_reading = True
         self._close()
 
+    def drop(self) -> None:
+        """Close at once, without connection.close: the client stopped talking (its
+        heartbeats are missed), it would not read it."""
+        self.closing = True
+        self._teardown()
+        self.transport.abort()
+
     def _wrong_header(self, exc: ProtocolHeaderMismatch) -> None:
         """Not AMQP 0-9-1: answer with the header we speak, and close (as the spec says)."""
         log.info("amqp %s: %s", self, exc.detail)
@@ -473,10 +480,10 @@ class AmqpSession(FrontendSession):
         self._torn_down = True
         self.closing = True
         self.outbox.flush()  # what was read is published, as it would have been at once
-        for handle in (self._hb_timer, self._close_timer if self._lost else None):
-            if handle is not None:
-                handle.cancel()
-        self._hb_timer = None
+        if self.heartbeats is not None:
+            self.heartbeats.stop()
+        if self._lost and self._close_timer is not None:
+            self._close_timer.cancel()
         self._cancel_tasks()
         channels, self.channels = list(self.channels.values()), {}
         for ch in channels:
@@ -522,7 +529,8 @@ class AmqpSession(FrontendSession):
         if isinstance(method, commands.Connection.StartOk):
             self.start_busy(handshake.login(self, method), 0, method)
         elif isinstance(method, commands.Connection.TuneOk):
-            self._start_heartbeats(self.codec.heartbeat)
+            if self.codec.heartbeat:
+                self.heartbeats = Heartbeats(self, self.codec.heartbeat)
         elif isinstance(method, commands.Connection.Open):
             handshake.open_vhost(self, method)
         elif isinstance(method, commands.Connection.UpdateSecret):
@@ -542,37 +550,6 @@ class AmqpSession(FrontendSession):
         if self._close_timer is not None:
             self._close_timer.cancel()
             self._close_timer = None
-
-    def _start_heartbeats(self, seconds: int) -> None:
-        self._hb = float(seconds)
-        if seconds:
-            now = self.loop.time()
-            self._last_read = self._last_write = now
-            self._hb_timer = self.loop.call_later(self._hb / 2, self._heartbeat)
-
-    def _heartbeat(self) -> None:
-        """Every half interval: send one if nothing else went out; close a silent client
-        (two intervals without a byte, as the spec says)."""
-        if self.closing:
-            return
-        now = self.loop.time()
-        if self._reading_paused:
-            self._last_read = now  # we are not reading: the silence is ours
-        if now - self._last_read > 2 * self._hb:
-            self.metrics.error(CONNECTION_FORCED, "connection")
-            log.info(
-                "amqp %s: missed heartbeats from the client, timeout: %ds", self, int(self._hb)
-            )
-            self.closing = True
-            self._teardown()
-            self.transport.abort()
-            return
-        if now - self._last_write >= self._hb / 2 - 0.01 and not self._out:
-            if self.transport.writable:
-                self.transport.write(self.codec.send_heartbeat())
-                self.metrics.method_out("heartbeat")
-            self._last_write = now
-        self._hb_timer = self.loop.call_later(self._hb / 2, self._heartbeat)
 
     # ==== channel methods =====================================================================
     def _channel_method(self, number: int, method: base.Frame) -> None:

@@ -58,6 +58,7 @@ from .destinations import Control, ExchangeRef, Target, parse_destination
 from .exchange import resolve as resolve_exchange
 from .frames import Command, Frame, Heartbeat, LocalStompError, RemoteStompError
 from .handshake import VersionMismatch, agree, version_error
+from .heartbeat import Heartbeats
 from .metrics import StompMetrics
 from .publisher import Publisher
 from .refusal import Refused
@@ -127,11 +128,7 @@ class StompSession(FrontendSession):
         self._unwritten: set[StompSubscription] = set()
         self._in_counts: dict[str, int] = {}
         self._in_bytes = 0
-        # heart-beats (seconds; 0 = none)
-        self._hb_out = 0.0
-        self._hb_in = 0.0
-        self._hb_send_timer: asyncio.TimerHandle | None = None
-        self._hb_check_timer: asyncio.TimerHandle | None = None
+        self.heartbeats: Heartbeats | None = None  # from CONNECTED on (heartbeat.py)
         hub.sessions.add(self)
         # its place in the connection limits (refused: told with an ERROR at its CONNECT)
         self.admission = hub.connections.admit()
@@ -158,7 +155,7 @@ class StompSession(FrontendSession):
 
     # ==== transport events (transports.Endpoint) ============================================
     def data_received(self, data: bytes) -> None:
-        self._last_read = self.loop.time()
+        self.last_read = self.loop.time()
         self._in_bytes += len(data)
         if self.closing:
             return
@@ -347,10 +344,11 @@ class StompSession(FrontendSession):
         if self._torn_down:
             return
         self._torn_down = True
-        for handle in (self._hb_send_timer, self._hb_check_timer, self._handshake):
-            if handle is not None:
-                handle.cancel()
-        self._hb_send_timer = self._hb_check_timer = self._handshake = None
+        if self.heartbeats is not None:
+            self.heartbeats.stop()
+        if self._handshake is not None:
+            self._handshake.cancel()
+            self._handshake = None
         self._cancel_tasks()
         self.publisher.close()
         subs = self.subscriptions.close_all()
@@ -407,7 +405,7 @@ class StompSession(FrontendSession):
                 "subscription",
             )
 
-    # ==== CONNECT (handshake.py) =============================================================
+    # ==== CONNECT (handshake.py, heartbeat.py) ===============================================
     async def _connect(self, frame: Frame) -> None:
         try:
             agreed = await agree(
@@ -434,7 +432,9 @@ class StompSession(FrontendSession):
         if self._handshake is not None:
             self._handshake.cancel()
             self._handshake = None
-        self._start_heartbeats(*agreed.heartbeat)
+        send_ms, expect_ms = agreed.heartbeat
+        grace = self.settings.stomp_heartbeat_grace
+        self.heartbeats = Heartbeats(self, send_ms, expect_ms, grace)
         log.debug("stomp %s: connected as %s (STOMP %s)", self, principal.name, version)
 
     def _handshake_expired(self) -> None:
@@ -456,48 +456,6 @@ class StompSession(FrontendSession):
         self.metrics.frames_out["ERROR"].inc()
         self._write(self.codec.send(version_error(offered)))
         self._close()
-
-    def _start_heartbeats(self, send_ms: int, expect_ms: int) -> None:
-        self._hb_out = send_ms / 1000.0
-        self._hb_in = expect_ms / 1000.0
-        now = self.loop.time()
-        self._last_read = self._last_write = now
-        if self._hb_out:
-            self._hb_send_timer = self.loop.call_later(self._hb_out, self._heartbeat_send)
-        if self._hb_in:
-            grace = self._hb_in * self.settings.stomp_heartbeat_grace
-            self._hb_check_timer = self.loop.call_later(grace, self._heartbeat_check)
-
-    def _heartbeat_send(self) -> None:
-        if self.closing:
-            return
-        now = self.loop.time()
-        due = self._last_write + self._hb_out
-        if now >= due - 0.01:
-            if not self._out and self.transport.writable:
-                self.transport.write(self.codec.send_heartbeat())
-                self.metrics.frames_out["HEARTBEAT"].inc()
-            self._last_write = now
-            due = now + self._hb_out
-        self._hb_send_timer = self.loop.call_later(due - now, self._heartbeat_send)
-
-    def _heartbeat_check(self) -> None:
-        if self.closing:
-            return
-        now = self.loop.time()
-        if self._reading_paused:
-            self._last_read = now  # we are not reading: the silence is ours, not the client's
-        limit = self._hb_in * self.settings.stomp_heartbeat_grace
-        deadline = self._last_read + limit
-        if now >= deadline:
-            self.fail(
-                "heart-beat timeout",
-                f"nothing received for {now - self._last_read:.1f} s; the agreed heart-beat "
-                f"interval is {self._hb_in * 1000:.0f} ms",
-                "heartbeat",
-            )
-            return
-        self._hb_check_timer = self.loop.call_later(deadline - now, self._heartbeat_check)
 
     # ==== what the handlers share ============================================================
     def authorize(self, permission: Permission, destination: str) -> None:
