@@ -1,10 +1,11 @@
 """One STOMP connection, over TCP or WebSocket (see ``transports.py``): the session handler.
 
-Reading: ``data_received`` feeds the sans-IO codec and handles its frames in order. Most
-frames are handled at once, without awaiting anything: a SEND joins the batch of its
-destination (published to the core, through the frontend's one shared client, when the read
-is done; its RECEIPT goes out when the core answered, after fsync for persistent messages),
-an ACK/NACK is a fire-and-forget core ack/nack. A frame that needs an answer before the next
+Reading: ``data_received`` feeds the sans-IO codec and handles its frames in order (what
+each frame asks is ``commands.py``'s). Most frames are handled at once, without awaiting
+anything: a SEND joins the batch of its destination (published to the core, through the
+frontend's one shared client, when the read is done; its RECEIPT goes out when the core
+answered, after fsync for persistent messages), an ACK/NACK is a fire-and-forget core
+ack/nack. A frame that needs an answer before the next
 one may be read (CONNECT, SUBSCRIBE, COMMIT, DISCONNECT, a control SEND, the first use of a
 temp queue) runs as the session's one *busy* task; until it is done the frames behind it wait
 in the codec and reading pauses.
@@ -28,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final
@@ -43,7 +44,7 @@ from polymq.errors import (
     Unauthorized,
     Unavailable,
 )
-from polymq.types import AckMode, Outcome
+from polymq.types import AckMode
 from polymq_server.auth import AuthProvider, Permission, Principal
 from polymq_server.corelink import CoreLink
 from polymq_server.frontend import FrontendSession
@@ -52,6 +53,7 @@ from polymq_server.records import Records
 from polymq_server.resources import ConnectionLimits
 
 from .codec import CLOSED, NEED_DATA, Role, State, StompConnection
+from .commands import COMMANDS
 from .config import StompSettings
 from .delivery import StompSubscription
 from .destinations import Control, ExchangeRef, Target, parse_destination
@@ -222,7 +224,7 @@ class StompSession(FrontendSession):
                 name = event.command.value
                 counts[name] = counts.get(name, 0) + 1
                 try:
-                    _HANDLERS[event.command](self, event)
+                    COMMANDS[event.command](self, event)
                 except Exception as exc:  # refusals, the core's errors, and bugs (logged)
                     self.refuse(exc, event)
                     return
@@ -339,6 +341,24 @@ class StompSession(FrontendSession):
         self._write(self.codec.error_bytes(message, detail, receipt_id))
         self._close()
 
+    async def disconnect(self, frame: Frame) -> None:
+        """Answer every SEND read before; release the subscriptions (what is unacknowledged
+        goes back to its queue) and temp queues at the core; then RECEIPT, and close."""
+        await self.publisher.drain(_DRAIN_TIMEOUT)
+        self._flush()  # MESSAGE frames already made go out first (auto ones are acked)
+        subs = self.subscriptions.close_all()
+        cores = [sub.core for sub in subs if sub.core is not None and not sub.core.closed]
+        temps, self._temps = list(self._temps), set()
+        client = self.hub.link.client
+        if client is not None and not client.closed:
+            with contextlib.suppress(PolymqError, TimeoutError):
+                await asyncio.wait_for(release(cores, temps, self.hub.link), _DRAIN_TIMEOUT)
+                await asyncio.wait_for(client.ping(), _DRAIN_TIMEOUT)  # acks processed
+        receipt = frame.get("receipt")
+        if receipt is not None:
+            self.receipt(receipt)
+        self._close()  # after what is written
+
     def _teardown(self) -> None:
         """Release what the connection holds at the core (once)."""
         if self._torn_down:
@@ -406,7 +426,8 @@ class StompSession(FrontendSession):
             )
 
     # ==== CONNECT (handshake.py, heartbeat.py) ===============================================
-    async def _connect(self, frame: Frame) -> None:
+    async def connect(self, frame: Frame) -> None:
+        """CONNECT (or STOMP): agree what it asks, act on it, answer CONNECTED."""
         try:
             agreed = await agree(
                 frame,
@@ -533,100 +554,3 @@ class StompSession(FrontendSession):
         ttl = self.settings.stomp_temp_queue_ttl
         await self.hub.link.guard(client, client.declare(target.core, durable=False, idle_ttl=ttl))
         self._temps.add(target.core)
-
-    # ==== frames =============================================================================
-    def _on_connect(self, frame: Frame) -> None:
-        self.start_busy(self._connect(frame), frame)
-
-    def _on_send(self, frame: Frame) -> None:
-        if not self.publishing:
-            self.publishing = True  # a publisher: held while a resource alarm is on
-            if self.hub.link.alarms:
-                self.update_reading()
-        self.tracked.messages_in += 1
-        self.publisher.send(frame)
-
-    def _on_subscribe(self, frame: Frame) -> None:
-        self.start_busy(self.subscriptions.subscribe(frame), frame)
-
-    def _on_unsubscribe(self, frame: Frame) -> None:
-        self.subscriptions.unsubscribe(frame)
-
-    def _on_ack(self, frame: Frame) -> None:
-        self._ack(frame, nack=False)
-
-    def _on_nack(self, frame: Frame) -> None:
-        self._ack(frame, nack=True)
-
-    def _ack(self, frame: Frame, *, nack: bool) -> None:
-        """ACK/NACK: fire-and-forget to the core; a RECEIPT once the core has processed it.
-        NACK takes ``requeue: false`` to reject (dead-letter) instead of requeueing."""
-        what = "NACK" if nack else "ACK"
-        sub, tag = self.subscriptions.resolve(frame, what)
-        outcome = Outcome.ACK
-        if nack:
-            raw = (frame.get("requeue") or "true").strip().lower()
-            if raw not in ("true", "false"):
-                raise Refused("header", "Invalid header", "requeue: true or false")
-            outcome = Outcome.of_nack(raw == "true")
-        receipt = frame.get("receipt")
-        tx = frame.get("transaction")
-        if tx is not None:  # (the receipt at once, as RabbitMQ: only a SEND's waits for COMMIT)
-            self.publisher.add_ack(tx, sub, tag, outcome)
-            if receipt is not None:
-                self.receipt(receipt)
-            return
-        self.subscriptions.settle(sub, tag, outcome)
-        if receipt is not None:
-            self.spawn(self._barrier_receipt(receipt), frame)
-
-    async def _barrier_receipt(self, receipt: str) -> None:
-        """RECEIPT once the core has processed what was sent before (acks included)."""
-        client = self.client()
-        await self.hub.link.guard(client, client.ping())
-        self.receipt(receipt)
-
-    def _on_begin(self, frame: Frame) -> None:
-        self.publisher.begin(frame)
-
-    def _on_commit(self, frame: Frame) -> None:
-        self.publisher.commit(frame)
-
-    def _on_abort(self, frame: Frame) -> None:
-        self.publisher.abort(frame)
-
-    def _on_disconnect(self, frame: Frame) -> None:
-        self.start_busy(self._disconnect(frame), frame)
-
-    async def _disconnect(self, frame: Frame) -> None:
-        """Answer every SEND read before; release the subscriptions (what is unacknowledged
-        goes back to its queue) and temp queues at the core; then RECEIPT, and close."""
-        await self.publisher.drain(_DRAIN_TIMEOUT)
-        self._flush()  # MESSAGE frames already made go out first (auto ones are acked)
-        subs = self.subscriptions.close_all()
-        cores = [sub.core for sub in subs if sub.core is not None and not sub.core.closed]
-        temps, self._temps = list(self._temps), set()
-        client = self.hub.link.client
-        if client is not None and not client.closed:
-            with contextlib.suppress(PolymqError, TimeoutError):
-                await asyncio.wait_for(release(cores, temps, self.hub.link), _DRAIN_TIMEOUT)
-                await asyncio.wait_for(client.ping(), _DRAIN_TIMEOUT)  # acks processed
-        receipt = frame.get("receipt")
-        if receipt is not None:
-            self.receipt(receipt)
-        self._close()  # after what is written
-
-
-_HANDLERS: Final[dict[Command, Callable[[StompSession, Frame], None]]] = {
-    Command.CONNECT: StompSession._on_connect,
-    Command.STOMP: StompSession._on_connect,
-    Command.SEND: StompSession._on_send,
-    Command.SUBSCRIBE: StompSession._on_subscribe,
-    Command.UNSUBSCRIBE: StompSession._on_unsubscribe,
-    Command.ACK: StompSession._on_ack,
-    Command.NACK: StompSession._on_nack,
-    Command.BEGIN: StompSession._on_begin,
-    Command.COMMIT: StompSession._on_commit,
-    Command.ABORT: StompSession._on_abort,
-    Command.DISCONNECT: StompSession._on_disconnect,
-}
