@@ -56,8 +56,6 @@ from .codec import CLOSED, NEED_DATA, Role, State, StompConnection
 from .commands import COMMANDS
 from .config import StompSettings
 from .delivery import StompSubscription
-from .destinations import Control, ExchangeRef, Target, parse_destination
-from .exchange import resolve as resolve_exchange
 from .frames import Command, Frame, Heartbeat, LocalStompError, RemoteStompError
 from .handshake import VersionMismatch, agree, version_error
 from .heartbeat import Heartbeats
@@ -65,6 +63,7 @@ from .metrics import StompMetrics
 from .publisher import Publisher
 from .refusal import Refused
 from .subscription import Subscriptions, release
+from .targets import ConnectionTargets
 from .transports import Transport, WsTransport
 from .vhost import DEFAULT_VHOST
 
@@ -122,9 +121,8 @@ class StompSession(FrontendSession):
         # closing (True once an ERROR or DISCONNECT is on its way): read nothing more
         self.subscriptions = Subscriptions(self)
         self.publisher = Publisher(self)
-        self._temps: set[str] = set()  # temp queues declared for this connection
+        self.targets = ConnectionTargets(self)  # where its destinations lead, its own queues
         self._allowed: set[tuple[Permission, str]] = set()
-        self._targets: dict[str, Target | Control] = {}  # (an ExchangeRef's: its Target)
         # writing
         self._ack_after_write: dict[StompSubscription, int] = {}
         self._unwritten: set[StompSubscription] = set()
@@ -348,7 +346,7 @@ class StompSession(FrontendSession):
         self._flush()  # MESSAGE frames already made go out first (auto ones are acked)
         subs = self.subscriptions.close_all()
         cores = [sub.core for sub in subs if sub.core is not None and not sub.core.closed]
-        temps, self._temps = list(self._temps), set()
+        temps = self.targets.take_owned()
         client = self.hub.link.client
         if client is not None and not client.closed:
             with contextlib.suppress(PolymqError, TimeoutError):
@@ -373,7 +371,7 @@ class StompSession(FrontendSession):
         self.publisher.close()
         subs = self.subscriptions.close_all()
         cores = [sub.core for sub in subs if sub.core is not None and not sub.core.closed]
-        temps = list(self._temps)
+        temps = self.targets.owned()
         link = self.hub.link
         if (cores or temps) and link.connected:
             link.spawn(release(cores, temps, link), f"releasing {self}")
@@ -496,61 +494,6 @@ class StompSession(FrontendSession):
             return host.rsplit(":", 1)[0] if not host.endswith("]") else host
         return None
 
-    def target(
-        self, destination: str | None, *, pattern: bool = False, command: str = "SEND"
-    ) -> Target | Control | ExchangeRef:
-        """Where a STOMP destination leads (see ``destinations.py``), or Refused; an
-        ExchangeRef needs :meth:`exchange_target` (it awaits the core)."""
-        if destination is not None and not pattern:
-            hit = self._targets.get(destination)
-            if hit is not None:
-                return hit
-        target = parse_destination(
-            destination,
-            self.conn_id,
-            pattern=pattern,
-            vhost_prefix=self.vhost_prefix,
-            command=command,
-        )
-        if isinstance(target, ExchangeRef):
-            return target
-        if destination is not None and not pattern and len(self._targets) < 1024:
-            self._targets[destination] = target
-        return target
-
-    async def exchange_target(self, ref: ExchangeRef, *, subscribe: bool) -> Target:
-        """The topic (pattern) behind ``/exchange/<E>/<K>`` (see ``exchange.py``); SEND's is
-        remembered for the connection."""
-        target = await resolve_exchange(self, ref, subscribe=subscribe)
-        if not subscribe and len(self._targets) < 1024:
-            self._targets[ref.stomp] = target
-        return target
-
     def client(self) -> Client:
         """The frontend's client of the core; Unavailable while there is none."""
         return self.hub.link.get()
-
-    def has_temp(self, core: str) -> bool:
-        return core in self._temps
-
-    def own_queue(self, core: str) -> None:
-        """Delete queue ``core`` when the connection closes (a queue behind a topic
-        subscription, see queues.py), as the temp queues."""
-        self._temps.add(core)
-
-    def owns_queue(self, core: str) -> bool:
-        return core in self._temps
-
-    def disown_queue(self, core: str) -> None:
-        self._temps.discard(core)
-
-    async def ensure_temp(self, target: Target) -> None:
-        """Declare this connection's temp queue ``target`` (once): not durable, with an idle
-        TTL in case this frontend dies before it deletes it."""
-        if target.core in self._temps:
-            return
-        self.authorize(Permission.CONFIGURE, target.core)
-        client = self.client()
-        ttl = self.settings.stomp_temp_queue_ttl
-        await self.hub.link.guard(client, client.declare(target.core, durable=False, idle_ttl=ttl))
-        self._temps.add(target.core)
