@@ -1,5 +1,6 @@
-"""One AMQP connection (the transport's endpoint): reading, channels, writing, closing
-(the handshake's methods are in ``handshake.py``, the heartbeats in ``heartbeat.py``).
+"""One AMQP connection (the transport's endpoint): reading, writing, closing (the
+handshake's methods are in ``handshake.py``, the heartbeats in ``heartbeat.py``, the table
+of open channels in ``channels.py``).
 
 Reading: ``data_received`` feeds the sans-IO codec and handles its events in order. Most
 methods are handled at once, without awaiting anything: a basic.publish whose exchange (and
@@ -43,10 +44,10 @@ from polymq_server.frontend import FrontendSession
 from polymq_server.transport import Transport
 
 from . import handshake
+from .channels import Channels
 from .codec import AmqpConnection
 from .errors import (
     ACCESS_REFUSED,
-    CHANNEL_ERROR,
     CONNECTION_FORCED,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
@@ -113,7 +114,7 @@ class AmqpSession(FrontendSession):
         # the alarms clear
         self._held: Event | None = None
         self._sent_blocked = False
-        self.channels: dict[int, Channel] = {}
+        self.channels = Channels(self)
         self.exclusive_queues: set[str] = set()  # AMQP names of this connection's ones
         # closing (True once connection.close is sent or received): nothing more is handled
         self._done_reading = False  # the transport is closing: no more events
@@ -142,7 +143,7 @@ class AmqpSession(FrontendSession):
         self.metrics.connections.inc()
         self.metrics.connections_opened.inc()
         self.tracked = hub.link.connections.open(  # (the admin API's view of it)
-            "amqp", transport.peer, self._closed_by_admin, self._counts
+            "amqp", transport.peer, self._closed_by_admin, self.channels.counts
         )
 
     def __repr__(self) -> str:
@@ -179,11 +180,6 @@ class AmqpSession(FrontendSession):
         self.hub.link.connections.close(self.tracked)
         self.admission.release()
         self.metrics.connections.dec()
-
-    def _counts(self) -> dict[str, int]:
-        channels = list(self.channels.values())
-        subs = sum(len(ch.consumers.by_tag) for ch in channels)
-        return {"subscriptions": subs, "channels": len(channels)}
 
     def _closed_by_admin(self, reason: str) -> None:
         self.close_connection(ConnectionException(CONNECTION_FORCED, reason))
@@ -254,7 +250,7 @@ class AmqpSession(FrontendSession):
             if event.channel == 0:
                 self._guard(0, method, self._connection_method, method)
             else:
-                self._guard(event.channel, method, self._channel_method, event.channel, method)
+                self._guard(event.channel, method, self.channels.handle, event.channel, method)
         elif isinstance(event, Heartbeat):
             self.metrics.method_in("heartbeat")
         elif isinstance(event, ProtocolHeader):
@@ -284,7 +280,7 @@ class AmqpSession(FrontendSession):
         if method is not None:
             err.about(method.index >> 16, method.index & 0xFFFF)
         if isinstance(err, ChannelException) and channel != 0:
-            self.close_channel(channel, err)
+            self.channels.close(channel, err)
         else:
             self.close_connection(err)
 
@@ -408,21 +404,6 @@ class AmqpSession(FrontendSession):
                 consumer.written(tag)
 
     # ==== closing ============================================================================
-    def close_channel(self, number: int, err: AmqpError) -> None:
-        """channel.close with ``err``'s reply code; the channel's resources are released."""
-        ch = self.channels.pop(number, None)
-        if ch is not None:
-            ch.teardown()
-            self.metrics.channels.dec()
-        if self.codec.channel_state(number) is not State.CHANNEL_OPEN:
-            return
-        self.metrics.error(err.reply_code, "channel")
-        log.info("amqp %s: channel %d closed: %s", self, number, err.reply_text)
-        self.send_method(
-            number,
-            commands.Channel.Close(err.reply_code, err.reply_text, err.class_id, err.method_id),
-        )
-
     def close_connection(self, err: AmqpError) -> None:
         """connection.close with ``err``'s reply code; close-ok is awaited a little while."""
         if self.closing:
@@ -485,11 +466,7 @@ class AmqpSession(FrontendSession):
         if self._lost and self._close_timer is not None:
             self._close_timer.cancel()
         self._cancel_tasks()
-        channels, self.channels = list(self.channels.values()), {}
-        for ch in channels:
-            ch.teardown()
-        if channels:
-            self.metrics.channels.dec(len(channels))
+        self.channels.close_all()
         self.hub.sessions.pop(self.conn_id, None)
         exclusive, self.exclusive_queues = list(self.exclusive_queues), set()
         link = self.hub.link
@@ -550,29 +527,6 @@ class AmqpSession(FrontendSession):
         if self._close_timer is not None:
             self._close_timer.cancel()
             self._close_timer = None
-
-    # ==== channel methods =====================================================================
-    def _channel_method(self, number: int, method: base.Frame) -> None:
-        from .channel import Channel
-
-        if isinstance(method, commands.Channel.Open):
-            self.channels[number] = Channel(self, number)
-            self.metrics.channels.inc()
-            self.send_method(number, commands.Channel.OpenOk())
-            return
-        if isinstance(method, commands.Channel.Close):
-            ch = self.channels.pop(number, None)
-            if ch is not None:
-                ch.teardown()
-                self.metrics.channels.dec()
-            self.send_method(number, commands.Channel.CloseOk())
-            return
-        if isinstance(method, commands.Channel.CloseOk):
-            return  # the answer to our channel.close: the codec freed the channel
-        ch = self.channels.get(number)
-        if ch is None:  # pragma: no cover - the codec checks channel states
-            raise ConnectionException(CHANNEL_ERROR, f"channel {number} is not open")
-        ch.handle(method)
 
     # ==== what the channels share ================================================================
     def authorize(self, permission: Permission, destination: str) -> None:
