@@ -44,6 +44,7 @@ from polymq_server.frontend import FrontendSession
 from polymq_server.transport import Transport
 
 from . import handshake
+from .blocking import Blocking
 from .channels import Channels
 from .codec import AmqpConnection
 from .errors import (
@@ -110,10 +111,7 @@ class AmqpSession(FrontendSession):
         self.client_properties: dict[str, Any] = {}
         self.cancel_notify = False  # the client takes basic.cancel from the server
         self.blocked_notify = False  # the client takes connection.blocked / unblocked
-        # a publish read while an alarm is set (see hub.py): held, reading paused, until
-        # the alarms clear
-        self._held: Event | None = None
-        self._sent_blocked = False
+        self.blocking = Blocking(self)  # a publish read while an alarm is set: held
         self.channels = Channels(self)
         self.exclusive_queues: set[str] = set()  # AMQP names of this connection's ones
         # closing (True once connection.close is sent or received): nothing more is handled
@@ -210,7 +208,7 @@ class AmqpSession(FrontendSession):
         codec = self.codec
         self.reads += 1
         try:
-            while self._busy is None and not self._done_reading and self._held is None:
+            while self._busy is None and not self._done_reading and self.blocking.held is None:
                 try:
                     event = codec.next_event()
                 except ProtocolHeaderMismatch as exc:
@@ -225,7 +223,7 @@ class AmqpSession(FrontendSession):
                 if isinstance(event, NeedData):
                     break
                 if self.hub.alarms and isinstance(event, Content | ContentRun):
-                    self._block(event)
+                    self.blocking.hold(event)
                     break
                 self._dispatch(event)
         finally:
@@ -310,26 +308,11 @@ class AmqpSession(FrontendSession):
         if channel == 0 or channel in self.channels:  # (not closed since)
             self.fail(exc, channel, method)
 
-    # ==== resource alarms (hub.py) =================================================
-    def _block(self, publish: Event) -> None:
-        """A publish while an alarm is set: hold it and read nothing more until it clears."""
-        self._held = publish
-        if self.blocked_notify and not self._sent_blocked:
-            reason = " and ".join(
-                f"low on {a}" if a in ("memory", "disk") else f"{a} alarm"
-                for a in sorted(self.hub.alarms)
-            )  # RabbitMQ's: "low on memory"
-            self._sent_blocked = self.send_method(0, commands.Connection.Blocked(reason))
-        log.info("amqp %s: publisher blocked (alarms: %s)", self, sorted(self.hub.alarms))
-
+    # ==== resource alarms (hub.py, blocking.py) =============================================
     def alarm_changed(self) -> None:
-        if self.hub.alarms or self._held is None or self.closing:
+        if self.hub.alarms or self.blocking.held is None or self.closing:
             return
-        held, self._held = self._held, None
-        if self._sent_blocked:
-            self._sent_blocked = False
-            self.send_method(0, commands.Connection.Unblocked())
-        log.info("amqp %s: publisher unblocked", self)
+        held = self.blocking.release()
         self.reads += 1  # what publishers remember of their routes is from before
         self._dispatch(held)
         self._process()
@@ -339,7 +322,7 @@ class AmqpSession(FrontendSession):
         self._set_reading(
             not self._lost
             and (
-                self._held is not None
+                self.blocking.held is not None
                 or self._busy is not None
                 or self._out_bytes > self.settings.amqp_write_buffer
                 or self.inflight >= self.settings.amqp_max_inflight
