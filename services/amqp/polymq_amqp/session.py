@@ -1,6 +1,6 @@
-"""One AMQP connection (the transport's endpoint): reading, writing, closing (the
-handshake's methods are in ``handshake.py``, the heartbeats in ``heartbeat.py``, the table
-of open channels in ``channels.py``).
+"""One AMQP connection (the transport's endpoint): reading, writing, closing (what each
+event read asks is ``dispatch.py``'s, the handshake's methods are in ``handshake.py``, the
+heartbeats in ``heartbeat.py``, the table of open channels in ``channels.py``).
 
 Reading: ``data_received`` feeds the sans-IO codec and handles its events in order. Most
 methods are handled at once, without awaiting anything: a basic.publish whose exchange (and
@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
@@ -43,15 +43,13 @@ from polymq_server.corelink import CoreLink
 from polymq_server.frontend import FrontendSession
 from polymq_server.transport import Transport
 
-from . import handshake
 from .blocking import Blocking
 from .channels import Channels
 from .codec import AmqpConnection
+from .dispatch import dispatch
 from .errors import (
     ACCESS_REFUSED,
     CONNECTION_FORCED,
-    NOT_IMPLEMENTED,
-    PRECONDITION_FAILED,
     AmqpError,
     ChannelException,
     ConnectionException,
@@ -59,17 +57,7 @@ from .errors import (
     ProtocolHeaderMismatch,
     from_polymq,
 )
-from .events import (
-    ConnectionClosed,
-    Content,
-    ContentRun,
-    Event,
-    Heartbeat,
-    Method,
-    NeedData,
-    OversizedContent,
-    ProtocolHeader,
-)
+from .events import Content, ContentRun, NeedData
 from .heartbeat import Heartbeats
 from .hub import Hub
 from .metrics import AmqpMetrics
@@ -121,7 +109,7 @@ class AmqpSession(FrontendSession):
         self._ack_after_write: dict[Any, int] = {}  # no-ack consumer -> last core tag
         self._in_bytes = 0
         self._delivered_out = 0  # basic.deliver frames not yet counted in the metrics
-        self._published_in = 0  # and basic.publish frames read
+        self.published_in = 0  # and basic.publish frames read
         # what a publisher remembers of its last route is good until this changes: at every
         # read, and at every method but basic.publish
         self.reads = 0
@@ -197,10 +185,10 @@ class AmqpSession(FrontendSession):
             self.tracked.messages_out += self._delivered_out
             self.metrics.method_out("basic.deliver", self._delivered_out)
             self._delivered_out = 0
-        if self._published_in:
-            self.tracked.messages_in += self._published_in
-            self.metrics.method_in("basic.publish", self._published_in)
-            self._published_in = 0
+        if self.published_in:
+            self.tracked.messages_in += self.published_in
+            self.metrics.method_in("basic.publish", self.published_in)
+            self.published_in = 0
         self._flush()
 
     # ==== reading ============================================================================
@@ -216,7 +204,7 @@ class AmqpSession(FrontendSession):
                     return
                 except ConnectionException as exc:
                     if self.closing:  # garbage after our connection.close: give up on it
-                        self._close_transport()
+                        self.close_transport()
                         return
                     self.close_connection(exc)
                     continue
@@ -225,48 +213,10 @@ class AmqpSession(FrontendSession):
                 if self.hub.alarms and isinstance(event, Content | ContentRun):
                     self.blocking.hold(event)
                     break
-                self._dispatch(event)
+                dispatch(self, event)
         finally:
             self.outbox.flush()
             self.update_reading()
-
-    def _dispatch(self, event: Event) -> None:
-        if isinstance(event, ContentRun):
-            self._published_in += len(event.bodies)  # (counted at the end of the tick)
-            ch = self.channels.get(event.channel)
-            if ch is not None:
-                self._guard(event.channel, event.method, ch.publisher.publish, event)
-        elif isinstance(event, Content):
-            self._published_in += 1
-            ch = self.channels.get(event.channel)
-            if ch is not None:
-                self._guard(event.channel, event.method, ch.publisher.publish, event)
-        elif isinstance(event, Method):
-            self.reads += 1
-            method = event.method
-            self.metrics.method_in(method_name(method))
-            if event.channel == 0:
-                self._guard(0, method, self._connection_method, method)
-            else:
-                self._guard(event.channel, method, self.channels.handle, event.channel, method)
-        elif isinstance(event, Heartbeat):
-            self.metrics.method_in("heartbeat")
-        elif isinstance(event, ProtocolHeader):
-            handshake.send_start(self)
-        elif isinstance(event, OversizedContent):
-            err = ChannelException(
-                PRECONDITION_FAILED,
-                f"message size {event.size} is larger than the maximum {self.codec.max_body}",
-            )
-            self.fail(err.about(60, 40), event.channel)
-        elif isinstance(event, ConnectionClosed):
-            self._close_transport()
-
-    def _guard(self, channel: int, method: base.Frame, fn: Callable[..., None], *args: Any) -> None:
-        try:
-            fn(*args)
-        except Exception as exc:
-            self.fail(exc, channel, method)
 
     def fail(self, exc: BaseException, channel: int, method: base.Frame | None = None) -> None:
         """Answer ``exc``, raised while handling ``method`` on ``channel``."""
@@ -314,7 +264,7 @@ class AmqpSession(FrontendSession):
             return
         held = self.blocking.release()
         self.reads += 1  # what publishers remember of their routes is from before
-        self._dispatch(held)
+        dispatch(self, held)
         self._process()
         self._schedule()
 
@@ -402,18 +352,27 @@ class AmqpSession(FrontendSession):
         self._teardown()
         self._flush(force=True)
         if not sent or handshake:  # (a refused login: no close-ok is awaited, as RabbitMQ)
-            self._close_transport()
+            self.close_transport()
             return
         self._set_close_timer(self.settings.amqp_close_timeout)
 
     def _set_close_timer(self, delay: float) -> None:
         if self._close_timer is not None:
             self._close_timer.cancel()
-        self._close_timer = self.loop.call_later(delay, self._close_transport)
+        self._close_timer = self.loop.call_later(delay, self.close_transport)
 
-    def _close_transport(self) -> None:
+    def close_transport(self) -> None:
+        """Close the socket after what is written; nothing more is read."""
         self._done_reading = True
         self._close()
+
+    def closed_by_client(self) -> None:
+        """The client's connection.close: release what the connection holds, answer
+        close-ok, close."""
+        self.closing = True
+        self._teardown()
+        self.send_method(0, commands.Connection.CloseOk())
+        self.close_transport()
 
     def drop(self) -> None:
         """Close at once, without connection.close: the client stopped talking (its
@@ -428,14 +387,14 @@ class AmqpSession(FrontendSession):
         self.metrics.error(exc.reply_code, "connection")
         self.closing = True
         self._write(self.codec.protocol_header())
-        self._close_transport()
+        self.close_transport()
 
     def _handshake_timeout(self) -> None:
         self._close_timer = None
         if self.codec.state is State.OPEN or self.closing:
             return
         log.info("amqp %s: no connection.open within the handshake timeout; closing", self)
-        self._close_transport()
+        self.close_transport()
 
     def _teardown(self) -> None:
         """Release what the connection holds at the core (once)."""
@@ -484,34 +443,14 @@ class AmqpSession(FrontendSession):
             ConnectionException(CONNECTION_FORCED, f"lost the connection to the core: {reason}")
         )
 
-    # ==== connection methods ==================================================================
-    def _connection_method(self, method: base.Frame) -> None:
-        if isinstance(method, commands.Connection.StartOk):
-            self.start_busy(handshake.login(self, method), 0, method)
-        elif isinstance(method, commands.Connection.TuneOk):
-            if self.codec.heartbeat:
-                self.heartbeats = Heartbeats(self, self.codec.heartbeat)
-        elif isinstance(method, commands.Connection.Open):
-            handshake.open_vhost(self, method)
-        elif isinstance(method, commands.Connection.UpdateSecret):
-            self.start_busy(handshake.update_secret(self, method), 0, method)
-        elif isinstance(method, commands.Connection.Close):
-            self.closing = True
-            self._teardown()
-            self.send_method(0, commands.Connection.CloseOk())
-            self._close_transport()
-        elif isinstance(method, commands.Connection.CloseOk):
-            self._close_transport()
-        else:  # pragma: no cover - the codec lets nothing else through
-            raise ConnectionException(NOT_IMPLEMENTED, f"{method_name(method)}")
-
+    # ==== the handshake (handshake.py) =======================================================
     def opened(self) -> None:
         """connection.open-ok went out: the handshake timeout is over."""
         if self._close_timer is not None:
             self._close_timer.cancel()
             self._close_timer = None
 
-    # ==== what the channels share ================================================================
+    # ==== what the channels share ============================================================
     def authorize(self, permission: Permission, destination: str) -> None:
         key = (permission, destination)
         if key in self._allowed:
