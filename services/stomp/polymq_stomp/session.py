@@ -30,7 +30,6 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final
 
@@ -45,20 +44,17 @@ from polymq.errors import (
     Unavailable,
 )
 from polymq.types import AckMode
-from polymq_server.auth import AuthProvider, Permission, Principal
-from polymq_server.corelink import CoreLink
+from polymq_server.auth import Permission, Principal
 from polymq_server.frontend import FrontendSession
 from polymq_server.names import VhostNames
-from polymq_server.records import Records
-from polymq_server.resources import ConnectionLimits
 
 from .codec import CLOSED, NEED_DATA, Role, State, StompConnection
 from .commands import COMMANDS
-from .config import StompSettings
 from .delivery import StompSubscription
 from .frames import Command, Frame, Heartbeat, LocalStompError, RemoteStompError
 from .handshake import VersionMismatch, agree, version_error
 from .heartbeat import Heartbeats
+from .hub import Hub
 from .metrics import StompMetrics
 from .publisher import Publisher
 from .refusal import Refused
@@ -67,29 +63,11 @@ from .targets import ConnectionTargets
 from .transports import Transport, WsTransport
 from .vhost import DEFAULT_VHOST
 
-__all__ = ["Hub", "StompSession"]
+__all__ = ["StompSession"]
 
 log = logging.getLogger(__name__)
 
 _DRAIN_TIMEOUT: Final = 10.0  # seconds DISCONNECT waits for SENDs to be answered
-
-
-@dataclass(eq=False)
-class Hub:
-    """What every session of one frontend shares."""
-
-    settings: StompSettings
-    link: CoreLink
-    auth: AuthProvider
-    metrics: StompMetrics
-    sessions: set[StompSession] = field(default_factory=set)
-    stopping: bool = False
-    # the listeners' connection limits (the service sets them from its settings)
-    connections: ConnectionLimits = field(default_factory=lambda: ConnectionLimits("stomp"))
-    records: Records = field(init=False)  # AMQP's exchanges and bindings (see exchange.py)
-
-    def __post_init__(self) -> None:
-        self.records = Records(self.link)
 
 
 class StompSession(FrontendSession):
