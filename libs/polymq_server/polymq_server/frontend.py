@@ -13,7 +13,8 @@ glue that each of them would otherwise write again (the aiohttp frontends share
 - :class:`FrontendSession`: the base of a session (the endpoint of one
   :class:`~polymq_server.transport.Transport`): one output buffer written once per loop iteration
   while the transport drains, reading paused on demand, the one *busy* task and the other
-  tasks it owns, and the close.
+  tasks it owns, the close, and the clocks a heart-beat reads (when bytes last came in and
+  last went out).
 
 Errors: nothing here raises of its own; a session's task failures go to the callback that
 started the task.
@@ -193,7 +194,10 @@ class FrontendSession:
     Tasks: :meth:`_run_busy` runs the one task before which no later frame is handled,
     :meth:`_run_task` one nothing waits for; :meth:`_cancel_tasks` cancels every one.
     Closing: :meth:`_close` flushes what is written, tears down (the subclass's
-    :meth:`_teardown`) and closes the transport."""
+    :meth:`_teardown`) and closes the transport. Clocks (loop times, for the protocol's
+    heart-beats): :attr:`last_read`, set by the subclass's ``data_received``, and
+    :attr:`last_written`, set by :meth:`_flush`; with :attr:`reading_paused` and
+    :attr:`output_pending` they tell whether a silence is the peer's and a beat is due."""
 
     transport: Transport
     metrics: FrontendMetrics
@@ -210,8 +214,19 @@ class FrontendSession:
         self._busy: asyncio.Task[None] | None = None
         self._reading_paused = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._last_read = self.loop.time()
-        self._last_write = self._last_read
+        self.last_read = self.loop.time()  # when bytes last came in (data_received sets it)
+        self.last_written = self.last_read  # when output last went to the transport
+
+    @property
+    def reading_paused(self) -> bool:
+        """The session paused reading: a silence now is its own, not the peer's."""
+        return self._reading_paused
+
+    @property
+    def output_pending(self) -> bool:
+        """Output waits in the buffer (for this iteration's tick, or for the transport to
+        drain): a heart-beat written now would overtake it."""
+        return bool(self._out)
 
     # ---- what a subclass provides ------------------------------------------------------------
     def _tick(self) -> None:
@@ -256,7 +271,7 @@ class FrontendSession:
         self._out_bytes = 0
         self.transport.write(data)
         self.metrics.bytes_out.inc(len(data))
-        self._last_write = self.loop.time()
+        self.last_written = self.loop.time()
         self._written(force)
         self.update_reading()
 

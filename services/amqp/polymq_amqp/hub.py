@@ -2,11 +2,11 @@
 provider, metrics, the topology records, the open connections, and the resource alarms.
 
 Alarms are the hook of the resource-safety work (a memory or disk alarm): while any is set,
-publishers are blocked as RabbitMQ blocks them. A connection that publishes is blocked
-before its publish is handled: it reads nothing more, and a client that announced the
-``connection.blocked`` capability gets ``connection.blocked`` with the alarms as the reason;
-when the last alarm clears, it gets ``connection.unblocked`` and its publish goes on.
-Connections that do not publish are not blocked. Nothing sets an alarm yet but
+publishers are blocked as RabbitMQ blocks them (``blocking.py``). A connection that
+publishes is blocked before its publish is handled: it reads nothing more, and a client
+that announced the ``connection.blocked`` capability gets ``connection.blocked`` with the
+alarms as the reason; when the last alarm clears, it gets ``connection.unblocked`` and its
+publish goes on. Connections that do not publish are not blocked. Nothing sets an alarm yet but
 :meth:`Hub.set_alarm` and the test switch of the admin port (``amqp_alarm_switch``, off by
 default: see ``service.py``)."""
 

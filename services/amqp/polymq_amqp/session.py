@@ -1,5 +1,6 @@
-"""One AMQP connection (the transport's endpoint): reading, channels, writing, heartbeats,
-closing (the handshake's methods are in ``handshake.py``).
+"""One AMQP connection (the transport's endpoint): reading, writing, closing (what each
+event read asks is ``dispatch.py``'s, the handshake's methods are in ``handshake.py``, the
+heartbeats in ``heartbeat.py``, the table of open channels in ``channels.py``).
 
 Reading: ``data_received`` feeds the sans-IO codec and handles its events in order. Most
 methods are handled at once, without awaiting anything: a basic.publish whose exchange (and
@@ -29,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
@@ -42,14 +43,13 @@ from polymq_server.corelink import CoreLink
 from polymq_server.frontend import FrontendSession
 from polymq_server.transport import Transport
 
-from . import handshake
+from .blocking import Blocking
+from .channels import Channels
 from .codec import AmqpConnection
+from .dispatch import dispatch
 from .errors import (
     ACCESS_REFUSED,
-    CHANNEL_ERROR,
     CONNECTION_FORCED,
-    NOT_IMPLEMENTED,
-    PRECONDITION_FAILED,
     AmqpError,
     ChannelException,
     ConnectionException,
@@ -57,17 +57,8 @@ from .errors import (
     ProtocolHeaderMismatch,
     from_polymq,
 )
-from .events import (
-    ConnectionClosed,
-    Content,
-    ContentRun,
-    Event,
-    Heartbeat,
-    Method,
-    NeedData,
-    OversizedContent,
-    ProtocolHeader,
-)
+from .events import Content, ContentRun, NeedData
+from .heartbeat import Heartbeats
 from .hub import Hub
 from .metrics import AmqpMetrics
 from .names import VhostNames
@@ -108,11 +99,8 @@ class AmqpSession(FrontendSession):
         self.client_properties: dict[str, Any] = {}
         self.cancel_notify = False  # the client takes basic.cancel from the server
         self.blocked_notify = False  # the client takes connection.blocked / unblocked
-        # a publish read while an alarm is set (see hub.py): held, reading paused, until
-        # the alarms clear
-        self._held: Event | None = None
-        self._sent_blocked = False
-        self.channels: dict[int, Channel] = {}
+        self.blocking = Blocking(self)  # a publish read while an alarm is set: held
+        self.channels = Channels(self)
         self.exclusive_queues: set[str] = set()  # AMQP names of this connection's ones
         # closing (True once connection.close is sent or received): nothing more is handled
         self._done_reading = False  # the transport is closing: no more events
@@ -121,7 +109,7 @@ class AmqpSession(FrontendSession):
         self._ack_after_write: dict[Any, int] = {}  # no-ack consumer -> last core tag
         self._in_bytes = 0
         self._delivered_out = 0  # basic.deliver frames not yet counted in the metrics
-        self._published_in = 0  # and basic.publish frames read
+        self.published_in = 0  # and basic.publish frames read
         # what a publisher remembers of its last route is good until this changes: at every
         # read, and at every method but basic.publish
         self.reads = 0
@@ -131,8 +119,7 @@ class AmqpSession(FrontendSession):
         self.outbox = Outbox(self)  # publishes read, to go to the core after this read
         self.inflight_bytes = 0  # and their bodies' bytes
         # timers
-        self._hb = 0.0
-        self._hb_timer: asyncio.TimerHandle | None = None
+        self.heartbeats: Heartbeats | None = None  # from connection.tune-ok on, if any
         self._close_timer: asyncio.TimerHandle | None = self.loop.call_later(
             s.amqp_handshake_timeout, self._handshake_timeout
         )
@@ -142,7 +129,7 @@ class AmqpSession(FrontendSession):
         self.metrics.connections.inc()
         self.metrics.connections_opened.inc()
         self.tracked = hub.link.connections.open(  # (the admin API's view of it)
-            "amqp", transport.peer, self._closed_by_admin, self._counts
+            "amqp", transport.peer, self._closed_by_admin, self.channels.counts
         )
 
     def __repr__(self) -> str:
@@ -154,7 +141,7 @@ class AmqpSession(FrontendSession):
 
     # ==== transport events (polymq_server.transport.Endpoint) ===============================
     def data_received(self, data: bytes) -> None:
-        self._last_read = self.loop.time()
+        self.last_read = self.loop.time()
         self._in_bytes += len(data)
         if self._done_reading:
             return
@@ -180,11 +167,6 @@ class AmqpSession(FrontendSession):
         self.admission.release()
         self.metrics.connections.dec()
 
-    def _counts(self) -> dict[str, int]:
-        channels = list(self.channels.values())
-        subs = sum(len(ch.consumers.by_tag) for ch in channels)
-        return {"subscriptions": subs, "channels": len(channels)}
-
     def _closed_by_admin(self, reason: str) -> None:
         self.close_connection(ConnectionException(CONNECTION_FORCED, reason))
 
@@ -203,10 +185,10 @@ class AmqpSession(FrontendSession):
             self.tracked.messages_out += self._delivered_out
             self.metrics.method_out("basic.deliver", self._delivered_out)
             self._delivered_out = 0
-        if self._published_in:
-            self.tracked.messages_in += self._published_in
-            self.metrics.method_in("basic.publish", self._published_in)
-            self._published_in = 0
+        if self.published_in:
+            self.tracked.messages_in += self.published_in
+            self.metrics.method_in("basic.publish", self.published_in)
+            self.published_in = 0
         self._flush()
 
     # ==== reading ============================================================================
@@ -214,7 +196,7 @@ class AmqpSession(FrontendSession):
         codec = self.codec
         self.reads += 1
         try:
-            while self._busy is None and not self._done_reading and self._held is None:
+            while self._busy is None and not self._done_reading and self.blocking.held is None:
                 try:
                     event = codec.next_event()
                 except ProtocolHeaderMismatch as exc:
@@ -222,57 +204,19 @@ class AmqpSession(FrontendSession):
                     return
                 except ConnectionException as exc:
                     if self.closing:  # garbage after our connection.close: give up on it
-                        self._close_transport()
+                        self.close_transport()
                         return
                     self.close_connection(exc)
                     continue
                 if isinstance(event, NeedData):
                     break
                 if self.hub.alarms and isinstance(event, Content | ContentRun):
-                    self._block(event)
+                    self.blocking.hold(event)
                     break
-                self._dispatch(event)
+                dispatch(self, event)
         finally:
             self.outbox.flush()
             self.update_reading()
-
-    def _dispatch(self, event: Event) -> None:
-        if isinstance(event, ContentRun):
-            self._published_in += len(event.bodies)  # (counted at the end of the tick)
-            ch = self.channels.get(event.channel)
-            if ch is not None:
-                self._guard(event.channel, event.method, ch.publisher.publish, event)
-        elif isinstance(event, Content):
-            self._published_in += 1
-            ch = self.channels.get(event.channel)
-            if ch is not None:
-                self._guard(event.channel, event.method, ch.publisher.publish, event)
-        elif isinstance(event, Method):
-            self.reads += 1
-            method = event.method
-            self.metrics.method_in(method_name(method))
-            if event.channel == 0:
-                self._guard(0, method, self._connection_method, method)
-            else:
-                self._guard(event.channel, method, self._channel_method, event.channel, method)
-        elif isinstance(event, Heartbeat):
-            self.metrics.method_in("heartbeat")
-        elif isinstance(event, ProtocolHeader):
-            handshake.send_start(self)
-        elif isinstance(event, OversizedContent):
-            err = ChannelException(
-                PRECONDITION_FAILED,
-                f"message size {event.size} is larger than the maximum {self.codec.max_body}",
-            )
-            self.fail(err.about(60, 40), event.channel)
-        elif isinstance(event, ConnectionClosed):
-            self._close_transport()
-
-    def _guard(self, channel: int, method: base.Frame, fn: Callable[..., None], *args: Any) -> None:
-        try:
-            fn(*args)
-        except Exception as exc:
-            self.fail(exc, channel, method)
 
     def fail(self, exc: BaseException, channel: int, method: base.Frame | None = None) -> None:
         """Answer ``exc``, raised while handling ``method`` on ``channel``."""
@@ -284,7 +228,7 @@ class AmqpSession(FrontendSession):
         if method is not None:
             err.about(method.index >> 16, method.index & 0xFFFF)
         if isinstance(err, ChannelException) and channel != 0:
-            self.close_channel(channel, err)
+            self.channels.close(channel, err)
         else:
             self.close_connection(err)
 
@@ -314,28 +258,13 @@ class AmqpSession(FrontendSession):
         if channel == 0 or channel in self.channels:  # (not closed since)
             self.fail(exc, channel, method)
 
-    # ==== resource alarms (hub.py) =================================================
-    def _block(self, publish: Event) -> None:
-        """A publish while an alarm is set: hold it and read nothing more until it clears."""
-        self._held = publish
-        if self.blocked_notify and not self._sent_blocked:
-            reason = " and ".join(
-                f"low on {a}" if a in ("memory", "disk") else f"{a} alarm"
-                for a in sorted(self.hub.alarms)
-            )  # RabbitMQ's: "low on memory"
-            self._sent_blocked = self.send_method(0, commands.Connection.Blocked(reason))
-        log.info("amqp %s: publisher blocked (alarms: %s)", self, sorted(self.hub.alarms))
-
+    # ==== resource alarms (hub.py, blocking.py) =============================================
     def alarm_changed(self) -> None:
-        if self.hub.alarms or self._held is None or self.closing:
+        if self.hub.alarms or self.blocking.held is None or self.closing:
             return
-        held, self._held = self._held, None
-        if self._sent_blocked:
-            self._sent_blocked = False
-            self.send_method(0, commands.Connection.Unblocked())
-        log.info("amqp %s: publisher unblocked", self)
+        held = self.blocking.release()
         self.reads += 1  # what publishers remember of their routes is from before
-        self._dispatch(held)
+        dispatch(self, held)
         self._process()
         self._schedule()
 
@@ -343,7 +272,7 @@ class AmqpSession(FrontendSession):
         self._set_reading(
             not self._lost
             and (
-                self._held is not None
+                self.blocking.held is not None
                 or self._busy is not None
                 or self._out_bytes > self.settings.amqp_write_buffer
                 or self.inflight >= self.settings.amqp_max_inflight
@@ -408,21 +337,6 @@ class AmqpSession(FrontendSession):
                 consumer.written(tag)
 
     # ==== closing ============================================================================
-    def close_channel(self, number: int, err: AmqpError) -> None:
-        """channel.close with ``err``'s reply code; the channel's resources are released."""
-        ch = self.channels.pop(number, None)
-        if ch is not None:
-            ch.teardown()
-            self.metrics.channels.dec()
-        if self.codec.channel_state(number) is not State.CHANNEL_OPEN:
-            return
-        self.metrics.error(err.reply_code, "channel")
-        log.info("amqp %s: channel %d closed: %s", self, number, err.reply_text)
-        self.send_method(
-            number,
-            commands.Channel.Close(err.reply_code, err.reply_text, err.class_id, err.method_id),
-        )
-
     def close_connection(self, err: AmqpError) -> None:
         """connection.close with ``err``'s reply code; close-ok is awaited a little while."""
         if self.closing:
@@ -438,18 +352,34 @@ class AmqpSession(FrontendSession):
         self._teardown()
         self._flush(force=True)
         if not sent or handshake:  # (a refused login: no close-ok is awaited, as RabbitMQ)
-            self._close_transport()
+            self.close_transport()
             return
         self._set_close_timer(self.settings.amqp_close_timeout)
 
     def _set_close_timer(self, delay: float) -> None:
         if self._close_timer is not None:
             self._close_timer.cancel()
-        self._close_timer = self.loop.call_later(delay, self._close_transport)
+        self._close_timer = self.loop.call_later(delay, self.close_transport)
 
-    def _close_transport(self) -> None:
+    def close_transport(self) -> None:
+        """Close the socket after what is written; nothing more is read."""
         self._done_reading = True
         self._close()
+
+    def closed_by_client(self) -> None:
+        """The client's connection.close: release what the connection holds, answer
+        close-ok, close."""
+        self.closing = True
+        self._teardown()
+        self.send_method(0, commands.Connection.CloseOk())
+        self.close_transport()
+
+    def drop(self) -> None:
+        """Close at once, without connection.close: the client stopped talking (its
+        heartbeats are missed), it would not read it."""
+        self.closing = True
+        self._teardown()
+        self.transport.abort()
 
     def _wrong_header(self, exc: ProtocolHeaderMismatch) -> None:
         """Not AMQP 0-9-1: answer with the header we speak, and close (as the spec says)."""
@@ -457,14 +387,14 @@ class AmqpSession(FrontendSession):
         self.metrics.error(exc.reply_code, "connection")
         self.closing = True
         self._write(self.codec.protocol_header())
-        self._close_transport()
+        self.close_transport()
 
     def _handshake_timeout(self) -> None:
         self._close_timer = None
         if self.codec.state is State.OPEN or self.closing:
             return
         log.info("amqp %s: no connection.open within the handshake timeout; closing", self)
-        self._close_transport()
+        self.close_transport()
 
     def _teardown(self) -> None:
         """Release what the connection holds at the core (once)."""
@@ -473,16 +403,12 @@ class AmqpSession(FrontendSession):
         self._torn_down = True
         self.closing = True
         self.outbox.flush()  # what was read is published, as it would have been at once
-        for handle in (self._hb_timer, self._close_timer if self._lost else None):
-            if handle is not None:
-                handle.cancel()
-        self._hb_timer = None
+        if self.heartbeats is not None:
+            self.heartbeats.stop()
+        if self._lost and self._close_timer is not None:
+            self._close_timer.cancel()
         self._cancel_tasks()
-        channels, self.channels = list(self.channels.values()), {}
-        for ch in channels:
-            ch.teardown()
-        if channels:
-            self.metrics.channels.dec(len(channels))
+        self.channels.close_all()
         self.hub.sessions.pop(self.conn_id, None)
         exclusive, self.exclusive_queues = list(self.exclusive_queues), set()
         link = self.hub.link
@@ -517,87 +443,14 @@ class AmqpSession(FrontendSession):
             ConnectionException(CONNECTION_FORCED, f"lost the connection to the core: {reason}")
         )
 
-    # ==== connection methods ==================================================================
-    def _connection_method(self, method: base.Frame) -> None:
-        if isinstance(method, commands.Connection.StartOk):
-            self.start_busy(handshake.login(self, method), 0, method)
-        elif isinstance(method, commands.Connection.TuneOk):
-            self._start_heartbeats(self.codec.heartbeat)
-        elif isinstance(method, commands.Connection.Open):
-            handshake.open_vhost(self, method)
-        elif isinstance(method, commands.Connection.UpdateSecret):
-            self.start_busy(handshake.update_secret(self, method), 0, method)
-        elif isinstance(method, commands.Connection.Close):
-            self.closing = True
-            self._teardown()
-            self.send_method(0, commands.Connection.CloseOk())
-            self._close_transport()
-        elif isinstance(method, commands.Connection.CloseOk):
-            self._close_transport()
-        else:  # pragma: no cover - the codec lets nothing else through
-            raise ConnectionException(NOT_IMPLEMENTED, f"{method_name(method)}")
-
+    # ==== the handshake (handshake.py) =======================================================
     def opened(self) -> None:
         """connection.open-ok went out: the handshake timeout is over."""
         if self._close_timer is not None:
             self._close_timer.cancel()
             self._close_timer = None
 
-    def _start_heartbeats(self, seconds: int) -> None:
-        self._hb = float(seconds)
-        if seconds:
-            now = self.loop.time()
-            self._last_read = self._last_write = now
-            self._hb_timer = self.loop.call_later(self._hb / 2, self._heartbeat)
-
-    def _heartbeat(self) -> None:
-        """Every half interval: send one if nothing else went out; close a silent client
-        (two intervals without a byte, as the spec says)."""
-        if self.closing:
-            return
-        now = self.loop.time()
-        if self._reading_paused:
-            self._last_read = now  # we are not reading: the silence is ours
-        if now - self._last_read > 2 * self._hb:
-            self.metrics.error(CONNECTION_FORCED, "connection")
-            log.info(
-                "amqp %s: missed heartbeats from the client, timeout: %ds", self, int(self._hb)
-            )
-            self.closing = True
-            self._teardown()
-            self.transport.abort()
-            return
-        if now - self._last_write >= self._hb / 2 - 0.01 and not self._out:
-            if self.transport.writable:
-                self.transport.write(self.codec.send_heartbeat())
-                self.metrics.method_out("heartbeat")
-            self._last_write = now
-        self._hb_timer = self.loop.call_later(self._hb / 2, self._heartbeat)
-
-    # ==== channel methods =====================================================================
-    def _channel_method(self, number: int, method: base.Frame) -> None:
-        from .channel import Channel
-
-        if isinstance(method, commands.Channel.Open):
-            self.channels[number] = Channel(self, number)
-            self.metrics.channels.inc()
-            self.send_method(number, commands.Channel.OpenOk())
-            return
-        if isinstance(method, commands.Channel.Close):
-            ch = self.channels.pop(number, None)
-            if ch is not None:
-                ch.teardown()
-                self.metrics.channels.dec()
-            self.send_method(number, commands.Channel.CloseOk())
-            return
-        if isinstance(method, commands.Channel.CloseOk):
-            return  # the answer to our channel.close: the codec freed the channel
-        ch = self.channels.get(number)
-        if ch is None:  # pragma: no cover - the codec checks channel states
-            raise ConnectionException(CHANNEL_ERROR, f"channel {number} is not open")
-        ch.handle(method)
-
-    # ==== what the channels share ================================================================
+    # ==== what the channels share ============================================================
     def authorize(self, permission: Permission, destination: str) -> None:
         key = (permission, destination)
         if key in self._allowed:

@@ -7,7 +7,8 @@ auth provider) and the connection limits' admission. It raises :class:`Refused` 
 then the close) for a malformed header, a refused login or a limit reached,
 :class:`VersionMismatch` when no version is common (the session answers with
 :func:`version_error`, STOMP 1.2's ERROR listing what we speak), and ``Unavailable`` while
-the core is away. The session owns the handshake timeout and the heart-beat timers.
+the core is away. The session owns the handshake timeout; the heart-beats run in
+``heartbeat.py``.
 """
 
 from __future__ import annotations

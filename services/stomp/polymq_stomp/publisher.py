@@ -54,7 +54,6 @@ class PublisherSession(PartSession, Protocol):
     @property
     def subscriptions(self) -> Subscriptions: ...
 
-    def has_temp(self, core: str) -> bool: ...
     def start_busy(self, coro: Coroutine[Any, Any, None], frame: Frame) -> None: ...
     def update_reading(self) -> None: ...
     def refuse(self, exc: BaseException, frame: Frame | None = None) -> None: ...
@@ -110,7 +109,7 @@ class Publisher:
     # ---- SEND --------------------------------------------------------------------------------
     def send(self, frame: Frame) -> None:
         session = self.session
-        target = session.target(frame.get("destination"))
+        target = session.targets.lookup(frame.get("destination"))
         if isinstance(target, Control):
             session.start_busy(self._control(frame, target), frame)
             return
@@ -120,7 +119,7 @@ class Publisher:
         self._send_to(frame, target)
 
     async def _send_to_exchange(self, frame: Frame, ref: ExchangeRef) -> None:
-        self._send_to(frame, await self.session.exchange_target(ref, subscribe=False))
+        self._send_to(frame, await self.session.targets.exchange_target(ref, subscribe=False))
         self.flush()
 
     def _send_to(self, frame: Frame, target: Target) -> None:
@@ -140,7 +139,7 @@ class Publisher:
                 temp_reply is not None
                 and not session.subscriptions.on(_core_of(session, temp_reply))
             )
-            or (target.temp and not session.has_temp(target.core))
+            or (target.temp and not session.targets.owns(target.core))
         ):
             session.start_busy(
                 self._send_after_setup(frame, target, message, temp_reply, tx), frame
@@ -209,7 +208,7 @@ class Publisher:
         ``reply-to: /temp-queue/x`` subscribes to that temp queue (see subscription.py); a
         SEND to an exchange whose records are not cached reads them."""
         if target.temp:
-            await self.session.ensure_temp(target)
+            await self.session.targets.ensure_temp(target)
         if temp_reply is not None:
             await self.session.subscriptions.reply_subscription(temp_reply)
         cores = [target.core]

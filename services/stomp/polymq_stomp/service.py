@@ -31,8 +31,9 @@ from polymq_server.web import link_state
 
 from . import page
 from .config import StompSettings
+from .hub import Hub
 from .metrics import StompMetrics
-from .session import Hub, StompSession
+from .session import StompSession
 from .transports import TcpTransport, WsTransport, serve_websocket
 
 __all__ = ["StompService", "build_app"]

@@ -1,10 +1,11 @@
 """One STOMP connection, over TCP or WebSocket (see ``transports.py``): the session handler.
 
-Reading: ``data_received`` feeds the sans-IO codec and handles its frames in order. Most
-frames are handled at once, without awaiting anything: a SEND joins the batch of its
-destination (published to the core, through the frontend's one shared client, when the read
-is done; its RECEIPT goes out when the core answered, after fsync for persistent messages),
-an ACK/NACK is a fire-and-forget core ack/nack. A frame that needs an answer before the next
+Reading: ``data_received`` feeds the sans-IO codec and handles its frames in order (what
+each frame asks is ``commands.py``'s). Most frames are handled at once, without awaiting
+anything: a SEND joins the batch of its destination (published to the core, through the
+frontend's one shared client, when the read is done; its RECEIPT goes out when the core
+answered, after fsync for persistent messages), an ACK/NACK is a fire-and-forget core
+ack/nack. A frame that needs an answer before the next
 one may be read (CONNECT, SUBSCRIBE, COMMIT, DISCONNECT, a control SEND, the first use of a
 temp queue) runs as the session's one *busy* task; until it is done the frames behind it wait
 in the codec and reading pauses.
@@ -28,8 +29,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Coroutine
 from functools import partial
 from typing import Any, Final
 
@@ -43,51 +43,31 @@ from polymq.errors import (
     Unauthorized,
     Unavailable,
 )
-from polymq.types import AckMode, Outcome
-from polymq_server.auth import AuthProvider, Permission, Principal
-from polymq_server.corelink import CoreLink
+from polymq.types import AckMode
+from polymq_server.auth import Permission, Principal
 from polymq_server.frontend import FrontendSession
 from polymq_server.names import VhostNames
-from polymq_server.records import Records
-from polymq_server.resources import ConnectionLimits
 
 from .codec import CLOSED, NEED_DATA, Role, State, StompConnection
-from .config import StompSettings
+from .commands import COMMANDS
 from .delivery import StompSubscription
-from .destinations import Control, ExchangeRef, Target, parse_destination
-from .exchange import resolve as resolve_exchange
 from .frames import Command, Frame, Heartbeat, LocalStompError, RemoteStompError
 from .handshake import VersionMismatch, agree, version_error
+from .heartbeat import Heartbeats
+from .hub import Hub
 from .metrics import StompMetrics
 from .publisher import Publisher
 from .refusal import Refused
 from .subscription import Subscriptions, release
+from .targets import ConnectionTargets
 from .transports import Transport, WsTransport
 from .vhost import DEFAULT_VHOST
 
-__all__ = ["Hub", "StompSession"]
+__all__ = ["StompSession"]
 
 log = logging.getLogger(__name__)
 
 _DRAIN_TIMEOUT: Final = 10.0  # seconds DISCONNECT waits for SENDs to be answered
-
-
-@dataclass(eq=False)
-class Hub:
-    """What every session of one frontend shares."""
-
-    settings: StompSettings
-    link: CoreLink
-    auth: AuthProvider
-    metrics: StompMetrics
-    sessions: set[StompSession] = field(default_factory=set)
-    stopping: bool = False
-    # the listeners' connection limits (the service sets them from its settings)
-    connections: ConnectionLimits = field(default_factory=lambda: ConnectionLimits("stomp"))
-    records: Records = field(init=False)  # AMQP's exchanges and bindings (see exchange.py)
-
-    def __post_init__(self) -> None:
-        self.records = Records(self.link)
 
 
 class StompSession(FrontendSession):
@@ -119,19 +99,14 @@ class StompSession(FrontendSession):
         # closing (True once an ERROR or DISCONNECT is on its way): read nothing more
         self.subscriptions = Subscriptions(self)
         self.publisher = Publisher(self)
-        self._temps: set[str] = set()  # temp queues declared for this connection
+        self.targets = ConnectionTargets(self)  # where its destinations lead, its own queues
         self._allowed: set[tuple[Permission, str]] = set()
-        self._targets: dict[str, Target | Control] = {}  # (an ExchangeRef's: its Target)
         # writing
         self._ack_after_write: dict[StompSubscription, int] = {}
         self._unwritten: set[StompSubscription] = set()
         self._in_counts: dict[str, int] = {}
         self._in_bytes = 0
-        # heart-beats (seconds; 0 = none)
-        self._hb_out = 0.0
-        self._hb_in = 0.0
-        self._hb_send_timer: asyncio.TimerHandle | None = None
-        self._hb_check_timer: asyncio.TimerHandle | None = None
+        self.heartbeats: Heartbeats | None = None  # from CONNECTED on (heartbeat.py)
         hub.sessions.add(self)
         # its place in the connection limits (refused: told with an ERROR at its CONNECT)
         self.admission = hub.connections.admit()
@@ -158,7 +133,7 @@ class StompSession(FrontendSession):
 
     # ==== transport events (transports.Endpoint) ============================================
     def data_received(self, data: bytes) -> None:
-        self._last_read = self.loop.time()
+        self.last_read = self.loop.time()
         self._in_bytes += len(data)
         if self.closing:
             return
@@ -225,7 +200,7 @@ class StompSession(FrontendSession):
                 name = event.command.value
                 counts[name] = counts.get(name, 0) + 1
                 try:
-                    _HANDLERS[event.command](self, event)
+                    COMMANDS[event.command](self, event)
                 except Exception as exc:  # refusals, the core's errors, and bugs (logged)
                     self.refuse(exc, event)
                     return
@@ -342,20 +317,39 @@ class StompSession(FrontendSession):
         self._write(self.codec.error_bytes(message, detail, receipt_id))
         self._close()
 
+    async def disconnect(self, frame: Frame) -> None:
+        """Answer every SEND read before; release the subscriptions (what is unacknowledged
+        goes back to its queue) and temp queues at the core; then RECEIPT, and close."""
+        await self.publisher.drain(_DRAIN_TIMEOUT)
+        self._flush()  # MESSAGE frames already made go out first (auto ones are acked)
+        subs = self.subscriptions.close_all()
+        cores = [sub.core for sub in subs if sub.core is not None and not sub.core.closed]
+        temps = self.targets.take_owned()
+        client = self.hub.link.client
+        if client is not None and not client.closed:
+            with contextlib.suppress(PolymqError, TimeoutError):
+                await asyncio.wait_for(release(cores, temps, self.hub.link), _DRAIN_TIMEOUT)
+                await asyncio.wait_for(client.ping(), _DRAIN_TIMEOUT)  # acks processed
+        receipt = frame.get("receipt")
+        if receipt is not None:
+            self.receipt(receipt)
+        self._close()  # after what is written
+
     def _teardown(self) -> None:
         """Release what the connection holds at the core (once)."""
         if self._torn_down:
             return
         self._torn_down = True
-        for handle in (self._hb_send_timer, self._hb_check_timer, self._handshake):
-            if handle is not None:
-                handle.cancel()
-        self._hb_send_timer = self._hb_check_timer = self._handshake = None
+        if self.heartbeats is not None:
+            self.heartbeats.stop()
+        if self._handshake is not None:
+            self._handshake.cancel()
+            self._handshake = None
         self._cancel_tasks()
         self.publisher.close()
         subs = self.subscriptions.close_all()
         cores = [sub.core for sub in subs if sub.core is not None and not sub.core.closed]
-        temps = list(self._temps)
+        temps = self.targets.owned()
         link = self.hub.link
         if (cores or temps) and link.connected:
             link.spawn(release(cores, temps, link), f"releasing {self}")
@@ -407,8 +401,9 @@ class StompSession(FrontendSession):
                 "subscription",
             )
 
-    # ==== CONNECT (handshake.py) =============================================================
-    async def _connect(self, frame: Frame) -> None:
+    # ==== CONNECT (handshake.py, heartbeat.py) ===============================================
+    async def connect(self, frame: Frame) -> None:
+        """CONNECT (or STOMP): agree what it asks, act on it, answer CONNECTED."""
         try:
             agreed = await agree(
                 frame,
@@ -434,7 +429,9 @@ class StompSession(FrontendSession):
         if self._handshake is not None:
             self._handshake.cancel()
             self._handshake = None
-        self._start_heartbeats(*agreed.heartbeat)
+        send_ms, expect_ms = agreed.heartbeat
+        grace = self.settings.stomp_heartbeat_grace
+        self.heartbeats = Heartbeats(self, send_ms, expect_ms, grace)
         log.debug("stomp %s: connected as %s (STOMP %s)", self, principal.name, version)
 
     def _handshake_expired(self) -> None:
@@ -457,48 +454,6 @@ class StompSession(FrontendSession):
         self._write(self.codec.send(version_error(offered)))
         self._close()
 
-    def _start_heartbeats(self, send_ms: int, expect_ms: int) -> None:
-        self._hb_out = send_ms / 1000.0
-        self._hb_in = expect_ms / 1000.0
-        now = self.loop.time()
-        self._last_read = self._last_write = now
-        if self._hb_out:
-            self._hb_send_timer = self.loop.call_later(self._hb_out, self._heartbeat_send)
-        if self._hb_in:
-            grace = self._hb_in * self.settings.stomp_heartbeat_grace
-            self._hb_check_timer = self.loop.call_later(grace, self._heartbeat_check)
-
-    def _heartbeat_send(self) -> None:
-        if self.closing:
-            return
-        now = self.loop.time()
-        due = self._last_write + self._hb_out
-        if now >= due - 0.01:
-            if not self._out and self.transport.writable:
-                self.transport.write(self.codec.send_heartbeat())
-                self.metrics.frames_out["HEARTBEAT"].inc()
-            self._last_write = now
-            due = now + self._hb_out
-        self._hb_send_timer = self.loop.call_later(due - now, self._heartbeat_send)
-
-    def _heartbeat_check(self) -> None:
-        if self.closing:
-            return
-        now = self.loop.time()
-        if self._reading_paused:
-            self._last_read = now  # we are not reading: the silence is ours, not the client's
-        limit = self._hb_in * self.settings.stomp_heartbeat_grace
-        deadline = self._last_read + limit
-        if now >= deadline:
-            self.fail(
-                "heart-beat timeout",
-                f"nothing received for {now - self._last_read:.1f} s; the agreed heart-beat "
-                f"interval is {self._hb_in * 1000:.0f} ms",
-                "heartbeat",
-            )
-            return
-        self._hb_check_timer = self.loop.call_later(deadline - now, self._heartbeat_check)
-
     # ==== what the handlers share ============================================================
     def authorize(self, permission: Permission, destination: str) -> None:
         """Forbidden unless this connection's principal holds ``permission``."""
@@ -517,158 +472,6 @@ class StompSession(FrontendSession):
             return host.rsplit(":", 1)[0] if not host.endswith("]") else host
         return None
 
-    def target(
-        self, destination: str | None, *, pattern: bool = False, command: str = "SEND"
-    ) -> Target | Control | ExchangeRef:
-        """Where a STOMP destination leads (see ``destinations.py``), or Refused; an
-        ExchangeRef needs :meth:`exchange_target` (it awaits the core)."""
-        if destination is not None and not pattern:
-            hit = self._targets.get(destination)
-            if hit is not None:
-                return hit
-        target = parse_destination(
-            destination,
-            self.conn_id,
-            pattern=pattern,
-            vhost_prefix=self.vhost_prefix,
-            command=command,
-        )
-        if isinstance(target, ExchangeRef):
-            return target
-        if destination is not None and not pattern and len(self._targets) < 1024:
-            self._targets[destination] = target
-        return target
-
-    async def exchange_target(self, ref: ExchangeRef, *, subscribe: bool) -> Target:
-        """The topic (pattern) behind ``/exchange/<E>/<K>`` (see ``exchange.py``); SEND's is
-        remembered for the connection."""
-        target = await resolve_exchange(self, ref, subscribe=subscribe)
-        if not subscribe and len(self._targets) < 1024:
-            self._targets[ref.stomp] = target
-        return target
-
     def client(self) -> Client:
         """The frontend's client of the core; Unavailable while there is none."""
         return self.hub.link.get()
-
-    def has_temp(self, core: str) -> bool:
-        return core in self._temps
-
-    def own_queue(self, core: str) -> None:
-        """Delete queue ``core`` when the connection closes (a queue behind a topic
-        subscription, see queues.py), as the temp queues."""
-        self._temps.add(core)
-
-    def owns_queue(self, core: str) -> bool:
-        return core in self._temps
-
-    def disown_queue(self, core: str) -> None:
-        self._temps.discard(core)
-
-    async def ensure_temp(self, target: Target) -> None:
-        """Declare this connection's temp queue ``target`` (once): not durable, with an idle
-        TTL in case this frontend dies before it deletes it."""
-        if target.core in self._temps:
-            return
-        self.authorize(Permission.CONFIGURE, target.core)
-        client = self.client()
-        ttl = self.settings.stomp_temp_queue_ttl
-        await self.hub.link.guard(client, client.declare(target.core, durable=False, idle_ttl=ttl))
-        self._temps.add(target.core)
-
-    # ==== frames =============================================================================
-    def _on_connect(self, frame: Frame) -> None:
-        self.start_busy(self._connect(frame), frame)
-
-    def _on_send(self, frame: Frame) -> None:
-        if not self.publishing:
-            self.publishing = True  # a publisher: held while a resource alarm is on
-            if self.hub.link.alarms:
-                self.update_reading()
-        self.tracked.messages_in += 1
-        self.publisher.send(frame)
-
-    def _on_subscribe(self, frame: Frame) -> None:
-        self.start_busy(self.subscriptions.subscribe(frame), frame)
-
-    def _on_unsubscribe(self, frame: Frame) -> None:
-        self.subscriptions.unsubscribe(frame)
-
-    def _on_ack(self, frame: Frame) -> None:
-        self._ack(frame, nack=False)
-
-    def _on_nack(self, frame: Frame) -> None:
-        self._ack(frame, nack=True)
-
-    def _ack(self, frame: Frame, *, nack: bool) -> None:
-        """ACK/NACK: fire-and-forget to the core; a RECEIPT once the core has processed it.
-        NACK takes ``requeue: false`` to reject (dead-letter) instead of requeueing."""
-        what = "NACK" if nack else "ACK"
-        sub, tag = self.subscriptions.resolve(frame, what)
-        outcome = Outcome.ACK
-        if nack:
-            raw = (frame.get("requeue") or "true").strip().lower()
-            if raw not in ("true", "false"):
-                raise Refused("header", "Invalid header", "requeue: true or false")
-            outcome = Outcome.of_nack(raw == "true")
-        receipt = frame.get("receipt")
-        tx = frame.get("transaction")
-        if tx is not None:  # (the receipt at once, as RabbitMQ: only a SEND's waits for COMMIT)
-            self.publisher.add_ack(tx, sub, tag, outcome)
-            if receipt is not None:
-                self.receipt(receipt)
-            return
-        self.subscriptions.settle(sub, tag, outcome)
-        if receipt is not None:
-            self.spawn(self._barrier_receipt(receipt), frame)
-
-    async def _barrier_receipt(self, receipt: str) -> None:
-        """RECEIPT once the core has processed what was sent before (acks included)."""
-        client = self.client()
-        await self.hub.link.guard(client, client.ping())
-        self.receipt(receipt)
-
-    def _on_begin(self, frame: Frame) -> None:
-        self.publisher.begin(frame)
-
-    def _on_commit(self, frame: Frame) -> None:
-        self.publisher.commit(frame)
-
-    def _on_abort(self, frame: Frame) -> None:
-        self.publisher.abort(frame)
-
-    def _on_disconnect(self, frame: Frame) -> None:
-        self.start_busy(self._disconnect(frame), frame)
-
-    async def _disconnect(self, frame: Frame) -> None:
-        """Answer every SEND read before; release the subscriptions (what is unacknowledged
-        goes back to its queue) and temp queues at the core; then RECEIPT, and close."""
-        await self.publisher.drain(_DRAIN_TIMEOUT)
-        self._flush()  # MESSAGE frames already made go out first (auto ones are acked)
-        subs = self.subscriptions.close_all()
-        cores = [sub.core for sub in subs if sub.core is not None and not sub.core.closed]
-        temps, self._temps = list(self._temps), set()
-        client = self.hub.link.client
-        if client is not None and not client.closed:
-            with contextlib.suppress(PolymqError, TimeoutError):
-                await asyncio.wait_for(release(cores, temps, self.hub.link), _DRAIN_TIMEOUT)
-                await asyncio.wait_for(client.ping(), _DRAIN_TIMEOUT)  # acks processed
-        receipt = frame.get("receipt")
-        if receipt is not None:
-            self.receipt(receipt)
-        self._close()  # after what is written
-
-
-_HANDLERS: Final[dict[Command, Callable[[StompSession, Frame], None]]] = {
-    Command.CONNECT: StompSession._on_connect,
-    Command.STOMP: StompSession._on_connect,
-    Command.SEND: StompSession._on_send,
-    Command.SUBSCRIBE: StompSession._on_subscribe,
-    Command.UNSUBSCRIBE: StompSession._on_unsubscribe,
-    Command.ACK: StompSession._on_ack,
-    Command.NACK: StompSession._on_nack,
-    Command.BEGIN: StompSession._on_begin,
-    Command.COMMIT: StompSession._on_commit,
-    Command.ABORT: StompSession._on_abort,
-    Command.DISCONNECT: StompSession._on_disconnect,
-}

@@ -84,8 +84,9 @@ _CORE_TOPIC_BUFFER: Final = 16 * 1024 * 1024
 
 class SubscriptionSession(DeliverySession, Protocol):
     """The session as its subscriptions see it: what the deliveries see (``delivery.py``),
-    the client id and metrics, and the connection's own queues. A protocol, so that this
-    module need not import ``session.py``, which imports it."""
+    the client id and metrics, and tasks nothing waits for (the connection's own queues
+    are its targets', ``targets.py``). A protocol, so that this module need not import
+    ``session.py``, which imports it."""
 
     @property
     def client_id(self) -> str: ...
@@ -93,9 +94,6 @@ class SubscriptionSession(DeliverySession, Protocol):
     def metrics(self) -> StompMetrics: ...
 
     def spawn(self, coro: Coroutine[Any, Any, None], frame: Frame) -> None: ...
-    def own_queue(self, core: str) -> None: ...
-    def owns_queue(self, core: str) -> bool: ...
-    def disown_queue(self, core: str) -> None: ...
 
 
 class Subscriptions:
@@ -158,9 +156,9 @@ class Subscriptions:
                 "Too many subscriptions",
                 f"at most {s.stomp_max_subscriptions} subscriptions per connection",
             )
-        target = session.target(destination, pattern=True, command="SUBSCRIBE")
+        target = session.targets.lookup(destination, pattern=True, command="SUBSCRIBE")
         if isinstance(target, ExchangeRef):
-            target = await session.exchange_target(target, subscribe=True)
+            target = await session.targets.exchange_target(target, subscribe=True)
         if isinstance(target, Control):
             raise Refused(
                 "destination",
@@ -179,7 +177,7 @@ class Subscriptions:
         window, options = self._options(frame, target, mode)
         session.authorize(Permission.READ, target.core)
         if target.temp:
-            await session.ensure_temp(target)
+            await session.targets.ensure_temp(target)
         arguments = queue_arguments(frame, session.vhost_prefix)
         if target.kind is Kind.TOPIC:
             backing = backing_queue(
@@ -214,7 +212,7 @@ class Subscriptions:
         await guard(client, client.declare(backing.core, **backing.options))
         await guard(client, client.bind(topic.core, backing.core))
         if not backing.keep:
-            session.own_queue(backing.core)  # deleted with the subscription
+            session.targets.own(backing.core)  # deleted with the subscription
         return Target(
             backing.core,
             Kind.QUEUE,
@@ -360,7 +358,7 @@ class Subscriptions:
         receipt = frame.get("receipt")
         # the queue behind a topic subscription goes with it, a durable one when asked
         routed = sub.target.core if sub.target.routed else None
-        drop = routed is not None and (session.owns_queue(routed) or durable_asked(frame))
+        drop = routed is not None and (session.targets.owns(routed) or durable_asked(frame))
         if core is not None or drop:
             session.spawn(self._unsubscribe(core, routed if drop else None, receipt), frame)
         elif receipt is not None:
@@ -378,7 +376,7 @@ class Subscriptions:
             client = session.client()
             with contextlib.suppress(NotFound):
                 await guard(client, client.delete(queue))
-            session.disown_queue(queue)
+            session.targets.disown(queue)
         if receipt is not None:
             session.receipt(receipt)
 
@@ -434,7 +432,7 @@ class Subscriptions:
             core.settle(tag, outcome)
 
     def reply_target(self, stomp_destination: str) -> Target:
-        target = self.session.target(stomp_destination)
+        target = self.session.targets.lookup(stomp_destination)
         assert isinstance(target, Target)
         return target
 
@@ -445,7 +443,7 @@ class Subscriptions:
         target = self.reply_target(stomp_destination)
         if self.on(target.core):
             return
-        await session.ensure_temp(target)
+        await session.targets.ensure_temp(target)
         session.authorize(Permission.READ, target.core)
         s = session.settings
         if stomp_destination in self.by_id or len(self.by_id) >= s.stomp_max_subscriptions:
