@@ -155,6 +155,7 @@ class Session(asyncio.Protocol):
         self._hello_pending = False
         self._handshake: asyncio.TimerHandle | None = None  # closes a peer slow to log in
         self._closed = False
+        self._told_unanswered = False  # logged a failed request nobody waits for
         self.loop = asyncio.get_event_loop()
         # in a cluster: forwards requests for shards led by other nodes
         self.relay = Relay(self, broker, broker.cluster) if broker.cluster is not None else None
@@ -348,6 +349,21 @@ class Session(asyncio.Protocol):
         elif not self._reading_paused and not self._hello_pending:
             self.transport.resume_reading()
 
+    def _unanswered_failure(self, exc: BaseException) -> None:
+        """A request sent without a request id (``publish_nowait``) failed once accepted (a
+        write the store refused): nobody to answer, so the operator is told instead, in
+        ``polymq_request_errors_total`` and in the log, once per connection."""
+        code = exc.code if isinstance(exc, RequestError) else "internal"
+        self.broker.sensors.on_request_error(code)
+        if not self._told_unanswered:
+            self._told_unanswered = True
+            log.warning(
+                "session %s: a request without a reply failed (%s); later ones on this "
+                "connection are counted in polymq_request_errors_total, not logged",
+                self.name,
+                exc,
+            )
+
     def _answered(self, rid: int, fut: asyncio.Future[Any]) -> None:
         self._waiting -= 1
         self._answering.discard(fut)
@@ -358,7 +374,9 @@ class Session(asyncio.Protocol):
                 self.transport.resume_reading()
         if not rid or self._closed:
             if not fut.cancelled():
-                fut.exception()  # retrieved: a failure with nobody to tell is not "unhandled"
+                exc = fut.exception()  # retrieved: a failure with nobody to tell is not "unhandled"
+                if exc is not None and not rid:
+                    self._unanswered_failure(exc)
             return
         if fut.cancelled():
             self.reply(Fail(rid, "unavailable", "request cancelled (shutting down)"))

@@ -10,12 +10,15 @@ is what happens when something else fills the disk faster than the alarm can act
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from polymq import Client, Message, Unavailable
 
@@ -75,6 +78,26 @@ async def publish_until_full(c: Client, dest: str) -> tuple[list[bytes], list[in
     return written, seqs, failures
 
 
+async def unavailable_errors(core: PolymqProcess) -> float:
+    """The core's ``polymq_request_errors_total{code="unavailable"}``."""
+    async with aiohttp.ClientSession() as http, http.get(f"{core.url('admin')}/metrics") as r:
+        text = await r.text()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "polymq_request_errors_total" and s.labels.get("code") == "unavailable"
+    )
+
+
+async def eventually_async(read: Callable[[], Awaitable[float]], want: float) -> None:
+    """Wait (up to 10 s) until ``read()`` reaches ``want``."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while (got := await read()) < want:
+        assert asyncio.get_running_loop().time() < deadline, (got, want)
+        await asyncio.sleep(0.1)
+
+
 def core_on(mnt: Path, workdir: Path) -> PolymqProcess:
     return PolymqProcess(
         "core", workdir, "--data-dir", str(mnt / "data"), env={"POLYMQ_DISK_FREE_LIMIT": "0"}
@@ -125,6 +148,13 @@ async def test_a_full_disk_fails_writes_cleanly_and_the_core_recovers(
                 d.ack()  # their removals fail now, and are tried again every second
             with pytest.raises(Unavailable, match="full"):
                 await c.publish(q, [Message(b"x" * BODY, persistent=True)])
+            # fire and forget: nobody to answer, so the operator is told, counted and logged
+            before = await unavailable_errors(core)
+            for _ in range(3):
+                c.publish_nowait(q, [Message(b"y" * BODY, persistent=True)])
+            await eventually(lambda: "a request without a reply failed" in core.log())
+            await eventually_async(lambda: unavailable_errors(core), before + 3)
+            assert core.log().count("a request without a reply failed") == 1
 
             # space comes back: the removals go through by themselves, then publishes
             for name in ("spare", "filler", "filler2"):
