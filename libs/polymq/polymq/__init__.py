@@ -3,9 +3,9 @@
 The public API is what ``__all__`` lists (checked by ``tests/unit/polymq/test_exports.py``):
 the primitive API's types, the exception tree, the asyncio client of the core and what its
 calls answer (``polymq.answers``: :class:`Published`, :class:`Declared`, the stats of each
-kind of destination, ...). Below it
-are the sans-IO wire codec (``polymq.codec``, ``polymq.events``) and the client's parts
-(``polymq.deliveries``, ``polymq.handles``, ``polymq.inproc``), imported from their modules.
+kind of destination, ...). Below it are the sans-IO wire codec (``polymq.codec``,
+``polymq.events``) and the client's parts (``polymq.connection``, ``polymq.deliveries``,
+``polymq.handles``, ``polymq.inproc``), imported from their modules.
 
 The package needs only what the wire needs (msgpack): it imports neither aiohttp nor
 prometheus-client, and it never imports the servers. What polymq's services share beyond the

@@ -95,10 +95,11 @@ class DeliveryListener(Protocol):
 
 
 class SubscriptionHost(Protocol):
-    """What a subscription needs of the :class:`~polymq.client.Client` that holds it: its
-    local buffer and reading pauses, its table of subscriptions, and its outgoing events
+    """What a subscription needs of the connection that holds it (the
+    :class:`~polymq.connection.CoreConnection` that a :class:`~polymq.client.Client` is):
+    its local buffer and reading pauses, its table of subscriptions, and its outgoing events
     (acks coalesced, calls answered). A protocol, so that this module need not import the
-    client's, which imports it."""
+    connection's, which imports it."""
 
     local_buffer: int
     closed: bool
