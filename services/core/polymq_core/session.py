@@ -43,7 +43,8 @@ from polymq_server.resources import Admission
 
 from .handover import is_handover
 from .metrics import protocol_label
-from .relay import PEER_CLIENT, Leaders, Relay, RelayHost
+from .peerlink import PEER_CLIENT
+from .relay import Leaders, Relay, RelayHost
 from .sids import SidTable
 from .subscription import Subscription
 
