@@ -178,4 +178,4 @@ async def test_a_publisher_that_leaves_before_its_paged_messages_are_written_los
             got = await collect(sub, n, within=15)
             assert [d.message.body for d in got] == expected(n)
             await nothing_more(sub)
-            assert (await c.stats(q))["published"] == n
+            assert (await c.stats(q)).published == n
