@@ -21,10 +21,11 @@ disagree for a moment about who leads), a code only peers see.
 **Handover.** A request whose shard has no leader at the moment (an election, a leader
 stepping down or leaving) is *held*, not refused: it waits, in order with the session's
 other requests for that shard, until a node leads the shard, then is served here or
-forwarded there (at most :data:`_HOLD_FOR` seconds from its arrival; after that it is
-refused ``unavailable`` as before). A forwarded request that the peer refuses ``not-leader``
-was not done there, and neither was one never written to its link (the node's listener
-refused it): such a request is held again and sent a moment later to whoever leads then.
+forwarded there (at most :data:`~polymq_core.holding.HOLD_FOR` seconds from its arrival;
+after that it is refused ``unavailable`` as before: :mod:`polymq_core.holding`). A
+forwarded request that the peer refuses ``not-leader`` was not done there, and neither was
+one never written to its link (the node's listener refused it): such a request is held
+again and sent a moment later to whoever leads then.
 Only a request whose outcome is unknown (its link dropped after it was written, or its node
 stopped answering) is answered ``unavailable``: retrying it could do it twice. (A request
 sent again goes behind those held after it, but may land after a later one of the same
@@ -59,12 +60,12 @@ from polymq.events import (
 
 from .caller import Caller
 from .cursors import SEP
+from .holding import HOLD_FOR, Held, HoldingHost, HoldingSession, LeaderView, RequestHolding
 from .peerlink import PEER_CLIENT, PeerLink
 from .requestkeys import KeyHost, shard_key_of
 
 if TYPE_CHECKING:
     from .config import CoreSettings
-    from .metrics import Sensors
     from .shard import Shard
     from .sids import SidTable
     from .subscription import Subscription
@@ -75,10 +76,7 @@ _RELOCATE_FOR = 30.0  # seconds a moved subscription waits for a new leader befo
 _RETRY = 0.5
 _INTERNAL = 1 << 62  # request ids the relay uses for itself (the wire takes unsigned ids)
 _ANSWER_WITHIN = 15.0  # seconds a forwarded request may go unanswered (plus its own wait)
-_HOLD_FOR = 10.0  # seconds a request may wait for its shard to have a leader (handover)
-_HOLD_POLL = 0.02  # seconds between looks at whether a held request's shard has one
 _REFUSED_PAUSE = 0.05  # seconds before a request a node did not do is sent again
-_HOLD_MAX = 10_000  # requests one session may have held; more are refused at once
 
 
 class NotLeader(Unavailable):
@@ -86,14 +84,6 @@ class NotLeader(Unavailable):
     the origin may send it elsewhere. Never sent to a client."""
 
     code = "not-leader"
-
-
-class _Held(NamedTuple):
-    event: Event
-    raw: bytes | None
-    shard: int
-    deadline: float
-    not_before: float  # taken again no sooner (a node refused it: its view may lag)
 
 
 class _Pending(NamedTuple):
@@ -105,39 +95,35 @@ class _Pending(NamedTuple):
     held_until: float  # its deadline as a held request
 
 
-class Leaders(Protocol):
-    """What the relay needs of the cluster."""
+class Leaders(LeaderView, Protocol):
+    """What the relay needs of the cluster: this node's id and who leads a shard (what
+    holding uses), the cluster's secret and TLS, and where a node listens."""
 
-    node_id: str
     secret: str
     peer_ssl: ssl.SSLContext | None  # cluster TLS: links to peers use it
 
-    def leader_of(self, shard: int) -> str | None: ...
     def address_of(self, node: str) -> tuple[str, int] | None: ...
 
 
-class RelayHost(KeyHost, Protocol):
+class RelayHost(KeyHost, HoldingHost, Protocol):
     """What the relay uses of the broker (a protocol, so that this module need not import
-    ``broker.py``): the frame size, its sensors, the shards, and what finding a request's
-    shard uses (a request is parsed and authorized here before it goes: its auth, the shard
-    of a key and its destination checks)."""
+    ``broker.py``): the frame size, what holding uses (its sensors, the shards), and what
+    finding a request's shard uses (a request is parsed and authorized here before it goes:
+    its auth, the shard of a key and its destination checks)."""
 
     settings: CoreSettings
-    sensors: Sensors
-    shards: list[Shard]
 
 
-class RelaySession(Caller, Protocol):
+class RelaySession(Caller, HoldingSession, Protocol):
     """What the relay uses of the client session it forwards for (a protocol, so that this
     module need not import ``session.py``, which imports it): who it is (a peer's requests
     are never forwarded again), the sids in use, and the way back: an answer or a delivery
-    to send, a held request to serve after all, a moved subscription to take back here."""
+    to send, a held request to serve after all (what holding uses), a moved subscription to
+    take back here."""
 
     protocol: str
     subs: SidTable[Subscription]
 
-    def request(self, event: Event, raw: bytes | None, held: _Held | None = None) -> None: ...
-    def reply(self, event: Event, raw: bytes | None = None) -> None: ...
     def resubscribe_here(self, request: Subscribe, top: int) -> None: ...
 
 
@@ -150,8 +136,13 @@ class _RemoteSub:
     shard: int = 0
 
 
-class Relay:
-    """The forwarding side of one client session (see the module docstring)."""
+class Relay(RequestHolding):
+    """The forwarding side of one client session (see the module docstring); holding
+    requests while their shard has no leader is :class:`RequestHolding`'s part of it."""
+
+    session: RelaySession
+    broker: RelayHost
+    cluster: Leaders
 
     def __init__(self, session: RelaySession, broker: RelayHost, cluster: Leaders) -> None:
         self.session = session
@@ -164,7 +155,7 @@ class Relay:
         # forwarded rid -> (node, deadline): a node that stops answering (frozen, cut off)
         # must not leave the client waiting forever
         self.pending: dict[int, _Pending] = {}
-        self._held: collections.deque[_Held] = collections.deque()  # in arrival order
+        self._held: collections.deque[Held] = collections.deque()  # in arrival order
         self._held_shards: collections.Counter[int] = collections.Counter()
         self._releasing = False
         self._watching = False
@@ -178,7 +169,7 @@ class Relay:
         self._paused = False
 
     # ---- from the client ------------------------------------------------------------------
-    def take(self, event: Event, raw: bytes | None = None, held: _Held | None = None) -> bool:
+    def take(self, event: Event, raw: bytes | None = None, held: Held | None = None) -> bool:
         """Forward ``event`` if another node must serve it, or hold it until its shard has a
         leader (True), or leave it to this one (False). Raises RequestError (answered as
         Fail) for what cannot be served anywhere now. ``raw``: the event's op as the client
@@ -228,53 +219,6 @@ class Relay:
             return None
         return node
 
-    # ---- holding requests while a shard has no leader ----------------------------------------
-    def _hold(self, event: Event, raw: bytes | None, shard: int, was: _Held | None = None) -> None:
-        if len(self._held) >= _HOLD_MAX:
-            raise Unavailable(f"shard {shard} is electing a leader; retry in a moment")
-        deadline = was.deadline if was is not None else time.monotonic() + _HOLD_FOR
-        not_before = was.not_before if was is not None else 0.0
-        self._held.append(_Held(event, raw, shard, deadline, not_before))
-        self._held_shards[shard] += 1
-        if not self._releasing:
-            self._releasing = True
-            self._spawn(self._release())
-
-    def _has_leader(self, held: _Held) -> bool:
-        if self.broker.shards[held.shard].leading:
-            return True
-        leader = self.cluster.leader_of(held.shard)
-        return leader is not None and leader != self.cluster.node_id
-
-    async def _release(self) -> None:
-        """Take the held requests again, in order, as their shards find leaders."""
-        try:
-            while self._held and not self._closed:
-                held = self._held[0]
-                now = time.monotonic()
-                ready = now >= held.not_before and self._has_leader(held)
-                if not ready and now < held.deadline:
-                    await asyncio.sleep(_HOLD_POLL)
-                    continue
-                self._held.popleft()
-                self._held_shards[held.shard] -= 1
-                if ready:
-                    self.session.request(held.event, held.raw, held)
-                else:
-                    self._give_up(held)
-        finally:
-            self._releasing = False
-
-    def _give_up(self, held: _Held) -> None:
-        event = held.event
-        if isinstance(event, Subscribe) and self.requests.get(event.sid) is event:
-            del self.requests[event.sid]
-        rid: int = getattr(event, "rid", 0)
-        if rid:
-            self.broker.sensors.on_request_error("unavailable")
-            why = f"shard {held.shard} found no leader within {_HOLD_FOR:g} s; retry"
-            self.session.reply(Fail(rid, "unavailable", why))
-
     def _forward(
         self,
         node: str,
@@ -292,7 +236,7 @@ class Relay:
             wait = getattr(event, "wait", 0.0)
             patience = _ANSWER_WITHIN + (wait if isinstance(wait, int | float) else 0.0)
             now = time.monotonic()
-            until = held_until if held_until is not None else now + _HOLD_FOR
+            until = held_until if held_until is not None else now + HOLD_FOR
             self.pending[rid] = _Pending(node, now + patience, shard, event, raw, until)
             if not self._watching:
                 self._watching = True
@@ -473,7 +417,7 @@ class Relay:
         if sid is not None:
             self.subs.pop(sid, None)  # (its request stays: it is subscribed again)
         pause = time.monotonic() + _REFUSED_PAUSE
-        was = _Held(pending.event, pending.raw, pending.shard, pending.held_until, pause)
+        was = Held(pending.event, pending.raw, pending.shard, pending.held_until, pause)
         try:
             self._hold(pending.event, pending.raw, pending.shard, was)
         except Unavailable as exc:
