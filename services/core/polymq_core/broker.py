@@ -70,9 +70,9 @@ from .consumers import Consumers
 from .cursors import Cursors, QueueCursor
 from .keyvalue import KeyValue
 from .paging import Pressure
+from .peerlink import PEER_CLIENT
 from .publisher import Mesh, Publisher
 from .queue import Queue
-from .relay import PEER_CLIENT
 from .routing import TopicRouter, validate_pattern
 from .shard import Shard
 from .sqlitestore import SqliteStore

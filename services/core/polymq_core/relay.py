@@ -1,9 +1,10 @@
 """Forwarding: in a cluster, a session's requests for a shard led by another node go to that
 node, over the core wire protocol (QMQ's rule: a peer is just another client).
 
-Per client session and per node it needs, one :class:`PeerLink`: a client connection to that
-node's core, logged in with the cluster secret. The origin node parses and authorizes each
-request as it would serve it (the link's principal may do anything); the leader serves it.
+Per client session and per node it needs, one :class:`~polymq_core.peerlink.PeerLink`: a
+client connection to that node's core, logged in with the cluster secret. The origin node
+parses and authorizes each request as it would serve it, which finds its shard
+(:mod:`polymq_core.requestkeys`; the link's principal may do anything); the leader serves it.
 Requests keep the session's own ids (``rid``, ``sid``), so answers and deliveries come back
 unchanged; acks and unsubscribes follow their subscription to its node.
 
@@ -20,10 +21,11 @@ disagree for a moment about who leads), a code only peers see.
 **Handover.** A request whose shard has no leader at the moment (an election, a leader
 stepping down or leaving) is *held*, not refused: it waits, in order with the session's
 other requests for that shard, until a node leads the shard, then is served here or
-forwarded there (at most :data:`_HOLD_FOR` seconds from its arrival; after that it is
-refused ``unavailable`` as before). A forwarded request that the peer refuses ``not-leader``
-was not done there, and neither was one never written to its link (the node's listener
-refused it): such a request is held again and sent a moment later to whoever leads then.
+forwarded there (at most :data:`~polymq_core.holding.HOLD_FOR` seconds from its arrival;
+after that it is refused ``unavailable`` as before: :mod:`polymq_core.holding`). A
+forwarded request that the peer refuses ``not-leader`` was not done there, and neither was
+one never written to its link (the node's listener refused it): such a request is held
+again and sent a moment later to whoever leads then.
 Only a request whose outcome is unknown (its link dropped after it was written, or its node
 stopped answering) is answered ``unavailable``: retrying it could do it twice. (A request
 sent again goes behind those held after it, but may land after a later one of the same
@@ -40,68 +42,41 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from polymq.codec import NEED_DATA, Connection, Role, weight
-from polymq.errors import BadRequest, PolymqError, RequestError, Unavailable
+from polymq.errors import BadRequest, RequestError, Unavailable
 from polymq.events import (
     Ack,
-    Bind,
-    Bindings,
     Cancelled,
     CursorClose,
-    CursorOpen,
     CursorPoll,
-    Declare,
-    Delete,
     Deliver,
     Event,
     Fail,
-    Goodbye,
-    Hello,
-    KvDelete,
-    KvGet,
-    KvPut,
-    MetaGet,
-    MetaSet,
     Nack,
     Ok,
-    Peek,
     Publish,
-    Pull,
-    Purge,
-    Settle,
-    Stats,
     Subscribe,
-    Unbind,
     Unsubscribe,
-    Welcome,
 )
-from polymq.types import Destination, Kind
-from polymq_server.auth import Permission
 
 from .caller import Caller
 from .cursors import SEP
-from .shard import Shard
+from .holding import HOLD_FOR, Held, HoldingHost, HoldingSession, LeaderView, RequestHolding
+from .peerlink import PEER_CLIENT, PeerLink
+from .requestkeys import KeyHost, shard_key_of
 
 if TYPE_CHECKING:
-    from polymq_server.auth import AuthProvider
-
     from .config import CoreSettings
-    from .metrics import Sensors
+    from .shard import Shard
     from .sids import SidTable
     from .subscription import Subscription
 
 log = logging.getLogger(__name__)
 
-PEER_CLIENT = "peer"  # the Hello.client of a peer link: its requests are never forwarded again
 _RELOCATE_FOR = 30.0  # seconds a moved subscription waits for a new leader before it is cancelled
 _RETRY = 0.5
 _INTERNAL = 1 << 62  # request ids the relay uses for itself (the wire takes unsigned ids)
 _ANSWER_WITHIN = 15.0  # seconds a forwarded request may go unanswered (plus its own wait)
-_FRAME_BYTES = 1024 * 1024  # message bytes per frame to a peer, roughly (far below max_frame)
-_HOLD_FOR = 10.0  # seconds a request may wait for its shard to have a leader (handover)
-_HOLD_POLL = 0.02  # seconds between looks at whether a held request's shard has one
 _REFUSED_PAUSE = 0.05  # seconds before a request a node did not do is sent again
-_HOLD_MAX = 10_000  # requests one session may have held; more are refused at once
 
 
 class NotLeader(Unavailable):
@@ -109,14 +84,6 @@ class NotLeader(Unavailable):
     the origin may send it elsewhere. Never sent to a client."""
 
     code = "not-leader"
-
-
-class _Held(NamedTuple):
-    event: Event
-    raw: bytes | None
-    shard: int
-    deadline: float
-    not_before: float  # taken again no sooner (a node refused it: its view may lag)
 
 
 class _Pending(NamedTuple):
@@ -128,45 +95,35 @@ class _Pending(NamedTuple):
     held_until: float  # its deadline as a held request
 
 
-class Leaders(Protocol):
-    """What the relay needs of the cluster."""
+class Leaders(LeaderView, Protocol):
+    """What the relay needs of the cluster: this node's id and who leads a shard (what
+    holding uses), the cluster's secret and TLS, and where a node listens."""
 
-    node_id: str
     secret: str
     peer_ssl: ssl.SSLContext | None  # cluster TLS: links to peers use it
 
-    def leader_of(self, shard: int) -> str | None: ...
     def address_of(self, node: str) -> tuple[str, int] | None: ...
 
 
-class RelayHost(Protocol):
+class RelayHost(KeyHost, HoldingHost, Protocol):
     """What the relay uses of the broker (a protocol, so that this module need not import
-    ``broker.py``): the frame size, its sensors and auth, the shards and the shard of a key,
-    and its destination checks (a request is parsed and authorized here before it goes)."""
+    ``broker.py``): the frame size, what holding uses (its sensors, the shards), and what
+    finding a request's shard uses (a request is parsed and authorized here before it goes:
+    its auth, the shard of a key and its destination checks)."""
 
     settings: CoreSettings
-    sensors: Sensors
-    auth: AuthProvider
-    shards: list[Shard]
-
-    def shard_for(self, key: str) -> Shard: ...
-    def destination(
-        self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
-    ) -> Destination: ...
-    def holder_key(self, dest: Destination, role: Any) -> str: ...
 
 
-class RelaySession(Caller, Protocol):
+class RelaySession(Caller, HoldingSession, Protocol):
     """What the relay uses of the client session it forwards for (a protocol, so that this
     module need not import ``session.py``, which imports it): who it is (a peer's requests
     are never forwarded again), the sids in use, and the way back: an answer or a delivery
-    to send, a held request to serve after all, a moved subscription to take back here."""
+    to send, a held request to serve after all (what holding uses), a moved subscription to
+    take back here."""
 
     protocol: str
     subs: SidTable[Subscription]
 
-    def request(self, event: Event, raw: bytes | None, held: _Held | None = None) -> None: ...
-    def reply(self, event: Event, raw: bytes | None = None) -> None: ...
     def resubscribe_here(self, request: Subscribe, top: int) -> None: ...
 
 
@@ -179,102 +136,13 @@ class _RemoteSub:
     shard: int = 0
 
 
-class PeerLink(asyncio.Protocol):
-    """One connection to another node's core on behalf of one session."""
+class Relay(RequestHolding):
+    """The forwarding side of one client session (see the module docstring); holding
+    requests while their shard has no leader is :class:`RequestHolding`'s part of it."""
 
-    def __init__(self, relay: Relay, node: str) -> None:
-        self.relay = relay
-        self.node = node
-        self.conn = Connection(
-            Role.CLIENT, max_frame=relay.broker.settings.max_frame, keep_raw=True
-        )
-        self.transport: asyncio.Transport | None = None
-        self.queued: list[Event] = []  # to send: written together, once per loop iteration
-        self.raws: list[bytes | None] = []  # each queued event's op as the client sent it
-        self._flush_scheduled = False
-        self.closed = False
-        self.goodbye = ""  # the code of the node's Goodbye, if it ended the link with one
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        hello = Hello(1, f"{PEER_CLIENT}/{self.relay.cluster.node_id}", token=self.relay.secret)
-        self.transport.write(self.conn.send(hello))  # type: ignore[union-attr]
-        self._flush()
-
-    def send(self, event: Event, raw: bytes | None = None) -> None:
-        """Queue ``event``: what a client frame asks for (a batch of publishes, acks) goes
-        out in one frame and one write, not one each. ``raw``: the event's op as the client
-        encoded it (passed on as it is)."""
-        if self.closed:
-            raise Unavailable(f"the link to node {self.node} is closed")
-        self.queued.append(event)
-        self.raws.append(raw)
-        if not self._flush_scheduled and self.transport is not None:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        transport = self.transport
-        if not self.queued or transport is None or transport.is_closing():
-            return
-        queued, self.queued = self.queued, []
-        raws, self.raws = self.raws, []
-        try:
-            weights = list(map(weight, queued, raws))
-            transport.writelines(self.conn.send_frames(queued, weights, _FRAME_BYTES, raws))
-        except PolymqError as exc:  # an event we cannot encode: a bug, not the peer's fault
-            log.exception("link to node %s: cannot send: %s", self.node, exc)
-            self.close()
-
-    def data_received(self, data: bytes) -> None:
-        conn = self.conn
-        conn.receive_data(data)
-        while True:
-            try:
-                event = conn.next_event()
-            except PolymqError as exc:
-                log.warning("link to node %s: protocol error: %s", self.node, exc)
-                self.close()
-                return
-            if event is NEED_DATA:
-                return
-            if isinstance(event, Welcome):
-                continue
-            if isinstance(event, Goodbye):
-                if event.code:
-                    log.info("node %s ended a link: %s %s", self.node, event.code, event.message)
-                self.goodbye = event.code or ""
-                self.close()
-                return
-            assert isinstance(event, Event)
-            self.relay.from_peer(self, event, conn.raw)
-
-    def eof_received(self) -> bool | None:
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.relay.link_lost(self)
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
-        elif self.transport is None:
-            self.relay.link_lost(self)
-
-    def pause(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.pause_reading()
-
-    def resume(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
-
-
-class Relay:
-    """The forwarding side of one client session (see the module docstring)."""
+    session: RelaySession
+    broker: RelayHost
+    cluster: Leaders
 
     def __init__(self, session: RelaySession, broker: RelayHost, cluster: Leaders) -> None:
         self.session = session
@@ -287,7 +155,7 @@ class Relay:
         # forwarded rid -> (node, deadline): a node that stops answering (frozen, cut off)
         # must not leave the client waiting forever
         self.pending: dict[int, _Pending] = {}
-        self._held: collections.deque[_Held] = collections.deque()  # in arrival order
+        self._held: collections.deque[Held] = collections.deque()  # in arrival order
         self._held_shards: collections.Counter[int] = collections.Counter()
         self._releasing = False
         self._watching = False
@@ -301,7 +169,7 @@ class Relay:
         self._paused = False
 
     # ---- from the client ------------------------------------------------------------------
-    def take(self, event: Event, raw: bytes | None = None, held: _Held | None = None) -> bool:
+    def take(self, event: Event, raw: bytes | None = None, held: Held | None = None) -> bool:
         """Forward ``event`` if another node must serve it, or hold it until its shard has a
         leader (True), or leave it to this one (False). Raises RequestError (answered as
         Fail) for what cannot be served anywhere now. ``raw``: the event's op as the client
@@ -310,7 +178,7 @@ class Relay:
             return self._by_sid(event)
         if isinstance(event, CursorPoll | CursorClose):
             return self._by_cursor(event)
-        key = self._key(event)
+        key = shard_key_of(self.broker, self.session, event)
         if key is None:
             return False
         shard = self.broker.shard_for(key)
@@ -351,53 +219,6 @@ class Relay:
             return None
         return node
 
-    # ---- holding requests while a shard has no leader ----------------------------------------
-    def _hold(self, event: Event, raw: bytes | None, shard: int, was: _Held | None = None) -> None:
-        if len(self._held) >= _HOLD_MAX:
-            raise Unavailable(f"shard {shard} is electing a leader; retry in a moment")
-        deadline = was.deadline if was is not None else time.monotonic() + _HOLD_FOR
-        not_before = was.not_before if was is not None else 0.0
-        self._held.append(_Held(event, raw, shard, deadline, not_before))
-        self._held_shards[shard] += 1
-        if not self._releasing:
-            self._releasing = True
-            self._spawn(self._release())
-
-    def _has_leader(self, held: _Held) -> bool:
-        if self.broker.shards[held.shard].leading:
-            return True
-        leader = self.cluster.leader_of(held.shard)
-        return leader is not None and leader != self.cluster.node_id
-
-    async def _release(self) -> None:
-        """Take the held requests again, in order, as their shards find leaders."""
-        try:
-            while self._held and not self._closed:
-                held = self._held[0]
-                now = time.monotonic()
-                ready = now >= held.not_before and self._has_leader(held)
-                if not ready and now < held.deadline:
-                    await asyncio.sleep(_HOLD_POLL)
-                    continue
-                self._held.popleft()
-                self._held_shards[held.shard] -= 1
-                if ready:
-                    self.session.request(held.event, held.raw, held)
-                else:
-                    self._give_up(held)
-        finally:
-            self._releasing = False
-
-    def _give_up(self, held: _Held) -> None:
-        event = held.event
-        if isinstance(event, Subscribe) and self.requests.get(event.sid) is event:
-            del self.requests[event.sid]
-        rid: int = getattr(event, "rid", 0)
-        if rid:
-            self.broker.sensors.on_request_error("unavailable")
-            why = f"shard {held.shard} found no leader within {_HOLD_FOR:g} s; retry"
-            self.session.reply(Fail(rid, "unavailable", why))
-
     def _forward(
         self,
         node: str,
@@ -415,7 +236,7 @@ class Relay:
             wait = getattr(event, "wait", 0.0)
             patience = _ANSWER_WITHIN + (wait if isinstance(wait, int | float) else 0.0)
             now = time.monotonic()
-            until = held_until if held_until is not None else now + _HOLD_FOR
+            until = held_until if held_until is not None else now + HOLD_FOR
             self.pending[rid] = _Pending(node, now + patience, shard, event, raw, until)
             if not self._watching:
                 self._watching = True
@@ -465,7 +286,13 @@ class Relay:
         address = self.cluster.address_of(node)
         if address is None:
             raise Unavailable(f"node {node} leads this destination but has not announced itself")
-        link = PeerLink(self, node)
+        link = PeerLink(
+            self,
+            node,
+            origin=self.cluster.node_id,
+            secret=self.secret,
+            max_frame=self.broker.settings.max_frame,
+        )
         self.links[node] = link
 
         async def connect() -> None:
@@ -532,67 +359,6 @@ class Relay:
         self._forward(node, event)
         return True
 
-    def _key(self, ev: Event) -> str | None:
-        """The shard key ``ev`` is served by, or None for what every node serves itself
-        (topics, listings, pings). Parses and authorizes as the local handler would."""
-        b, s = self.broker, self.session
-        t = type(ev)
-        if isinstance(ev, Publish):
-            dest = b.destination(s, ev.destination, Permission.WRITE)
-            if dest.kind is Kind.TOPIC:
-                return None
-            if dest.kind is Kind.CHANNEL:
-                role = ev.role or "client"
-                if role not in ("server", "client"):
-                    return None  # the local handler refuses it
-                return Shard.key_of(dest, "server" if role == "client" else "client")
-            return str(dest)
-        if isinstance(ev, Subscribe | CursorOpen):
-            dest = b.destination(s, ev.destination, Permission.READ, pattern=True)
-            if dest.kind is Kind.TOPIC:
-                return None
-            sub_role: Any = ev.options.get("role") if isinstance(ev.options, dict) else None
-            return b.holder_key(dest, sub_role if dest.kind is Kind.CHANNEL else None)
-        if isinstance(ev, Declare | Delete | Purge | MetaSet):
-            return _holder_of(b.destination(s, ev.destination, Permission.CONFIGURE))
-        if isinstance(ev, Stats | MetaGet):
-            return _holder_of(b.destination(s, ev.destination, Permission.READ, pattern=t is Stats))
-        if isinstance(ev, Pull):
-            return str(b.destination(s, ev.destination, Permission.READ))
-        if isinstance(ev, Peek):
-            dest = b.destination(s, ev.destination, Permission.READ)
-            if dest.kind is Kind.TOPIC:
-                return None  # the local handler refuses it
-            role = ev.role or "server"
-            return b.holder_key(dest, role) if dest.kind is Kind.CHANNEL else str(dest)
-        if isinstance(ev, Bind | Unbind):
-            q = b.destination(s, ev.queue, Permission.CONFIGURE)
-            b.destination(s, ev.pattern, Permission.READ, pattern=True)
-            return str(q)
-        if isinstance(ev, Bindings):
-            return str(b.destination(s, ev.queue, Permission.READ))
-        if isinstance(ev, KvGet | KvPut | KvDelete):
-            key = ev.key
-            if not isinstance(key, str) or not key:
-                return None  # the local handler refuses it
-            if s.principal is not None:
-                perm = Permission.READ if t is KvGet else Permission.WRITE
-                b.auth.authorize(s.principal, perm, f"kv/{key}")
-            return "kv/" + key
-        if t is Settle:
-            assert isinstance(ev, Settle)
-            if not isinstance(ev.leases, list) or not ev.leases:
-                return None
-            keys = {str(lease).rsplit("|", 2)[0] for lease in ev.leases}
-            if s.principal is not None:
-                for key in keys:
-                    b.auth.authorize(s.principal, Permission.READ, key.partition(">")[0])
-            shards = {b.shard_for(k).index for k in keys}
-            if len(shards) > 1:
-                raise BadRequest("in a cluster, settle the leases of one queue at a time")
-            return next(iter(keys))
-        return None
-
     # ---- from the peers ---------------------------------------------------------------------
     def from_peer(self, link: PeerLink, event: Event, raw: bytes | None = None) -> None:
         """What node ``link.node`` sends back (``raw``: the op as it came, for deliveries
@@ -651,7 +417,7 @@ class Relay:
         if sid is not None:
             self.subs.pop(sid, None)  # (its request stays: it is subscribed again)
         pause = time.monotonic() + _REFUSED_PAUSE
-        was = _Held(pending.event, pending.raw, pending.shard, pending.held_until, pause)
+        was = Held(pending.event, pending.raw, pending.shard, pending.held_until, pause)
         try:
             self._hold(pending.event, pending.raw, pending.shard, was)
         except Unavailable as exc:
@@ -704,7 +470,7 @@ class Relay:
 
     async def _relocate(self, sid: int, request: Subscribe, top: int) -> None:
         deadline = time.monotonic() + _RELOCATE_FOR
-        shard = self.broker.shard_for(self._key(request) or "")
+        shard = self.broker.shard_for(shard_key_of(self.broker, self.session, request) or "")
         why = "no leader"
         while time.monotonic() < deadline and not self._closed:
             if self.requests.get(sid) is not request:
@@ -780,10 +546,4 @@ class Relay:
                 fut.cancel()
 
 
-def _holder_of(dest: Destination) -> str | None:
-    if dest.kind is Kind.TOPIC or dest.is_pattern:
-        return None
-    return Shard.key_of(dest, "server" if dest.kind is Kind.CHANNEL else None)
-
-
-__all__ = ["PEER_CLIENT", "Leaders", "PeerLink", "Relay", "RelayHost", "RelaySession"]
+__all__ = ["Leaders", "Relay", "RelayHost", "RelaySession"]

@@ -5,8 +5,9 @@ Requests answered synchronously are replied to in the same flush; those that wai
 persistent publish waiting for fsync, a pull waiting for messages) reply when their future
 is done. While too many requests wait, reading pauses (back-pressure to the producer).
 
-Writing: replies and deliveries collect in the session and go out as one frame per loop
-iteration. When the socket does not drain (``pause_writing``), deliveries stay here, counted
+Writing (:class:`~polymq_core.sessionoutput.SessionOutput`, a mixin of the session):
+replies and deliveries collect in the session and go out as one frame per loop iteration.
+When the socket does not drain (``pause_writing``), deliveries stay here, counted
 per subscription; a subscription whose backlog passes its ``buffer_messages`` /
 ``buffer_bytes`` gets its slow-consumer policy: ``disconnect`` closes this connection (every
 unacked and unsent queue message goes back to its queue for others), ``drop`` drops topic
@@ -20,11 +21,10 @@ import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from polymq.codec import EVENT_BYTES, NEED_DATA, Connection, Role, weight
-from polymq.errors import PolymqError, RemoteProtocolError, RequestError, Unavailable
+from polymq.codec import NEED_DATA, Connection, Role
+from polymq.errors import RemoteProtocolError, RequestError, Unavailable
 from polymq.events import (
     Cancelled,
-    Deliver,
     Event,
     Fail,
     Goodbye,
@@ -36,14 +36,16 @@ from polymq.events import (
     Welcome,
 )
 from polymq.inproc import PipeEnd
-from polymq.types import Destination, Message, SlowPolicy
+from polymq.types import Destination, Message
 from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider
 from polymq_server.connections import Tracked
 from polymq_server.resources import Admission
 
 from .handover import is_handover
 from .metrics import protocol_label
-from .relay import PEER_CLIENT, Leaders, Relay, RelayHost
+from .peerlink import PEER_CLIENT
+from .relay import Leaders, Relay, RelayHost
+from .sessionoutput import Backlog, SessionOutput
 from .sids import SidTable
 from .subscription import Subscription
 
@@ -56,43 +58,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_WAITING = 20_000  # requests awaiting an answer before reading pauses
-_FRAME_MESSAGES = 4096  # deliveries per Deliver event
-_FRAME_BYTES = 4 * 1024 * 1024  # body bytes per frame, roughly
-
-
-def _deliveries(sid: int, b: _Backlog, events: list[Event], weights: list[int]) -> None:
-    """Append ``b`` as Deliver events of at most _FRAME_MESSAGES / about _FRAME_BYTES."""
-    n = len(b.tags)
-    if n <= _FRAME_MESSAGES and b.nbytes <= _FRAME_BYTES:  # the common case
-        events.append(Deliver(sid, b.tags, b.messages))
-        weights.append(b.nbytes + n * EVENT_BYTES)
-        return
-    start = 0
-    size = 0
-    for i, m in enumerate(b.messages):
-        size += len(m.body) + EVENT_BYTES
-        if i + 1 - start >= _FRAME_MESSAGES or size >= _FRAME_BYTES or i + 1 == n:
-            events.append(Deliver(sid, b.tags[start : i + 1], b.messages[start : i + 1]))
-            weights.append(size)
-            start, size = i + 1, 0
-
-
-# Replies pending past this many go out at once rather than at the end of the loop's turn:
-# a turn that reads many connections, each with a frame of thousands of requests, would
-# otherwise hold every reply of them all at the same time (memory freed afterwards, but
-# kept by the allocator).
-_REPLIES_AT_ONCE = 1024
-
-_SLOW_LINGER = 10.0  # seconds a cut slow consumer has to read what its socket still holds
-
-
-class _Backlog:
-    __slots__ = ("messages", "nbytes", "tags")
-
-    def __init__(self) -> None:
-        self.tags: list[int] = []
-        self.messages: list[Message] = []
-        self.nbytes = 0
 
 
 class SessionHost(RelayHost, Protocol):
@@ -114,7 +79,9 @@ class SessionHost(RelayHost, Protocol):
     def session_closed(self, session: Session) -> None: ...
 
 
-class Session(asyncio.Protocol):
+class Session(SessionOutput, asyncio.Protocol):
+    broker: SessionHost  # (what writing uses of it is narrower: OutputHost)
+
     def __init__(self, broker: SessionHost, auth: AuthProvider | None = None) -> None:
         self.broker = broker
         self.auth = auth  # the listener's own login rules (the peers'), else the core's
@@ -145,7 +112,7 @@ class Session(asyncio.Protocol):
         self.first_tags: dict[int, int] = {}  # sid -> its first delivery tag, if not 1 (moved)
         self._replies: list[Event] = []
         self._raws: dict[int, bytes] = {}  # index in _replies -> that event's encoded op
-        self._backlog: dict[Subscription, _Backlog] = {}
+        self._backlog: dict[Subscription, Backlog] = {}
         self._flush_scheduled = False
         self._paused = False  # the socket is not draining
         self._reading_paused = False
@@ -392,109 +359,6 @@ class Session(asyncio.Protocol):
             err = Unavailable(f"internal error: {exc}")
             self.reply(Fail(rid, err.code, err.message))
 
-    # ---- writing --------------------------------------------------------------------------
-    def reply(self, event: Event, raw: bytes | None = None) -> None:
-        """Send ``event`` (``raw``: its operation, encoded already by another node)."""
-        if raw is not None:
-            self._raws[len(self._replies)] = raw
-        replies = self._replies
-        replies.append(event)
-        if len(replies) >= _REPLIES_AT_ONCE:
-            self._flush()
-        else:
-            self._schedule_flush()
-
-    def _schedule_flush(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    @property
-    def writable(self) -> bool:
-        return not self._paused and not self._closed
-
-    def accepts(self, sub: Subscription) -> bool:
-        """May a source hand ``sub`` another delivery now?
-
-        While the socket does not drain, a ``disconnect`` subscription still takes deliveries:
-        past its buffer the policy cuts this connection and its messages go to the others (a
-        queue never waits on a slow consumer, nor leaves messages stuck with it). Others are
-        passed over once their buffer is full."""
-        if self._closed:
-            return False
-        if not self._paused or sub.options.slow_policy is SlowPolicy.DISCONNECT:
-            return True
-        b = self._backlog.get(sub)
-        if b is None:
-            return True
-        o = sub.options
-        return bool(len(b.tags) < o.buffer_messages and b.nbytes < o.buffer_bytes)
-
-    def push_delivery(self, sub: Subscription, tag: int, msg: Message, key: Any) -> None:
-        if self._closed:
-            return  # cut off in the middle of a topic fan-out; queues ask accepts() first
-        b = self._backlog.get(sub)
-        if b is None:
-            b = self._backlog[sub] = _Backlog()
-        b.tags.append(tag)
-        b.messages.append(msg)
-        b.nbytes += len(msg.body)
-        if self._paused:
-            o = sub.options
-            if len(b.tags) > o.buffer_messages or b.nbytes > o.buffer_bytes:
-                self._slow(sub, b)
-        elif not self._flush_scheduled:
-            self._schedule_flush()
-
-    def _slow(self, sub: Subscription, b: _Backlog) -> None:
-        if sub.options.slow_policy is SlowPolicy.DROP and sub.destination.startswith("topic/"):
-            b.tags.pop()
-            b.nbytes -= len(b.messages.pop().body)
-            self.broker.sensors.on_slow_consumer("drop")
-            return
-        self.broker.sensors.on_slow_consumer("disconnect")
-        log.warning(
-            "session %s: slow consumer on %s (%d messages, %d bytes buffered), disconnecting",
-            self.name,
-            sub.destination,
-            len(b.tags),
-            b.nbytes,
-        )
-        self.close(
-            "slow-consumer",
-            f"subscription {sub.sid} on {sub.destination} passed its buffer of "
-            f"{sub.options.buffer_messages} messages / {sub.options.buffer_bytes} bytes",
-            linger=_SLOW_LINGER,
-        )
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        transport = self.transport
-        if transport is None or self._closed or transport.is_closing():
-            return
-        events: list[Event] = self._replies
-        self._replies = []
-        given, self._raws = self._raws, {}
-        weights = [weight(ev, given.get(i)) for i, ev in enumerate(events)]
-        if not self._paused and self._backlog:
-            backlog, self._backlog = self._backlog, {}
-            for sub, b in backlog.items():
-                if not sub.closed:
-                    self.messages_out += len(b.tags)
-                    _deliveries(sub.sid, b, events, weights)
-        if not events:
-            return
-        raws = [given.get(i) for i in range(len(events))] if given else None
-        try:
-            if len(events) == 1:
-                transport.write(self.conn.send_many(events, raws))
-                return
-            # Frames of about _FRAME_BYTES each: no frame nears the peer's maximum.
-            transport.writelines(self.conn.send_frames(events, weights, _FRAME_BYTES, raws))
-        except PolymqError as exc:  # an event we cannot encode: a bug, not the peer's fault
-            log.exception("session %s: cannot send: %s", self.name, exc)
-            self.close("internal", "the server could not encode a reply", abort=True)
-
     # ---- subscriptions ----------------------------------------------------------------------
     def add_sub(self, sub: Subscription) -> None:
         self.subs[sub.sid] = sub
@@ -505,7 +369,7 @@ class Session(asyncio.Protocol):
             self._drop_sub(sub, self._backlog.pop(sub, None))
         return sub
 
-    def _drop_sub(self, sub: Subscription, pending: _Backlog | None) -> None:
+    def _drop_sub(self, sub: Subscription, pending: Backlog | None) -> None:
         sub.close()
         unsent: list[Message] = []
         if pending is not None:

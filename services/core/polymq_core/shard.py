@@ -2,8 +2,10 @@
 
 Queues, streams and channels live in shards (a destination's shard is a hash of its name).
 A shard owns their in-memory state and one :class:`~polymq_core.store.Store`, and every
-durable change it makes goes through :meth:`Shard.commit` — the one place that will later
-append to a replicated log and wait for a majority instead of a local fsync.
+durable change it makes goes through :meth:`Shard.commit`: the one place a change leaves
+the shard, for a local fsync or a majority of a replicated log. That path (commits, a
+publish's messages enqueued once durable, the batched removals of settled messages) is
+:class:`~polymq_core.shardwrites.DurableWrites`, a mixin of the shard.
 
 A queue's bindings (see :mod:`polymq_core.bindings`) live in the core-wide index of the broker,
 for routing; the shard keeps those of its durable queues in its store, loads them when it
@@ -17,7 +19,6 @@ does not grow with the number of idle queues (a durable one is read back from th
 from __future__ import annotations
 
 import asyncio
-import functools
 import heapq
 import logging
 import time
@@ -27,10 +28,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from polymq.errors import Conflict, NotFound, Unavailable
 from polymq.types import DeclareOptions, Destination, Message, Overflow
 
-from .batches import BatchWindow, pack_answer, unpack_answer
+from .batches import BatchWindow, unpack_answer
 from .paging import Pressure
 from .queue import Queue
-from .store import Store, StoreError, StoreWrite
+from .shardwrites import DurableWrites
+from .store import Store, StoreError
 from .stream import Stream
 
 if TYPE_CHECKING:
@@ -50,13 +52,6 @@ _DEFAULTS = DeclareOptions()
 # is dormant: equal to _DEFAULTS but not the same object, which only destinations that were
 # never declared have (made by a publish or a subscribe): see Shard._remember_dormant.
 _DECLARED = DeclareOptions()
-
-
-def _retrieved(fut: asyncio.Future[Any]) -> None:
-    """Mark a failure as seen: nobody may be waiting for this write (those who are still
-    get the exception)."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 def channel_inbox(name: str, role: str) -> str:
@@ -82,7 +77,7 @@ class ShardHost(Protocol):
     def dead_letter(self, msg: Message, target: str, reason: str, source: str) -> None: ...
 
 
-class Shard:
+class Shard(DurableWrites):
     def __init__(
         self,
         host: ShardHost,
@@ -297,39 +292,6 @@ class Shard:
                     if not w.future.done():
                         w.future.set_result([])
 
-    # ---- the one place durable changes leave the shard ------------------------------------
-    def commit(self, write: StoreWrite) -> asyncio.Future[None]:
-        """Make one durable change, ``write`` given the shard's store (``lambda store:
-        store.purge(key)``); resolves once it is durable (in a cluster: committed by a
-        majority of the shard's log and applied here)."""
-        try:
-            fut = write(self.store)
-        except StoreError as exc:
-            fut = self.loop.create_future()
-            fut.set_exception(Unavailable(f"store failed: {exc}"))
-            fut.add_done_callback(_retrieved)
-            return fut
-        # A write can fail: a full disk (one node), no majority or a deposed leader (a
-        # cluster). The client is told "unavailable" (retry); a write nobody waits for
-        # (an ack's removal) is tried again (:meth:`flush_removes`) or, in a cluster,
-        # fails quietly: its message comes back, at least once.
-        out: asyncio.Future[None] = self.loop.create_future()
-        failed = "not committed" if self.replicated else "not written"
-
-        def done(f: asyncio.Future[None]) -> None:
-            if out.done():
-                return
-            if f.cancelled():
-                out.cancel()
-            elif (exc := f.exception()) is not None:
-                out.set_exception(Unavailable(f"{failed}: {exc}"))
-            else:
-                out.set_result(None)
-
-        fut.add_done_callback(done)
-        out.add_done_callback(_retrieved)
-        return out
-
     # ---- destinations ----------------------------------------------------------------------
     def _make(self, key: str, options: DeclareOptions, last_seq: int = 0) -> Holder:
         holder: Holder
@@ -513,132 +475,6 @@ class Shard:
         fut = self._append(key, messages, durable, batch)
         self._enqueue_after(holder, messages, fut, written_only=True)
         return fut
-
-    def _append(
-        self,
-        key: str,
-        messages: list[Message],
-        durable: list[Message],
-        batch: tuple[str, float] | None,
-    ) -> asyncio.Future[None]:
-        if batch is None:
-            return self.commit(lambda store: store.append_many(key, durable))
-        batch_key, expires = batch
-        heapq.heappush(self._stored_batches, expires)
-        answer = pack_answer(messages)
-        return self.commit(
-            lambda store: store.append_batch(key, durable, batch_key, expires, answer)
-        )
-
-    def _enqueue_after(
-        self,
-        holder: Holder,
-        messages: list[Message],
-        fut: asyncio.Future[None],
-        *,
-        written_only: bool,
-    ) -> None:
-        """Enqueue (and so deliver) ``messages`` once ``fut`` is done. A publish holding
-        persistent messages waits for its own write (in a cluster: committed by a
-        majority) and, ``written_only``, is dropped if that fails: its messages were never
-        there. A transient publish behind it waits for the same write, then is enqueued
-        either way, so a queue keeps its publishers' order. Writes finish in the order
-        they were made, and so do these callbacks."""
-        key = holder.key
-        committing = self._committing
-        committing[key] = committing.get(key, 0) + 1
-        self._tails[key] = fut
-
-        def done(f: asyncio.Future[None]) -> None:
-            left = committing.get(key, 1) - 1
-            if left:
-                committing[key] = left
-            else:
-                committing.pop(key, None)
-                self._tails.pop(key, None)
-            if not self.leading:
-                return
-            if written_only and (f.cancelled() or f.exception() is not None):
-                return
-            current = self.holders.get(key)
-            if current is None:  # evicted or deleted meanwhile
-                current = self.get(key)
-            for m in messages:
-                current.put(m)
-            current.pump()
-
-        fut.add_done_callback(done)
-
-    def settled(self, queue: Queue, msg: Message) -> asyncio.Future[None] | None:
-        """A message left the queue for good: forget it durably (batched). The future
-        resolves once that is written (see :meth:`forget`); None: nothing to write."""
-        if msg.persistent and queue.durable:
-            return self.forget(queue.key, [msg.seq])
-        return None
-
-    def forget(self, key: str, seqs: list[int]) -> asyncio.Future[None]:
-        """Remove messages from the store, with every other removal of this turn of the
-        loop in one write per destination. The future fails if that write does (a full
-        disk); the removals are then tried again every second until they are written
-        (:meth:`flush_removes`), so the store catches up once space returns, and until
-        then a restart would deliver those messages again (at least once)."""
-        self._removes.setdefault(key, []).extend(seqs)
-        if self._removed is None:
-            self._removed = self.loop.create_future()
-            self._removed.add_done_callback(_retrieved)
-            if self._retry_removes is None:
-                self.loop.call_soon(self.flush_removes)
-        return self._removed
-
-    def unforget(self, key: str, seq: int) -> bool:
-        """Take back a removal not yet flushed; False if it already went to the store."""
-        seqs = self._removes.get(key)
-        if seqs and seq in seqs:
-            seqs.remove(seq)
-            return True
-        return False
-
-    def flush_removes(self) -> None:
-        self._retry_removes = None
-        removes, self._removes = self._removes, {}
-        removed, self._removed = self._removed, None
-        writes = {key: self._remove(key, seqs) for key, seqs in removes.items() if seqs}
-        if not writes:
-            if removed is not None and not removed.done():
-                removed.set_result(None)
-            return
-        left = len(writes)
-        errors: list[BaseException] = []
-
-        def written(key: str, f: asyncio.Future[None]) -> None:
-            nonlocal left
-            left -= 1
-            exc = None if f.cancelled() else f.exception()
-            if exc is not None:
-                errors.append(exc)
-                self._retry_remove(key, removes[key])
-            if left or removed is None or removed.done():
-                return
-            if errors:
-                removed.set_exception(errors[0])
-            else:
-                removed.set_result(None)
-
-        for key, fut in writes.items():
-            fut.add_done_callback(functools.partial(written, key))
-
-    def _remove(self, key: str, seqs: list[int]) -> asyncio.Future[None]:
-        return self.commit(lambda store: store.remove(key, seqs))
-
-    def _retry_remove(self, key: str, seqs: list[int]) -> None:
-        """A removal was not written: on one node (a full disk) try it again in a second,
-        with whatever comes meanwhile. A cluster's leader that failed to commit one may be
-        deposed: the next leader delivers those messages again (at least once)."""
-        if self.replicated or self._closed:
-            return
-        self._removes.setdefault(key, [])[:0] = seqs
-        if self._retry_removes is None:
-            self._retry_removes = self.loop.call_later(1.0, self.flush_removes)
 
     def discard(self, queue: Queue, msg: Message, reason: str) -> asyncio.Future[None] | None:
         """A message leaves unacked (expired, rejected, too many deliveries, overflow);
