@@ -79,6 +79,7 @@ _ELECTED = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"
 _CONNECT_FOR = 90.0  # seconds to wait for the cluster's JetStream to answer at start-up
 _MAX_PAYLOAD = 64 * 1024 * 1024
 _DEV_SECRET = "polymq-insecure-development-cluster-secret"
+_STOP_TASKS_WITHIN = 3.0  # seconds a stop waits for its following tasks to end
 
 
 class ClusterNode(ShardLeadership, LogRetention):
@@ -300,17 +301,11 @@ class ClusterNode(ShardLeadership, LogRetention):
         self.state = "leaving"
         if not self.remove_on_leave and await self._leaving_for_good():
             self.remove_on_leave = True
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        tasks, self._tasks = self._tasks, []
         if self._purger is not None:
-            self._purger.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._purger
+            tasks.append(self._purger)
             self._purger = None
+        await _cancelled(tasks)
         for sub in (self._advisories, self._config_sub):
             if sub is not None:
                 with contextlib.suppress(Exception):
@@ -526,6 +521,29 @@ class ClusterNode(ShardLeadership, LogRetention):
             )
         self.k8s_members = members
         self.routes.update(members)  # the NATS routes: the endpoints are a source of them
+
+
+async def _cancelled(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait until they end, cancelling again every half second (a
+    cancel can be swallowed on the way: see :func:`polymq_core.leadership._stop_if_cancelled`),
+    for at most _STOP_TASKS_WITHIN seconds: a task that still runs then is logged and left,
+    not waited for (a stop must end; the process exits after it)."""
+    deadline = time.monotonic() + _STOP_TASKS_WITHIN
+    left = [t for t in tasks if not t.done()]
+    while left and time.monotonic() < deadline:
+        for task in left:
+            task.cancel()
+        await asyncio.wait(left, timeout=0.5)
+        left = [t for t in left if not t.done()]
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            log.error("task %s failed", task.get_name(), exc_info=task.exception())
+    if left:
+        log.warning(
+            "stopping: %s did not end within %.0f s of its cancel; going on without it",
+            ", ".join(t.get_name() for t in left),
+            _STOP_TASKS_WITHIN,
+        )
 
 
 def _quiet(fut: asyncio.Future[Any]) -> None:

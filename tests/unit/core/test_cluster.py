@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -89,3 +90,38 @@ def test_a_bind_all_address_is_announced_as_this_machines_address(
     assert advertised("10.9.8.7") == "10.9.8.7"
     assert advertised("node-a.example") == "node-a.example"
     assert advertised("::1") == "[::1]"
+
+
+class _AnsweredAsLeaveBegins:
+    """A shard's log whose stream info answers, and in the same step the node's stop
+    begins: the stop's cancel then meets a ``wait_for`` whose inner call has just finished
+    (Python 3.11's ``wait_for`` returns the result and swallows the cancel)."""
+
+    def __init__(self, node: cluster_mod.ClusterNode) -> None:
+        self.node = node
+        self.leaving: asyncio.Task[None] | None = None
+        self.began = asyncio.Event()
+
+    async def info(self) -> tuple[str | None, int]:
+        await asyncio.sleep(0)
+        if self.leaving is None:
+            self.leaving = asyncio.ensure_future(self.node.leave())
+            self.began.set()
+        return "b", 0
+
+
+async def test_a_stopping_node_stops_following_even_when_a_cancel_meets_an_answer() -> None:
+    settings = CoreSettings(node_id="a", peers="127.0.0.1:17422", cluster_secret="s" * 32)
+    node = cluster_mod.ClusterNode(settings)
+    shard_log = _AnsweredAsLeaveBegins(node)
+    node.logs = [shard_log]  # type: ignore[list-item]
+    shard = type("Shard", (), {"leading": False, "index": 0})()
+    node.broker = type("Broker", (), {"shards": [shard]})()  # type: ignore[assignment]
+    node.state = "ready"
+    node._tasks = [asyncio.get_running_loop().create_task(node._follow(0))]
+    await asyncio.wait_for(shard_log.began.wait(), 5.0)
+    assert shard_log.leaving is not None
+    # before: leave() waited for ever on a follower that swallowed its cancel
+    done, _ = await asyncio.wait([shard_log.leaving], timeout=5.0)
+    assert done, "leave() still waits for the shard's follower"
+    assert node._tasks == []
