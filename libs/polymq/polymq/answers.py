@@ -1,6 +1,7 @@
-"""What the core answers to a publish, a declare, a binding, a cursor's opening and a
-destination's stats, as the client returns it: small frozen dataclasses, made from the
-wire's maps in one place (each ``from_wire``), so that no caller indexes a
+"""What the core answers to a publish, a declare, a binding, a cursor's opening and polls,
+and a destination's stats, as the client returns it: small frozen dataclasses, made from the
+wire's maps in one place (each ``from_wire``; a poll's :class:`CursorPage` from its
+``Polled`` event, where the client reads it), so that no caller indexes a
 ``dict[str, Any]`` by name. The wire itself is unchanged: the core still answers those maps
 (see ``polymq_core.catalog``, ``.publisher`` and ``.cursors``), and :meth:`to_json` gives
 back exactly the map the core sent where a frontend shows it to its clients as JSON."""
@@ -11,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
-from .types import DeclareOptions
+from .types import DeclareOptions, Message
 
 __all__ = [
     "Bound",
     "ChannelStats",
     "CursorOpened",
+    "CursorPage",
     "Declared",
     "DestinationStats",
     "Published",
@@ -121,6 +123,26 @@ class CursorOpened:
     @classmethod
     def from_wire(cls, answer: dict[str, Any]) -> CursorOpened:
         return cls(answer["id"], answer["cursor"])
+
+
+@dataclass(frozen=True, slots=True)
+class CursorPage:
+    """What one poll of a cursor subscription read: the ``messages`` after the cursor
+    presented, in order, each with its ``receipts`` entry (a queue's lease, which settles
+    it; "" for a topic's or a stream's message, which presenting a cursor confirms), and
+    the ``cursor`` to present next. The core always answers a cursor; it is None only in the
+    empty page a frontend answers itself (the service stopping) to a poll that presented
+    none."""
+
+    cursor: int | None
+    messages: list[Message]
+    receipts: list[str]
+
+    @property
+    def leased(self) -> list[str]:
+        """The receipts of the queue leases among the messages (none for a topic or a
+        stream): what must be settled, or given back if nobody will see them."""
+        return [r for r in self.receipts if r]
 
 
 # ---- stats: one class per kind of destination, in the core's order of fields -------------------

@@ -28,6 +28,7 @@ from typing import Any
 from .answers import (
     Bound,
     CursorOpened,
+    CursorPage,
     Declared,
     DestinationStats,
     Published,
@@ -300,13 +301,17 @@ class Client(CoreConnection):
 
     def cursor_poll(
         self, sub_id: str, cursor: int | None, *, max: int = 100, wait: float = 0.0
-    ) -> asyncio.Future[dict[str, Any]]:
-        """``{"cursor", "messages", "receipts"}``: what follows ``cursor`` (None: the oldest
+    ) -> asyncio.Future[CursorPage]:
+        """A :class:`~polymq.answers.CursorPage`: what follows ``cursor`` (None: the oldest
         held), waiting up to ``wait`` seconds for the first. Presenting a cursor confirms
         everything up to it; :class:`~polymq.errors.Gone` if it points before what is held.
         The poll is sent at once and answered by the future returned (await it): a frontend
-        holding thousands of polls spends no task on each."""
-        return self._request(CursorPoll(self._rid(), sub_id, cursor, max, wait))
+        holding thousands of polls spends no task on each (the page is made where the
+        client reads the core's answer)."""
+        page: asyncio.Future[CursorPage] = self._request(
+            CursorPoll(self._rid(), sub_id, cursor, max, wait)
+        )
+        return page
 
     async def cursor_close(self, sub_id: str) -> None:
         await self._call(CursorClose(self._rid(), sub_id))

@@ -28,6 +28,7 @@ from ssl import SSLContext
 from typing import Any
 
 from . import inproc
+from .answers import CursorPage
 from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role
 from .deliveries import Lease, Subscription
 from .errors import (
@@ -202,9 +203,7 @@ class CoreConnection:
         elif isinstance(ev, Polled):
             fut = self._waiting(ev.rid)
             if fut is not None:
-                fut.set_result(
-                    {"cursor": ev.cursor, "receipts": ev.receipts, "messages": ev.messages}
-                )
+                fut.set_result(CursorPage(ev.cursor, ev.messages, ev.receipts))
         elif isinstance(ev, Fail):
             fut = self._waiting(ev.rid)
             err = error_from_code(ev.code, ev.message)

@@ -199,8 +199,12 @@ class Subscription:
         else:
             self.nack(tag, requeue=outcome is Outcome.REQUEUE)
 
-    async def ack_many(self, tags: list[int], *, cumulative: bool = False) -> Any:
-        return await self.client._call(Ack(self.client._rid(), self.sid, tags, cumulative))
+    async def ack_many(self, tags: list[int], *, cumulative: bool = False) -> int:
+        """Ack ``tags`` (with ``cumulative``, or in ack mode ``client``, every delivery up to
+        the highest of them) and wait until the core has the acks written: how many
+        deliveries it acked (tags it no longer held unsettled are not counted)."""
+        r = await self.client._call(Ack(self.client._rid(), self.sid, tags, cumulative))
+        return int(r["acked"])
 
     async def unsubscribe(self) -> None:
         if self.closed:

@@ -323,9 +323,10 @@ async def read_stream(request: web.Request) -> web.StreamResponse:
     n, wait = parse_read_query(request, settings.avro_max_pull, settings.avro_max_wait)
     media = negotiate(request.headers.get("Accept"))
     result = await core.read_stream(str(dest), offset, n, wait)
-    items: list[Message] = list(result["messages"])
+    items: list[Message] = list(result.messages)
     schemas = await schemas_of(cache, items)
-    after = int(result["cursor"]) + 1  # the offset that reads on from here
+    assert result.cursor is not None  # (a cursor opened for the read: the core answers one)
+    after = result.cursor + 1  # the offset that reads on from here
     if media == JSON_TYPE:
         records = [record_json(m, schemas.get(m.body[2:10].hex()), None) for m in items]
         return _json_answer(

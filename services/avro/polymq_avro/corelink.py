@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, TypeVar
 
-from polymq import Client, Lease, Outcome
+from polymq import Client, CursorPage, Lease, Outcome
 from polymq_server.avro import SchemaCache
 from polymq_server.corelink import CORE_TIMEOUT
 from polymq_server.web import FrontendLink
@@ -29,8 +28,6 @@ from .metrics import AvroMetrics
 __all__ = ["CORE_TIMEOUT", "AvroLink"]
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 _CURSOR_TTL = 60.0  # seconds a read's cursor outlives a read that could not close it
 
@@ -69,9 +66,9 @@ class AvroLink(FrontendLink[AvroSettings]):
 
     async def read_stream(
         self, destination: str, offset: str | int, max_: int, wait: float
-    ) -> dict[str, Any]:
+    ) -> CursorPage:
         """Up to ``max_`` entries of a stream from ``offset``, through a cursor opened for
-        this read and closed after it: ``{"cursor": last seq read, "messages": [...]}``."""
+        this read and closed after it: its ``cursor`` is the last seq read."""
         client = self.get()
         opened = await self.guard(
             client,
@@ -81,7 +78,7 @@ class AvroLink(FrontendLink[AvroSettings]):
             ),
         )
         sub_id = opened.id
-        empty = {"cursor": opened.cursor, "messages": [], "receipts": []}
+        empty = CursorPage(opened.cursor, [], [])
         try:
             return await self.waiting(
                 client,

@@ -23,12 +23,11 @@ from __future__ import annotations
 import json
 import time
 from email.utils import formatdate
-from typing import Any
 
 from aiohttp import HttpVersion11, web
 from aiohttp.http import SERVER_SOFTWARE
 
-from polymq import Message
+from polymq import CursorPage, Message
 from polymq_server.avro import SchemaCache, is_avro
 from polymq_server.jsonview import message_json
 
@@ -76,15 +75,15 @@ class Shown:
 
 
 def answer_bytes(
-    ref: SubscriptionRef, result: dict[str, Any], schemas: SchemaCache, shown: Shown
+    ref: SubscriptionRef, page: CursorPage, schemas: SchemaCache, shown: Shown
 ) -> bytes:
     """A poll's answer ``{"cursor", "messages"}`` as JSON bytes (see the module's
     docstring); the Avro schemas of its messages are loaded already."""
-    cursor = result["cursor"]
-    messages = result["messages"]
+    cursor = page.cursor
+    messages = page.messages
     cursors = message_cursors(ref.kind, cursor, messages) if cursor is not None else []
     parts = []
-    for m, r, c in zip(messages, result["receipts"], cursors, strict=True):
+    for m, r, c in zip(messages, page.receipts, cursors, strict=True):
         head = f'{{"receipt": {json.dumps(r)}, ' if r else "{"
         parts.append(f'{head}{shown.inner(m, schemas)}, "cursor": "{c:d}"}}')
     at = "null" if cursor is None else f'"{cursor:d}"'

@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from polymq import CursorPage
 from polymq.types import Destination, Kind, Outcome
 from polymq_server.access import Access
 from polymq_server.auth import Permission, Principal
@@ -80,19 +81,19 @@ def resume_cursor(request: web.Request, *, header_first: bool) -> tuple[int | No
 
 
 async def answer_json(
-    ref: SubscriptionRef, result: dict[str, Any], schemas: SchemaCache
+    ref: SubscriptionRef, page: CursorPage, schemas: SchemaCache
 ) -> dict[str, Any]:
     """A poll's answer as JSON: its Avro records decoded as ``value`` (their schemas loaded
     first), as the HTTP frontend's pull shows them."""
-    cursor = result["cursor"]
-    messages = result["messages"]
+    cursor = page.cursor
+    messages = page.messages
     cursors = message_cursors(ref.kind, cursor, messages) if cursor is not None else []
     await load_schemas(schemas, messages)
     return {
         "cursor": None if cursor is None else str(cursor),
         "messages": [
             message_json(m, r, c, schemas)
-            for m, r, c in zip(messages, result["receipts"], cursors, strict=True)
+            for m, r, c in zip(messages, page.receipts, cursors, strict=True)
         ],
     }
 
@@ -147,18 +148,18 @@ async def poll(request: web.Request) -> web.StreamResponse:
     metrics.polls += 1
     try:
         result = await core.poll(ref.core_id, cursor, max_, wait, ref.max_step)
-        outcome = "messages" if result["messages"] else "empty"
+        outcome = "messages" if result.messages else "empty"
     finally:
         metrics.polls -= 1
         metrics.poll_answered(outcome, time.perf_counter() - start)
-    leased = [r for r in result["receipts"] if r]
+    leased = result.leased
     transport = request.transport
     if leased and (transport is None or transport.is_closing()):
         core.requeue(leased)  # the client left while we waited: nobody can settle these
         return web.Response(status=499)
-    metrics.delivered("poll", len(result["messages"]))
+    metrics.delivered("poll", len(result.messages))
     try:
-        await load_schemas(core.schemas, result["messages"])
+        await load_schemas(core.schemas, result.messages)
         body = answer_bytes(ref, result, core.schemas, app[SHOWN])
     except BaseException:
         core.requeue(leased)  # (cancelled while loading Avro schemas: the client left)

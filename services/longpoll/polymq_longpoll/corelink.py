@@ -15,9 +15,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable
-from typing import Any
 
-from polymq import Client, Outcome
+from polymq import Client, CursorPage, Outcome
 from polymq_server.corelink import CORE_TIMEOUT
 from polymq_server.web import FrontendLink
 
@@ -49,7 +48,7 @@ class LongpollLink(FrontendLink[LongpollSettings]):
         max_: int,
         wait: float,
         max_step: float = _CORE_MAX_WAIT,
-    ) -> dict[str, Any]:
+    ) -> CursorPage:
         """Messages after ``cursor``, waiting up to ``wait`` seconds for the first; an empty
         answer (the same cursor) at the deadline or as soon as the service stops. One wait
         at the core lasts at most ``max_step`` (and the core's own cap): a longer ``wait``
@@ -59,20 +58,20 @@ class LongpollLink(FrontendLink[LongpollSettings]):
             remaining = max(deadline - time.monotonic(), 0.0)
             step = min(remaining, self.core_max_wait(), max_step)
             result = await self._poll_once(sub_id, cursor, max_, step)
-            if result["messages"] or step >= remaining or self.stopping.is_set():
+            if result.messages or step >= remaining or self.stopping.is_set():
                 return result
 
     def _poll_once(
         self, sub_id: str, cursor: int | None, max_: int, wait: float
-    ) -> Awaitable[dict[str, Any]]:
+    ) -> Awaitable[CursorPage]:
         # (no coroutine of its own: one frame fewer held by each of 10,000 waiting polls)
         client = self.get()
         return self.waiting(
             client,
             client.cursor_poll(sub_id, cursor, max=max_, wait=wait),
             wait,
-            lambda result: self.requeue([r for r in result["receipts"] if r], client),
-            {"cursor": cursor, "messages": [], "receipts": []},
+            lambda page: self.requeue(page.leased, client),
+            CursorPage(cursor, [], []),
         )
 
     def requeue(self, receipts: list[str], client: Client | None = None) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 
 from aiohttp import web
 
+from polymq import CursorPage
 from polymq.errors import PolymqError
 from polymq.types import Kind, Outcome
 from polymq_server.problems import from_exception
@@ -135,9 +136,9 @@ class _Stream:
         self.with_ids = ref.kind is not Kind.QUEUE
         self.written: float | None = None  # when messages not yet confirmed were written
 
-    async def send(self, result: dict[str, Any], preamble: bytes = b"") -> None:
+    async def send(self, result: CursorPage, preamble: bytes = b"") -> None:
         """Write an answer's messages; leases nobody will see go back to their queue."""
-        leased = [r for r in result["receipts"] if r]
+        leased = result.leased
         try:
             answer = await answer_json(self.ref, result, self.core.schemas)
             data = preamble + message_events(answer, self.with_ids)
@@ -147,8 +148,8 @@ class _Stream:
         except BaseException:
             self.core.requeue(leased)
             raise
-        self.metrics.delivered("sse", len(result["messages"]))
-        if result["messages"]:
+        self.metrics.delivered("sse", len(result.messages))
+        if result.messages:
             self.written = time.monotonic()
         if not leased:
             return
@@ -178,9 +179,9 @@ class _Stream:
             except (PolymqError, TimeoutError) as exc:
                 await self.response.write(problem_event(exc))
                 return
-            if result["cursor"] is not None:
-                cursor = result["cursor"]
-            if result["messages"]:
+            if result.cursor is not None:
+                cursor = result.cursor
+            if result.messages:
                 await self.send(result)
             else:
                 await self.response.write(KEEPALIVE)
@@ -208,11 +209,11 @@ async def events(request: web.Request) -> web.StreamResponse:
         try:
             await response.prepare(request)
         except BaseException:
-            core.requeue([r for r in result["receipts"] if r])
+            core.requeue(result.leased)
             raise
         await stream.send(result, preamble=f"retry: {RETRY_MS}\n\n".encode())
-        if result["cursor"] is not None:
-            cursor = result["cursor"]
+        if result.cursor is not None:
+            cursor = result.cursor
         await stream.run(cursor, batch)
         with contextlib.suppress(ConnectionError):
             await response.write_eof()

@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from polymq import BadRequest, Client, Gone, Message, NotFound
+from polymq import BadRequest, Client, CursorPage, Gone, Message, NotFound
 
 from ...procs import PolymqProcess
 from .helpers import connect, uid
 
 
-def _bodies(r: dict) -> list[bytes]:  # type: ignore[type-arg]
-    return [m.body for m in r["messages"]]
+def _bodies(page: CursorPage) -> list[bytes]:
+    return [m.body for m in page.messages]
 
 
 async def test_topic_cursor_confirms_by_cursor_from_any_connection(core: PolymqProcess) -> None:
@@ -25,16 +25,16 @@ async def test_topic_cursor_confirms_by_cursor_from_any_connection(core: PolymqP
         sub = await a.cursor_open(t)
         await a.publish(t, [Message(str(i).encode()) for i in range(5)])
         r = await a.cursor_poll(sub.id, sub.cursor, max=3)
-        assert _bodies(r) == [b"0", b"1", b"2"] and r["cursor"] == 3
+        assert _bodies(r) == [b"0", b"1", b"2"] and r.cursor == 3
         # The answer "was lost": the same cursor again gives the same messages...
         again = await b.cursor_poll(sub.id, sub.cursor, max=3)
         assert _bodies(again) == [b"0", b"1", b"2"]
         # ...and presenting cursor 3, from another connection, confirms them.
         r = await b.cursor_poll(sub.id, 3, max=10)
-        assert _bodies(r) == [b"3", b"4"] and r["cursor"] == 5
+        assert _bodies(r) == [b"3", b"4"] and r.cursor == 5
         with pytest.raises(Gone):
             await a.cursor_poll(sub.id, 2)  # confirmed and dropped
-        assert (await a.cursor_poll(sub.id, 5))["messages"] == []
+        assert (await a.cursor_poll(sub.id, 5)).messages == []
     finally:
         await a.close()
         await b.close()
@@ -47,7 +47,7 @@ async def test_topic_cursor_overflow_drops_the_oldest(client: Client) -> None:
     with pytest.raises(Gone):
         await client.cursor_poll(sub.id, 0)
     r = await client.cursor_poll(sub.id, None)
-    assert _bodies(r) == [b"2", b"3", b"4"] and r["cursor"] == 5
+    assert _bodies(r) == [b"2", b"3", b"4"] and r.cursor == 5
 
 
 async def test_stream_cursor_reads_from_its_offset(client: Client) -> None:
@@ -55,7 +55,7 @@ async def test_stream_cursor_reads_from_its_offset(client: Client) -> None:
     await client.publish(s, [Message(str(i).encode()) for i in range(3)])
     sub = await client.cursor_open(s, offset="first")
     r = await client.cursor_poll(sub.id, sub.cursor)
-    assert _bodies(r) == [b"0", b"1", b"2"] and r["cursor"] == 3
+    assert _bodies(r) == [b"0", b"1", b"2"] and r.cursor == 3
     nxt = await client.cursor_open(s)  # "next": only what comes later
     await client.publish(s, b"3")
     assert _bodies(await client.cursor_poll(nxt.id, nxt.cursor)) == [b"3"]
@@ -66,11 +66,11 @@ async def test_queue_cursor_leases_and_redelivers(client: Client) -> None:
     sub = await client.cursor_open(q, visibility=0.5)
     await client.publish(q, [Message(b"a"), Message(b"b")])
     r = await client.cursor_poll(sub.id, None, max=10)
-    assert _bodies(r) == [b"a", b"b"] and all(r["receipts"])
-    await client.settle([r["receipts"][0]])  # a acked; b's lease runs out
+    assert _bodies(r) == [b"a", b"b"] and all(r.receipts)
+    await client.settle([r.receipts[0]])  # a acked; b's lease runs out
     await asyncio.sleep(0.8)
     r = await client.cursor_poll(sub.id, None, max=10)
-    assert _bodies(r) == [b"b"] and r["messages"][0].delivery_count == 2
+    assert _bodies(r) == [b"b"] and r.messages[0].delivery_count == 2
 
 
 async def test_a_waiting_poll_returns_when_a_message_comes(core: PolymqProcess) -> None:
@@ -87,8 +87,8 @@ async def test_a_waiting_poll_returns_when_a_message_comes(core: PolymqProcess) 
             assert _bodies(r) == [b"now"], dest
             assert time.monotonic() - t0 < 5
             t0 = time.monotonic()
-            empty = await a.cursor_poll(sub.id, r["cursor"], wait=0.3)
-            assert empty["messages"] == [] and time.monotonic() - t0 >= 0.25
+            empty = await a.cursor_poll(sub.id, r.cursor, wait=0.3)
+            assert empty.messages == [] and time.monotonic() - t0 >= 0.25
     finally:
         await a.close()
         await b.close()
@@ -124,10 +124,10 @@ async def test_a_waiting_poll_keeps_its_subscription_alive(client: Client) -> No
     for dest in (f"topic/{uid()}", f"queue/{uid()}"):
         sub = await client.cursor_open(dest, ttl=1)
         r = await client.cursor_poll(sub.id, sub.cursor, wait=3)  # longer than the ttl
-        assert r["messages"] == []
+        assert r.messages == []
         await client.publish(dest, b"still here")
-        r = await client.cursor_poll(sub.id, r["cursor"])
-        assert [m.body for m in r["messages"]] == [b"still here"], dest
+        r = await client.cursor_poll(sub.id, r.cursor)
+        assert [m.body for m in r.messages] == [b"still here"], dest
 
 
 async def test_queue_and_stream_cursors_survive_kill_9_closed_and_idle_ones_do_not(
@@ -151,11 +151,11 @@ async def test_queue_and_stream_cursors_survive_kill_9_closed_and_idle_ones_do_n
     core.kill()
     core.start()
     async with await connect(core.ports["core"]) as c:
-        assert _bodies(await c.cursor_poll(on_stream.id, r["cursor"])) == [b"3"]
+        assert _bodies(await c.cursor_poll(on_stream.id, r.cursor)) == [b"3"]
         from_start = await c.cursor_poll(on_stream.id, None)
         assert _bodies(from_start) == [b"0", b"1", b"2", b"3"]
         leased = await c.cursor_poll(on_queue.id, None, max=10)
-        assert _bodies(leased) == [b"a", b"b"] and all(leased["receipts"])
+        assert _bodies(leased) == [b"a", b"b"] and all(leased.receipts)
         for gone in (closed, idle):
             with pytest.raises(NotFound):
                 await c.cursor_poll(gone.id, None)

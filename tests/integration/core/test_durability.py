@@ -102,8 +102,7 @@ async def test_restart_keeps_unacked_persistent_drops_transient_and_acked(
         sub = await c.subscribe(q, ack_mode="client-individual", prefetch=3)
         got = await collect(sub, 3)
         assert bodies(got) == [b"p1", b"t1", b"p2"]
-        r = await sub.ack_many([got[0].tag])  # p1 acked; t1 and p2 stay unacked
-        assert r == {"acked": 1}
+        assert await sub.ack_many([got[0].tag]) == 1  # p1 acked; t1 and p2 stay unacked
         await collect(sub, 1)  # the window moved on: p3 is in flight too, unacked
     core.stop()  # graceful: SIGTERM
     core.start()

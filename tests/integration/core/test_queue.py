@@ -109,8 +109,7 @@ async def test_explicit_cumulative_ack_in_client_individual_mode(client: Client)
     await client.publish(q, msgs(*(str(i) for i in range(6))))
     sub = await client.subscribe(q, ack_mode="client-individual", prefetch=10)
     got = await collect(sub, 6)
-    r = await sub.ack_many([got[2].tag], cumulative=True)
-    assert r == {"acked": 3}
+    assert await sub.ack_many([got[2].tag], cumulative=True) == 3
     st = await client.stats(q)
     assert (st.in_flight, st.acked) == (3, 3)
 

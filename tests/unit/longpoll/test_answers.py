@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from polymq import Message
+from polymq import CursorPage, Message
 from polymq.errors import NotFound
 from polymq.types import Destination
 from polymq_longpoll.answers import Shown, answer_bytes
@@ -32,7 +32,7 @@ def message(body: bytes = b'{"t": 1}', **fields: Any) -> Message:
     return Message(body=body, **{**base, **fields})
 
 
-async def as_before(sub: SubscriptionRef, result: dict[str, Any], schemas: SchemaCache) -> bytes:
+async def as_before(sub: SubscriptionRef, result: CursorPage, schemas: SchemaCache) -> bytes:
     """What the poll handler wrote before: ``web.json_response(answer_json(...))``."""
     return json.dumps(await answer_json(sub, result, schemas)).encode()
 
@@ -45,10 +45,10 @@ async def test_topic_answers_are_the_bytes_json_dumps_gives() -> None:
     schemas, shown = SchemaCache(_no_schemas), Shown()
     sub = ref("topic/news.*")
     cases = [
-        {"cursor": 3, "receipts": ["", ""], "messages": [message(), message(b"\xff", id="m-2")]},
-        {"cursor": 9, "receipts": [""], "messages": [message("\u00e9t\u00e9 \u2603".encode())]},
-        {"cursor": 4, "receipts": [], "messages": []},
-        {"cursor": None, "receipts": [], "messages": []},
+        CursorPage(3, [message(), message(b"\xff", id="m-2")], ["", ""]),
+        CursorPage(9, [message("\u00e9t\u00e9 \u2603".encode())], [""]),
+        CursorPage(4, [], []),
+        CursorPage(None, [], []),
     ]
     for result in cases:
         first = answer_bytes(sub, result, schemas, shown)
@@ -59,10 +59,10 @@ async def test_topic_answers_are_the_bytes_json_dumps_gives() -> None:
 
 async def test_queue_receipts_and_stream_cursors_are_each_answers_own() -> None:
     schemas, shown = SchemaCache(_no_schemas), Shown()
-    leased = {"cursor": 0, "receipts": ['queue/q|5|"1'], "messages": [message(seq=5)]}
+    leased = CursorPage(0, [message(seq=5)], ['queue/q|5|"1'])
     sub = ref("queue/q")
     assert answer_bytes(sub, leased, schemas, shown) == await as_before(sub, leased, schemas)
-    read = {"cursor": 12, "receipts": ["", ""], "messages": [message(seq=11), message(seq=12)]}
+    read = CursorPage(12, [message(seq=11), message(seq=12)], ["", ""])
     sub = ref("stream/s")
     assert answer_bytes(sub, read, schemas, shown) == await as_before(sub, read, schemas)
     cursors = [m["cursor"] for m in json.loads(answer_bytes(sub, read, schemas, shown))["messages"]]
@@ -72,8 +72,8 @@ async def test_queue_receipts_and_stream_cursors_are_each_answers_own() -> None:
 async def test_a_message_with_the_same_id_but_other_content_is_encoded_afresh() -> None:
     schemas, shown = SchemaCache(_no_schemas), Shown()
     sub = ref("topic/news")
-    one = {"cursor": 1, "receipts": [""], "messages": [message(b"one")]}
-    other = {"cursor": 1, "receipts": [""], "messages": [message(b"other")]}
+    one = CursorPage(1, [message(b"one")], [""])
+    other = CursorPage(1, [message(b"other")], [""])
     assert json.loads(answer_bytes(sub, one, schemas, shown))["messages"][0]["body"] == "one"
     got = json.loads(answer_bytes(sub, other, schemas, shown))["messages"][0]["body"]
     assert got == "other"
@@ -90,7 +90,7 @@ async def test_an_avro_record_shows_its_value_once_its_schema_is_known() -> None
 
     schemas, shown = SchemaCache(fetch), Shown()
     record = message(encode_single(schema, {"n": 5}), content_type="application/avro")
-    result = {"cursor": 1, "receipts": [""], "messages": [record]}
+    result = CursorPage(1, [record], [""])
     sub = ref("topic/avro")
     unknown = answer_bytes(sub, result, schemas, shown)
     assert unknown == await as_before(sub, result, schemas)

@@ -13,9 +13,12 @@ import pytest
 from polymq import (
     Bound,
     ChannelStats,
+    Client,
     CursorOpened,
+    CursorPage,
     Declared,
     DeclareOptions,
+    Message,
     Overflow,
     Published,
     QueueStats,
@@ -24,6 +27,9 @@ from polymq import (
     Unbound,
 )
 from polymq.answers import stats_from_wire
+from polymq.events import CursorPoll, Polled
+
+from .helpers import ConnectionPair
 
 QUEUE_OPTIONS = {"durable": True, "overflow": "drop-oldest", "max_length": 5, "idle_ttl": 2.5}
 QUEUE = {
@@ -123,3 +129,25 @@ def test_bindings_and_cursors() -> None:
     assert Bound.from_wire({"added": 0}) == Bound(added=False)
     assert Unbound.from_wire({"removed": 0}) == Unbound(removed=False)
     assert CursorOpened.from_wire({"id": "x.1", "cursor": 0}) == CursorOpened("x.1", 0)
+
+
+def test_a_cursor_page_names_the_leases_to_settle() -> None:
+    first, second = Message(b"a"), Message(b"b")
+    leased = CursorPage(0, [first, second], ['queue/q|1|"1', 'queue/q|2|"1'])
+    assert leased.leased == ['queue/q|1|"1', 'queue/q|2|"1']
+    assert CursorPage(7, [first, second], ["", ""]).leased == []  # a topic's or a stream's
+    assert CursorPage(None, [], []).leased == []
+
+
+async def test_the_client_answers_a_poll_with_a_page_as_it_reads_the_cores_answer() -> None:
+    pair = ConnectionPair()
+    pair.handshake()
+    client = Client()
+    client.conn = pair.client  # (no transport: nothing is written, the answer is fed in)
+    page = client.cursor_poll("sub-1", 3, max=2)
+    poll = client._out[-1]
+    assert isinstance(poll, CursorPoll) and (poll.id, poll.cursor, poll.max) == ("sub-1", 3, 2)
+    messages = [Message(b"a", id="m-1", seq=4), Message(b"b", id="m-2", seq=5)]
+    client._data(pair.server.send(Polled(poll.rid, 5, ["", ""], messages)))
+    assert page.done() and page.result() == CursorPage(5, messages, ["", ""])
+    await client.close()
