@@ -43,6 +43,7 @@ from .web import deadline_runner, healthz
 __all__ = [
     "FrontendMetrics",
     "FrontendSession",
+    "SessionClocks",
     "Shutdown",
     "add_admin_routes",
     "admin_runner",
@@ -183,6 +184,26 @@ async def shutdown_sessions(
 
 
 # ---- the session ---------------------------------------------------------------------------
+class SessionClocks(Protocol):
+    """What a protocol's heart-beats read of a :class:`FrontendSession`: its clocks, whether
+    a silence is its own or a beat would overtake output, and the transport a beat goes to."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def transport(self) -> Transport: ...
+    @property
+    def last_read(self) -> float: ...
+    @property
+    def last_written(self) -> float: ...
+    @property
+    def reading_paused(self) -> bool: ...
+    @property
+    def output_pending(self) -> bool: ...
+
+
 class FrontendSession:
     """The I/O glue of one connection's session, over ``transport``.
 

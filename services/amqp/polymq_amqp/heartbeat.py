@@ -21,11 +21,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Protocol
 
+from polymq_server.frontend import SessionClocks
+
 from .errors import CONNECTION_FORCED
 
 if TYPE_CHECKING:
-    from polymq_server.transport import Transport
-
     from .codec import AmqpConnection
     from .metrics import AmqpMetrics
 
@@ -36,27 +36,13 @@ log = logging.getLogger(__name__)
 _EARLY = 0.01  # seconds the timer may fire early and still beat
 
 
-class HeartbeatSession(Protocol):
+class HeartbeatSession(SessionClocks, Protocol):
     """The session as its heartbeats see it: its clocks, its transport, and the drop."""
 
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-    @property
-    def closing(self) -> bool: ...
-    @property
-    def transport(self) -> Transport: ...
     @property
     def codec(self) -> AmqpConnection: ...
     @property
     def metrics(self) -> AmqpMetrics: ...
-    @property
-    def last_read(self) -> float: ...
-    @property
-    def last_written(self) -> float: ...
-    @property
-    def reading_paused(self) -> bool: ...
-    @property
-    def output_pending(self) -> bool: ...
 
     def drop(self) -> None: ...
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Protocol
 
-if TYPE_CHECKING:
-    from polymq_server.transport import Transport
+from polymq_server.frontend import SessionClocks
 
+if TYPE_CHECKING:
     from .codec import StompConnection
     from .metrics import StompMetrics
 
@@ -28,27 +28,13 @@ __all__ = ["HeartbeatSession", "Heartbeats"]
 _EARLY = 0.01  # seconds a send timer may fire early and still beat
 
 
-class HeartbeatSession(Protocol):
+class HeartbeatSession(SessionClocks, Protocol):
     """The session as its heart-beats see it: its clocks, its transport, and its ERROR."""
 
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-    @property
-    def closing(self) -> bool: ...
-    @property
-    def transport(self) -> Transport: ...
     @property
     def codec(self) -> StompConnection: ...
     @property
     def metrics(self) -> StompMetrics: ...
-    @property
-    def last_read(self) -> float: ...
-    @property
-    def last_written(self) -> float: ...
-    @property
-    def reading_paused(self) -> bool: ...
-    @property
-    def output_pending(self) -> bool: ...
 
     def fail(
         self, message: str, detail: str, reason: str, receipt_id: str | None = None
