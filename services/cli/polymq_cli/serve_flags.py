@@ -18,7 +18,7 @@ import importlib
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -260,6 +260,40 @@ def _amqp_flags(sp: argparse.ArgumentParser) -> None:
     )
 
 
+_FRONTENDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], str]] = [
+    (
+        "http",
+        "the JSON over HTTP frontend",
+        _http_flags,
+        "HTTPS on --http-port (one listener, TLS only)",
+    ),
+    (
+        "stomp",
+        "the STOMP frontend (TCP and WebSocket)",
+        _stomp_flags,
+        "STOMP over TLS on both listeners (WSS on --stomp-ws-port)",
+    ),
+    (
+        "longpoll",
+        "the long-polling and SSE frontend for browsers",
+        _longpoll_flags,
+        "HTTPS on --longpoll-port (one listener, TLS only)",
+    ),
+    (
+        "avro",
+        "the Avro over HTTP frontend and schema registry",
+        _avro_flags,
+        "HTTPS on --avro-port (one listener, TLS only)",
+    ),
+    (
+        "amqp",
+        "the AMQP 0-9-1 frontend",
+        _amqp_flags,
+        "AMQP over TLS on --amqp-tls-port, besides plain AMQP",
+    ),
+]
+
+
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the service commands (``run``, ``core``, ``http``, ``stomp``, ``longpoll``,
     ``avro``, ``amqp``) to ``polymq``'s, in the order ``polymq --help`` lists them."""
@@ -280,28 +314,10 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     core = sub.add_parser("core", help="the core broker")
     common_arguments(core)
     _core_flags(core)
-    http = sub.add_parser("http", help="the JSON over HTTP frontend")
-    common_arguments(http)
-    _http_flags(http)
-    _tls_flags(http, "HTTPS on --http-port (one listener, TLS only)")
-    http.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
-    stomp = sub.add_parser("stomp", help="the STOMP frontend (TCP and WebSocket)")
-    common_arguments(stomp)
-    _stomp_flags(stomp)
-    _tls_flags(stomp, "STOMP over TLS on both listeners (WSS on --stomp-ws-port)")
-    stomp.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
-    longpoll = sub.add_parser("longpoll", help="the long-polling and SSE frontend for browsers")
-    common_arguments(longpoll)
-    _longpoll_flags(longpoll)
-    _tls_flags(longpoll, "HTTPS on --longpoll-port (one listener, TLS only)")
-    longpoll.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
-    avro = sub.add_parser("avro", help="the Avro over HTTP frontend and schema registry")
-    common_arguments(avro)
-    _avro_flags(avro)
-    _tls_flags(avro, "HTTPS on --avro-port (one listener, TLS only)")
-    avro.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
-    amqp = sub.add_parser("amqp", help="the AMQP 0-9-1 frontend")
-    common_arguments(amqp)
-    _amqp_flags(amqp)
-    _tls_flags(amqp, "AMQP over TLS on --amqp-tls-port, besides plain AMQP")
-    amqp.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    # each frontend alone: its flags, its TLS, and the core it links to
+    for name, what, flags, tls in _FRONTENDS:
+        frontend = sub.add_parser(name, help=what)
+        common_arguments(frontend)
+        flags(frontend)
+        _tls_flags(frontend, tls)
+        frontend.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
