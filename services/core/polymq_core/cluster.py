@@ -525,7 +525,7 @@ class ClusterNode(ShardLeadership, LogRetention):
 
 async def _cancelled(tasks: list[asyncio.Task[None]]) -> None:
     """Cancel ``tasks`` and wait until they end, cancelling again every half second (a
-    cancel can be swallowed on the way: see :func:`polymq_core.leadership._stop_if_cancelled`),
+    cancel can be swallowed on the way: see :func:`polymq_core.shardlog.check_cancelled`),
     for at most _STOP_TASKS_WITHIN seconds: a task that still runs then is logged and left,
     not waited for (a stop must end; the process exits after it)."""
     deadline = time.monotonic() + _STOP_TASKS_WITHIN

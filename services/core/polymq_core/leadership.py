@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .logentry import LogError
-from .shardlog import cancelling
+from .shardlog import check_cancelled
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
@@ -127,10 +127,10 @@ class ShardLeadership:
                 raise
             except Exception:
                 log.exception("following shard %d's leader failed; trying again", index)
-            _stop_if_cancelled()
+            check_cancelled()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), _POLL)
-            _stop_if_cancelled()
+            check_cancelled()
             wake.clear()
 
     async def _elected(self, msg: Msg) -> None:
@@ -417,13 +417,4 @@ async def _every(seconds: float, step: Callable[[], Awaitable[None]], what: str)
             raise
         except Exception as exc:
             log.info("%s failed (%s); trying again", what, exc)
-        _stop_if_cancelled()
-
-
-def _stop_if_cancelled() -> None:
-    """Raise CancelledError if this task was asked to stop. On Python 3.11 a cancel that
-    meets a ``wait_for`` whose call has just finished is swallowed (the result is returned)
-    but stays counted: a loop that did not look would run on, and the node's stop, which
-    waits for it, with it (seen: a stopping node stuck until killed)."""
-    if cancelling():
-        raise asyncio.CancelledError
+        check_cancelled()

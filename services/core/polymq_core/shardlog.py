@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from nats.aio.msg import Msg
     from nats.js import JetStreamContext
 
-__all__ = ["ShardLog", "TailEnd", "cancelling"]
+__all__ = ["ShardLog", "TailEnd", "cancelling", "check_cancelled"]
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +310,7 @@ class ShardLog:
         expected = [start]  # the next sequence to deliver; a cell shared with _consume
         delay = _BACKOFF[0]
         while True:
-            _check_cancelled()
+            check_cancelled()
             began = expected[0]
             self._nudged.clear()
             attempt = asyncio.ensure_future(self._tail_once(expected, on_entry))
@@ -405,7 +405,7 @@ class ShardLog:
             ).encode()
             next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{consumer}"
             while True:
-                _check_cancelled()
+                check_cancelled()
                 try:
                     await nc.publish(next_subject, pull, reply=inbox)
                 except _NATS_ERRORS as exc:
@@ -413,7 +413,7 @@ class ShardLog:
                 wanted = _BATCH
                 while wanted:
                     msg = await self._next(sub)
-                    _check_cancelled()
+                    check_cancelled()
                     headers = msg.headers or {}
                     status = headers.get("Status")
                     if status is not None:
@@ -465,14 +465,16 @@ class ShardLog:
 
 def cancelling() -> bool:
     """Has this task been asked to stop (a cancellation pending, or one swallowed on the
-    way: see :func:`_check_cancelled`)?"""
+    way: see :func:`check_cancelled`)?"""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
 
 
-def _check_cancelled() -> None:
+def check_cancelled() -> None:
     """Raise CancelledError if this task was asked to stop. On Python 3.11 a cancellation
     that meets a result in ``asyncio.wait_for`` (nats-py uses it inside) is swallowed, but
-    the request stays counted: a loop that checks it cannot run on past its owner's close."""
+    the request stays counted: a loop that checks it cannot run on past its owner's close
+    (seen: a stopping node's shard follower ran on, and the node's stop, which waits for it,
+    with it)."""
     if cancelling():
         raise asyncio.CancelledError
