@@ -101,9 +101,12 @@ class Client(CoreConnection):
         token: str | None = None,
         timeout: float = 10.0,
         local_buffer: int = 10_000,
-        ssl: SSLContext | None = None,
+        ssl: SSLContext | bool | None = None,
     ) -> Client:
-        """``ssl``: speak TLS to the core (a cluster's ``peer_wire`` listener)."""
+        """``ssl``: speak TLS to the core (one started with ``--tls-cert``, or a cluster's
+        ``peer_wire`` listener): an ``ssl.SSLContext`` (e.g.
+        ``ssl.create_default_context(cafile="ca.pem")``), or True for the system's CAs;
+        the certificate must name ``host``."""
         self = cls(local_buffer=local_buffer)
         await self._open(
             host,

@@ -122,7 +122,7 @@ class CoreConnection:
         password: str | None,
         token: str | None,
         timeout: float,
-        ssl: SSLContext | None,
+        ssl: SSLContext | bool | None,
     ) -> None:
         """Connect to the core at ``host:port`` and say hello; returns once it welcomed us
         (its ``server`` and ``limits`` are known), else closes and raises."""
@@ -131,7 +131,8 @@ class CoreConnection:
         if inproc.connect(host, port, lambda: _Protocol(self)) is None:
             try:
                 await asyncio.wait_for(
-                    loop.create_connection(lambda: _Protocol(self), host, port, ssl=ssl), timeout
+                    loop.create_connection(lambda: _Protocol(self), host, port, ssl=ssl or None),
+                    timeout,
                 )
             except (OSError, TimeoutError) as exc:
                 raise ConnectionClosed(

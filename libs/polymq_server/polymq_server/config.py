@@ -30,6 +30,7 @@ __all__ = [
     "check_range",
     "check_readable",
     "check_tls",
+    "core_ssl_context",
     "from_env",
     "load_certificate",
     "server_ssl_context",
@@ -78,8 +79,16 @@ def _convert(name: str, raw: str, typ: Any) -> Any:
     raise ConfigError(f"{name}: unsupported setting type {typ!r}")
 
 
-def from_env(cls: type[T], prefix: str = "POLYMQ_", env: Mapping[str, str] | None = None) -> T:
-    """Build ``cls`` (a dataclass) from ``PREFIX_FIELD`` variables; defaults fill the rest."""
+def from_env(
+    cls: type[T],
+    prefix: str = "POLYMQ_",
+    env: Mapping[str, str] | None = None,
+    *,
+    check: bool = True,
+) -> T:
+    """Build ``cls`` (a dataclass) from ``PREFIX_FIELD`` variables; defaults fill the rest.
+    Its ``check()`` runs unless ``check`` is false (the CLI checks once its flags are in:
+    a flag may be what makes the environment's settings whole)."""
     env = os.environ if env is None else env
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
@@ -92,15 +101,16 @@ def from_env(cls: type[T], prefix: str = "POLYMQ_", env: Mapping[str, str] | Non
         ):
             raise ConfigError(f"{var} is missing, and {cls.__name__}.{f.name} has no default")
     obj = cls(**kwargs)
-    check = getattr(obj, "check", None)
-    if check is not None:
-        check()
+    checker = getattr(obj, "check", None)
+    if check and checker is not None:
+        checker()
     return obj
 
 
 class FrontendSettings(Protocol):
     """What the settings of every frontend have: where it listens, the core it reaches,
-    ``POLYMQ_AUTH``, its own credentials at the core, and the PEM certificate (chain) and
+    ``POLYMQ_AUTH``, its own credentials at the core, TLS to the core (``POLYMQ_CORE_TLS``,
+    ``POLYMQ_CORE_TLS_CA``: :func:`core_ssl_context`), and the PEM certificate (chain) and
     private key of its listeners (``POLYMQ_TLS_CERT``/``POLYMQ_TLS_KEY``; both None: plain)."""
 
     @property
@@ -121,6 +131,10 @@ class FrontendSettings(Protocol):
     def tls_cert(self) -> str | None: ...
     @property
     def tls_key(self) -> str | None: ...
+    @property
+    def core_tls(self) -> bool: ...
+    @property
+    def core_tls_ca(self) -> str | None: ...
 
     def check(self) -> None: ...
 
@@ -201,13 +215,38 @@ def _encrypted_key(var: str) -> Callable[[], bytes]:
     return refuse
 
 
-def server_ssl_context(cert: str, key: str) -> ssl.SSLContext:
+def server_ssl_context(
+    cert: str,
+    key: str,
+    *,
+    cert_var: str = "POLYMQ_TLS_CERT",
+    key_var: str = "POLYMQ_TLS_KEY",
+) -> ssl.SSLContext:
     """A server-side TLS context (Python's defaults for serving clients: TLS 1.2 or later,
     no client certificates) with the PEM certificate (chain) ``cert`` and its private key
-    ``key``; a :class:`ConfigError` naming the file when they do not load."""
+    ``key``; a :class:`ConfigError` naming the file (and its setting, ``cert_var`` or
+    ``key_var``) when they do not load."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    load_certificate(ctx, cert, key)
+    load_certificate(ctx, cert, key, cert_var=cert_var, key_var=key_var)
     return ctx
+
+
+def core_ssl_context(settings: FrontendSettings) -> ssl.SSLContext | None:
+    """A frontend's TLS context for its link to the core: with ``core_tls_ca``, trusting
+    that PEM CA bundle only; with ``core_tls`` alone, the system's CAs; the core's host
+    name (``--core``) must be one its certificate names. None: plain. A
+    :class:`ConfigError` names ``POLYMQ_CORE_TLS_CA`` when the bundle does not load."""
+    ca = settings.core_tls_ca
+    if not ca:
+        return ssl.create_default_context() if settings.core_tls else None
+    check_readable("POLYMQ_CORE_TLS_CA", ca)
+    try:
+        return ssl.create_default_context(cafile=ca)
+    except (ssl.SSLError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise ConfigError(
+            f"POLYMQ_CORE_TLS_CA={ca!r}: not a PEM CA bundle OpenSSL can load ({reason})"
+        ) from None
 
 
 def load_certificate(

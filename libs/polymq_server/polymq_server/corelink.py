@@ -21,6 +21,7 @@ import logging
 import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
+from ssl import SSLContext
 from typing import Any, TypeVar
 
 from polymq.client import Client, Subscription
@@ -85,6 +86,7 @@ class CoreLink:
         user: str | None = None,
         password: str | None = None,
         token: str | None = None,
+        ssl: SSLContext | None = None,
         on_connect: Callable[[Client], None] | None = None,
         on_lost: Callable[[Client, str], None] | None = None,
         local_buffer: int = 10_000,
@@ -95,6 +97,7 @@ class CoreLink:
         self.user = user
         self.password = password
         self.token = token
+        self.ssl = ssl  # TLS to the core (None: plain)
         self.on_connect = on_connect
         self.on_lost = on_lost
         self.local_buffer = local_buffer
@@ -213,6 +216,7 @@ class CoreLink:
                     token=self.token,
                     timeout=_CONNECT_TIMEOUT,
                     local_buffer=self.local_buffer,
+                    ssl=self.ssl,
                 )
             except asyncio.CancelledError:
                 raise

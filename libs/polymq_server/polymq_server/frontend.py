@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from polymq.client import Client
 
-from .config import FrontendSettings
+from .config import FrontendSettings, core_ssl_context
 from .corelink import CoreLink
 from .requestmetrics import add_metrics_route, core_link_metrics
 from .transport import Transport
@@ -110,6 +110,7 @@ def core_link(
         user=settings.core_user,
         password=settings.core_password,
         token=settings.core_token,
+        ssl=core_ssl_context(settings),
         on_connect=connected,
         on_lost=lost,
     )

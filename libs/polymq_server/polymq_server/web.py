@@ -47,7 +47,7 @@ from polymq.client import Client
 from polymq.types import Destination, Kind, Message
 
 from . import connectiongauge
-from .config import FrontendSettings, server_ssl_context
+from .config import FrontendSettings, core_ssl_context, server_ssl_context
 from .connections import ConnectionTable
 from .corelink import CORE_TIMEOUT, CoreLink
 from .listener import HttpListener, connection_middleware, listener_metrics
@@ -333,6 +333,7 @@ class FrontendLink(CoreLink, Generic[S]):
             user=settings.core_user,
             password=settings.core_password,
             token=settings.core_token,
+            ssl=core_ssl_context(settings),
         )
         self.settings = settings
         self.metrics = metrics

@@ -23,6 +23,7 @@ MIB = 1024 * 1024
 class AmqpSettings:
     host: str = "127.0.0.1"
     amqp_port: int = 5672  # AMQP 0-9-1 over TCP (0 picks a free port)
+    amqp_plain: bool = True  # false: no plain listener, AMQP over TLS only (needs tls_cert)
     amqp_tls_port: int = 5671  # AMQP over TLS, when tls_cert and tls_key are set (0 = any)
     amqp_admin_port: int = 15692  # /healthz, /readyz and /metrics over HTTP (0 = any)
     core_host: str = "127.0.0.1"
@@ -31,6 +32,10 @@ class AmqpSettings:
     core_user: str | None = None  # credentials of this frontend at the core
     core_password: str | None = None
     core_token: str | None = None  # a bearer token at the core (`polymq run` makes one)
+    # TLS to the core (its wire port with --core-tls-cert): verified against the system's
+    # CAs, or against this PEM CA bundle (which turns it on by itself)
+    core_tls: bool = False
+    core_tls_ca: str | None = None
     tls_cert: str | None = None  # PEM certificate (chain): enables the TLS listener
     tls_key: str | None = None  # its PEM private key
     amqp_vhosts: str = "/"  # comma-separated vhosts clients may open; '*' = any
@@ -80,6 +85,11 @@ class AmqpSettings:
             path = getattr(self, name)
             if path and not os.path.isfile(path):
                 raise ConfigError(f"POLYMQ_{name.upper()}={path!r}: no such file")
+        if not self.amqp_plain and not self.tls:
+            raise ConfigError(
+                "POLYMQ_AMQP_PLAIN=false (--amqp-port off) turns plain AMQP off, which leaves "
+                "AMQP over TLS only: give a certificate too (--tls-cert/--tls-key)"
+            )
         if not self.vhosts:
             raise ConfigError("POLYMQ_AMQP_VHOSTS must name at least one vhost (or '*')")
         _range("amqp_frame_max", self.amqp_frame_max, 4096, 64 * MIB)

@@ -1,7 +1,7 @@
 """The AMQP frontend as a running service: its listeners and its link to the core.
 
-- AMQP 0-9-1 over TCP (``amqp_port``, 5672), and over TLS (``amqp_tls_port``, 5671) when
-  ``tls_cert`` / ``tls_key`` are set;
+- AMQP 0-9-1 over TCP (``amqp_port``, 5672; not with ``amqp_plain`` false), and over TLS
+  (``amqp_tls_port``, 5671) when ``tls_cert`` / ``tls_key`` are set;
 - a small aiohttp app (``amqp_admin_port``, 15692) with ``/metrics``, ``/healthz`` (the
   process answers: the liveness probe) and ``/readyz`` (connected to the core and not
   stopping: the readiness probe; 503 otherwise, with the reason); with
@@ -11,7 +11,8 @@
 
 ``start()`` connects to the core (waiting for the first attempt only: a core that is away
 makes ``/readyz`` answer 503 and connection.open a 320 until it is back), binds the listeners
-and returns ``{"amqp": port, "amqp_admin": port}`` (and ``"amqp_tls"``). ``stop()``: stop
+and returns ``{"amqp": port, "amqp_admin": port}`` (``"amqp_tls"`` with TLS, no ``"amqp"``
+without plain AMQP). ``stop()``: stop
 accepting, let every connection finish what it read, close each with 320 CONNECTION_FORCED
 ("shutdown"), release their consumers and exclusive queues, then close the core link.
 """
@@ -141,18 +142,21 @@ class AmqpService:
         ctx = frontend.tls_context(s)
         await self.link.start()
         self.topology.start()
-        self.ports["amqp"] = await self._listen(s.amqp_port, None)
+        listening = []
+        if s.amqp_plain:
+            self.ports["amqp"] = await self._listen(s.amqp_port, None)
+            listening.append(f"on {self.ports['amqp']}")
         if ctx is not None:
             self.ports["amqp_tls"] = await self._listen(s.amqp_tls_port, ctx)
+            listening.append(f"over TLS on {self.ports['amqp_tls']}")
         self._runner = frontend.admin_runner(self.app)
         _, self.ports["amqp_admin"] = await frontend.start_site(
             self._runner, s.host, s.amqp_admin_port
         )
         log.info(
-            "amqp: AMQP 0-9-1 on %s:%d%s, admin on http://%s:%d, core %s %s; vhosts %s; %s",
+            "amqp: AMQP 0-9-1 on %s %s, admin on http://%s:%d, core %s %s; vhosts %s; %s",
             s.host,
-            self.ports["amqp"],
-            f" and TLS on {self.ports['amqp_tls']}" if ctx is not None else "",
+            " and ".join(listening),
             s.host,
             self.ports["amqp_admin"],
             self.link.address,

@@ -110,6 +110,8 @@ async def _serve(args: argparse.Namespace) -> int:
             services.append(core)
             ports.update(await _starting(core.start(), stop))
             core_addr = (settings.host, ports["core"])
+            if settings.core_tls:
+                secure.add("admin")
             if args.command == "run" and settings.auth in ("", "anonymous"):
                 log.warning("%s (set --auth file:users.json to require logins)", auth.describe())
         for command, settings_ref, service_ref, port_names, secure_port in _FRONTENDS:

@@ -48,12 +48,29 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
-def _ports(args: argparse.Namespace, names: Sequence[str], defaults: Any) -> dict[str, int]:
-    """Resolve each ``--NAME-port``: explicit values stand; a taken default becomes 0."""
-    out = {}
+OFF: Final = "off"  # a plain listener's port flag that turns it off (--amqp-port off)
+
+
+def _port_or_off(text: str) -> int | str:
+    """``--NAME-port``'s value where the plain listener can be off: a port, or ``off``."""
+    if text.strip().lower() == OFF:
+        return OFF
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a port number, or 'off'") from None
+
+
+def _ports(args: argparse.Namespace, names: Sequence[str], defaults: Any) -> dict[str, Any]:
+    """Resolve each ``--NAME-port``: explicit values stand; a taken default becomes 0;
+    ``off`` turns the listener off (``NAME_plain``: false) and keeps the default port."""
+    out: dict[str, Any] = {}
     for name in names:
         value = getattr(args, f"{name}_port")
-        if value is None:
+        if value == OFF:
+            out[f"{name}_plain"] = False
+            value = getattr(defaults, f"{name}_port")
+        elif value is None:
             value = getattr(defaults, f"{name}_port")
             if value and not _port_free(args.host, value):
                 log.warning("port %d (%s) is taken; picking a free port instead", value, name)
@@ -73,10 +90,20 @@ _CLUSTER_TLS_FLAGS: Final = (
 
 def core_settings(args: argparse.Namespace) -> CoreSettings:
     """The core's settings: the environment's, changed by the flags (checked)."""
-    base = from_env(CoreSettings)
+    base = from_env(CoreSettings, check=False)  # (checked below, with the flags)
     changes: dict[str, Any] = {"host": args.host or base.host}
     args.host = changes["host"]
     changes.update(_ports(args, ("core", "admin"), base))
+    if args.insecure_dev_secret:
+        changes["insecure_dev_secret"] = True
+    # `polymq core --tls-cert/--tls-key` as the frontends take them (in `run` they are the
+    # frontends'; the core's are --core-tls-cert/--core-tls-key in both)
+    for name in ("cert", "key"):
+        value = getattr(args, f"core_tls_{name}", None)
+        if value is None and args.command == "core":
+            value = getattr(args, f"tls_{name}", None)
+        if value is not None:
+            changes[f"core_tls_{name}"] = value
     if args.data_dir is not None:
         changes["data_dir"] = Path(args.data_dir)
     if args.shards is not None:
@@ -109,7 +136,7 @@ def _frontend_changes(
             raise ConfigError(f"--core {args.core!r}: expected HOST:PORT") from None
     if args.auth is not None:
         changes["auth"] = args.auth
-    for name in ("tls_cert", "tls_key"):
+    for name in ("tls_cert", "tls_key", "core_tls", "core_tls_ca"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
     return changes
@@ -184,6 +211,27 @@ def _core_flags(sp: argparse.ArgumentParser) -> None:
             help=f"{what} (POLYMQ_CLUSTER_TLS_{name.upper()}; all three or none)",
         )
     sp.add_argument(
+        "--insecure-dev-secret",
+        action="store_true",
+        default=False,
+        help="a replicated core without POLYMQ_CLUSTER_SECRET runs on a public development "
+        "secret, with which anyone reaching its ports is a peer and an administrator: for "
+        "a development cluster only (POLYMQ_INSECURE_DEV_SECRET=1); else it refuses to start",
+    )
+    sp.add_argument(
+        "--core-tls-cert",
+        default=None,
+        metavar="PEM",
+        help="PEM certificate (chain): the core's wire and admin ports speak TLS only "
+        "(POLYMQ_CORE_TLS_CERT; in a cluster, with cluster TLS)",
+    )
+    sp.add_argument(
+        "--core-tls-key",
+        default=None,
+        metavar="PEM",
+        help="PEM private key of --core-tls-cert, unencrypted (POLYMQ_CORE_TLS_KEY)",
+    )
+    sp.add_argument(
         "--peer-wire-port",
         type=int,
         default=None,
@@ -245,7 +293,13 @@ def _avro_flags(sp: argparse.ArgumentParser) -> None:
 
 
 def _amqp_flags(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--amqp-port", type=int, default=None, help="AMQP 0-9-1 (5672; 0=any)")
+    sp.add_argument(
+        "--amqp-port",
+        type=_port_or_off,
+        default=None,
+        help="AMQP 0-9-1 (5672; 0=any); 'off': no plain AMQP, AMQP over TLS only (with "
+        "--tls-cert/--tls-key; POLYMQ_AMQP_PLAIN=false)",
+    )
     sp.add_argument(
         "--amqp-admin-port",
         type=int,
@@ -314,6 +368,10 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     core = sub.add_parser("core", help="the core broker")
     common_arguments(core)
     _core_flags(core)
+    for name in ("cert", "key"):  # (as the frontends take theirs)
+        core.add_argument(
+            f"--tls-{name}", default=None, metavar="PEM", help=f"as --core-tls-{name}"
+        )
     # each frontend alone: its flags, its TLS, and the core it links to
     for name, what, flags, tls in _FRONTENDS:
         frontend = sub.add_parser(name, help=what)
@@ -321,3 +379,17 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         flags(frontend)
         _tls_flags(frontend, tls)
         frontend.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+        frontend.add_argument(
+            "--core-tls",
+            action="store_true",
+            default=None,
+            help="TLS to the core (one started with --tls-cert), its certificate verified "
+            "against the system's CAs (POLYMQ_CORE_TLS)",
+        )
+        frontend.add_argument(
+            "--core-tls-ca",
+            default=None,
+            metavar="PEM",
+            help="TLS to the core, its certificate verified against this PEM CA bundle "
+            "(POLYMQ_CORE_TLS_CA)",
+        )

@@ -78,7 +78,6 @@ VERSION = "0.1.0"
 _ELECTED = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"
 _CONNECT_FOR = 90.0  # seconds to wait for the cluster's JetStream to answer at start-up
 _MAX_PAYLOAD = 64 * 1024 * 1024
-_DEV_SECRET = "polymq-insecure-development-cluster-secret"
 _STOP_TASKS_WITHIN = 3.0  # seconds a stop waits for its following tasks to end
 
 
@@ -106,11 +105,16 @@ class ClusterNode(ShardLeadership, LogRetention):
         self.keep_entries = keep_entries
         self.max_entries = max_entries
         self.node_id = settings.node
-        self.secret = settings.cluster_secret or _DEV_SECRET
-        if not settings.cluster_secret:
+        self.secret = settings.secret
+        if not settings.cluster_secret:  # (CoreSettings.check: only with the switch)
             log.warning(
-                "POLYMQ_CLUSTER_SECRET is not set: peer links use a well-known development "
-                "secret. Set the same secret on every node in production."
+                "INSECURE: --insecure-dev-secret (POLYMQ_INSECURE_DEV_SECRET): no "
+                "POLYMQ_CLUSTER_SECRET, this node runs on a public development secret. "
+                "Anyone who reaches its ports logs in with it as a peer on the wire "
+                "protocol, as an administrator on the admin API (with --auth too), and "
+                "downloads every shard's data (GET /api/cluster/snapshot). Never use it "
+                "where others can reach the node; set the same random POLYMQ_CLUSTER_SECRET "
+                "on every node instead."
             )
         # TLS to and from the peers (None: plain), its files loaded now: a bad one stops
         # the start. Links to peers use peer_ssl; the service's peer listeners serve_ssl.
@@ -264,7 +268,8 @@ class ClusterNode(ShardLeadership, LogRetention):
         host = advertised(self.settings.host)
         self.addresses = {name: f"{host}:{port}" for name, port in ports.items()}
         if "admin" in ports:
-            self.admin_url = f"http://{host}:{ports['admin']}/"
+            scheme = "https" if self.settings.core_tls else "http"
+            self.admin_url = f"{scheme}://{host}:{ports['admin']}/"
         self.mesh = TopicMesh(self.nc, self.node_id, self._remote_topic)
         await self.mesh.start()
         broker.mesh = self.mesh
@@ -573,7 +578,7 @@ def nats_config(
         client_port=client_port,
         # a log entry carries a whole frame's worth of messages (NATS allows 64 MiB)
         max_payload=min(_MAX_PAYLOAD, settings.max_frame + 1024 * 1024),
-        secret=settings.cluster_secret or _DEV_SECRET,
+        secret=settings.secret,
         tls=ClusterTls.of(settings),
     )
 

@@ -12,6 +12,9 @@ from polymq_server.config import ConfigError, check_readable
 
 _NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CLUSTER_TLS = ("cluster_tls_cert", "cluster_tls_key", "cluster_tls_ca")
+# the cluster secret of a node run with --insecure-dev-secret: public (it is in this file),
+# so whoever reaches a node's ports logs in with it (see CoreSettings.secret)
+DEV_SECRET = "polymq-insecure-development-cluster-secret"
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,10 @@ class CoreSettings:
     peers: str = ""  # "host:port,host:port": the nodes' cluster (NATS route) addresses
     cluster_port: int = 7422  # this node's cluster (NATS route) listener
     nats_url: str = ""  # a NATS server run apart (e.g. a sidecar) instead of our own child
-    cluster_secret: str = ""  # peer links log in with it; the same on every node
+    # peer links, NATS routes and snapshot copies log in with it; the same on every node,
+    # required in cluster mode unless insecure_dev_secret (a public one: development only)
+    cluster_secret: str = ""
+    insecure_dev_secret: bool = False
     # TLS between the nodes (docs/cluster.md, "Security"): this node's PEM certificate
     # (chain) and key, and the CA bundle every node's certificate is signed by; all three or
     # none. With them, NATS routes are TLS and peers reach this node's wire protocol and
@@ -73,6 +79,10 @@ class CoreSettings:
     cluster_tls_cert: str = ""
     cluster_tls_key: str = ""
     cluster_tls_ca: str = ""
+    # TLS on the core's own wire and admin ports (for frontends, clients, probes): a PEM
+    # certificate (chain) and its key; both or neither. With them both ports speak TLS only
+    core_tls_cert: str = ""
+    core_tls_key: str = ""
     peer_wire_port: int = 7423
     peer_admin_port: int = 7424
     # the replicated log of each shard (docs/cluster.md): seconds between a leader's purges,
@@ -158,12 +168,46 @@ class CoreSettings:
                 raise ConfigError(
                     f"POLYMQ_LEAVE={self.leave!r}: 'auto' (default), 'stay' or 'remove'"
                 )
-            if self.cluster_secret and len(self.cluster_secret) < 32:
-                raise ConfigError(
-                    "POLYMQ_CLUSTER_SECRET needs at least 32 characters (e.g. `openssl rand "
-                    "-hex 16`), the same on every node"
-                )
+            self._check_secret()
             self._check_cluster_tls()
+            if self.core_tls and not self.cluster_tls:
+                raise ConfigError(
+                    "TLS on the core's wire and admin ports (POLYMQ_CORE_TLS_CERT) in a "
+                    "cluster needs cluster TLS too (--cluster-tls-cert/-key/-ca): the nodes "
+                    "reach each other on the peers' TLS listeners, not on those ports"
+                )
+        self._check_core_tls()
+
+    def _check_secret(self) -> None:
+        """Cluster mode needs the cluster secret (the nodes' logins at each other, at NATS
+        and on the admin API), or the explicit development switch."""
+        if self.cluster_secret and len(self.cluster_secret) < 32:
+            raise ConfigError(
+                "POLYMQ_CLUSTER_SECRET needs at least 32 characters (e.g. `openssl rand "
+                "-hex 16`), the same on every node"
+            )
+        if not self.cluster_secret and not self.insecure_dev_secret:
+            raise ConfigError(
+                "a replicated core (--peers or POLYMQ_K8S_SERVICE) needs a cluster secret: "
+                "set POLYMQ_CLUSTER_SECRET to the same random value on every node (at least "
+                "32 characters, e.g. `openssl rand -hex 16`). For a development cluster "
+                "only, --insecure-dev-secret (POLYMQ_INSECURE_DEV_SECRET=1) runs on a "
+                "public secret that lets anyone who reaches a node's ports in as a peer "
+                "and an administrator"
+            )
+
+    def _check_core_tls(self) -> None:
+        """The core's own TLS files: both or neither, each readable (what is in them is
+        checked when the listeners' context is made)."""
+        if bool(self.core_tls_cert) != bool(self.core_tls_key):
+            raise ConfigError(
+                "TLS on the core's ports needs both POLYMQ_CORE_TLS_CERT and "
+                "POLYMQ_CORE_TLS_KEY (--core-tls-cert/--core-tls-key)"
+            )
+        for name in ("core_tls_cert", "core_tls_key"):
+            path = getattr(self, name)
+            if path:
+                check_readable(f"POLYMQ_{name.upper()}", path)
 
     def _check_cluster_tls(self) -> None:
         """The cluster TLS files: all three or none, each readable (what is in them is
@@ -190,6 +234,17 @@ class CoreSettings:
     def cluster_tls(self) -> bool:
         """Whether the nodes talk TLS to each other (a cluster, all three files given)."""
         return self.clustered and all(getattr(self, name) for name in _CLUSTER_TLS)
+
+    @property
+    def core_tls(self) -> bool:
+        """Whether the core's wire and admin ports speak TLS (only)."""
+        return bool(self.core_tls_cert and self.core_tls_key)
+
+    @property
+    def secret(self) -> str:
+        """The cluster secret the nodes log in with: ``cluster_secret``, else (allowed by
+        :meth:`check` only with ``insecure_dev_secret``) the public :data:`DEV_SECRET`."""
+        return self.cluster_secret or DEV_SECRET
 
     @property
     def clustered(self) -> bool:

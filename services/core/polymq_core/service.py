@@ -1,5 +1,6 @@
 """The core as a running service: the broker, its wire listener and its admin HTTP.
 
+With ``core_tls_cert``/``core_tls_key`` both the wire and the admin port speak TLS only.
 ``start()`` binds the listeners, then opens the stores (recovering what they hold) and
 returns the ports (with ``in_process``, clients in this process reach the core over a
 :mod:`polymq.inproc` pipe instead of its TCP port); ``stop()`` shuts down in order: stop
@@ -21,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from polymq import inproc
 from polymq_server.auth import AuthProvider, WithServiceToken, load_provider
+from polymq_server.config import server_ssl_context
 from polymq_server.listener import HttpListener
 from polymq_server.resources import ConnectionLimits
 from polymq_server.web import deadline_runner
@@ -53,6 +55,15 @@ class CoreService:
         self.auth = auth if auth is not None else load_provider(settings.auth)
         self.sensors = Sensors(self.registry)
         self.reloader = Reloader(self.auth)  # log level, users, limits: without a restart
+        # TLS on the wire and admin ports (None: plain), loaded now: a bad file stops the start
+        self.tls: ssl.SSLContext | None = None
+        if settings.core_tls:
+            self.tls = server_ssl_context(
+                settings.core_tls_cert,
+                settings.core_tls_key,
+                cert_var="POLYMQ_CORE_TLS_CERT",
+                key_var="POLYMQ_CORE_TLS_KEY",
+            )
         self.cluster: ClusterNode | None = None
         self.peer_auth: AuthProvider | None = None
         if settings.clustered:  # nats-py is needed only here (the `cluster` extra)
@@ -104,7 +115,13 @@ class CoreService:
             await self.cluster.connect()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: Session(self.broker), s.host, s.core_port, reuse_address=True, backlog=1024
+            lambda: Session(self.broker),
+            s.host,
+            s.core_port,
+            reuse_address=True,
+            backlog=1024,
+            ssl=self.tls,
+            ssl_handshake_timeout=s.handshake_timeout if self.tls is not None else None,
         )
         self.ports["core"] = _port(self._server.sockets[0])
         if self.in_process:
@@ -116,15 +133,17 @@ class CoreService:
             s.handshake_timeout,
         )
         await self._admin.setup()
-        self.ports["admin"] = await self._admin_listener("admin", s.admin_port)
+        self.ports["admin"] = await self._admin_listener("admin", s.admin_port, self.tls)
         started = loop.time()
         await self.broker.start()
         log.info(
-            "core %s: wire protocol on %s:%d, admin on http://%s:%d/ (%d shards in %s, "
+            "core %s: wire protocol%s on %s:%d, admin on %s://%s:%d/ (%d shards in %s, "
             "recovered in %.1fs; %s)",
             s.node_name,
+            " over TLS" if self.tls is not None else "",
             s.host,
             self.ports["core"],
+            "https" if self.tls is not None else "http",
             s.host,
             self.ports["admin"],
             s.shards,
@@ -141,7 +160,7 @@ class CoreService:
     async def _serve_peers(self, ctx: ssl.SSLContext) -> None:
         """Cluster TLS: the wire protocol and the admin HTTP once more, over TLS with a
         certificate both ways, on the ports peers reach (announced on system.peers as
-        ``peer_wire`` and ``peer_admin``); the plain ones stay for frontends and probes."""
+        ``peer_wire`` and ``peer_admin``); the others stay for frontends and probes."""
         s = self.settings
         loop = asyncio.get_running_loop()
         self._peer_server = await loop.create_server(

@@ -23,6 +23,10 @@ class HttpSettings:
     core_user: str | None = None  # credentials of this frontend at the core
     core_password: str | None = None
     core_token: str | None = None  # a bearer token at the core (`polymq run` makes one)
+    # TLS to the core (its wire port with --core-tls-cert): verified against the system's
+    # CAs, or against this PEM CA bundle (which turns it on by itself)
+    core_tls: bool = False
+    core_tls_ca: str | None = None
     tls_cert: str | None = None  # PEM certificate (chain): the listener speaks HTTPS only
     tls_key: str | None = None  # its PEM private key
     handshake_timeout: float = 10.0  # seconds for a request's headers, then between body bytes

@@ -28,6 +28,10 @@ class StompSettings:
     core_user: str | None = None  # credentials of this frontend at the core
     core_password: str | None = None
     core_token: str | None = None  # a bearer token at the core (`polymq run` makes one)
+    # TLS to the core (its wire port with --core-tls-cert): verified against the system's
+    # CAs, or against this PEM CA bundle (which turns it on by itself)
+    core_tls: bool = False
+    core_tls_ca: str | None = None
     tls_cert: str | None = None  # PEM certificate (chain) for both listeners
     tls_key: str | None = None  # its PEM private key
     stomp_max_frame: int = 16 * MIB  # bytes of one frame (headers and body), once logged in

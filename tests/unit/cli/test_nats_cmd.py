@@ -82,6 +82,7 @@ def test_a_kubernetes_service_instead_of_peers_and_no_api_exits_1_saying_so(
     """POLYMQ_K8S_SERVICE alone is a cluster (its endpoints are the routes); when the
     Kubernetes API cannot be configured, polymq nats says so and exits 1."""
     monkeypatch.delenv("POLYMQ_PEERS", raising=False)
+    monkeypatch.setenv("POLYMQ_CLUSTER_SECRET", SECRET)
     monkeypatch.setenv("POLYMQ_K8S_SERVICE", "polymq-core-headless")
     monkeypatch.setenv("POLYMQ_KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     assert run(_args(tmp_path)) == 1

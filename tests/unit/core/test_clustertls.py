@@ -36,14 +36,15 @@ def tls(ca: Authority) -> ClusterTls:
 
 def test_of_settings_gives_absolute_paths(tls: ClusterTls, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(Path(tls.cert).parent)
+    cluster = {"POLYMQ_PEERS": "127.0.0.1:17422,127.0.0.1:27422", "POLYMQ_CLUSTER_SECRET": "s" * 32}
     env = {
-        "POLYMQ_PEERS": "127.0.0.1:17422,127.0.0.1:27422",
+        **cluster,
         "POLYMQ_CLUSTER_TLS_CERT": Path(tls.cert).name,
         "POLYMQ_CLUSTER_TLS_KEY": Path(tls.key).name,
         "POLYMQ_CLUSTER_TLS_CA": Path(tls.ca).name,
     }
     assert ClusterTls.of(from_env(CoreSettings, env=env)) == tls
-    assert ClusterTls.of(from_env(CoreSettings, env={"POLYMQ_PEERS": env["POLYMQ_PEERS"]})) is None
+    assert ClusterTls.of(from_env(CoreSettings, env=cluster)) is None
 
 
 def test_both_sides_require_a_certificate_from_the_cluster_ca_only(tls: ClusterTls) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from polymq_core import snapshot
-from polymq_core.config import CoreSettings
+from polymq_core.config import DEV_SECRET, CoreSettings
 from polymq_core.service import CoreService
 from polymq_server.config import ConfigError, from_env
 
@@ -125,6 +125,7 @@ def test_the_peer_ports_are_checked(tmp_path: Path) -> None:
 def test_cluster_mode_is_on_with_peers_or_a_kubernetes_service(
     env: dict[str, str], clustered: bool
 ) -> None:
+    env = {**env, "POLYMQ_CLUSTER_SECRET": "s" * 32}
     assert from_env(CoreSettings, env=env).clustered is clustered
 
 
@@ -139,3 +140,41 @@ def test_the_overview_interval_is_a_tenth_of_a_second_to_a_minute(value: str) ->
     with pytest.raises(ConfigError, match="POLYMQ_OVERVIEW_INTERVAL"):
         from_env(CoreSettings, env={"POLYMQ_OVERVIEW_INTERVAL": value})
     assert from_env(CoreSettings, env={"POLYMQ_OVERVIEW_INTERVAL": "0.1"}).overview_interval == 0.1
+
+
+# ---- the cluster secret and the core's own TLS -----------------------------------------------
+def test_a_replicated_core_needs_the_cluster_secret() -> None:
+    env = {k: v for k, v in CLUSTER.items() if k != "POLYMQ_CLUSTER_SECRET"}
+    for cluster in (env, {"POLYMQ_K8S_SERVICE": "core-headless"}):
+        with pytest.raises(ConfigError, match="needs a cluster secret") as err:
+            from_env(CoreSettings, env=cluster)
+        assert "POLYMQ_CLUSTER_SECRET" in str(err.value)
+        assert "--insecure-dev-secret" in str(err.value)
+    assert from_env(CoreSettings, env={}).secret  # (one node: no secret needed)
+
+
+def test_the_development_switch_runs_on_the_public_secret_and_a_secret_wins() -> None:
+    env = {k: v for k, v in CLUSTER.items() if k != "POLYMQ_CLUSTER_SECRET"}
+    dev = from_env(CoreSettings, env={**env, "POLYMQ_INSECURE_DEV_SECRET": "1"})
+    assert dev.secret == DEV_SECRET
+    both = from_env(CoreSettings, env={**CLUSTER, "POLYMQ_INSECURE_DEV_SECRET": "1"})
+    assert both.secret == "s" * 32
+
+
+def test_the_core_tls_files_are_both_or_neither_and_readable(tmp_path: Path) -> None:
+    files = _pem_files(tmp_path)
+    with pytest.raises(ConfigError, match="both POLYMQ_CORE_TLS_CERT and POLYMQ_CORE_TLS_KEY"):
+        from_env(CoreSettings, env={"POLYMQ_CORE_TLS_CERT": files["cert"]})
+    env = {"POLYMQ_CORE_TLS_CERT": files["cert"], "POLYMQ_CORE_TLS_KEY": str(tmp_path / "no")}
+    with pytest.raises(ConfigError, match=r"POLYMQ_CORE_TLS_KEY=.*: no such file"):
+        from_env(CoreSettings, env=env)
+    env["POLYMQ_CORE_TLS_KEY"] = files["key"]
+    assert from_env(CoreSettings, env=env).core_tls
+
+
+def test_core_tls_in_a_cluster_needs_cluster_tls(tmp_path: Path) -> None:
+    files = _pem_files(tmp_path)
+    core = {"POLYMQ_CORE_TLS_CERT": files["cert"], "POLYMQ_CORE_TLS_KEY": files["key"]}
+    with pytest.raises(ConfigError, match="needs cluster TLS too"):
+        from_env(CoreSettings, env={**CLUSTER, **core})
+    assert from_env(CoreSettings, env={**_tls_env(**files), **core}).core_tls

@@ -42,6 +42,8 @@ class _Settings:
     core_user: str | None = "fe"
     core_password: str | None = "pw"
     core_token: str | None = None
+    core_tls: bool = False
+    core_tls_ca: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
 
