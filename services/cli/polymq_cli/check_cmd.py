@@ -21,8 +21,8 @@ when every one passed, 1 otherwise, 2 when no address was given. Logins: ``--use
 ``--password`` (HTTP Basic, STOMP login/passcode, AMQP PLAIN, the core's), or ``--token``
 (HTTP Bearer, the core's; STOMP and AMQP take passwords only), from ``POLYMQ_CHECK_USER``,
 ``POLYMQ_CHECK_PASSWORD`` and ``POLYMQ_CHECK_TOKEN`` by default. TLS: ``https://``,
-``amqps://`` and ``--stomp stomp+ssl://HOST:PORT``; ``--insecure`` skips checking the
-certificate (a Service's name is rarely in it).
+``amqps://``, ``--stomp stomp+ssl://HOST:PORT`` and ``--core tls://HOST:PORT``;
+``--insecure`` skips checking the certificate (a Service's name is rarely in it).
 """
 
 from __future__ import annotations
@@ -93,7 +93,9 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--stomp", metavar="HOST:PORT", help="STOMP over TCP (stomp+ssl://HOST:PORT: over TLS)"
     )
     p.add_argument("--amqp", metavar="URL", help="the AMQP frontend, amqp(s)://H:P[/vhost]")
-    p.add_argument("--core", metavar="HOST:PORT", help="the core's wire protocol")
+    p.add_argument(
+        "--core", metavar="HOST:PORT", help="the core's wire protocol (tls://HOST:PORT: over TLS)"
+    )
     p.add_argument(
         "--timeout", type=float, default=30.0, metavar="S", help="seconds per frontend (30)"
     )
@@ -312,7 +314,9 @@ async def check_amqp(url: str, login: Login) -> None:
 async def check_core(address: str, login: Login) -> None:
     from polymq.client import Client
 
-    host, port = _hostport(address, "--core")
+    scheme, sep, rest = address.partition("://")
+    tls = bool(sep) and scheme in ("tls", "ssl")  # a core started with --tls-cert
+    host, port = _hostport(rest if sep else address, "--core")
     name, body = _name(), secrets.token_hex(8)
     client = await Client.connect(
         host,
@@ -321,6 +325,7 @@ async def check_core(address: str, login: Login) -> None:
         user=login.user or None,
         password=login.password or None,
         token=login.token or None,
+        ssl=login.ssl_context() if tls else None,
     )
     try:
         await client.publish(f"queue/{name}", body)

@@ -6,17 +6,19 @@
                  [--stomp-port N] [--stomp-ws-port N] [--tls-cert PEM --tls-key PEM]
                  [--longpoll-port N] [--avro-port N] [--amqp-port N] [--amqp-admin-port N]
                  [--amqp-tls-port N] [--data-dir DIR] [--ports-file FILE]
-    polymq core  [--host H] [--core-port N] [--admin-port N] [--data-dir DIR] ...
+    polymq core  [--host H] [--core-port N] [--admin-port N] [--data-dir DIR]
+                 [--tls-cert PEM --tls-key PEM] ...
     polymq http  [--host H] [--http-port N] [--tls-cert PEM --tls-key PEM] [--core HOST:PORT] ...
     polymq stomp [--host H] [--stomp-port N] [--stomp-ws-port N] [--tls-cert PEM --tls-key PEM]
                  [--core HOST:PORT] ...
     polymq longpoll [--host H] [--longpoll-port N] [--tls-cert PEM --tls-key PEM]
                  [--core HOST:PORT] ...
     polymq avro  [--host H] [--avro-port N] [--tls-cert PEM --tls-key PEM] [--core HOST:PORT] ...
-    polymq amqp  [--host H] [--amqp-port N] [--amqp-admin-port N] [--amqp-tls-port N]
-                 [--tls-cert PEM --tls-key PEM] [--core HOST:PORT] ...
+    polymq amqp  [--host H] [--amqp-port N|off] [--amqp-admin-port N] [--amqp-tls-port N]
+                 [--tls-cert PEM --tls-key PEM] [--core HOST:PORT] [--core-tls-ca PEM] ...
 
-    polymq run   --node-id ID --peers HOST:PORT,... [--cluster-port N] [--nats URL] ...
+    polymq run   --node-id ID --peers HOST:PORT,... [--cluster-port N] [--nats URL]
+                 [--insecure-dev-secret] ...  (POLYMQ_CLUSTER_SECRET required without it)
                  (one node of a replicated core: docs/cluster.md; POLYMQ_K8S_SERVICE instead
                  of or besides --peers: the peers from that Service's endpoints)
     polymq cluster list --admin URL [--timeout S] [--json]
@@ -47,10 +49,15 @@ sent is answered, finish in-flight writes, flush the store, exit 0.
 
 ``--tls-cert``/``--tls-key`` (or ``POLYMQ_TLS_CERT``/``POLYMQ_TLS_KEY``) put a frontend's
 listeners on TLS: HTTPS on the ``http``, ``longpoll`` and ``avro`` ports, STOMP over TLS and
-WSS on both STOMP ports, and AMQP's extra ``amqps`` listener. In ``run`` they apply to every
-frontend at once; the core's wire and admin ports, AMQP's plain port and its admin port stay
-plain. A certificate or key that is missing, unreadable or does not load is a configuration
-error (exit 2).
+WSS on both STOMP ports, and AMQP's extra ``amqps`` listener (``--amqp-port off``: AMQP over
+TLS only). In ``run`` they apply to every frontend at once; AMQP's admin port stays plain,
+and so do the core's wire and admin ports unless ``--core-tls-cert``/``--core-tls-key`` (on
+``polymq core`` also ``--tls-cert``/``--tls-key``) put both on TLS only; a frontend reaches
+such a core with ``--core-tls-ca PEM`` (or ``--core-tls``). A certificate or key that is
+missing, unreadable or does not load is a configuration error (exit 2).
+
+A replicated core (``--peers``, ``POLYMQ_K8S_SERVICE``) needs ``POLYMQ_CLUSTER_SECRET``
+(exit 2 without it) unless ``--insecure-dev-secret`` runs it on a public one.
 """
 
 from __future__ import annotations

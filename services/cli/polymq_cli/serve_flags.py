@@ -158,11 +158,13 @@ def frontend_settings(
 ) -> Any:
     """A frontend's settings: the environment's, changed by the flags (and, in `polymq
     run`, the one-off token its in-process core gave it)."""
-    base = from_env(load_ref(settings_ref))
+    base = from_env(load_ref(settings_ref), check=False)  # (checked below, with the flags)
     changes = _frontend_changes(args, core, base, ports)
     if token is not None:
         changes["core_token"] = token
-    return dataclasses.replace(base, **changes)
+    settings = dataclasses.replace(base, **changes)
+    settings.check()
+    return settings
 
 
 def common_arguments(sp: argparse.ArgumentParser) -> None:
@@ -343,7 +345,7 @@ _FRONTENDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], str]
         "amqp",
         "the AMQP 0-9-1 frontend",
         _amqp_flags,
-        "AMQP over TLS on --amqp-tls-port, besides plain AMQP",
+        "AMQP over TLS on --amqp-tls-port, besides plain AMQP (--amqp-port off: alone)",
     ),
 ]
 
@@ -362,8 +364,8 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     _tls_flags(
         run,
         "TLS on every frontend listener: HTTPS on the http, longpoll and avro ports, STOMP "
-        "over TLS and WSS, and AMQP's amqps port; the core's wire and admin ports, plain "
-        "AMQP and AMQP's admin port stay plain",
+        "over TLS and WSS, and AMQP's amqps port; plain AMQP (unless --amqp-port off) and "
+        "AMQP's admin port stay plain, the core's ports too (see --core-tls-cert)",
     )
     core = sub.add_parser("core", help="the core broker")
     common_arguments(core)

@@ -3,20 +3,25 @@ clients see when the core goes away and comes back."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
+import socket
 import ssl
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import aio_pika
 import pika
 import pytest
 import requests
 
 from polymq_server.auth import hash_password
 
+from ...pki import HAVE_OPENSSL, Authority
 from ...procs import PolymqProcess
 from .helpers import WAIT, Broker, eventually, unique
 
@@ -54,6 +59,64 @@ def test_standalone_frontend_over_tls(broker: Broker, tmp_path: Path) -> None:
         assert body == b"over tls"
         plain.connection.close()
         assert amqp.stop() == 0, amqp.log()
+
+
+@pytest.mark.skipif(not HAVE_OPENSSL, reason="needs openssl to make a certificate")
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_plain_amqp_off_leaves_amqp_over_tls_alone(
+    how: str, broker: Broker, tmp_path: Path
+) -> None:
+    """``--amqp-port off`` (or ``POLYMQ_AMQP_PLAIN=false``) with a certificate: aio-pika
+    and pika connect over TLS, and nothing listens for plain AMQP."""
+    ca = Authority.make(tmp_path / "pki")
+    cert, key = ca.issue("amqp")
+    with socket.socket() as probe:  # a port nobody listens on (for the environment's case)
+        probe.bind(("127.0.0.1", 0))
+        plain_port = probe.getsockname()[1]
+    args = ["--core", f"127.0.0.1:{broker.ports['core']}"]
+    args += ["--tls-cert", str(cert), "--tls-key", str(key)]
+    env: dict[str, str] = {}
+    if how == "flag":
+        args += ["--amqp-port", "off"]
+    else:  # the port named, its listener off
+        args += ["--amqp-port", str(plain_port)]
+        env["POLYMQ_AMQP_PLAIN"] = "false"
+    with PolymqProcess("amqp", tmp_path / "amqp", *args, env=env) as amqp:
+        assert set(amqp.ports) == {"amqp_tls", "amqp_admin"}, amqp.ports
+        assert "amqp       listening" not in amqp.log()
+        ctx = ssl.create_default_context(cafile=str(ca.cert))
+        params = pika.ConnectionParameters(
+            "127.0.0.1", amqp.ports["amqp_tls"], ssl_options=pika.SSLOptions(ctx, "127.0.0.1")
+        )
+        q = unique("q")
+        with pika.BlockingConnection(params) as conn:
+            ch = conn.channel()
+            ch.queue_declare(q)
+            ch.basic_publish("", q, b"tls only")
+
+        async def consume() -> bytes:
+            url = f"amqps://guest:guest@127.0.0.1:{amqp.ports['amqp_tls']}/"
+            async with await aio_pika.connect(url, ssl_context=ctx) as conn:
+                queue = await (await conn.channel()).get_queue(q)
+                message = await queue.get(timeout=WAIT)
+                await message.ack()
+                return message.body
+
+        assert asyncio.run(consume()) == b"tls only"
+        if how == "environment":
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", plain_port), timeout=WAIT).close()
+        assert amqp.stop() == 0, amqp.log()
+
+
+def test_plain_amqp_off_without_a_certificate_is_a_configuration_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "polymq_cli", "amqp", "--amqp-port", "off",
+         "--amqp-admin-port", "0", "--amqp-tls-port", "0"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "POLYMQ_AMQP_PLAIN=false" in done.stderr and "--tls-cert" in done.stderr, done.stderr
 
 
 def test_vhosts_are_separate(connect: Connect) -> None:
