@@ -97,21 +97,26 @@ def test_the_admin_port_speaks_https_only(core: PolymqProcess, ca: Authority) ->
     assert f"polymq admin      listening on {base}" in core.log()
 
 
+@pytest.mark.parametrize(("frontend", "admin"), [("http", "http"), ("amqp", "amqp_admin")])
 def test_a_frontend_links_to_the_core_over_tls(
-    core: PolymqProcess, ca: Authority, tmp_path: Path
+    frontend: str, admin: str, core: PolymqProcess, ca: Authority, tmp_path: Path
 ) -> None:
+    """An aiohttp frontend (HTTP) and a session one (AMQP), each given the CA: ready (linked
+    to the core), and a message published through HTTP is the core's."""
     args = ("--core", f"127.0.0.1:{core.ports['core']}", "--core-tls-ca", str(ca.cert))
-    with serving("http", tmp_path / "http", *args) as http:
-        base = http.url("http")
+    with serving(frontend, tmp_path / frontend, *args) as proc:
         deadline = time.monotonic() + TIMEOUT
-        while (r := requests.get(f"{base}/readyz", timeout=TIMEOUT)).status_code != 200:
+        while (r := requests.get(f"{proc.url(admin)}/readyz", timeout=TIMEOUT)).status_code != 200:
             assert time.monotonic() < deadline, r.text
             time.sleep(0.1)
-        queue = _queue()
-        kind, name = queue.split("/")
-        r = requests.post(f"{base}/v1/{kind}/{name}/messages", json={"body": "x"}, timeout=TIMEOUT)
-        assert r.status_code in (200, 201), r.text
-        assert asyncio.run(_receive(core.ports["core"], _trusting(ca), queue)) == b"x"
+        if frontend == "http":
+            queue = _queue()
+            kind, name = queue.split("/")
+            r = requests.post(
+                f"{proc.url()}/v1/{kind}/{name}/messages", json={"body": "x"}, timeout=TIMEOUT
+            )
+            assert r.status_code in (200, 201), r.text
+            assert asyncio.run(_receive(core.ports["core"], _trusting(ca), queue)) == b"x"
 
 
 def test_polymq_check_reaches_the_core_over_tls(core: PolymqProcess, ca: Authority) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from polymq_server.config import ConfigError, from_env
+from polymq_server.config import ConfigError, core_ssl_context, from_env
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +181,29 @@ def test_check_is_called_and_its_error_propagates() -> None:
     assert from_env(Settings, env={}).checked == 1
     with pytest.raises(ConfigError, match=r"POLYMQ_PORT must be 0\.\.65535"):
         from_env(Settings, env={"POLYMQ_PORT": "70000"})
+
+
+def test_check_can_wait_for_the_flags() -> None:
+    """``check=False``: the CLI checks once its flags are in (a flag may mend the value)."""
+    assert from_env(Settings, env={"POLYMQ_PORT": "70000"}, check=False).checked == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CoreLinkSettings:
+    core_tls: bool = False
+    core_tls_ca: str | None = None
+
+
+def test_the_core_link_speaks_tls_with_a_ca_or_the_switch(tmp_path: Path) -> None:
+    assert core_ssl_context(CoreLinkSettings()) is None  # type: ignore[arg-type]
+    system = core_ssl_context(CoreLinkSettings(core_tls=True))  # type: ignore[arg-type]
+    assert system is not None and system.check_hostname
+    missing = CoreLinkSettings(core_tls_ca=str(tmp_path / "ca.pem"))
+    with pytest.raises(ConfigError, match=r"POLYMQ_CORE_TLS_CA=.*ca\.pem.*: no such file"):
+        core_ssl_context(missing)  # type: ignore[arg-type]
+    (tmp_path / "ca.pem").write_text("not a certificate\n")
+    with pytest.raises(ConfigError, match=r"POLYMQ_CORE_TLS_CA=.*not a PEM CA bundle"):
+        core_ssl_context(missing)  # type: ignore[arg-type]
 
 
 def test_missing_required_setting_names_the_variable() -> None:
