@@ -12,6 +12,7 @@ rabbitmq chart does in templates/validation.yaml). Rendered by validation.yaml, 
 {{- $messages = append $messages (include "polymq.validateValues.frontendsNeedCore" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.externalCore" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.auth" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.anonymousCluster" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.tls" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.clusterTLS" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.ingress" . | trim) -}}
@@ -110,6 +111,20 @@ polymq: auth.frontendLogin.existingSecret
     and set auth.frontendLogin.existingSecret=polymq-frontend-login (or type=token with a
     `token` key).
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Anonymous mode lets every client do everything: a replicated core (a production
+     install, as a rule) must say that is meant */}}
+{{- define "polymq.validateValues.anonymousCluster" -}}
+{{- if and .Values.core.enabled (gt (int .Values.core.replicaCount) 1) (not .Values.auth.enabled) (not .Values.auth.allowAnonymousCluster) -}}
+polymq: auth.enabled
+    core.replicaCount={{ .Values.core.replicaCount }} with auth.enabled=false runs a replicated core in anonymous mode:
+    every client that reaches a frontend or the core's wire port may read, publish, purge
+    and delete everything. Require logins (users.json in a Secret, see auth.existingSecret):
+      --set auth.enabled=true,auth.existingSecret=polymq-users,auth.frontendLogin.existingSecret=polymq-frontend-login
+    or, for a test cluster, say that anonymous mode is meant:
+      --set auth.allowAnonymousCluster=true
 {{- end -}}
 {{- end -}}
 

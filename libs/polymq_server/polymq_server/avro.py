@@ -3,15 +3,26 @@
 A message carries one Avro record in Avro's **single-object encoding**: the two bytes
 ``C3 01``, the schema's 8-byte CRC-64-AVRO (Rabin) fingerprint, little-endian, as Avro's
 Java implementation writes it, then the record's binary encoding. Its content type is
-``avro/binary`` and its header ``avro-schema-id`` repeats the schema id: those 8 bytes as
-16 lowercase hex characters (so the id is also the hex of the body's bytes 2..10).
-The fingerprint is taken over the schema's Parsing Canonical Form, so two spellings of one
-schema share an id (their docs, aliases and logical types are not part of it).
+``avro/binary`` and its header ``avro-schema-id`` names the schema by its id.
 
-Schemas live in the core's key/value store, the full JSON under ``avro/schemas/<id>``;
-:class:`SchemaCache` loads and keeps them, parsed, for every frontend that shows Avro
-messages (the Avro frontend reads and writes them, HTTP and STOMP can show them as JSON
-with :func:`to_json_value`).
+A schema's **id** is the SHA-256 of its Parsing Canonical Form with its logical types kept
+(each with its attributes: a decimal's precision and scale...), 64 lowercase hex characters:
+spellings of one schema, and schemas that differ only in docs, aliases or defaults, share it
+(their records read the same). The **fingerprint** in the body (16 hex characters here) is
+the CRC-64-AVRO of the Parsing Canonical Form itself, which leaves logical types out:
+schemas that differ there share a fingerprint, and the body alone cannot tell
+``decimal(12,2)`` from ``decimal(12,6)``. So a message is read with the schema its
+``avro-schema-id`` header names, whose fingerprint must be the body's; only a message
+without such a header (one stored before ids were digests, whose header was the
+fingerprint) is read with the schema stored under its fingerprint, as it was then.
+
+Schemas live in the core's key/value store, the full JSON under ``avro/schemas/<id>`` (the
+first one stored; a schema is checked against its key when read, so nobody can change how
+the records of an id read) and an index ``avro/fingerprints/<fingerprint>/<id>`` (empty values) of
+the schemas sharing a fingerprint; ``avro/schemas/<fingerprint>`` holds a schema stored
+before, read and never written. :class:`SchemaCache` loads and keeps them, parsed, for every
+frontend that shows Avro messages (the Avro frontend reads and writes them, HTTP and STOMP
+can show them as JSON with :func:`to_json_value`).
 
 Sans-IO but for :class:`SchemaCache`, whose loader is handed in (a coroutine that reads a
 key of the core). Errors form one tree, each a :class:`polymq.errors.RequestError` with the
@@ -31,6 +42,7 @@ import asyncio
 import base64
 import datetime
 import decimal
+import hashlib
 import io
 import json
 import math
@@ -52,6 +64,7 @@ __all__ = [
     "AVRO_CONTENT_TYPES",
     "CONTENT_TYPE",
     "HEADER_SIZE",
+    "KV_FINGERPRINTS",
     "KV_SCHEMAS",
     "MAGIC",
     "SCHEMA_ID_HEADER",
@@ -64,7 +77,9 @@ __all__ = [
     "decode_single",
     "encode_single",
     "is_avro",
+    "is_digest",
     "is_schema_id",
+    "message_schema_id",
     "parse",
     "read_datum",
     "read_header",
@@ -81,9 +96,11 @@ AVRO_CONTENT_TYPES = frozenset(
     {"avro/binary", "application/avro", "application/vnd.apache.avro+binary"}
 )
 SCHEMA_ID_HEADER = "avro-schema-id"
-KV_SCHEMAS = "avro/schemas/"  # + id: the schema's full JSON
+KV_SCHEMAS = "avro/schemas/"  # + id: the schema's full JSON (+ fingerprint: one stored before)
+KV_FINGERPRINTS = "avro/fingerprints/"  # + fingerprint/id: the ids that share a fingerprint
 
-_ID_RE = re.compile(r"[0-9a-f]{16}\Z")
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}\Z")
+_FINGERPRINT_RE = re.compile(r"[0-9a-f]{16}\Z")
 
 
 # ---- errors ----------------------------------------------------------------------------
@@ -104,7 +121,7 @@ class UnknownSchema(AvroError):
     status = 404
 
     def __init__(self, schema_id: str, message: str = "") -> None:
-        super().__init__(message or f"no Avro schema with id {schema_id[:40]!r} is registered")
+        super().__init__(message or f"no Avro schema with id {schema_id[:70]!r} is registered")
         self.schema_id = schema_id
 
 
@@ -116,10 +133,12 @@ class DecodeError(AvroError):
 # ---- schemas ---------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class AvroSchema:
-    """One parsed schema: its id, its full JSON (as stored), and fastavro's parsed forms
-    (``parsed`` with logical types, ``plain`` without: the pure Avro data)."""
+    """One parsed schema: its id (the digest of its full JSON), its Rabin fingerprint (16
+    hex characters), its full JSON (as stored), and fastavro's parsed forms (``parsed`` with
+    logical types, ``plain`` without: the pure Avro data)."""
 
     id: str
+    rabin: str
     json: str
     canonical: str
     parsed: Any = field(repr=False)
@@ -127,8 +146,8 @@ class AvroSchema:
 
     @property
     def fingerprint(self) -> bytes:
-        """The 8 bytes of the single-object header (the id's hex, decoded)."""
-        return bytes.fromhex(self.id)
+        """The 8 bytes of the single-object header (``rabin``, decoded)."""
+        return bytes.fromhex(self.rabin)
 
     @property
     def header(self) -> bytes:
@@ -169,21 +188,74 @@ def parse(schema: str | bytes | Mapping[str, Any] | list[Any] | AvroSchema) -> A
         plain = parse_schema(stripped, named_schemas={})
         canonical = to_parsing_canonical_form(parsed)
         fp = fingerprint(canonical, "CRC-64-AVRO")
+        identity = json.dumps(_identity(parsed), separators=(",", ":"), ensure_ascii=False)
     except RecursionError:
         raise InvalidSchema("the schema is nested too deeply") from None
     except Exception as exc:  # fastavro raises ValueError, KeyError, TypeError, its own...
         raise InvalidSchema(f"not a valid Avro schema: {_describe(exc)}") from None
-    return AvroSchema(id=fp, json=text, canonical=canonical, parsed=parsed, plain=plain)
+    digest = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()
+    return AvroSchema(
+        id=digest, rabin=fp, json=text, canonical=canonical, parsed=parsed, plain=plain
+    )
 
 
 def schema_id(schema: str | bytes | Mapping[str, Any] | list[Any] | AvroSchema) -> str:
-    """The id of a schema: the CRC-64-AVRO fingerprint of its Parsing Canonical Form, as the
-    16 lowercase hex characters of its 8 little-endian bytes."""
+    """The id of a schema: the SHA-256 of its Parsing Canonical Form with logical types
+    kept (:func:`_identity`), as 64 lowercase hex characters. Spellings of one schema share
+    it, and so do schemas that differ in docs, aliases and defaults (their records read the
+    same); a logical type or one of its attributes (a decimal's precision or scale) makes
+    another id."""
     return parse(schema).id
 
 
-def is_schema_id(text: str) -> bool:
-    return isinstance(text, str) and _ID_RE.match(text) is not None
+# the attributes the Parsing Canonical Form keeps, in its order
+_CANONICAL_KEYS = ("name", "type", "fields", "symbols", "items", "values", "size")
+# what neither form keeps: none of it changes how a record reads
+_DROPPED_KEYS = frozenset({"doc", "aliases", "default", "order", "namespace"})
+_COMPLEX = frozenset({"record", "error", "enum", "array", "map", "fixed"})
+
+
+def _identity(node: Any) -> Any:
+    """A schema parsed by fastavro (full names resolved) in Avro's Parsing Canonical Form,
+    but for logical types: a node with a ``logicalType`` keeps it and its other attributes
+    (``precision``, ``scale``...), after the canonical ones, in sorted order."""
+    if isinstance(node, list):
+        return [_identity(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    kind = node["type"]
+    logical: dict[str, Any] = {}
+    if "logicalType" in node:
+        logical = {
+            k: node[k]
+            for k in sorted(node)
+            if k not in _CANONICAL_KEYS and k not in _DROPPED_KEYS and not k.startswith("__")
+        }
+    if kind not in _COMPLEX:  # a primitive, a name, or a type wrapped in {"type": ...}
+        inner = _identity(kind)
+        return {"type": inner, **logical} if logical else inner
+    out: dict[str, Any] = {}
+    for key in _CANONICAL_KEYS:
+        if key not in node:
+            continue
+        value = node[key]
+        if key == "fields":
+            value = [{"name": f["name"], "type": _identity(f["type"])} for f in value]
+        elif key in ("items", "values"):
+            value = _identity(value)
+        out[key] = value
+    return {**out, **logical}
+
+
+def is_digest(text: object) -> bool:
+    """Whether ``text`` is a schema id as made now: 64 lowercase hex characters."""
+    return isinstance(text, str) and _DIGEST_RE.match(text) is not None
+
+
+def is_schema_id(text: object) -> bool:
+    """Whether ``text`` names a stored schema: an id (64 hex characters), or the fingerprint
+    (16) a schema stored before ids were digests is kept under."""
+    return is_digest(text) or (isinstance(text, str) and _FINGERPRINT_RE.match(text) is not None)
 
 
 def _strip_logical(node: Any) -> Any:
@@ -215,11 +287,11 @@ def _describe(exc: BaseException) -> str:
 
 # ---- single-object encoding ------------------------------------------------------------
 def single_object_header(schema: AvroSchema | str) -> bytes:
-    """``C3 01`` and the fingerprint of ``schema`` (or of a schema id)."""
-    sid = schema.id if isinstance(schema, AvroSchema) else schema
-    if not is_schema_id(sid):
-        raise UnknownSchema(sid, f"{sid[:40]!r} is not a schema id (16 lowercase hex digits)")
-    return MAGIC + bytes.fromhex(sid)
+    """``C3 01`` and the fingerprint of ``schema`` (or a fingerprint, 16 hex characters)."""
+    fp = schema.rabin if isinstance(schema, AvroSchema) else schema
+    if not (isinstance(fp, str) and _FINGERPRINT_RE.match(fp)):
+        raise UnknownSchema(fp, f"{fp[:40]!r} is not a fingerprint (16 lowercase hex digits)")
+    return MAGIC + bytes.fromhex(fp)
 
 
 def encode_single(schema: AvroSchema | Any, datum: Any) -> bytes:
@@ -237,8 +309,8 @@ def encode_single(schema: AvroSchema | Any, datum: Any) -> bytes:
 
 
 def read_header(data: bytes | memoryview, pos: int = 0) -> str:
-    """The schema id of the single-object record at ``data[pos:]``; DecodeError if there is
-    no single-object header there."""
+    """The fingerprint (16 hex characters) of the single-object record at ``data[pos:]``;
+    DecodeError if there is no single-object header there."""
     head = bytes(data[pos : pos + HEADER_SIZE])
     if len(head) < HEADER_SIZE or head[:2] != MAGIC:
         if head[:2] == MAGIC or (len(head) < 2 and MAGIC.startswith(head)):
@@ -267,12 +339,14 @@ def decode_single(
     data: bytes, schema: AvroSchema | Callable[[str], AvroSchema], *, logical: bool = True
 ) -> Any:
     """The record in one single-object encoded ``data``. ``schema`` is the schema, or a
-    function from id to schema (raising UnknownSchema); DecodeError if the header names
-    another schema, the bytes do not decode, or bytes are left over."""
-    sid = read_header(data)
-    s = schema(sid) if callable(schema) else schema
-    if s.id != sid:
-        raise DecodeError(f"the record is of schema {sid}, not {s.id}")
+    function from fingerprint to schema (raising UnknownSchema); DecodeError if the header
+    has another fingerprint, the bytes do not decode, or bytes are left over."""
+    fp = read_header(data)
+    s = schema(fp) if callable(schema) else schema
+    if s.rabin != fp:
+        raise DecodeError(
+            f"the record's fingerprint is {fp}, not that of schema {s.id} ({s.rabin})"
+        )
     datum, end = read_datum(bytes(data), HEADER_SIZE, s, logical=logical)
     if end != len(data):
         raise DecodeError(f"{len(data) - end} byte(s) after the record")
@@ -287,12 +361,25 @@ def is_avro(message: Message) -> bool:
     return media in AVRO_CONTENT_TYPES and len(body) >= HEADER_SIZE and body[:2] == MAGIC
 
 
+def message_schema_id(message: Message) -> str | None:
+    """What names the schema of an Avro message (None if it is not Avro): the id in its
+    ``avro-schema-id`` header, else (a message stored before ids were digests) the
+    fingerprint in its body, under which such a message's schema was stored."""
+    if not is_avro(message):
+        return None
+    named = message.headers.get(SCHEMA_ID_HEADER)
+    if is_digest(named):
+        return str(named)
+    return bytes(message.body[2:HEADER_SIZE]).hex()
+
+
 # ---- the schema cache ------------------------------------------------------------------
 Fetch = Callable[[str], Awaitable[bytes]]
 
 
 class SchemaCache:
-    """Parsed schemas by id, loaded from the core's key/value store on a miss (LRU).
+    """Parsed schemas by id (or by the fingerprint of one stored before ids were digests),
+    loaded from the core's key/value store on a miss (LRU).
 
     ``fetch(key)`` reads a key of the core (``Client.kv_get``, or a frontend's wrapper
     around its shared client) and raises :class:`polymq.errors.NotFound` when it is absent.
@@ -324,10 +411,11 @@ class SchemaCache:
             self.hits += 1
         return s
 
-    def put(self, schema: AvroSchema) -> None:
-        """Hold ``schema`` (which its caller has stored under its id)."""
-        self._entries[schema.id] = schema
-        self._entries.move_to_end(schema.id)
+    def put(self, schema: AvroSchema, key: str | None = None) -> None:
+        """Hold ``schema`` (which its caller has stored under its id, or ``key``)."""
+        key = schema.id if key is None else key
+        self._entries[key] = schema
+        self._entries.move_to_end(key)
         while len(self._entries) > self.maxsize:
             self._entries.popitem(last=False)
 
@@ -338,7 +426,7 @@ class SchemaCache:
         if s is not None:
             return s
         if not is_schema_id(sid):
-            raise UnknownSchema(sid, f"{sid[:40]!r} is not a schema id (16 lowercase hex digits)")
+            raise UnknownSchema(sid, f"{sid[:40]!r} is not a schema id (64 lowercase hex digits)")
         loading = self._loading.get(sid)
         if loading is None:
             self.misses += 1
@@ -358,9 +446,9 @@ class SchemaCache:
         except NotFound:
             raise UnknownSchema(sid) from None
         s = parse(raw)
-        if s.id != sid:
+        if sid not in (s.id, s.rabin):  # an id is its digest; an old key, its fingerprint
             raise InvalidSchema(f"the schema stored under {sid} has the id {s.id}")
-        self.put(s)
+        self.put(s, sid)
         return s
 
 

@@ -17,12 +17,11 @@ from polymq.errors import PolymqError
 from polymq.types import Message
 
 from .avro import (
-    HEADER_SIZE,
     AvroError,
     SchemaCache,
     UnknownSchema,
     decode_single,
-    is_avro,
+    message_schema_id,
     to_json_value,
 )
 
@@ -30,10 +29,8 @@ __all__ = ["json_value", "load_schemas", "schema_of"]
 
 
 def schema_of(message: Message) -> str | None:
-    """The schema id of an Avro message (from its single-object header), else None."""
-    if not is_avro(message):
-        return None
-    return bytes(message.body[2:HEADER_SIZE]).hex()
+    """The schema id of an Avro message (``avro.message_schema_id``), else None."""
+    return message_schema_id(message)
 
 
 async def load_schemas(cache: SchemaCache, messages: Iterable[Message]) -> None:

@@ -27,7 +27,14 @@ from polymq import Lease, Message
 from polymq.types import Destination, Kind
 from polymq_server.access import Access
 from polymq_server.auth import Permission, Principal
-from polymq_server.avro import AvroError, AvroSchema, SchemaCache, UnknownSchema, is_avro
+from polymq_server.avro import (
+    AvroError,
+    AvroSchema,
+    SchemaCache,
+    UnknownSchema,
+    is_avro,
+    message_schema_id,
+)
 from polymq_server.payloads import parse_pull_query, parse_settle, read_json
 from polymq_server.problems import Problem, bad_request
 from polymq_server.receipts import add_settle_routes, settle_outcome, settle_receipts
@@ -97,9 +104,13 @@ async def read_body(request: web.Request, max_body: int) -> bytes:
     return await request.read()  # aiohttp stops at client_max_size (413) for chunked bodies
 
 
-async def decode(app: web.Application, body: bytes) -> Records:
-    """Every record of ``body``, validated (off the event loop when the body is large)."""
-    settings, cache = app[SETTINGS], app[CACHE]
+async def decode(
+    app: web.Application, body: bytes, named: tuple[str, ...] = (), subject: str | None = None
+) -> Records:
+    """Every record of ``body``, validated (off the event loop when the body is large); a
+    single-object record's schema is the one of the ids ``named`` or of the versions of
+    ``subject`` with its fingerprint, else the one registered schema with it."""
+    settings, registry = app[SETTINGS], app[REGISTRY]
     kind = sniff(body)
     big = len(body) > THREAD_ABOVE
     if kind is BodyKind.CONTAINER:
@@ -120,12 +131,12 @@ async def decode(app: web.Application, body: bytes) -> Records:
             return split_single(body, known.get, max_records=settings.avro_max_records)
         except NeedSchema as need:
             try:
-                known[need.schema_id] = await cache.get(need.schema_id)
-            except UnknownSchema:
+                known[need.fingerprint] = await registry.resolve(need.fingerprint, named, subject)
+            except UnknownSchema as exc:
                 raise Problem(
                     422,
-                    f"a record names schema {need.schema_id}, which is not registered "
-                    "(register it under /v1/schemas/, or send an object container)",
+                    f"a record has fingerprint {need.fingerprint}: {exc.message} "
+                    "(register its schema under /v1/schemas/, or send an object container)",
                     code="unknown-schema",
                 ) from None
 
@@ -163,7 +174,7 @@ async def publish(request: web.Request) -> web.Response:
     body = await read_body(request, settings.avro_max_body)
     metrics.bytes.labels("in").inc(len(body))
     try:
-        records = await decode(app, body)
+        records = await decode(app, body, options.schema_ids, options.subject)
         size = check_size(core, records)
     except Exception:
         metrics.batches.labels("rejected").inc()
@@ -220,12 +231,12 @@ async def publish(request: web.Request) -> web.Response:
 
 # ---- reading -------------------------------------------------------------------------------
 async def schemas_of(cache: SchemaCache, items: list[Message]) -> dict[str, AvroSchema | None]:
-    """The schema of each Avro message's id (None for ids that are not registered, or
-    whose stored schema is damaged)."""
+    """The schema of each Avro message's id (``message_schema_id``; None for ids that are
+    not registered, or whose stored schema is damaged)."""
     out: dict[str, AvroSchema | None] = {}
     for m in items:
-        if is_avro(m):
-            sid = m.body[2:10].hex()
+        sid = message_schema_id(m)
+        if sid is not None:
             if sid not in out:
                 try:
                     out[sid] = await cache.get(sid)
@@ -236,20 +247,27 @@ async def schemas_of(cache: SchemaCache, items: list[Message]) -> dict[str, Avro
 
 def run_of(items: list[Message]) -> int:
     """How many messages from the first share its Avro schema (0 if it is not Avro)."""
-    if not items or not is_avro(items[0]):
+    sid = message_schema_id(items[0]) if items else None
+    if sid is None:
         return 0
     head = items[0].body[:10]
     n = 1
-    while n < len(items) and is_avro(items[n]) and items[n].body[:10] == head:
+    while n < len(items) and message_schema_id(items[n]) == sid and items[n].body[:10] == head:
         n += 1
     return n
+
+
+def schema_for(schemas: dict[str, AvroSchema | None], message: Message) -> AvroSchema | None:
+    """The schema of ``message`` among ``schemas`` (from :func:`schemas_of`), or None."""
+    sid = message_schema_id(message)
+    return None if sid is None else schemas.get(sid)
 
 
 def not_container(message: Message, schema_known: bool, hint: str) -> Problem:
     if not is_avro(message):
         why = f"message {message.seq} is not Avro (content type {message.content_type[:80]!r})"
     elif not schema_known:
-        why = f"message {message.seq} is of schema {message.body[2:10].hex()}, not registered"
+        why = f"message {message.seq} is of schema {message_schema_id(message)}, not registered"
     else:  # pragma: no cover - callers ask only for the two cases above
         why = f"message {message.seq} cannot be put in a container"
     return Problem(406, f"{why}: read it with Accept: {JSON_TYPE}{hint}", code="not-acceptable")
@@ -291,14 +309,14 @@ async def read_queue(request: web.Request) -> web.StreamResponse:
         raise
     if media == JSON_TYPE:
         records = [
-            record_json(lease.message, schemas.get(lease.message.body[2:10].hex()), lease.receipt)
+            record_json(lease.message, schema_for(schemas, lease.message), lease.receipt)
             for lease in leases
         ]
         return _json_answer(metrics, {"records": records, "next": None}, len(records))
     if not leases:
         return web.Response(status=204)
     taken = run_of(items)
-    schema = schemas.get(items[0].body[2:10].hex()) if taken else None
+    schema = schema_for(schemas, items[0]) if taken else None
     if schema is None:
         core.requeue(leases)
         raise not_container(items[0], taken > 0, "")
@@ -328,14 +346,14 @@ async def read_stream(request: web.Request) -> web.StreamResponse:
     assert result.cursor is not None  # (a cursor opened for the read: the core answers one)
     after = result.cursor + 1  # the offset that reads on from here
     if media == JSON_TYPE:
-        records = [record_json(m, schemas.get(m.body[2:10].hex()), None) for m in items]
+        records = [record_json(m, schema_for(schemas, m), None) for m in items]
         return _json_answer(
             metrics, {"records": records, "next": str(after)}, len(records), str(after)
         )
     if not items:
         return web.Response(status=204, headers={NEXT_HEADER: str(after)})
     taken = run_of(items)
-    schema = schemas.get(items[0].body[2:10].hex()) if taken else None
+    schema = schema_for(schemas, items[0]) if taken else None
     if schema is None:
         raise not_container(items[0], taken > 0, f" (or skip it with offset={items[0].seq + 1})")
     after = items[taken - 1].seq + 1

@@ -94,7 +94,20 @@ def document(settings: AvroSettings) -> dict[str, Any]:
                         _query("persistent", {"type": "boolean"}, "store the messages durably"),
                         _query("priority", {"type": "integer", "minimum": 0, "maximum": 9}, ""),
                         _query("ttl", {"type": "number", "exclusiveMinimum": 0}, "seconds"),
-                        _query("subject", {"type": "string"}, "register the schema under it"),
+                        _query(
+                            "subject",
+                            {"type": "string"},
+                            "register the schema under it; a single-object record's schema "
+                            "is found among its versions",
+                        ),
+                        _query(
+                            "schema_id",
+                            {"type": "string", "pattern": "^[0-9a-f]{64}(,[0-9a-f]{64}){0,15}$"},
+                            "the ids of the schemas of single-object records, separated by "
+                            "commas (a fingerprint may be shared by schemas that differ in "
+                            "logical types: without this or subject, a record's fingerprint "
+                            "must be that of one registered schema alone, else 409)",
+                        ),
                         {
                             "name": "Idempotency-Key",
                             "in": "header",
@@ -179,7 +192,14 @@ def document(settings: AvroSettings) -> dict[str, Any]:
             },
             "/v1/schemas/ids/{id}": {
                 "get": {
-                    "parameters": [_path_param("id", "schema id", "^[0-9a-f]{16}$")],
+                    "parameters": [
+                        _path_param(
+                            "id",
+                            "schema id (SHA-256 of its JSON, keys sorted), or the fingerprint "
+                            "a schema stored before ids were digests is kept under",
+                            "^([0-9a-f]{64}|[0-9a-f]{16})$",
+                        )
+                    ],
                     "responses": {
                         "200": _json({"$ref": "#/components/schemas/Schema"}),
                         "404": _PROBLEM,

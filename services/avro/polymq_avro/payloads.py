@@ -16,7 +16,14 @@ from typing import Any
 from aiohttp import web
 
 from polymq import Message
-from polymq_server.avro import AvroSchema, DecodeError, decode_single, is_avro, to_json_value
+from polymq_server.avro import (
+    AvroSchema,
+    DecodeError,
+    decode_single,
+    is_digest,
+    message_schema_id,
+    to_json_value,
+)
 from polymq_server.headers import public_headers
 from polymq_server.payloads import MAX_SECONDS, no_query, query_value
 from polymq_server.problems import Problem, bad_request
@@ -48,7 +55,8 @@ ACCEPTED_TYPES = frozenset(
 )
 CONTAINER_TYPES = ("avro/binary", "application/avro", "application/vnd.apache.avro+binary")
 JSON_TYPE = "application/json"
-PUBLISH_QUERY = frozenset({"persistent", "priority", "ttl", "subject"})
+PUBLISH_QUERY = frozenset({"persistent", "priority", "ttl", "subject", "schema_id"})
+MAX_SCHEMA_IDS = 16  # ids one POST may name
 MAX_KEY = 200  # characters of an Idempotency-Key
 _KEY_RE = re.compile(r"[\x21-\x7e]+\Z")  # visible ASCII
 
@@ -60,6 +68,7 @@ class PublishOptions:
     priority: int | None = None
     ttl: float | None = None
     subject: str | None = None
+    schema_ids: tuple[str, ...] = ()  # the schemas single-object records are of
 
 
 def parse_publish_query(request: web.Request) -> PublishOptions:
@@ -89,7 +98,14 @@ def parse_publish_query(request: web.Request) -> PublishOptions:
     subject = query_value(request, "subject")
     if subject is not None and not subject:
         raise bad_request("subject must not be empty")
-    return PublishOptions(persistent, priority, ttl, subject)
+    raw = query_value(request, "schema_id")
+    ids = tuple(raw.split(",")) if raw is not None else ()
+    if len(ids) > MAX_SCHEMA_IDS or not all(map(is_digest, ids)):
+        raise bad_request(
+            f"schema_id must be 1 to {MAX_SCHEMA_IDS} schema ids (64 lowercase hex digits each, "
+            "as registering answered), separated by commas"
+        )
+    return PublishOptions(persistent, priority, ttl, subject, ids)
 
 
 def check_content_type(request: web.Request) -> None:
@@ -232,8 +248,9 @@ def record_json(message: Message, schema: AvroSchema | None, receipt: str | None
     out["timestamp"] = message.timestamp
     out["content_type"] = message.content_type
     error = None
-    if is_avro(message):
-        out["schema_id"] = message.body[2:10].hex()
+    sid = message_schema_id(message)
+    if sid is not None:
+        out["schema_id"] = sid
         if schema is None:
             error = f"schema {out['schema_id']} is not registered"
         else:

@@ -2,9 +2,11 @@
 
 A body is sniffed by its first bytes: ``Obj`` 0x01 is an object container file (its
 schema travels in it), ``C3 01`` a run of single-object encoded records, each naming its
-schema by id (which must be registered: the caller looks ids up, see :class:`NeedSchema`).
-Every record is decoded against its schema before anything is published, and each becomes
-one message whose body is the record in the single-object encoding.
+schema by fingerprint (whose schema the caller finds among the registered ones, see
+:class:`NeedSchema`). Every record is decoded against its schema before anything is
+published, and each becomes one message whose body is the record in the single-object
+encoding and whose ``avro-schema-id`` header is its schema's id (the fingerprint alone does
+not tell schemas apart that differ in logical types).
 """
 
 from __future__ import annotations
@@ -60,11 +62,11 @@ class NotAvro(AvroError):
 
 
 class NeedSchema(Exception):
-    """A record names a schema id that ``lookup`` does not hold: load it and try again."""
+    """A record has a fingerprint that ``lookup`` has no schema for: find it, try again."""
 
-    def __init__(self, schema_id: str) -> None:
-        super().__init__(schema_id)
-        self.schema_id = schema_id
+    def __init__(self, fingerprint: str) -> None:
+        super().__init__(fingerprint)
+        self.fingerprint = fingerprint
 
 
 @dataclass(eq=False)
@@ -135,11 +137,13 @@ def split_single(
     *,
     max_records: int,
 ) -> Records:
-    """Single-object records laid end to end, each decoded with the schema its header
-    names; NeedSchema for an id ``lookup`` does not hold (load it, then call again)."""
+    """Single-object records laid end to end, each decoded with the schema ``lookup`` gives
+    for its header's fingerprint; NeedSchema for a fingerprint ``lookup`` has no schema for
+    (find it, then call again)."""
     bodies: list[bytes] = []
     ids: list[str] = []
     schemas: dict[str, AvroSchema] = {}
+    by_fingerprint: dict[str, AvroSchema] = {}
     stream = io.BytesIO(body)
     pos = 0
     while pos < len(body):
@@ -152,26 +156,27 @@ def split_single(
             if rest == MAGIC or MAGIC.startswith(rest):
                 raise Truncated(f"record {len(bodies)}: {exc.message}") from None
             raise DecodeError(f"record {len(bodies)}: {exc.message}") from None
-        schema = schemas.get(sid) or lookup(sid)
+        schema = by_fingerprint.get(sid) or lookup(sid)
         if schema is None:
             raise NeedSchema(sid)
-        schemas.setdefault(sid, schema)
+        by_fingerprint[sid] = schema
+        schemas.setdefault(schema.id, schema)
         stream.seek(pos + HEADER_SIZE)
         try:
             schemaless_reader(stream, schema.plain, None)
         except EOFError:
             raise Truncated(
-                f"the body ends inside record {len(bodies)} (at byte {pos}, schema {sid})"
+                f"the body ends inside record {len(bodies)} (at byte {pos}, schema {schema.id})"
             ) from None
         except Exception as exc:
             detail = str(exc).strip() or type(exc).__name__
             raise DecodeError(
-                f"record {len(bodies)} (at byte {pos}) is not valid for schema {sid}: "
+                f"record {len(bodies)} (at byte {pos}) is not valid for schema {schema.id}: "
                 f"{detail[:200]}"
             ) from None
         end = stream.tell()
         bodies.append(body[pos:end])
-        ids.append(sid)
+        ids.append(schema.id)
         pos = end
     return Records(BodyKind.SINGLE, bodies, ids, schemas)
 

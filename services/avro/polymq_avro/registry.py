@@ -5,16 +5,30 @@ Nothing lives here: every schema and subject is in the core's key/value store, s
 replica of this frontend answers for all of them::
 
     avro/schemas/<id>          the schema's full JSON (the first one stored under that id)
+    avro/fingerprints/<fingerprint>/<id>   (empty) the ids that share a Rabin fingerprint
     avro/subjects/<subject>    {"versions": [<id of version 1>, <id of version 2>, ...],
                                 "compatibility": "BACKWARD" | ... | null (the server default)}
     avro/versions/<subject>/<n>  version n's own full JSON
 
-A schema id is the fingerprint of the Parsing Canonical Form, which leaves out defaults,
-docs, aliases and logical types: schemas that differ only in those share an id (their binary
-data is the same), and the first one stored under it is what ``/ids/<id>`` and readers see.
-A subject keeps each version's own JSON, because defaults decide compatibility: dropping a
-field's default is a new version (with the same id) that the rule must allow. Registering a
-schema that is already a version (the same JSON, keys in any order) answers that version.
+A schema id is the SHA-256 of the schema's Parsing Canonical Form with its logical types
+and their attributes kept (``polymq_server.avro``): schemas that differ only in defaults,
+docs or aliases share an id (their records read the same) and the first one stored under it
+is what ``/ids/<id>`` shows; a logical type, a decimal's precision or scale make another
+id, so no one can change how another's records read. A subject keeps each version's own
+JSON, because defaults decide compatibility: dropping a field's default is a new version
+(with the same id) that the rule must allow. Registering a schema that is already a version
+(the same JSON, keys in any order) answers that version.
+
+Single-object records carry only the Rabin fingerprint of the Parsing Canonical Form, which
+leaves logical types out (``decimal(12,2)`` and ``decimal(12,6)`` share it), so a POST of
+them finds each record's schema by :meth:`Registry.resolve`: among the ids the request
+names, else the versions of the subject it names, else the one schema stored with that
+fingerprint; several are refused (:class:`AmbiguousSchema`) rather than guessed between.
+
+Schemas stored before ids were digests are under ``avro/schemas/<fingerprint>`` (and
+subjects list those fingerprints as ids); they are still read (``/ids/<fingerprint>``, a
+subject's versions, messages without an id in their ``avro-schema-id`` header) and never
+written. A version read or registered again is stored under its id too.
 
 Registration reads the subject, checks and writes it back. Within one process a lock per
 subject serializes that; two replicas registering under one subject at the same moment can
@@ -32,13 +46,23 @@ from typing import Any, TypeVar
 
 from polymq import Client
 from polymq.errors import BadRequest, Conflict, NotFound
-from polymq_server.avro import KV_SCHEMAS, AvroSchema, InvalidSchema, SchemaCache, parse
+from polymq_server.avro import (
+    KV_FINGERPRINTS,
+    KV_SCHEMAS,
+    AvroSchema,
+    InvalidSchema,
+    SchemaCache,
+    UnknownSchema,
+    is_digest,
+    parse,
+)
 
 from .compat import Compatibility, apache_schema, incompatibilities
 
 __all__ = [
     "SUBJECTS",
     "VERSIONS",
+    "AmbiguousSchema",
     "IncompatibleSchema",
     "Registry",
     "Subject",
@@ -64,6 +88,21 @@ class IncompatibleSchema(Conflict):
             + "; ".join(messages[:5])
         )
         self.messages = messages
+
+
+class AmbiguousSchema(Conflict):
+    """409: several registered schemas have a record's fingerprint and nothing says which."""
+
+    code = "ambiguous-schema"
+
+    def __init__(self, fingerprint: str, count: int) -> None:
+        super().__init__(
+            f"{count} registered schemas have fingerprint {fingerprint} (they differ in what "
+            "the fingerprint leaves out: logical types and their attributes, defaults, docs): "
+            "name yours with ?schema_id=<its id, as registering it answered> or "
+            "?subject=<a subject it is a version of>, or send an object container"
+        )
+        self.fingerprint = fingerprint
 
 
 def check_subject(name: str) -> str:
@@ -112,22 +151,67 @@ class Registry:
         return await self.cache.get(sid)
 
     async def store(self, schema: AvroSchema) -> AvroSchema:
-        """Make sure a schema is stored under its id; the stored one (the first wins)."""
+        """Make sure a schema is stored under its id and listed under its fingerprint; the
+        stored one (the first wins: it reads records as ``schema`` does)."""
         held = self.cache.cached(schema.id)
         if held is not None:
             return held
+        key = KV_SCHEMAS + schema.id
+        stored: AvroSchema | None
         try:
-            raw: bytes = await self.call(lambda c: c.kv_get(KV_SCHEMAS + schema.id))
-        except NotFound:
-            await self.call(lambda c: c.kv_put(KV_SCHEMAS + schema.id, schema.json.encode()))
-            self.cache.put(schema)
-            return schema
-        stored = parse(raw)
-        if stored.id != schema.id:  # somebody wrote the key by hand: keep what is right
-            await self.call(lambda c: c.kv_put(KV_SCHEMAS + schema.id, schema.json.encode()))
+            stored = parse(await self.call(lambda c: c.kv_get(key)))
+        except (NotFound, InvalidSchema):
+            stored = None
+        if stored is None or stored.id != schema.id:  # absent, or written by hand
+            await self.call(lambda c: c.kv_put(key, schema.json.encode()))
             stored = schema
+        listed = f"{KV_FINGERPRINTS}{schema.rabin}/{schema.id}"
+        await self.call(lambda c: c.kv_put(listed, b""))  # after the schema: never dangling
         self.cache.put(stored)
         return stored
+
+    async def resolve(
+        self, fingerprint: str, named: tuple[str, ...] = (), subject: str | None = None
+    ) -> AvroSchema:
+        """The schema of a single-object record with this fingerprint: the first of the ids
+        ``named`` with it, else the latest version of ``subject`` with it, else the one
+        stored schema with it (UnknownSchema if none, AmbiguousSchema if several)."""
+        for sid in named:
+            schema = await self.schema(sid)
+            if schema.rabin == fingerprint:
+                return schema
+        if subject is not None:
+            found = await self.subject(subject)
+            for n, sid in reversed(list(enumerate(found.versions if found else [], 1))):
+                if is_digest(sid):
+                    schema = await self.schema(sid)
+                elif sid == fingerprint:  # a version registered before ids were digests
+                    schema = parse(await self.version_json(subject, n, sid))
+                else:
+                    continue
+                if schema.rabin == fingerprint:
+                    return await self.store(schema)
+        candidates = await self.with_fingerprint(fingerprint)
+        if len(candidates) > 1:
+            raise AmbiguousSchema(fingerprint, len(candidates))
+        if not candidates:
+            raise UnknownSchema(fingerprint, f"no registered schema has fingerprint {fingerprint}")
+        return candidates[0]
+
+    async def with_fingerprint(self, fingerprint: str) -> list[AvroSchema]:
+        """Every stored schema with this fingerprint (by id, and the one stored under the
+        fingerprint before ids were digests), each once."""
+        prefix = f"{KV_FINGERPRINTS}{fingerprint}/"
+        keys: list[str] = await self.call(lambda c: c.kv_list(prefix, 100))
+        found: dict[str, AvroSchema] = {}
+        for sid in [k[len(prefix) :] for k in keys] + [fingerprint]:
+            try:
+                schema = await self.schema(sid)
+            except (UnknownSchema, InvalidSchema):
+                continue
+            if schema.rabin == fingerprint:
+                found.setdefault(schema.id, schema)
+        return list(found.values())
 
     # ---- subjects ------------------------------------------------------------------------
     async def subjects(self) -> list[str]:
@@ -178,7 +262,10 @@ class Registry:
             raise BadRequest("a version is a number from 1, or 'latest'")
         if not 1 <= n <= len(subject.versions):
             raise NotFound(f"subject {name!r} has no version {ref[:20]}")
-        return n, parse(await self.version_json(name, n, subject.versions[n - 1]))
+        schema = parse(await self.version_json(name, n, subject.versions[n - 1]))
+        if not is_digest(subject.versions[n - 1]):  # from before ids were digests
+            await self.store(schema)  # so that /ids/<the id answered> finds it
+        return n, schema
 
     async def problems(self, name: str, schema: AvroSchema, subject: Subject | None) -> list[str]:
         """Why ``schema`` may not be the next version of ``subject``, under its rule."""
@@ -194,12 +281,13 @@ class Registry:
 
     async def existing_version(self, name: str, schema: AvroSchema, subject: Subject) -> int:
         """The version of ``subject`` that is ``schema`` (its JSON, keys in any order), or 0."""
-        same = [n for n, sid in enumerate(subject.versions, 1) if sid == schema.id]
+        ids = (schema.id, schema.rabin)  # the fingerprint: a version from before digests
+        same = [(n, sid) for n, sid in enumerate(subject.versions, 1) if sid in ids]
         if not same:
             return 0
-        texts = await asyncio.gather(*(self.version_json(name, n, schema.id) for n in same))
+        texts = await asyncio.gather(*(self.version_json(name, n, sid) for n, sid in same))
         wanted = _normal(schema.json)
-        return next((n for n, t in zip(same, texts, strict=True) if _normal(t) == wanted), 0)
+        return next((n for (n, _), t in zip(same, texts, strict=True) if _normal(t) == wanted), 0)
 
     async def check(self, name: str, schema: AvroSchema) -> list[str]:
         return await self.problems(name, schema, await self.existing(name))
@@ -214,6 +302,7 @@ class Registry:
             if subject is not None:
                 n = await self.existing_version(name, schema, subject)
                 if n:
+                    await self.store(schema)  # a version from before digests: under its id
                     return n, False
             messages = await self.problems(name, schema, subject)
             if messages:

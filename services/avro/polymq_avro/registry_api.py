@@ -14,12 +14,17 @@ An incompatible schema is a 409 whose problem details list the checker's reasons
 ``messages`` (``problems.incompatible_middleware``).
 
 Schemas are given as JSON text or as JSON, and answered as JSON text (as Confluent's
-registry does). Permissions, checked as if on the core's key/value keys: reading needs READ
-and changing WRITE on ``kv/avro/subjects/<subject>`` (listing a subject's versions reads that
-one key); a schema by id READ on ``kv/avro/schemas/<id>``. Listing the subjects, and reading
-the server's default rule, need READ on every subject, checked as the core checks a listing
-(``authorize_prefix``): a grant whose pattern ends in ``*`` and matches ``kv/avro/subjects/``
-itself, such as ``kv/avro/subjects/*``, ``kv/avro/*`` or ``*`` (not ``kv/avro/subjects/?*``).
+registry does). A schema's id is the SHA-256 of its whole JSON, keys sorted (64 hex
+characters, ``registry.py``); ``/ids/`` also finds a schema stored before ids were digests
+by the fingerprint it was stored under (16 hex characters).
+
+Permissions, checked as if on the core's key/value keys: reading needs READ and changing
+WRITE on ``kv/avro/subjects/<subject>`` (listing a subject's versions reads that one key); a
+schema by id READ on ``kv/avro/schemas/<id>``. Listing the subjects, and reading the
+server's default rule, need READ on every subject, checked as the core checks a listing
+(``authorize_prefix``): a grant whose pattern ends in ``*`` and matches
+``kv/avro/subjects/`` itself, such as ``kv/avro/subjects/*``, ``kv/avro/*`` or ``*`` (not
+``kv/avro/subjects/?*``).
 """
 
 from __future__ import annotations
@@ -116,7 +121,7 @@ async def get_version(request: web.Request) -> web.Response:
 async def get_schema(request: web.Request) -> web.Response:
     sid = request.match_info["id"]
     if not is_schema_id(sid):
-        raise NotFound(f"{sid[:40]!r} is not a schema id (16 lowercase hex digits)")
+        raise NotFound(f"{sid[:70]!r} is not a schema id (64 lowercase hex digits)")
     await _authorized(request, Permission.READ, KV_SCHEMAS + sid)
     schema = await request.app[REGISTRY].schema(sid)
     return web.json_response({"id": schema.id, "schema": schema.json})

@@ -272,5 +272,5 @@ def test_fastavro_schemaless_reader_decodes_a_stored_body(api: Avro) -> None:
     raw = requests.post(f"{api.http}/v1/queue/{queue}/pull", timeout=10).json()["messages"][0]
     body = base64.b64decode(raw["body"])
     assert raw["content_type"] == "avro/binary" and raw["headers"] == {"avro-schema-id": USER_ID}
-    assert body[:2] == b"\xc3\x01" and body[2:10] == bytes.fromhex(USER_ID)
+    assert body[:2] == b"\xc3\x01" and body[2:10] == parse(USER).fingerprint
     assert fastavro.schemaless_reader(io.BytesIO(body[10:]), USER, None) == users(1)[0]

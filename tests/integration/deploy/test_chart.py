@@ -69,6 +69,11 @@ CLI_ENV = {"POLYMQ_LOG_LEVEL"}  # read by the CLI itself
 # Services the CLI offers that the defaults leave out (the bridge: ci/bridge-values.yaml)
 OPTIONAL_SERVICES = {"bridge"}
 BRIDGE_CI = CHART / "ci" / "bridge-values.yaml"
+# The replicated core of three nodes, in anonymous mode (which it must ask for)
+THREE_ANONYMOUS: dict[str, Any] = {
+    "core": {"replicaCount": 3},
+    "auth": {"allowAnonymousCluster": True},
+}
 
 
 @pytest.fixture(scope="module", params=CI_FILES, ids=lambda p: p.name)
@@ -383,6 +388,11 @@ REFUSED = [
         id="servicemonitor-without-metrics",
     ),
     pytest.param(
+        {"core": {"replicaCount": 5}},
+        ["polymq: auth.enabled", "--set auth.allowAnonymousCluster=true"],
+        id="anonymous-cluster",
+    ),
+    pytest.param(
         {"core": {"replicaCount": 0}},
         ["core/replicaCount", "minimum"],
         id="core-0",
@@ -536,7 +546,7 @@ def _cli_commands() -> set[str]:
 
 
 def test_the_chart_deploys_every_service_the_cli_offers() -> None:
-    out = render()
+    out = render(THREE_ANONYMOUS)
     deployed = out.components()
     # run: everything in one process; cluster and the operator's commands (destinations,
     # connections, peek, ...): clients of a node's admin API; nats: the core pods' sidecar,
@@ -828,7 +838,10 @@ def test_three_core_pods_form_one_replicated_cluster() -> None:
     )
     # a Secret of one's own instead; one node alone has none of this
     own = render(
-        {"core": {"replicaCount": 3, "clusterSecret": {"existingSecret": "mine", "key": "k"}}}
+        {
+            "core": {"replicaCount": 3, "clusterSecret": {"existingSecret": "mine", "key": "k"}},
+            "auth": {"allowAnonymousCluster": True},
+        }
     )
     ref = {e["name"]: e for e in container(own.workload("core"))["env"]}["POLYMQ_CLUSTER_SECRET"][
         "valueFrom"
@@ -965,8 +978,114 @@ def test_the_network_policy_admits_only_frontends_and_peers_to_the_wire_port(
     assert [p for p in wire[0]["from"] if set(p) != {"podSelector"}] == extra.get(
         "extraWireFrom", []
     )
-    assert admin[0].get("from", []) == extra.get("adminFrom", [])
+    own, *others = admin[0]["from"]
+    assert own == {
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "polymq",
+                "app.kubernetes.io/instance": RELEASE,
+            }
+        }
+    }
+    prometheus = extra.get("prometheus", {})
+    if prometheus.get("enabled", True):
+        namespace = prometheus.get("namespace", "monitoring") or NAMESPACE
+        assert others.pop(0) == {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "podSelector": prometheus.get("podSelector", {}),
+        }
+    assert others == extra.get("adminFrom", [])
     assert not render({"networkPolicy": {"enabled": False}}).of_kind("NetworkPolicy")
+
+
+def test_the_admin_port_admits_the_release_and_prometheus_by_default() -> None:
+    """The defaults: the core's admin port (metrics, console, reloads, cluster moves) is
+    open to this release's own pods and to the pods of namespace ``monitoring``; not to the
+    release's neighbours, another release or another namespace."""
+    out = render()
+    [policy] = out.of_kind("NetworkPolicy")
+    [admin] = [
+        r for r in policy["spec"]["ingress"] if {"port": "admin", "protocol": "TCP"} in r["ports"]
+    ]
+    assert admin["ports"] == [{"port": "admin", "protocol": "TCP"}]
+
+    def admitted(labels: dict[str, str], namespace: str) -> bool:
+        for peer in admin["from"]:
+            ns = peer.get("namespaceSelector")
+            in_ns = (
+                namespace == NAMESPACE
+                if ns is None
+                else _selects(ns, {"kubernetes.io/metadata.name": namespace})
+            )
+            if in_ns and _selects(peer.get("podSelector", {}), labels):
+                return True
+        return False
+
+    for workload in out.workloads():
+        assert admitted(pod_labels(workload), NAMESPACE), component_of(workload)
+    assert admitted({"app.kubernetes.io/name": "prometheus"}, "monitoring")
+    assert not admitted({"app": "anything"}, NAMESPACE)
+    assert not admitted(
+        {"app.kubernetes.io/name": "polymq", "app.kubernetes.io/instance": "other"}, NAMESPACE
+    )
+    assert not admitted({"app.kubernetes.io/name": "prometheus"}, "default")
+    # Prometheus elsewhere, or told apart by its labels; or not admitted at all
+    moved = render(
+        {
+            "networkPolicy": {
+                "core": {
+                    "prometheus": {
+                        "namespace": "observability",
+                        "podSelector": {"matchLabels": {"app": "prom"}},
+                    }
+                }
+            }
+        }
+    )
+    [policy] = moved.of_kind("NetworkPolicy")
+    [admin] = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "admin"]
+    assert admitted({"app": "prom"}, "observability")
+    assert not admitted({"app": "grafana"}, "observability")
+    assert not admitted({"app": "prom"}, "monitoring")
+    off = render({"networkPolicy": {"core": {"prometheus": {"enabled": False}}}})
+    [policy] = off.of_kind("NetworkPolicy")
+    [admin] = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "admin"]
+    assert not admitted({}, "monitoring") and len(admin["from"]) == 1
+
+
+def test_anonymous_mode_warns_and_a_replicated_core_must_ask_for_it() -> None:
+    """Anonymous mode (auth.enabled=false, the default) renders with one core node and
+    NOTES.txt warns; with more core nodes it is refused, with the fix, unless
+    auth.allowAnonymousCluster=true (then NOTES says so); with logins on, no warning."""
+    single = render()
+    assert single.workload("core")["spec"]["replicas"] == 1
+    assert "WARNING: LOGINS ARE OFF" in single.notes
+    assert "allowAnonymousCluster" not in single.notes
+    with pytest.raises(helm.HelmRenderError) as caught:
+        render({"core": {"replicaCount": 3}})
+    for hint in (
+        "polymq: auth.enabled",
+        "core.replicaCount=3",
+        "anonymous mode",
+        "--set auth.enabled=true",
+        "--set auth.allowAnonymousCluster=true",
+    ):
+        assert hint in str(caught.value), str(caught.value)
+    meant = render({"core": {"replicaCount": 3}, "auth": {"allowAnonymousCluster": True}})
+    assert meant.workload("core")["spec"]["replicas"] == 3
+    assert "WARNING: LOGINS ARE OFF" in meant.notes
+    assert "auth.allowAnonymousCluster=true" in meant.notes
+    logins = render(
+        {
+            "core": {"replicaCount": 3},
+            "auth": {
+                "enabled": True,
+                "existingSecret": "u",
+                "frontendLogin": {"existingSecret": "f"},
+            },
+        }
+    )
+    assert "WARNING" not in logins.notes and "LOGINS: required" in logins.notes
 
 
 # ---- wiring between objects -------------------------------------------------------------------
@@ -1076,7 +1195,12 @@ def test_core_replicas_with_nats_in_a_sidecar_or_a_child(replicas: int, sidecar:
     `polymq nats` with the core's own peers, Service, cluster port, data volume and secret
     (the core is told --nats on the loopback), or a child of the core (its route port on the
     core)."""
-    out = render({"core": {"replicaCount": replicas, "nats": {"sidecar": sidecar}}})
+    out = render(
+        {
+            "core": {"replicaCount": replicas, "nats": {"sidecar": sidecar}},
+            "auth": {"allowAnonymousCluster": True},
+        }
+    )
     _valid(out)
     sts = out.workload("core")
     assert sts["spec"]["replicas"] == replicas
@@ -1128,8 +1252,9 @@ def test_the_sidecar_needs_a_kubernetes_with_native_sidecars(tmp_path: Path) -> 
             '{{ include "polymq.validateValues.natsSidecar" (dict "Values" .Values'
             f' "Capabilities" (dict "KubeVersion" (dict "Version" "{kube}"))) }}}}'
         )
+        values = {"core": {"replicaCount": 3, **core}, "auth": {"allowAnonymousCluster": True}}
         out = helm.Chart.load(copy).render(
-            {"core": core}, name=RELEASE, namespace=NAMESPACE, is_install=True
+            values, name=RELEASE, namespace=NAMESPACE, is_install=True
         )
         return out["polymq/templates/kube-version.txt"]
 

@@ -235,7 +235,11 @@ def test_the_three_core_pods_with_their_nats_sidecars_form_one_cluster(tmp_path:
     Kubernetes API to watch. The three form one cluster, and a persistent message published
     on pod 0 is consumed on pod 2."""
     rendered = render(
-        {f: {"enabled": False} for f in ("http", "longpoll", "stomp", "avro", "amqp")}
+        {
+            "core": {"replicaCount": 3},
+            "auth": {"allowAnonymousCluster": True},
+            **{f: {"enabled": False} for f in ("http", "longpoll", "stomp", "avro", "amqp")},
+        }
     )
     sts = rendered.workload("core")
     [secret] = rendered.of_kind("Secret")

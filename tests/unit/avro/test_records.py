@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import io
 import time
 from typing import Any
@@ -38,7 +39,7 @@ A = parse(
 B = parse(
     {"type": "record", "name": "B", "fields": [{"name": "s", "type": "string"}]},
 )
-KNOWN = {A.id: A, B.id: B}
+KNOWN = {A.rabin: A, B.rabin: B}  # what a lookup finds by fingerprint
 
 
 def body_of(*items: tuple[AvroSchema, Any]) -> bytes:
@@ -68,8 +69,32 @@ def test_single_objects_of_several_schemas() -> None:
 def test_an_unknown_schema_is_asked_for() -> None:
     body = body_of((A, {"x": 1}), (B, {"s": "two"}))
     with pytest.raises(NeedSchema) as info:
-        split_single(body, {A.id: A}.get, max_records=10)
-    assert info.value.schema_id == B.id
+        split_single(body, {A.rabin: A}.get, max_records=10)
+    assert info.value.fingerprint == B.rabin
+
+
+def test_records_take_the_id_of_the_schema_found_not_of_their_fingerprint() -> None:
+    """Two schemas that differ only in a decimal's scale share a fingerprint (the body's
+    header) and have different ids: each record is of the schema the lookup found, and its
+    message names that schema's id."""
+    field = {"type": "bytes", "logicalType": "decimal", "precision": 12}
+    two, six = (
+        parse(
+            {
+                "type": "record",
+                "name": "P",
+                "fields": [{"name": "d", "type": {**field, "scale": scale}}],
+            }
+        )
+        for scale in (2, 6)
+    )
+    assert two.rabin == six.rabin and two.id != six.id
+    body = encode_single(two, {"d": decimal.Decimal("123.45")})
+    for schema in (two, six):
+        records = split_single(body, {schema.rabin: schema}.get, max_records=1)
+        assert records.ids == [schema.id] and list(records.schemas) == [schema.id]
+        [m] = messages(records)
+        assert m.headers == {SCHEMA_ID_HEADER: schema.id} and m.body == body
 
 
 @given(st.integers(min_value=1))

@@ -12,7 +12,7 @@ import pytest
 
 from polymq.errors import BadRequest, NotFound
 from polymq_avro.compat import Compatibility
-from polymq_avro.registry import IncompatibleSchema, Registry, Subject
+from polymq_avro.registry import AmbiguousSchema, IncompatibleSchema, Registry, Subject
 from polymq_server.avro import SchemaCache, UnknownSchema, parse
 
 
@@ -34,8 +34,8 @@ class FakeCore:
         self.kv[key] = value
         self.puts.append(key)
 
-    async def kv_list(self, prefix: str = "") -> list[str]:
-        return sorted(k for k in self.kv if k.startswith(prefix))
+    async def kv_list(self, prefix: str = "", limit: int = 10_000) -> list[str]:
+        return sorted(k for k in self.kv if k.startswith(prefix))[:limit]
 
     async def call(self, fn: Callable[[Any], Awaitable[Any]]) -> Any:
         return await fn(self)
@@ -89,6 +89,59 @@ async def test_a_schema_sharing_an_id_is_a_version_of_its_own() -> None:
     n, got = await reg.version("s", "1")
     assert n == 1 and '"default"' in got.json
     assert (await reg.schema(V2.id)).json == V2.json  # the id: the first stored
+
+
+def _decimal(scale: int, name: str = "Price") -> Any:
+    d = {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": scale}
+    return record({"name": "amount", "type": d}, name=name)
+
+
+async def test_a_fingerprint_resolves_to_the_schema_named_else_the_one_stored() -> None:
+    """Single-object records carry a fingerprint that decimal(12,2) and decimal(12,6) share:
+    the schema is the one the request names (by id, or by subject), else the only one
+    stored with that fingerprint; with two stored and none named, nothing is guessed."""
+    reg, _ = registry()
+    two, six = _decimal(2), _decimal(6)
+    fp = two.rabin
+    assert six.rabin == fp and two.id != six.id
+    with pytest.raises(UnknownSchema):
+        await reg.resolve(fp)
+    await reg.register("six-value", six)
+    assert (await reg.resolve(fp)).id == six.id  # the only one
+    await reg.register("two-value", two)
+    with pytest.raises(AmbiguousSchema) as info:
+        await reg.resolve(fp)
+    assert info.value.status == 409 and "?schema_id=" in info.value.message
+    assert (await reg.resolve(fp, (two.id,))).id == two.id
+    await reg.register("other", V1)
+    assert (await reg.resolve(fp, (V1.id, six.id))).id == six.id  # the first with it
+    assert (await reg.resolve(fp, subject="two-value")).id == two.id
+    assert (await reg.resolve(fp, subject="six-value")).id == six.id
+    with pytest.raises(AmbiguousSchema):
+        await reg.resolve(fp, subject="no-such-subject")
+    with pytest.raises(UnknownSchema):
+        await reg.resolve(fp, (V2.id,))  # named but never stored
+
+
+async def test_what_was_stored_before_ids_were_digests_still_reads() -> None:
+    """The layout of before: the schema under its fingerprint, the subject listing the
+    fingerprint. Its versions read (and are then stored under their id), registering it
+    again is the same version, and a record with its fingerprint resolves to it."""
+    reg, core = registry()
+    six = _decimal(6)
+    core.kv[f"avro/schemas/{six.rabin}"] = six.json.encode()
+    core.kv["avro/subjects/old"] = json.dumps({"versions": [six.rabin]}).encode()
+    core.kv["avro/versions/old/1"] = six.json.encode()
+    assert (await reg.schema(six.rabin)).id == six.id
+    assert (await reg.resolve(six.rabin)).id == six.id
+    n, got = await reg.version("old", "latest")
+    assert n == 1 and got.id == six.id
+    assert core.kv[f"avro/schemas/{six.id}"] == six.json.encode()  # now under its id too
+    assert await reg.register("old", six) == (1, False)
+    assert (await reg.resolve(six.rabin, subject="old")).id == six.id
+    await reg.register("new", _decimal(2))
+    with pytest.raises(AmbiguousSchema):  # the old one and a new one share the fingerprint
+        await reg.resolve(six.rabin)
 
 
 async def test_an_incompatible_schema_changes_nothing() -> None:

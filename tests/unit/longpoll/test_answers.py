@@ -89,7 +89,11 @@ async def test_an_avro_record_shows_its_value_once_its_schema_is_known() -> None
         return stored[key]
 
     schemas, shown = SchemaCache(fetch), Shown()
-    record = message(encode_single(schema, {"n": 5}), content_type="application/avro")
+    record = message(
+        encode_single(schema, {"n": 5}),
+        content_type="application/avro",
+        headers={"avro-schema-id": schema.id},
+    )
     result = CursorPage(1, [record], [""])
     sub = ref("topic/avro")
     unknown = answer_bytes(sub, result, schemas, shown)

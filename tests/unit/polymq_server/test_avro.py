@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import decimal
+import hashlib
 import io
 import json
 import math
@@ -33,6 +34,7 @@ from polymq_server.avro import (
     encode_single,
     is_avro,
     is_schema_id,
+    message_schema_id,
     parse,
     read_header,
     schema_id,
@@ -92,15 +94,39 @@ rich_records = st.fixed_dictionaries(
 
 
 # ---- schema ids ------------------------------------------------------------------------------
-def test_schema_id_is_the_little_endian_rabin_fingerprint() -> None:
+def test_the_fingerprint_is_the_little_endian_rabin_fingerprint() -> None:
     """The Avro spec's test vector: CRC-64-AVRO of "int" is 8247732601305521295
-    (0x7275d51a3f395c8f); the id is its 8 bytes little-endian, as the single-object header
-    carries them (Java's SchemaNormalization.parsingFingerprint64 and its encoder)."""
-    sid = schema_id('"int"')
-    assert sid == "8f5c393f1ad57572"
-    assert int.from_bytes(bytes.fromhex(sid), "little") == 8247732601305521295
-    assert single_object_header(sid) == b"\xc3\x01" + (8247732601305521295).to_bytes(8, "little")
-    assert schema_id("int") == schema_id({"type": "int"}) == sid  # spellings of one schema
+    (0x7275d51a3f395c8f); the fingerprint is its 8 bytes little-endian, as the single-object
+    header carries them (Java's SchemaNormalization.parsingFingerprint64 and its encoder)."""
+    fp = parse('"int"').rabin
+    assert fp == "8f5c393f1ad57572"
+    assert int.from_bytes(bytes.fromhex(fp), "little") == 8247732601305521295
+    assert single_object_header(fp) == b"\xc3\x01" + (8247732601305521295).to_bytes(8, "little")
+    assert parse("int").rabin == parse({"type": "int"}).rabin == fp  # spellings of one schema
+
+
+def test_the_id_is_the_sha256_of_the_canonical_form_with_logical_types() -> None:
+    """The id tells apart what the fingerprint does not (a decimal's scale, a logical type)
+    and, as the fingerprint, not two spellings of one schema, docs, aliases or defaults; it
+    is the canonical form's digest where there is no logical type."""
+    d = {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}
+    two = {"type": "record", "name": "P", "fields": [{"name": "d", "type": d}]}
+    six = {"type": "record", "name": "P", "fields": [{"name": "d", "type": {**d, "scale": 6}}]}
+    assert parse(two).rabin == parse(six).rabin and schema_id(two) != schema_id(six)
+    bare = {"type": "record", "name": "P", "fields": [{"name": "d", "type": "bytes"}]}
+    assert parse(bare).rabin == parse(two).rabin and schema_id(bare) != schema_id(two)
+    canonical = parse(bare).canonical
+    assert schema_id(bare) == hashlib.sha256(canonical.encode()).hexdigest()
+    kept = '{"name":"P","type":"record","fields":[{"name":"d","type":{"type":"bytes",'
+    kept += '"logicalType":"decimal","precision":12,"scale":2}}]}'
+    assert schema_id(two) == hashlib.sha256(kept.encode()).hexdigest()
+    shuffled = {
+        "fields": [{"type": dict(reversed(d.items())), "name": "d", "doc": "x"}],
+        "name": "P",
+        "type": "record",
+        "aliases": ["Q"],
+    }
+    assert schema_id(shuffled) == schema_id(two) and is_schema_id(schema_id(two))
 
 
 @pytest.mark.parametrize(
@@ -121,14 +147,15 @@ def test_schema_id_is_the_little_endian_rabin_fingerprint() -> None:
         },
     ],
 )
-def test_schema_id_agrees_with_apache_avro(schema: Any) -> None:
+def test_the_fingerprint_agrees_with_apache_avro(schema: Any) -> None:
     text = json.dumps(schema)
-    assert schema_id(text) == avro.schema.parse(text).fingerprint("CRC-64-AVRO").hex()
+    assert parse(text).rabin == avro.schema.parse(text).fingerprint("CRC-64-AVRO").hex()
 
 
-def test_docs_aliases_and_logical_types_are_not_part_of_the_id() -> None:
-    """The id is over the Parsing Canonical Form (Java's too: apache avro's Python
-    canonical form keeps a logical type's {"type": ...} wrapper, which the spec drops)."""
+def test_docs_aliases_and_logical_types_are_not_part_of_the_fingerprint() -> None:
+    """The fingerprint is over the Parsing Canonical Form (Java's too: apache avro's Python
+    canonical form keeps a logical type's {"type": ...} wrapper, which the spec drops); the
+    id keeps the logical type (not docs, aliases or defaults)."""
     plain = {"type": "record", "name": "R", "fields": [{"name": "t", "type": "long"}]}
     fancy = {
         "type": "record",
@@ -139,7 +166,9 @@ def test_docs_aliases_and_logical_types_are_not_part_of_the_id() -> None:
             {"name": "t", "doc": "x", "type": {"type": "long", "logicalType": "timestamp-millis"}}
         ],
     }
-    assert schema_id(plain) == schema_id(fancy)
+    assert parse(plain).rabin == parse(fancy).rabin
+    assert schema_id(plain) != schema_id(fancy)  # the logical type
+    assert schema_id({**fancy, "doc": "other"}) == schema_id(fancy)
     assert parse(fancy).json != parse(plain).json  # the full JSON is kept as given
 
 
@@ -163,8 +192,17 @@ def test_invalid_schemas_are_refused(bad: Any) -> None:
 
 
 def test_is_schema_id() -> None:
-    assert is_schema_id("0123456789abcdef")
-    for bad in ("0123456789ABCDEF", "0123456789abcde", "0123456789abcdef0", "g" * 16, ""):
+    assert is_schema_id("0123456789abcdef" * 4)
+    assert is_schema_id("0123456789abcdef")  # the fingerprint an old schema is stored under
+    for bad in (
+        "0123456789ABCDEF",
+        "0123456789abcde",
+        "0123456789abcdef0",
+        "g" * 16,
+        "",
+        "0123456789abcdef" * 3,
+        "0123456789abcdef" * 4 + "0",
+    ):
         assert not is_schema_id(bad)
 
 
@@ -175,9 +213,9 @@ def test_single_object_round_trip(record: dict[str, Any]) -> None:
     schema = parse(RICH)
     data = encode_single(schema, record)
     assert data[:2] == MAGIC and data[2:10] == schema.fingerprint
-    assert read_header(data) == schema.id
+    assert read_header(data) == schema.rabin
     assert decode_single(data, schema) == record
-    assert decode_single(data, lambda sid: {schema.id: schema}[sid]) == record
+    assert decode_single(data, lambda fp: {schema.rabin: schema}[fp]) == record
     # the body after the header is exactly fastavro's schemaless encoding
     out = io.BytesIO()
     fastavro.schemaless_writer(out, schema.parsed, record)
@@ -290,6 +328,33 @@ async def test_cache_refuses_a_schema_stored_under_another_id() -> None:
     cache = SchemaCache(Store({f"avro/schemas/{s.id}": other.json.encode()}).fetch)
     with pytest.raises(InvalidSchema):
         await cache.get(s.id)
+
+
+async def test_cache_reads_a_schema_stored_under_its_fingerprint_before_ids_were_digests() -> None:
+    """``avro/schemas/<fingerprint>``: what the registry wrote when ids were fingerprints,
+    read for the messages of then (their header names no digest); a schema whose fingerprint
+    is another is refused there too."""
+    s, other = parse(RICH), parse('"long"')
+    stored = {
+        f"avro/schemas/{s.rabin}": s.json.encode(),
+        f"avro/schemas/{other.rabin[::-1]}": other.json.encode(),
+    }
+    cache = SchemaCache(Store(stored).fetch)
+    got = await cache.get(s.rabin)
+    assert got.id == s.id and cache.cached(s.rabin) is got
+    with pytest.raises(InvalidSchema):
+        await cache.get(other.rabin[::-1])
+
+
+def test_a_message_names_its_schema_by_the_id_in_its_header_else_by_its_fingerprint() -> None:
+    s = parse(RICH)
+    body = s.header + b"\x00"  # (the record itself is not read here)
+    named = Message(body, content_type=CONTENT_TYPE, headers={SCHEMA_ID_HEADER: s.id})
+    assert message_schema_id(named) == s.id
+    for headers in ({}, {SCHEMA_ID_HEADER: s.rabin}, {SCHEMA_ID_HEADER: "junk"}):
+        old = Message(body, content_type=CONTENT_TYPE, headers=headers)
+        assert message_schema_id(old) == s.rabin
+    assert message_schema_id(Message(body, content_type="text/plain", headers={})) is None
 
 
 async def test_cache_is_lru() -> None:
