@@ -27,6 +27,12 @@ A grant's pattern is checked when the file is read: one that can never match (no
 ``queue/``, ``topic/``, ``stream/``, ``channel/`` or ``kv/`` at its head), ``kv/`` alone, an
 unclosed ``[`` or a ``kv/`` pattern ending in ``/`` is refused with a hint. A file that does
 not read leaves the previous configuration in place (:meth:`FileProvider.reload`).
+
+A reload reaches the sessions already open (:meth:`FileProvider.refresh`): a user removed is
+logged out everywhere (as RabbitMQ closes a deleted user's connections), and so is a login
+whose password changed or whose token was withdrawn (a changed password is taken for a
+compromised one; RabbitMQ leaves those connections open); a user whose grants changed goes
+on with the new ones.
 """
 
 from __future__ import annotations
