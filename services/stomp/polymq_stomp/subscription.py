@@ -317,6 +317,9 @@ class Subscriptions:
                 "buffer_bytes": _BIG_BUFFER,
                 **options,
             }
+        # (again, remembered: a users reload may have come while the queue behind was made;
+        # from here on the reload finds it among the subscriptions)
+        session.authorize(Permission.READ, sub.reads)
         self.by_id[sid] = sub
         self.by_ix[sub.ix] = sub
         session.metrics.subscriptions.inc()
