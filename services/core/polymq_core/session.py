@@ -33,6 +33,7 @@ from polymq.events import (
     Publish,
     Pulled,
     Subscribe,
+    Unsubscribe,
     Welcome,
 )
 from polymq.inproc import PipeEnd
@@ -67,7 +68,6 @@ class SessionHost(RelayHost, Protocol):
     login, the dispatch of a request, and the calls that keep the broker's list of
     sessions."""
 
-    auth: AuthProvider
     cluster: Leaders | None
     connections: ConnectionLimits
     monitor: ResourceMonitor
@@ -331,8 +331,28 @@ class Session(SessionOutput, asyncio.Protocol):
                 auth.authorize(now, Permission.READ, sub.destination)
             except Forbidden as exc:
                 if self.remove_sub(sub.sid) is not None:
-                    detail = f"{exc.message} (withdrawn by a users reload)"
-                    self.reply(Cancelled(sub.sid, exc.code, detail))
+                    self._withdrawn(sub.sid, exc)
+                if self.relay is not None:
+                    self.relay.requests.pop(sub.sid, None)  # (as an Unsubscribe does)
+        relay = self.relay
+        if relay is None:
+            return
+        for sid, remote in list(relay.subs.items()):  # (served by another node)
+            request = relay.requests.get(sid)
+            if request is None:
+                continue
+            try:
+                self.broker.destination(self, request.destination, Permission.READ, pattern=True)
+            except Forbidden as exc:
+                if remote.node:
+                    relay.take(Unsubscribe(0, sid))  # (its leader lets it go)
+                else:  # being moved: it stops moving
+                    del relay.subs[sid], relay.requests[sid]
+                self._withdrawn(sid, exc)
+
+    def _withdrawn(self, sid: int, exc: Forbidden) -> None:
+        """Subscription ``sid`` ended: a users reload withdrew the grant it needs."""
+        self.reply(Cancelled(sid, exc.code, f"{exc.message} (withdrawn by a users reload)"))
 
     def alarm_changed(self) -> None:
         """A resource alarm went on or off: a native publisher's connection is read no more
