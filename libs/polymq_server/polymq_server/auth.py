@@ -93,6 +93,7 @@ __all__ = [
 ]
 
 _EVERYTHING = (Grant("*", ALL_PERMISSIONS),)
+_SERVICE = "service-token"  # the login of the service token's principal
 
 
 class AnonymousProvider(AuthProvider):
@@ -134,8 +135,15 @@ class WithServiceToken(AuthProvider):
 
     async def authenticate_token(self, token: str) -> Principal:
         if hmac.compare_digest(token.encode(), self._token.encode()):
-            return Principal(INTERNAL_PRINCIPAL, False, _EVERYTHING, frozenset({"administrator"}))
+            return Principal(
+                INTERNAL_PRINCIPAL, False, _EVERYTHING, frozenset({"administrator"}), _SERVICE
+            )
         return await self.inner.authenticate_token(token)
+
+    def refresh(self, principal: Principal) -> Principal | None:
+        if principal.login == _SERVICE and principal.name == INTERNAL_PRINCIPAL:
+            return principal  # (the token lives as long as the process)
+        return self.inner.refresh(principal)
 
     async def anonymous(self) -> Principal:
         return await self.inner.anonymous()

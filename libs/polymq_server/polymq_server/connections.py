@@ -19,6 +19,9 @@ A request message carries the topic to answer on in its ``reply_to`` (and a
 on each connection of its :class:`~polymq_server.corelink.CoreLink`; the asking side is the core's
 (``polymq_core.connlist``). Topics cross a cluster's mesh, so any node lists every frontend.
 
+A users reload reaches every open connection through its table too
+(:meth:`ConnectionTable.recheck`).
+
 Nothing here imports aiohttp or prometheus: the table is plain data, the responder speaks
 through a :class:`~polymq.client.Client`.
 """
@@ -40,6 +43,8 @@ from polymq.types import Message
 if TYPE_CHECKING:
     from polymq.client import Client, Subscription
 
+    from .principals import Principal
+
 __all__ = [
     "CLOSE_TOPIC",
     "LIST_TOPIC",
@@ -49,6 +54,7 @@ __all__ = [
     "Tracked",
     "instance_id",
     "node_of",
+    "revoked",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,13 +75,15 @@ class Tracked:
     """One client connection. Its session updates ``user``, ``vhost`` and the counters;
     ``counts`` (if given) says how many subscriptions (and channels) it has right now;
     ``closer(reason)`` closes it with its protocol's close (STOMP ERROR, AMQP
-    ``connection.close`` 320, ...)."""
+    ``connection.close`` 320, ...); ``recheck()`` (if given) has it check its login again
+    after a users reload (:meth:`ConnectionTable.recheck`)."""
 
     id: str
     protocol: str
     peer: str
     closer: Callable[[str], None]
     counts: Callable[[], dict[str, int]] | None = None
+    recheck: Callable[[], None] | None = None
     user: str | None = None
     vhost: str | None = None
     client: str | None = None  # what the client calls itself, where its protocol says
@@ -144,6 +152,18 @@ class ConnectionTable:
         entry.closer(reason)
         return True
 
+    def recheck(self) -> None:
+        """The users were reloaded: every connection checks its login again (one that lost
+        it is closed with its protocol's error; one whose grants changed goes on with the
+        new ones, and loses the subscriptions they no longer allow)."""
+        for entry in list(self.entries.values()):
+            if entry.recheck is None:
+                continue
+            try:
+                entry.recheck()
+            except Exception:  # pragma: no cover - one session's bug must not spare the others
+                log.exception("%s: %s: checking its login again failed", self.id, entry.id)
+
     def answer(self, node: str) -> dict[str, Any]:
         """What this table answers to a list request (``node``: the core it reaches)."""
         rows = self.describe()
@@ -156,6 +176,17 @@ class ConnectionTable:
             "node": node,
             "connections": rows,
         }
+
+
+def revoked(principal: Principal) -> str:
+    """Why a session whose login a users reload took away is closed (its protocol's error
+    carries it)."""
+    if principal.anonymous:
+        return "anonymous access was turned off by a users reload: log in"
+    return (
+        f"user {principal.name[:100]!r} was removed, or the password or token it logged in "
+        "with changed, by a users reload: log in again"
+    )
 
 
 def node_of(client: Client) -> str:

@@ -321,8 +321,10 @@ class CoreLink:
 
     def follow_config(self, reloader: Reloader) -> None:
         """From each connection on, apply to this frontend (with ``reloader``) every reload
-        the core publishes on its topic ``system.config`` (see :mod:`polymq_server.reload`)."""
+        the core publishes on its topic ``system.config`` (see :mod:`polymq_server.reload`);
+        a users reload has this frontend's open connections check their logins again."""
         self.reloader = reloader
+        reloader.users_hooks.append(self.connections.recheck)
 
     async def _follow(self, client: Client, reloader: Reloader) -> None:
         try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import enum
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 from polymq.errors import Forbidden
@@ -70,6 +70,9 @@ class Principal:
     anonymous: bool
     grants: tuple[Grant, ...] = ()
     tags: frozenset[str] = frozenset()  # management tags (ADMIN_TAGS): the admin API's
+    # what it logged in with, as its provider checks it again after a users reload
+    # (AuthProvider.refresh; FileProvider: the password's hash or the token's sha256)
+    login: str = field(default="", repr=False, compare=False)
 
     def allows(self, permission: Permission, destination: str) -> bool:
         return any(g.allows(permission, destination) for g in self.grants)
@@ -102,6 +105,14 @@ class AuthProvider(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> str:
         """One line for the start-up log saying how clients are authenticated."""
+
+    def refresh(self, principal: Principal) -> Principal | None:
+        """``principal`` as the users are now (after a reload): with its grants and tags of
+        now, or None if it may no longer be logged in (its user was removed, the password or
+        token it logged in with is no longer the user's, anonymous access was turned off).
+        Cheap (no hashing): every open session asks it after each users reload. A provider
+        whose users never change answers ``principal``."""
+        return principal
 
     def authorize(self, principal: Principal, permission: Permission, destination: str) -> None:
         """Return if ``principal`` holds ``permission`` on ``destination``, else raise Forbidden."""

@@ -12,6 +12,12 @@ Versions are the unix time in microseconds of the request (an integer JSON reade
 a browser's keep exact, unlike nanoseconds): a process ignores a reload older than the one
 it applied (a late or repeated message changes nothing).
 
+A users reload reaches the open sessions too: each :attr:`Reloader.users_hooks` is called
+once the file is re-read (the sessions of a frontend through its
+:class:`~polymq_server.connections.ConnectionTable`, the core's wire clients through its own),
+and each session asks :meth:`~polymq_server.auth.AuthProvider.refresh` whether its login
+still holds and with which grants.
+
 Errors: :class:`ReloadError` for a change that cannot be applied (an unknown log level, a
 users file that no longer reads, limits the core refuses), raised before anything of it is
 applied where it can be checked first; the users file is checked by re-reading it, and a bad
@@ -111,6 +117,8 @@ class Reloader:
         self.users_required = users_required
         self.name = name  # who applies it, in the log ("" for the core)
         self.version = 0
+        # told once a users reload has re-read the file: the open sessions check their logins
+        self.users_hooks: list[Callable[[], None]] = []
 
     def _users(self) -> FileProvider | None:
         provider: Any = self.auth
@@ -138,7 +146,10 @@ class Reloader:
         if isinstance(level, str) and level in LEVELS:
             logging.getLogger().setLevel(level)
         if change.get("users"):
-            errors.extend(self._reload_users())
+            users_errors = self._reload_users()
+            errors.extend(users_errors)
+            if not users_errors:
+                self._users_reloaded()
         who = f"{self.name}: " if self.name else ""
         log.log(
             logging.INFO if self.name else logging.WARNING,
@@ -164,6 +175,13 @@ class Reloader:
         except (OSError, ValueError) as exc:
             return [f"users: {provider.path} kept its old contents: {exc}"]
         return []
+
+    def _users_reloaded(self) -> None:
+        for hook in self.users_hooks:
+            try:
+                hook()
+            except Exception:  # pragma: no cover - a hook's bug must not stop the others
+                log.exception("%s: a users reload hook failed", self.name or "core")
 
 
 def _describe(change: dict[str, Any]) -> str:

@@ -27,6 +27,12 @@ A grant's pattern is checked when the file is read: one that can never match (no
 ``queue/``, ``topic/``, ``stream/``, ``channel/`` or ``kv/`` at its head), ``kv/`` alone, an
 unclosed ``[`` or a ``kv/`` pattern ending in ``/`` is refused with a hint. A file that does
 not read leaves the previous configuration in place (:meth:`FileProvider.reload`).
+
+A reload reaches the sessions already open (:meth:`FileProvider.refresh`): a user removed is
+logged out everywhere (as RabbitMQ closes a deleted user's connections), and so is a login
+whose password changed or whose token was withdrawn (a changed password is taken for a
+compromised one; RabbitMQ leaves those connections open); a user whose grants changed goes
+on with the new ones.
 """
 
 from __future__ import annotations
@@ -98,15 +104,38 @@ class FileProvider(AuthProvider):
         ok = await asyncio.to_thread(_verify_or_dummy, password, encoded)
         if found is None or encoded is None or not ok:
             raise Unauthorized(_BAD_LOGIN)
-        return Principal(user, anonymous=False, grants=found.grants, tags=found.tags)
+        # (as the users are now: a reload may have come while the hash was checked)
+        principal = self.refresh(Principal(user, anonymous=False, login=encoded))
+        if principal is None:
+            raise Unauthorized(_BAD_LOGIN)
+        return principal
 
     async def authenticate_token(self, token: str) -> Principal:
         config = self._config
-        name = config.tokens.get(hash_token(token))
+        digest = hash_token(token)
+        name = config.tokens.get(digest)
         if name is None:
             raise Unauthorized("invalid token")
         found = config.users[name]
-        return Principal(name, anonymous=False, grants=found.grants, tags=found.tags)
+        return Principal(name, False, found.grants, found.tags, digest)
+
+    def refresh(self, principal: Principal) -> Principal | None:
+        """As the file is now: a user's password (the hash it logged in with) and tokens
+        are its credentials; a user removed, or whose password changed, or whose token was
+        withdrawn, is logged in no more (a token login stays when only the password changed,
+        and the other way round)."""
+        config = self._config
+        if principal.anonymous:
+            if config.anonymous is None:
+                return None
+            return _same(principal, config.anonymous, frozenset())
+        found = config.users.get(principal.name)
+        if found is None:
+            return None
+        login = principal.login
+        if login != found.password_hash and config.tokens.get(login) != principal.name:
+            return None
+        return _same(principal, found.grants, found.tags)
 
     async def anonymous(self) -> Principal:
         grants = self._config.anonymous
@@ -129,6 +158,13 @@ class FileProvider(AuthProvider):
             raise ValueError(f"auth file {self.path}: cannot read it: {e.strerror or e}") from None
         except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise ValueError(f"auth file {self.path}: {e}") from None
+
+
+def _same(principal: Principal, grants: tuple[Grant, ...], tags: frozenset[str]) -> Principal:
+    """``principal`` with ``grants`` and ``tags`` (itself if they are its own)."""
+    if principal.grants == grants and principal.tags == tags:
+        return principal
+    return Principal(principal.name, principal.anonymous, grants, tags, principal.login)
 
 
 def _object(v: Any, what: str, allowed: Iterable[str] | None = None) -> dict[str, Any]:

@@ -36,6 +36,10 @@ class Channels:
     def __contains__(self, number: object) -> bool:
         return number in self._open
 
+    def opened(self) -> list[Channel]:
+        """The open channels, by number."""
+        return [self._open[number] for number in sorted(self._open)]
+
     def counts(self) -> dict[str, int]:
         """The channels and their consumers, as the admin API shows the connection."""
         channels = list(self._open.values())

@@ -39,6 +39,7 @@ from pamqp import base, commands
 from polymq.client import Client
 from polymq.errors import PolymqError
 from polymq_server.auth import Permission, Principal
+from polymq_server.connections import revoked
 from polymq_server.corelink import CoreLink
 from polymq_server.frontend import FrontendSession
 from polymq_server.transport import Transport
@@ -131,6 +132,7 @@ class AmqpSession(FrontendSession):
         self.tracked = hub.link.connections.open(  # (the admin API's view of it)
             "amqp", transport.peer, self._closed_by_admin, self.channels.counts
         )
+        self.tracked.recheck = self.recheck_login  # (after a users reload)
 
     def __repr__(self) -> str:
         return f"<amqp connection {self.conn_id} {self.transport.peer}>"
@@ -473,6 +475,37 @@ class AmqpSession(FrontendSession):
         self.principal = principal
         self.tracked.user = principal.name
         self._allowed.clear()
+
+    def recheck_login(self) -> None:
+        """The users were reloaded: go on with the grants the login has now (its remembered
+        decisions forgotten); a channel with a consumer on a queue they no longer let it
+        read is closed (403 ACCESS_REFUSED: its unacknowledged messages go back), and a
+        login that no longer holds (its user removed, as RabbitMQ does, or its password or
+        token changed) closes the connection (320 CONNECTION_FORCED)."""
+        principal = self.principal
+        if principal is None or self.closing:
+            return  # (a login under way reads the users as they are now)
+        now = self.hub.auth.refresh(principal)
+        if now is None:
+            why = "broker forced connection closure with reason 'login revoked': " + revoked(
+                principal
+            )
+            self.close_connection(ConnectionException(CONNECTION_FORCED, why))
+            return
+        if now == principal:
+            return
+        self.logged_in(now)
+        for ch in self.channels.opened():
+            for consumer in list(ch.consumers.by_tag.values()):
+                try:
+                    self.authorize(Permission.READ, consumer.core_queue)
+                except ChannelException:
+                    why = (
+                        f"access to queue '{consumer.queue}' in vhost '{self.vhost}' refused "
+                        f"for user '{now.name}': read permission withdrawn by a users reload"
+                    )
+                    self.channels.close(ch.number, ChannelException(ACCESS_REFUSED, why))
+                    break
 
     def client(self) -> Client:
         """The frontend's client of the core; Unavailable while there is none."""

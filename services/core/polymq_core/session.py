@@ -22,7 +22,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.codec import NEED_DATA, Connection, Role
-from polymq.errors import RemoteProtocolError, RequestError, Unavailable
+from polymq.errors import Forbidden, RemoteProtocolError, RequestError, Unavailable
 from polymq.events import (
     Cancelled,
     Event,
@@ -33,12 +33,13 @@ from polymq.events import (
     Publish,
     Pulled,
     Subscribe,
+    Unsubscribe,
     Welcome,
 )
 from polymq.inproc import PipeEnd
 from polymq.types import Destination, Message
-from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider
-from polymq_server.connections import Tracked
+from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider, Permission
+from polymq_server.connections import Tracked, revoked
 from polymq_server.resources import Admission
 
 from .handover import is_handover
@@ -252,6 +253,8 @@ class Session(SessionOutput, asyncio.Protocol):
         self.destinations.clear()  # (none is known before: requests wait for the hello)
         self.broker.sensors.on_connection(self.protocol, 1)
         self.broker.logged_in(self)
+        if self.tracked is not None:  # (a users reload has it check its login again)
+            self.tracked.recheck = self.recheck_login
         self.reply(Welcome(1, self.broker.server_name, self.name, self.broker.settings.limits()))
         self._process()
 
@@ -303,6 +306,53 @@ class Session(SessionOutput, asyncio.Protocol):
             fut.add_done_callback(lambda f: self._answered(rid, f))
         elif rid:
             self.reply(result if isinstance(result, Event) else Ok(rid, result))
+
+    def recheck_login(self) -> None:
+        """The users were reloaded: go on with the grants the login has now (the
+        destinations it authorized are forgotten), and end each subscription they no longer
+        let it read (``Cancelled`` with ``forbidden``: what it held unacknowledged goes back);
+        a login that no longer holds (its user removed, its password or token changed) is
+        closed with a Goodbye (``unauthorized``)."""
+        principal = self.principal
+        if principal is None or self._closed:
+            return  # (a login under way reads the users as they are now)
+        auth = self.auth if self.auth is not None else self.broker.auth
+        now = auth.refresh(principal)
+        if now is None:
+            log.info("session %s: %s", self.name, revoked(principal))
+            self.close("unauthorized", revoked(principal))
+            return
+        if now == principal:
+            return
+        self.principal = now
+        self.destinations.clear()
+        for sub in list(self.subs.values()):
+            try:
+                auth.authorize(now, Permission.READ, sub.destination)
+            except Forbidden as exc:
+                if self.remove_sub(sub.sid) is not None:
+                    self._withdrawn(sub.sid, exc)
+                if self.relay is not None:
+                    self.relay.requests.pop(sub.sid, None)  # (as an Unsubscribe does)
+        relay = self.relay
+        if relay is None:
+            return
+        for sid, remote in list(relay.subs.items()):  # (served by another node)
+            request = relay.requests.get(sid)
+            if request is None:
+                continue
+            try:
+                self.broker.destination(self, request.destination, Permission.READ, pattern=True)
+            except Forbidden as exc:
+                if remote.node:
+                    relay.take(Unsubscribe(0, sid))  # (its leader lets it go)
+                else:  # being moved: it stops moving
+                    del relay.subs[sid], relay.requests[sid]
+                self._withdrawn(sid, exc)
+
+    def _withdrawn(self, sid: int, exc: Forbidden) -> None:
+        """Subscription ``sid`` ended: a users reload withdrew the grant it needs."""
+        self.reply(Cancelled(sid, exc.code, f"{exc.message} (withdrawn by a users reload)"))
 
     def alarm_changed(self) -> None:
         """A resource alarm went on or off: a native publisher's connection is read no more

@@ -19,13 +19,14 @@ core through :class:`LongpollLink`. Errors are raised and turned into problem de
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from typing import Any
 
 from aiohttp import web
 
 from polymq import CursorPage
 from polymq.types import Destination, Kind, Outcome
-from polymq_server.access import Access
+from polymq_server.access import Access, Revocation, until_revoked
 from polymq_server.auth import Permission, Principal
 from polymq_server.avro import SchemaCache
 from polymq_server.avroview import load_schemas
@@ -68,6 +69,13 @@ async def subscription(request: web.Request) -> SubscriptionRef:
     ref = SubscriptionRef.decode(request.match_info["id"])
     request.app[ACCESS].authorize(principal, Permission.READ, str(ref.destination))
     return ref
+
+
+async def held(request: web.Request, ref: SubscriptionRef) -> AbstractContextManager[Revocation]:
+    """While the request reading ``ref`` is held open (a long poll, an SSE stream): the
+    future a users reload fails if it took the caller's login or read permission away."""
+    principal = await principal_of(request)  # (remembered: no second password check)
+    return request.app[ACCESS].held(principal, Permission.READ, str(ref.destination))
 
 
 def resume_cursor(request: web.Request, *, header_first: bool) -> tuple[int | None, bool]:
@@ -147,7 +155,10 @@ async def poll(request: web.Request) -> web.StreamResponse:
     start = time.perf_counter()
     metrics.polls += 1
     try:
-        result = await core.poll(ref.core_id, cursor, max_, wait, ref.max_step)
+        with await held(request, ref) as revocation:  # (a users reload may end it: 401, 403)
+            result = await until_revoked(
+                core.poll(ref.core_id, cursor, max_, wait, ref.max_step), revocation
+            )
         outcome = "messages" if result.messages else "empty"
     finally:
         metrics.polls -= 1

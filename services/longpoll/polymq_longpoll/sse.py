@@ -21,7 +21,8 @@ from any event it still holds), and unsettled queue leases come back when they e
 Errors before the stream starts (unknown id, expired cursor, bad input) are problem
 details with their status, like any request; errors after it are one ``event: problem``
 whose data is the problem, and the stream ends (``EventSource`` then reconnects, which a
-client that wants to stop must prevent by closing it).
+client that wants to stop must prevent by closing it). So does a users reload that removed
+the caller's user or changed its password (401), or withdrew its read permission (403).
 """
 
 from __future__ import annotations
@@ -39,11 +40,12 @@ from typing import Any
 from aiohttp import web
 
 from polymq import CursorPage
-from polymq.errors import PolymqError
+from polymq.errors import Forbidden, PolymqError, Unauthorized
 from polymq.types import Kind, Outcome
+from polymq_server.access import until_revoked
 from polymq_server.problems import from_exception
 
-from .api import CORE, METRICS, SETTINGS, WINDOWS, answer_json, resume_cursor, subscription
+from .api import CORE, METRICS, SETTINGS, WINDOWS, answer_json, held, resume_cursor, subscription
 from .leases import Window
 from .payloads import no_query, parse_max
 from .subscriptions import AckMode, SubscriptionRef
@@ -214,7 +216,11 @@ async def events(request: web.Request) -> web.StreamResponse:
         await stream.send(result, preamble=f"retry: {RETRY_MS}\n\n".encode())
         if result.cursor is not None:
             cursor = result.cursor
-        await stream.run(cursor, batch)
+        with await held(request, ref) as revocation:
+            try:
+                await until_revoked(stream.run(cursor, batch), revocation)
+            except (Unauthorized, Forbidden) as exc:  # a users reload took it away
+                await response.write(problem_event(exc))
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
     except ConnectionError:

@@ -55,6 +55,7 @@ class StompSubscription:
         "low",
         "mode",
         "owner",
+        "reads",
         "target",
         "topic",
         "unacked",
@@ -81,6 +82,7 @@ class StompSubscription:
         self.id = sid
         self.ix = ix
         self.target = target
+        self.reads = target.core  # what it was authorized to read (a topic behind a queue)
         self.mode = mode
         self.window = window
         self.buffer_messages = buffer_messages

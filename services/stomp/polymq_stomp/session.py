@@ -45,6 +45,7 @@ from polymq.errors import (
 )
 from polymq.types import AckMode
 from polymq_server.auth import Permission, Principal
+from polymq_server.connections import revoked
 from polymq_server.frontend import FrontendSession
 from polymq_server.names import VhostNames
 
@@ -122,6 +123,7 @@ class StompSession(FrontendSession):
             self._closed_by_admin,
             lambda: {"subscriptions": len(self.subscriptions)},
         )
+        self.tracked.recheck = self.recheck_login  # (after a users reload)
 
     def __repr__(self) -> str:
         return f"<stomp session {self.conn_id} {self.transport.kind} {self.transport.peer}>"
@@ -464,6 +466,33 @@ class StompSession(FrontendSession):
         self.hub.auth.authorize(self.principal, permission, destination)
         if len(self._allowed) < 1024:
             self._allowed.add(key)
+
+    def recheck_login(self) -> None:
+        """The users were reloaded: go on with the grants the login has now, its remembered
+        decisions forgotten; a subscription they no longer let it read ends the connection
+        (ERROR ``access_refused``), as does a login that no longer holds (its user removed,
+        its password or token changed)."""
+        principal = self.principal
+        if principal is None or self.closing:
+            return  # (a login under way reads the users as they are now)
+        now = self.hub.auth.refresh(principal)
+        if now is None:
+            self.fail("access_refused", f"ACCESS_REFUSED - {revoked(principal)}", "auth")
+            return
+        if now == principal:
+            return
+        self.principal = now
+        self._allowed.clear()
+        for sub in list(self.subscriptions.by_id.values()):
+            try:
+                self.authorize(Permission.READ, sub.reads)
+            except Forbidden as exc:
+                detail = (
+                    f"ACCESS_REFUSED - subscription {sub.id!r} to {sub.target.stomp}: "
+                    f"{exc.message} (withdrawn by a users reload)"
+                )
+                self.fail("access_refused", detail, "forbidden")
+                return
 
     def transport_host(self) -> str | None:
         """The host name a WebSocket client opened its socket on (its Host header)."""

@@ -176,6 +176,7 @@ class Subscriptions:
             )
         window, options = self._options(frame, target, mode)
         session.authorize(Permission.READ, target.core)
+        reads = target.core
         if target.temp:
             await session.targets.ensure_temp(target)
         arguments = queue_arguments(frame, session.vhost_prefix)
@@ -197,7 +198,7 @@ class Subscriptions:
             session.authorize(Permission.CONFIGURE, target.core)
             client = session.client()
             await session.hub.link.guard(client, client.declare(target.core, **arguments))
-        await self.open(sid, target, mode, window, options)
+        await self.open(sid, target, mode, window, options, reads=reads)
         receipt = frame.get("receipt")
         if receipt is not None:
             session.receipt(receipt)
@@ -267,9 +268,17 @@ class Subscriptions:
         return window, options
 
     async def open(
-        self, sid: str, target: Target, mode: AckMode, window: int, options: dict[str, Any]
+        self,
+        sid: str,
+        target: Target,
+        mode: AckMode,
+        window: int,
+        options: dict[str, Any],
+        *,
+        reads: str | None = None,
     ) -> None:
-        """Subscribe at the core and start relaying."""
+        """Subscribe at the core and start relaying (``reads``: what READ was authorized on,
+        if not ``target``: the topic of the queue behind a topic subscription)."""
         session = self.session
         s = session.settings
         buffer_messages = int(options.pop("buffer_messages", s.stomp_buffer_messages))
@@ -287,6 +296,8 @@ class Subscriptions:
             drop=drop,
             as_json=as_json,
         )
+        if reads is not None:
+            sub.reads = reads
         if target.kind is Kind.TOPIC:
             # Topics keep nothing: the core hands every message over at once (and drops for
             # a frontend too slow as a whole, rather than cut every connection it carries);
@@ -306,6 +317,9 @@ class Subscriptions:
                 "buffer_bytes": _BIG_BUFFER,
                 **options,
             }
+        # (again, remembered: a users reload may have come while the queue behind was made;
+        # from here on the reload finds it among the subscriptions)
+        session.authorize(Permission.READ, sub.reads)
         self.by_id[sid] = sub
         self.by_ix[sub.ix] = sub
         session.metrics.subscriptions.inc()

@@ -224,6 +224,65 @@ async def test_reload_rereads_the_file_and_keeps_the_old_one_on_error(
     assert (await p.authenticate_token(BOT_TOKEN)).name == "bot"
 
 
+async def test_refresh_follows_a_reload_of_the_logins_and_grants(
+    tmp_path: Path, alice_hash: str
+) -> None:
+    """After a reload, a login is what the file says now: the same principal while nothing
+    of it changed, its new grants, or None once its user, password or token is gone."""
+    path = write(tmp_path / "u.json", config(alice_hash, anonymous=True))
+    p = FileProvider(path)
+    alice = await p.authenticate_password("alice", ALICE_PASSWORD)
+    bot = await p.authenticate_token(BOT_TOKEN)
+    anon = await p.anonymous()
+    assert "scrypt" not in repr(alice)  # (what it logged in with is not shown)
+    p.reload()
+    assert p.refresh(alice) is alice and p.refresh(bot) is bot and p.refresh(anon) is anon
+    doc = config(alice_hash, anonymous=True)
+    doc["users"]["alice"]["grants"] = [{"pattern": "queue/other", "permissions": ["read"]}]
+    write(path, doc)
+    p.reload()
+    now = p.refresh(alice)
+    assert now is not None and now.name == "alice"
+    assert now.allows(Permission.READ, "queue/other")
+    assert not now.allows(Permission.READ, "queue/orders.eu")
+    assert p.refresh(now) is now
+    # a token login outlives a password change, and the other way round
+    doc["users"]["alice"]["password_hash"] = hash_password("new password")
+    doc["users"]["bot"]["password_hash"] = alice_hash
+    write(path, doc)
+    p.reload()
+    assert p.refresh(alice) is None
+    assert p.refresh(bot) is not None
+    doc["tokens"] = {}
+    del doc["anonymous"]
+    write(path, doc)
+    p.reload()
+    assert p.refresh(bot) is None and p.refresh(anon) is None
+    del doc["users"]["alice"]
+    write(path, doc)
+    p.reload()
+    assert p.refresh(await p.authenticate_password("bot", ALICE_PASSWORD)) is not None
+    # a user removed while its password was checked is refused
+    login = asyncio.ensure_future(p.authenticate_password("bot", ALICE_PASSWORD))
+    await asyncio.sleep(0)
+    write(path, {"users": {}})
+    p.reload()
+    with pytest.raises(Unauthorized):
+        await login
+
+
+def test_refresh_of_the_service_token_and_the_anonymous_provider(
+    provider: FileProvider,
+) -> None:
+    service = auth.WithServiceToken(provider, "s" * 32)
+    internal = asyncio.run(service.authenticate_token("s" * 32))
+    assert service.refresh(internal) is internal
+    alice = asyncio.run(service.authenticate_password("alice", ALICE_PASSWORD))
+    assert service.refresh(alice) is alice
+    anyone = asyncio.run(AnonymousProvider().authenticate_password("x", "y"))
+    assert AnonymousProvider().refresh(anyone) is anyone
+
+
 def _mutate(alice_hash: str, change: str) -> Any:
     doc = config(alice_hash)
     alice = doc["users"]["alice"]

@@ -72,6 +72,23 @@ def test_shut_calls_the_closer_of_that_connection_only() -> None:
     assert closed == [("a", "bye")]
 
 
+def test_recheck_asks_every_connection_that_can_check_its_login() -> None:
+    table = ConnectionTable("stomp-00000003", "stomp")
+    checked: list[str] = []
+    a = table.open("stomp", "p:1", lambda reason: None)
+    a.recheck = lambda: checked.append("a")
+    table.open("stomp", "p:2", lambda reason: None)  # (none: nothing to ask)
+    c = table.open("stomp", "p:3", lambda reason: None)
+
+    def closes_itself() -> None:
+        checked.append("c")
+        table.close(c)  # (a session that loses its login leaves the table meanwhile)
+
+    c.recheck = closes_itself
+    table.recheck()
+    assert checked == ["a", "c"] and len(table) == 2
+
+
 class _Sub:
     def __init__(self, destination: str) -> None:
         self.destination = destination

@@ -71,6 +71,21 @@ async def test_the_users_file_is_read_again_and_the_log_level_set(
     assert (await provider.authenticate_password("alice", "new")).name == "alice"
 
 
+def test_the_users_hooks_run_after_a_users_reload_that_read_the_file(tmp_path: Path) -> None:
+    path = users_file(tmp_path / "users.json", "pw")
+    reloader = Reloader(FileProvider(path))
+    told: list[str] = []
+    reloader.users_hooks += [lambda: told.append("a"), lambda: told.append("b")]
+    reloader.apply({"version": 1, "log_level": "INFO"})
+    assert told == []  # (no users reload)
+    reloader.apply({"version": 2, "users": True})
+    assert told == ["a", "b"]
+    path.write_text("{not json")  # the old users stay: the sessions have nothing to check
+    with pytest.raises(ReloadError):
+        reloader.apply({"version": 3, "users": True})
+    assert told == ["a", "b"]
+
+
 def test_users_cannot_be_reloaded_without_a_users_file() -> None:
     with pytest.raises(ReloadError, match="no users file"):
         Reloader(AnonymousProvider()).apply({"version": 1, "users": True})
