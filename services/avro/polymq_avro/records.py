@@ -4,7 +4,9 @@ A body is sniffed by its first bytes: ``Obj`` 0x01 is an object container file (
 schema travels in it), ``C3 01`` a run of single-object encoded records, each naming its
 schema by id (which must be registered: the caller looks ids up, see :class:`NeedSchema`).
 Every record is decoded against its schema before anything is published, and each becomes
-one message whose body is the record in the single-object encoding.
+one message whose body is the record in the single-object encoding. Records of a schema that
+could nest without bound (a recursive one) are walked with a depth bound before fastavro
+reads them (``polymq_server.avro.check_bounds``): one nested too deeply is refused, 422.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from polymq_server.avro import (
     AvroError,
     AvroSchema,
     DecodeError,
+    check_bounds,
     parse,
     read_header,
 )
@@ -158,6 +161,7 @@ def split_single(
         schemas.setdefault(sid, schema)
         stream.seek(pos + HEADER_SIZE)
         try:
+            check_bounds(body, pos + HEADER_SIZE, schema)  # before fastavro's C reader
             schemaless_reader(stream, schema.plain, None)
         except EOFError:
             raise Truncated(
