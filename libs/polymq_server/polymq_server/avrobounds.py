@@ -36,9 +36,10 @@ the callers' existing translation of fastavro's errors applies::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .nesting import nests_deeper
 
 __all__ = [
     "MAX_DEPTH",
@@ -100,18 +101,8 @@ class TooManyItems(ValueError):
 def check_json_depth(obj: Any) -> None:
     """SchemaTooDeep if ``obj`` (decoded JSON) nests objects and lists more than
     :data:`MAX_JSON_DEPTH` deep (checked without recursion)."""
-    stack: list[tuple[Any, int]] = [(obj, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, Mapping):
-            children: Any = node.values()
-        elif isinstance(node, list | tuple):
-            children = node
-        else:
-            continue
-        if depth >= MAX_JSON_DEPTH:
-            raise SchemaTooDeep("JSON objects and lists")
-        stack.extend((c, depth + 1) for c in children)
+    if nests_deeper(obj, MAX_JSON_DEPTH):
+        raise SchemaTooDeep("JSON objects and lists")
 
 
 @dataclass(frozen=True)

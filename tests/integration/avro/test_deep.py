@@ -140,3 +140,30 @@ def test_a_poison_message_reaches_a_stomp_subscriber(server: PolymqProcess, api:
         for frame in (poison, good):
             consumer.conn.ack(frame.headers["ack"])
     assert server.alive, server.log()
+
+
+@pytest.mark.parametrize(
+    ("port", "method", "path"),
+    [
+        ("http", "POST", "/v1/queue/deep-json/messages"),
+        ("longpoll", "POST", "/v1/queue/deep-json/messages"),
+        ("avro", "POST", "/v1/schemas/subjects/deep-json/versions"),
+        ("admin", "POST", "/api/destinations/queue/deep-json/messages"),
+        ("admin", "POST", "/api/config/reload"),
+    ],
+)
+def test_deep_json_anywhere_is_a_400(
+    server: PolymqProcess, port: str, method: str, path: str
+) -> None:
+    """JSON nested 100,000 deep (200 KB) is a 400 problem, not a 500 (or worse)."""
+    body = "[" * 100_000 + "]" * 100_000
+    r = requests.request(
+        method,
+        server.url(port) + path,
+        data=body,
+        headers={"Content-Type": "application/json"},
+        timeout=TIMEOUT,
+    )
+    assert r.status_code == 400, r.text[:300]
+    assert "json" in r.headers["Content-Type"]
+    assert server.alive, server.log()
