@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from ...procs import PolymqProcess
+from ..longpoll.conftest import Longpoll
 from ..stomp.helpers import WAIT, clients
 from ..webapi import TIMEOUT
 from .conftest import Avro, assert_problem, unique
@@ -123,6 +124,38 @@ def test_a_poison_message_is_pulled_with_a_decode_error(server: PolymqProcess, a
     assert base64.b64decode(poison["body"])[10:] == linked(DEPTH)  # the bytes, as stored
     assert good["value"] == value(3) and "value_error" not in good
     assert server.alive, server.log()
+
+
+def test_a_poison_message_is_polled_and_read_with_a_decode_error(
+    server: PolymqProcess, api: Avro
+) -> None:
+    """The long-polling frontend's poll and the Avro frontend's JSON read show it too."""
+    queue = f"queue/{unique('poison')}"
+    _poison_and_next(server, api, queue)
+    lp = Longpoll(server.url("longpoll"))
+    sub = lp.open(queue, ack="client", prefetch=10)
+    got: list[dict[str, Any]] = []
+    while len(got) < 2:
+        answer = lp.poll(sub["id"], max=10, wait=5)
+        assert answer["messages"], f"only {len(got)} of 2 messages came"
+        got += answer["messages"]
+    poison, good = got
+    assert poison["value"] is None and "more than 128 deep" in poison["value_error"]
+    assert good["value"] == value(3)
+    lp.settle("nack", *(m["receipt"] for m in got))  # back to the queue, for the Avro read
+    r = api.get(f"/v1/{queue}/records?max=10&wait=5", headers={"Accept": "application/json"})
+    assert r.status_code == 200, r.text
+    poison, good = r.json()["records"]
+    assert poison["value"] is None and "more than 128 deep" in poison["error"]
+    assert base64.b64decode(poison["body"])[10:] == linked(DEPTH)
+    assert good["value"] == value(3)
+    assert server.alive, server.log()
+
+
+def test_a_record_that_always_contains_itself_is_not_registered(api: Avro) -> None:
+    endless = {"type": "record", "name": "X", "fields": [{"name": "x", "type": "X"}]}
+    problem = assert_problem(api.register(unique("endless"), json.dumps(endless)), 422)
+    assert "contains itself" in problem["detail"]
 
 
 def test_a_poison_message_reaches_a_stomp_subscriber(server: PolymqProcess, api: Avro) -> None:
