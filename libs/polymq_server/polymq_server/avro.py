@@ -269,7 +269,7 @@ def check_bounds(data: bytes, pos: int, schema: AvroSchema) -> None:
     fastavro would: ``ValueError``, ``EOFError``) where it breaks a bound
     (:mod:`polymq_server.avrobounds`). Data of other schemas passes untouched."""
     if schema.shape.walk:
-        walk(data, pos, schema.plain)
+        walk(data, pos, schema.plain, schema.shape.named)
 
 
 def read_datum(

@@ -36,7 +36,8 @@ the callers' existing translation of fastavro's errors applies::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from .nesting import nests_deeper
@@ -109,11 +110,13 @@ def check_json_depth(obj: Any) -> None:
 class Shape:
     """What a schema lets its data do: ``height``, the deepest nesting of its types (a
     recursive reference not followed); ``recursive``; ``empty_items``, whether some array's
-    items can take no bytes."""
+    items can take no bytes; and ``named``, its named types by full name (what
+    :func:`walk` resolves references with)."""
 
     height: int
     recursive: bool
     empty_items: bool
+    named: Mapping[str, Any] = field(compare=False, repr=False)
 
     @property
     def walk(self) -> bool:
@@ -125,14 +128,37 @@ def shape(plain: Any) -> Shape:
     """The shape of a schema in fastavro's parsed form (without logical types); SchemaTooDeep
     or EndlessRecord for one that is refused. Recurses once per nested type and JSON wrapper,
     so call it on a schema whose JSON passed :func:`check_json_depth`."""
-    named = plain.get("__named_schemas", {}) if isinstance(plain, dict) else {}
-    a = _Analysis(named if isinstance(named, dict) else {})
+    named = _named_types(plain)
+    a = _Analysis(named)
     height, _ = a.visit(plain, 0)
-    return Shape(height, a.recursive, a.empty_items)
+    return Shape(height, a.recursive, a.empty_items, named)
+
+
+def _named_types(plain: Any) -> dict[str, Any]:
+    """Every named type defined in ``plain`` (fastavro keeps a table of them only at the top
+    of a record; a union's or an array's records define theirs inline)."""
+    out: dict[str, Any] = {}
+    stack = [plain]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            table = node.get("__named_schemas")
+            if isinstance(table, dict):
+                out.update(table)
+            name = node.get("name")
+            if isinstance(name, str) and node.get("type") in ("record", "error", "enum", "fixed"):
+                out.setdefault(name, node)
+            stack.extend(v for k, v in node.items() if k in ("type", "items", "values"))
+            fields = node.get("fields")
+            if isinstance(fields, list):
+                stack.extend(f.get("type") for f in fields if isinstance(f, dict))
+    return out
 
 
 class _Analysis:
-    def __init__(self, named: dict[str, Any]) -> None:
+    def __init__(self, named: Mapping[str, Any]) -> None:
         self.named = named
         self.done: dict[str, tuple[int, bool]] = {}  # name -> (height, takes no bytes)
         self.open: dict[str, int] = {}  # names being visited -> escapes on the way in
@@ -212,11 +238,11 @@ class _Analysis:
 
 
 # ---- data ----------------------------------------------------------------------------------
-def walk(data: bytes, pos: int, plain: Any) -> int:
-    """Where the datum of ``plain`` (fastavro's parsed form without logical types) that
-    starts at ``data[pos]`` ends, found without recursion; TooDeep, TooManyItems, EOFError
-    or ValueError instead of reading past a bound (see the module's docstring)."""
-    named = plain.get("__named_schemas", {}) if isinstance(plain, dict) else {}
+def walk(data: bytes, pos: int, plain: Any, named: Mapping[str, Any]) -> int:
+    """Where the datum of ``plain`` (fastavro's parsed form without logical types, whose
+    named types are ``named``: its :attr:`Shape.named`) that starts at ``data[pos]`` ends,
+    found without recursion; TooDeep, TooManyItems, EOFError or ValueError instead of
+    reading past a bound (see the module's docstring)."""
     n = len(data)
     items_left = n - pos + MAX_EMPTY_ITEMS
     # (node, depth, items left in the current block or -1 for "a value", is it a map)

@@ -294,7 +294,7 @@ def _check_block(b: int, count: int, block: bytes, schema: AvroSchema, first: in
     pos = 0
     for i in range(count):
         try:
-            pos = walk(block, pos, schema.plain)
+            pos = walk(block, pos, schema.plain, schema.shape.named)
         except Exception as exc:
             raise _invalid(first + i, b, schema, exc) from None
 

@@ -152,6 +152,43 @@ def test_a_view_of_a_deep_record_is_the_value_or_an_error(
     json.dumps(shown)  # and what it shows can be written as JSON
 
 
+TOPS: list[tuple[Any, bytes, bytes, Callable[[Any], Any]]] = [
+    # (a schema holding the list, the bytes before and after the list, the value around it)
+    (["null", LIST], b"\x02", b"", lambda v: v),
+    ({"type": "array", "items": LIST}, b"\x02", b"\x00", lambda v: [v]),
+    ({"type": "map", "values": LIST}, b"\x02\x02k", b"\x00", lambda v: {"k": v}),
+    (
+        {
+            "type": "record",
+            "name": "Top",
+            "namespace": "a.b",
+            "fields": [{"name": "l", "type": LIST}],
+        },
+        b"",
+        b"",
+        lambda v: {"l": v},
+    ),
+]
+
+
+@FUZZ
+@given(st.sampled_from(TOPS), DEPTHS)
+def test_a_recursive_type_inside_a_union_array_map_or_record_is_bounded_alike(
+    top: tuple[Any, bytes, bytes, Callable[[Any], Any]], depth: int
+) -> None:
+    """Where the recursive record is defined (not at the top, where fastavro keeps its
+    table of names) its data is walked all the same."""
+    schema_json, before, after, around = top
+    schema = parse(schema_json)
+    assert schema.shape.recursive
+    body = schema.header + before + list_data(depth) + after
+    if depth + 1 <= LAST_ALLOWED:  # (one level more: the union, array, map or record)
+        assert decode_single(body, schema) == around(list_value(depth))
+    elif depth > LAST_ALLOWED:
+        with pytest.raises(DecodeError, match=f"more than {MAX_DEPTH} deep"):
+            decode_single(body, schema)
+
+
 @FUZZ
 @given(st.sampled_from([LIST, TREE, MAPTREE]), st.binary(max_size=300))
 def test_random_bytes_of_a_recursive_schema_decode_or_fail_as_documented(
@@ -220,7 +257,7 @@ def test_the_walk_ends_where_fastavro_ends(values: list[Any]) -> None:
     data = out.getvalue()
     pos, walked = 0, []
     for _ in values:
-        pos = walk(data, pos, schema.plain)
+        pos = walk(data, pos, schema.plain, schema.shape.named)
         walked.append(pos)
     assert walked == ends
 
