@@ -27,7 +27,15 @@ from polymq import Lease, Message
 from polymq.types import Destination, Kind
 from polymq_server.access import Access
 from polymq_server.auth import Permission, Principal
-from polymq_server.avro import AvroError, AvroSchema, SchemaCache, UnknownSchema, is_avro
+from polymq_server.avro import (
+    HEADER_SIZE,
+    AvroError,
+    AvroSchema,
+    SchemaCache,
+    UnknownSchema,
+    check_bounds,
+    is_avro,
+)
 from polymq_server.payloads import parse_pull_query, parse_settle, read_json
 from polymq_server.problems import Problem, bad_request
 from polymq_server.receipts import add_settle_routes, settle_outcome, settle_receipts
@@ -234,13 +242,21 @@ async def schemas_of(cache: SchemaCache, items: list[Message]) -> dict[str, Avro
     return out
 
 
-def run_of(items: list[Message]) -> int:
-    """How many messages from the first share its Avro schema (0 if it is not Avro)."""
+def run_of(items: list[Message], schema: AvroSchema | None = None) -> int:
+    """How many messages from the first share its Avro schema (0 if it is not Avro); given
+    that ``schema``, only as many as keep its bounds (``check_bounds``): a record nested
+    too deeply for a reader's decoder never goes into a container (it is read as JSON, with
+    its error, instead)."""
     if not items or not is_avro(items[0]):
         return 0
     head = items[0].body[:10]
-    n = 1
+    n = 0
     while n < len(items) and is_avro(items[n]) and items[n].body[:10] == head:
+        if schema is not None:
+            try:
+                check_bounds(items[n].body, HEADER_SIZE, schema)
+            except (ValueError, EOFError):
+                break
         n += 1
     return n
 
@@ -250,8 +266,8 @@ def not_container(message: Message, schema_known: bool, hint: str) -> Problem:
         why = f"message {message.seq} is not Avro (content type {message.content_type[:80]!r})"
     elif not schema_known:
         why = f"message {message.seq} is of schema {message.body[2:10].hex()}, not registered"
-    else:  # pragma: no cover - callers ask only for the two cases above
-        why = f"message {message.seq} cannot be put in a container"
+    else:
+        why = f"message {message.seq} holds a record nested too deeply for a container's readers"
     return Problem(406, f"{why}: read it with Accept: {JSON_TYPE}{hint}", code="not-acceptable")
 
 
@@ -299,9 +315,11 @@ async def read_queue(request: web.Request) -> web.StreamResponse:
         return web.Response(status=204)
     taken = run_of(items)
     schema = schemas.get(items[0].body[2:10].hex()) if taken else None
-    if schema is None:
+    if schema is not None:
+        taken = run_of(items, schema)
+    if schema is None or not taken:
         core.requeue(leases)
-        raise not_container(items[0], taken > 0, "")
+        raise not_container(items[0], schema is not None, "")
     kept: list[Lease] = leases[:taken]
     core.requeue(leases[taken:])  # another schema (or not Avro): the next read takes them
     receipts = json.dumps([lease.receipt for lease in kept])
@@ -336,8 +354,11 @@ async def read_stream(request: web.Request) -> web.StreamResponse:
         return web.Response(status=204, headers={NEXT_HEADER: str(after)})
     taken = run_of(items)
     schema = schemas.get(items[0].body[2:10].hex()) if taken else None
-    if schema is None:
-        raise not_container(items[0], taken > 0, f" (or skip it with offset={items[0].seq + 1})")
+    if schema is not None:
+        taken = run_of(items, schema)
+    if schema is None or not taken:
+        hint = f" (or skip it with offset={items[0].seq + 1})"
+        raise not_container(items[0], schema is not None, hint)
     after = items[taken - 1].seq + 1
     metadata, headers = {"polymq.next": str(after)}, {NEXT_HEADER: str(after)}
     return container_response(media, schema, items[:taken], metadata, headers, metrics)

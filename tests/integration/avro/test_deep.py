@@ -21,7 +21,7 @@ from ...procs import PolymqProcess
 from ..longpoll.conftest import Longpoll
 from ..stomp.helpers import WAIT, clients
 from ..webapi import TIMEOUT
-from .conftest import Avro, assert_problem, unique
+from .conftest import Avro, assert_problem, read_container, unique
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -149,6 +149,35 @@ def test_a_poison_message_is_polled_and_read_with_a_decode_error(
     assert poison["value"] is None and "more than 128 deep" in poison["error"]
     assert base64.b64decode(poison["body"])[10:] == linked(DEPTH)
     assert good["value"] == value(3)
+    assert server.alive, server.log()
+
+
+def test_a_poison_message_never_goes_into_a_container(server: PolymqProcess, api: Avro) -> None:
+    """A container read stops before it (a reader's decoder would fail on it in turn), and
+    refuses it first in line with a 406 that says to read it as JSON; read so, it is
+    delivered with its error, and the container read goes on behind it."""
+    queue = f"queue/{unique('poison')}"
+    sid = _poison_and_next(server, api, queue)
+    r = api.get(f"/v1/{queue}/records")
+    problem = assert_problem(r, 406, "not-acceptable")
+    assert "nested too deeply" in problem["detail"] and "application/json" in problem["detail"]
+    assert api.depth(queue) == 2  # given back at once
+    r = api.get(f"/v1/{queue}/records?max=1", headers={"Accept": "application/json"})
+    [poison] = r.json()["records"]
+    assert "more than 128 deep" in poison["error"]
+    api.ack([poison["receipt"]])
+    r = api.get(f"/v1/{queue}/records")
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Polymq-Schema-Id"] == sid
+    records, _ = read_container(r.content)
+    assert records == [value(3)]
+    # and on a stream: the read stops before it, and then refuses it, naming the offset after
+    stream = f"stream/{unique('poison')}"
+    requests.put(f"{server.url('http')}/v1/{stream}", json={}, timeout=TIMEOUT)
+    _poison_and_next(server, api, stream)
+    r = api.get(f"/v1/{stream}/records?offset=first")
+    problem = assert_problem(r, 406, "not-acceptable")
+    assert "offset=" in problem["detail"]
     assert server.alive, server.log()
 
 
