@@ -19,9 +19,11 @@ build. Every decode of client data therefore keeps these bounds first; the choic
    of any other schema (:attr:`Shape.walk`) is first walked by :func:`walk`, here, in pure
    Python with an explicit stack (no recursion at all), which refuses a value nested more
    than :data:`MAX_DEPTH` deep and more array and map items than the datum has bytes plus
-   :data:`MAX_EMPTY_ITEMS`. Only what it passes reaches fastavro, which then decides
-   everything else (so a walked datum is refused with the same words as before but for these
-   two bounds).
+   :data:`MAX_EMPTY_ITEMS` (and, as it must read them to find its way, lengths, counts and
+   union indexes out of range, or data that ends early). Only what it passes reaches
+   fastavro, which then decides everything else. Its callers: ``polymq_server.avro``
+   (``check_bounds``, before every ``read_datum``: the JSON views) and the Avro frontend
+   (single-object records and container blocks, before its scanner and fastavro).
 
 Errors are ``ValueError`` (and ``EOFError`` for data that ends early, as fastavro raises), so
 the callers' existing translation of fastavro's errors applies::
