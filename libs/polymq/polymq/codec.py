@@ -19,6 +19,11 @@ A relay can pass operations through without encoding them again: a connection ma
 messages that :meth:`~Connection.next_event` returns, and :meth:`~Connection.send_many` takes
 such bytes in place of encoding the event (``raws``).
 
+Nothing a peer sends is unpacked without a bound: a frame is at most ``max_frame`` bytes
+(``max_login_frame`` before the Hello), msgpack's lengths of arrays, maps, strings and binaries
+are bounded by the frame's own size (``unpackb``'s default; the Unpackers here are given it),
+and its nesting by msgpack's fixed stack of 1024 levels (an error, never a C recursion).
+
 The states of one side are in :data:`TRANSITIONS`; a malformed frame raises
 :class:`~polymq.errors.RemoteProtocolError`, after which the connection is ``ERROR`` and the
 owner should send :meth:`Connection.goodbye` and close.
@@ -316,7 +321,9 @@ class Connection:
             try:
                 n = unpacker.read_array_header()
             except ValueError:  # not an array (valid msgpack or not: found out below)
-                unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
+                unpacker = msgpack.Unpacker(
+                    raw=False, strict_map_key=True, max_buffer_size=max(len(payload), 1)
+                )
                 unpacker.feed(payload)
                 unpacker.unpack()  # (raises if it is not valid msgpack either)
                 if unpacker.tell() != len(payload):

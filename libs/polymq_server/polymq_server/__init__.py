@@ -17,8 +17,10 @@ another service; what two of them share lives here. Names are imported from thei
   and ``transport`` (the TCP/TLS adapter);
 - ``connectiongauge``: every service's open client connections under one gauge,
   ``polymq_client_connections{protocol, listener}``;
-- messages across protocols: ``avro``, ``avroview`` and ``jsonview`` (Avro records and
-  messages as JSON), ``headers`` (a frontend's own headers), and AMQP's names, exchanges and
+- messages across protocols: ``avro``, ``avrobounds`` (the nesting and size bounds Avro
+  data keeps before fastavro's C reader sees it; ``nesting`` measures decoded data's depth
+  without recursion), ``avroview`` and ``jsonview`` (Avro records
+  and messages as JSON), ``headers`` (a frontend's own headers), and AMQP's names, exchanges and
   bindings, which the STOMP frontend shares (``names``, ``exchanges``, ``records``,
   ``routing``, ``tagged``).
 """

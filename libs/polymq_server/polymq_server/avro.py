@@ -5,6 +5,13 @@ A message carries one Avro record in Avro's **single-object encoding**: the two 
 Java implementation writes it, then the record's binary encoding. Its content type is
 ``avro/binary`` and its header ``avro-schema-id`` names the schema by its id.
 
+No client data reaches fastavro's C reader (which recurses on the C stack without a limit)
+unbounded: :func:`parse` refuses schemas nested too deeply or holding a record that always
+contains itself, and data of a schema that could nest deeper than its schema (a recursive
+one) or hold items that take no bytes is walked first, in pure Python, with a depth bound
+(:mod:`polymq_server.avrobounds` says what and why). Callers that read data with fastavro
+themselves call :func:`check_bounds` first.
+
 A schema's **id** is the SHA-256 of its Parsing Canonical Form with its logical types kept
 (each with its attributes: a decimal's precision and scale...), 64 lowercase hex characters:
 spellings of one schema, and schemas that differ only in docs, aliases or defaults, share it
@@ -60,6 +67,8 @@ from fastavro.validation import validate
 from polymq.errors import NotFound, RequestError
 from polymq.types import Message
 
+from .avrobounds import Shape, check_json_depth, shape, walk
+
 __all__ = [
     "AVRO_CONTENT_TYPES",
     "CONTENT_TYPE",
@@ -74,6 +83,7 @@ __all__ = [
     "InvalidSchema",
     "SchemaCache",
     "UnknownSchema",
+    "check_bounds",
     "decode_single",
     "encode_single",
     "is_avro",
@@ -134,8 +144,9 @@ class DecodeError(AvroError):
 @dataclass(frozen=True, eq=False)
 class AvroSchema:
     """One parsed schema: its id (the digest of its full JSON), its Rabin fingerprint (16
-    hex characters), its full JSON (as stored), and fastavro's parsed forms (``parsed`` with
-    logical types, ``plain`` without: the pure Avro data)."""
+    hex characters), its full JSON (as stored), fastavro's parsed forms (``parsed`` with
+    logical types, ``plain`` without: the pure Avro data), and what its data may do
+    (``shape``: whether it must be walked before fastavro reads it)."""
 
     id: str
     rabin: str
@@ -143,6 +154,7 @@ class AvroSchema:
     canonical: str
     parsed: Any = field(repr=False)
     plain: Any = field(repr=False)
+    shape: Shape = field(repr=False)
 
     @property
     def fingerprint(self) -> bytes:
@@ -177,15 +189,19 @@ def _load_json(schema: str | bytes | Mapping[str, Any] | list[Any]) -> Any:
 
 
 def parse(schema: str | bytes | Mapping[str, Any] | list[Any] | AvroSchema) -> AvroSchema:
-    """Parse a schema (JSON text, or JSON already decoded); InvalidSchema if it is none."""
+    """Parse a schema (JSON text, or JSON already decoded); InvalidSchema if it is none, or
+    if it is nested too deeply or has a record that always contains itself
+    (:func:`polymq_server.avrobounds.shape`)."""
     if isinstance(schema, AvroSchema):
         return schema
     obj = _load_json(schema)
     try:
+        check_json_depth(obj)  # before anything recurses over it
         text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
         stripped = _strip_logical(obj)
         parsed = parse_schema(obj, named_schemas={})
         plain = parse_schema(stripped, named_schemas={})
+        form = shape(plain)
         canonical = to_parsing_canonical_form(parsed)
         fp = fingerprint(canonical, "CRC-64-AVRO")
         identity = json.dumps(_identity(parsed), separators=(",", ":"), ensure_ascii=False)
@@ -195,7 +211,13 @@ def parse(schema: str | bytes | Mapping[str, Any] | list[Any] | AvroSchema) -> A
         raise InvalidSchema(f"not a valid Avro schema: {_describe(exc)}") from None
     digest = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()
     return AvroSchema(
-        id=digest, rabin=fp, json=text, canonical=canonical, parsed=parsed, plain=plain
+        id=digest,
+        rabin=fp,
+        json=text,
+        canonical=canonical,
+        parsed=parsed,
+        plain=plain,
+        shape=form,
     )
 
 
@@ -319,14 +341,25 @@ def read_header(data: bytes | memoryview, pos: int = 0) -> str:
     return head[2:].hex()
 
 
+def check_bounds(data: bytes, pos: int, schema: AvroSchema) -> None:
+    """Before fastavro reads the datum of ``schema`` at ``data[pos:]``: walk it if its schema
+    lets it nest deeper than the schema, or hold items that take no bytes, raising (as
+    fastavro would: ``ValueError``, ``EOFError``) where it breaks a bound
+    (:mod:`polymq_server.avrobounds`). Data of other schemas passes untouched."""
+    if schema.shape.walk:
+        walk(data, pos, schema.plain, schema.shape.named)
+
+
 def read_datum(
     data: bytes, pos: int, schema: AvroSchema, *, logical: bool = True
 ) -> tuple[Any, int]:
     """Decode one binary datum of ``schema`` at ``data[pos:]``; the datum and where it
-    ends. ``logical``: convert logical types (dates, decimals...), else plain Avro values."""
+    ends. ``logical``: convert logical types (dates, decimals...), else plain Avro values.
+    Its bounds are checked first (:func:`check_bounds`)."""
     stream = io.BytesIO(data)
     stream.seek(pos)
     try:
+        check_bounds(data, pos, schema)
         datum = schemaless_reader(stream, schema.parsed if logical else schema.plain, None)
     except Exception as exc:
         raise DecodeError(

@@ -6,6 +6,11 @@ sure the schemas of a batch of messages are in the :class:`~polymq_server.avro.S
 :func:`json_value` decodes one message with what is cached. A message that is not Avro, or
 whose schema is not stored, or whose bytes do not decode, has no JSON value: the caller
 shows it as it is (and may say why, with the error :func:`json_value` gives).
+
+A view never fails: a stored message is delivered whatever its bytes (a poison message that
+stopped every pull would be undeliverable for ever). The bytes are checked against the
+bounds of :mod:`polymq_server.avrobounds` before fastavro reads them, and whatever goes
+wrong while decoding or converting becomes the error that :func:`json_value` gives.
 """
 
 from __future__ import annotations
@@ -57,3 +62,5 @@ def json_value(cache: SchemaCache, message: Message) -> tuple[Any, str | None]:
         return to_json_value(decode_single(message.body, schema)), None
     except AvroError as exc:
         return None, str(exc)
+    except Exception as exc:  # a value a logical type cannot hold, a converter's error...
+        return None, f"the record cannot be shown as JSON: {str(exc)[:300] or type(exc).__name__}"

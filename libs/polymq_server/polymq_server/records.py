@@ -140,7 +140,7 @@ class Records:
             return None
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             log.warning("records: unreadable record %s", key)
             return None
 

@@ -54,7 +54,7 @@ from .events import (
     OversizedContent,
     ProtocolHeader,
 )
-from .fastpath import ContentReader, decode_properties, decode_publish
+from .fastpath import ContentReader, check_nesting, decode_properties, decode_publish
 from .states import (
     CLASSES,
     CLIENT_METHODS,
@@ -257,6 +257,8 @@ class AmqpConnection:
         try:
             method: base.Frame = cls()
             method.unmarshal(payload[4:])
+            for _, value in method:  # arguments, client properties: field tables
+                check_nesting(value)
         except Exception as exc:  # struct.error, ValueError, UnicodeDecodeError...
             raise ConnectionException(
                 SYNTAX_ERROR,

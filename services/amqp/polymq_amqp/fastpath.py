@@ -16,16 +16,32 @@ the same bytes (the codec's events are read, never changed); so is the last publ
 :meth:`ContentReader.more` then takes the publishes right after one that repeat it (the same
 method bytes, the same kept properties, one body frame each): the codec gives them as one
 event, and the frontend handles the run at once.
+
+Field tables nest tables and arrays: pamqp decodes them by recursion, and what the frontend
+does with them after (text and JSON for the other protocols, encoding them again for a
+delivery) recurses too. :func:`check_nesting` refuses a table nested more than
+:data:`MAX_TABLE_DEPTH` deep right after pamqp decoded it (content headers here, method
+arguments in the codec), so that a message taken is always deliverable again.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Any, Final
 
 from pamqp import commands
 
-__all__ = ["ContentReader", "decode_properties", "decode_publish"]
+from polymq_server.nesting import nests_deeper
+
+__all__ = [
+    "MAX_TABLE_DEPTH",
+    "ContentReader",
+    "check_nesting",
+    "decode_properties",
+    "decode_publish",
+]
+
+MAX_TABLE_DEPTH: Final = 64  # field tables and arrays nested in one another
 
 _FRAME_HEAD: Final = struct.Struct(">BHI")
 _CONTENT_HEAD: Final = struct.Struct(">HHQ")
@@ -122,7 +138,15 @@ def _pamqp_properties(payload: bytes) -> commands.Basic.Properties:
         if not part & 1:
             break
     props.unmarshal(flags, payload[offset:])
+    check_nesting(props.headers)
     return props
+
+
+def check_nesting(value: Any) -> None:
+    """ValueError if ``value`` nests tables (dicts) and arrays (lists) more than
+    :data:`MAX_TABLE_DEPTH` deep (checked without recursion)."""
+    if nests_deeper(value, MAX_TABLE_DEPTH):
+        raise ValueError(f"field tables and arrays nested more than {MAX_TABLE_DEPTH} deep")
 
 
 class ContentReader:

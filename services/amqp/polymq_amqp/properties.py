@@ -282,7 +282,7 @@ def delivery_properties(message: Message, names: VhostNames) -> bytes:
             loaded = json.loads(raw_meta)
             if isinstance(loaded, dict):
                 meta = loaded
-        except ValueError:
+        except (ValueError, RecursionError):  # a header nested too deeply is no metadata
             meta = {}
     typed = meta.get("h") if isinstance(meta.get("h"), dict) else {}
     mapped: dict[str, str] = {}

@@ -28,10 +28,12 @@ from polymq.types import Destination, Kind
 from polymq_server.access import Access
 from polymq_server.auth import Permission, Principal
 from polymq_server.avro import (
+    HEADER_SIZE,
     AvroError,
     AvroSchema,
     SchemaCache,
     UnknownSchema,
+    check_bounds,
     is_avro,
     message_schema_id,
 )
@@ -245,14 +247,22 @@ async def schemas_of(cache: SchemaCache, items: list[Message]) -> dict[str, Avro
     return out
 
 
-def run_of(items: list[Message]) -> int:
-    """How many messages from the first share its Avro schema (0 if it is not Avro)."""
+def run_of(items: list[Message], schema: AvroSchema | None = None) -> int:
+    """How many messages from the first share its Avro schema (0 if it is not Avro); given
+    that ``schema``, only as many as keep its bounds (``check_bounds``): a record nested
+    too deeply for a reader's decoder never goes into a container (it is read as JSON, with
+    its error, instead)."""
     sid = message_schema_id(items[0]) if items else None
     if sid is None:
         return 0
     head = items[0].body[:10]
-    n = 1
+    n = 0
     while n < len(items) and message_schema_id(items[n]) == sid and items[n].body[:10] == head:
+        if schema is not None:
+            try:
+                check_bounds(items[n].body, HEADER_SIZE, schema)
+            except (ValueError, EOFError):
+                break
         n += 1
     return n
 
@@ -268,8 +278,8 @@ def not_container(message: Message, schema_known: bool, hint: str) -> Problem:
         why = f"message {message.seq} is not Avro (content type {message.content_type[:80]!r})"
     elif not schema_known:
         why = f"message {message.seq} is of schema {message_schema_id(message)}, not registered"
-    else:  # pragma: no cover - callers ask only for the two cases above
-        why = f"message {message.seq} cannot be put in a container"
+    else:
+        why = f"message {message.seq} holds a record nested too deeply for a container's readers"
     return Problem(406, f"{why}: read it with Accept: {JSON_TYPE}{hint}", code="not-acceptable")
 
 
@@ -317,9 +327,11 @@ async def read_queue(request: web.Request) -> web.StreamResponse:
         return web.Response(status=204)
     taken = run_of(items)
     schema = schema_for(schemas, items[0]) if taken else None
-    if schema is None:
+    if schema is not None:
+        taken = run_of(items, schema)
+    if schema is None or not taken:
         core.requeue(leases)
-        raise not_container(items[0], taken > 0, "")
+        raise not_container(items[0], schema is not None, "")
     kept: list[Lease] = leases[:taken]
     core.requeue(leases[taken:])  # another schema (or not Avro): the next read takes them
     receipts = json.dumps([lease.receipt for lease in kept])
@@ -354,8 +366,11 @@ async def read_stream(request: web.Request) -> web.StreamResponse:
         return web.Response(status=204, headers={NEXT_HEADER: str(after)})
     taken = run_of(items)
     schema = schema_for(schemas, items[0]) if taken else None
-    if schema is None:
-        raise not_container(items[0], taken > 0, f" (or skip it with offset={items[0].seq + 1})")
+    if schema is not None:
+        taken = run_of(items, schema)
+    if schema is None or not taken:
+        hint = f" (or skip it with offset={items[0].seq + 1})"
+        raise not_container(items[0], schema is not None, hint)
     after = items[taken - 1].seq + 1
     metadata, headers = {"polymq.next": str(after)}, {NEXT_HEADER: str(after)}
     return container_response(media, schema, items[:taken], metadata, headers, metrics)

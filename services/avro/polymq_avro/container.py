@@ -40,6 +40,7 @@ import cramjam
 from fastavro import schemaless_reader
 
 from polymq_server.avro import AvroError, AvroSchema, DecodeError
+from polymq_server.avrobounds import walk
 
 from .scanner import scanner
 
@@ -262,10 +263,16 @@ def split_records(container: Container, schema: AvroSchema) -> list[bytes]:
     records do not fill it exactly is corrupt.
 
     A block is first walked by the schema's :mod:`scanner`; one it does not vouch for
-    (damaged, or merely unusual) is decoded record by record with fastavro, which decides."""
+    (damaged, or merely unusual) is decoded record by record with fastavro, which decides.
+    Before either, the records of a schema that could nest without bound (a recursive one)
+    are walked with a depth bound (``polymq_server.avrobounds.walk``): neither the
+    scanner's generated functions (Python recursion) nor fastavro's C reader (C recursion,
+    unprotected) ever sees a record nested too deeply."""
     out: list[bytes] = []
     scan = scanner(schema.canonical, schema.plain)
     for b, (count, block) in enumerate(container.blocks):
+        if schema.shape.walk:
+            _check_block(b, count, block, schema, len(out))
         ends: list[int] | None = None
         if scan is not None:
             try:
@@ -282,6 +289,23 @@ def split_records(container: Container, schema: AvroSchema) -> list[bytes]:
     return out
 
 
+def _check_block(b: int, count: int, block: bytes, schema: AvroSchema, first: int) -> None:
+    """DecodeError for the first record of block ``b`` that breaks a bound."""
+    pos = 0
+    for i in range(count):
+        try:
+            pos = walk(block, pos, schema.plain, schema.shape.named)
+        except Exception as exc:
+            raise _invalid(first + i, b, schema, exc) from None
+
+
+def _invalid(record: int, b: int, schema: AvroSchema, exc: Exception) -> DecodeError:
+    detail = str(exc).strip() or type(exc).__name__
+    return DecodeError(
+        f"record {record} (block {b}) is not valid for schema {schema.id}: {detail[:200]}"
+    )
+
+
 def _split_block(out: list[bytes], b: int, count: int, block: bytes, schema: AvroSchema) -> None:
     """The records of block ``b``, each decoded by fastavro, appended to ``out``."""
     plain = schema.plain
@@ -291,10 +315,7 @@ def _split_block(out: list[bytes], b: int, count: int, block: bytes, schema: Avr
         try:
             schemaless_reader(stream, plain, None)
         except Exception as exc:
-            detail = str(exc).strip() or type(exc).__name__
-            raise DecodeError(
-                f"record {len(out)} (block {b}) is not valid for schema {schema.id}: {detail[:200]}"
-            ) from None
+            raise _invalid(len(out), b, schema, exc) from None
         end = stream.tell()
         if end > len(block):
             raise DecodeError(f"record {len(out)} (block {b}) runs past its block")

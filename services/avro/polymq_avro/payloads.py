@@ -259,6 +259,10 @@ def record_json(message: Message, schema: AvroSchema | None, receipt: str | None
                 return out
             except DecodeError as exc:
                 error = exc.message
+            except Exception as exc:  # never fail a read over one message: show its bytes
+                error = (
+                    f"the record cannot be shown as JSON: {str(exc)[:300] or type(exc).__name__}"
+                )
     out["body"] = base64.b64encode(message.body).decode("ascii")
     if error is not None:
         out["error"] = error

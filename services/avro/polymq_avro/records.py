@@ -7,6 +7,9 @@ schema by fingerprint (whose schema the caller finds among the registered ones, 
 published, and each becomes one message whose body is the record in the single-object
 encoding and whose ``avro-schema-id`` header is its schema's id (the fingerprint alone does
 not tell schemas apart that differ in logical types).
+Records of a schema that could nest without bound (a recursive one) are walked with a depth
+bound before fastavro reads them (``polymq_server.avro.check_bounds``): one nested too
+deeply is refused, 422.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from polymq_server.avro import (
     AvroError,
     AvroSchema,
     DecodeError,
+    check_bounds,
     parse,
     read_header,
 )
@@ -163,6 +167,7 @@ def split_single(
         schemas.setdefault(schema.id, schema)
         stream.seek(pos + HEADER_SIZE)
         try:
+            check_bounds(body, pos + HEADER_SIZE, schema)  # before fastavro's C reader
             schemaless_reader(stream, schema.plain, None)
         except EOFError:
             raise Truncated(

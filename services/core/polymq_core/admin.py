@@ -125,6 +125,8 @@ async def reload(request: web.Request) -> web.Response:
         change = new_change(await request.json())
     except ValueError as exc:  # (ReloadError, or a body that is not JSON)
         return _problem(400, "bad-request", str(exc))
+    except RecursionError:
+        return _problem(400, "bad-request", "the body's JSON is nested too deeply")
     if view is not None:
         error = await view.reload(change)
     else:

@@ -407,7 +407,7 @@ async def publish(request: web.Request) -> web.Response:
         dest = _destination(request)
         try:
             body = json.loads(await request.read())
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise BadRequest("the request body must be JSON") from None
         message = _publish_message(body)
         client = await api.link.client()

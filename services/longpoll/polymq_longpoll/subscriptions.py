@@ -94,7 +94,14 @@ class SubscriptionRef:
                 raise ValueError("not a kind we subscribe to")
             ack_mode = AckMode(ack)
             return cls(core_id, destination, ack_mode, prefetch, float(visibility), float(ttl))
-        except (ValueError, TypeError, binascii.Error, BadRequest, UnicodeDecodeError):
+        except (
+            ValueError,
+            TypeError,
+            RecursionError,
+            binascii.Error,
+            BadRequest,
+            UnicodeDecodeError,
+        ):
             raise Problem(
                 404, f"no subscription {text[:60]!r} (not an id this service gave)"
             ) from None
