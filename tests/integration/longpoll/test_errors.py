@@ -7,15 +7,16 @@ import pytest
 import requests
 
 from polymq.types import Destination
-from polymq_longpoll.subscriptions import AckMode, SubscriptionRef
+from polymq_longpoll.subscriptions import AckMode, SubscriptionRef, ids_key
 
-from .conftest import Longpoll, assert_problem, unique
+from .conftest import SECRET, Longpoll, assert_problem, unique
 
 
 def _forged_id(core_id: str, destination: str) -> str:
-    """A well-formed id naming a subscription the core never had."""
+    """A well-formed id, signed with the key of the server's ids, naming a subscription
+    the core never had."""
     dest = Destination.parse(destination, pattern=True)
-    return SubscriptionRef(core_id, dest, AckMode.CLIENT, 10).encode()
+    return SubscriptionRef(core_id, dest, AckMode.CLIENT, 10).encode(ids_key(SECRET, None))
 
 
 @pytest.mark.parametrize(
