@@ -33,6 +33,13 @@ def test_unknown_subscription_ids_are_404(lp: Longpoll, sub_id: str) -> None:
         assert body["code"] == "not-found"
 
 
+def test_ids_are_signed_with_the_configured_secret(lp: Longpoll) -> None:
+    """POLYMQ_LONGPOLL_SECRET is the key (so the 404s above are the core's, not the MAC's)."""
+    sub = lp.open(f"queue/{unique()}")
+    ref = SubscriptionRef.decode(sub["id"], ids_key(SECRET, None))
+    assert str(ref.destination) == sub["destination"] and ref.owner == ""
+
+
 def test_an_expired_cursor_is_410(lp: Longpoll) -> None:
     dest = f"topic/{unique()}"
     sub = lp.open(dest, buffer=3)  # the core holds at most 3 messages for it
