@@ -12,12 +12,15 @@ every frontend), still may write there; otherwise it is dropped, as if the queue
 dead-letter target, with a warning in the log.
 
 Who the declarer is: a client of the core's own wire protocol is its login, whatever its
-options say. Polymq's own links (the service token of ``polymq run``, peers, a hand-over)
-and logins tagged ``administrator`` act for others: a frontend names the user it declares
-for (each frontend checks that user's WRITE on the target first), and the value they pass
-is kept. A frontend that logs in at the core as a user without that tag is recorded as
-itself: the check at declare time still holds (the frontend makes it), and the re-check
-then covers that login's grants, not its client's.
+options say. Logins that act for others name the user they declare for, and the name they
+pass is kept: polymq's own links (the service token of ``polymq run``, peers, a hand-over),
+logins tagged ``administrator``, and logins granted every permission on ``*`` (what a
+deployed frontend's core login is: the chart's ``auth.frontendLogin``). Each frontend checks
+that user's WRITE on the target before it declares (``polymq_server.deadletter``). A frontend
+whose core login is none of these is recorded as itself: the check at declare time still
+holds (the frontend makes it), but the re-check then covers that login's grants, not its
+client's. (So a user granted everything can name another declarer for its own queues: it
+could write there itself anyway; its dead letters then follow that user's grant.)
 
 Queues declared before this was kept (no ``dead_letter_by``) dead-letter as they did.
 """
@@ -28,7 +31,14 @@ import logging
 from typing import Any
 
 from polymq.errors import BadRequest
-from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider, Permission, Principal
+from polymq_server.auth import (
+    ALL_PERMISSIONS,
+    INTERNAL_PRINCIPAL,
+    AuthProvider,
+    Grant,
+    Permission,
+    Principal,
+)
 
 __all__ = ["may_dead_letter", "stamp"]
 
@@ -37,8 +47,15 @@ log = logging.getLogger(__name__)
 _DL, _BY = "dead_letter", "dead_letter_by"
 
 
+_EVERYTHING = Grant("*", ALL_PERMISSIONS)
+
+
 def _acts_for_others(principal: Principal) -> bool:
-    return principal.name == INTERNAL_PRINCIPAL or "administrator" in principal.tags
+    return (
+        principal.name == INTERNAL_PRINCIPAL
+        or "administrator" in principal.tags
+        or _EVERYTHING in principal.grants
+    )
 
 
 def stamp(auth: AuthProvider, principal: Principal | None, options: Any) -> None:

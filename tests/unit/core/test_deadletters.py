@@ -66,6 +66,13 @@ def test_a_trusted_link_names_whom_it_declares_for(tmp_path: Path) -> None:
     assert options["dead_letter_by"] == "alice"
     with pytest.raises(Forbidden):  # naming nobody: its own grants
         stamp(auth, admin, {"dead_letter": "queue/b.inbox"})
+    frontend = Principal("frontend", False, (Grant("*", ALL_PERMISSIONS),))  # the chart's
+    options = {"dead_letter": "queue/b.inbox", "dead_letter_by": "carol"}
+    stamp(auth, frontend, options)
+    assert options["dead_letter_by"] == "carol"
+    almost = Principal("almost", False, (Grant("*", frozenset({Permission.WRITE})),))
+    stamp(auth, almost, options)  # only write on everything: a user like any other
+    assert options["dead_letter_by"] == "almost"
 
 
 def test_each_dead_letter_rechecks_the_declarers_grant(tmp_path: Path) -> None:
