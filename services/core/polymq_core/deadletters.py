@@ -9,7 +9,7 @@ there), and the queue keeps the name of the user it was declared for
 the queue unacked (rejected, expired, too many deliveries, dropped as the oldest), it goes
 to the target only if that user, as the users file says now (the core reloads it with
 every frontend), still may write there; otherwise it is dropped, as if the queue had no
-dead-letter target, with a warning in the log.
+dead-letter target, with a warning in the log (once a minute per queue).
 
 Who the declarer is: a client of the core's own wire protocol is its login, whatever its
 options say. Logins that act for others name the user they declare for, and the name they
@@ -28,6 +28,7 @@ Queues declared before this was kept (no ``dead_letter_by``) dead-letter as they
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from polymq.errors import BadRequest
@@ -45,6 +46,8 @@ __all__ = ["may_dead_letter", "stamp"]
 log = logging.getLogger(__name__)
 
 _DL, _BY = "dead_letter", "dead_letter_by"
+_WARN_EVERY = 60.0  # seconds between two warnings of the same queue's dropped dead letters
+_warned: dict[tuple[str, str], float] = {}  # (queue, target) -> when last warned
 
 
 _EVERYTHING = Grant("*", ALL_PERMISSIONS)
@@ -78,11 +81,16 @@ def may_dead_letter(auth: AuthProvider, by: str | None, target: str, source: str
     permission of ``by`` (the queue's declarer; None: declared before declarers were kept)."""
     if by is None or auth.may(by, Permission.WRITE, target):
         return True
-    who = f"user {by!r}" if by else "the anonymous client"
-    log.warning(
-        "dead letter from %s dropped: %s, who declared it, may no longer write to %s",
-        source,
-        who,
-        target,
-    )
+    now, key = time.monotonic(), (source, target)
+    if _warned.get(key, -_WARN_EVERY) + _WARN_EVERY <= now:  # once a minute per queue
+        if len(_warned) >= 1024:
+            _warned.clear()
+        _warned[key] = now
+        who = f"user {by!r}" if by else "the anonymous client"
+        log.warning(
+            "dead letters from %s dropped: %s, who declared it, may no longer write to %s",
+            source,
+            who,
+            target,
+        )
     return False
