@@ -47,8 +47,11 @@ class LongpollSettings:
     # connections the listener takes at once (0: the room the open-files limit leaves)
     max_connections: int = 0
     # the key of the subscription ids' MACs (subscriptions.ids_key), the same on every
-    # replica; unset: derived from the credentials at the core (core_password, core_token)
+    # replica; unset: derived from cluster_secret, else from the login at the core
     longpoll_secret: str = ""
+    # POLYMQ_CLUSTER_SECRET, where the process has it (`polymq run` nodes of a replicated
+    # core): only to derive the ids' key from, so that every node's frontend reads any id
+    cluster_secret: str = ""
 
     def check(self) -> None:
         check_frontend(self, "longpoll_port")
@@ -78,8 +81,14 @@ class LongpollSettings:
         return self.auth in ("", "anonymous")
 
     @property
-    def core_login(self) -> str | None:
-        """What this frontend logs in to the core with (what its replicas share), if any."""
+    def ids_material(self) -> str | None:
+        """What the subscription ids' key is derived from: ``POLYMQ_LONGPOLL_SECRET``, else
+        ``POLYMQ_CLUSTER_SECRET`` (every node of a replicated core has it), else this
+        frontend's login at the core (what the replicas of a deployment share; in a
+        single ``polymq run``, its one-off token: ids do not outlive the process), else
+        None (an anonymous core)."""
+        if self.longpoll_secret or self.cluster_secret:
+            return self.longpoll_secret or self.cluster_secret
         if self.core_token:
             return self.core_token
         if self.core_password:

@@ -53,7 +53,7 @@ def build_app(settings: LongpollSettings, registry: CollectorRegistry) -> web.Ap
     app[api.METRICS] = metrics
     app[api.CORE] = LongpollLink(settings, metrics)
     app[api.ACCESS] = reloaded_access(settings.auth, app[api.CORE], "longpoll")
-    app[api.IDS_KEY] = ids_key(settings.longpoll_secret, settings.core_login)
+    app[api.IDS_KEY] = ids_key(settings.ids_material)
     app[api.WINDOWS] = Windows()
     app[api.SHOWN] = Shown()
     api.add_routes(app)
@@ -85,9 +85,9 @@ class LongpollService(WebService[LongpollSettings]):
             "from any origin" if origins is None else ", ".join(sorted(origins)) or "off",
             self.app[api.ACCESS].provider.describe(),
         )
-        if not (s.longpoll_secret or s.core_login or s.anonymous):
+        if s.ids_material is None and not s.anonymous:
             log.warning(
                 "longpoll: subscription ids are signed with a key anyone can know (no "
-                "POLYMQ_LONGPOLL_SECRET, no credentials at the core): set "
+                "POLYMQ_LONGPOLL_SECRET, no cluster secret, no credentials at the core): set "
                 "POLYMQ_LONGPOLL_SECRET, the same on every replica"
             )

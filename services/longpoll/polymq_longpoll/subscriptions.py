@@ -44,13 +44,12 @@ _MAC_BYTES = 16
 _KEY_LABEL = b"polymq longpoll subscription ids\0"
 
 
-def ids_key(secret: str | None, core_login: str | None) -> bytes:
-    """The key of the ids' MACs: from ``POLYMQ_LONGPOLL_SECRET`` (``secret``), else from this
-    frontend's credentials at the core (``core_login``: what every replica of a deployment
-    shares, and ``polymq run``'s one-off token), else (an anonymous core) from polymq's own
-    label alone: ids still cannot be edited, but can be forged by one who knows how."""
-    material = secret or core_login or ""
-    return hashlib.sha256(_KEY_LABEL + material.encode("utf-8", "surrogatepass")).digest()
+def ids_key(material: str | None) -> bytes:
+    """The key of the ids' MACs, from ``material`` (``LongpollSettings.ids_material``: a
+    secret every replica shares); without one (an anonymous core, no secret set), from
+    polymq's own label alone: ids still cannot be edited, but can be forged by one who
+    knows how (then, as before ids were signed, only the core's id inside is secret)."""
+    return hashlib.sha256(_KEY_LABEL + (material or "").encode("utf-8", "surrogatepass")).digest()
 
 
 def _b64(raw: bytes) -> str:
