@@ -26,8 +26,9 @@ to exactly their grants:
 - a passive queue.declare needs READ on the queue: its answer holds the message and
   consumer counts, which only READ shows (the core's stats need it too). RabbitMQ checks no
   permission for it; here it is 403 ACCESS_REFUSED, given before the queue is looked up, so
-  that a refusal does not tell whether it exists. (A passive exchange.declare tells only
-  that the exchange exists, and needs nothing, as in RabbitMQ.)
+  that a refusal does not tell whether it exists; and a queue.declare-ok to a user without
+  READ there counts 0 messages and 0 consumers. (A passive exchange.declare tells only that
+  the exchange exists, and needs nothing, as in RabbitMQ.)
 """
 
 from __future__ import annotations
@@ -309,9 +310,16 @@ class Declarations:
             await topology.put_queue(self.names, rec)
             if exclusive:
                 session.exclusive_queues.add(name)
-        messages, consumers = await self._counts(core)
+        messages, consumers = await self._counts(core) if self._may_read(core) else (0, 0)
         ch.last_queue = name
         self._reply(m, commands.Queue.DeclareOk(name, messages, consumers))
+
+    def _may_read(self, core: str) -> bool:
+        try:
+            self.session.authorize(Permission.READ, core)
+        except ChannelException:
+            return False
+        return True
 
     def _equivalent(
         self,

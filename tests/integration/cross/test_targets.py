@@ -55,6 +55,10 @@ def users_file(hashed: str, root_hashed: str, *, carol_writes_shared: bool) -> d
                 "grants": [{"pattern": "queue/b.*", "permissions": ALL}],
             },
             "carol": {"password_hash": hashed, "grants": carol},
+            "maker": {  # makes queues and fills them, reads nothing
+                "password_hash": hashed,
+                "grants": [{"pattern": "queue/m.*", "permissions": ["configure", "write"]}],
+            },
             "watcher": {
                 "password_hash": hashed,
                 "grants": [{"pattern": "queue/*", "permissions": ["read"]}],
@@ -282,6 +286,16 @@ def test_amqp_passive_declare_needs_read(node: Node) -> None:
         assert ok.message_count == 1
     finally:
         owner.close()
+    maker = node.amqp("maker")
+    try:  # configure alone declares, and tells no counts
+        ch = maker.channel()
+        made = unique("m.q")
+        ch.queue_declare(made)
+        ch.basic_publish("", made, b"one")
+        assert ch.queue_declare(made).method.message_count == 0
+        assert bodies_in(node.http("watcher"), made, 5) == ["one"]  # (it was there)
+    finally:
+        maker.close()
     conn = node.amqp("team_a")
     try:
         for name in (private, unique("b.absent")):  # the same answer: existence is not told
