@@ -1,4 +1,5 @@
-"""Every target is authorized (issue 27): on one ``polymq run --auth file:users.json`` node,
+"""Every target is authorized (issue 27): on one ``polymq run --auth file:users.json`` node
+(and a ``polymq core`` + ``polymq http`` pair for a deployed frontend's login),
 a dead-letter target needs the declarer's WRITE there, over HTTP, AMQP, STOMP and the native
 client, and again when a message is dead-lettered (after a users reload withdrew it); a
 passive AMQP queue.declare needs READ; a long-poll subscription id cannot be rewritten to
@@ -356,3 +357,33 @@ def test_an_anonymous_longpoll_id_cannot_be_rewritten(node: Node) -> None:
     assert anon.get(f"/v1/subscriptions/{sub_first}/poll").json()["messages"] == []
     # a logged-in user may not use the anonymous client's id either
     assert_problem(node.longpoll("watcher").get(f"/v1/subscriptions/{sub_first}/poll"), 403)
+
+
+def test_a_deployed_frontend_declares_for_its_user(tmp_path: Path) -> None:
+    """``polymq core`` and ``polymq http`` apart, the frontend logged in to the core as a
+    user granted everything (the chart's ``auth.frontendLogin``): the queue records the HTTP
+    user, whose grant each dead letter is then checked against, not the frontend's."""
+    hashed = hash_password(PASSWORD)
+    users = tmp_path / "users.json"
+    grants = {"frontend": [{"pattern": "*", "permissions": ALL}]}
+    grants["carol"] = [{"pattern": "queue/c.*", "permissions": ALL}]
+    users.write_text(
+        json.dumps(
+            {"users": {name: {"password_hash": hashed, "grants": g} for name, g in grants.items()}}
+        )
+    )
+    auth = ("--auth", f"file:{users}")
+    with PolymqProcess("core", tmp_path / "core", *auth) as core:
+        env = {
+            "POLYMQ_CORE_PORT": str(core.ports["core"]),
+            "POLYMQ_CORE_USER": "frontend",
+            "POLYMQ_CORE_PASSWORD": PASSWORD,
+        }
+        with PolymqProcess("http", tmp_path / "http", *auth, env=env) as http:
+            carol = WebApi(http.url("http"))
+            carol.session.auth = ("carol", PASSWORD)
+            dead = unique("c.dead")
+            r = declare(carol, unique("c.q"), dead_letter=f"queue/{dead}")
+            assert r.status_code == 200, r.text
+            assert r.json()["options"]["dead_letter_by"] == "carol", r.text
+            assert_problem(declare(carol, unique("c.q"), dead_letter="queue/other"), 403)
