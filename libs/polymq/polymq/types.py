@@ -277,6 +277,10 @@ class DeclareOptions:
     overflow: Overflow = Overflow.REJECT
     idle_ttl: float | None = None  # seconds without subscribers or publishes, then deleted
     dead_letter: str | None = None  # a destination string
+    # whose write permission on ``dead_letter`` each dead letter is sent on (the core sets
+    # it: see polymq_core.deadletters); "" is the anonymous client. Not part of a queue's
+    # identity: a redeclaration with equal options by someone else is no conflict.
+    dead_letter_by: str | None = field(default=None, compare=False)
     max_deliveries: int | None = None
     ack_timeout: float | None = None  # default for subscriptions
     message_ttl: float | None = None
@@ -292,6 +296,7 @@ class DeclareOptions:
             "overflow",
             "idle_ttl",
             "dead_letter",
+            "dead_letter_by",
             "max_deliveries",
             "ack_timeout",
             "message_ttl",
@@ -310,6 +315,9 @@ class DeclareOptions:
             dest = Destination.parse(dl)
             if dest.kind not in (Kind.QUEUE, Kind.TOPIC, Kind.STREAM):
                 raise BadRequest("dead_letter must be a queue, topic or stream")
+        by = d.get("dead_letter_by")
+        if by is not None and (not isinstance(by, str) or len(by) > MAX_NAME_LENGTH or dl is None):
+            raise BadRequest("dead_letter_by must be a user name, with a dead_letter")
         return cls(
             durable=durable,
             max_length=_opt_int(d, "max_length", 1),
@@ -317,6 +325,7 @@ class DeclareOptions:
             overflow=_enum(d, "overflow", Overflow, Overflow.REJECT),
             idle_ttl=_opt_float(d, "idle_ttl"),
             dead_letter=dl,
+            dead_letter_by=by,
             max_deliveries=_opt_int(d, "max_deliveries", 1),
             ack_timeout=_opt_float(d, "ack_timeout"),
             message_ttl=_opt_float(d, "message_ttl"),
@@ -330,6 +339,7 @@ class DeclareOptions:
             "max_bytes",
             "idle_ttl",
             "dead_letter",
+            "dead_letter_by",
             "max_deliveries",
             "ack_timeout",
             "message_ttl",

@@ -111,6 +111,9 @@ class AnonymousProvider(AuthProvider):
     async def anonymous(self) -> Principal:
         return Principal("anonymous", anonymous=True, grants=_EVERYTHING)
 
+    def named(self, user: str) -> Principal | None:
+        return Principal(user or "anonymous", anonymous=not user, grants=_EVERYTHING)
+
     @property
     def open(self) -> bool:
         return True
@@ -147,6 +150,11 @@ class WithServiceToken(AuthProvider):
 
     async def anonymous(self) -> Principal:
         return await self.inner.anonymous()
+
+    def named(self, user: str) -> Principal | None:
+        if user == INTERNAL_PRINCIPAL:
+            return Principal(INTERNAL_PRINCIPAL, False, _EVERYTHING, frozenset({"administrator"}))
+        return self.inner.named(user)
 
     @property
     def open(self) -> bool:

@@ -25,6 +25,7 @@ from polymq import Lease, Message
 from polymq.types import MAX_PRIORITY, DeclareOptions, Destination, Kind
 
 from .avro import SchemaCache
+from .deadletter import DECLARER
 from .headers import public_headers
 from .jsonview import message_json
 from .problems import Problem, bad_request
@@ -358,7 +359,7 @@ def lease_json(lease: Lease, schemas: SchemaCache | None = None) -> dict[str, An
 # ---- declare, metadata -------------------------------------------------------------------------
 def parse_declare(data: Any) -> dict[str, Any]:
     """Declare options (``DeclareOptions`` keys; a null value means the default)."""
-    d = _object(data, "the declare options", frozenset(DeclareOptions.KEYS))
+    d = _object(data, "the declare options", DeclareOptions.KEYS - {DECLARER})
     out: dict[str, Any] = {}
     durable = d.get("durable")
     if durable is not None:

@@ -114,6 +114,24 @@ class AuthProvider(abc.ABC):
         whose users never change answers ``principal``."""
         return principal
 
+    def named(self, user: str) -> Principal | None:
+        """The principal user ``user`` ("" the anonymous client) is now, grants as they are
+        since the last reload; None if there is no such user (or anonymous access is off).
+        For what outlives a session: a queue's dead letters are sent on its declarer's
+        permission (``polymq_core.deadletters``). Without a users list: None."""
+        return None
+
+    def may(self, user: str, permission: Permission, destination: str) -> bool:
+        """Whether ``named(user)`` holds ``permission`` on ``destination`` now."""
+        principal = self.named(user)
+        if principal is None:
+            return False
+        try:
+            self.authorize(principal, permission, destination)
+        except Forbidden:
+            return False
+        return True
+
     def authorize(self, principal: Principal, permission: Permission, destination: str) -> None:
         """Return if ``principal`` holds ``permission`` on ``destination``, else raise Forbidden."""
         if not principal.allows(permission, destination):

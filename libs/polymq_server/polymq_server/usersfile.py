@@ -143,6 +143,14 @@ class FileProvider(AuthProvider):
             raise Unauthorized("anonymous access is off: log in with a password or a token")
         return Principal("anonymous", anonymous=True, grants=grants)
 
+    def named(self, user: str) -> Principal | None:
+        config = self._config
+        if not user:
+            grants = config.anonymous
+            return None if grants is None else Principal("anonymous", True, grants)
+        found = config.users.get(user)
+        return None if found is None else Principal(user, False, found.grants, found.tags)
+
     def describe(self) -> str:
         c = self._config
         anon = "off" if c.anonymous is None else f"on with {len(c.anonymous)} grant(s)"

@@ -14,6 +14,21 @@ records are kept by :class:`~polymq_amqp.topology.Topology`; the rules are Rabbi
   and an empty name elsewhere means the channel's last declared queue;
 - deleting something absent is not an error (RabbitMQ's behaviour since 3.x); ``if_unused``
   and ``if_empty`` refuse with 406.
+
+Permissions are RabbitMQ's (its access-control table), with two differences that hold a user
+to exactly their grants:
+
+- a queue.declare with ``x-dead-letter-exchange`` needs WRITE on where its dead letters go,
+  as a basic.publish there would (RabbitMQ: write on the DLX): the core destination
+  ``arguments.py`` maps it to, ``topic/amqp.<DLX>.<key>`` or, for the default exchange,
+  ``queue/<key>``; refused with 403 ACCESS_REFUSED. The core sends each dead letter later
+  only while the declaring user may still write there (``polymq_server.deadletter``);
+- a passive queue.declare needs READ on the queue: its answer holds the message and
+  consumer counts, which only READ shows (the core's stats need it too). RabbitMQ checks no
+  permission for it; here it is 403 ACCESS_REFUSED, given before the queue is looked up, so
+  that a refusal does not tell whether it exists; and a queue.declare-ok to a user without
+  READ there counts 0 messages and 0 consumers. (A passive exchange.declare tells only that
+  the exchange exists, and needs nothing, as in RabbitMQ.)
 """
 
 from __future__ import annotations
@@ -24,6 +39,7 @@ from typing import Any, Final, Protocol
 from pamqp import commands, constants
 
 from polymq_server.auth import Permission
+from polymq_server.deadletter import for_user
 
 from . import replyto
 from .arguments import queue_options
@@ -252,6 +268,7 @@ class Declarations:
         self._check_name(name, "queue")
         core = self._core_queue(name)
         if m.passive:
+            session.authorize(Permission.READ, core)  # the counts are READ's (see above)
             await self.existing_queue(name, exclusive_use=True)
             messages, consumers = await self._counts(core)
             ch.last_queue = name
@@ -268,6 +285,8 @@ class Declarations:
             exclusive=exclusive,
             exclusive_ttl=ch.settings.amqp_exclusive_ttl,
         )
+        assert session.principal is not None  # (logged in before any channel opens)
+        options = for_user(options, session.principal, session.authorize)
         tagged = tagged_args(args)
         rec = await topology.queue(self.names, name)
         if rec is not None:
@@ -291,9 +310,16 @@ class Declarations:
             await topology.put_queue(self.names, rec)
             if exclusive:
                 session.exclusive_queues.add(name)
-        messages, consumers = await self._counts(core)
+        messages, consumers = await self._counts(core) if self._may_read(core) else (0, 0)
         ch.last_queue = name
         self._reply(m, commands.Queue.DeclareOk(name, messages, consumers))
+
+    def _may_read(self, core: str) -> bool:
+        try:
+            self.session.authorize(Permission.READ, core)
+        except ChannelException:
+            return False
+        return True
 
     def _equivalent(
         self,

@@ -68,6 +68,7 @@ from .bindings import BindingTable
 from .catalog import Catalog
 from .consumers import Consumers
 from .cursors import Cursors, QueueCursor
+from .deadletters import may_dead_letter
 from .keyvalue import KeyValue
 from .paging import Pressure
 from .peerlink import PEER_CLIENT
@@ -344,8 +345,13 @@ class Broker:
     def drop_cursors(self, shard: Shard) -> None:
         self.cursors.drop(shard)
 
-    def dead_letter(self, msg: Message, target: str, reason: str, source: str) -> None:
-        self.publisher.dead_letter(msg, target, reason, source)
+    def dead_letter(
+        self, msg: Message, target: str, reason: str, source: str, by: str | None
+    ) -> None:
+        """``msg`` left queue ``source`` for ``reason``: to ``target`` if ``by``, who declared
+        the queue, still may write there (:mod:`polymq_core.deadletters`)."""
+        if may_dead_letter(self.auth, by, target, source):
+            self.publisher.dead_letter(msg, target, reason, source)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -27,10 +27,11 @@ from polymq.events import (
     Unbind,
 )
 from polymq.types import DeclareOptions, Destination, Kind
-from polymq_server.auth import Permission
+from polymq_server.auth import AuthProvider, Permission
 
 from . import peek
 from .answers import then
+from .deadletters import stamp
 from .queue import Queue
 from .shard import Shard
 
@@ -45,6 +46,7 @@ MAX_BINDINGS_PER_QUEUE = 100_000
 class CatalogHost(Protocol):
     """What declare, delete, purge, bindings, stats, peek and metadata use of the broker."""
 
+    auth: AuthProvider
     bindings: BindingTable
     topics: TopicRouter[Any]
 
@@ -63,6 +65,7 @@ class Catalog:
     def declare(self, session: Caller, ev: Declare) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
+        stamp(broker.auth, session.principal, ev.options)  # WRITE on its dead_letter
         options = DeclareOptions.from_dict(ev.options)
         if dest.kind is Kind.TOPIC:
             return {"destination": str(dest)}  # topics are transient: nothing to keep

@@ -33,6 +33,7 @@ from polymq.events import (
 from polymq.types import Destination, Kind
 from polymq_server.auth import Permission
 
+from .deadletters import stamp
 from .shard import Shard
 
 if TYPE_CHECKING:
@@ -74,7 +75,11 @@ def shard_key_of(b: KeyHost, s: Caller, ev: Event) -> str | None:
             return None
         sub_role: Any = ev.options.get("role") if isinstance(ev.options, dict) else None
         return b.holder_key(dest, sub_role if dest.kind is Kind.CHANNEL else None)
-    if isinstance(ev, Declare | Delete | Purge | MetaSet):
+    if isinstance(ev, Declare):  # its declarer recorded before it goes (deadletters.py)
+        key = _holder_of(b.destination(s, ev.destination, Permission.CONFIGURE))
+        stamp(b.auth, s.principal, ev.options)
+        return key
+    if isinstance(ev, Delete | Purge | MetaSet):
         return _holder_of(b.destination(s, ev.destination, Permission.CONFIGURE))
     if isinstance(ev, Stats | MetaGet):
         return _holder_of(b.destination(s, ev.destination, Permission.READ, pattern=t is Stats))

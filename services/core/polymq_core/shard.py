@@ -74,7 +74,9 @@ class ShardHost(Protocol):
     def shard_for(self, key: str) -> Shard: ...
     def restore_cursors(self, shard: Shard, records: list[tuple[str, str, bytes]]) -> None: ...
     def drop_cursors(self, shard: Shard) -> None: ...
-    def dead_letter(self, msg: Message, target: str, reason: str, source: str) -> None: ...
+    def dead_letter(
+        self, msg: Message, target: str, reason: str, source: str, by: str | None
+    ) -> None: ...
 
 
 class Shard(DurableWrites):
@@ -481,9 +483,9 @@ class Shard(DurableWrites):
         returns the write that removes it, if there is one."""
         written = self.settled(queue, msg)
         self.sensors.on_discard(reason, 1)
-        target = queue.options.dead_letter
+        target, by = queue.options.dead_letter, queue.options.dead_letter_by
         if target:
-            self.host.dead_letter(msg, target, reason, queue.key)
+            self.host.dead_letter(msg, target, reason, queue.key, by)
         return written
 
     # ---- timers ------------------------------------------------------------------------

@@ -7,12 +7,15 @@ raised and turned into problem details by ``problems.problem_middleware``.
 
 from __future__ import annotations
 
+from functools import partial
+
 from aiohttp import web
 
 from polymq.types import Destination, Kind
 from polymq_server.access import Access
 from polymq_server.auth import Permission, Principal
 from polymq_server.avroview import load_schemas
+from polymq_server.deadletter import for_user
 from polymq_server.payloads import (
     lease_json,
     no_query,
@@ -111,6 +114,9 @@ async def declare(request: web.Request) -> web.Response:
     dest = await _authorized(request, Permission.CONFIGURE)
     data, size = await read_json(request, request.app[SETTINGS].max_body, required=False)
     options = parse_declare(data) if size else {}
+    if "dead_letter" in options:  # a publish there later, on this user's permission
+        principal, access = await _principal(request), request.app[ACCESS]
+        options = for_user(options, principal, partial(access.authorize, principal))
     result = await request.app[CORE].call(lambda c: c.declare(str(dest), **options))
     return web.json_response(result.to_json())
 

@@ -25,6 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from polymq import CursorPage
+from polymq.errors import Forbidden
 from polymq.types import Destination, Kind, Outcome
 from polymq_server.access import Access, Revocation, until_revoked
 from polymq_server.auth import Permission, Principal
@@ -55,6 +56,7 @@ ACCESS = web.AppKey("access", Access)
 METRICS = web.AppKey("metrics", LongpollMetrics)
 WINDOWS = web.AppKey("windows", Windows)
 SHOWN = web.AppKey("shown", Shown)
+IDS_KEY = web.AppKey("ids_key", bytes)  # subscriptions.ids_key
 
 POLL_QUERY = frozenset({"cursor", "max", "wait"})
 
@@ -63,10 +65,19 @@ async def principal_of(request: web.Request) -> Principal:
     return await request.app[ACCESS].principal(request.headers.get("Authorization"))
 
 
+def owner_of(principal: Principal) -> str:
+    """Whose a subscription is, as its id says (``""``: the anonymous client)."""
+    return "" if principal.anonymous else principal.name
+
+
 async def subscription(request: web.Request) -> SubscriptionRef:
-    """The subscription named in the path, once the caller may read its destination."""
+    """The subscription named in the path (404 unless it is an id this service gave, as
+    it gave it), once the caller is the user who opened it (403) and may still read its
+    destination (403)."""
     principal = await principal_of(request)
-    ref = SubscriptionRef.decode(request.match_info["id"])
+    ref = SubscriptionRef.decode(request.match_info["id"], request.app[IDS_KEY])
+    if ref.owner != owner_of(principal):
+        raise Forbidden("this subscription was opened by another user")
     request.app[ACCESS].authorize(principal, Permission.READ, str(ref.destination))
     return ref
 
@@ -116,9 +127,10 @@ async def open_subscription(request: web.Request) -> web.Response:
     request.app[ACCESS].authorize(principal, Permission.READ, str(dest))
     result = await request.app[CORE].call(lambda c: c.cursor_open(str(dest), **options))
     visibility = float(options.get("visibility", 0.0))
-    ref = SubscriptionRef(result.id, dest, ack, prefetch, visibility, options["ttl"])
+    owner = owner_of(principal)
+    ref = SubscriptionRef(result.id, dest, ack, prefetch, visibility, options["ttl"], owner)
     request.app[METRICS].subscriptions.labels(dest.kind.value).inc()
-    sub_id = ref.encode()
+    sub_id = ref.encode(request.app[IDS_KEY])
     body = {
         "id": sub_id,
         "cursor": str(result.cursor),

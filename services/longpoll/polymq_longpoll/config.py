@@ -50,6 +50,12 @@ class LongpollSettings:
     handshake_timeout: float = 10.0  # seconds for a request's headers, then between body bytes
     # connections the listener takes at once (0: the room the open-files limit leaves)
     max_connections: int = 0
+    # the key of the subscription ids' MACs (subscriptions.ids_key), the same on every
+    # replica; unset: derived from cluster_secret, else from the login at the core
+    longpoll_secret: str = ""
+    # POLYMQ_CLUSTER_SECRET, where the process has it (`polymq run` nodes of a replicated
+    # core): only to derive the ids' key from, so that every node's frontend reads any id
+    cluster_secret: str = ""
 
     def check(self) -> None:
         check_frontend(self, "longpoll_port")
@@ -68,10 +74,30 @@ class LongpollSettings:
         check_range("longpoll_sse_grace", self.longpoll_sse_grace, 0, 10, "seconds")
         check_range("longpoll_max_body", self.longpoll_max_body, 1024, 1024 * MIB, "bytes")
         check_range("longpoll_max_batch", self.longpoll_max_batch, 1, 100_000)
+        if self.longpoll_secret and len(self.longpoll_secret) < 32:
+            raise ConfigError(
+                "POLYMQ_LONGPOLL_SECRET needs at least 32 characters (e.g. `openssl rand "
+                "-hex 16`), the same on every replica"
+            )
 
     @property
     def anonymous(self) -> bool:
         return self.auth in ("", "anonymous")
+
+    @property
+    def ids_material(self) -> str | None:
+        """What the subscription ids' key is derived from: ``POLYMQ_LONGPOLL_SECRET``, else
+        ``POLYMQ_CLUSTER_SECRET`` (every node of a replicated core has it), else this
+        frontend's login at the core (what the replicas of a deployment share; in a
+        single ``polymq run``, its one-off token: ids do not outlive the process), else
+        None (an anonymous core)."""
+        if self.longpoll_secret or self.cluster_secret:
+            return self.longpoll_secret or self.cluster_secret
+        if self.core_token:
+            return self.core_token
+        if self.core_password:
+            return f"{self.core_user}\0{self.core_password}"
+        return None
 
     def cors_origins(self) -> frozenset[str] | None:
         """The origins allowed cross-origin: None for any ('*'), an empty set for none."""

@@ -30,6 +30,7 @@ from .cors import Cors
 from .leases import Windows
 from .metrics import LongpollMetrics
 from .problems import problem_middleware
+from .subscriptions import ids_key
 
 __all__ = ["LongpollService", "build_app"]
 
@@ -52,6 +53,7 @@ def build_app(settings: LongpollSettings, registry: CollectorRegistry) -> web.Ap
     app[api.METRICS] = metrics
     app[api.CORE] = LongpollLink(settings, metrics)
     app[api.ACCESS] = reloaded_access(settings.auth, app[api.CORE], "longpoll")
+    app[api.IDS_KEY] = ids_key(settings.ids_material)
     app[api.WINDOWS] = Windows()
     app[api.SHOWN] = Shown()
     api.add_routes(app)
@@ -83,3 +85,9 @@ class LongpollService(WebService[LongpollSettings]):
             "from any origin" if origins is None else ", ".join(sorted(origins)) or "off",
             self.app[api.ACCESS].provider.describe(),
         )
+        if s.ids_material is None and not s.anonymous:
+            log.warning(
+                "longpoll: subscription ids are signed with a key anyone can know (no "
+                "POLYMQ_LONGPOLL_SECRET, no cluster secret, no credentials at the core): set "
+                "POLYMQ_LONGPOLL_SECRET, the same on every replica"
+            )

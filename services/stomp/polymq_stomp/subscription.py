@@ -62,8 +62,9 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from polymq.client import Subscription
 from polymq.errors import NotFound, PolymqError, RequestError
 from polymq.types import AckMode, Kind, Outcome, parse_offset
-from polymq_server.auth import Permission
+from polymq_server.auth import Permission, Principal
 from polymq_server.corelink import CoreLink
+from polymq_server.deadletter import for_user
 
 from .delivery import Deliveries, DeliverySession, StompSubscription
 from .destinations import Control, ExchangeRef, Target
@@ -92,6 +93,8 @@ class SubscriptionSession(DeliverySession, Protocol):
     def client_id(self) -> str: ...
     @property
     def metrics(self) -> StompMetrics: ...
+
+    principal: Principal | None
 
     def spawn(self, coro: Coroutine[Any, Any, None], frame: Frame) -> None: ...
 
@@ -180,6 +183,9 @@ class Subscriptions:
         if target.temp:
             await session.targets.ensure_temp(target)
         arguments = queue_arguments(frame, session.vhost_prefix)
+        if "dead_letter" in arguments:  # WRITE there, on this user's permission (an ERROR)
+            assert session.principal is not None
+            arguments = for_user(arguments, session.principal, session.authorize)
         if target.kind is Kind.TOPIC:
             backing = backing_queue(
                 frame,

@@ -21,8 +21,11 @@ from ..webapi import WebApi
 from ..webapi import assert_problem as assert_problem
 from ..webapi import metric as metric
 
-# a short keep-alive so that an idle event stream wakes its reader every second
-ENV = {"POLYMQ_LONGPOLL_KEEPALIVE": "1"}
+# a short keep-alive so that an idle event stream wakes its reader every second; the key of
+# the subscription ids (the same for every process, as for replicas), so that a test can
+# sign one itself
+SECRET = "longpoll-tests-secret-0123456789abcdef"
+ENV = {"POLYMQ_LONGPOLL_KEEPALIVE": "1", "POLYMQ_LONGPOLL_SECRET": SECRET}
 
 
 def unique(prefix: str = "lp") -> str:

@@ -7,15 +7,16 @@ import pytest
 import requests
 
 from polymq.types import Destination
-from polymq_longpoll.subscriptions import AckMode, SubscriptionRef
+from polymq_longpoll.subscriptions import AckMode, SubscriptionRef, ids_key
 
-from .conftest import Longpoll, assert_problem, unique
+from .conftest import SECRET, Longpoll, assert_problem, unique
 
 
 def _forged_id(core_id: str, destination: str) -> str:
-    """A well-formed id naming a subscription the core never had."""
+    """A well-formed id, signed with the key of the server's ids, naming a subscription
+    the core never had."""
     dest = Destination.parse(destination, pattern=True)
-    return SubscriptionRef(core_id, dest, AckMode.CLIENT, 10).encode()
+    return SubscriptionRef(core_id, dest, AckMode.CLIENT, 10).encode(ids_key(SECRET))
 
 
 @pytest.mark.parametrize(
@@ -30,6 +31,13 @@ def test_unknown_subscription_ids_are_404(lp: Longpoll, sub_id: str) -> None:
     ):
         body = assert_problem(lp.request(method, path), 404)
         assert body["code"] == "not-found"
+
+
+def test_ids_are_signed_with_the_configured_secret(lp: Longpoll) -> None:
+    """POLYMQ_LONGPOLL_SECRET is the key (so the 404s above are the core's, not the MAC's)."""
+    sub = lp.open(f"queue/{unique()}")
+    ref = SubscriptionRef.decode(sub["id"], ids_key(SECRET))
+    assert str(ref.destination) == sub["destination"] and ref.owner == ""
 
 
 def test_an_expired_cursor_is_410(lp: Longpoll) -> None:

@@ -310,7 +310,10 @@ def test_declare_options_every_key() -> None:
         max_priority=0,
     )
     assert type(d.idle_ttl) is float
-    assert DeclareOptions.KEYS == set(ALL_DECLARE)
+    assert DeclareOptions.KEYS == set(ALL_DECLARE) | {"dead_letter_by"}
+    by = DeclareOptions.from_dict({**ALL_DECLARE, "dead_letter_by": "alice"})
+    assert by == d and by.dead_letter_by == "alice"  # (not part of the queue's identity)
+    assert by.to_dict()["dead_letter_by"] == "alice"
 
 
 @pytest.mark.parametrize(
@@ -571,3 +574,13 @@ def test_equal_subscribe_options_are_shared_but_offsets_keep_their_kind() -> Non
     seq = SubscribeOptions.from_dict({"offset": 5})
     ts = SubscribeOptions.from_dict({"offset": {"timestamp": 5.0}})
     assert isinstance(seq.offset, int) and isinstance(ts.offset, float)
+
+
+def test_dead_letter_by_names_a_user_and_needs_a_dead_letter() -> None:
+    for bad in ({"dead_letter_by": "alice"}, {"dead_letter": "queue/d", "dead_letter_by": 3}):
+        with pytest.raises(BadRequest):
+            DeclareOptions.from_dict(bad)
+    assert (
+        DeclareOptions.from_dict({"dead_letter": "queue/d", "dead_letter_by": ""}).dead_letter_by
+        == ""
+    )
