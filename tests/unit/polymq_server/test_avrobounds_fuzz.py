@@ -98,8 +98,9 @@ DEPTHS = st.sampled_from([0, 1, LAST_ALLOWED, LAST_ALLOWED + 1, 1000, 5000, 30_0
 )
 
 
-def avro_message(body: bytes) -> Message:
-    return Message(body, "avro/binary")
+def avro_message(body: bytes, schema_id: str) -> Message:
+    """An Avro message as the frontends publish it: its header names its schema's id."""
+    return Message(body, "avro/binary", headers={"avro-schema-id": schema_id})
 
 
 def cache_of(*schemas: Any) -> SchemaCache:
@@ -139,7 +140,7 @@ def test_a_view_of_a_deep_record_is_the_value_or_an_error(
     cache = cache_of(schema_json)
     [schema] = [cache.cached(s) for s in [parse(schema_json).id]]
     assert schema is not None
-    message = avro_message(schema.header + data(depth))
+    message = avro_message(schema.header + data(depth), schema.id)
     shown = message_json(message, cache)
     got, error = json_value(cache, message)
     if depth <= LAST_ALLOWED:
@@ -201,7 +202,7 @@ def test_random_bytes_of_a_recursive_schema_decode_or_fail_as_documented(
         decode_single(body, schema)
     except DecodeError:
         pass
-    shown = message_json(avro_message(body), cache)
+    shown = message_json(avro_message(body, schema.id), cache)
     assert (shown["value"] is None) == ("value_error" in shown)
 
 
