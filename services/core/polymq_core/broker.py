@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -74,7 +73,7 @@ from .peerlink import PEER_CLIENT
 from .publisher import Mesh, Publisher
 from .queue import Queue
 from .routing import TopicRouter, validate_pattern
-from .shard import Shard
+from .shard import Shard, shard_index
 from .sqlitestore import SqliteStore
 from .store import Store
 from .subscription import Subscription, TopicSource
@@ -298,8 +297,7 @@ class Broker:
 
     # ---- what the handlers share -----------------------------------------------------------
     def shard_for(self, key: str) -> Shard:
-        base = key.partition(">")[0]
-        return self.shards[zlib.crc32(base.encode()) % len(self.shards)]
+        return self.shards[shard_index(key, len(self.shards))]
 
     def destination(
         self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
@@ -344,8 +342,10 @@ class Broker:
     def drop_cursors(self, shard: Shard) -> None:
         self.cursors.drop(shard)
 
-    def dead_letter(self, msg: Message, target: str, reason: str, source: str) -> None:
-        self.publisher.dead_letter(msg, target, reason, source)
+    def dead_letter(
+        self, msg: Message, target: str, reason: str, source: str
+    ) -> asyncio.Future[None] | None:
+        return self.publisher.dead_letter(msg, target, reason, source)
 
     def describe(self) -> dict[str, Any]:
         return {

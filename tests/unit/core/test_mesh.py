@@ -222,8 +222,10 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-def delivered_to(got: list[tuple[str, list[Message]]]) -> Callable[[str, list[Message]], None]:
-    return lambda name, msgs: got.append((name, msgs))
+def delivered_to(
+    got: list[tuple[str, list[Message]]],
+) -> Callable[[str, list[Message], bool], None]:
+    return lambda name, msgs, answer: got.append((name, msgs))
 
 
 async def test_interest_is_refcounted_and_ordered() -> None:
