@@ -22,7 +22,7 @@ from pamqp.commands import Basic
 from polymq import Client, Message
 from polymq.errors import Unavailable
 
-from .harness import Cluster, Node, amqp_url, drain, running_cluster, unique
+from .harness import Cluster, Node, amqp_url, drain, running_cluster, stomp_conn, unique
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -189,15 +189,24 @@ def test_a_leader_that_cannot_commit_gets_the_publisher_a_nack(cluster: Cluster)
     asyncio.run(_declare_bound(origin, amqp_q, amqp_key))
     asyncio.run(_declare_bound(origin, native_q, native_key))
 
-    cluster.freeze(leader)
-    try:
-        bodies = ("frozen-amqp", "frozen-native")
-        amqp, native = asyncio.run(_publish(origin, amqp_key, native_key, bodies))
-    finally:
-        cluster.thaw(leader)
-    print(f"\n{leader.id} frozen: amqp {amqp}, native {native}")
+    stomp_q = cluster.queue_in_shard(shard, "frozen-stomp")
+    stomp_key = unique("frozen.stomp")
+    asyncio.run(_declare_bound(origin, stomp_q, stomp_key))
+    with stomp_conn(origin) as sender:
+        cluster.freeze(leader)
+        try:
+            receipt = sender.send(f"/topic/{stomp_key}", "frozen-stomp", persistent="true")
+            bodies = ("frozen-amqp", "frozen-native")
+            amqp, native = asyncio.run(_publish(origin, amqp_key, native_key, bodies))
+            stomp = sender.outcome(receipt, CONFIRM_WAIT)
+        finally:
+            cluster.thaw(leader)
+        error = sender.errors[0] if sender.errors else None
+    print(f"\n{leader.id} frozen: amqp {amqp}, native {native}, stomp {stomp} {error}")
     assert amqp == {"frozen-amqp": "nack"}, amqp
     outcome = native["frozen-native"]
     assert outcome.startswith(Unavailable.__name__), outcome
     assert "may not have been committed" in outcome, outcome
+    assert stomp == "error", stomp
+    assert error is not None and "may not have been committed" in error.body, error
     cluster.wait_formed(timeout=90)
