@@ -19,10 +19,19 @@ import aio_pika
 import pytest
 from pamqp.commands import Basic
 
-from polymq import Client, Message
+from polymq import Client, Lease, Message, Outcome
 from polymq.errors import Unavailable
 
-from .harness import Cluster, Node, amqp_url, drain, running_cluster, stomp_conn, unique
+from .harness import (
+    Cluster,
+    Node,
+    amqp_url,
+    drain,
+    eventually,
+    running_cluster,
+    stomp_conn,
+    unique,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -210,3 +219,40 @@ def test_a_leader_that_cannot_commit_gets_the_publisher_a_nack(cluster: Cluster)
     assert stomp == "error", stomp
     assert error is not None and "may not have been committed" in error.body, error
     cluster.wait_formed(timeout=90)
+
+
+def test_a_dead_letter_reaches_a_queue_led_by_another_node(cluster: Cluster) -> None:
+    """A message rejected from a queue whose dead-letter queue's shard another node leads
+    is in that queue (and no longer in its own) once the reject is answered."""
+
+    def two_leaders() -> tuple[int, int] | None:
+        leaders = cluster.leaders(timeout=60)
+        for a, node_a in leaders.items():
+            for b, node_b in leaders.items():
+                if node_a is not node_b:
+                    return a, b
+        return None
+
+    shards = eventually(two_leaders, 90, "two shards led by different nodes")
+    assert shards is not None
+    source = cluster.queue_in_shard(shards[0], "dl-source")
+    target = cluster.queue_in_shard(shards[1], "dl-target")
+    node = cluster.leaders(timeout=60)[shards[0]]  # (the source's leader dead-letters)
+
+    async def reject_one() -> tuple[list[Lease], list[Lease], int]:
+        async with await Client.connect("127.0.0.1", node.ports["core"]) as client:
+            await client.declare(f"queue/{target}", durable=True)
+            await client.declare(f"queue/{source}", durable=True, dead_letter=f"queue/{target}")
+            await client.publish(f"queue/{source}", Message(b"dead", persistent=True))
+            leases = await client.pull(f"queue/{source}", 1, wait=10)
+            settled = await client.settle([x.receipt for x in leases], Outcome.REJECT)
+            assert settled.settled == len(leases), settled
+            dead = await client.pull(f"queue/{target}", 1, wait=10)
+            left = (await client.stats(f"queue/{source}")).messages
+            return leases, dead, left
+
+    leases, dead, left = asyncio.run(reject_one())
+    assert [x.message.body for x in leases] == [b"dead"]
+    assert [x.message.body for x in dead] == [b"dead"], dead
+    assert dead[0].message.headers.get("x-death-reason") == "rejected", dead[0].message.headers
+    assert left == 0

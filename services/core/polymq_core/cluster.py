@@ -42,6 +42,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from polymq.errors import PolymqError, QueueFull
 from polymq.types import Message
 
 from .clustertls import ClusterTls
@@ -271,7 +272,9 @@ class ClusterNode(ShardLeadership, LogRetention):
         self.addresses = {name: f"{host}:{port}" for name, port in ports.items()}
         if "admin" in ports:
             self.admin_url = f"http://{host}:{ports['admin']}/"
-        self.mesh = TopicMesh(self.nc, self.node_id, self._remote_topic, self._waits_for)
+        self.mesh = TopicMesh(
+            self.nc, self.node_id, self._remote_topic, self._waits_for, self._remote_append
+        )
         await self.mesh.start()
         broker.mesh = self.mesh
         broker.topics.on_interest = self.mesh.interest
@@ -486,6 +489,26 @@ class ClusterNode(ShardLeadership, LogRetention):
             return None
         return _copies_done(led, taken, refused, futs)
 
+    def _remote_append(
+        self, shard: int, key: str, messages: list[Message]
+    ) -> Awaitable[Routed] | None:
+        """Another node sends ``messages`` to queue ``key`` of ``shard`` (a dead letter):
+        appended if this node leads the shard (what to answer once committed), else None."""
+        broker = self.broker
+        if broker is None or not 0 <= shard < len(broker.shards):
+            return None
+        holder = broker.shards[shard]
+        if not holder.leading or broker.shard_for(key) is not holder:
+            return None
+        try:
+            fut = holder.publish(key, messages)
+        except QueueFull:
+            log.warning("dead-lettering to %s: refused (full)", key)
+            return _answered(Routed([shard], [], 0, [key]))
+        except PolymqError as exc:
+            return _answered(Routed([shard], [(shard, str(exc))], 0, []))
+        return _copies_done([shard], 1, [], [] if fut is None else [(shard, fut)])
+
     def describe(self) -> dict[str, Any]:
         nodes = self.membership.describe() if self.membership is not None else []
         return {
@@ -566,6 +589,10 @@ async def _cancelled(tasks: list[asyncio.Task[None]]) -> None:
             ", ".join(t.get_name() for t in left),
             _STOP_TASKS_WITHIN,
         )
+
+
+async def _answered(routed: Routed) -> Routed:
+    return routed
 
 
 async def _copies_done(

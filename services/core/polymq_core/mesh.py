@@ -36,7 +36,10 @@ committed, naming the shards it leads and those whose copy failed, and
 :meth:`TopicMesh.publish` returns a future that resolves when a leader of each of those
 shards has answered, fails ``unavailable`` when one's copy failed, and fails ``unavailable``
 ("may not have been committed") when one has not answered within :data:`CONFIRM_WITHIN`
-seconds (a frozen or dead leader, a leader without the binding's interest yet).
+seconds (a frozen or dead leader, a leader without the binding's interest yet). The same
+answers carry :meth:`TopicMesh.append`: a message the core itself sends to a queue whose
+shard another node leads (a dead letter), on ``polymq.append.<shard>``, which every node
+hears and the shard's leader appends.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ PREFIX = "polymq.topic."
 NODE_HEADER = "Polymq-Node"
 PART_HEADER = "Polymq-Part"  # which part of a split publish a confirmed message is
 ROUTED = "polymq.routed."  # + <node>.<token>: where a confirmed message's copies are answered
+APPEND = "polymq.append."  # + <shard>: a message for a queue of that shard (its leader's)
 # seconds a publish waits for the leaders of the shards it was routed into to answer (the
 # forwarding of a request to a leader waits as long: relay.py)
 CONFIRM_WITHIN = 15.0
@@ -241,16 +245,20 @@ class TopicMesh:
         node_id: str,
         deliver_local: Callable[[str, list[Message], bool], Awaitable[Routed] | None],
         waits_for: Callable[[str], set[int]] | None = None,
+        deliver_queue: Callable[[int, str, list[Message]], Awaitable[Routed] | None] | None = None,
     ) -> None:
         """``deliver_local(name, messages, answer)``: hands another node's messages to this
         one's subscribers and bound queues; with ``answer``, returns what to answer about
         the copies once they are committed. ``waits_for(name)``: the shards led by other
         nodes whose durable queues a persistent message to ``name`` must reach before it is
-        confirmed (module docstring); None: never wait."""
+        confirmed (module docstring); None: never wait. ``deliver_queue(shard, key,
+        messages)``: appends what another node's :meth:`append` sent, if this node leads
+        ``shard`` (what to answer), else None."""
         self.nc = nc
         self.node_id = node_id
         self._deliver_local = deliver_local
         self._waits_for = waits_for
+        self._deliver_queue = deliver_queue
         self._routed_prefix = ROUTED + escape(node_id) + "."
         self._tokens = itertools.count(1)
         self._confirms: dict[str, _Confirm] = {}  # token -> a publish waiting for answers
@@ -276,6 +284,8 @@ class TopicMesh:
             self._subs[self._routed_prefix + "*"] = await self.nc.subscribe(
                 self._routed_prefix + "*", cb=self._answered
             )
+        if self._deliver_queue is not None:
+            self._subs[APPEND + "*"] = await self.nc.subscribe(APPEND + "*", cb=self._append)
         self._task = asyncio.create_task(self._run(), name=f"topic-mesh-{self.node_id}")
         self._reader = asyncio.create_task(self._read(), name=f"topic-mesh-in-{self.node_id}")
 
@@ -361,18 +371,36 @@ class TopicMesh:
             for payload in payloads:
                 self._ops.put_nowait(_Publish(subject, payload))
             return None
-        loop = asyncio.get_running_loop()
-        token = str(next(self._tokens))
         left = {(part, shard) for part in range(len(payloads)) for shard in shards}
-        confirm = self._confirms[token] = _Confirm(name, left, loop.create_future())
-        confirm.future.add_done_callback(_retrieved)
-        confirm.timer = loop.call_later(CONFIRM_WITHIN, self._expire, token)
+        token, future = self._wait(f"topic/{name}", left)
         reply = self._routed_prefix + token
         for part, payload in enumerate(payloads):
             self._ops.put_nowait(_Publish(subject, payload, reply, part))
         if not payloads:  # too large for NATS: it reaches none of them
             self._fail(token, "too large to reach them", certain=True)
-        return confirm.future
+        return future
+
+    def append(self, key: str, shard: int, messages: list[Message]) -> asyncio.Future[Routed]:
+        """Append ``messages`` to queue ``key`` of ``shard``, which another node leads (a
+        dead letter): sent on ``polymq.append.<shard>``, which every node hears and the
+        shard's leader does; the future of its answer, as for :meth:`publish`."""
+        token, future = self._wait(key, {(0, shard)})
+        if self._closed:
+            self._fail(token, "this node is stopping", certain=True)
+            return future
+        payload = msgpack.packb([key, [m.to_wire() for m in messages]], use_bin_type=True)
+        self._ops.put_nowait(_Publish(APPEND + str(shard), payload, self._routed_prefix + token))
+        return future
+
+    def _wait(self, label: str, left: set[tuple[int, int]]) -> tuple[str, asyncio.Future[Routed]]:
+        """A publish to ``label`` waiting for the answers of the leaders of ``left`` (part,
+        shard): its token and its future."""
+        loop = asyncio.get_running_loop()
+        token = str(next(self._tokens))
+        confirm = self._confirms[token] = _Confirm(label, left, loop.create_future())
+        confirm.future.add_done_callback(_retrieved)
+        confirm.timer = loop.call_later(CONFIRM_WITHIN, self._expire, token)
+        return token, confirm.future
 
     async def _answered(self, msg: Msg) -> None:
         """A node answers about its copies of a confirmed message of ours."""
@@ -419,7 +447,7 @@ class TopicMesh:
         fate = "not committed" if certain else "may not have been committed"
         confirm.future.set_exception(
             Unavailable(
-                f"topic/{confirm.name}: routed into durable queues of shard(s)"
+                f"{confirm.name}: routed into durable queues of shard(s)"
                 f" {', '.join(map(str, shards))}, led by other nodes: {why}; {fate} there"
                 " (publish it again)"
             )
@@ -522,10 +550,29 @@ class TopicMesh:
             return
         if reply and answer is not None:
             part = headers.get(PART_HEADER, "0") if headers else "0"
-            number = int(part) if part.isdigit() else 0
-            task = asyncio.create_task(self._answer(reply, number, answer))
-            self._answering.add(task)
-            task.add_done_callback(self._answering.discard)
+            self._answer_soon(reply, int(part) if part.isdigit() else 0, answer)
+
+    async def _append(self, msg: Msg) -> None:
+        """Another node's :meth:`append`: ours to do if we lead its shard."""
+        headers = msg.headers
+        if headers is not None and headers.get(NODE_HEADER) == self.node_id:
+            return
+        assert self._deliver_queue is not None
+        try:
+            shard = int(msg.subject.rpartition(".")[2])
+            key, fields = msgpack.unpackb(msg.data, raw=False)
+            messages = [Message.from_wire(f) for f in fields]
+            answer = self._deliver_queue(shard, str(key), messages)
+        except Exception as exc:
+            log.warning("topic mesh: a malformed append on %s: %s", msg.subject, exc)
+            return
+        if answer is not None and msg.reply:
+            self._answer_soon(msg.reply, 0, answer)
+
+    def _answer_soon(self, reply: str, part: int, answer: Awaitable[Routed]) -> None:
+        task = asyncio.create_task(self._answer(reply, part, answer))
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
 
     async def _answer(self, reply: str, part: int, answer: Awaitable[Routed]) -> None:
         """Tell the origin of a confirmed message about our copies, once they are done."""

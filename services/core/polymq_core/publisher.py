@@ -38,9 +38,11 @@ if TYPE_CHECKING:
 class Mesh(Protocol):
     """Where topic messages go to reach the other nodes' subscribers and bound queues:
     :class:`polymq_core.mesh.TopicMesh`. A publish returns the future of the answers of the
-    leaders of durable queues it must reach elsewhere (persistent messages), else None."""
+    leaders of durable queues it must reach elsewhere (persistent messages), else None; an
+    append (to a queue whose shard another node leads) the future of its leader's."""
 
     def publish(self, name: str, messages: list[Message]) -> asyncio.Future[Routed] | None: ...
+    def append(self, key: str, shard: int, messages: list[Message]) -> asyncio.Future[Routed]: ...
 
 
 class PublishCaller(Caller, Protocol):
@@ -219,7 +221,9 @@ class Publisher:
         source's store: at least once, never lost).
 
         A topic target goes through the same routing as a publish (subscribers and bindings;
-        in a cluster, the leaders elsewhere of the durable queues it reaches answer too).
+        in a cluster, the leaders elsewhere of the durable queues it reaches answer too); a
+        queue whose shard another node leads gets it through that leader (the mesh's
+        append).
         A message that left on its own (``expired``, or dropped as the oldest of a full
         queue: ``max-length``) never comes back into the queue it left, through a binding or
         directly: a full queue under drop-oldest would loop forever (RabbitMQ drops such
@@ -261,8 +265,12 @@ class Publisher:
         if key == skip:
             log.warning("%s dead-letters to itself (%s); message dropped", key, reason)
             return None
+        shard = self.broker.shard_for(key)
+        mesh = self.broker.mesh
+        if not shard.leading and mesh is not None:  # (a cluster's: its leader appends it)
+            return _durable(target, [], mesh.append(key, shard.index, [dl]))
         try:
-            fut = self.broker.shard_for(key).publish(key, [dl])
+            fut = shard.publish(key, [dl])
         except Exception as exc:  # a full dead-letter queue must not break the source queue
             log.warning("dead-lettering to %s failed: %s", key, exc)
             return None
