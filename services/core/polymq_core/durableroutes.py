@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 _SAVE = WriteKind.SAVE_BINDINGS.value
 _DELETE = WriteKind.DELETE_BINDINGS.value
 _GONE = WriteKind.DELETE_DESTINATION.value
+_KINDS = frozenset({_SAVE, _DELETE, _GONE})
 
 
 class DurableRoutes:
@@ -69,7 +70,7 @@ class DurableRoutes:
         """The writes of one entry of shard ``shard``'s log, in order: those that change
         bindings change them here."""
         for write in writes:
-            if not write:
+            if not write or write[0] not in _KINDS:  # (most are messages: one look each)
                 continue
             kind = write[0]
             try:
