@@ -34,12 +34,12 @@ subject (``polymq.routed.<node>.<token>``, header ``Polymq-Part``: which part of
 split to fit NATS' payload), every node that gets it answers there once its copies are
 committed, naming the shards it leads and those whose copy failed, and
 :meth:`TopicMesh.publish` returns a future that resolves when a leader of each of those
-shards has answered, fails ``unavailable`` when one's copy failed, and fails ``unavailable``
-("may not have been committed") when one has not answered within :data:`CONFIRM_WITHIN`
-seconds (a frozen or dead leader, a leader without the binding's interest yet). The same
-answers carry :meth:`TopicMesh.append`: a message the core itself sends to a queue whose
-shard another node leads (a dead letter), on ``polymq.append.<shard>``, which every node
-hears and the shard's leader appends.
+shards has answered, fails ``unavailable`` when one's copy failed (saying what that leader
+knows of its fate), and fails ``unavailable`` ("may not have been committed") when one has
+not answered within :data:`CONFIRM_WITHIN` seconds (a frozen or dead leader, a leader
+without the binding's interest yet). The same answers carry :meth:`TopicMesh.append`: a
+message the core itself sends to a queue whose shard another node leads (a dead letter),
+on ``polymq.append.<shard>``, which every node hears and the shard's leader appends.
 """
 
 from __future__ import annotations
@@ -377,7 +377,7 @@ class TopicMesh:
         for part, payload in enumerate(payloads):
             self._ops.put_nowait(_Publish(subject, payload, reply, part))
         if not payloads:  # too large for NATS: it reaches none of them
-            self._fail(token, "too large to reach them", certain=True)
+            self._fail(token, "too large to reach them", fate="not sent")
         return future
 
     def append(self, key: str, shard: int, messages: list[Message]) -> asyncio.Future[Routed]:
@@ -386,7 +386,7 @@ class TopicMesh:
         shard's leader does; the future of its answer, as for :meth:`publish`."""
         token, future = self._wait(key, {(0, shard)})
         if self._closed:
-            self._fail(token, "this node is stopping", certain=True)
+            self._fail(token, "this node is stopping", fate="not sent")
             return future
         payload = msgpack.packb([key, [m.to_wire() for m in messages]], use_bin_type=True)
         self._ops.put_nowait(_Publish(APPEND + str(shard), payload, self._routed_prefix + token))
@@ -417,9 +417,9 @@ class TopicMesh:
     def _tally(self, token: str, confirm: _Confirm, part: int, routed: Routed) -> None:
         confirm.queues += routed.queues
         confirm.refused += routed.refused
-        if routed.failed:
+        if routed.failed:  # (``why`` says whether it may have been committed after all)
             shard, why = routed.failed[0]
-            self._fail(token, f"its copy for shard {shard} failed: {why}", certain=True)
+            self._fail(token, f"the copy for shard {shard} failed: {why}", fate="")
             return
         for shard in routed.led:
             confirm.left.discard((part, shard))
@@ -433,9 +433,9 @@ class TopicMesh:
     def _expire(self, token: str) -> None:
         self._fail(token, f"no answer within {CONFIRM_WITHIN:g} s")
 
-    def _fail(self, token: str, why: str, *, certain: bool = False) -> None:
-        """Answer the publish ``token`` ``unavailable``: a copy failed (``certain``), or
-        its fate is not known (the message may or may not be in those queues)."""
+    def _fail(self, token: str, why: str, *, fate: str = "may not have been committed") -> None:
+        """Answer the publish ``token`` ``unavailable``, ``why``; ``fate``: what that says of
+        the copies (by default, not known: they may or may not be in those queues)."""
         confirm = self._confirms.pop(token, None)
         if confirm is None:
             return
@@ -444,11 +444,11 @@ class TopicMesh:
         if confirm.future.done():
             return
         shards = sorted({s for _, s in confirm.left})
-        fate = "not committed" if certain else "may not have been committed"
+        there = f"; {fate} there" if fate else ""
         confirm.future.set_exception(
             Unavailable(
                 f"{confirm.name}: routed into durable queues of shard(s)"
-                f" {', '.join(map(str, shards))}, led by other nodes: {why}; {fate} there"
+                f" {', '.join(map(str, shards))}, led by other nodes: {why}{there}"
                 " (publish it again)"
             )
         )

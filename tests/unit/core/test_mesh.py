@@ -405,8 +405,8 @@ async def test_a_copy_that_failed_is_not_committed() -> None:
     fut = mesh.publish("a.b", [persistent(b"p")])
     assert fut is not None
     await settle()
-    await answer(nc, nc.replies[0], Routed([1], [(1, "deposed")], 0, []))
-    with pytest.raises(Unavailable, match="deposed; not committed there"):
+    await answer(nc, nc.replies[0], Routed([1], [(1, "not committed: deposed")], 0, []))
+    with pytest.raises(Unavailable, match="shard 1 failed: not committed: deposed \\(publish"):
         await fut
     await mesh.stop()
 
