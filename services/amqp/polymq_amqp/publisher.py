@@ -19,7 +19,9 @@ subscriber; or the default exchange naming no queue) is returned with basic.retu
 NO_ROUTE when it is mandatory. In confirm mode each publish is then answered with
 basic.ack, or basic.nack when a queue refused it (after the return, if any), or when the
 core could not take it now (``unavailable``: a cluster without a majority, a shard changing
-leader). A refused message on a channel without confirms is dropped, as in RabbitMQ.
+leader, a durable queue it was routed into whose leader, on another node, did not commit it
+or did not answer in time). A refused message on a channel without confirms is dropped, as
+in RabbitMQ.
 
 The codec gives a run of publishes that differ only in their bodies as one event
 (:class:`~polymq_amqp.events.ContentRun`): it is routed, checked and authorized once, its

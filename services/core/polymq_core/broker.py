@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +74,7 @@ from .peerlink import PEER_CLIENT
 from .publisher import Mesh, Publisher
 from .queue import Queue
 from .routing import TopicRouter, validate_pattern
-from .shard import Shard
+from .shard import Shard, shard_index
 from .sqlitestore import SqliteStore
 from .store import Store
 from .subscription import Subscription, TopicSource
@@ -299,8 +298,7 @@ class Broker:
 
     # ---- what the handlers share -----------------------------------------------------------
     def shard_for(self, key: str) -> Shard:
-        base = key.partition(">")[0]
-        return self.shards[zlib.crc32(base.encode()) % len(self.shards)]
+        return self.shards[shard_index(key, len(self.shards))]
 
     def destination(
         self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
@@ -347,11 +345,13 @@ class Broker:
 
     def dead_letter(
         self, msg: Message, target: str, reason: str, source: str, by: str | None
-    ) -> None:
+    ) -> asyncio.Future[None] | None:
         """``msg`` left queue ``source`` for ``reason``: to ``target`` if ``by``, who declared
-        the queue, still may write there (:mod:`polymq_core.deadletters`)."""
+        the queue, still may write there (:mod:`polymq_core.deadletters`); the future of its
+        dead letter's write (None: nothing to wait for, or dropped)."""
         if may_dead_letter(self.auth, by, target, source):
-            self.publisher.dead_letter(msg, target, reason, source)
+            return self.publisher.dead_letter(msg, target, reason, source)
+        return None
 
     def describe(self) -> dict[str, Any]:
         return {

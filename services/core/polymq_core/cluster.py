@@ -35,28 +35,31 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from polymq.errors import PolymqError, QueueFull
 from polymq.types import Message
 
 from .clustertls import ClusterTls
+from .durableroutes import DurableRoutes
 from .endpoints import EndpointWatcher, Member, scaled_below
 from .handover import HandOver
 from .leadership import ShardLeadership
 from .logentry import LogError
 from .membership import Membership
-from .mesh import TopicMesh
+from .mesh import Routed, TopicMesh
 from .natsd import AUTH_REFUSED, TLS_REFUSED, NatsConfig, NatsServer, hostport
 from .reload import SUBJECT as RELOAD_SUBJECT
 from .reload import Reloader, ReloadError
 from .replog import ReplicatedStore
 from .retention import LogRetention
 from .routes import Routes, others, watch_endpoints
+from .shard import shard_index
 from .shardlog import ShardLog
 from .snapshot import (
     KEEP_ENTRIES,
@@ -132,6 +135,9 @@ class ClusterNode(ShardLeadership, LogRetention):
             for i in range(settings.shards)
         ]
         self.stores: list[ReplicatedStore] = []
+        # every shard's durable bindings, from its log: whose leaders a topic publish's
+        # persistent messages wait for (polymq_core.durableroutes)
+        self.durable_routes = DurableRoutes(functools.partial(shard_index, shards=settings.shards))
         self.leaders: dict[int, str | None] = {}
         self._leaderless_since: dict[int, float] = {}
         self.nats: NatsServer | None = None
@@ -259,6 +265,7 @@ class ClusterNode(ShardLeadership, LogRetention):
             self.node_id,
             on_deposed=lambda: self._deposed(index),
             fetch_snapshot=functools.partial(self._fetch_snapshot, index),
+            routes=self.durable_routes.of(index),
         )
         self.stores.append(store)
         return store
@@ -270,7 +277,9 @@ class ClusterNode(ShardLeadership, LogRetention):
         if "admin" in ports:
             scheme = "https" if self.settings.core_tls else "http"
             self.admin_url = f"{scheme}://{host}:{ports['admin']}/"
-        self.mesh = TopicMesh(self.nc, self.node_id, self._remote_topic)
+        self.mesh = TopicMesh(
+            self.nc, self.node_id, self._remote_topic, self._waits_for, self._remote_append
+        )
         await self.mesh.start()
         broker.mesh = self.mesh
         broker.topics.on_interest = self.mesh.interest
@@ -456,18 +465,54 @@ class ClusterNode(ShardLeadership, LogRetention):
         msg = Message(body=body, content_type="application/json")
         broker.publisher.publish_topic("system.peers", [msg])
 
-    def _remote_topic(self, name: str, messages: list[Message]) -> None:
+    def _waits_for(self, name: str) -> set[int]:
+        """The shards led by other nodes whose durable queues are bound to ``topic/<name>``:
+        a persistent message published to it here is confirmed once their leaders committed
+        their copies (:mod:`polymq_core.mesh`)."""
+        shards = self.durable_routes.shards(name)
+        broker = self.broker
+        if not shards or broker is None:
+            return shards
+        return {s for s in shards if not broker.shards[s].leading}
+
+    def _remote_topic(
+        self, name: str, messages: list[Message], answer: bool
+    ) -> Awaitable[Routed] | None:
         """Messages another node published to ``topic/<name>``: our subscribers and the bound
-        queues this node leads."""
+        queues this node leads; with ``answer``, what to tell that node about the copies
+        once they are committed (the shards this node leads, those whose copy failed)."""
         broker = self.broker
         if broker is None:
-            return
+            return None
         broker.publisher.publish_topic(name, messages)
-        if broker.bindings.size:
-            result: dict[str, Any] = {"refused": []}
-            answer = broker.publisher.route(name, messages, result)
-            if not isinstance(answer, dict):
-                asyncio.ensure_future(answer).add_done_callback(_quiet)
+        led = [s.index for s in broker.shards if s.leading]
+        refused: list[str] = []
+        taken, futs = broker.publisher.route_copies(name, messages, refused)
+        if not answer:
+            for _, fut in futs:
+                fut.add_done_callback(_quiet)
+            return None
+        return _copies_done(led, taken, refused, futs)
+
+    def _remote_append(
+        self, shard: int, key: str, messages: list[Message]
+    ) -> Awaitable[Routed] | None:
+        """Another node sends ``messages`` to queue ``key`` of ``shard`` (a dead letter):
+        appended if this node leads the shard (what to answer once committed), else None."""
+        broker = self.broker
+        if broker is None or not 0 <= shard < len(broker.shards):
+            return None
+        holder = broker.shards[shard]
+        if not holder.leading or broker.shard_for(key) is not holder:
+            return None
+        try:
+            fut = holder.publish(key, messages)
+        except QueueFull:
+            log.warning("dead-lettering to %s: refused (full)", key)
+            return _answered(Routed([shard], [], 0, [key]))
+        except PolymqError as exc:
+            return _answered(Routed([shard], [(shard, str(exc))], 0, []))
+        return _copies_done([shard], 1, [], [] if fut is None else [(shard, fut)])
 
     def describe(self) -> dict[str, Any]:
         nodes = self.membership.describe() if self.membership is not None else []
@@ -549,6 +594,23 @@ async def _cancelled(tasks: list[asyncio.Task[None]]) -> None:
             ", ".join(t.get_name() for t in left),
             _STOP_TASKS_WITHIN,
         )
+
+
+async def _answered(routed: Routed) -> Routed:
+    return routed
+
+
+async def _copies_done(
+    led: list[int], taken: int, refused: list[str], futs: list[tuple[int, asyncio.Future[None]]]
+) -> Routed:
+    """What to answer about copies of another node's confirmed message, once they are done."""
+    failed: list[tuple[int, str]] = []
+    for shard, fut in futs:
+        try:
+            await asyncio.shield(fut)
+        except Exception as exc:
+            failed.append((shard, str(exc)))
+    return Routed(led, failed, taken, refused)
 
 
 def _quiet(fut: asyncio.Future[Any]) -> None:

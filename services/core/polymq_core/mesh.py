@@ -25,20 +25,36 @@ one inbox, read by one task, so messages are handled in the order NATS sent them
 would give each subscription its own queue and task, and reorder across them).
 
 Messages travel as msgpack ``[m.to_wire(), ...]`` with header ``Polymq-Node`` (the origin;
-a node ignores its own). Topic messages are transient: a publish is fire and forget.
+a node ignores its own). Topic messages are transient: a publish is fire and forget, but
+for one thing. A persistent message that some other node routes into a durable queue it
+leads (a binding) is confirmed, as on one node, only once that copy is committed: when
+``waits_for`` names shards led elsewhere whose durable queues are bound to the topic (every
+node knows them: :mod:`polymq_core.durableroutes`), the message goes with a NATS reply
+subject (``polymq.routed.<node>.<token>``, header ``Polymq-Part``: which part of a batch
+split to fit NATS' payload), every node that gets it answers there once its copies are
+committed, naming the shards it leads and those whose copy failed, and
+:meth:`TopicMesh.publish` returns a future that resolves when a leader of each of those
+shards has answered, fails ``unavailable`` when one's copy failed (saying what that leader
+knows of its fate), and fails ``unavailable`` ("may not have been committed") when one has
+not answered within :data:`CONFIRM_WITHIN` seconds (a frozen or dead leader, a leader
+without the binding's interest yet). The same answers carry :meth:`TopicMesh.append`: a
+message the core itself sends to a queue whose shard another node leads (a dead letter),
+on ``polymq.append.<shard>``, which every node hears and the shard's leader appends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from polymq.errors import Unavailable
 from polymq.types import Message
 
 from .routing import TopicRouter, validate_pattern
@@ -48,12 +64,27 @@ if TYPE_CHECKING:
     from nats.aio.msg import Msg
     from nats.aio.subscription import Subscription
 
-__all__ = ["TopicMesh", "escape", "name_for", "subject_for", "subjects_for", "unescape"]
+__all__ = [
+    "CONFIRM_WITHIN",
+    "Routed",
+    "TopicMesh",
+    "escape",
+    "name_for",
+    "subject_for",
+    "subjects_for",
+    "unescape",
+]
 
 log = logging.getLogger(__name__)
 
 PREFIX = "polymq.topic."
 NODE_HEADER = "Polymq-Node"
+PART_HEADER = "Polymq-Part"  # which part of a split publish a confirmed message is
+ROUTED = "polymq.routed."  # + <node>.<token>: where a confirmed message's copies are answered
+APPEND = "polymq.append."  # + <shard>: a message for a queue of that shard (its leader's)
+# seconds a publish waits for the leaders of the shards it was routed into to answer (the
+# forwarding of a request to a leader waits as long: relay.py)
+CONFIRM_WITHIN = 15.0
 _SPECIAL = frozenset(".*>%")  # NATS token separator and wildcards, and our escape
 _EMPTY = "%"  # an empty segment (a lone '%' is never an escape)
 _INBOX_LIMIT = 65536  # messages received and not yet handled; beyond, NATS drops (slow consumer)
@@ -138,6 +169,52 @@ def subjects_for(pattern: str) -> tuple[str, ...]:
 class _Publish:
     subject: str
     payload: bytes
+    reply: str = ""  # a confirmed message's: where its copies are answered
+    part: int = 0
+
+
+@dataclass(frozen=True)
+class Routed:
+    """What a node answers about the copies of a confirmed message it routed: the shards it
+    leads, those whose copy failed (shard, why), how many queues took a copy, and the keys
+    of those that refused it (full, under ``reject``)."""
+
+    led: list[int]
+    failed: list[tuple[int, str]]
+    queues: int
+    refused: list[str]
+
+    def to_wire(self, part: int) -> bytes:
+        fields = [part, self.led, [list(f) for f in self.failed], self.queues, self.refused]
+        return bytes(msgpack.packb(fields, use_bin_type=True))
+
+    @staticmethod
+    def from_wire(data: bytes) -> tuple[int, Routed]:
+        """(the part, the answer); ``ValueError`` for what :meth:`to_wire` never makes."""
+        try:
+            part, led, failed, queues, refused = msgpack.unpackb(data, raw=False)
+            return int(part), Routed(
+                [int(s) for s in led],
+                [(int(s), str(why)) for s, why in failed],
+                int(queues),
+                [str(k) for k in refused],
+            )
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"not an answer about routed copies: {exc}") from None
+
+
+class _Confirm:
+    """A confirmed publish waiting for the leaders of ``left`` (part, shard) to answer."""
+
+    __slots__ = ("future", "left", "name", "queues", "refused", "timer")
+
+    def __init__(self, name: str, left: set[tuple[int, int]], future: asyncio.Future[Any]):
+        self.name = name
+        self.left = left
+        self.future = future
+        self.queues = 0
+        self.refused: list[str] = []
+        self.timer: asyncio.TimerHandle | None = None
 
 
 @dataclass(frozen=True)
@@ -166,11 +243,26 @@ class TopicMesh:
         self,
         nc: NatsClient,
         node_id: str,
-        deliver_local: Callable[[str, list[Message]], None],
+        deliver_local: Callable[[str, list[Message], bool], Awaitable[Routed] | None],
+        waits_for: Callable[[str], set[int]] | None = None,
+        deliver_queue: Callable[[int, str, list[Message]], Awaitable[Routed] | None] | None = None,
     ) -> None:
+        """``deliver_local(name, messages, answer)``: hands another node's messages to this
+        one's subscribers and bound queues; with ``answer``, returns what to answer about
+        the copies once they are committed. ``waits_for(name)``: the shards led by other
+        nodes whose durable queues a persistent message to ``name`` must reach before it is
+        confirmed (module docstring); None: never wait. ``deliver_queue(shard, key,
+        messages)``: appends what another node's :meth:`append` sent, if this node leads
+        ``shard`` (what to answer), else None."""
         self.nc = nc
         self.node_id = node_id
         self._deliver_local = deliver_local
+        self._waits_for = waits_for
+        self._deliver_queue = deliver_queue
+        self._routed_prefix = ROUTED + escape(node_id) + "."
+        self._tokens = itertools.count(1)
+        self._confirms: dict[str, _Confirm] = {}  # token -> a publish waiting for answers
+        self._answering: set[asyncio.Task[None]] = set()  # answers about our copies
         self._queue_group = "polymq-" + escape(node_id)
         self._headers = {NODE_HEADER: node_id}
         self._patterns: dict[str, int] = {}  # pattern -> local interest (refcount)
@@ -188,6 +280,12 @@ class TopicMesh:
         """Run the NATS calls (those queued before start too)."""
         if self._task is not None or self._closed:
             raise RuntimeError("the topic mesh is already started (or stopped)")
+        if self._waits_for is not None:
+            self._subs[self._routed_prefix + "*"] = await self.nc.subscribe(
+                self._routed_prefix + "*", cb=self._answered
+            )
+        if self._deliver_queue is not None:
+            self._subs[APPEND + "*"] = await self.nc.subscribe(APPEND + "*", cb=self._append)
         self._task = asyncio.create_task(self._run(), name=f"topic-mesh-{self.node_id}")
         self._reader = asyncio.create_task(self._read(), name=f"topic-mesh-in-{self.node_id}")
 
@@ -209,6 +307,12 @@ class TopicMesh:
                 with contextlib.suppress(asyncio.CancelledError):
                     await owned
         self._reader = None
+        for answering in list(self._answering):
+            answering.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await answering
+        for token in list(self._confirms):
+            self._fail(token, "this node is stopping")
         subs, self._subs = list(self._subs.values()), {}
         for sub in subs:
             with contextlib.suppress(Exception):  # the connection may be closed already
@@ -250,14 +354,104 @@ class TopicMesh:
                 else:
                     self._ops.put_nowait(_Unsubscribe(subject))
 
-    def publish(self, name: str, messages: list[Message]) -> None:
-        """Send ``messages`` of topic ``name`` to the nodes that want them (fire and
-        forget). A batch larger than NATS' max payload goes in several parts."""
+    def publish(self, name: str, messages: list[Message]) -> asyncio.Future[Routed] | None:
+        """Send ``messages`` of topic ``name`` to the nodes that want them. A batch larger
+        than NATS' max payload goes in several parts. Fire and forget (None), unless a
+        persistent message must reach durable queues that other nodes lead: then the future
+        of their leaders' answers (module docstring), with the queues that took a copy and
+        those that refused it."""
         if self._closed or not messages:
-            return
+            return None
         subject = subject_for(name)
-        for payload in self._payloads(messages):
-            self._ops.put_nowait(_Publish(subject, payload))
+        payloads = self._payloads(messages)
+        shards = set()
+        if self._waits_for is not None and any(m.persistent for m in messages):
+            shards = self._waits_for(name)
+        if not shards:
+            for payload in payloads:
+                self._ops.put_nowait(_Publish(subject, payload))
+            return None
+        left = {(part, shard) for part in range(len(payloads)) for shard in shards}
+        token, future = self._wait(f"topic/{name}", left)
+        reply = self._routed_prefix + token
+        for part, payload in enumerate(payloads):
+            self._ops.put_nowait(_Publish(subject, payload, reply, part))
+        if not payloads:  # too large for NATS: it reaches none of them
+            self._fail(token, "too large to reach them", fate="not sent")
+        return future
+
+    def append(self, key: str, shard: int, messages: list[Message]) -> asyncio.Future[Routed]:
+        """Append ``messages`` to queue ``key`` of ``shard``, which another node leads (a
+        dead letter): sent on ``polymq.append.<shard>``, which every node hears and the
+        shard's leader does; the future of its answer, as for :meth:`publish`."""
+        token, future = self._wait(key, {(0, shard)})
+        if self._closed:
+            self._fail(token, "this node is stopping", fate="not sent")
+            return future
+        payload = msgpack.packb([key, [m.to_wire() for m in messages]], use_bin_type=True)
+        self._ops.put_nowait(_Publish(APPEND + str(shard), payload, self._routed_prefix + token))
+        return future
+
+    def _wait(self, label: str, left: set[tuple[int, int]]) -> tuple[str, asyncio.Future[Routed]]:
+        """A publish to ``label`` waiting for the answers of the leaders of ``left`` (part,
+        shard): its token and its future."""
+        loop = asyncio.get_running_loop()
+        token = str(next(self._tokens))
+        confirm = self._confirms[token] = _Confirm(label, left, loop.create_future())
+        confirm.future.add_done_callback(_retrieved)
+        confirm.timer = loop.call_later(CONFIRM_WITHIN, self._expire, token)
+        return token, confirm.future
+
+    async def _answered(self, msg: Msg) -> None:
+        """A node answers about its copies of a confirmed message of ours."""
+        token = msg.subject.rpartition(".")[2]
+        confirm = self._confirms.get(token)
+        if confirm is not None:
+            try:
+                part, routed = Routed.from_wire(msg.data)
+            except ValueError as exc:
+                log.warning("topic mesh: a malformed answer on %s: %s", msg.subject, exc)
+            else:
+                self._tally(token, confirm, part, routed)
+
+    def _tally(self, token: str, confirm: _Confirm, part: int, routed: Routed) -> None:
+        confirm.queues += routed.queues
+        confirm.refused += routed.refused
+        if routed.failed:  # (``why`` says whether it may have been committed after all)
+            shard, why = routed.failed[0]
+            self._fail(token, f"the copy for shard {shard} failed: {why}", fate="")
+            return
+        for shard in routed.led:
+            confirm.left.discard((part, shard))
+        if not confirm.left:
+            self._confirms.pop(token, None)
+            if confirm.timer is not None:
+                confirm.timer.cancel()
+            if not confirm.future.done():
+                confirm.future.set_result(Routed([], [], confirm.queues, confirm.refused))
+
+    def _expire(self, token: str) -> None:
+        self._fail(token, f"no answer within {CONFIRM_WITHIN:g} s")
+
+    def _fail(self, token: str, why: str, *, fate: str = "may not have been committed") -> None:
+        """Answer the publish ``token`` ``unavailable``, ``why``; ``fate``: what that says of
+        the copies (by default, not known: they may or may not be in those queues)."""
+        confirm = self._confirms.pop(token, None)
+        if confirm is None:
+            return
+        if confirm.timer is not None:
+            confirm.timer.cancel()
+        if confirm.future.done():
+            return
+        shards = sorted({s for _, s in confirm.left})
+        there = f"; {fate} there" if fate else ""
+        confirm.future.set_exception(
+            Unavailable(
+                f"{confirm.name}: routed into durable queues of shard(s)"
+                f" {', '.join(map(str, shards))}, led by other nodes: {why}{there}"
+                " (publish it again)"
+            )
+        )
 
     def _payloads(self, messages: list[Message]) -> list[bytes]:
         payload = msgpack.packb([m.to_wire() for m in messages], use_bin_type=True)
@@ -282,7 +476,10 @@ class TopicMesh:
             if op is None:
                 return
             try:
-                if isinstance(op, _Publish):
+                if isinstance(op, _Publish) and op.reply:
+                    headers = {**self._headers, PART_HEADER: str(op.part)}
+                    await self.nc.publish(op.subject, op.payload, op.reply, headers)
+                elif isinstance(op, _Publish):
                     await self.nc.publish(op.subject, op.payload, headers=self._headers)
                 elif isinstance(op, _Subscribe):
                     if op.subject not in self._subs:
@@ -295,6 +492,8 @@ class TopicMesh:
                 raise
             except Exception as exc:  # a closed or reconnecting connection: go on
                 log.warning("topic mesh: %s on %s failed: %r", type(op).__name__, op.subject, exc)
+                if isinstance(op, _Publish) and op.reply:
+                    self._fail(op.reply.rpartition(".")[2], f"sending it failed ({exc!r})")
 
     async def _subscribe(self, subject: str) -> Subscription:
         # Without a callback, nats-py only puts a subscription's messages on its
@@ -343,7 +542,48 @@ class TopicMesh:
             origin = headers.get(NODE_HEADER) if headers else None
             log.warning("topic mesh: a malformed message from %s on %r: %s", origin, name, exc)
             return
+        reply = msg.reply
         try:
-            self._deliver_local(name, messages)
+            answer = self._deliver_local(name, messages, bool(reply))
         except Exception:
             log.exception("topic mesh: delivering %r failed", name)
+            return
+        if reply and answer is not None:
+            part = headers.get(PART_HEADER, "0") if headers else "0"
+            self._answer_soon(reply, int(part) if part.isdigit() else 0, answer)
+
+    async def _append(self, msg: Msg) -> None:
+        """Another node's :meth:`append`: ours to do if we lead its shard."""
+        headers = msg.headers
+        if headers is not None and headers.get(NODE_HEADER) == self.node_id:
+            return
+        assert self._deliver_queue is not None
+        try:
+            shard = int(msg.subject.rpartition(".")[2])
+            key, fields = msgpack.unpackb(msg.data, raw=False)
+            messages = [Message.from_wire(f) for f in fields]
+            answer = self._deliver_queue(shard, str(key), messages)
+        except Exception as exc:
+            log.warning("topic mesh: a malformed append on %s: %s", msg.subject, exc)
+            return
+        if answer is not None and msg.reply:
+            self._answer_soon(msg.reply, 0, answer)
+
+    def _answer_soon(self, reply: str, part: int, answer: Awaitable[Routed]) -> None:
+        task = asyncio.create_task(self._answer(reply, part, answer))
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
+
+    async def _answer(self, reply: str, part: int, answer: Awaitable[Routed]) -> None:
+        """Tell the origin of a confirmed message about our copies, once they are done."""
+        routed = await answer
+        try:
+            await self.nc.publish(reply, routed.to_wire(part))
+        except Exception as exc:  # (the origin answers "may not have been committed")
+            log.warning("topic mesh: answering on %s failed: %r", reply, exc)
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Mark a failure as seen: the publish that waited may have failed already."""
+    if not fut.cancelled():
+        fut.exception()

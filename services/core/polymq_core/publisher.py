@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from polymq.errors import BadRequest, QueueFull
+from polymq.errors import BadRequest, QueueFull, Unavailable
 from polymq.events import Publish
 from polymq.types import Destination, Kind, Message
 from polymq_server.auth import Permission
@@ -29,15 +29,20 @@ from .shard import Shard
 if TYPE_CHECKING:
     from .bindings import BindingTable
     from .config import CoreSettings
+    from .mesh import Routed
     from .metrics import Sensors
     from .routing import TopicRouter
     from .subscription import Subscription
 
 
 class Mesh(Protocol):
-    """Where topic messages go to reach the other nodes' subscribers."""
+    """Where topic messages go to reach the other nodes' subscribers and bound queues:
+    :class:`polymq_core.mesh.TopicMesh`. A publish returns the future of the answers of the
+    leaders of durable queues it must reach elsewhere (persistent messages), else None; an
+    append (to a queue whose shard another node leads) the future of its leader's."""
 
-    def publish(self, name: str, messages: list[Message]) -> None: ...
+    def publish(self, name: str, messages: list[Message]) -> asyncio.Future[Routed] | None: ...
+    def append(self, key: str, shard: int, messages: list[Message]) -> asyncio.Future[Routed]: ...
 
 
 class PublishCaller(Caller, Protocol):
@@ -121,12 +126,13 @@ class Publisher:
         broker.sensors.on_publish(session.protocol, kind, len(msgs))
         if dest.kind is Kind.TOPIC:
             n = self.publish_topic(dest.name, msgs)
-            if broker.mesh is not None:
-                broker.mesh.publish(dest.name, msgs)
+            # (in a cluster: the other nodes' subscribers and bound queues; the future of
+            # the answers of the leaders of the durable queues it must reach there, if any)
+            remote = broker.mesh.publish(dest.name, msgs) if broker.mesh is not None else None
             result = {"count": len(msgs), "subscribers": n, "queues": 0, "refused": []}
-            if not broker.bindings.size:  # nothing bound anywhere: the fanout path as it was
+            if not broker.bindings.size and remote is None:  # the fanout path as it was
                 return result
-            return self.route(dest.name, msgs, result)
+            return self.route(dest.name, msgs, result, remote)
         if dest.kind is Kind.CHANNEL:
             role = ev.role or "client"
             other = "server" if role == "client" else "client"
@@ -156,46 +162,68 @@ class Publisher:
             self.broker.sensors.on_deliver(len(subs) * len(msgs))
         return len(subs)
 
-    def route(self, name: str, msgs: list[Message], result: dict[str, Any]) -> Any:
+    def route(
+        self,
+        name: str,
+        msgs: list[Message],
+        result: dict[str, Any],
+        remote: asyncio.Future[Routed] | None = None,
+    ) -> Any:
         """Append a copy of ``msgs`` (just published to ``topic/<name>``) to every queue bound
         by a pattern that matches ``name``, each queue once. Fills in ``result["queues"]``
         (how many took them) and ``result["refused"]`` (the keys of those that refused them:
         full, under ``reject``); returns ``result``, or an awaitable of it when copies of
-        persistent messages into durable queues must first be durable."""
-        taken, futs = self._route(name, msgs, result["refused"])
+        persistent messages into durable queues must first be durable: here, and, with
+        ``remote`` (the mesh's), on the other nodes that lead such queues (it adds theirs)."""
+        taken, futs = self.route_copies(name, msgs, result["refused"])
         result["queues"] = taken
+        if remote is not None:
+            return _with_remote(result, [f for _, f in futs], remote)
         if not futs:
             return result
-        return then(futs[0] if len(futs) == 1 else asyncio.gather(*futs), result)
+        return then(futs[0][1] if len(futs) == 1 else asyncio.gather(*(f for _, f in futs)), result)
 
-    def _route(
+    def route_copies(
         self, name: str, msgs: list[Message], refused: list[str], skip: str = ""
-    ) -> tuple[int, list[asyncio.Future[None]]]:
-        """(queues that took a copy, futures of their durable appends); ``skip``: a queue
-        not to route to."""
+    ) -> tuple[int, list[tuple[int, asyncio.Future[None]]]]:
+        """Copies of ``msgs`` of ``topic/<name>`` into the queues bound here (in a cluster:
+        those of the shards this node leads), the keys of those that refuse them added to
+        ``refused``: (how many took them, the shard and future of each durable append).
+        ``skip``: a queue not to route to."""
         broker = self.broker
+        if not broker.bindings.size:
+            return 0, []
         keys = broker.bindings.match(name)
-        futs: list[asyncio.Future[None]] = []
+        futs: list[tuple[int, asyncio.Future[None]]] = []
         taken = 0
         for key in sorted(keys) if len(keys) > 1 else keys:
             if key == skip:
                 continue
             copies = [_copy(m) for m in msgs]
+            shard = broker.shard_for(key)
             try:
-                fut = broker.shard_for(key).publish(key, copies, routed=True)
+                fut = shard.publish(key, copies, routed=True)
             except QueueFull:
                 refused.append(key)
                 continue
             taken += 1
             if fut is not None:
-                futs.append(fut)
+                futs.append((shard.index, fut))
         return taken, futs
 
     # ---- dead letters ------------------------------------------------------------------------
-    def dead_letter(self, msg: Message, target: str, reason: str, source: str = "") -> None:
-        """Send ``msg``, which left queue ``source`` unacked for ``reason``, to ``target``.
+    def dead_letter(
+        self, msg: Message, target: str, reason: str, source: str = ""
+    ) -> asyncio.Future[None] | None:
+        """Send ``msg``, which left queue ``source`` unacked for ``reason``, to ``target``;
+        the future of its copies' durability (None: nothing to wait for), which the source
+        waits for before it forgets ``msg`` (a dead letter that failed leaves it in the
+        source's store: at least once, never lost).
 
-        A topic target goes through the same routing as a publish (subscribers and bindings).
+        A topic target goes through the same routing as a publish (subscribers and bindings;
+        in a cluster, the leaders elsewhere of the durable queues it reaches answer too); a
+        queue whose shard another node leads gets it through that leader (the mesh's
+        append).
         A message that left on its own (``expired``, or dropped as the oldest of a full
         queue: ``max-length``) never comes back into the queue it left, through a binding or
         directly: a full queue under drop-oldest would loop forever (RabbitMQ drops such
@@ -204,7 +232,7 @@ class Publisher:
             dest = Destination.parse(target)
         except BadRequest:
             log.warning("dead-letter destination %r is invalid; message dropped", target)
-            return
+            return None
         headers = {
             **msg.headers,
             "x-death-reason": reason,
@@ -226,24 +254,27 @@ class Publisher:
         skip = source if reason in _NO_RETURN else ""
         if dest.kind is Kind.TOPIC:
             self.publish_topic(dest.name, [dl])
-            if self.broker.mesh is not None:
-                self.broker.mesh.publish(dest.name, [dl])
-            if self.broker.bindings.size:
-                refused: list[str] = []
-                _, futs = self._route(dest.name, [dl], refused, skip)
-                if refused:
-                    log.warning("dead-lettering to %s: refused by %s", target, ", ".join(refused))
-                for fut in futs:  # nobody waits for these, but a failure is told
-                    fut.add_done_callback(_log_failure)
-            return
+            mesh = self.broker.mesh
+            remote = mesh.publish(dest.name, [dl]) if mesh is not None else None
+            refused: list[str] = []
+            _, futs = self.route_copies(dest.name, [dl], refused, skip)
+            if refused:
+                log.warning("dead-lettering to %s: refused by %s", target, ", ".join(refused))
+            return _durable(target, [f for _, f in futs], remote)
         key = str(dest)
         if key == skip:
             log.warning("%s dead-letters to itself (%s); message dropped", key, reason)
-            return
+            return None
+        shard = self.broker.shard_for(key)
+        mesh = self.broker.mesh
+        if not shard.leading and mesh is not None:  # (a cluster's: its leader appends it)
+            return _durable(target, [], mesh.append(key, shard.index, [dl]))
         try:
-            self.broker.shard_for(key).publish(key, [dl])
+            fut = shard.publish(key, [dl])
         except Exception as exc:  # a full dead-letter queue must not break the source queue
             log.warning("dead-lettering to %s failed: %s", key, exc)
+            return None
+        return None if fut is None else _durable(target, [fut], None)
 
 
 def _copy(m: Message) -> Message:
@@ -264,9 +295,41 @@ def _copy(m: Message) -> Message:
     )
 
 
-def _log_failure(fut: asyncio.Future[None]) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        log.warning("a dead-lettered message may not be durable: %s", fut.exception())
+def _durable(
+    target: str, futs: list[asyncio.Future[None]], remote: asyncio.Future[Routed] | None
+) -> asyncio.Future[None] | None:
+    """One future for the durability of a dead letter's copies (here and, ``remote``, on
+    the nodes leading the durable queues it reached elsewhere); a failure is logged."""
+    waits: list[asyncio.Future[Any]] = [*futs, *([remote] if remote is not None else [])]
+    if not waits:
+        return None
+    done = waits[0] if len(waits) == 1 else asyncio.gather(*waits)
+    out: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def settled(f: asyncio.Future[Any]) -> None:
+        exc = Unavailable("cancelled") if f.cancelled() else f.exception()
+        if exc is not None:
+            log.warning("a message dead-lettered to %s may not be durable: %s", target, exc)
+            out.set_exception(exc)
+            out.exception()  # (seen: the source only checks whether it failed)
+        else:
+            out.set_result(None)
+
+    done.add_done_callback(settled)
+    return out
+
+
+async def _with_remote(
+    result: dict[str, Any], local: list[asyncio.Future[None]], remote: asyncio.Future[Routed]
+) -> dict[str, Any]:
+    """``result`` once the copies routed here are durable and the leaders of those routed
+    elsewhere answered that theirs are (adding the queues they took and refused)."""
+    if local:
+        await asyncio.shield(local[0] if len(local) == 1 else asyncio.gather(*local))
+    routed = await asyncio.shield(remote)
+    result["queues"] += routed.queues
+    result["refused"] += routed.refused
+    return result
 
 
 async def _with(answer: Awaitable[dict[str, Any]], key: str, value: Any) -> dict[str, Any]:

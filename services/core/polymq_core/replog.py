@@ -33,10 +33,10 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from polymq.types import Message
 
@@ -79,6 +79,14 @@ async def _stop(task: asyncio.Task[Any] | None) -> None:
 _Pending = tuple[asyncio.Future[None], tuple[Any, ...]]  # a write's future, its encoding
 
 
+class Routes(Protocol):
+    """What follows a shard's durable bindings
+    (:class:`~polymq_core.durableroutes.ShardRoutes`)."""
+
+    def load(self, pairs: Iterable[tuple[str, str]]) -> None: ...
+    def apply(self, writes: Sequence[Sequence[Any]]) -> None: ...
+
+
 class _State(enum.Enum):
     NEW = "new"
     OPEN = "open"
@@ -100,7 +108,11 @@ class ReplicatedStore(Store):
     sequence applied in it. The store retries it (with back-off) until a copy ahead of its own
     is installed, and tails on from there; ``restoring`` is true meanwhile (:meth:`promote`
     waits; reads fail while the copy goes in place). Without it the tail stops for good
-    (``tail_error``)."""
+    (``tail_error``).
+
+    ``routes``, if given, is told the shard's durable bindings as the local store has them
+    when it opens (or a copy goes in place), then every entry's writes as they come, in the
+    log's order (:mod:`polymq_core.durableroutes`)."""
 
     def __init__(
         self,
@@ -111,6 +123,7 @@ class ReplicatedStore(Store):
         on_deposed: Callable[[], None] | None = None,
         max_entry_writes: int = 10_000,
         fetch_snapshot: Callable[[Path], Awaitable[int]] | None = None,
+        routes: Routes | None = None,
     ) -> None:
         if max_entry_writes < 1:
             raise ValueError("max_entry_writes must be at least 1")
@@ -127,6 +140,7 @@ class ReplicatedStore(Store):
         self.epoch = 0  # as leader: the sequence of the takeover entry that made it so
         self.tail_error: LogError | None = None  # why the tail stopped for good, if it did
         self.fetch_snapshot = fetch_snapshot
+        self.routes = routes
         self.restoring = False  # copying a snapshot: the local store may be closed
         self._swap: asyncio.Task[None] | None = None  # putting a snapshot in place
         self._max_writes = max_entry_writes
@@ -164,6 +178,8 @@ class ReplicatedStore(Store):
         try:
             self.applied = self.last = self._issued = await self.local.applied()
             self._queued = self.applied
+            if self.routes is not None:
+                self.routes.load(await self.local.load_bindings())
         except BaseException:
             await self.local.close()
             raise
@@ -613,6 +629,8 @@ class ReplicatedStore(Store):
         last one queued (StoreError if it failed)."""
         after, self._queued = self._queued, seq
         self._held.append((seq, writes, after))
+        if self.routes is not None and writes:
+            self.routes.apply(writes)
         self._held_bytes += size
         if self._waiting or len(self._held) >= _HOLD_ENTRIES or self._held_bytes >= _HOLD_BYTES:
             self._release()
@@ -736,6 +754,8 @@ class ReplicatedStore(Store):
                 await fresh.open()
                 self.local = fresh
             applied = await fresh.applied()
+            if self.routes is not None:
+                self.routes.load(await fresh.load_bindings())
             self.last = self._queued = applied
             self.restoring = False
             self._advance(applied)

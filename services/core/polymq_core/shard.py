@@ -22,6 +22,7 @@ import asyncio
 import heapq
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -54,6 +55,25 @@ _DEFAULTS = DeclareOptions()
 _DECLARED = DeclareOptions()
 
 
+def shard_index(key: str, shards: int) -> int:
+    """The index of the shard of ``key`` among ``shards`` (a channel's two inboxes share
+    their channel's)."""
+    return zlib.crc32(key.partition(">")[0].encode()) % shards
+
+
+def _chain(src: asyncio.Future[None], dst: asyncio.Future[None]) -> None:
+    """Resolve ``dst`` as ``src`` did."""
+    if dst.done():
+        return
+    if src.cancelled():
+        dst.cancel()
+    elif (exc := src.exception()) is not None:
+        dst.set_exception(exc)
+        dst.exception()
+    else:
+        dst.set_result(None)
+
+
 def channel_inbox(name: str, role: str) -> str:
     """The key of the queue a channel member with ``role`` reads from."""
     return f"channel/{name}>{role}"
@@ -76,7 +96,7 @@ class ShardHost(Protocol):
     def drop_cursors(self, shard: Shard) -> None: ...
     def dead_letter(
         self, msg: Message, target: str, reason: str, source: str, by: str | None
-    ) -> None: ...
+    ) -> asyncio.Future[None] | None: ...
 
 
 class Shard(DurableWrites):
@@ -480,13 +500,32 @@ class Shard(DurableWrites):
 
     def discard(self, queue: Queue, msg: Message, reason: str) -> asyncio.Future[None] | None:
         """A message leaves unacked (expired, rejected, too many deliveries, overflow);
-        returns the write that removes it, if there is one."""
-        written = self.settled(queue, msg)
+        returns the write that removes it, if there is one. With a dead-letter target, a
+        stored message is removed only once its dead letter is durable there (in a
+        cluster: committed by the target's leader, on whatever node): should that fail,
+        the message stays in the store, and comes back with the next leader or restart (at
+        least once, never lost)."""
         self.sensors.on_discard(reason, 1)
         target, by = queue.options.dead_letter, queue.options.dead_letter_by
-        if target:
-            self.host.dead_letter(msg, target, reason, queue.key, by)
-        return written
+        sent = self.host.dead_letter(msg, target, reason, queue.key, by) if target else None
+        if sent is None or not (msg.persistent and queue.durable):
+            return self.settled(queue, msg)
+        removed: asyncio.Future[None] = self.loop.create_future()
+
+        def then_remove(f: asyncio.Future[None]) -> None:
+            if f.cancelled() or f.exception() is not None:
+                why = "cancelled" if f.cancelled() else f.exception()
+                removed.set_exception(Unavailable(f"{queue.key}: dead-lettering failed: {why}"))
+                removed.exception()  # (seen: a nack's answer may not wait for it)
+                return
+            written = self.settled(queue, msg)
+            if written is None:
+                removed.set_result(None)
+            else:
+                written.add_done_callback(lambda w: _chain(w, removed))
+
+        sent.add_done_callback(then_remove)
+        return removed
 
     # ---- timers ------------------------------------------------------------------------
     # ---- what a queue asks of its shard (queue.QueueHost) ---------------------------------

@@ -26,6 +26,7 @@ from polymq.errors import Unavailable
 from polymq.types import Message
 
 from .batches import pack_answer
+from .logentry import Deposed
 from .store import Store, StoreError, StoreWrite
 
 if TYPE_CHECKING:
@@ -78,9 +79,11 @@ class DurableWrites:
         # A write can fail: a full disk (one node), no majority or a deposed leader (a
         # cluster). The client is told "unavailable" (retry); a write nobody waits for
         # (an ack's removal) is tried again (:meth:`flush_removes`) or, in a cluster,
-        # fails quietly: its message comes back, at least once.
+        # fails quietly: its message comes back, at least once. In a cluster only a fence
+        # that failed (deposed) says for sure that the entry is not in the log; a log that
+        # did not answer, or a store closed with the entry on its way, may have taken it.
         out: asyncio.Future[None] = self.loop.create_future()
-        failed = "not committed" if self.replicated else "not written"
+        replicated = self.replicated
 
         def done(f: asyncio.Future[None]) -> None:
             if out.done():
@@ -88,6 +91,12 @@ class DurableWrites:
             if f.cancelled():
                 out.cancel()
             elif (exc := f.exception()) is not None:
+                if not replicated:
+                    failed = "not written"
+                elif isinstance(exc.__cause__, Deposed):
+                    failed = "not committed"
+                else:
+                    failed = "may not have been committed"
                 out.set_exception(Unavailable(f"{failed}: {exc}"))
             else:
                 out.set_result(None)

@@ -14,8 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.aio.msg import Msg
 
+from polymq.errors import Unavailable
 from polymq.types import Message
+from polymq_core import mesh as mesh_module
 from polymq_core.mesh import (
+    Routed,
     TopicMesh,
     escape,
     name_for,
@@ -199,10 +202,11 @@ class FakeNats:
         self.subs: list[FakeSub] = []
         self.calls: list[tuple[str, str]] = []
         self.published: list[tuple[str, bytes, dict[str, str]]] = []
+        self.replies: list[str] = []  # the reply subject of each publish ("": none)
         self.queues: set[str] = set()
 
     async def subscribe(
-        self, subject: str, queue: str, cb: Any = None, pending_bytes_limit: int = 1 << 20
+        self, subject: str, queue: str = "", cb: Any = None, pending_bytes_limit: int = 1 << 20
     ) -> FakeSub:
         await asyncio.sleep(0)  # a real subscribe may yield
         self.calls.append(("sub", subject))
@@ -211,9 +215,12 @@ class FakeNats:
         self.subs.append(sub)
         return sub
 
-    async def publish(self, subject: str, payload: bytes, headers: dict[str, str]) -> None:
+    async def publish(
+        self, subject: str, payload: bytes, reply: str = "", headers: dict[str, str] | None = None
+    ) -> None:
         await asyncio.sleep(0)
-        self.published.append((subject, payload, headers))
+        self.published.append((subject, payload, headers or {}))
+        self.replies.append(reply)
 
 
 async def settle() -> None:
@@ -222,8 +229,10 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-def delivered_to(got: list[tuple[str, list[Message]]]) -> Callable[[str, list[Message]], None]:
-    return lambda name, msgs: got.append((name, msgs))
+def delivered_to(
+    got: list[tuple[str, list[Message]]],
+) -> Callable[[str, list[Message], bool], None]:
+    return lambda name, msgs, answer: got.append((name, msgs))
 
 
 async def test_interest_is_refcounted_and_ordered() -> None:
@@ -347,4 +356,126 @@ async def test_one_inbox_keeps_the_order_across_subscriptions() -> None:
         sub.feed(Msg(_client=NO_CLIENT, subject=f"polymq.topic.{name}", data=wire(b"%d" % i)))
     await settle()
     assert [m.body for _, ms in got for m in ms] == [b"%d" % i for i in range(20)]
+    await mesh.stop()
+
+
+# ---- confirmed publishes: the leaders of durable queues elsewhere answer ---------------------
+
+
+def persistent(body: bytes) -> Message:
+    return Message(body=body, persistent=True)
+
+
+async def confirming_mesh(nc: FakeNats, shards: set[int]) -> TopicMesh:
+    mesh = TopicMesh(nc, "n1", delivered_to([]), lambda name: set(shards))
+    await mesh.start()
+    return mesh
+
+
+async def answer(nc: FakeNats, reply: str, routed: Routed, part: int = 0) -> None:
+    """A node answers on ``reply`` (what the origin's routed subscription gets)."""
+    sub = next(s for s in nc.subs if s.subject == "polymq.routed.n1.*")
+    sub.feed(Msg(_client=NO_CLIENT, subject=reply, data=routed.to_wire(part)))
+    await settle()
+
+
+async def test_a_persistent_publish_waits_for_each_leader_it_reaches() -> None:
+    nc = FakeNats()
+    mesh = await confirming_mesh(nc, {1, 2})
+    assert mesh.publish("a.b", [Message(body=b"transient")]) is None  # fire and forget
+    fut = mesh.publish("a.b", [persistent(b"p")])
+    assert fut is not None
+    await settle()
+    assert nc.replies[0] == ""
+    reply = nc.replies[1]
+    assert reply.startswith("polymq.routed.n1.")
+    assert nc.published[1][2] == {"Polymq-Node": "n1", "Polymq-Part": "0"}
+    await answer(nc, reply, Routed([0], [], 0, []))  # leads neither shard: not enough
+    await answer(nc, reply, Routed([1], [], 1, []))
+    assert not fut.done()
+    await answer(nc, reply, Routed([2, 3], [], 1, ["queue/full"]))
+    assert fut.done()
+    assert fut.result() == Routed([], [], 2, ["queue/full"])
+    await mesh.stop()
+
+
+async def test_a_copy_that_failed_is_not_committed() -> None:
+    nc = FakeNats()
+    mesh = await confirming_mesh(nc, {1})
+    fut = mesh.publish("a.b", [persistent(b"p")])
+    assert fut is not None
+    await settle()
+    await answer(nc, nc.replies[0], Routed([1], [(1, "not committed: deposed")], 0, []))
+    with pytest.raises(Unavailable, match="shard 1 failed: not committed: deposed \\(publish"):
+        await fut
+    await mesh.stop()
+
+
+async def test_no_answer_in_time_may_not_have_been_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(mesh_module, "CONFIRM_WITHIN", 0.05)
+    nc = FakeNats()
+    mesh = await confirming_mesh(nc, {1})
+    fut = mesh.publish("a.b", [persistent(b"p")])
+    assert fut is not None
+    with pytest.raises(Unavailable, match="may not have been committed there"):
+        await asyncio.wait_for(fut, 5)
+    pending = mesh.publish("a.b", [persistent(b"q")])
+    await mesh.stop()  # what still waits is answered: the node stops
+    assert pending is not None
+    with pytest.raises(Unavailable, match="stopping; may not have been committed"):
+        await pending
+
+
+async def test_each_part_of_a_split_publish_is_answered() -> None:
+    nc = FakeNats(max_payload=4096)
+    mesh = await confirming_mesh(nc, {1})
+    fut = mesh.publish("t", [persistent(bytes([i]) * 1000) for i in range(10)])
+    assert fut is not None
+    await settle()
+    parts = {h["Polymq-Part"] for _, _, h in nc.published}
+    assert len(parts) > 1
+    for part in sorted(parts)[:-1]:
+        await answer(nc, nc.replies[0], Routed([1], [], 1, []), int(part))
+    assert not fut.done()
+    await answer(nc, nc.replies[0], Routed([1], [], 1, []), int(max(parts)))
+    assert fut.done() and fut.result().queues == len(parts)
+    await mesh.stop()
+
+
+async def test_a_node_answers_about_its_copies_once_they_are_done() -> None:
+    nc = FakeNats()
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    asked: list[bool] = []
+
+    async def copies() -> Routed:
+        await done
+        return Routed([2], [], 1, [])
+
+    def deliver(name: str, msgs: list[Message], answer: bool) -> Any:
+        asked.append(answer)
+        return copies() if answer else None
+
+    mesh = TopicMesh(nc, "n2", deliver)
+    await mesh.start()
+    mesh.interest("a.b", 1)
+    await settle()
+    sub = nc.subs[-1]
+    headers = {"Polymq-Node": "n1", "Polymq-Part": "3"}
+    sub.feed(
+        Msg(
+            _client=NO_CLIENT,
+            subject="polymq.topic.a.b",
+            data=wire(b"x"),
+            reply="polymq.routed.n1.7",
+            headers=headers,
+        )
+    )
+    await settle()
+    assert asked == [True] and nc.published == []
+    done.set_result(None)
+    await settle()
+    assert nc.published[0][0] == "polymq.routed.n1.7"
+    assert Routed.from_wire(nc.published[0][1]) == (3, Routed([2], [], 1, []))
     await mesh.stop()
