@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 
 from polymq.errors import Unauthorized
+from polymq.types import Message
 
 from .auth import AuthProvider, Permission, Principal, authenticate_http, load_provider
 from .corelink import CoreLink
@@ -58,6 +60,11 @@ class Access:
     def authorize(self, principal: Principal, permission: Permission, destination: str) -> None:
         """Return if allowed, else raise Forbidden."""
         self.provider.authorize(principal, permission, destination)
+
+    def authorize_replies(self, principal: Principal, messages: Iterable[Message]) -> None:
+        """Return if ``principal`` may write where each message's ``reply_to`` names (a
+        responder writes there: ``AuthProvider.authorize_replies``), else Forbidden."""
+        self.provider.authorize_replies(principal, messages)
 
     def authorize_prefix(self, principal: Principal, permission: Permission, prefix: str) -> None:
         """Return if allowed on every string that starts with ``prefix`` (listing the keys

@@ -38,6 +38,15 @@ every topic of the shared namespace; unlike RabbitMQ, that includes the topics o
 exchanges (``amqp.<E>.…``), which live in it too. The broker's own ``system.…`` topics
 are reached only by patterns that name ``system`` (``polymq_core.routing``).
 
+**Reserved names** (:func:`reserved`): what polymq uses for itself, whatever a user's grants
+say. Every destination (topic, queue, stream, channel, and a topic pattern) whose first
+segment is one of :data:`RESERVED_SEGMENTS`: ``system`` (``system.config``, ``system.peers``,
+``system.alarms``, ``system.connections.*``) and ``amqp-reply`` (the channels of AMQP's
+direct reply-to, ``topic/amqp-reply.<token>``: see ``polymq_amqp.replyto``); a prefix
+pattern such as ``system*`` names it too. (The key/value keys of the AMQP frontends'
+records, ``kv/amqp/...``, are not: a ``kv/`` grant is how a frontend's own core login is
+narrowed to one vhost, see :mod:`polymq_server.auth`.)
+
 ``:v`` can never come out of escaping (``v`` is no hex digit), so another vhost's names can
 never collide with those of ``/``.
 """
@@ -50,12 +59,16 @@ from typing import Final
 
 __all__ = [
     "DEFAULT_VHOST",
+    "REPLY_SEGMENT",
+    "RESERVED_SEGMENTS",
     "SHARED_TOPIC_EXCHANGE",
     "UnmappableName",
     "VhostNames",
     "escape_key",
     "escape_pattern",
     "escape_word",
+    "reply_target",
+    "reserved",
     "unescape_key",
     "unescape_word",
 ]
@@ -66,6 +79,31 @@ MAX_CORE_NAME: Final = 255
 _PLAIN: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _PLAIN_RE: Final = re.compile(r"[A-Za-z0-9_\-]+\Z")
 _ESCAPED_RE: Final = re.compile(r":([0-9A-F]{2})")
+REPLY_SEGMENT: Final = "amqp-reply"  # the first segment of direct reply-to channels
+RESERVED_SEGMENTS: Final = frozenset({"system", REPLY_SEGMENT})
+_KINDS: Final = frozenset({"queue", "topic", "stream", "channel"})
+
+
+def reserved(destination: str) -> str | None:
+    """The reserved segment (``"system"``, ``"amqp-reply"``) that ``destination``
+    (``kind/name`` or a topic pattern) falls in; None if it is not one of polymq's own names
+    (module docstring)."""
+    kind, slash, name = destination.partition("/")
+    if not slash or kind not in _KINDS:
+        return None
+    first = name.partition(".")[0]
+    if first.endswith("*") and len(first) > 1:  # a prefix pattern: "system*"
+        first = first[:-1]
+    return first if first in RESERVED_SEGMENTS else None
+
+
+def reply_target(reply_to: object) -> str | None:
+    """``reply_to`` if it names a destination (``kind/name``) a responder, or polymq itself,
+    would write its answer to: its sender must itself be allowed to write there (every
+    frontend checks it, and the core for its wire clients); None for any other text."""
+    if isinstance(reply_to, str) and reply_to.partition("/")[0] in _KINDS:
+        return reply_to
+    return None
 
 
 class UnmappableName(ValueError):

@@ -31,7 +31,7 @@ from polymq.client import Client, Subscription
 from polymq.errors import ConnectionClosed, Unavailable
 from polymq.types import Message
 from polymq_server.auth import WithServiceToken, generate_token
-from polymq_server.connections import Responder
+from polymq_server.connections import REPLY_TOPICS, Responder
 
 from .broker import ADMIN_CLIENT
 from .session import Session
@@ -57,7 +57,7 @@ class AdminLink:
         self._port = next(_ports)
         self._client: Client | None = None
         self._connecting: asyncio.Lock | None = None
-        self.reply_topic = f"system.connections.reply.{secrets.token_hex(6)}"
+        self.reply_topic = f"{REPLY_TOPICS.removeprefix('topic/')}{secrets.token_hex(6)}"
         self._asks: dict[str, tuple[Answers, asyncio.Event]] = {}
 
     async def client(self) -> Client:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from polymq.errors import BadRequest, QueueFull
 from polymq.events import Publish
 from polymq.types import Destination, Kind, Message
-from polymq_server.auth import Permission
+from polymq_server.auth import AuthProvider, Permission
 
 from .answers import then
 from .batches import MAX_BATCH_ID, MAX_BATCH_TTL
@@ -53,6 +53,7 @@ class PublisherHost(Protocol):
 
     settings: CoreSettings
     sensors: Sensors
+    auth: AuthProvider
     bindings: BindingTable
     topics: TopicRouter[Subscription]
     mesh: Mesh | None
@@ -75,6 +76,8 @@ class Publisher:
     # ---- Publish ---------------------------------------------------------------------------
     def publish(self, session: PublishCaller, ev: Publish) -> Any:
         broker = self.broker
+        if session.principal is not None and ev.messages:  # where replies will be written
+            broker.auth.authorize_replies(session.principal, ev.messages)
         if ev.batch_id is None:
             return self._publish_now(
                 session, ev, broker.destination(session, ev.destination, Permission.WRITE)

@@ -109,13 +109,16 @@ async def test_the_responder_answers_lists_and_the_owner_alone_closes() -> None:
     listed = json.loads(answer.body)
     assert listed["node"] == "n1" and [c["id"] for c in listed["connections"]] == [entry.id]
     close = f"topic/{CLOSE_TOPIC}"
-    others = Message(b'{"id": "amqp-1.1"}', reply_to="topic/r", correlation_id="c2")
-    garbage = Message(b"not json", reply_to="topic/r", correlation_id="c3")
+    reply = "topic/system.connections.reply.r"
+    others = Message(b'{"id": "amqp-1.1"}', reply_to=reply, correlation_id="c2")
+    garbage = Message(b"not json", reply_to=reply, correlation_id="c3")
     no_reply = Message(json.dumps({"id": entry.id}).encode())
-    responder.on_deliver(_Sub(close), [2, 3, 4], [others, garbage, no_reply])  # type: ignore[arg-type]
+    # an answer written elsewhere would be written with the frontend's authority: never
+    deputy = Message(json.dumps({"id": entry.id}).encode(), reply_to="queue/not-theirs")
+    responder.on_deliver(_Sub(close), [2, 3, 4, 5], [others, garbage, no_reply, deputy])  # type: ignore[arg-type]
     assert len(client.sent) == 1 and closed == []  # not ours, unreadable, nowhere to answer
-    mine = Message(json.dumps({"id": entry.id}).encode(), reply_to="topic/r", correlation_id="c4")
-    responder.on_deliver(_Sub(close), [5], [mine])  # type: ignore[arg-type]
+    mine = Message(json.dumps({"id": entry.id}).encode(), reply_to=reply, correlation_id="c4")
+    responder.on_deliver(_Sub(close), [6], [mine])  # type: ignore[arg-type]
     assert closed == ["closed by an administrator"]
     assert json.loads(client.sent[-1][1].body) == {
         "frontend": "stomp-00000003",
