@@ -92,9 +92,42 @@ def pika_channel(node: PolymqProcess, who: tuple[str, str]) -> Any:
     return pika.BlockingConnection(params).channel()
 
 
-def reload(node: PolymqProcess, change: dict[str, Any]) -> int:
+def amqp_publish_refused(
+    node: PolymqProcess, who: tuple[str, str], exchange: str, key: str, **properties: Any
+) -> None:
+    """A publish (confirmed) that the frontend answers with channel.close 403."""
+    channel = pika_channel(node, who)
+    channel.confirm_delivery()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        channel.basic_publish(exchange, key, b"q", pika.BasicProperties(**properties))
+    assert info.value.reply_code == 403, info.value
+    channel.connection.close()
+
+
+def stomp_refused(
+    clients: Clients,
+    who: tuple[str, str],
+    command: str,
+    *args: Any,
+    headers: dict[str, str] | None = None,
+    **kw: Any,
+) -> str:
+    """``command`` (``send``, ``subscribe``) answered by an ERROR frame; its body."""
+    client = clients(username=who[0], passcode=who[1])
+    getattr(client.conn, command)(*args, headers={**(headers or {}), "receipt": "r"}, **kw)
+    error = client.listener.wait_error()
+    assert error.headers["message"] == "access_refused", error.headers
+    body: str = error.body
+    return body
+
+
+async def native(node: PolymqProcess, who: tuple[str, str]) -> Client:
+    return await Client.connect("127.0.0.1", node.ports["core"], user=who[0], password=who[1])
+
+
+def reload(node: PolymqProcess, change: dict[str, Any], auth: Any = ADMIN) -> int:
     r = requests.post(
-        f"{node.url('admin')}/api/config/reload", json=change, auth=ADMIN, timeout=WAIT
+        f"{node.url('admin')}/api/config/reload", json=change, auth=auth, timeout=WAIT
     )
     assert r.status_code == 200, r.text
     version: int = r.json()["version"]
@@ -138,11 +171,7 @@ def test_stomp_refuses_system_subscriptions_with_an_error_frame(
     stomp_clients: Clients, who: tuple[str, str]
 ) -> None:
     for destination in ("/topic/system.#", "/topic/system.connections.list", "/topic/system*"):
-        client = stomp_clients(username=who[0], passcode=who[1])
-        client.conn.subscribe(destination, id="1", headers={"receipt": "r"})
-        error = client.listener.wait_error()
-        assert error.headers["message"] == "access_refused", error.headers
-        refused(error.body)
+        refused(stomp_refused(stomp_clients, who, "subscribe", destination, id="1"))
 
 
 def test_amqp_refuses_system_bindings_with_403(node: PolymqProcess) -> None:
@@ -159,9 +188,7 @@ def test_amqp_refuses_system_bindings_with_403(node: PolymqProcess) -> None:
 def test_native_client_refuses_system_subscriptions(node: PolymqProcess) -> None:
     async def run() -> None:
         for who in (MALLORY, TOPICS):
-            async with await Client.connect(
-                "127.0.0.1", node.ports["core"], user=who[0], password=who[1]
-            ) as client:
+            async with await native(node, who) as client:
                 for pattern in ("topic/system.#", "topic/system*", "topic/amqp-reply.#"):
                     with pytest.raises(Forbidden) as info:
                         await client.subscribe(pattern)
@@ -191,32 +218,54 @@ def test_no_protocol_publishes_a_control_message_and_reloads_stay_real(
         )  # fmt: skip
         refused(assert_problem(r, 403)["detail"])
 
-        client = stomp_clients(username=TOPICS[0], passcode=TOPICS[1])
-        client.conn.send(f"/topic/{topic}", body, headers={"receipt": "r"})
-        error = client.listener.wait_error()
-        assert error.headers["message"] == "access_refused", error.headers
+        refused(stomp_refused(stomp_clients, TOPICS, "send", f"/topic/{topic}", body))
+        amqp_publish_refused(node, TOPICS, "amq.topic", topic)
 
-        channel = pika_channel(node, TOPICS)
-        channel.confirm_delivery()
-        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-            channel.basic_publish("amq.topic", topic, body.encode())
-        assert info.value.reply_code == 403, info.value
-        channel.connection.close()
-
-    async def native() -> None:
-        async with await Client.connect(
-            "127.0.0.1", node.ports["core"], user=MALLORY[0], password=MALLORY[1]
-        ) as client:
+    async def wire() -> None:
+        async with await native(node, MALLORY) as client:
             with pytest.raises(Forbidden):
                 await client.publish("topic/system.config", forged.encode())
 
-    asyncio.run(native())
-    version = reload(node, {"log_level": "INFO"})
+    asyncio.run(wire())
+    reloads_reach_every_frontend(node)
+
+
+def reloads_reach_every_frontend(node: PolymqProcess, auth: Any = ADMIN) -> None:
+    version = reload(node, {"log_level": "INFO"}, auth)
     deadline = time.monotonic() + WAIT
     while not all(f"{fe}: configuration {version} applied" in node.log() for fe in FRONTENDS):
         assert time.monotonic() < deadline, "a frontend ignored the administrator's reload"
         time.sleep(0.05)
     assert requests.get(f"{node.url('http')}/readyz", timeout=WAIT).status_code == 200
+
+
+def test_anonymous_mode_sends_no_control_message(tmp_path: Path) -> None:
+    """Without ``--auth`` every client may do everything but speak for polymq: nobody
+    publishes a control message; reading ``system.*`` stays open (a frontend run apart logs
+    in to the core as anonymous), AMQP's replies do not."""
+    forged = json.dumps({"version": FORGED, "log_level": "CRITICAL"})
+    guest = ("guest", "guest")
+    with PolymqProcess("run", tmp_path) as node:
+        for topic in ("system.config", "system.connections.close"):
+            r = requests.post(
+                f"{node.url('http')}/v1/topic/{topic}/messages", json={"body": forged},
+                timeout=WAIT,
+            )  # fmt: skip
+            refused(assert_problem(r, 403)["detail"])
+            with clients(node, "tcp") as make:
+                refused(stomp_refused(make, guest, "send", f"/topic/{topic}", forged))
+            amqp_publish_refused(node, guest, "amq.topic", topic)
+
+        async def wire() -> None:
+            async with await Client.connect("127.0.0.1", node.ports["core"]) as client:
+                with pytest.raises(Forbidden):
+                    await client.publish("topic/system.config", forged.encode())
+                with pytest.raises(Forbidden):
+                    await client.subscribe("topic/amqp-reply.#")
+                await client.subscribe("topic/system.config")
+
+        asyncio.run(wire())
+        reloads_reach_every_frontend(node, None)
 
 
 # ---- reply-to ----------------------------------------------------------------------------
@@ -244,27 +293,18 @@ def test_a_reply_to_must_be_writable_by_its_sender(
     )  # fmt: skip
     refused(assert_problem(r, 403)["detail"])
 
-    client = stomp_clients(username=TEAM[0], passcode=TEAM[1])
-    client.conn.send(f"/queue/{ours}", "q", headers={"reply-to": "/queue/payroll"})
-    error = client.listener.wait_error()
-    assert error.headers["message"] == "access_refused", error.headers
+    stomp_refused(
+        stomp_clients, TEAM, "send", f"/queue/{ours}", "q", **{"reply-to": "/queue/payroll"}
+    )
+    amqp_publish_refused(node, TEAM, "", ours, reply_to="payroll")
 
-    channel = pika_channel(node, TEAM)
-    channel.confirm_delivery()
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        channel.basic_publish("", ours, b"q", pika.BasicProperties(reply_to="payroll"))
-    assert info.value.reply_code == 403, info.value
-    channel.connection.close()
-
-    async def native() -> None:
-        async with await Client.connect(
-            "127.0.0.1", node.ports["core"], user=TEAM[0], password=TEAM[1]
-        ) as client:
+    async def wire() -> None:
+        async with await native(node, TEAM) as client:
             with pytest.raises(Forbidden):
                 await client.publish(f"queue/{ours}", Message(b"q", reply_to=theirs))
             await client.publish(f"queue/{ours}", Message(b"q", reply_to=f"queue/{ours}"))
 
-    asyncio.run(native())
+    asyncio.run(wire())
 
 
 def longpoll_open(node: PolymqProcess, destination: str) -> dict[str, Any]:
@@ -320,14 +360,7 @@ def test_hash_hears_neither_system_topics_nor_direct_replies(
     )
 
     async def respond_and_listen() -> str:
-        async with (
-            await Client.connect(
-                "127.0.0.1", node.ports["core"], user=TEAM[0], password=TEAM[1]
-            ) as responder,
-            await Client.connect(
-                "127.0.0.1", node.ports["core"], user=MALLORY[0], password=MALLORY[1]
-            ) as listener,
-        ):
+        async with await native(node, TEAM) as responder, await native(node, MALLORY) as listener:
             hash_sub = await listener.subscribe("topic/#")
             await asyncio.to_thread(system_traffic, node)
             [lease] = await responder.pull(f"queue/{rpc}", 1, wait=WAIT)
