@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 from polymq.errors import PolymqError
 from polymq.types import Message
 
+from .names import from_core
+
 if TYPE_CHECKING:
     from polymq.client import Client, Subscription
 
@@ -192,6 +194,8 @@ class Responder:
         for message in messages:
             request = _request(message)
             if request is None or not str(message.reply_to or "").startswith(REPLY_TOPICS):
+                continue
+            if not from_core(message.headers):  # (only polymq's own may ask: names.ORIGIN)
                 continue
             if sub.destination.endswith(LIST_TOPIC):
                 answer = self.table.answer(node_of(self.client))

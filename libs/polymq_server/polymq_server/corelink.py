@@ -31,6 +31,7 @@ from polymq.types import Message
 from . import alarms
 from .avro import SchemaCache
 from .connections import ConnectionTable, Responder, instance_id
+from .names import from_core
 from .reload import TOPIC, Reloader, ReloadError
 
 __all__ = ["CORE_TIMEOUT", "ByteBudget", "CoreLink"]
@@ -404,6 +405,11 @@ class _AlarmListener:
 
     def on_deliver(self, sub: Subscription, tags: list[int], messages: list[Message]) -> None:
         for message in messages:
+            if not from_core(message.headers):
+                log.warning(
+                    "%s: ignored an alarms announcement not from the core", self.link.service
+                )
+                continue
             try:
                 self.link.on_alarms(alarms.decode(message.body))
             except ValueError as exc:
@@ -422,6 +428,9 @@ class _ConfigListener:
 
     def on_deliver(self, sub: Subscription, tags: list[int], messages: list[Message]) -> None:
         for message in messages:
+            if not from_core(message.headers):
+                log.warning("%s: ignored a reload not from the core", self.link.service)
+                continue
             try:
                 change = json.loads(message.body)
                 if isinstance(change, dict):

@@ -47,6 +47,12 @@ pattern such as ``system*`` names it too. (The key/value keys of the AMQP fronte
 records, ``kv/amqp/...``, are not: a ``kv/`` grant is how a frontend's own core login is
 narrowed to one vhost, see :mod:`polymq_server.auth`.)
 
+What the core itself publishes on the reserved topics the frontends follow (reloads, alarms,
+the admin API's connection requests) carries the header :data:`ORIGIN` (``core``,
+:func:`core_headers`); the core takes that header off every message any other client
+publishes, and the frontends obey a control message only if it has it (:func:`from_core`):
+an administrator's publish on ``system.config`` reloads nothing.
+
 ``:v`` can never come out of escaping (``v`` is no hex digit), so another vhost's names can
 never collide with those of ``/``.
 """
@@ -54,19 +60,23 @@ never collide with those of ``/``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "DEFAULT_VHOST",
+    "ORIGIN",
     "REPLY_SEGMENT",
     "RESERVED_SEGMENTS",
     "SHARED_TOPIC_EXCHANGE",
     "UnmappableName",
     "VhostNames",
+    "core_headers",
     "escape_key",
     "escape_pattern",
     "escape_word",
+    "from_core",
     "reply_target",
     "reserved",
     "unescape_key",
@@ -82,6 +92,18 @@ _ESCAPED_RE: Final = re.compile(r":([0-9A-F]{2})")
 REPLY_SEGMENT: Final = "amqp-reply"  # the first segment of direct reply-to channels
 RESERVED_SEGMENTS: Final = frozenset({"system", REPLY_SEGMENT})
 _KINDS: Final = frozenset({"queue", "topic", "stream", "channel"})
+ORIGIN: Final = "polymq-origin"  # the header of what the core itself publishes (docstring)
+_CORE: Final = "core"
+
+
+def core_headers() -> dict[str, str]:
+    """The headers of a message the core itself publishes on a reserved topic."""
+    return {ORIGIN: _CORE}
+
+
+def from_core(headers: Mapping[str, Any]) -> bool:
+    """Did the core itself publish the message with ``headers`` (not a client)?"""
+    return headers.get(ORIGIN) == _CORE
 
 
 def reserved(destination: str) -> str | None:

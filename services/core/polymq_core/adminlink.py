@@ -32,6 +32,7 @@ from polymq.errors import ConnectionClosed, Unavailable
 from polymq.types import Message
 from polymq_server.auth import WithServiceToken, generate_token
 from polymq_server.connections import REPLY_TOPICS, Responder
+from polymq_server.names import core_headers
 
 from .broker import ADMIN_CLIENT
 from .session import Session
@@ -129,6 +130,7 @@ class AdminLink:
                 "application/json",
                 correlation_id=cid,
                 reply_to=f"topic/{self.reply_topic}",
+                headers=core_headers(),  # (this link alone may: Session.speaks_for_core)
             )
             sent = await client.publish(f"topic/{topic}", message)
             reached = sent.subscribers if self.broker.cluster is None else None

@@ -20,6 +20,7 @@ from polymq.errors import BadRequest, QueueFull
 from polymq.events import Publish
 from polymq.types import Destination, Kind, Message
 from polymq_server.auth import AuthProvider, Permission
+from polymq_server.names import ORIGIN
 
 from .answers import then
 from .batches import MAX_BATCH_ID, MAX_BATCH_TTL
@@ -46,6 +47,7 @@ class PublishCaller(Caller, Protocol):
 
     protocol: str
     handing: bool
+    speaks_for_core: bool  # the admin API's own link: its messages keep names.ORIGIN
 
 
 class PublisherHost(Protocol):
@@ -120,6 +122,8 @@ class Publisher:
         max_body = broker.settings.max_body
         for m in msgs:
             m.validate(max_body)
+            if ORIGIN in m.headers and not session.speaks_for_core:  # (the core's alone)
+                m.headers = {k: v for k, v in m.headers.items() if k != ORIGIN}
         kind = dest.kind.value
         broker.sensors.on_publish(session.protocol, kind, len(msgs))
         if dest.kind is Kind.TOPIC:
@@ -209,7 +213,7 @@ class Publisher:
             log.warning("dead-letter destination %r is invalid; message dropped", target)
             return
         headers = {
-            **msg.headers,
+            **{k: v for k, v in msg.headers.items() if k != ORIGIN},  # (a copy: not the core's)
             "x-death-reason": reason,
             "x-original-destination": msg.destination,
             "x-original-id": msg.id,

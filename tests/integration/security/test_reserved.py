@@ -230,6 +230,31 @@ def test_no_protocol_publishes_a_control_message_and_reloads_stay_real(
     reloads_reach_every_frontend(node)
 
 
+def test_the_frontends_obey_the_core_alone(node: PolymqProcess, stomp_clients: Clients) -> None:
+    """An administrator may publish on ``system.*`` (trusted), but a control message is the
+    core's: a reload the core did not send (a version an hour ahead: within what a clock
+    could be off) and a close of someone's connection are ignored by every frontend."""
+    victim = stomp_clients(username=TOPICS[0], passcode=TOPICS[1])
+    r = requests.get(f"{node.url('admin')}/api/connections", auth=ADMIN, timeout=WAIT)
+    assert r.status_code == 200, r.text
+    [conn_id] = [c["id"] for c in r.json()["connections"]
+                 if c["protocol"] == "stomp" and c["user"] == TOPICS[0]]  # fmt: skip
+    ahead = int((time.time() + 3600) * 1e6)
+    for topic, request in (
+        ("system.config", {"version": ahead, "log_level": "CRITICAL"}),
+        ("system.connections.close", {"id": conn_id, "reason": "forged"}),
+    ):
+        r = requests.post(
+            f"{node.url('http')}/v1/topic/{topic}/messages",
+            json={"body": json.dumps(request), "reply_to": "topic/system.connections.reply.x"},
+            auth=ADMIN, timeout=WAIT,
+        )  # fmt: skip
+        assert r.status_code == 200 and r.json()["subscribers"] >= 1, r.text
+    reloads_reach_every_frontend(node)
+    assert f"configuration {ahead} applied" not in node.log()
+    victim.send_receipted(f"/topic/{unique('still')}", "here")  # still connected
+
+
 def reloads_reach_every_frontend(node: PolymqProcess, auth: Any = ADMIN) -> None:
     version = reload(node, {"log_level": "INFO"}, auth)
     deadline = time.monotonic() + WAIT
