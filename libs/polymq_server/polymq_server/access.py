@@ -17,11 +17,12 @@ import contextlib
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
 from polymq.errors import Forbidden, PolymqError, Unauthorized
+from polymq.types import Message
 
 from .auth import AuthProvider, Permission, Principal, authenticate_http, load_provider
 from .connections import revoked
@@ -119,6 +120,11 @@ class Access:
     def authorize(self, principal: Principal, permission: Permission, destination: str) -> None:
         """Return if allowed, else raise Forbidden."""
         self.provider.authorize(principal, permission, destination)
+
+    def authorize_replies(self, principal: Principal, messages: Iterable[Message]) -> None:
+        """Return if ``principal`` may write where each message's ``reply_to`` names (a
+        responder writes there: ``AuthProvider.authorize_replies``), else Forbidden."""
+        self.provider.authorize_replies(principal, messages)
 
     def authorize_prefix(self, principal: Principal, permission: Permission, prefix: str) -> None:
         """Return if allowed on every string that starts with ``prefix`` (listing the keys

@@ -23,6 +23,15 @@ A topic subscription pattern is checked as text too: ``topic/news.#`` is allowed
 match the characters ``*`` and ``#`` of a subscription pattern, grant with ``*`` only where
 topic wildcards may be used.
 
+Reserved names: whatever a grant's pattern says (``*`` and ``topic/*`` included), the names
+polymq uses for itself, ``system.*`` in any kind (its reloads, alarms, peers and connection
+requests) and the direct reply-to channels ``topic/amqp-reply.*``, as destinations, topic
+patterns (``system.#``, ``system*``) and binding keys, are used only by polymq's own links
+and users tagged ``administrator`` (Forbidden for anyone else; in anonymous mode reading
+``system.*`` stays open, publishing there does not). A ``#`` subscription never hears them
+(``polymq_core.routing``). A message's ``reply_to`` naming a destination needs ``WRITE``
+there (``AuthProvider.authorize_replies``). See :mod:`polymq_server.principals`.
+
 The core's key/value keys are ``kv/<key>``: ``READ`` gets a key, ``WRITE`` puts or deletes
 it, and listing the keys under a prefix needs ``READ`` on every key that could start with it
 (``authorize_prefix``: a pattern that ends in ``*`` and matches the prefix itself). So

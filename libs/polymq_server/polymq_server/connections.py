@@ -15,7 +15,10 @@ The request/reply, over two system topics (the MailerQ ``list-cluster`` way)::
           ◀── the owner alone: {"frontend", "id", "closed": true}
 
 A request message carries the topic to answer on in its ``reply_to`` (and a
-``correlation_id`` the answer repeats). :class:`Responder` is the frontend's side, subscribed
+``correlation_id`` the answer repeats), one of :data:`REPLY_TOPICS`: a frontend answers
+nowhere else (its link may write where the asker may not), and only polymq's own links and
+administrators may publish a request (``system.*`` is reserved:
+:mod:`polymq_server.principals`). :class:`Responder` is the frontend's side, subscribed
 on each connection of its :class:`~polymq_server.corelink.CoreLink`; the asking side is the core's
 (``polymq_core.connlist``). Topics cross a cluster's mesh, so any node lists every frontend.
 
@@ -40,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 from polymq.errors import PolymqError
 from polymq.types import Message
 
+from .names import REPLY_TOPICS, from_core
+
 if TYPE_CHECKING:
     from polymq.client import Client, Subscription
 
@@ -49,6 +54,7 @@ __all__ = [
     "CLOSE_TOPIC",
     "LIST_TOPIC",
     "PROTOCOLS",
+    "REPLY_TOPICS",
     "ConnectionTable",
     "Responder",
     "Tracked",
@@ -217,7 +223,9 @@ class Responder:
     def on_deliver(self, sub: Subscription, tags: list[int], messages: list[Message]) -> None:
         for message in messages:
             request = _request(message)
-            if request is None or not message.reply_to:
+            if request is None or not str(message.reply_to or "").startswith(REPLY_TOPICS):
+                continue
+            if not from_core(message.headers):  # (only polymq's own may ask: names.ORIGIN)
                 continue
             if sub.destination.endswith(LIST_TOPIC):
                 answer = self.table.answer(node_of(self.client))

@@ -38,6 +38,21 @@ every topic of the shared namespace; unlike RabbitMQ, that includes the topics o
 exchanges (``amqp.<E>.…``), which live in it too. The broker's own ``system.…`` topics
 are reached only by patterns that name ``system`` (``polymq_core.routing``).
 
+**Reserved names** (:func:`reserved`): what polymq uses for itself, whatever a user's grants
+say. Every destination (topic, queue, stream, channel, and a topic pattern) whose first
+segment is one of :data:`RESERVED_SEGMENTS`: ``system`` (``system.config``, ``system.peers``,
+``system.alarms``, ``system.connections.*``) and ``amqp-reply`` (the channels of AMQP's
+direct reply-to, ``topic/amqp-reply.<token>``: see ``polymq_amqp.replyto``); a prefix
+pattern such as ``system*`` names it too. (The key/value keys of the AMQP frontends'
+records, ``kv/amqp/...``, are not: a ``kv/`` grant is how a frontend's own core login is
+narrowed to one vhost, see :mod:`polymq_server.auth`.)
+
+What the core itself publishes on the reserved topics the frontends follow (reloads, alarms,
+the admin API's connection requests) carries the header :data:`ORIGIN` (``core``,
+:func:`core_headers`); the core takes that header off every message any other client
+publishes, and the frontends obey a control message only if it has it (:func:`from_core`):
+an administrator's publish on ``system.config`` reloads nothing.
+
 ``:v`` can never come out of escaping (``v`` is no hex digit), so another vhost's names can
 never collide with those of ``/``.
 """
@@ -45,17 +60,26 @@ never collide with those of ``/``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "DEFAULT_VHOST",
+    "ORIGIN",
+    "REPLY_SEGMENT",
+    "REPLY_TOPICS",
+    "RESERVED_SEGMENTS",
     "SHARED_TOPIC_EXCHANGE",
     "UnmappableName",
     "VhostNames",
+    "core_headers",
     "escape_key",
     "escape_pattern",
     "escape_word",
+    "from_core",
+    "reply_target",
+    "reserved",
     "unescape_key",
     "unescape_word",
 ]
@@ -66,6 +90,45 @@ MAX_CORE_NAME: Final = 255
 _PLAIN: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _PLAIN_RE: Final = re.compile(r"[A-Za-z0-9_\-]+\Z")
 _ESCAPED_RE: Final = re.compile(r":([0-9A-F]{2})")
+REPLY_SEGMENT: Final = "amqp-reply"  # the first segment of direct reply-to channels
+RESERVED_SEGMENTS: Final = frozenset({"system", REPLY_SEGMENT})
+# where frontends answer the core's connection requests, and nowhere else (.connections)
+REPLY_TOPICS: Final = "topic/system.connections.reply."
+_KINDS: Final = frozenset({"queue", "topic", "stream", "channel"})
+ORIGIN: Final = "polymq-origin"  # the header of what the core itself publishes (docstring)
+_CORE: Final = "core"
+
+
+def core_headers() -> dict[str, str]:
+    """The headers of a message the core itself publishes on a reserved topic."""
+    return {ORIGIN: _CORE}
+
+
+def from_core(headers: Mapping[str, Any]) -> bool:
+    """Did the core itself publish the message with ``headers`` (not a client)?"""
+    return headers.get(ORIGIN) == _CORE
+
+
+def reserved(destination: str) -> str | None:
+    """The reserved segment (``"system"``, ``"amqp-reply"``) that ``destination``
+    (``kind/name`` or a topic pattern) falls in; None if it is not one of polymq's own names
+    (module docstring)."""
+    kind, slash, name = destination.partition("/")
+    if not slash or kind not in _KINDS:
+        return None
+    first = name.partition(".")[0]
+    if first.endswith("*") and len(first) > 1:  # a prefix pattern: "system*"
+        first = first[:-1]
+    return first if first in RESERVED_SEGMENTS else None
+
+
+def reply_target(reply_to: object) -> str | None:
+    """``reply_to`` if it names a destination (``kind/name``) a responder, or polymq itself,
+    would write its answer to: its sender must itself be allowed to write there (every
+    frontend checks it, and the core for its wire clients); None for any other text."""
+    if isinstance(reply_to, str) and reply_to.partition("/")[0] in _KINDS:
+        return reply_to
+    return None
 
 
 class UnmappableName(ValueError):

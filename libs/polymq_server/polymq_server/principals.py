@@ -7,6 +7,19 @@ grants and its management tags. A :class:`Grant` is a pattern (fnmatch, matched 
 :class:`AuthProvider` turns credentials into a principal (or ``Unauthorized``) and checks a
 principal's permission (or raises ``Forbidden``); the providers are in
 :mod:`polymq_server.auth` and :mod:`polymq_server.usersfile`.
+
+Whatever its grants say, a principal uses the names polymq keeps for itself
+(:func:`polymq_server.names.reserved`: ``system.*`` and the direct reply-to channels, as
+destinations, topic patterns and binding keys) only if it is trusted (:func:`trusted`):
+polymq's own links (``polymq-internal``: the service token, the cluster secret) and users
+tagged ``administrator``. Two exceptions: a responder writes its reply to a direct reply-to
+channel by its exact name (as its grants allow), and in anonymous mode, where a frontend
+run apart logs in to the core as anonymous like any wire client, reading ``system.*``
+(what such a frontend follows: reloads, alarms, connection requests) and answering on
+``system.connections.reply.*`` stay open, while nobody but polymq's own and administrators
+publishes a control message (``system.config``, ``system.connections.list``/``close``).
+A message's ``reply_to`` naming a destination is authorized as a write there
+(:meth:`AuthProvider.authorize_replies`): whoever answers, the asker must be able to.
 """
 
 from __future__ import annotations
@@ -14,10 +27,14 @@ from __future__ import annotations
 import abc
 import enum
 import fnmatch
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NoReturn
 
 from polymq.errors import Forbidden
+from polymq.types import Message
+
+from .names import REPLY_SEGMENT, REPLY_TOPICS, reply_target, reserved
 
 __all__ = [
     "ADMIN_TAGS",
@@ -27,6 +44,7 @@ __all__ = [
     "Grant",
     "Permission",
     "Principal",
+    "trusted",
 ]
 
 
@@ -84,6 +102,12 @@ class Principal:
 INTERNAL_PRINCIPAL = "polymq-internal"  # who the service token logs in as: polymq's own links
 
 
+def trusted(principal: Principal) -> bool:
+    """May ``principal`` use polymq's reserved names (polymq's own links, which log in with
+    the ``administrator`` tag, and administrators)?"""
+    return "administrator" in principal.tags
+
+
 class AuthProvider(abc.ABC):
     """Turns credentials into a ``Principal`` (or ``Unauthorized``) and checks permissions."""
 
@@ -136,6 +160,37 @@ class AuthProvider(abc.ABC):
         """Return if ``principal`` holds ``permission`` on ``destination``, else raise Forbidden."""
         if not principal.allows(permission, destination):
             _forbid(principal, permission, destination)
+        if trusted(principal):
+            return
+        segment = reserved(destination)
+        if segment is not None and not self._reserved_open(permission, destination, segment):
+            who = "anonymous client" if principal.anonymous else f"user {principal.name!r}"
+            raise Forbidden(
+                f"{who} has no {permission.value} permission on {destination[:300]!r}: "
+                f"{segment!r} names are reserved for polymq's own use"
+            )
+
+    def _reserved_open(self, permission: Permission, destination: str, segment: str) -> bool:
+        """The reserved names an untrusted principal may still use (module docstring)."""
+        if segment == REPLY_SEGMENT:  # a reply, to one channel by its exact name
+            exact = "*" not in destination and "#" not in destination
+            return exact and permission is Permission.WRITE
+        if not self.open or segment != "system":
+            return False
+        if permission is Permission.READ:
+            return True
+        return permission is Permission.WRITE and destination.startswith(REPLY_TOPICS)
+
+    def authorize_replies(self, principal: Principal, messages: Iterable[Message]) -> None:
+        """Return if ``principal`` may write where each message's ``reply_to`` names (a
+        responder, or polymq, writes its answer there: :func:`~polymq_server.names.
+        reply_target`), else raise Forbidden. Trusted principals' messages are not looked at
+        (a frontend checked its own users')."""
+        if trusted(principal):
+            return
+        for target in {reply_target(m.reply_to) for m in messages}:
+            if target is not None:
+                self.authorize(principal, Permission.WRITE, target)
 
     def authorize_prefix(self, principal: Principal, permission: Permission, prefix: str) -> None:
         """Return if ``principal`` holds ``permission`` on every string that starts with

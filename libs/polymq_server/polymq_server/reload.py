@@ -10,7 +10,10 @@ applies the same change to itself: its own users file and log level (limits are 
 
 Versions are the unix time in microseconds of the request (an integer JSON readers such as
 a browser's keep exact, unlike nanoseconds): a process ignores a reload older than the one
-it applied (a late or repeated message changes nothing).
+it applied (a late or repeated message changes nothing), and refuses one dated more than
+:data:`MAX_AHEAD` seconds after its own clock (a version from no real request, which would
+make it ignore every reload after it). Only polymq's own links and administrators may
+publish on ``system.config`` (:mod:`polymq_server.principals`).
 
 A users reload reaches the open sessions too: each :attr:`Reloader.users_hooks` is called
 once the file is re-read (the sessions of a frontend through its
@@ -33,12 +36,13 @@ from typing import Any
 
 from .auth import AuthProvider, FileProvider
 
-__all__ = ["LEVELS", "LIMITS", "TOPIC", "ReloadError", "Reloader", "new_change"]
+__all__ = ["LEVELS", "LIMITS", "MAX_AHEAD", "TOPIC", "ReloadError", "Reloader", "new_change"]
 
 log = logging.getLogger(__name__)
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 TOPIC = "system.config"  # the core's topic that carries every reload it applied
+MAX_AHEAD = 86400.0  # seconds a reload's version may be ahead of this process's clock
 # the core's limits a reload may change: each one's type and least value
 LIMITS: dict[str, tuple[type[int] | tuple[type[int], type[float]], float]] = {
     "max_body": (int, 1),
@@ -132,6 +136,8 @@ class Reloader:
         version = change.get("version")
         if isinstance(version, bool) or not isinstance(version, int):
             raise ReloadError("a reload needs an integer version")
+        if version > (time.time() + MAX_AHEAD) * 1e6:
+            raise ReloadError(f"version {version} is not a time of this era: reload refused")
         if version <= self.version:
             return False
         self.version = version

@@ -382,6 +382,8 @@ class Declarations:
             binding = self.topology.make_binding(self.names, ex, queue, routing_key, args)
         except UnmappableName as exc:
             raise ChannelException(PRECONDITION_FAILED, str(exc)) from None
+        if binding.pattern is not None:  # what the queue will hear: read as a subscription
+            self.session.authorize(Permission.READ, binding.pattern)
         present = await self.topology.queue_bindings(self.names, queue)
         if not any(b.exchange == ex.name and b.digest == binding.digest for b in present):
             await self.topology.add_binding(self.names, core, binding)

@@ -46,6 +46,7 @@ from polymq.answers import Published
 from polymq.errors import PolymqError, QueueFull, Unavailable
 from polymq.types import Message
 from polymq_server.auth import Permission
+from polymq_server.names import reply_target
 from polymq_server.routing import Missing, route_later, route_now
 
 from . import replyto
@@ -313,6 +314,9 @@ class Publisher:
         else:
             bodies = content.bodies
         messages = [make(props, body, exchange, routing_key, names) for body in bodies]
+        reply = reply_target(messages[0].reply_to)  # (one set of properties for them all)
+        if reply is not None and not reply.startswith(replyto.CORE_PREFIX):  # (no deputy)
+            session.authorize(Permission.WRITE, reply)  # a responder writes there: so must we
         if ch.transactional:
             s = ch.settings
             for message in messages:

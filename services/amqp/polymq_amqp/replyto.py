@@ -13,6 +13,11 @@ kept when the requester is gone (a mandatory reply is then returned, 312 NO_ROUT
 protocol's responder sees the reply-to as that topic (STOMP ``/topic/amqp-reply.<token>``)
 and can send its reply there.
 
+The channels are reserved names (:func:`polymq_server.names.reserved`): only the requester's
+own frontend subscribes to one, no user's subscription, binding or pattern (``#``,
+``amqp-reply.#``) reaches them whatever its grants, and a responder writes its reply to one
+by its exact name (as its grants allow).
+
 As RabbitMQ: consuming from the pseudo-queue needs no-ack (406 otherwise) and one such
 consumer per channel (406 for a second); a request naming ``amq.rabbitmq.reply-to`` on a
 channel without one is a 406; ``queue.declare`` of the pseudo-queue (passive) succeeds.
@@ -24,11 +29,13 @@ import re
 import secrets
 from typing import Final
 
+from polymq_server.names import REPLY_SEGMENT
+
 __all__ = ["CORE_PREFIX", "PREFIX", "PSEUDO_QUEUE", "amqp_name", "core_topic", "new_name"]
 
 PSEUDO_QUEUE: Final = "amq.rabbitmq.reply-to"
 PREFIX: Final = PSEUDO_QUEUE + "."
-CORE_PREFIX: Final = "topic/amqp-reply."
+CORE_PREFIX: Final = f"topic/{REPLY_SEGMENT}."
 _TOKEN_RE: Final = re.compile(r"[A-Za-z0-9_\-]{1,64}\Z")
 
 

@@ -31,7 +31,8 @@ from polymq.client import Client, Subscription
 from polymq.errors import ConnectionClosed, Unavailable
 from polymq.types import Message
 from polymq_server.auth import WithServiceToken, generate_token
-from polymq_server.connections import Responder
+from polymq_server.connections import REPLY_TOPICS, Responder
+from polymq_server.names import core_headers
 
 from .broker import ADMIN_CLIENT
 from .session import Session
@@ -57,7 +58,7 @@ class AdminLink:
         self._port = next(_ports)
         self._client: Client | None = None
         self._connecting: asyncio.Lock | None = None
-        self.reply_topic = f"system.connections.reply.{secrets.token_hex(6)}"
+        self.reply_topic = f"{REPLY_TOPICS.removeprefix('topic/')}{secrets.token_hex(6)}"
         self._asks: dict[str, tuple[Answers, asyncio.Event]] = {}
 
     async def client(self) -> Client:
@@ -129,6 +130,7 @@ class AdminLink:
                 "application/json",
                 correlation_id=cid,
                 reply_to=f"topic/{self.reply_topic}",
+                headers=core_headers(),  # (this link alone may: Session.speaks_for_core)
             )
             sent = await client.publish(f"topic/{topic}", message)
             reached = sent.subscribers if self.broker.cluster is None else None

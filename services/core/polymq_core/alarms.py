@@ -40,6 +40,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from polymq.types import Message
 from polymq_server import alarms
+from polymq_server.names import core_headers
 
 from .paging import Pressure
 
@@ -228,7 +229,7 @@ class ResourceMonitor:
 
     def announce(self) -> None:
         body = alarms.encode(self.alarms, self.detail)
-        message = Message(body=body, content_type="application/json")
+        message = Message(body=body, content_type="application/json", headers=core_headers())
         self.host.publish_topic(alarms.TOPIC, [message])
 
     async def _run(self) -> None:

@@ -58,7 +58,7 @@ from polymq.events import (
     Unsubscribe,
 )
 from polymq.types import Destination, Message
-from polymq_server.auth import AuthProvider, Permission, Principal
+from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider, Permission, Principal
 from polymq_server.connections import ConnectionTable
 from polymq_server.resources import ConnectionLimits
 
@@ -239,9 +239,11 @@ class Broker:
     def logged_in(self, session: Session) -> None:
         """``session`` is logged in: the admin API lists it (not the cluster's own links
         and the admin's: their clients are ``peer`` and ``polymq-admin``)."""
+        principal = session.principal
+        if session.client == ADMIN_CLIENT and principal is not None:  # what the core says
+            session.speaks_for_core = principal.name == INTERNAL_PRINCIPAL
         if session.client in (PEER_CLIENT, ADMIN_CLIENT):
             return
-        principal = session.principal
         session.tracked = tracked = self.clients.open(
             "native",
             session.name,

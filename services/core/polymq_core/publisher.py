@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from polymq.errors import BadRequest, QueueFull, Unavailable
 from polymq.events import Publish
 from polymq.types import Destination, Kind, Message
-from polymq_server.auth import Permission
+from polymq_server.auth import AuthProvider, Permission
+from polymq_server.names import ORIGIN
 
 from .answers import then
 from .batches import MAX_BATCH_ID, MAX_BATCH_TTL
@@ -51,6 +52,7 @@ class PublishCaller(Caller, Protocol):
 
     protocol: str
     handing: bool
+    speaks_for_core: bool  # the admin API's own link: its messages keep names.ORIGIN
 
 
 class PublisherHost(Protocol):
@@ -58,6 +60,7 @@ class PublisherHost(Protocol):
 
     settings: CoreSettings
     sensors: Sensors
+    auth: AuthProvider
     bindings: BindingTable
     topics: TopicRouter[Subscription]
     mesh: Mesh | None
@@ -80,6 +83,8 @@ class Publisher:
     # ---- Publish ---------------------------------------------------------------------------
     def publish(self, session: PublishCaller, ev: Publish) -> Any:
         broker = self.broker
+        if session.principal is not None and ev.messages:  # where replies will be written
+            broker.auth.authorize_replies(session.principal, ev.messages)
         if ev.batch_id is None:
             return self._publish_now(
                 session, ev, broker.destination(session, ev.destination, Permission.WRITE)
@@ -122,6 +127,8 @@ class Publisher:
         max_body = broker.settings.max_body
         for m in msgs:
             m.validate(max_body)
+            if ORIGIN in m.headers and not session.speaks_for_core:  # (the core's alone)
+                m.headers = {k: v for k, v in m.headers.items() if k != ORIGIN}
         kind = dest.kind.value
         broker.sensors.on_publish(session.protocol, kind, len(msgs))
         if dest.kind is Kind.TOPIC:
@@ -234,7 +241,7 @@ class Publisher:
             log.warning("dead-letter destination %r is invalid; message dropped", target)
             return None
         headers = {
-            **msg.headers,
+            **{k: v for k, v in msg.headers.items() if k != ORIGIN},  # (a copy: not the core's)
             "x-death-reason": reason,
             "x-original-destination": msg.destination,
             "x-original-id": msg.id,

@@ -19,6 +19,7 @@ from typing import Any
 
 from polymq.types import Message
 from polymq_server.config import ConfigError
+from polymq_server.names import core_headers
 from polymq_server.reload import LEVELS, LIMITS, TOPIC, Reloader, ReloadError, new_change
 
 from .broker import Broker
@@ -58,7 +59,8 @@ def publisher(broker: Broker) -> Callable[[dict[str, Any]], None]:
 
     def publish(change: dict[str, Any]) -> None:
         body = json.dumps(change, sort_keys=True).encode()
-        broker.publisher.publish_topic(TOPIC, [Message(body=body, content_type="application/json")])
+        message = Message(body=body, content_type="application/json", headers=core_headers())
+        broker.publisher.publish_topic(TOPIC, [message])
 
     return publish
 

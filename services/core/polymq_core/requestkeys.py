@@ -61,6 +61,8 @@ def shard_key_of(b: KeyHost, s: Caller, ev: Event) -> str | None:
     t = type(ev)
     if isinstance(ev, Publish):
         dest = b.destination(s, ev.destination, Permission.WRITE)
+        if s.principal is not None and ev.messages:  # where replies will be written
+            b.auth.authorize_replies(s.principal, ev.messages)
         if dest.kind is Kind.TOPIC:
             return None
         if dest.kind is Kind.CHANNEL:

@@ -14,11 +14,15 @@ a trailing ``*`` glued to a segment (ocamlmq-style prefix)
 
 Anything else containing ``*`` or ``#`` is invalid and raises ``ValueError``.
 
-**System topics** (``system`` and ``system.<...>``: ``system.peers``, ``system.config``) are
-reached only by patterns that name them: a pattern whose first segment is ``*`` or ``#``, or
-a prefix that does not start with ``system``, does not match them (MQTT's rule for ``$SYS``
-topics). So a ``#`` subscription (AMQP's ``amq.topic`` with ``#``, STOMP ``/topic/#``) hears
-the applications' topics, not the broker's announcements; ``system.#`` hears those.
+**Reserved topics** (whose first segment is one of polymq's own,
+:data:`polymq_server.names.RESERVED_SEGMENTS`: ``system.peers``, ``system.config``, ...,
+and AMQP's direct reply-to channels ``amqp-reply.<token>``) are reached only by patterns
+that name that segment: a pattern whose first segment is ``*`` or ``#``, or a prefix that
+does not start with it, does not match them (MQTT's rule for ``$SYS`` topics). So a ``#``
+subscription (AMQP's ``amq.topic`` with ``#``, STOMP ``/topic/#``) hears the applications'
+topics, not the broker's announcements nor anyone's replies; ``system.#`` hears those
+announcements (and only polymq's own and administrators may subscribe to it:
+:mod:`polymq_server.principals`).
 
 :class:`TopicRouter` keeps exact names in a dict, segment-wildcard patterns in a
 segment trie and prefixes in a dict keyed by prefix text, so a publish costs time in
@@ -32,13 +36,15 @@ import re
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from polymq_server.names import RESERVED_SEGMENTS
+
 __all__ = ["TopicRouter", "matches", "validate_pattern", "validate_topic"]
 
 T = TypeVar("T")
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_:\-]+\Z")
 _MISSING: Any = object()
-_SYSTEM = "system"  # the first segment of the broker's own topics
+_RESERVED_STARTS = tuple(RESERVED_SEGMENTS)
 
 # Subscribers of one pattern: the subscriber itself, or a set of two or more. A set is
 # unhashable, so it can never be a subscriber and ``type(v) is set`` is unambiguous.
@@ -101,20 +107,25 @@ def _seg_match(pat: list[str], top: list[str]) -> bool:
     return bool(top) and head in ("*", top[0]) and _seg_match(rest, top[1:])
 
 
-def _reserved(topic: str) -> bool:
-    """A system topic: reached only by patterns that name it (module docstring)."""
-    return topic.startswith(_SYSTEM) and (len(topic) == len(_SYSTEM) or topic[6] == ".")
+def _reserved(topic: str) -> str:
+    """The reserved first segment of ``topic`` ("" if none): reached only by patterns that
+    name it (module docstring)."""
+    if not topic.startswith(_RESERVED_STARTS):  # (most topics: one test per publish)
+        return ""
+    first = topic.partition(".")[0]
+    return first if first in RESERVED_SEGMENTS else ""
 
 
 def matches(pattern: str, topic: str) -> bool:
     """Reference matcher: does ``pattern`` match ``topic``? Simple, slow, obviously right."""
     validate_pattern(pattern)
+    reserved = _reserved(topic)
     if _is_prefix(pattern):
-        if _reserved(topic) and not pattern.startswith(_SYSTEM):
+        if reserved and not pattern.startswith(reserved):
             return False
         return topic.startswith(pattern[:-1])
     segments = pattern.split(".")
-    if _reserved(topic) and segments[0] != _SYSTEM:
+    if reserved and segments[0] != reserved:
         return False
     return _seg_match(segments, topic.split("."))
 
@@ -290,7 +301,7 @@ class TopicRouter(Generic[T]):
         reserved = _reserved(topic)
         if self._prefix_lens:
             n = len(topic)
-            least = len(_SYSTEM) if reserved else 1  # (a prefix must start with "system")
+            least = len(reserved) or 1  # (a prefix must start with the reserved segment)
             lens = self._prefix_lens if len(self._prefix_lens) <= n else range(1, n + 1)
             for k in lens:
                 if least <= k <= n:
@@ -301,10 +312,10 @@ class TopicRouter(Generic[T]):
             self._match_trie(topic.split("."), out, reserved)
         return out
 
-    def _match_trie(self, segs: list[str], out: set[T], reserved: bool = False) -> None:
+    def _match_trie(self, segs: list[str], out: set[T], reserved: str = "") -> None:
         n = len(segs)
         stack: list[tuple[_Node, int]] = [(self._root, 0)]
-        if reserved:  # only the patterns that begin with "system" itself
+        if reserved:  # only the patterns that begin with the reserved segment itself
             children = self._root.children
             child = children.get(segs[0]) if children is not None else None
             stack = [(child, 1)] if child is not None else []

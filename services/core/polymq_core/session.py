@@ -100,6 +100,7 @@ class Session(SessionOutput, asyncio.Protocol):
         # a leaving node handing its transient messages to this one (polymq_core.handover):
         # its publishes keep their ids and delivery counts
         self.handing = False
+        self.speaks_for_core = False  # the admin API's own link (Broker.logged_in)
         self.principal: Principal | None = None
         # its place in the wire port's connection limits (polymq_server.resources)
         self.admission = Admission(None, None)

@@ -74,6 +74,8 @@ async def publish(request: web.Request) -> web.Response:
     core.refuse_publish_in_alarm()  # a resource alarm holds publishers: 503
     data, size = await read_json(request, settings.max_body)
     messages, role = parse_publish(data, dest, settings.max_batch)
+    if any(m.reply_to is not None for m in messages):  # (who asks is known: remembered)
+        request.app[ACCESS].authorize_replies(await _principal(request), messages)
     result = await core.publish(str(dest), messages, size, role=role)
     request.app[METRICS].messages.labels("publish").inc(len(messages))
     return web.json_response(published_json(dest, result))

@@ -228,6 +228,7 @@ async def publish(request: web.Request) -> web.Response:
     core.refuse_publish_in_alarm()  # a resource alarm holds publishers: 503
     data, size = await read_json(request, settings.longpoll_max_body)
     messages, role = parse_publish(data, dest, settings.longpoll_max_batch)
+    app[ACCESS].authorize_replies(principal, messages)
     result = await core.publish(str(dest), messages, size, role=role)
     app[METRICS].messages.labels("publish").inc(len(messages))
     return web.json_response(published_json(dest, result))

@@ -28,6 +28,7 @@ from polymq.answers import DestinationStats, Published, QueueStats, StreamStats,
 from polymq.errors import NotFound, PolymqError, Unavailable
 from polymq.types import Message, Outcome
 from polymq_server.auth import Permission
+from polymq_server.names import reply_target
 
 from .destinations import Control, ControlOp, ExchangeRef, Target
 from .exchange import routes_later, routes_now
@@ -128,6 +129,9 @@ class Publisher:
         if "message-id" in frame:
             raise Refused("header", "Invalid header", "'message-id' is not allowed on 'SEND'.")
         message, temp_reply = message_from_send(frame, session.conn_id, session.vhost_prefix)
+        reply = reply_target(message.reply_to) if temp_reply is None else None
+        if reply is not None:  # a responder writes there: so must the sender be able to
+            session.authorize(Permission.WRITE, reply)
         tx_name = frame.get("transaction")
         tx = self._tx(tx_name) if tx_name is not None else None
         cores: list[str] | None = [target.core]

@@ -41,7 +41,11 @@ def nodes(
                     },
                     "watcher": {"password_hash": hash_password(WATCHER[1]), "tags": ["monitoring"]},
                     "plain": {"password_hash": hash_password(PLAIN[1]), "grants": EVERYTHING},
-                    "frontend": {"password_hash": hash_password("fe-pw"), "grants": EVERYTHING},
+                    "frontend": {  # (system.* topics are polymq's own and administrators')
+                        "password_hash": hash_password("fe-pw"),
+                        "grants": EVERYTHING,
+                        "tags": ["administrator"],
+                    },
                 },
                 "tokens": {hash_token(TOKEN): {"user": "admin"}},
                 "anonymous": {"grants": [{"pattern": "topic/public.*", "permissions": ["read"]}]},

@@ -145,7 +145,7 @@ def test_a_frontend_that_may_not_hear_reloads_says_so(tmp_path: Path) -> None:
         }
         with PolymqProcess("http", tmp_path / "http", env=env) as http:
             eventually(lambda: "will not hear configuration reloads" in http.log(), WAIT)
-            assert "grant this frontend's core user read on it" in http.log()
+            assert 'give this frontend\'s core user the tag "administrator"' in http.log()
             r = requests.post(
                 f"{http.url('http')}/v1/queue/still-serving/messages", json={"body": "z"},
                 timeout=WAIT,

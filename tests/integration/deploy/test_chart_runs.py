@@ -62,6 +62,7 @@ def make_secrets(tmp: Path) -> Secrets:
             "frontend": {
                 "password_hash": hash_password(FRONTEND_PASSWORD),
                 "grants": [{"pattern": "*", "permissions": ["read", "write", "configure"]}],
+                "tags": ["administrator"],  # the core's system.* topics (reserved names)
             }
         }
     }

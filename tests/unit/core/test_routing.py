@@ -29,6 +29,13 @@ CASES: list[tuple[str, str, bool]] = [
     ("#", "systemx.a", True),
     ("s*", "systemx", True),
     ("*.system", "a.system", True),
+    # AMQP's direct reply-to channels likewise: no one's "#" hears anyone's replies
+    ("#", "amqp-reply.tok3n", False),
+    ("*.*", "amqp-reply.tok3n", False),
+    ("amqp*", "amqp-reply.tok3n", False),
+    ("amqp-reply.*", "amqp-reply.tok3n", True),
+    ("amqp-reply.tok3n", "amqp-reply.tok3n", True),
+    ("#", "amqp-replyx.a", True),
     # exact names: whole name only, no partial segments, case-sensitive
     ("news", "news", True),
     ("news", "news.sport", False),

@@ -15,6 +15,7 @@ from polymq_server.connections import (
     Responder,
     instance_id,
 )
+from polymq_server.names import core_headers
 
 
 def test_ids_start_with_the_instance_id_and_are_not_reused() -> None:
@@ -119,20 +120,30 @@ async def test_the_responder_answers_lists_and_the_owner_alone_closes() -> None:
     responder = Responder(client, table)  # type: ignore[arg-type]
     await responder.start()
     assert client.subscribed == [f"topic/{LIST_TOPIC}", f"topic/{CLOSE_TOPIC}"]
-    ask = Message(b"{}", reply_to="topic/system.connections.reply.x", correlation_id="c1")
+    ask = Message(
+        b"{}", reply_to="topic/system.connections.reply.x", correlation_id="c1",
+        headers=core_headers(),
+    )  # fmt: skip
     responder.on_deliver(_Sub(f"topic/{LIST_TOPIC}"), [1], [ask])  # type: ignore[arg-type]
     (to, answer), *_ = client.sent
     assert to == "topic/system.connections.reply.x" and answer.correlation_id == "c1"
     listed = json.loads(answer.body)
     assert listed["node"] == "n1" and [c["id"] for c in listed["connections"]] == [entry.id]
     close = f"topic/{CLOSE_TOPIC}"
-    others = Message(b'{"id": "amqp-1.1"}', reply_to="topic/r", correlation_id="c2")
-    garbage = Message(b"not json", reply_to="topic/r", correlation_id="c3")
-    no_reply = Message(json.dumps({"id": entry.id}).encode())
-    responder.on_deliver(_Sub(close), [2, 3, 4], [others, garbage, no_reply])  # type: ignore[arg-type]
+    reply, core = "topic/system.connections.reply.r", core_headers()
+    mine = json.dumps({"id": entry.id}).encode()
+    others = Message(b'{"id": "amqp-1.1"}', reply_to=reply, correlation_id="c2", headers=core)
+    garbage = Message(b"not json", reply_to=reply, correlation_id="c3", headers=core)
+    no_reply = Message(mine, headers=core)
+    # an answer written elsewhere would be written with the frontend's authority: never
+    deputy = Message(mine, reply_to="queue/not-theirs", headers=core)
+    # and only the core asks (a client publishing there, an administrator's included)
+    forged = Message(mine, reply_to=reply, correlation_id="c5")
+    ignored = [others, garbage, no_reply, deputy, forged]
+    responder.on_deliver(_Sub(close), [2, 3, 4, 5, 6], ignored)  # type: ignore[arg-type]
     assert len(client.sent) == 1 and closed == []  # not ours, unreadable, nowhere to answer
-    mine = Message(json.dumps({"id": entry.id}).encode(), reply_to="topic/r", correlation_id="c4")
-    responder.on_deliver(_Sub(close), [5], [mine])  # type: ignore[arg-type]
+    asked = Message(mine, reply_to=reply, correlation_id="c4", headers=core)
+    responder.on_deliver(_Sub(close), [7], [asked])  # type: ignore[arg-type]
     assert closed == ["closed by an administrator"]
     assert json.loads(client.sent[-1][1].body) == {
         "frontend": "stomp-00000003",

@@ -138,3 +138,13 @@ def test_a_frontend_without_a_users_file_has_nothing_to_reload() -> None:
     frontend = Reloader(AnonymousProvider(), users_required=False, name="stomp")
     assert frontend.apply({"version": 1, "users": True, "limits": {"max_body": 5}})
     assert frontend.version == 1  # (limits are the core's: a frontend has no hook for them)
+
+
+def test_a_version_from_no_real_request_is_refused(root_level: None) -> None:
+    """A version far past this process's clock (9e18: no request made it) is refused, so
+    that the real reloads after it are still applied."""
+    frontend = Reloader(AnonymousProvider(), users_required=False, name="http")
+    with pytest.raises(ReloadError, match="not a time of this era"):
+        frontend.apply({"version": 9 * 10**18, "log_level": "CRITICAL"})
+    assert frontend.version == 0 and logging.getLogger().level != logging.CRITICAL
+    assert frontend.apply(new_change({"log_level": "INFO"}))
