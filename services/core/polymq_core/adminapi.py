@@ -409,6 +409,8 @@ async def publish(request: web.Request) -> web.Response:
             body = json.loads(await request.read())
         except (ValueError, UnicodeDecodeError):
             raise BadRequest("the request body must be JSON") from None
+        except RecursionError:
+            raise BadRequest("malformed JSON: nested too deeply") from None
         message = _publish_message(body)
         client = await api.link.client()
         result = await client.publish(str(dest), message)

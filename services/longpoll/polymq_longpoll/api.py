@@ -59,7 +59,7 @@ POLL_QUERY = frozenset({"cursor", "max", "wait"})
 
 
 async def principal_of(request: web.Request) -> Principal:
-    return await request.app[ACCESS].principal(request.headers.get("Authorization"))
+    return await request.app[ACCESS].principal(request.headers.get("Authorization"), request.remote)
 
 
 async def subscription(request: web.Request) -> SubscriptionRef:
