@@ -42,8 +42,10 @@ _SCRYPT_R, _SCRYPT_P, _SALT_BYTES, _DKLEN = 8, 1, 16, 32
 _MAX_MEMORY = 2**30  # bytes of scrypt's memory (128 * r * N) a stored hash may ask for
 
 
-def hash_password(password: str, *, cost: int = DEFAULT_COST) -> str:
-    """Salted scrypt: ``scrypt$n$r$p$salt_b64$hash_b64`` (n: ``cost``, a power of two)."""
+def hash_password(password: str, *, cost: int | None = None) -> str:
+    """Salted scrypt: ``scrypt$n$r$p$salt_b64$hash_b64`` (n: ``cost``, a power of two;
+    :data:`DEFAULT_COST` as it is when called, if none)."""
+    cost = DEFAULT_COST if cost is None else cost
     if cost < 2 or cost & (cost - 1) or 128 * _SCRYPT_R * cost > _MAX_MEMORY:
         raise ValueError(f"scrypt's cost N must be a power of two from 2 to {_MAX_MEMORY // 1024}")
     salt = secrets.token_bytes(_SALT_BYTES)

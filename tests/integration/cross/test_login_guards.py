@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 import requests
+import stomp
+from stomp.exception import ConnectFailedException
 
 from ...procs import PolymqProcess, serving
 from ..webapi import assert_problem
@@ -250,6 +252,41 @@ def test_bad_logins_from_one_source_do_not_slow_another(run: PolymqProcess) -> N
     # the source is still held back; the others are not
     r = requests.post(url, json={"body": "ok"}, auth=GOOD[1], timeout=WAIT)
     assert r.status_code == 200
+
+
+def test_stomp_logins_are_held_back_by_source_too(run: PolymqProcess) -> None:
+    """Bad CONNECTs from one address (of a user with a cheap old hash): once past the free
+    failures, the ERROR frame says to retry later; another address connects."""
+    port = run.ports["stomp"]
+    errors: list[str] = []
+
+    class Errors(stomp.ConnectionListener):
+        def on_error(self, frame: Any) -> None:
+            errors.append(f"{frame.headers.get('message')}: {frame.body}")
+
+    def bad_connect() -> None:
+        conn = stomp.Connection([("127.0.0.1", port)], bind_host_port=("127.0.0.3", 0))
+        conn.set_listener("errors", Errors())
+        try:
+            conn.connect(OLD[0], "wrong", wait=True)
+        except ConnectFailedException:
+            pass
+        finally:
+            if conn.is_connected():
+                conn.disconnect()
+
+    threads = [threading.Thread(target=bad_connect) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(errors) == 16, errors
+    assert any("invalid user name or password" in e for e in errors), errors
+    assert any("too many failed logins from 127.0.0.3" in e for e in errors), errors
+    good = stomp.Connection([("127.0.0.1", port)])
+    good.connect(OLD[0], OLD[1], wait=True)
+    assert good.is_connected()
+    good.disconnect()
 
 
 # ---- the cost of a password hash --------------------------------------------------------------
