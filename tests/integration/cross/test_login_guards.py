@@ -183,12 +183,39 @@ def _refused_before_the_body(port: int, path: str) -> None:
         sock.close()
 
 
-def test_http_frontend_refuses_a_login_before_reading_the_body(run: PolymqProcess) -> None:
-    _refused_before_the_body(run.ports["http"], f"/v1/queue/{queue()}/messages")
+@pytest.mark.parametrize(
+    ("listener", "path"),
+    [
+        ("http", "/v1/queue/{q}/messages"),
+        ("avro", "/v1/queue/{q}/records"),
+        ("longpoll", "/v1/queue/{q}/messages"),
+        ("admin", "/api/destinations/queue/{q}/messages"),
+    ],
+)
+def test_a_login_is_refused_before_the_body_is_read(
+    run: PolymqProcess, listener: str, path: str
+) -> None:
+    _refused_before_the_body(run.ports[listener], path.format(q=queue()))
 
 
-def test_admin_refuses_a_login_before_reading_the_body(run: PolymqProcess) -> None:
-    _refused_before_the_body(run.ports["admin"], f"/api/destinations/queue/{queue()}/messages")
+@pytest.mark.parametrize(
+    ("listener", "path", "body", "ctype"),
+    [
+        ("http", "/v1/queue/{q}/messages", b'{"body": "x"}', "application/json"),
+        ("avro", "/v1/queue/{q}/records", b"Obj\x01", "application/octet-stream"),
+    ],
+)
+def test_frontends_without_cors_refuse_a_browsers_cross_site_write(
+    run: PolymqProcess, listener: str, path: str, body: bytes, ctype: str
+) -> None:
+    url = run.url(listener) + path.format(q=queue())
+    for foreign in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        headers = {"Content-Type": ctype, **foreign}
+        r = requests.post(url, data=body, headers=headers, auth=OLD, timeout=WAIT)
+        assert_problem(r, 403, "cross-site")
+    # a program (no Origin) gets past the guard to the handler
+    r = requests.post(url, data=body, headers={"Content-Type": ctype}, auth=OLD, timeout=WAIT)
+    assert r.status_code != 403, r.text
 
 
 # ---- failed logins, per source ----------------------------------------------------------------
