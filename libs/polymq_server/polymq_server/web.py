@@ -466,14 +466,14 @@ def problem_response(
 
 
 async def refuse_unread(request: web.Request, response: web.Response) -> web.Response:
-    """``response``, a refusal answered before ``request``'s body was read, with
-    ``Connection: close``. When more than :data:`LINGER_BYTES` of the body (or an unknown
-    length) is still to come, it is sent at once and the connection closed without
-    reading any more of it; a smaller rest is read and dropped first (aiohttp's lingering
-    close), so that the client reads the answer rather than a reset."""
-    response.force_close()
+    """``response``, a refusal answered before ``request``'s body was read. While some of
+    the body is still to come, it says ``Connection: close``: when that is more than
+    :data:`LINGER_BYTES` (or of unknown length), it is sent at once and the connection
+    closed without reading any more; a smaller rest is read and dropped first (aiohttp's
+    lingering close), so that the client reads the answer rather than a reset."""
     if not request.body_exists or request.content.is_eof():
-        return response
+        return response  # (all of it came, or none was sent: the connection may stay)
+    response.force_close()
     declared = request.content_length
     if declared is not None and declared - request.content.total_bytes <= LINGER_BYTES:
         return response
