@@ -20,6 +20,7 @@ import stomp
 from playwright.async_api import Browser, Page, async_playwright
 from stomp.utils import Frame as StompPyFrame
 
+from ..hashcost import cheap_password_hashes  # noqa: F401 (an autouse fixture, imported)
 from ..integration.stomp.conftest import Recorder
 from ..procs import PolymqProcess
 

@@ -55,8 +55,10 @@ class Access:
         self._cache: OrderedDict[bytes, tuple[float, Principal]] = OrderedDict()
         self._held: set[_Held] = set()  # requests held open (long polls, SSE streams)
 
-    async def principal(self, authorization: str | None) -> Principal:
-        """The principal behind an ``Authorization`` header; Unauthorized if refused."""
+    async def principal(self, authorization: str | None, source: str | None = None) -> Principal:
+        """The principal behind an ``Authorization`` header of a request from the address
+        ``source``; Unauthorized if refused (:class:`~polymq_server.logins.TooManyLogins`
+        when that source failed too often lately)."""
         if authorization is None or not authorization.strip():
             return await self.provider.anonymous()
         try:
@@ -70,7 +72,7 @@ class Access:
                 self._cache.move_to_end(key)
                 return hit[1]
             del self._cache[key]
-        principal = await authenticate_http(self.provider, authorization)
+        principal = await authenticate_http(self.provider, authorization, source)
         self._cache[key] = (now + _TTL, principal)
         while len(self._cache) > _MAX_ENTRIES:
             self._cache.popitem(last=False)

@@ -69,7 +69,8 @@ import sys
 
 from polymq.errors import Unauthorized
 
-from .passwords import generate_token, hash_password, hash_token, verify_password
+from .logins import password_login
+from .passwords import DEFAULT_COST, generate_token, hash_password, hash_token, verify_password
 from .principals import (
     ADMIN_TAGS,
     ALL_PERMISSIONS,
@@ -205,21 +206,35 @@ def parse_authorization(header_value: str | None) -> tuple[str, str, str] | None
     raise Unauthorized(f"unsupported authorization scheme {scheme[:20]!r}: use Basic or Bearer")
 
 
-async def authenticate_http(provider: AuthProvider, header_value: str | None) -> Principal:
-    """The principal behind an HTTP ``Authorization`` header (none -> ``provider.anonymous()``)."""
+async def authenticate_http(
+    provider: AuthProvider, header_value: str | None, source: str | None = None
+) -> Principal:
+    """The principal behind an HTTP ``Authorization`` header (none -> ``provider.anonymous()``)
+    of a request from the address ``source`` (a password login is held to
+    :mod:`polymq_server.logins`' rules for it)."""
     parsed = parse_authorization(header_value)
     if parsed is None:
         return await provider.anonymous()
     scheme, first, second = parsed
     if scheme == "basic":
-        return await provider.authenticate_password(first, second)
+        return await password_login(provider, first, second, source)
     return await provider.authenticate_token(first)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m polymq_server.auth")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("hash-password", help="read a password from stdin, print its scrypt hash")
+    hashing = sub.add_parser(
+        "hash-password", help="read a password from stdin, print its scrypt hash"
+    )
+    hashing.add_argument(
+        "--cost",
+        type=int,
+        default=DEFAULT_COST,
+        metavar="N",
+        help=f"scrypt's N, a power of two (default {DEFAULT_COST}, OWASP's; each check of "
+        "the hash then takes 128 * 8 * N bytes of memory)",
+    )
     sub.add_parser("new-token", help="print a new token and the sha256 hex to store for it")
     args = parser.parse_args(argv)
     if args.command == "hash-password":
@@ -230,7 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         if not password:
             print("error: empty password", file=sys.stderr)
             return 2
-        print(hash_password(password))
+        try:
+            print(hash_password(password, cost=args.cost))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     else:
         token = generate_token()
         print(f"token {token}")

@@ -26,6 +26,7 @@ from polymq.types import MAX_PRIORITY, DeclareOptions, Destination, Kind
 
 from .avro import SchemaCache
 from .deadletter import DECLARER
+from .guards import is_json
 from .headers import public_headers
 from .jsonview import message_json
 from .problems import Problem, bad_request
@@ -90,13 +91,6 @@ _BINARY_DEFAULT = "application/octet-stream"
 
 
 # ---- reading a body ------------------------------------------------------------------------
-def _is_json(content_type: str) -> bool:
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (
-        media.startswith("application/") and media.endswith("+json")
-    )
-
-
 async def read_json(
     request: web.Request, max_body: int, *, required: bool = True
 ) -> tuple[Any, int]:
@@ -105,7 +99,7 @@ async def read_json(
     if declared is not None and declared > max_body:
         raise Problem(413, f"request body of {declared} bytes exceeds the maximum of {max_body}")
     ctype = request.headers.get("Content-Type")
-    if request.body_exists and ctype is not None and not _is_json(ctype):
+    if request.body_exists and ctype is not None and not is_json(ctype):
         raise Problem(415, f"send JSON with Content-Type: application/json, not {ctype[:80]!r}")
     raw = await request.read()  # aiohttp stops at client_max_size (413) for chunked bodies
     if not raw:

@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from polymq.errors import ConnectionClosed, PolymqError, RequestError, Timeout
+from polymq.errors import ConnectionClosed, PolymqError, RequestError, Timeout, Unauthorized
 
+from .guards import login_refusal
 from .web import problem_code, problem_response, status_phrase
 
 __all__ = [
@@ -60,6 +61,8 @@ def from_exception(exc: BaseException) -> web.Response | None:
     """The problem answer for ``exc``, or None if it is not an error we translate."""
     if isinstance(exc, Problem):
         return problem_response(exc.status, exc.detail, code=exc.code, headers=exc.headers)
+    if isinstance(exc, Unauthorized):  # (429 with Retry-After for a source held back)
+        return login_refusal(exc)
     if isinstance(exc, RequestError):
         status = exc.status if 400 <= exc.status < 600 and exc.status != 500 else 502
         detail = exc.message

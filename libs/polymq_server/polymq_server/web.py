@@ -57,6 +57,7 @@ from .resources import ConnectionLimits
 
 __all__ = [
     "CHALLENGE",
+    "LINGER_BYTES",
     "PROBLEM_JSON",
     "SHUTDOWN_TIMEOUT",
     "FrontendLink",
@@ -73,6 +74,7 @@ __all__ = [
     "problem_response",
     "published_json",
     "readiness",
+    "refuse_unread",
     "status_phrase",
 ]
 
@@ -83,6 +85,9 @@ S = TypeVar("S", bound="WebSettings")
 L = TypeVar("L", bound=CoreLink)
 
 SHUTDOWN_TIMEOUT = 10.0  # seconds in-flight requests get to finish at shutdown
+# bytes of a refused request's body still to come under which it is read and dropped
+# (aiohttp's lingering close) rather than the connection closed at once (refuse_unread)
+LINGER_BYTES = 64 * 1024
 # the client connections of the app's listener, as the admin API lists them (add_core_link)
 CONNECTIONS = web.AppKey("connections", ConnectionTable)
 CHALLENGE = 'Basic realm="polymq", Bearer'
@@ -97,15 +102,20 @@ def _body_deadline(timeout: float) -> Middleware:
     answering 408 and closing when no byte of it came for ``timeout`` seconds: a body
     shorter than its ``Content-Length``, or a chunk that never comes, must not hold a
     handler forever, while a large body that keeps coming has the time it needs.
-    Innermost, so that aiohttp's 413 for a body over the limit reaches the app's problem
-    middleware; a body declared over the limit is left to the handler (413 at once)."""
+    Innermost (after the login's check, :mod:`polymq_server.guards`), so that aiohttp's
+    413 for a chunked body over the limit reaches the app's problem middleware; a body
+    declared over the limit is answered 413 at once, without reading it
+    (:func:`refuse_unread`)."""
 
     @web.middleware
     def body_deadline(request: web.Request, handler: Handler) -> Awaitable[web.StreamResponse]:
-        declared = request.content_length
-        if request.body_exists and (declared is None or declared <= request.client_max_size):
-            return read_first(request, handler)
-        return handler(request)  # (not a coroutine: no frame of its own in a waiting poll)
+        if not request.body_exists:
+            return handler(request)  # (not a coroutine: no frame of its own in a waiting poll)
+        declared, limit = request.content_length, request.client_max_size
+        if declared is not None and declared > limit:
+            detail = f"request body of {declared} bytes exceeds the maximum of {limit}"
+            return refuse_unread(request, problem_response(413, detail))
+        return read_first(request, handler)
 
     async def read_first(request: web.Request, handler: Handler) -> web.StreamResponse:
         reading = asyncio.ensure_future(request.read())
@@ -454,6 +464,24 @@ def problem_response(
         headers=out,
         content_type=PROBLEM_JSON,
     )
+
+
+async def refuse_unread(request: web.Request, response: web.Response) -> web.Response:
+    """``response``, a refusal answered before ``request``'s body was read. While some of
+    the body is still to come, it says ``Connection: close``: when that is more than
+    :data:`LINGER_BYTES` (or of unknown length), it is sent at once and the connection
+    closed without reading any more; a smaller rest is read and dropped first (aiohttp's
+    lingering close), so that the client reads the answer rather than a reset."""
+    if not request.body_exists or request.content.is_eof():
+        return response  # (all of it came, or none was sent: the connection may stay)
+    response.force_close()
+    declared = request.content_length
+    if declared is not None and declared - request.content.total_bytes <= LINGER_BYTES:
+        return response
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
 
 
 # ---- the JSON APIs' shared routes and answers -------------------------------------------------

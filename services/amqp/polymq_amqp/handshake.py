@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from pamqp import commands, decode
 
 from polymq.errors import Unauthorized
+from polymq_server.logins import TooManyLogins, password_login, peer_source
 
 from . import __version__
 from .errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_ALLOWED, ConnectionException
@@ -117,12 +118,14 @@ async def login(session: HandshakeSession, start_ok: commands.Connection.StartOk
         session.blocked_notify = bool(caps.get("connection.blocked"))
     mechanism = start_ok.mechanism or ""
     user, password = credentials(mechanism, start_ok.response)
-    auth = session.hub.auth
+    auth, source = session.hub.auth, peer_source(session.tracked.peer)
     try:
         if user:
-            principal = await auth.authenticate_password(user, password)
+            principal = await password_login(auth, user, password, source)
         else:
             principal = await auth.anonymous()
+    except TooManyLogins as exc:
+        raise ConnectionException(ACCESS_REFUSED, f"Login was refused: {exc.message}") from None
     except Unauthorized:
         raise ConnectionException(
             ACCESS_REFUSED, f"Login was refused using authentication mechanism {mechanism}"
@@ -155,7 +158,8 @@ async def update_secret(
         if old.anonymous:
             principal = await auth.anonymous()
         else:
-            principal = await auth.authenticate_password(old.name, str(secret or ""))
+            source = peer_source(session.tracked.peer)
+            principal = await password_login(auth, old.name, str(secret or ""), source)
     except Unauthorized:
         principal = None
     if principal is None or principal.name != old.name:

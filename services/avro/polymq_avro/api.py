@@ -87,7 +87,7 @@ STREAM_QUERY = frozenset({"offset", "max", "wait"})
 
 
 async def principal_of(request: web.Request) -> Principal:
-    return await request.app[ACCESS].principal(request.headers.get("Authorization"))
+    return await request.app[ACCESS].principal(request.headers.get("Authorization"), request.remote)
 
 
 def destination(request: web.Request, kind: str | None = None) -> Destination:

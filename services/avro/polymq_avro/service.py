@@ -18,6 +18,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq_server.access import reloaded_access
+from polymq_server.guards import cross_site_guard, login_first
 from polymq_server.requestmetrics import add_metrics_route, metrics_middleware
 from polymq_server.web import WebService, add_core_link, link_state
 
@@ -37,7 +38,13 @@ log = logging.getLogger(__name__)
 def build_app(settings: AvroSettings, registry: CollectorRegistry) -> web.Application:
     metrics = AvroMetrics(registry)
     app = web.Application(
-        middlewares=[metrics_middleware(api.METRICS), problem_middleware, incompatible_middleware],
+        middlewares=[
+            metrics_middleware(api.METRICS),
+            problem_middleware,
+            incompatible_middleware,
+            cross_site_guard,  # (no CORS here: a browser's cross-site write is refused)
+            login_first(api.ACCESS),  # before anything reads a body
+        ],
         client_max_size=settings.avro_max_body,
     )
     core = AvroLink(settings, metrics)

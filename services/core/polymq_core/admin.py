@@ -17,11 +17,12 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from polymq_server.guards import cross_site_guard, json_writes
 from polymq_server.requestmetrics import add_metrics_route
 from polymq_server.web import healthz
 
 from . import adminapi, console, overview
-from .adminauth import AdminAccess
+from .adminauth import AdminAccess, problem
 from .broker import Broker
 from .reload import Reloader, ReloadError, new_change
 from .reload import page as reload_page
@@ -79,23 +80,12 @@ async def cluster(request: web.Request) -> web.Response:
     return web.json_response({"node_id": broker.settings.node_name, "nodes": [me]})
 
 
-def _problem(
-    status: int, title: str, detail: str, headers: dict[str, str] | None = None
-) -> web.Response:
-    return web.json_response(
-        {"type": "about:blank", "title": title, "status": status, "detail": detail},
-        status=status,
-        content_type="application/problem+json",
-        headers=headers,
-    )
-
-
 def _unless_secret(request: web.Request, view: ClusterView, what: str) -> web.Response | None:
     """A 401 problem unless the request carries the cluster secret as its bearer token."""
     given = request.headers.get("Authorization", "").encode()
     if hmac.compare_digest(given, f"Bearer {view.secret}".encode()):
         return None
-    return _problem(
+    return problem(
         401,
         "unauthorized",
         f"{what}: send the cluster secret as a bearer token",
@@ -108,7 +98,7 @@ def _for_peers(request: web.Request, what: str) -> ClusterView | web.Response:
     that is not in a cluster, 401 without the cluster secret."""
     view = _cluster(request.app)
     if view is None:
-        return _problem(404, "not-found", "this node is not part of a cluster")
+        return problem(404, "not-found", "this node is not part of a cluster")
     return _unless_secret(request, view, what) or view
 
 
@@ -124,9 +114,9 @@ async def reload(request: web.Request) -> web.Response:
     try:
         change = new_change(await request.json())
     except ValueError as exc:  # (ReloadError, or a body that is not JSON)
-        return _problem(400, "bad-request", str(exc))
+        return problem(400, "bad-request", str(exc))
     except RecursionError:
-        return _problem(400, "bad-request", "the body's JSON is nested too deeply")
+        return problem(400, "bad-request", "malformed JSON: nested too deeply")
     if view is not None:
         error = await view.reload(change)
     else:
@@ -171,16 +161,16 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     if view.serve_ssl is not None and (
         transport is None or transport.get_extra_info("sslcontext") is None
     ):  # with cluster TLS, a shard's data leaves only over TLS, to a node's certificate
-        return _problem(
+        return problem(
             403, "forbidden", "with cluster TLS, snapshots are served on the peers' TLS port"
         )
     shard = int(request.match_info["shard"])
     try:
         path, applied = await view.snapshot(shard)
     except IndexError:
-        return _problem(404, "not-found", f"no shard {shard}")
+        return problem(404, "not-found", f"no shard {shard}")
     except StoreError as exc:
-        return _problem(503, "unavailable", f"shard {shard} cannot be copied now: {exc}")
+        return problem(503, "unavailable", f"shard {shard} cannot be copied now: {exc}")
     try:
         f = await asyncio.to_thread(path.open, "rb")
     finally:
@@ -214,7 +204,8 @@ def admin_app(
     """``view``: this node's part in a cluster, or None on a single node; ``reloader``:
     what applies a configuration reload here (none: reloads are refused)."""
     access = AdminAccess(broker.auth, view.secret if view is not None else None)
-    app = web.Application(middlewares=[access.middleware])
+    # a browser's cross-site write: 403; a body that is not JSON: 415; then the login
+    app = web.Application(middlewares=[cross_site_guard, json_writes, access.middleware])
     app[BROKER] = broker
     app[CLUSTER] = view
     app[RELOADER] = reloader if reloader is not None else Reloader(broker.auth)

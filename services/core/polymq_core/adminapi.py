@@ -407,8 +407,10 @@ async def publish(request: web.Request) -> web.Response:
         dest = _destination(request)
         try:
             body = json.loads(await request.read())
-        except (ValueError, UnicodeDecodeError, RecursionError):
+        except (ValueError, UnicodeDecodeError):
             raise BadRequest("the request body must be JSON") from None
+        except RecursionError:
+            raise BadRequest("malformed JSON: nested too deeply") from None
         message = _publish_message(body)
         client = await api.link.client()
         result = await client.publish(str(dest), message)

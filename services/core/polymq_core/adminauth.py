@@ -8,9 +8,12 @@ realm="polymq"`` without one, and the user's management tags decide (RabbitMQ's)
     monitoring      GET (and HEAD) of every route: the console, overview, connections, peek
     administrator   everything: also publish, purge, delete, close connections, reload
 
-A user with neither gets 403, as does a ``monitoring`` user's change. The cluster's own
-routes (a shard's snapshot, a node's leave, a reload broadcast) keep their rule, the cluster
-secret as bearer token: a request that carries it is left to them.
+A user with neither gets 403, as does a ``monitoring`` user's change. A refusal is sent
+before the request's body is read, and its connection closed without reading a large one;
+a source that failed too many logins lately is answered 429 with ``Retry-After`` without a
+check (:mod:`polymq_server.logins`). The cluster's own routes (a shard's snapshot, a
+node's leave, a reload broadcast) keep their rule, the cluster secret as bearer token: a
+request that carries it is left to them.
 
 Logins are remembered for :data:`REMEMBER` seconds (keyed by a hash of the header), so a
 console that polls does not pay scrypt each time; a users reload is seen after that.
@@ -29,6 +32,8 @@ from aiohttp import web
 
 from polymq.errors import Unauthorized
 from polymq_server.auth import AuthProvider, Principal, authenticate_http
+from polymq_server.logins import TooManyLogins
+from polymq_server.web import refuse_unread
 
 __all__ = ["OPEN_PATHS", "PEER_PATHS", "REMEMBER", "AdminAccess", "problem"]
 
@@ -63,13 +68,15 @@ class AdminAccess:
         self.secret = secret
         self._remembered: OrderedDict[bytes, tuple[float, Principal]] = OrderedDict()
 
-    async def principal(self, authorization: str) -> Principal:
+    async def principal(self, authorization: str, source: str | None = None) -> Principal:
+        """The principal of ``authorization``, a login from the address ``source``
+        (:mod:`polymq_server.logins`' rules); Unauthorized if refused."""
         key = hashlib.sha256(authorization.encode("utf-8", "replace")).digest()
         now = time.monotonic()
         hit = self._remembered.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
-        principal = await authenticate_http(self.provider, authorization)
+        principal = await authenticate_http(self.provider, authorization, source)
         self._remembered[key] = (now + REMEMBER, principal)
         while len(self._remembered) > _MAX_REMEMBERED:
             self._remembered.popitem(last=False)
@@ -87,18 +94,28 @@ class AdminAccess:
             return await handler(request)
         authorization = request.headers.get("Authorization", "")
         if not authorization.strip():
-            return problem(401, "unauthorized", "log in (Basic or a bearer token)", _CHALLENGE)
+            refusal = problem(401, "unauthorized", "log in (Basic or a bearer token)", _CHALLENGE)
+            return await refuse_unread(request, refusal)
         try:
-            principal = await self.principal(authorization)
+            principal = await self.principal(authorization, request.remote)
+        except TooManyLogins as exc:
+            refusal = problem(429, "too-many-logins", exc.message, _retry(exc))
+            return await refuse_unread(request, refusal)
         except Unauthorized as exc:
-            return problem(401, "unauthorized", exc.message, _CHALLENGE)
+            refusal = problem(401, "unauthorized", exc.message, _CHALLENGE)
+            return await refuse_unread(request, refusal)
         tags = principal.tags
         if "administrator" in tags or ("monitoring" in tags and request.method in _READING):
             return await handler(request)
         what = "may only read (tag monitoring)" if "monitoring" in tags else "has no admin tag"
-        return problem(
+        refusal = problem(
             403,
             "forbidden",
             f"user {principal.name!r} {what}: this needs the tag "
             f"{'monitoring or ' if request.method in _READING else ''}administrator",
         )
+        return await refuse_unread(request, refusal)
+
+
+def _retry(exc: TooManyLogins) -> dict[str, str]:
+    return {"Retry-After": str(exc.retry_after)}

@@ -30,16 +30,17 @@ def _problems(*statuses: int) -> dict[str, Any]:
     words = {
         400: "Bad request",
         401: "Login required (with --auth)",
-        403: "The user's tags do not allow it",
+        403: "The user's tags do not allow it, or a browser sent a write from another site",
         404: "Not found",
         409: "Not for this kind of destination",
         413: "Too large",
-        429: "The queue is full",
+        415: "A write's body is not declared JSON (Content-Type: application/json)",
+        429: "Too many failed logins from this address lately (Retry-After); or the queue is full",
         503: "The core is not ready",
     }
     return {
         str(s): {"description": words[s], "content": {_PROBLEM: {"schema": _ref("Problem")}}}
-        for s in (401, 403, 503, *statuses)
+        for s in (401, 403, 429, 503, *statuses)
     }
 
 
@@ -435,7 +436,7 @@ DOCUMENT: dict[str, Any] = {
                         "201",
                         "Published",
                     ),
-                    **_problems(400, 404, 409, 413, 429),
+                    **_problems(400, 404, 409, 413, 415),
                 },
                 requestBody={"required": True, "content": {_JSON: {"schema": _ref("Publish")}}},
             ),

@@ -60,6 +60,7 @@ from polymq.events import (
 from polymq.types import Destination, Message
 from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider, Permission, Principal
 from polymq_server.connections import ConnectionTable
+from polymq_server.logins import password_login
 from polymq_server.resources import ConnectionLimits
 
 from .alarms import ResourceMonitor
@@ -266,9 +267,13 @@ class Broker:
             if session.principal is not None:
                 self.sensors.on_connection(session.protocol, -1)
 
-    async def authenticate(self, hello: Hello, auth: AuthProvider | None = None) -> Principal:
+    async def authenticate(
+        self, hello: Hello, auth: AuthProvider | None = None, source: str | None = None
+    ) -> Principal:
         """Who ``hello`` logs in as, by ``auth``: the provider of the listener it came in on
-        (the peers' TLS listener's takes the cluster secret), else the core's."""
+        (the peers' TLS listener's takes the cluster secret), else the core's; ``source``:
+        the client's address, whose failed password logins are held back (none: an
+        in-process link), :mod:`polymq_server.logins`."""
         if not self.ready:
             if self.recovered.is_set():  # it was ready: this is its stop
                 raise Unavailable("the core is not ready")
@@ -285,7 +290,8 @@ class Broker:
         if hello.token:
             return await auth.authenticate_token(str(hello.token))
         if hello.user:
-            return await auth.authenticate_password(str(hello.user), str(hello.password or ""))
+            user, password = str(hello.user), str(hello.password or "")
+            return await password_login(auth, user, password, source)
         try:
             return await auth.anonymous()
         except Unauthorized:

@@ -73,7 +73,9 @@ class SessionHost(RelayHost, Protocol):
     monitor: ResourceMonitor
     server_name: str
 
-    async def authenticate(self, hello: Hello, auth: AuthProvider | None = None) -> Principal: ...
+    async def authenticate(
+        self, hello: Hello, auth: AuthProvider | None = None, source: str | None = None
+    ) -> Principal: ...
     def handle(self, session: Session, event: Event) -> Any: ...
     def session_opened(self, session: Session) -> None: ...
     def logged_in(self, session: Session) -> None: ...
@@ -95,6 +97,7 @@ class Session(SessionOutput, asyncio.Protocol):
         )
         self.transport: asyncio.Transport | None = None
         self.name = "?"
+        self.source: str | None = None  # the client's address (None: in-process)
         self.protocol = "native"
         self.client = ""  # what the client calls itself (Hello.client)
         # a leaving node handing its transient messages to this one (polymq_core.handover):
@@ -135,6 +138,7 @@ class Session(SessionOutput, asyncio.Protocol):
         self.transport.set_write_buffer_limits(high=1024 * 1024)  # type: ignore[union-attr]
         peer = transport.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.source = str(peer[0]) if isinstance(peer, tuple) else None
         # (polymq run's own frontends come over an in-process pipe: no file, no limit)
         self.admission = self.broker.connections.admit(counted=not isinstance(transport, PipeEnd))
         refused = self.admission.refused
@@ -226,7 +230,7 @@ class Session(SessionOutput, asyncio.Protocol):
         self._hello_pending = True
         if self.transport is not None:  # what comes behind the Hello waits for the login
             self.transport.pause_reading()
-        task = self.loop.create_task(self.broker.authenticate(hello, self.auth))
+        task = self.loop.create_task(self.broker.authenticate(hello, self.auth, self.source))
         task.add_done_callback(self._hello_done)
 
     def _hello_done(self, task: asyncio.Task[Principal]) -> None:

@@ -42,7 +42,7 @@ OPENAPI = web.AppKey("openapi", bytes)
 
 
 async def _principal(request: web.Request) -> Principal:
-    return await request.app[ACCESS].principal(request.headers.get("Authorization"))
+    return await request.app[ACCESS].principal(request.headers.get("Authorization"), request.remote)
 
 
 def _destination(request: web.Request, *, stored: bool) -> Destination:

@@ -18,6 +18,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq_server.access import reloaded_access
+from polymq_server.guards import cross_site_guard, login_first
 from polymq_server.requestmetrics import add_metrics_route, metrics_middleware
 from polymq_server.web import WebService, add_core_link, link_state
 
@@ -36,7 +37,12 @@ log = logging.getLogger(__name__)
 def build_app(settings: HttpSettings, registry: CollectorRegistry) -> web.Application:
     metrics = HttpMetrics(registry)
     app = web.Application(
-        middlewares=[metrics_middleware(api.METRICS), problem_middleware],
+        middlewares=[
+            metrics_middleware(api.METRICS),
+            problem_middleware,
+            cross_site_guard,  # (no CORS here: a browser's cross-site write is refused)
+            login_first(api.ACCESS),  # before anything reads a body
+        ],
         client_max_size=settings.max_body,
     )
     app[api.SETTINGS] = settings

@@ -62,7 +62,7 @@ POLL_QUERY = frozenset({"cursor", "max", "wait"})
 
 
 async def principal_of(request: web.Request) -> Principal:
-    return await request.app[ACCESS].principal(request.headers.get("Authorization"))
+    return await request.app[ACCESS].principal(request.headers.get("Authorization"), request.remote)
 
 
 def owner_of(principal: Principal) -> str:

@@ -6,6 +6,12 @@ response is prepared, so streamed SSE answers and problem answers get it too), a
 preflight ``OPTIONS`` is answered here with the methods and headers the API uses.
 Credentials travel in the ``Authorization`` header, never in cookies, so
 ``Access-Control-Allow-Credentials`` is never sent and ``*`` stays safe to use.
+
+Unlike the HTTP and Avro frontends and the core's admin port, this frontend does not refuse
+cross-site writes (:mod:`polymq_server.guards`): serving pages of other origins is its
+purpose. A browser that stored a Basic login for it (a user typed one at its prompt) may
+attach it to another site's form posts and no-CORS requests: give browsers tokens (``Bearer``,
+which no browser stores) or anonymous grants, and keep passwords for programs.
 """
 
 from __future__ import annotations

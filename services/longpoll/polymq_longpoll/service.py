@@ -19,6 +19,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq_server.access import reloaded_access
+from polymq_server.guards import login_first
 from polymq_server.requestmetrics import add_metrics_route, metrics_middleware
 from polymq_server.web import WebService, add_core_link, link_state
 
@@ -45,7 +46,12 @@ def build_app(settings: LongpollSettings, registry: CollectorRegistry) -> web.Ap
     metrics = LongpollMetrics(registry)
     cors = Cors(settings.cors_origins())
     app = web.Application(
-        middlewares=[metrics_middleware(api.METRICS), cors.preflight, problem_middleware],
+        middlewares=[
+            metrics_middleware(api.METRICS),
+            cors.preflight,
+            problem_middleware,
+            login_first(api.ACCESS),  # before anything reads a body (CORS: see cors.py)
+        ],
         client_max_size=settings.longpoll_max_body,
     )
     app.on_response_prepare.append(cors.on_prepare)

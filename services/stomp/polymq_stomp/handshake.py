@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from polymq.errors import Unauthorized, Unavailable
+from polymq_server.logins import password_login, peer_source
 
 from .codec import VERSIONS
 from .frames import Command, Frame
@@ -76,9 +77,11 @@ async def agree(
     link: CoreLink,
     admission: Admission,
     transport_host: str | None,
+    peer: str = "?",
 ) -> Agreement:
     """Check the CONNECT ``frame`` and log its user in (``transport_host``: the host a
-    WebSocket client opened its socket on, for the vhost)."""
+    WebSocket client opened its socket on, for the vhost; ``peer``: the client's
+    ``host:port``, whose failed logins are held back, :mod:`polymq_server.logins`)."""
     raw = frame.get("accept-version")
     if raw is None:
         offered = ["1.0"]
@@ -101,7 +104,8 @@ async def agree(
     login = frame.get("login")
     try:
         if login:
-            principal = await auth.authenticate_password(login, frame.get("passcode") or "")
+            passcode = frame.get("passcode") or ""
+            principal = await password_login(auth, login, passcode, peer_source(peer))
         else:
             principal = await auth.anonymous()
     except Unauthorized as exc:

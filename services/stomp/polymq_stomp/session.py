@@ -414,6 +414,7 @@ class StompSession(FrontendSession):
                 link=self.hub.link,
                 admission=self.admission,
                 transport_host=self.transport_host(),
+                peer=self.transport.peer,
             )
         except VersionMismatch as exc:
             self._version_error(exc.offered)

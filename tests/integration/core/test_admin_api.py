@@ -289,7 +289,9 @@ def test_publish_then_peek_purge_and_delete(run: PolymqProcess) -> None:
     refused += [{"body": "x", "priority": 10}, {"body_base64": "%%%"}, {"body": "x", "extra": 1}]
     for bad in refused:
         assert_problem(api(run, "POST", f"{path}/messages", json=bad), 400)
-    assert_problem(api(run, "POST", f"{path}/messages", data=b"{not json"), 400)
+    json_type = {"Content-Type": "application/json"}
+    assert_problem(api(run, "POST", f"{path}/messages", data=b"{not json", headers=json_type), 400)
+    assert_problem(api(run, "POST", f"{path}/messages", data=b"{not json"), 415)  # (no type)
     assert_problem(api(run, "GET", f"/api/destinations/topic/{name}/messages"), 409)
     assert_problem(api(run, "GET", f"{path}/messages?count=101"), 400)
     assert_problem(api(run, "GET", "/api/destinations/queue/bad%20name"), 400)

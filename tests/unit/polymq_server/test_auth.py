@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from polymq.errors import Forbidden, Unauthorized
-from polymq_server import auth, passwords, usersfile
+from polymq_server import auth, passwords
 from polymq_server.auth import (
     AnonymousProvider,
     FileProvider,
@@ -72,7 +72,7 @@ def basic(user: str, password: str) -> str:
 
 
 def test_hash_verify_round_trip_and_wrong_password(alice_hash: str) -> None:
-    assert alice_hash.startswith("scrypt$16384$8$1$")
+    assert alice_hash.startswith("scrypt$131072$8$1$")  # OWASP's N=2^17, r=8, p=1
     assert verify_password(ALICE_PASSWORD, alice_hash)
     assert not verify_password(ALICE_PASSWORD + "x", alice_hash)
     assert not verify_password("", alice_hash)
@@ -147,7 +147,7 @@ async def test_unknown_user_and_wrong_password_are_the_same_401(provider: FilePr
 async def test_unknown_user_costs_a_scrypt_too(
     provider: FileProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    usersfile._dummy_hash()  # made once, before counting
+    passwords._dummy_hash()  # made once, before counting
     calls = []
     real = hashlib.scrypt
 
