@@ -14,6 +14,18 @@ subscription applies).
 Every task and future is owned: :meth:`CoreConnection.close` fails pending requests with
 :class:`~polymq.errors.ConnectionClosed` and ends every subscription's iterator.
 
+**Failover.** A connection may know several core addresses (:mod:`polymq.addresses`; a name
+stands for every IP it resolves to). It connects to the first that welcomes it. With a
+``reconnect_timeout``, losing the connection (or a ``Goodbye`` ``shutdown``/``unavailable``)
+is no error: it connects to the next address (the one it lost last), round after round with
+jittered exponential back-off, re-subscribes every subscription (a stream's from the entry
+after the last one delivered), re-sends every request still unanswered, in the order they
+were made (publishes keep their batch ids, so the core answers a publish it already took as
+a duplicate instead of taking it twice), and reports a :class:`Reconnected`. Only when no
+address takes it within ``reconnect_timeout`` seconds does what is pending fail, with
+:class:`~polymq.errors.ConnectionClosed`. Deliveries of the lost connection can no longer
+be acked (their acks are dropped; the core gives them again, flagged redelivered).
+
 The hot paths (``_send``, ``_flush``, ``_event``) are methods of the client itself, by
 inheritance, so that no call is added per message between the API and the wire.
 """
@@ -23,11 +35,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from ssl import SSLContext
 from typing import Any
 
 from . import inproc
+from .addresses import Address, Backoff, expand
 from .answers import CursorPage
 from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role
 from .deliveries import Lease, Subscription
@@ -36,6 +52,7 @@ from .errors import (
     LocalProtocolError,
     PolymqError,
     RemoteProtocolError,
+    Unavailable,
     error_from_code,
 )
 from .events import (
@@ -46,56 +63,103 @@ from .events import (
     Fail,
     Goodbye,
     Hello,
+    Nack,
     Ok,
     Peeked,
     Polled,
+    Publish,
     Pulled,
+    Subscribe,
+    Unsubscribe,
     Welcome,
 )
 
-__all__ = ["CoreConnection"]
+__all__ = ["CoreConnection", "Reconnected"]
 
 log = logging.getLogger("polymq.client")  # the name users set levels on: the client's
 
+# a Goodbye with one of these (or a connection lost) sends a failover connection elsewhere;
+# any other (slow-consumer, protocol-error, unauthorized, ...) ends it, as without failover
+_FAILOVER_CODES = frozenset({"shutdown", "unavailable", "closed", "lost"})
+_TAG_SHIFT = 40  # a subscription's tags on the n-th connection are n << 40 plus the core's
+_RETRY_DELAY = 0.5  # seconds before a request answered Unavailable in a failover is re-sent
+
+
+@dataclass(frozen=True, slots=True)
+class Reconnected:
+    """The connection failed over: it lost ``previous`` (``reason`` says why) and is
+    connected again, to ``address``, ``downtime`` seconds later; it re-subscribed
+    ``resubscribed`` subscriptions and re-sent ``resent`` unanswered requests."""
+
+    address: str
+    previous: str
+    reason: str
+    downtime: float
+    resubscribed: int
+    resent: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Login:
+    """How to connect and say hello, kept for the connections made again."""
+
+    client: str
+    user: str | None
+    password: str | None
+    token: str | None
+    timeout: float
+    ssl: SSLContext | bool | None
+
 
 class _Protocol(asyncio.Protocol):
-    """Hands what the transport reports to its :class:`CoreConnection`."""
+    """Hands what the transport reports to its :class:`CoreConnection`, while it is that
+    connection's current one (a lost connection's late reports are ignored)."""
 
     def __init__(self, connection: CoreConnection) -> None:
         self.connection = connection
+        self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.connection._transport = transport  # type: ignore[assignment]  # uvloop: no subclass
+        self.transport = transport  # type: ignore[assignment]  # uvloop: no subclass
 
     def data_received(self, data: bytes) -> None:
-        self.connection._data(data)
+        if self.connection._protocol is self:
+            self.connection._data(data)
 
     def eof_received(self) -> bool | None:
-        self.connection._data(b"")
+        if self.connection._protocol is self:
+            self.connection._data(b"")
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.connection._lost(exc)
+        if self.connection._protocol is self:
+            self.connection._lost(exc)
 
     def pause_writing(self) -> None:
-        self.connection._can_write.clear()
+        if self.connection._protocol is self:
+            self.connection._can_write.clear()
 
     def resume_writing(self) -> None:
-        self.connection._can_write.set()
+        if self.connection._protocol is self:
+            self.connection._can_write.set()
 
 
 class CoreConnection:
     """The client's end of one connection to a polymq core: it owns the transport, the
     codec, the pending requests by request id, the subscriptions by subscription id, and
-    flow control."""
+    flow control; with failover, the task that connects again."""
 
     def __init__(self, *, local_buffer: int = 10_000) -> None:
         self.local_buffer = local_buffer
         self.conn = Connection(Role.CLIENT)
         self._transport: asyncio.Transport | None = None
-        # each request's future, and what makes the answer of its Ok's result (None: the
-        # result as it is); publish_soon's future is answered so, without a task
-        self._pending: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None]] = {}
+        self._protocol: _Protocol | None = None
+        # each request's future, what makes the answer of its Ok's result (None: the
+        # result as it is; publish_soon's future is answered so, without a task) and the
+        # request itself (sent again after a failover)
+        self._pending: dict[
+            int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None, Event]
+        ] = {}
         self._subs: dict[int, Subscription] = {}
         self._rids = itertools.count(1)
         self._sids = itertools.count(1)
@@ -110,12 +174,22 @@ class CoreConnection:
         self.close_reason: BaseException | None = None
         self.server = ""
         self.limits: dict[str, Any] = {}
+        # failover: the addresses as given, the one connected to, the settings
+        self.addresses: list[Address] = []
+        self.address: Address | None = None
+        self.reconnect_timeout: float | None = None  # None: a loss ends the connection
+        self.on_reconnect: Callable[[Reconnected], None] | None = None
+        self.reconnects = 0
+        self._login: _Login | None = None
+        self._failover: asyncio.Task[None] | None = None
+        self._lost_at = 0.0  # time.monotonic() of the last loss
+        self._generation = 0  # connections made so far, less one
+        self._retrying: dict[int, float] = {}  # request id -> when first answered Unavailable
 
     # ---- connecting ----------------------------------------------------------------------
     async def _open(
         self,
-        host: str,
-        port: int,
+        addresses: Sequence[Address],
         *,
         client: str,
         user: str | None,
@@ -124,41 +198,106 @@ class CoreConnection:
         timeout: float,
         ssl: SSLContext | bool | None,
     ) -> None:
-        """Connect to the core at ``host:port`` and say hello; returns once it welcomed us
-        (its ``server`` and ``limits`` are known), else closes and raises."""
+        """Connect to the first of ``addresses`` (each name expanded to its IPs) that
+        welcomes us; returns once one did (its ``server`` and ``limits`` are known), else
+        closes and raises (several addresses: :class:`ConnectionClosed` naming each)."""
+        self.addresses = list(addresses)
+        self._login = _Login(client, user, password, token, timeout, ssl)
+        failures: list[tuple[Address, BaseException]] = []
+        for address in await self._expanded():
+            try:
+                await self._attempt(address, timeout)
+                return
+            except PolymqError as exc:
+                failures.append((address, exc))
+        err: BaseException = failures[-1][1]
+        if len(failures) > 1:
+            why = "; ".join(f"{a}: {e}" for a, e in failures)
+            code = err.code if isinstance(err, ConnectionClosed) else "closed"
+            err = ConnectionClosed(f"cannot connect to a polymq core: {why}", code)
+        self._fail_all(err)
+        raise err
+
+    async def _expanded(self) -> list[Address]:
+        """The addresses, each name as every IP it resolves to now (a core served in this
+        process is reached by its name)."""
         loop = asyncio.get_running_loop()
+
+        async def resolve(host: str, port: int) -> list[str]:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            return [str(info[4][0]) for info in infos]
+
+        return await expand(self.addresses, resolve, lambda a: inproc.served(a.host, a.port))
+
+    async def _attempt(self, address: Address, timeout: float) -> None:
+        """Connect to ``address`` and say hello, as this connection's current protocol;
+        returns once welcomed, else raises (a :class:`PolymqError`)."""
+        login = self._login
+        assert login is not None
+        loop = asyncio.get_running_loop()
+        proto = _Protocol(self)
+        self._protocol = proto
+        self.conn = Connection(Role.CLIENT)
+        self._welcome = welcome = loop.create_future()
+        self._reading_paused = False
         # a core in this process (polymq run) is reached without a socket
-        if inproc.connect(host, port, lambda: _Protocol(self)) is None:
+        if inproc.connect(address.server_name, address.port, lambda: proto) is None:
+            tls = login.ssl or None
             try:
                 await asyncio.wait_for(
-                    loop.create_connection(lambda: _Protocol(self), host, port, ssl=ssl or None),
+                    loop.create_connection(
+                        lambda: proto,
+                        address.host,
+                        address.port,
+                        ssl=tls,
+                        server_hostname=address.server_name if tls and address.name else None,
+                    ),
                     timeout,
                 )
             except (OSError, TimeoutError) as exc:
+                if self._protocol is proto:
+                    self._protocol = None
                 raise ConnectionClosed(
-                    f"cannot connect to polymq core at {host}:{port}: {exc}"
+                    f"cannot connect to polymq core at {address}: {exc}"
                 ) from exc
-        self._welcome = loop.create_future()
-        self._send(Hello(PROTOCOL_VERSION, client, user, password, token))
+        transport = proto.transport
+        assert transport is not None
         try:
-            welcome = await asyncio.wait_for(asyncio.shield(self._welcome), timeout)
-        except BaseException:
-            await self.close()
+            hello = Hello(PROTOCOL_VERSION, login.client, login.user, login.password, login.token)
+            transport.write(self.conn.send(hello))
+            answer = await asyncio.wait_for(asyncio.shield(welcome), timeout)
+        except BaseException as exc:
+            if self._protocol is proto:
+                self._protocol = None
+            transport.abort()
+            if isinstance(exc, TimeoutError):
+                raise ConnectionClosed(
+                    f"polymq core at {address}: no welcome within {timeout:g} s"
+                ) from exc
             raise
-        self.server = welcome.server
-        self.limits = dict(welcome.limits)
+        self._transport = transport
+        self.address = address
+        self.server = answer.server
+        self.limits = dict(answer.limits)
 
     async def close(self) -> None:
         """Say goodbye to the core and end the connection: what is pending fails with
         :class:`~polymq.errors.ConnectionClosed`, every subscription's iterator ends."""
         if self.closed:
             return
+        task, self._failover = self._failover, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
         self._flush()
         t = self._transport
         if t is not None and not t.is_closing():
             t.write(self.conn.goodbye("bye", "client closed"))
             t.close()
-        self._lost(None, ConnectionClosed("client closed"))
+        self._fail_all(ConnectionClosed("client closed"))
 
     # ---- I/O -----------------------------------------------------------------------------
     def _data(self, data: bytes) -> None:
@@ -168,9 +307,10 @@ class CoreConnection:
                 ev = self.conn.next_event()
             except RemoteProtocolError as exc:
                 log.error("polymq: protocol error from server: %s", exc)
-                self._fail_all(exc)
-                if self._transport is not None:
-                    self._transport.abort()
+                t = self._transport
+                self._gone(exc, "protocol-error")
+                if t is not None:
+                    t.abort()
                 return
             if ev is NEED_DATA:
                 return
@@ -182,9 +322,11 @@ class CoreConnection:
             if sub is not None:
                 sub._push(ev.tags, ev.messages)
         elif isinstance(ev, Ok):
+            if self._retrying:
+                self._retrying.pop(ev.rid, None)
             waiting = self._pending.pop(ev.rid, None)
             if waiting is not None:
-                answered, answer = waiting
+                answered, answer, _ = waiting
                 if not answered.done():
                     if answer is None:
                         answered.set_result(ev.result)
@@ -206,13 +348,25 @@ class CoreConnection:
             if fut is not None:
                 fut.set_result(CursorPage(ev.cursor, ev.messages, ev.receipts))
         elif isinstance(ev, Fail):
-            fut = self._waiting(ev.rid)
             err = error_from_code(ev.code, ev.message)
+            if isinstance(err, Unavailable) and self._retry(ev.rid):
+                return
+            if self._retrying:
+                self._retrying.pop(ev.rid, None)
+            fut = self._waiting(ev.rid)
             if fut is not None:
                 fut.set_exception(err)
             elif ev.rid == 0:
                 log.warning("polymq: a fire-and-forget request failed: %s", err)
         elif isinstance(ev, Cancelled):
+            if ev.code == "unavailable" and self.reconnect_timeout is not None:
+                # (its shard found no leader, through this node: try another node, in a
+                # session of its own, before giving up on it)
+                sub = self._subs.get(ev.sid)
+                if sub is not None and self._transport is not None:
+                    why = f"the core cancelled the subscription to {sub.destination}: {ev.message}"
+                    self._fail_over(ConnectionClosed(why, ev.code))
+                    return
             sub = self._subs.pop(ev.sid, None)
             if sub is not None:
                 sub._end(error_from_code(ev.code, ev.message))
@@ -228,7 +382,7 @@ class CoreConnection:
                 reason = ConnectionClosed(
                     f"the server closed the connection ({ev.code}){detail}", ev.code
                 )
-            self._fail_all(reason)
+            self._gone(reason, ev.code)
 
     def _waiting(self, rid: int) -> asyncio.Future[Any] | None:
         """The future of request ``rid``, which this answer ends; None if nothing waits."""
@@ -237,22 +391,35 @@ class CoreConnection:
             return None
         return waiting[0]
 
-    def _lost(self, exc: BaseException | None, reason: BaseException | None = None) -> None:
-        if self.closed and self.close_reason is not None:
+    def _lost(self, exc: BaseException | None) -> None:
+        if self.closed:
             return
-        if reason is None:
-            reason = self.close_reason or ConnectionClosed(
-                f"connection lost: {exc}" if exc else "connection closed by the server"
-            )
-        self._fail_all(reason)
+        why = f"connection lost: {exc}" if exc else "connection closed by the server"
+        self._gone(ConnectionClosed(why), "lost")
+
+    def _gone(self, reason: PolymqError, code: str) -> None:
+        """The current connection ended (``code``: the Goodbye's, or ``lost``): a
+        connection being made fails that attempt; an open one fails over, or closes."""
+        if self.closed:
+            return
+        welcome = self._welcome
+        if welcome is not None and not welcome.done():
+            welcome.set_exception(reason)
+            self._protocol = None
+            return
+        if self.reconnect_timeout is not None and code in _FAILOVER_CODES:
+            self._fail_over(reason)
+        else:
+            self._fail_all(reason)
 
     def _fail_all(self, reason: BaseException) -> None:
         if self.close_reason is None:
             self.close_reason = reason
         self.closed = True
+        self._protocol = None
         err = self.close_reason
         pending, self._pending = self._pending, {}
-        for fut, _ in pending.values():
+        for fut, _, _ in pending.values():
             if not fut.done():
                 fut.set_exception(err)
         if self._welcome is not None and not self._welcome.done():
@@ -261,6 +428,160 @@ class CoreConnection:
         for sub in subs.values():
             sub._end(err)
         self._can_write.set()
+
+    # ---- failover ----------------------------------------------------------------------
+    def _fail_over(self, reason: PolymqError) -> None:
+        """Drop the connection (keeping what is pending and every subscription) and start
+        connecting elsewhere."""
+        t, self._transport = self._transport, None
+        self._protocol = None
+        if t is not None and not t.is_closing():
+            t.abort()
+        self._lost_at = time.monotonic()
+        self._can_write.set()  # (requests made meanwhile wait in _out and _pending)
+        log.warning(
+            "polymq: lost the core at %s (%s); failing over to %s for up to %g s",
+            self.address,
+            reason,
+            ", ".join(map(str, self.addresses)),
+            self.reconnect_timeout,
+        )
+        self._failover = asyncio.get_running_loop().create_task(
+            self._reconnect(reason), name="polymq-client-failover"
+        )
+
+    async def _reconnect(self, reason: PolymqError) -> None:
+        """Try every address (the lost one last), round after round with back-off, until
+        one welcomes us (then :meth:`_resume`) or ``reconnect_timeout`` has passed (then
+        everything pending fails)."""
+        assert self.reconnect_timeout is not None and self._login is not None
+        deadline = self._lost_at + self.reconnect_timeout
+        previous = self.address
+        backoff = Backoff()
+        last: BaseException = reason
+        while True:
+            addresses = await self._expanded()
+            if previous in addresses:
+                i = addresses.index(previous) + 1
+                addresses = addresses[i:] + addresses[:i]
+            for address in addresses:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    await self._attempt(address, min(self._login.timeout, left))
+                except PolymqError as exc:
+                    last = exc
+                    log.debug("polymq: failover to %s: %s", address, exc)
+                    continue
+                self._failover = None
+                self._resume(previous, reason)
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._failover = None
+                self._fail_all(
+                    ConnectionClosed(
+                        f"no polymq core took the connection within {self.reconnect_timeout:g} s "
+                        f"of losing {previous} ({reason}); tried "
+                        f"{', '.join(map(str, self.addresses))}, last: {last}"
+                    )
+                )
+                return
+            await asyncio.sleep(min(backoff.next(), left))
+
+    def _resume(self, previous: Address | None, reason: PolymqError) -> None:
+        """Connected again: subscribe every subscription again, send every unanswered
+        request again in the order they were made (acks and unsubscribes of the lost
+        connection are answered here: there is nothing left to ack or leave), and report."""
+        self._generation += 1
+        base = self._generation << _TAG_SHIFT
+        resend = sorted(self._pending.items())
+        subscribing = {ev.sid for _, (_, _, ev) in resend if isinstance(ev, Subscribe)}
+        out: list[Event] = []
+        for sub in self._subs.values():
+            sub._rebase(base)
+            if sub.sid not in subscribing:
+                out.append(self._resubscribe(sub))
+        resubscribed = len(out)
+        for rid, (fut, _, ev) in resend:
+            if fut.done() or isinstance(ev, Ack | Nack | Unsubscribe):
+                del self._pending[rid]
+                if not fut.done():
+                    answer = {"acked": 0} if isinstance(ev, Ack) else {"nacked": 0}
+                    fut.set_result(None if isinstance(ev, Unsubscribe) else answer)
+            else:
+                out.append(ev)
+        resent = len(out) - resubscribed
+        # what was made meanwhile is pending (above) but fire-and-forget publishes
+        out += [ev for ev in self._out if isinstance(ev, Publish) and ev.rid == 0]
+        self._out = out
+        self._ack_subs.clear()
+        self.reconnects += 1
+        event = Reconnected(
+            str(self.address),
+            str(previous),
+            str(reason),
+            time.monotonic() - self._lost_at,
+            resubscribed,
+            resent,
+        )
+        log.warning(
+            "polymq: failed over from %s to %s after %.2f s: %d subscriptions and %d requests "
+            "made again",
+            event.previous,
+            event.address,
+            event.downtime,
+            resubscribed,
+            resent,
+        )
+        self._flush()
+        if self.on_reconnect is not None:
+            try:
+                self.on_reconnect(event)
+            except Exception:  # the application's bug must not stop the connection
+                log.exception("polymq: the on_reconnect callback failed")
+
+    def _resubscribe(self, sub: Subscription) -> Subscribe:
+        """``sub``'s Subscribe on the new connection; should the core refuse it, its
+        iterator ends with why."""
+        ev = Subscribe(self._rid(), sub.sid, sub.destination, sub._resume_options())
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def done(f: asyncio.Future[Any]) -> None:
+            exc = None if f.cancelled() else f.exception()
+            if exc is not None and self._subs.get(sub.sid) is sub:
+                log.warning("polymq: cannot subscribe to %s again: %s", sub.destination, exc)
+                del self._subs[sub.sid]
+                sub._end(exc)
+
+        fut.add_done_callback(done)
+        self._pending[ev.rid] = (fut, None, ev)
+        return ev
+
+    def _retry(self, rid: int) -> bool:
+        """Request ``rid`` was answered Unavailable (its shard's leader was moving longer
+        than the core holds requests): one that is safe to make twice (a publish with a
+        batch id, a subscribe) is sent again a moment later, for up to
+        ``reconnect_timeout`` seconds. Whether it was."""
+        waiting = self._pending.get(rid)
+        if self.reconnect_timeout is None or waiting is None or waiting[0].done():
+            return False
+        ev = waiting[2]
+        if not (isinstance(ev, Subscribe) or (isinstance(ev, Publish) and ev.batch_id)):
+            return False
+        first = self._retrying.setdefault(rid, time.monotonic())
+        if time.monotonic() - first > self.reconnect_timeout:
+            del self._retrying[rid]
+            return False
+        generation = self._generation
+
+        def again() -> None:
+            if self._generation == generation and rid in self._pending and not self.closed:
+                self._send(ev)
+
+        asyncio.get_running_loop().call_later(_RETRY_DELAY, again)
+        return True
 
     # ---- flow control --------------------------------------------------------------------
     def _pause_reading(self) -> None:
@@ -296,6 +617,9 @@ class CoreConnection:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        t = self._transport
+        if t is None or t.is_closing():
+            return  # (failing over: what waits goes out on the next connection)
         if self._ack_subs:
             for sub in self._ack_subs:
                 if sub._acks and not sub.closed:
@@ -303,8 +627,7 @@ class CoreConnection:
                 sub._acks = []
             self._ack_subs.clear()
         out, self._out = self._out, []
-        t = self._transport
-        if not out or t is None or t.is_closing():
+        if not out:
             return
         for i in range(0, len(out), 1024):
             chunk = out[i : i + 1024]
@@ -341,5 +664,5 @@ class CoreConnection:
         except Exception as exc:  # (closed: the awaiter gets it, as from _call)
             fut.set_exception(exc)
             return fut
-        self._pending[rid] = (fut, None)
+        self._pending[rid] = (fut, None, ev)
         return fut
