@@ -38,7 +38,7 @@ from .answers import (
     Unbound,
     stats_from_wire,
 )
-from .connection import CoreConnection, Reconnected
+from .connection import CoreConnection
 from .deliveries import (
     Delivery,
     DeliveryListener,
@@ -71,6 +71,7 @@ from .events import (
     Subscribe,
     Unbind,
 )
+from .failover import Reconnected
 from .handles import ChannelHandle, QueueHandle, StreamHandle, TopicHandle
 from .types import Message, Outcome
 
@@ -136,7 +137,7 @@ class Client(CoreConnection):
         it resolves to (a headless Service's pods). :class:`~polymq.errors.ConnectionClosed`
         if none does.
 
-        ``reconnect_timeout``: seconds to fail over for (see :mod:`polymq.connection`):
+        ``reconnect_timeout``: seconds to fail over for (see :mod:`polymq.failover`):
         when the connection is lost or the core says it is going, the client connects to
         another address, subscribes again, re-sends unanswered requests and calls
         ``on_reconnect`` with a :class:`~polymq.connection.Reconnected`; only when no
@@ -159,8 +160,6 @@ class Client(CoreConnection):
         if reconnect_timeout is not None and not reconnect_timeout > 0:
             raise ValueError("reconnect_timeout must be a positive number of seconds, or None")
         self = cls(local_buffer=local_buffer)
-        self.reconnect_timeout = reconnect_timeout
-        self.on_reconnect = on_reconnect
         await self._open(
             addresses,
             client=client,
@@ -169,6 +168,8 @@ class Client(CoreConnection):
             token=token,
             timeout=timeout,
             ssl=ssl,
+            reconnect_timeout=reconnect_timeout,
+            on_reconnect=on_reconnect,
         )
         return self
 

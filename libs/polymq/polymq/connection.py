@@ -17,17 +17,8 @@ Every task and future is owned: :meth:`CoreConnection.close` fails pending reque
 **Failover.** A connection may know several core addresses (:mod:`polymq.addresses`; a name
 stands for every IP it resolves to). It connects to the first that welcomes it. With a
 ``reconnect_timeout``, losing the connection (or a ``Goodbye`` ``shutdown``/``unavailable``)
-is no error: it connects to the next address (the one it lost last), round after round with
-jittered exponential back-off, re-subscribes every subscription (a stream's from the entry
-after the last one delivered), re-sends every request still unanswered, in the order they
-were made (publishes keep their batch ids, so the core answers a publish it already took as
-a duplicate instead of taking it twice), and reports a :class:`Reconnected`. Only when no
-address takes it within ``reconnect_timeout`` seconds does what is pending fail, with
-:class:`~polymq.errors.ConnectionClosed`. Deliveries of the lost connection can no longer
-be acked (their acks are dropped; the core gives them again, flagged redelivered).
-
-The hot paths (``_send``, ``_flush``, ``_event``) are methods of the client itself, by
-inheritance, so that no call is added per message between the API and the wire.
+is no error: its :class:`~polymq.failover.Failover` connects to another address and makes
+the subscriptions and unanswered requests again there (see that module).
 """
 
 from __future__ import annotations
@@ -36,14 +27,13 @@ import asyncio
 import itertools
 import logging
 import socket
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from ssl import SSLContext
 from typing import Any
 
 from . import inproc
-from .addresses import Address, Backoff, expand
+from .addresses import Address, expand
 from .answers import CursorPage
 from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role
 from .deliveries import Lease, Subscription
@@ -63,40 +53,17 @@ from .events import (
     Fail,
     Goodbye,
     Hello,
-    Nack,
     Ok,
     Peeked,
     Polled,
-    Publish,
     Pulled,
-    Subscribe,
-    Unsubscribe,
     Welcome,
 )
+from .failover import FAILOVER_CODES, Failover, Reconnected, Waiting
 
-__all__ = ["CoreConnection", "Reconnected"]
+__all__ = ["CoreConnection"]
 
 log = logging.getLogger("polymq.client")  # the name users set levels on: the client's
-
-# a Goodbye with one of these (or a connection lost) sends a failover connection elsewhere;
-# any other (slow-consumer, protocol-error, unauthorized, ...) ends it, as without failover
-_FAILOVER_CODES = frozenset({"shutdown", "unavailable", "closed", "lost"})
-_TAG_SHIFT = 40  # a subscription's tags on the n-th connection are n << 40 plus the core's
-_RETRY_DELAY = 0.5  # seconds before a request answered Unavailable in a failover is re-sent
-
-
-@dataclass(frozen=True, slots=True)
-class Reconnected:
-    """The connection failed over: it lost ``previous`` (``reason`` says why) and is
-    connected again, to ``address``, ``downtime`` seconds later; it re-subscribed
-    ``resubscribed`` subscriptions and re-sent ``resent`` unanswered requests."""
-
-    address: str
-    previous: str
-    reason: str
-    downtime: float
-    resubscribed: int
-    resent: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,9 +124,7 @@ class CoreConnection:
         # each request's future, what makes the answer of its Ok's result (None: the
         # result as it is; publish_soon's future is answered so, without a task) and the
         # request itself (sent again after a failover)
-        self._pending: dict[
-            int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None, Event]
-        ] = {}
+        self._pending: dict[int, Waiting] = {}
         self._subs: dict[int, Subscription] = {}
         self._rids = itertools.count(1)
         self._sids = itertools.count(1)
@@ -178,13 +143,8 @@ class CoreConnection:
         self.addresses: list[Address] = []
         self.address: Address | None = None
         self.reconnect_timeout: float | None = None  # None: a loss ends the connection
-        self.on_reconnect: Callable[[Reconnected], None] | None = None
-        self.reconnects = 0
+        self.failover: Failover | None = None  # (with a reconnect_timeout)
         self._login: _Login | None = None
-        self._failover: asyncio.Task[None] | None = None
-        self._lost_at = 0.0  # time.monotonic() of the last loss
-        self._generation = 0  # connections made so far, less one
-        self._retrying: dict[int, float] = {}  # request id -> when first answered Unavailable
 
     # ---- connecting ----------------------------------------------------------------------
     async def _open(
@@ -197,12 +157,17 @@ class CoreConnection:
         token: str | None,
         timeout: float,
         ssl: SSLContext | bool | None,
+        reconnect_timeout: float | None = None,
+        on_reconnect: Callable[[Reconnected], None] | None = None,
     ) -> None:
         """Connect to the first of ``addresses`` (each name expanded to its IPs) that
         welcomes us; returns once one did (its ``server`` and ``limits`` are known), else
         closes and raises (several addresses: :class:`ConnectionClosed` naming each)."""
         self.addresses = list(addresses)
         self._login = _Login(client, user, password, token, timeout, ssl)
+        self.reconnect_timeout = reconnect_timeout
+        if reconnect_timeout is not None:
+            self.failover = Failover(self, reconnect_timeout, timeout, on_reconnect)
         failures: list[tuple[Address, BaseException]] = []
         for address in await self._expanded():
             try:
@@ -285,13 +250,8 @@ class CoreConnection:
         :class:`~polymq.errors.ConnectionClosed`, every subscription's iterator ends."""
         if self.closed:
             return
-        task, self._failover = self._failover, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        if self.failover is not None:
+            await self.failover.cancel()
         self._flush()
         t = self._transport
         if t is not None and not t.is_closing():
@@ -322,8 +282,8 @@ class CoreConnection:
             if sub is not None:
                 sub._push(ev.tags, ev.messages)
         elif isinstance(ev, Ok):
-            if self._retrying:
-                self._retrying.pop(ev.rid, None)
+            if self.failover is not None and self.failover.retrying:
+                self.failover.retrying.pop(ev.rid, None)
             waiting = self._pending.pop(ev.rid, None)
             if waiting is not None:
                 answered, answer, _ = waiting
@@ -349,17 +309,18 @@ class CoreConnection:
                 fut.set_result(CursorPage(ev.cursor, ev.messages, ev.receipts))
         elif isinstance(ev, Fail):
             err = error_from_code(ev.code, ev.message)
-            if isinstance(err, Unavailable) and self._retry(ev.rid):
-                return
-            if self._retrying:
-                self._retrying.pop(ev.rid, None)
+            failover = self.failover
+            if failover is not None:
+                if isinstance(err, Unavailable) and failover.retry(ev.rid):
+                    return
+                failover.retrying.pop(ev.rid, None)
             fut = self._waiting(ev.rid)
             if fut is not None:
                 fut.set_exception(err)
             elif ev.rid == 0:
                 log.warning("polymq: a fire-and-forget request failed: %s", err)
         elif isinstance(ev, Cancelled):
-            if ev.code == "unavailable" and self.reconnect_timeout is not None:
+            if ev.code == "unavailable" and self.failover is not None:
                 # (its shard found no leader, through this node: try another node, in a
                 # session of its own, before giving up on it)
                 sub = self._subs.get(ev.sid)
@@ -407,7 +368,7 @@ class CoreConnection:
             welcome.set_exception(reason)
             self._protocol = None
             return
-        if self.reconnect_timeout is not None and code in _FAILOVER_CODES:
+        if self.failover is not None and code in FAILOVER_CODES:
             self._fail_over(reason)
         else:
             self._fail_all(reason)
@@ -431,157 +392,20 @@ class CoreConnection:
 
     # ---- failover ----------------------------------------------------------------------
     def _fail_over(self, reason: PolymqError) -> None:
-        """Drop the connection (keeping what is pending and every subscription) and start
-        connecting elsewhere."""
+        """Drop the connection, keeping what is pending and every subscription, and let
+        the failover connect elsewhere."""
+        assert self.failover is not None
         t, self._transport = self._transport, None
         self._protocol = None
         if t is not None and not t.is_closing():
             t.abort()
-        self._lost_at = time.monotonic()
         self._can_write.set()  # (requests made meanwhile wait in _out and _pending)
-        log.warning(
-            "polymq: lost the core at %s (%s); failing over to %s for up to %g s",
-            self.address,
-            reason,
-            ", ".join(map(str, self.addresses)),
-            self.reconnect_timeout,
-        )
-        self._failover = asyncio.get_running_loop().create_task(
-            self._reconnect(reason), name="polymq-client-failover"
-        )
+        self.failover.begin(reason)
 
-    async def _reconnect(self, reason: PolymqError) -> None:
-        """Try every address (the lost one last), round after round with back-off, until
-        one welcomes us (then :meth:`_resume`) or ``reconnect_timeout`` has passed (then
-        everything pending fails)."""
-        assert self.reconnect_timeout is not None and self._login is not None
-        deadline = self._lost_at + self.reconnect_timeout
-        previous = self.address
-        backoff = Backoff()
-        last: BaseException = reason
-        while True:
-            addresses = await self._expanded()
-            if previous in addresses:
-                i = addresses.index(previous) + 1
-                addresses = addresses[i:] + addresses[:i]
-            for address in addresses:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    await self._attempt(address, min(self._login.timeout, left))
-                except PolymqError as exc:
-                    last = exc
-                    log.debug("polymq: failover to %s: %s", address, exc)
-                    continue
-                self._failover = None
-                self._resume(previous, reason)
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._failover = None
-                self._fail_all(
-                    ConnectionClosed(
-                        f"no polymq core took the connection within {self.reconnect_timeout:g} s "
-                        f"of losing {previous} ({reason}); tried "
-                        f"{', '.join(map(str, self.addresses))}, last: {last}"
-                    )
-                )
-                return
-            await asyncio.sleep(min(backoff.next(), left))
-
-    def _resume(self, previous: Address | None, reason: PolymqError) -> None:
-        """Connected again: subscribe every subscription again, send every unanswered
-        request again in the order they were made (acks and unsubscribes of the lost
-        connection are answered here: there is nothing left to ack or leave), and report."""
-        self._generation += 1
-        base = self._generation << _TAG_SHIFT
-        resend = sorted(self._pending.items())
-        subscribing = {ev.sid for _, (_, _, ev) in resend if isinstance(ev, Subscribe)}
-        out: list[Event] = []
-        for sub in self._subs.values():
-            sub._rebase(base)
-            if sub.sid not in subscribing:
-                out.append(self._resubscribe(sub))
-        resubscribed = len(out)
-        for rid, (fut, _, ev) in resend:
-            if fut.done() or isinstance(ev, Ack | Nack | Unsubscribe):
-                del self._pending[rid]
-                if not fut.done():
-                    answer = {"acked": 0} if isinstance(ev, Ack) else {"nacked": 0}
-                    fut.set_result(None if isinstance(ev, Unsubscribe) else answer)
-            else:
-                out.append(ev)
-        resent = len(out) - resubscribed
-        # what was made meanwhile is pending (above) but fire-and-forget publishes
-        out += [ev for ev in self._out if isinstance(ev, Publish) and ev.rid == 0]
-        self._out = out
-        self._ack_subs.clear()
-        self.reconnects += 1
-        event = Reconnected(
-            str(self.address),
-            str(previous),
-            str(reason),
-            time.monotonic() - self._lost_at,
-            resubscribed,
-            resent,
-        )
-        log.warning(
-            "polymq: failed over from %s to %s after %.2f s: %d subscriptions and %d requests "
-            "made again",
-            event.previous,
-            event.address,
-            event.downtime,
-            resubscribed,
-            resent,
-        )
-        self._flush()
-        if self.on_reconnect is not None:
-            try:
-                self.on_reconnect(event)
-            except Exception:  # the application's bug must not stop the connection
-                log.exception("polymq: the on_reconnect callback failed")
-
-    def _resubscribe(self, sub: Subscription) -> Subscribe:
-        """``sub``'s Subscribe on the new connection; should the core refuse it, its
-        iterator ends with why."""
-        ev = Subscribe(self._rid(), sub.sid, sub.destination, sub._resume_options())
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        def done(f: asyncio.Future[Any]) -> None:
-            exc = None if f.cancelled() else f.exception()
-            if exc is not None and self._subs.get(sub.sid) is sub:
-                log.warning("polymq: cannot subscribe to %s again: %s", sub.destination, exc)
-                del self._subs[sub.sid]
-                sub._end(exc)
-
-        fut.add_done_callback(done)
-        self._pending[ev.rid] = (fut, None, ev)
-        return ev
-
-    def _retry(self, rid: int) -> bool:
-        """Request ``rid`` was answered Unavailable (its shard's leader was moving longer
-        than the core holds requests): one that is safe to make twice (a publish with a
-        batch id, a subscribe) is sent again a moment later, for up to
-        ``reconnect_timeout`` seconds. Whether it was."""
-        waiting = self._pending.get(rid)
-        if self.reconnect_timeout is None or waiting is None or waiting[0].done():
-            return False
-        ev = waiting[2]
-        if not (isinstance(ev, Subscribe) or (isinstance(ev, Publish) and ev.batch_id)):
-            return False
-        first = self._retrying.setdefault(rid, time.monotonic())
-        if time.monotonic() - first > self.reconnect_timeout:
-            del self._retrying[rid]
-            return False
-        generation = self._generation
-
-        def again() -> None:
-            if self._generation == generation and rid in self._pending and not self.closed:
-                self._send(ev)
-
-        asyncio.get_running_loop().call_later(_RETRY_DELAY, again)
-        return True
+    @property
+    def reconnects(self) -> int:
+        """How many times the connection failed over."""
+        return 0 if self.failover is None else self.failover.reconnects
 
     # ---- flow control --------------------------------------------------------------------
     def _pause_reading(self) -> None:
