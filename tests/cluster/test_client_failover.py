@@ -14,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import requests
 
 from polymq import Client, Message, Reconnected
 
+from ..procs import PolymqProcess
 from .harness import Cluster, free_ports, running_cluster, shard_of, unique
 
 pytestmark = pytest.mark.timeout(240)
@@ -54,6 +57,28 @@ def test_a_dead_first_address_is_passed_over(cluster: Cluster) -> None:
             assert lease.message.body == b"hello"
 
     asyncio.run(run())
+
+
+def test_a_frontend_given_every_core_passes_over_a_dead_one(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """``polymq http --core DEAD,N1,N2,N3``: the frontend's core link connects to the
+    first that answers, says so in /readyz, and a message goes through it."""
+    [dead] = free_ports(1)
+    given = ",".join([core(dead)] + [core(n.ports["core"]) for n in cluster.nodes])
+    q = unique("front")
+    with PolymqProcess("http", tmp_path, "--core", given) as http:
+        ready = requests.get(f"{http.url()}/readyz", timeout=30)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["core"] == core(cluster.nodes[0].ports["core"])
+        r = requests.post(
+            f"{http.url()}/v1/queue/{q}/messages",
+            json={"body": "through the second", "persistent": True},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        r = requests.post(f"{http.url()}/v1/queue/{q}/pull", params={"wait": 10}, timeout=40)
+        assert [m["body"] for m in r.json()["messages"]] == ["through the second"]
 
 
 def test_publishing_and_consuming_go_on_through_a_kill_of_the_connected_node(
