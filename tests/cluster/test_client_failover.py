@@ -4,7 +4,7 @@ killed (``kill -9``) it goes on with another: a publisher awaiting persistent co
 a consumer acking what it gets, on that one client, see no error, and every confirmed
 message is consumed (at least once). The application only learns of it through
 ``on_reconnect``. Measured: the client was connected again 0.002-0.005 s after the kill,
-and every confirmed message consumed 4.5-7 s after it (a JetStream election); in about a
+and every confirmed message consumed 4.5-8.1 s after it (a JetStream election); in about a
 third of the runs the survivor first reached cancelled the subscription after 30 s (its
 relay's resubscription raced the new leader's takeover: "subscription id already in
 use") and the client failed over once more, to the third node, where it went on."""
