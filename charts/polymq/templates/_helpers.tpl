@@ -81,10 +81,12 @@ app.kubernetes.io/component: {{ . }}
 {{- end }}
 {{- end }}
 
-{{/* HOST:PORT of the core that frontends connect to: this release's, or externalCore */}}
+{{/* HOST:PORT of the core that frontends connect to: this release's, or externalCore.
+     This release's is its headless Service, whose name resolves to every core pod: a
+     frontend's core link tries them in turn and moves to another when its pod goes */}}
 {{- define "polymq.coreAddress" -}}
 {{- if .Values.core.enabled }}
-{{- printf "%s:%d" (include "polymq.componentName" (dict "root" . "component" "core")) (int .Values.core.service.ports.wire) }}
+{{- printf "%s:%d" (include "polymq.componentName" (dict "root" . "component" "core-headless")) (int .Values.core.containerPorts.wire) }}
 {{- else }}
 {{- printf "%s:%d" .Values.externalCore.host (int .Values.externalCore.port) }}
 {{- end }}

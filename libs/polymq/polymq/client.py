@@ -3,7 +3,7 @@ over them.
 
 ::
 
-    async with await Client.connect("127.0.0.1", 7400) as client:
+    async with await Client.connect(["n1:7400", "n2:7400", "n3:7400"]) as client:
         q = client.queue("orders")
         await q.push(b"hello", persistent=True)        # returns after fsync on the core
         async with await q.consume(ack_mode="client-individual", prefetch=10) as sub:
@@ -20,11 +20,14 @@ of the primitive API on top. :meth:`Client.close` fails pending requests with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import itertools
+import uuid
+from collections.abc import Callable, Iterable, Sequence
 from ssl import SSLContext
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
+from .addresses import DEFAULT_PORT, parse_addresses
 from .answers import (
     Bound,
     CursorOpened,
@@ -68,16 +71,19 @@ from .events import (
     Subscribe,
     Unbind,
 )
+from .failover import Reconnected
 from .handles import ChannelHandle, QueueHandle, StreamHandle, TopicHandle
 from .types import Message, Outcome
 
 __all__ = [
+    "DEFAULT_RECONNECT_TIMEOUT",
     "ChannelHandle",
     "Client",
     "Delivery",
     "DeliveryListener",
     "Lease",
     "QueueHandle",
+    "Reconnected",
     "Settled",
     "StreamHandle",
     "Subscription",
@@ -85,15 +91,35 @@ __all__ = [
 ]
 
 
+DEFAULT_RECONNECT_TIMEOUT = 30.0  # seconds a client given several addresses fails over for
+_BATCH_TTL_MARGIN = 120.0  # seconds an automatic batch id outlives reconnect_timeout
+
+
 class Client(CoreConnection):
     """A connection to a polymq core, and the primitive API's calls over it."""
+
+    _batch_prefix = ""  # (made on the first publish with failover)
+    _batch_numbers: itertools.count[int]
+
+    def _batch(
+        self, batch_id: str | None, batch_ttl: float | None
+    ) -> tuple[str | None, float | None]:
+        """A publish's batch id and ttl: with failover, one of its own if none is given
+        (a publish re-sent after a failover is then answered as a duplicate)."""
+        if batch_id is not None or self.reconnect_timeout is None:
+            return batch_id, batch_ttl
+        if not self._batch_prefix:
+            self._batch_prefix = f"polymq-{uuid.uuid4().hex}."
+            self._batch_numbers = itertools.count(1)
+        ttl = batch_ttl if batch_ttl is not None else self.reconnect_timeout + _BATCH_TTL_MARGIN
+        return f"{self._batch_prefix}{next(self._batch_numbers)}", ttl
 
     # ---- connecting ---------------------------------------------------------------------
     @classmethod
     async def connect(
         cls,
-        host: str = "127.0.0.1",
-        port: int = 7400,
+        host: str | Sequence[str] = "127.0.0.1",
+        port: int = DEFAULT_PORT,
         *,
         client: str = "native",
         user: str | None = None,
@@ -102,21 +128,48 @@ class Client(CoreConnection):
         timeout: float = 10.0,
         local_buffer: int = 10_000,
         ssl: SSLContext | bool | None = None,
+        reconnect_timeout: float | Literal["auto"] | None = "auto",
+        on_reconnect: Callable[[Reconnected], None] | None = None,
     ) -> Client:
-        """``ssl``: speak TLS to the core (one started with ``--tls-cert``, or a cluster's
+        """Connect to the core at ``host``, ``port``, or to the first of several that
+        takes the connection: ``host`` a list of ``"host:port"`` strings (or one string of
+        them, comma-separated; ``port`` is the default port); a name is every IP address
+        it resolves to (a headless Service's pods). :class:`~polymq.errors.ConnectionClosed`
+        if none does.
+
+        ``reconnect_timeout``: seconds to fail over for (see :mod:`polymq.failover`):
+        when the connection is lost or the core says it is going, the client connects to
+        another address, subscribes again, re-sends unanswered requests and calls
+        ``on_reconnect`` with a :class:`~polymq.connection.Reconnected`; only when no
+        address takes it for that long does what is pending fail with ``ConnectionClosed``.
+        ``None``: no failover (a loss ends the client). The default, ``"auto"``: 30 s when
+        ``host`` is a list, none for ``connect(host, port)``. With failover, every publish
+        without a ``batch_id`` is given one (kept by the core for ``reconnect_timeout`` +
+        120 s), so that one re-sent after a failover is not taken twice.
+
+        ``ssl``: speak TLS to the core (one started with ``--tls-cert``, or a cluster's
         ``peer_wire`` listener): an ``ssl.SSLContext`` (e.g.
         ``ssl.create_default_context(cafile="ca.pem")``), or True for the system's CAs;
-        the certificate must name ``host``."""
+        the certificate must name the host as given (not the IPs a name resolves to)."""
+        try:
+            addresses = parse_addresses(host, default_port=port)
+        except ValueError as exc:
+            raise ValueError(f"Client.connect: {exc}") from None
+        if reconnect_timeout == "auto":
+            reconnect_timeout = None if isinstance(host, str) else DEFAULT_RECONNECT_TIMEOUT
+        if reconnect_timeout is not None and not reconnect_timeout > 0:
+            raise ValueError("reconnect_timeout must be a positive number of seconds, or None")
         self = cls(local_buffer=local_buffer)
         await self._open(
-            host,
-            port,
+            addresses,
             client=client,
             user=user,
             password=password,
             token=token,
             timeout=timeout,
             ssl=ssl,
+            reconnect_timeout=reconnect_timeout,
+            on_reconnect=on_reconnect,
         )
         return self
 
@@ -155,6 +208,7 @@ class Client(CoreConnection):
             batch = [make_message(messages, **fields)]
         else:
             batch = list(messages)
+        batch_id, batch_ttl = self._batch(batch_id, batch_ttl)
         ev = Publish(self._rid(), destination, batch, role, batch_id, batch_ttl)
         return Published.from_wire(await self._call(ev))
 
@@ -166,9 +220,11 @@ class Client(CoreConnection):
         It does not wait for the socket to drain: callers bound what they have in flight.
         Raises at once (no future) if the client is closed."""
         rid = self._rid()
-        self._send(Publish(rid, destination, messages, role))
+        batch_id, batch_ttl = self._batch(None, None)
+        ev = Publish(rid, destination, messages, role, batch_id, batch_ttl)
+        self._send(ev)
         fut: asyncio.Future[Published] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = (fut, Published.from_wire)
+        self._pending[rid] = (fut, Published.from_wire, ev)
         return fut
 
     def publish_nowait(self, destination: str, messages: list[Message]) -> None:
@@ -205,7 +261,7 @@ class Client(CoreConnection):
         ``listener``, deliveries go to it (from the moment the core has the subscription,
         which may be before this returns) instead of the async iterator."""
         sid = next(self._sids)
-        sub = Subscription(self, sid, destination, listener)
+        sub = Subscription(self, sid, destination, listener, options)
         self._subs[sid] = sub
         try:
             await self._call(Subscribe(self._rid(), sid, destination, options))

@@ -14,8 +14,11 @@ subscription applies).
 Every task and future is owned: :meth:`CoreConnection.close` fails pending requests with
 :class:`~polymq.errors.ConnectionClosed` and ends every subscription's iterator.
 
-The hot paths (``_send``, ``_flush``, ``_event``) are methods of the client itself, by
-inheritance, so that no call is added per message between the API and the wire.
+**Failover.** A connection may know several core addresses (:mod:`polymq.addresses`; a name
+stands for every IP it resolves to). It connects to the first that welcomes it. With a
+``reconnect_timeout``, losing the connection (or a ``Goodbye`` ``shutdown``/``unavailable``)
+is no error: its :class:`~polymq.failover.Failover` connects to another address and makes
+the subscriptions and unanswered requests again there (see that module).
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from ssl import SSLContext
 from typing import Any
 
 from . import inproc
+from .addresses import Address, expand
 from .answers import CursorPage
 from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role
 from .deliveries import Lease, Subscription
@@ -36,6 +42,7 @@ from .errors import (
     LocalProtocolError,
     PolymqError,
     RemoteProtocolError,
+    Unavailable,
     error_from_code,
 )
 from .events import (
@@ -52,50 +59,72 @@ from .events import (
     Pulled,
     Welcome,
 )
+from .failover import FAILOVER_CODES, Failover, Reconnected, Waiting
 
 __all__ = ["CoreConnection"]
 
 log = logging.getLogger("polymq.client")  # the name users set levels on: the client's
 
 
+@dataclass(frozen=True, slots=True)
+class _Login:
+    """How to connect and say hello, kept for the connections made again."""
+
+    client: str
+    user: str | None
+    password: str | None
+    token: str | None
+    timeout: float
+    ssl: SSLContext | bool | None
+
+
 class _Protocol(asyncio.Protocol):
-    """Hands what the transport reports to its :class:`CoreConnection`."""
+    """Hands what the transport reports to its :class:`CoreConnection`, while it is that
+    connection's current one (a lost connection's late reports are ignored)."""
 
     def __init__(self, connection: CoreConnection) -> None:
         self.connection = connection
+        self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.connection._transport = transport  # type: ignore[assignment]  # uvloop: no subclass
+        self.transport = transport  # type: ignore[assignment]  # uvloop: no subclass
 
     def data_received(self, data: bytes) -> None:
-        self.connection._data(data)
+        if self.connection._protocol is self:
+            self.connection._data(data)
 
     def eof_received(self) -> bool | None:
-        self.connection._data(b"")
+        if self.connection._protocol is self:
+            self.connection._data(b"")
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.connection._lost(exc)
+        if self.connection._protocol is self:
+            self.connection._lost(exc)
 
     def pause_writing(self) -> None:
-        self.connection._can_write.clear()
+        if self.connection._protocol is self:
+            self.connection._can_write.clear()
 
     def resume_writing(self) -> None:
-        self.connection._can_write.set()
+        if self.connection._protocol is self:
+            self.connection._can_write.set()
 
 
 class CoreConnection:
     """The client's end of one connection to a polymq core: it owns the transport, the
     codec, the pending requests by request id, the subscriptions by subscription id, and
-    flow control."""
+    flow control; with failover, the task that connects again."""
 
     def __init__(self, *, local_buffer: int = 10_000) -> None:
         self.local_buffer = local_buffer
         self.conn = Connection(Role.CLIENT)
         self._transport: asyncio.Transport | None = None
-        # each request's future, and what makes the answer of its Ok's result (None: the
-        # result as it is); publish_soon's future is answered so, without a task
-        self._pending: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None]] = {}
+        self._protocol: _Protocol | None = None
+        # each request's future, what makes the answer of its Ok's result (None: the
+        # result as it is; publish_soon's future is answered so, without a task) and the
+        # request itself (sent again after a failover)
+        self._pending: dict[int, Waiting] = {}
         self._subs: dict[int, Subscription] = {}
         self._rids = itertools.count(1)
         self._sids = itertools.count(1)
@@ -110,12 +139,17 @@ class CoreConnection:
         self.close_reason: BaseException | None = None
         self.server = ""
         self.limits: dict[str, Any] = {}
+        # failover: the addresses as given, the one connected to, the settings
+        self.addresses: list[Address] = []
+        self.address: Address | None = None
+        self.reconnect_timeout: float | None = None  # None: a loss ends the connection
+        self.failover: Failover | None = None  # (with a reconnect_timeout)
+        self._login: _Login | None = None
 
     # ---- connecting ----------------------------------------------------------------------
     async def _open(
         self,
-        host: str,
-        port: int,
+        addresses: Sequence[Address],
         *,
         client: str,
         user: str | None,
@@ -123,42 +157,107 @@ class CoreConnection:
         token: str | None,
         timeout: float,
         ssl: SSLContext | bool | None,
+        reconnect_timeout: float | None = None,
+        on_reconnect: Callable[[Reconnected], None] | None = None,
     ) -> None:
-        """Connect to the core at ``host:port`` and say hello; returns once it welcomed us
-        (its ``server`` and ``limits`` are known), else closes and raises."""
+        """Connect to the first of ``addresses`` (each name expanded to its IPs) that
+        welcomes us; returns once one did (its ``server`` and ``limits`` are known), else
+        closes and raises (several addresses: :class:`ConnectionClosed` naming each)."""
+        self.addresses = list(addresses)
+        self._login = _Login(client, user, password, token, timeout, ssl)
+        self.reconnect_timeout = reconnect_timeout
+        if reconnect_timeout is not None:
+            self.failover = Failover(self, reconnect_timeout, timeout, on_reconnect)
+        failures: list[tuple[Address, BaseException]] = []
+        for address in await self._expanded():
+            try:
+                await self._attempt(address, timeout)
+                return
+            except PolymqError as exc:
+                failures.append((address, exc))
+        err: BaseException = failures[-1][1]
+        if len(failures) > 1:
+            why = "; ".join(f"{a}: {e}" for a, e in failures)
+            code = err.code if isinstance(err, ConnectionClosed) else "closed"
+            err = ConnectionClosed(f"cannot connect to a polymq core: {why}", code)
+        self._fail_all(err)
+        raise err
+
+    async def _expanded(self) -> list[Address]:
+        """The addresses, each name as every IP it resolves to now (a core served in this
+        process is reached by its name)."""
         loop = asyncio.get_running_loop()
+
+        async def resolve(host: str, port: int) -> list[str]:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            return [str(info[4][0]) for info in infos]
+
+        return await expand(self.addresses, resolve, lambda a: inproc.served(a.host, a.port))
+
+    async def _attempt(self, address: Address, timeout: float) -> None:
+        """Connect to ``address`` and say hello, as this connection's current protocol;
+        returns once welcomed, else raises (a :class:`PolymqError`)."""
+        login = self._login
+        assert login is not None
+        loop = asyncio.get_running_loop()
+        proto = _Protocol(self)
+        self._protocol = proto
+        self.conn = Connection(Role.CLIENT)
+        self._welcome = welcome = loop.create_future()
+        self._reading_paused = False
         # a core in this process (polymq run) is reached without a socket
-        if inproc.connect(host, port, lambda: _Protocol(self)) is None:
+        if inproc.connect(address.server_name, address.port, lambda: proto) is None:
+            tls = login.ssl or None
             try:
                 await asyncio.wait_for(
-                    loop.create_connection(lambda: _Protocol(self), host, port, ssl=ssl or None),
+                    loop.create_connection(
+                        lambda: proto,
+                        address.host,
+                        address.port,
+                        ssl=tls,
+                        server_hostname=address.server_name if tls and address.name else None,
+                    ),
                     timeout,
                 )
             except (OSError, TimeoutError) as exc:
+                if self._protocol is proto:
+                    self._protocol = None
                 raise ConnectionClosed(
-                    f"cannot connect to polymq core at {host}:{port}: {exc}"
+                    f"cannot connect to polymq core at {address}: {exc}"
                 ) from exc
-        self._welcome = loop.create_future()
-        self._send(Hello(PROTOCOL_VERSION, client, user, password, token))
+        transport = proto.transport
+        assert transport is not None
         try:
-            welcome = await asyncio.wait_for(asyncio.shield(self._welcome), timeout)
-        except BaseException:
-            await self.close()
+            hello = Hello(PROTOCOL_VERSION, login.client, login.user, login.password, login.token)
+            transport.write(self.conn.send(hello))
+            answer = await asyncio.wait_for(asyncio.shield(welcome), timeout)
+        except BaseException as exc:
+            if self._protocol is proto:
+                self._protocol = None
+            transport.abort()
+            if isinstance(exc, TimeoutError):
+                raise ConnectionClosed(
+                    f"polymq core at {address}: no welcome within {timeout:g} s"
+                ) from exc
             raise
-        self.server = welcome.server
-        self.limits = dict(welcome.limits)
+        self._transport = transport
+        self.address = address
+        self.server = answer.server
+        self.limits = dict(answer.limits)
 
     async def close(self) -> None:
         """Say goodbye to the core and end the connection: what is pending fails with
         :class:`~polymq.errors.ConnectionClosed`, every subscription's iterator ends."""
         if self.closed:
             return
+        if self.failover is not None:
+            await self.failover.cancel()
         self._flush()
         t = self._transport
         if t is not None and not t.is_closing():
             t.write(self.conn.goodbye("bye", "client closed"))
             t.close()
-        self._lost(None, ConnectionClosed("client closed"))
+        self._fail_all(ConnectionClosed("client closed"))
 
     # ---- I/O -----------------------------------------------------------------------------
     def _data(self, data: bytes) -> None:
@@ -168,9 +267,10 @@ class CoreConnection:
                 ev = self.conn.next_event()
             except RemoteProtocolError as exc:
                 log.error("polymq: protocol error from server: %s", exc)
-                self._fail_all(exc)
-                if self._transport is not None:
-                    self._transport.abort()
+                t = self._transport
+                self._gone(exc, "protocol-error")
+                if t is not None:
+                    t.abort()
                 return
             if ev is NEED_DATA:
                 return
@@ -182,9 +282,11 @@ class CoreConnection:
             if sub is not None:
                 sub._push(ev.tags, ev.messages)
         elif isinstance(ev, Ok):
+            if self.failover is not None and self.failover.retrying:
+                self.failover.retrying.pop(ev.rid, None)
             waiting = self._pending.pop(ev.rid, None)
             if waiting is not None:
-                answered, answer = waiting
+                answered, answer, _ = waiting
                 if not answered.done():
                     if answer is None:
                         answered.set_result(ev.result)
@@ -206,13 +308,26 @@ class CoreConnection:
             if fut is not None:
                 fut.set_result(CursorPage(ev.cursor, ev.messages, ev.receipts))
         elif isinstance(ev, Fail):
-            fut = self._waiting(ev.rid)
             err = error_from_code(ev.code, ev.message)
+            failover = self.failover
+            if failover is not None:
+                if isinstance(err, Unavailable) and failover.retry(ev.rid):
+                    return
+                failover.retrying.pop(ev.rid, None)
+            fut = self._waiting(ev.rid)
             if fut is not None:
                 fut.set_exception(err)
             elif ev.rid == 0:
                 log.warning("polymq: a fire-and-forget request failed: %s", err)
         elif isinstance(ev, Cancelled):
+            if ev.code == "unavailable" and self.failover is not None:
+                # (its shard found no leader, through this node: try another node, in a
+                # session of its own, before giving up on it)
+                sub = self._subs.get(ev.sid)
+                if sub is not None and self._transport is not None:
+                    why = f"the core cancelled the subscription to {sub.destination}: {ev.message}"
+                    self._fail_over(ConnectionClosed(why, ev.code))
+                    return
             sub = self._subs.pop(ev.sid, None)
             if sub is not None:
                 sub._end(error_from_code(ev.code, ev.message))
@@ -228,7 +343,7 @@ class CoreConnection:
                 reason = ConnectionClosed(
                     f"the server closed the connection ({ev.code}){detail}", ev.code
                 )
-            self._fail_all(reason)
+            self._gone(reason, ev.code)
 
     def _waiting(self, rid: int) -> asyncio.Future[Any] | None:
         """The future of request ``rid``, which this answer ends; None if nothing waits."""
@@ -237,22 +352,35 @@ class CoreConnection:
             return None
         return waiting[0]
 
-    def _lost(self, exc: BaseException | None, reason: BaseException | None = None) -> None:
-        if self.closed and self.close_reason is not None:
+    def _lost(self, exc: BaseException | None) -> None:
+        if self.closed:
             return
-        if reason is None:
-            reason = self.close_reason or ConnectionClosed(
-                f"connection lost: {exc}" if exc else "connection closed by the server"
-            )
-        self._fail_all(reason)
+        why = f"connection lost: {exc}" if exc else "connection closed by the server"
+        self._gone(ConnectionClosed(why), "lost")
+
+    def _gone(self, reason: PolymqError, code: str) -> None:
+        """The current connection ended (``code``: the Goodbye's, or ``lost``): a
+        connection being made fails that attempt; an open one fails over, or closes."""
+        if self.closed:
+            return
+        welcome = self._welcome
+        if welcome is not None and not welcome.done():
+            welcome.set_exception(reason)
+            self._protocol = None
+            return
+        if self.failover is not None and code in FAILOVER_CODES:
+            self._fail_over(reason)
+        else:
+            self._fail_all(reason)
 
     def _fail_all(self, reason: BaseException) -> None:
         if self.close_reason is None:
             self.close_reason = reason
         self.closed = True
+        self._protocol = None
         err = self.close_reason
         pending, self._pending = self._pending, {}
-        for fut, _ in pending.values():
+        for fut, _, _ in pending.values():
             if not fut.done():
                 fut.set_exception(err)
         if self._welcome is not None and not self._welcome.done():
@@ -261,6 +389,23 @@ class CoreConnection:
         for sub in subs.values():
             sub._end(err)
         self._can_write.set()
+
+    # ---- failover ----------------------------------------------------------------------
+    def _fail_over(self, reason: PolymqError) -> None:
+        """Drop the connection, keeping what is pending and every subscription, and let
+        the failover connect elsewhere."""
+        assert self.failover is not None
+        t, self._transport = self._transport, None
+        self._protocol = None
+        if t is not None and not t.is_closing():
+            t.abort()
+        self._can_write.set()  # (requests made meanwhile wait in _out and _pending)
+        self.failover.begin(reason)
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the connection failed over."""
+        return 0 if self.failover is None else self.failover.reconnects
 
     # ---- flow control --------------------------------------------------------------------
     def _pause_reading(self) -> None:
@@ -296,6 +441,9 @@ class CoreConnection:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        t = self._transport
+        if t is None or t.is_closing():
+            return  # (failing over: what waits goes out on the next connection)
         if self._ack_subs:
             for sub in self._ack_subs:
                 if sub._acks and not sub.closed:
@@ -303,8 +451,7 @@ class CoreConnection:
                 sub._acks = []
             self._ack_subs.clear()
         out, self._out = self._out, []
-        t = self._transport
-        if not out or t is None or t.is_closing():
+        if not out:
             return
         for i in range(0, len(out), 1024):
             chunk = out[i : i + 1024]
@@ -341,5 +488,5 @@ class CoreConnection:
         except Exception as exc:  # (closed: the awaiter gets it, as from _call)
             fut.set_exception(exc)
             return fut
-        self._pending[rid] = (fut, None)
+        self._pending[rid] = (fut, None, ev)
         return fut

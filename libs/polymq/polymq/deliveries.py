@@ -123,11 +123,19 @@ class Subscription:
         sid: int,
         destination: str,
         listener: DeliveryListener | None = None,
+        options: dict[str, Any] | None = None,
     ) -> None:
         self.client = client
         self.sid = sid
         self.destination = destination
         self.listener = listener
+        self.options = dict(options or {})  # as subscribed (made again after a failover)
+        # after a failover the core numbers deliveries from 1 again: tags handed out are
+        # the core's plus this base (a tag below it is of a lost connection: not acked)
+        self._base = 0
+        # a stream's: the seq after the last delivered (where a failover reads on from)
+        self._next_seq: int | None = None
+        self._stream = destination.startswith("stream/")
         self._items: deque[Delivery] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
@@ -135,6 +143,10 @@ class Subscription:
         self.closed = False
 
     def _push(self, tags: list[int], messages: list[Message]) -> None:
+        if self._base:
+            tags = [tag + self._base for tag in tags]
+        if self._stream and messages:
+            self._next_seq = messages[-1].seq + 1
         if self.listener is not None:
             self.listener.on_deliver(self, tags, messages)
             return
@@ -144,6 +156,19 @@ class Subscription:
         self._wake()
         if len(items) >= self.client.local_buffer:
             self.client._pause_reading()
+
+    def _rebase(self, base: int) -> None:
+        """A failover: tags from now on are ``base`` plus the new connection's; acks not
+        yet sent are of the lost one (the core gives those deliveries again)."""
+        self._base = base
+        self._acks = []
+
+    def _resume_options(self) -> dict[str, Any]:
+        """The options to subscribe again with: a stream reads on after the last entry
+        delivered (none delivered yet: from the offset first asked for)."""
+        if self._next_seq is None:
+            return self.options
+        return {**self.options, "offset": self._next_seq}
 
     def _end(self, error: BaseException) -> None:
         first = self._error is None
@@ -186,11 +211,15 @@ class Subscription:
         return len(self._items)
 
     def ack(self, tag: int) -> None:
-        self._acks.append(tag)
+        if tag < self._base:
+            return  # delivered on a connection since lost: the core gives it again
+        self._acks.append(tag - self._base)
         self.client._queue_acks(self)
 
     def nack(self, tag: int, requeue: bool = True) -> None:
-        self.client._send(Nack(0, self.sid, [tag], requeue, False))
+        if tag < self._base:
+            return  # (as ack)
+        self.client._send(Nack(0, self.sid, [tag - self._base], requeue, False))
 
     def settle(self, tag: int, outcome: Outcome) -> None:
         """:meth:`ack` or :meth:`nack` ``tag``, as ``outcome`` says."""
@@ -203,6 +232,10 @@ class Subscription:
         """Ack ``tags`` (with ``cumulative``, or in ack mode ``client``, every delivery up to
         the highest of them) and wait until the core has the acks written: how many
         deliveries it acked (tags it no longer held unsettled are not counted)."""
+        base = self._base
+        tags = [tag - base for tag in tags if tag >= base]  # (as ack)
+        if not tags:
+            return 0
         r = await self.client._call(Ack(self.client._rid(), self.sid, tags, cumulative))
         return int(r["acked"])
 

@@ -21,15 +21,19 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from polymq.addresses import parse_addresses
+
 __all__ = [
     "ConfigError",
     "FrontendSettings",
     "check_access",
     "check_addresses",
+    "check_core",
     "check_frontend",
     "check_range",
     "check_readable",
     "check_tls",
+    "core_flag",
     "core_ssl_context",
     "from_env",
     "load_certificate",
@@ -108,10 +112,12 @@ def from_env(
 
 
 class FrontendSettings(Protocol):
-    """What the settings of every frontend have: where it listens, the core it reaches,
-    ``POLYMQ_AUTH``, its own credentials at the core, TLS to the core (``POLYMQ_CORE_TLS``,
-    ``POLYMQ_CORE_TLS_CA``: :func:`core_ssl_context`), and the PEM certificate (chain) and
-    private key of its listeners (``POLYMQ_TLS_CERT``/``POLYMQ_TLS_KEY``; both None: plain)."""
+    """What the settings of every frontend have: where it listens, the core it reaches
+    (``POLYMQ_CORE_HOST``: a host, or several ``HOST:PORT`` comma-separated, each without a
+    port on ``POLYMQ_CORE_PORT``), ``POLYMQ_AUTH``, its own credentials at the core, TLS
+    to the core (``POLYMQ_CORE_TLS``, ``POLYMQ_CORE_TLS_CA``: :func:`core_ssl_context`),
+    and the PEM certificate (chain) and private key of its listeners
+    (``POLYMQ_TLS_CERT``/``POLYMQ_TLS_KEY``; both None: plain)."""
 
     @property
     def host(self) -> str: ...
@@ -145,10 +151,41 @@ def check_addresses(settings: FrontendSettings, *ports: str) -> None:
     for name in (*ports, "core_port"):
         if not 0 <= getattr(settings, name) <= 65535:
             raise ConfigError(f"POLYMQ_{name.upper()} must be 0..65535 (0 picks a free port)")
-    if settings.core_port == 0:
-        raise ConfigError("POLYMQ_CORE_PORT must name the core's port, not 0")
-    if not settings.core_host:
+    check_core(settings.core_host, settings.core_port)
+
+
+def check_core(host: str, port: int) -> None:
+    """The core's address(es): ``POLYMQ_CORE_HOST`` (one host, or ``HOST:PORT``s
+    comma-separated) and ``POLYMQ_CORE_PORT`` (the port of those without one)."""
+    if not 1 <= port <= 65535:
+        raise ConfigError("POLYMQ_CORE_PORT must name the core's port (1..65535), not 0")
+    if not host:
         raise ConfigError("POLYMQ_CORE_HOST must not be empty")
+    try:
+        parse_addresses(host, default_port=port)
+    except ValueError as exc:
+        raise ConfigError(
+            f"POLYMQ_CORE_HOST={host!r}: {exc} (give HOST, or HOST:PORT,HOST:PORT,...)"
+        ) from None
+
+
+def core_flag(value: str, flag: str = "--core") -> tuple[str, int]:
+    """The core's address(es) given as ``--core`` (or ``POLYMQ_CORE``): ``HOST:PORT``, or
+    several, comma-separated (each one's port defaults to 7400), as the settings
+    ``core_host`` and ``core_port`` hold them: one address as its host and port, several
+    as ``core_host`` listing each ``HOST:PORT`` (a frontend's core link tries them in
+    turn; a name that resolves to several addresses, as a headless Service's does, stands
+    for all of them)."""
+    # (":PORT" is the port on this machine, as it always was)
+    items = [f"127.0.0.1{i.strip()}" if i.strip().startswith(":") else i for i in value.split(",")]
+    try:
+        addresses = parse_addresses(items)
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {value!r}: {exc} (expected HOST:PORT[,HOST:PORT...])") from None
+    if len(addresses) == 1:
+        [one] = addresses
+        return one.host, one.port
+    return ",".join(map(str, addresses)), addresses[0].port
 
 
 def check_access(settings: FrontendSettings) -> None:

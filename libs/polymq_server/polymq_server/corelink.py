@@ -6,6 +6,13 @@ owns it: a task connects, watches the connection (a ping every few seconds finds
 hangs) and reconnects with jittered exponential backoff; while there is no connection
 :meth:`CoreLink.get` and :meth:`CoreLink.call` fail fast with ``Unavailable``.
 
+The link knows every core address it is given (``--core n1:7400,n2:7400``, or a name that
+resolves to several, as a headless Service's does) and connects to the first that takes it,
+starting after the one it lost (:mod:`polymq.addresses`). It does not use the client's own
+failover: a frontend's sessions hold the core's delivery tags and subscriptions, so a lost
+connection ends them (``on_lost``) and their clients reconnect through the frontend, as
+their protocols let them.
+
 A frontend subclasses it or passes hooks: ``on_connect(client)`` when a connection is made,
 ``on_lost(client, reason)`` when it is gone (everything that lived on it, subscriptions
 included, is gone with it). Publishes may hold a :class:`ByteBudget` (half the core's frame
@@ -20,10 +27,11 @@ import json
 import logging
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from ssl import SSLContext
 from typing import Any, TypeVar
 
+from polymq.addresses import DEFAULT_PORT, parse_addresses
 from polymq.client import Client, Subscription
 from polymq.deliveries import SubscriptionHost
 from polymq.errors import ConnectionClosed, RequestError, Unauthorized, Unavailable
@@ -82,8 +90,8 @@ class CoreLink:
 
     def __init__(
         self,
-        host: str,
-        port: int,
+        host: str | Sequence[str],
+        port: int = DEFAULT_PORT,
         *,
         service: str,
         user: str | None = None,
@@ -94,8 +102,11 @@ class CoreLink:
         on_lost: Callable[[Client, str], None] | None = None,
         local_buffer: int = 10_000,
     ) -> None:
-        self.host = host
-        self.port = port
+        # the core's addresses, "host:port" each (``host``: a list, or one comma-separated
+        # string of them; ``port`` for those without); the next connection tries them from
+        # the one after the address last connected to
+        self.addresses = [str(a) for a in parse_addresses(host, default_port=port)]
+        self._next = 0
         self.service = service
         self.user = user
         self.password = password
@@ -136,7 +147,26 @@ class CoreLink:
     # ---- life cycle ------------------------------------------------------------------------
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        """The core's address connected to, or every address it is given."""
+        client = self.client
+        if client is not None and client.address is not None:
+            return str(client.address)
+        return ",".join(self.addresses)
+
+    def _order(self) -> list[str]:
+        """The addresses to try, the one after the last connected to first."""
+        i = self._next % len(self.addresses)
+        return self.addresses[i:] + self.addresses[:i]
+
+    def _passed(self, client: Client) -> None:
+        """``client``'s connection is lost: next time, start after its address."""
+        where = client.address
+        if where is None:
+            return
+        for i, given in enumerate(parse_addresses(self.addresses)):
+            if (given.host, given.port) in ((where.host, where.port), (where.name, where.port)):
+                self._next = i + 1
+                return
 
     @property
     def connected(self) -> bool:
@@ -211,8 +241,7 @@ class CoreLink:
         while True:
             try:
                 client = await Client.connect(
-                    self.host,
-                    self.port,
+                    self._order(),
                     client=self.service,
                     user=self.user,
                     password=self.password,
@@ -220,6 +249,7 @@ class CoreLink:
                     timeout=_CONNECT_TIMEOUT,
                     local_buffer=self.local_buffer,
                     ssl=self.ssl,
+                    reconnect_timeout=None,  # (this loop reconnects: see the docstring)
                 )
             except asyncio.CancelledError:
                 raise
@@ -251,15 +281,17 @@ class CoreLink:
             finally:
                 if self.client is client:
                     self.client = None
+                self._passed(client)
                 await client.close()
                 reason = client.close_reason
                 self.last_error = str(reason) if reason else "connection lost"
                 self.detached(client, self.last_error)
             log.warning(
-                "%s: lost the connection to the core at %s: %s; reconnecting",
+                "%s: lost the connection to the core at %s: %s; reconnecting (to %s)",
                 self.service,
-                self.address,
+                client.address,
                 self.last_error,
+                ", ".join(self._order()),
             )
 
     def attached(self, client: Client) -> None:

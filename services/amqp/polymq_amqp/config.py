@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from polymq_server.config import ConfigError
+from polymq_server.config import ConfigError, check_addresses
 
 __all__ = ["AmqpSettings"]
 
@@ -64,13 +64,7 @@ class AmqpSettings:
     max_connections_per_user: int = 0
 
     def check(self) -> None:
-        for name in ("amqp_port", "amqp_tls_port", "amqp_admin_port", "core_port"):
-            if not 0 <= getattr(self, name) <= 65535:
-                raise ConfigError(f"POLYMQ_{name.upper()} must be 0..65535 (0 picks a free port)")
-        if self.core_port == 0:
-            raise ConfigError("POLYMQ_CORE_PORT must name the core's port, not 0")
-        if not self.core_host:
-            raise ConfigError("POLYMQ_CORE_HOST must not be empty")
+        check_addresses(self, "amqp_port", "amqp_tls_port", "amqp_admin_port")
         if self.auth not in ("", "anonymous") and not (
             self.auth.startswith("file:") and len(self.auth) > 5
         ):

@@ -50,7 +50,7 @@ from urllib.parse import urlsplit
 
 from polymq.errors import BadRequest
 from polymq.types import Destination, Kind, parse_offset
-from polymq_server.config import ConfigError
+from polymq_server.config import ConfigError, check_core
 
 __all__ = [
     "MAX_PREFETCH",
@@ -91,10 +91,7 @@ class BridgeSettings:
     def check(self) -> None:
         if not 0 <= self.bridge_port <= 65535:
             raise ConfigError("POLYMQ_BRIDGE_PORT must be 0..65535 (0 picks a free port)")
-        if not 1 <= self.core_port <= 65535:
-            raise ConfigError("POLYMQ_CORE_PORT must name the core's port (1..65535)")
-        if not self.core_host:
-            raise ConfigError("POLYMQ_CORE_HOST must not be empty")
+        check_core(self.core_host, self.core_port)
         if self.core_password is not None and not self.core_user:
             raise ConfigError("POLYMQ_CORE_PASSWORD is set but POLYMQ_CORE_USER is not")
         url = urlsplit(self.bridge_rabbitmq_url)

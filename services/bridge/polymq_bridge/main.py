@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from polymq_server.config import ConfigError, from_env
+from polymq_server.config import ConfigError, core_flag, from_env
 
 from .config import BridgeConfig, BridgeSettings
 
@@ -49,7 +49,12 @@ def add_arguments(p: argparse.ArgumentParser, *, common: bool = True) -> None:
         default=None,
         help="amqp://user:password@host:5672/vhost (POLYMQ_BRIDGE_RABBITMQ_URL)",
     )
-    p.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+    p.add_argument(
+        "--core",
+        default=os.environ.get("POLYMQ_CORE") or None,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="the core's address, or several, tried in turn (POLYMQ_CORE; 127.0.0.1:7400)",
+    )
     p.add_argument(
         "--bridge-port", type=int, default=None, help="/metrics, /healthz, /readyz (7460; 0=any)"
     )
@@ -71,11 +76,7 @@ def settings_from(args: argparse.Namespace) -> BridgeSettings:
     if args.bridge_port is not None:
         changes["bridge_port"] = args.bridge_port
     if args.core:
-        host, _, port = args.core.rpartition(":")
-        try:
-            changes["core_host"], changes["core_port"] = host or "127.0.0.1", int(port)
-        except ValueError:
-            raise ConfigError(f"--core {args.core!r}: expected HOST:PORT") from None
+        changes["core_host"], changes["core_port"] = core_flag(args.core)
     settings: BridgeSettings = dataclasses.replace(base, **changes)
     settings.check()
     return settings

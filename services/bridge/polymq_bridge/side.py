@@ -313,7 +313,8 @@ class CoreSide(Side[Client]):
         password: str | None = None,
         token: str | None = None,
     ) -> None:
-        super().__init__(f"{host}:{port}", backoff, metrics)
+        # (host: one, or several "HOST:PORT" comma-separated: see polymq_server.config)
+        super().__init__(host if "," in host else f"{host}:{port}", backoff, metrics)
         self.host = host
         self.port = port
         self.user = user

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from polymq_core.config import CoreSettings
-from polymq_server.config import ConfigError, from_env
+from polymq_server.config import core_flag, from_env
 
 __all__ = [
     "add_arguments",
@@ -129,11 +129,7 @@ def _frontend_changes(
     if core is not None:
         changes["core_host"], changes["core_port"] = core
     elif getattr(args, "core", None):
-        host, _, port = args.core.rpartition(":")
-        try:
-            changes["core_host"], changes["core_port"] = host or "127.0.0.1", int(port)
-        except ValueError:
-            raise ConfigError(f"--core {args.core!r}: expected HOST:PORT") from None
+        changes["core_host"], changes["core_port"] = core_flag(args.core)
     if args.auth is not None:
         changes["auth"] = args.auth
     for name in ("tls_cert", "tls_key", "core_tls", "core_tls_ca"):
@@ -380,7 +376,14 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         common_arguments(frontend)
         flags(frontend)
         _tls_flags(frontend, tls)
-        frontend.add_argument("--core", default=None, help="the core's HOST:PORT (127.0.0.1:7400)")
+        frontend.add_argument(
+            "--core",
+            default=os.environ.get("POLYMQ_CORE") or None,
+            metavar="HOST:PORT[,HOST:PORT...]",
+            help="the core's address, or several (a cluster's nodes; a name may resolve to "
+            "several, as a headless Service's does): the link tries them in turn and moves "
+            "on when one is lost (POLYMQ_CORE; default 127.0.0.1:7400)",
+        )
         frontend.add_argument(
             "--core-tls",
             action="store_true",

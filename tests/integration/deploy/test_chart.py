@@ -1432,7 +1432,8 @@ def test_the_bridge_runs_the_links_of_its_configmap_with_the_url_from_its_secret
     monkeypatch.setenv("POLYMQ_BRIDGE_RABBITMQ_URL", url)
     settings = settings_from(args)
     assert settings.bridge_config == args.config
-    assert (settings.core_host, settings.core_port) == ("polymq-test-core", 7400)
+    # (the core's headless Service: its name resolves to every core pod)
+    assert (settings.core_host, settings.core_port) == ("polymq-test-core-headless", 7400)
 
     # the probes: /healthz and /readyz on the bridge's port
     found = dict(probes(c))

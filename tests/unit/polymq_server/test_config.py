@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from polymq_server.config import ConfigError, core_ssl_context, from_env
+from polymq_server.config import ConfigError, check_core, core_flag, core_ssl_context, from_env
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,3 +222,31 @@ def test_unsupported_type_is_a_config_error_when_set() -> None:
     assert from_env(Unsupported, env={}) == Unsupported()
     with pytest.raises(ConfigError, match="POLYMQ_MODE: unsupported setting type"):
         from_env(Unsupported, env={"POLYMQ_MODE": "a=b"})
+
+
+# ---- the core's addresses: --core, POLYMQ_CORE, POLYMQ_CORE_HOST -------------------------
+@pytest.mark.parametrize(
+    ("flag", "setting"),
+    [
+        ("core.svc:7500", ("core.svc", 7500)),
+        (":7500", ("127.0.0.1", 7500)),  # this machine's port, as it always was
+        ("core.svc", ("core.svc", 7400)),
+        ("n1:7401, n2 ,[::1]:7403", ("n1:7401,n2:7400,[::1]:7403", 7401)),
+    ],
+)
+def test_the_core_flag_takes_one_address_or_several(flag: str, setting: tuple[str, int]) -> None:
+    assert core_flag(flag) == setting
+
+
+@pytest.mark.parametrize("flag", ["", "n1:x", "n1:7400,,n2", "n1:0"])
+def test_a_malformed_core_flag_names_itself(flag: str) -> None:
+    with pytest.raises(ConfigError, match=r"--core .*expected HOST:PORT\[,HOST:PORT\.\.\.\]"):
+        core_flag(flag)
+
+
+def test_the_core_host_setting_may_list_several_and_is_checked() -> None:
+    check_core("n1:7401,n2", 7400)
+    with pytest.raises(ConfigError, match=r"POLYMQ_CORE_HOST='n1:7401,n2:port'.*not a number"):
+        check_core("n1:7401,n2:port", 7400)
+    with pytest.raises(ConfigError, match="POLYMQ_CORE_PORT must name the core's port"):
+        check_core("n1", 0)

@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from polymq.addresses import Address
 from polymq.client import Client
 from polymq_server.corelink import CoreLink
 from polymq_server.frontend import (
@@ -122,6 +123,23 @@ def test_not_ready_while_stopping_or_away_from_the_core() -> None:
     link.client = cast(Client, _Client())
     assert not_ready(True, link) is not None
     assert not_ready(False, link) is None
+
+
+def test_the_core_link_knows_every_address_and_starts_after_the_one_it_lost() -> None:
+    link = CoreLink("n1:7401,n2,n3:7403", 7400, service="demo")
+    assert link.addresses == ["n1:7401", "n2:7400", "n3:7403"]
+    assert link._order() == link.addresses
+    assert link.address == "n1:7401,n2:7400,n3:7403"  # (not connected: every one)
+    gone = cast(Client, _Lost(Address("10.0.0.2", 7400, "n2")))  # n2, as DNS resolved it
+    link._passed(gone)
+    assert link._order() == ["n3:7403", "n1:7401", "n2:7400"]
+    link._passed(cast(Client, _Lost(Address("n3", 7403))))
+    assert link._order() == ["n1:7401", "n2:7400", "n3:7403"]
+
+
+class _Lost:
+    def __init__(self, address: Address) -> None:
+        self.address = address
 
 
 def test_the_admin_routes_and_runner() -> None:
