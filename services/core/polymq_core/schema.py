@@ -374,7 +374,10 @@ def _mark_delivered(
         row = conn.execute(_SELECT_BLOB, (destination, seq)).fetchone()
         if row is None:
             continue
-        fields = msgpack.unpackb(row[0], raw=False)
+        try:
+            fields = msgpack.unpackb(row[0], raw=False)
+        except Exception:  # (corrupt: its load says so, not the log's apply)
+            continue
         if not isinstance(fields, list) or len(fields) <= _COUNT:
             continue  # not a message this code wrote: leave it as it is
         if isinstance(fields[_COUNT], int) and fields[_COUNT] >= count:
