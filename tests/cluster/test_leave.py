@@ -89,11 +89,11 @@ def test_a_stopping_leader_hands_its_transient_messages_to_the_next(cluster: Clu
     # the transient ones in their order (after the persistent ones the log gave back)
     assert [b for b in bodies if b.startswith("d")] == sent_durable
 
-    # the unacknowledged ones come back flagged, the others do not
+    # the unacknowledged ones come back flagged, the others do not (the persistent ones
+    # the log gave back were never delivered: docs/cluster.md, deliveries are marked)
     for m in got_durable + got_loose:
         pulled = m["body"] in pulled_durable + pulled_loose
-        persistent = m["body"] in kept
-        assert m["redelivered"] is (pulled or persistent), m
+        assert m["redelivered"] is pulled, m
 
     # the non-durable queue came along with its options
     options = http_stats(s2, loose)["options"]

@@ -32,6 +32,7 @@ from polymq_server.auth import Permission
 
 from .caller import Caller
 from .cursors import Cursor, Cursors, QueueCursor, StreamCursor, TopicCursor
+from .peerlink import PEER_CLIENT
 from .queue import Queue, Waiter
 from .sids import SidTable, shared_sid
 from .subscription import SubscriberSession, Subscription, TopicSource
@@ -52,8 +53,10 @@ class ConsumerSession(Caller, SubscriberSession, Protocol):
     :class:`~polymq_core.subscription.SubscriberSession`), and the first delivery tag of
     one that moved here from another node."""
 
+    protocol: str
     subs: SidTable[Subscription]
     first_tags: dict[int, int]
+    claims: dict[int, dict[str, int]]
 
     def add_sub(self, sub: Subscription) -> None: ...
     def remove_sub(self, sid: int) -> Subscription | None: ...
@@ -87,7 +90,10 @@ class Consumers:
     def subscribe(self, session: ConsumerSession, ev: Subscribe) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.READ, pattern=True)
-        options = SubscribeOptions.from_dict(ev.options)
+        claims = _claims(session, ev)
+        options = SubscribeOptions.from_dict(
+            ev.options if claims is None else {k: v for k, v in ev.options.items() if k != CLAIM}
+        )
         if ev.sid in session.subs:
             raise BadRequest(f"subscription id {ev.sid} is already in use on this connection")
         if len(session.subs) >= broker.settings.max_subscriptions_per_connection:
@@ -109,11 +115,18 @@ class Consumers:
             if dest.kind is not Kind.STREAM and options.offset != "next":
                 raise BadRequest("offset applies to streams only")
             sub = Subscription(session, sid, dest, options, holder)
-            first = session.first_tags.get(ev.sid)
-            if first is not None:  # a subscription moved here from another leader
-                sub.next_tag = first
+            if claims is not None:
+                top, held = claims
+            else:
+                top, held = session.first_tags.get(ev.sid, 1) - 1, session.claims.get(ev.sid, {})
+            if top:  # a subscription moved here from another leader
+                sub.next_tag = top + 1
+            claimed = holder.claim(sub, held) if held and isinstance(holder, Queue) else []
             session.add_sub(sub)
             holder.attach(sub)
+            if claims is not None:
+                broker.sensors.on_subscription(dest.kind.value, 1)
+                return {"sid": ev.sid, "destination": str(dest), "claimed": claimed}
         broker.sensors.on_subscription(dest.kind.value, 1)
         return {"sid": ev.sid, "destination": str(dest)}
 
@@ -263,6 +276,32 @@ class Consumers:
 def _wake(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+CLAIM = "claim"  # a subscribe option only peers give (relay.py): what a moved one holds
+
+
+def _claims(session: ConsumerSession, ev: Subscribe) -> tuple[int, dict[str, int]] | None:
+    """A moved subscription's ``claim`` option, given by the relay of the node its client
+    is connected to (a peer; from anybody else it is an unknown option, refused as such):
+    ``{"top": the highest tag handed out, "tags": [[tag, message id], ...]}``, the
+    deliveries it has not settled. Returns (top, {message id: tag}); None without one."""
+    options = ev.options
+    if session.protocol != PEER_CLIENT or not isinstance(options, dict) or CLAIM not in options:
+        return None
+    claim = options[CLAIM]
+    top = claim.get("top") if isinstance(claim, dict) else None
+    tags = claim.get("tags", []) if isinstance(claim, dict) else None
+    if not isinstance(top, int) or top < 0 or not isinstance(tags, list):
+        raise BadRequest("claim must be {top, tags}")
+    held: dict[str, int] = {}
+    for pair in tags:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int)):
+            raise BadRequest("claim tags must be [tag, message id] pairs")
+        if not (0 < pair[0] <= top and isinstance(pair[1], str)):
+            raise BadRequest("a claimed tag must be 1..top, with a message id")
+        held[pair[1]] = pair[0]
+    return top, held
 
 
 def _sub(session: ConsumerSession, sid: int) -> Subscription:

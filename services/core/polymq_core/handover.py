@@ -2,12 +2,13 @@
 (docs/cluster.md, "Stopping a node").
 
 A new leader loads from the shard's log what the log has: persistent messages of durable
-queues, destinations and their options, durable bindings. What only the leader's memory
-holds would go with it: **transient messages** (and every message of a non-durable queue),
-ready or delivered and not yet acknowledged, and the **non-durable queues** themselves (their
-options and bindings). On a graceful stop, once the broker has answered its sessions and
-before it closes its shards, :class:`HandOver` takes each shard this node leads that holds
-such things:
+queues, destinations and their options (those of non-durable queues too), bindings. What
+only the leader's memory holds would go with it: **transient messages** (and every message
+of a non-durable queue), ready or delivered and not yet acknowledged. (The **non-durable
+queues** are declared and bound again before their messages go: the log has them, so that
+changes nothing there, and a receiver of an older version needs it.) On a graceful stop,
+once the broker has answered its sessions and before it closes its shards,
+:class:`HandOver` takes each shard this node leads that holds such things:
 
 1. waits until the shard's writes are in the log (the last acks' removals: a message acked
    here must not come back there), takes the contents out of memory (:func:`take`) and

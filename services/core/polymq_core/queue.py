@@ -63,6 +63,7 @@ class QueueHost(Protocol):
     def discard(self, queue: Queue, msg: Message, reason: str) -> asyncio.Future[None] | None: ...
     def unforget(self, key: str, seq: int) -> bool: ...
     def new_delivery_id(self) -> int: ...
+    def delivered(self, queue: Queue, msg: Message) -> None: ...
     def schedule(self, deadline: float, holder: Queue, seq: int, delivery_id: int) -> None: ...
     def read_page(
         self, key: str, after: int, limit: int, done: Callable[[list[Message] | None], None]
@@ -470,6 +471,8 @@ class Queue:
         seq = msg.seq
         timeout = msg.ack_timeout or sub.options.ack_timeout or self.options.ack_timeout
         shard = self.shard
+        if msg.persistent and self.durable:
+            shard.delivered(self, msg)
         delivery_id = shard.new_delivery_id()
         if timeout:
             deadline = now + timeout
@@ -479,6 +482,41 @@ class Queue:
         else:
             self.inflight[seq] = Delivery(msg, sub, delivery_id, None)
             sub.deliver(msg, seq)
+
+    def claim(self, sub: Subscription, claims: dict[str, int]) -> list[int]:
+        """A subscription moved here from another leader holds deliveries it has not
+        settled (``claims``: message id -> its delivery tag): those of them ready here are
+        checked out to it again under the same tags, not delivered a second time (as a
+        quorum queue's consumer keeps its checked-out messages). Returns the tags taken."""
+        if sub.auto or not claims:
+            return []
+        found: list[Message] = []
+        for level in range(_LEVELS):
+            dq = self.ready[level]
+            if any(m.id in claims for m in dq):
+                found.extend(m for m in dq if m.id in claims)
+                self.ready[level] = deque(m for m in dq if m.id not in claims)
+            heap = self.requeued[level]
+            if any(m.id in claims for _, m in heap):
+                found.extend(m for _, m in heap if m.id in claims)
+                kept = [(seq, m) for seq, m in heap if m.id not in claims]
+                heapq.heapify(kept)
+                self.requeued[level] = kept
+        now = time.time()
+        shard = self.shard
+        tags = []
+        for msg in sorted(found, key=lambda m: claims[m.id]):
+            self._took(msg)
+            tag = claims[msg.id]
+            timeout = msg.ack_timeout or sub.options.ack_timeout or self.options.ack_timeout
+            delivery_id = shard.new_delivery_id()
+            deadline = now + timeout if timeout else None
+            self.inflight[msg.seq] = Delivery(msg, sub, delivery_id, deadline)
+            sub.adopt(tag, msg.seq)
+            if deadline is not None:
+                shard.schedule(deadline, self, msg.seq, delivery_id)
+            tags.append(tag)
+        return tags
 
     def unsent(self, sub: Subscription, msg: Message) -> None:
         """An auto-ack delivery never left the core (its consumer was cut): take it back
@@ -554,6 +592,8 @@ class Queue:
                 self._unpop(msg)
                 break
             msg.delivery_count += 1
+            if msg.persistent and self.durable:
+                self.shard.delivered(self, msg)
             delivery_id = self.shard.new_delivery_id()
             deadline = now + visibility
             self.inflight[msg.seq] = Delivery(msg, None, delivery_id, deadline)

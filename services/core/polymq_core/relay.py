@@ -9,10 +9,16 @@ Requests keep the session's own ids (``rid``, ``sid``), so answers and deliverie
 unchanged; acks and unsubscribes follow their subscription to its node.
 
 When a subscription's shard moves (its leader died, stepped down or was deposed), the relay
-subscribes it again through the new leader, with the same ``sid``. Delivery tags go on from
-where they were (each generation of a subscription is shifted past the tags already handed
-out), so an ack for a delivery of the old leader never settles a message of the new one: it
-is ignored, and that message comes back from the new leader flagged as redelivered.
+subscribes it again through the new leader, with the same ``sid``, and **claims** what the
+client holds unacked: the relay keeps, per subscription that acks, the message id of each
+delivery it passed on and has not seen settled, and sends them with the subscribe (its
+``claim`` option, which only a peer may give: ``{"top", "tags": [[tag, id], ...]}``). The
+new leader checks those messages out to the subscription again under the same tags, instead
+of delivering them again, and hands out new tags after ``top`` (the highest so far); its
+answer names the tags it took (``claimed``). So the client's acks of those deliveries work
+after the move, and nothing is delivered twice. A claimed message the new leader no longer
+has ready (acked meanwhile, or already given to another consumer) is not taken, and an ack
+of such a tag is ignored. Acks sent while the subscription is being moved wait for it.
 
 A request that reached this node through a peer link is never forwarded again: if this node
 no longer leads its shard, it is refused ``not-leader`` (no loops between nodes that
@@ -59,6 +65,7 @@ from polymq.events import (
 )
 
 from .caller import Caller
+from .consumers import CLAIM
 from .cursors import SEP
 from .holding import HOLD_FOR, Held, HoldingHost, HoldingSession, LeaderView, RequestHolding
 from .peerlink import PEER_CLIENT, PeerLink
@@ -124,7 +131,7 @@ class RelaySession(Caller, HoldingSession, Protocol):
     protocol: str
     subs: SidTable[Subscription]
 
-    def resubscribe_here(self, request: Subscribe, top: int) -> None: ...
+    def resubscribe_here(self, request: Subscribe, top: int, held: dict[int, str]) -> list[int]: ...
 
 
 @dataclasses.dataclass
@@ -134,6 +141,16 @@ class _RemoteSub:
     offset: int  # tags from this generation's node are shifted by this much
     top: int  # the highest (shifted) tag handed to the client so far
     shard: int = 0
+    # acks and nacks that came while it was being moved: sent once it is subscribed again
+    waiting: list[Ack | Nack] = dataclasses.field(default_factory=list)
+
+
+def _acks(request: Subscribe) -> tuple[bool, bool]:
+    """(does the subscription ack, is an ack cumulative) by its options (ack mode
+    ``client`` settles every tag up to the one named)."""
+    options = request.options
+    mode = options.get("ack_mode", "auto") if isinstance(options, dict) else "auto"
+    return mode != "auto", mode == "client"
 
 
 class Relay(RequestHolding):
@@ -152,6 +169,12 @@ class Relay(RequestHolding):
         self.links: dict[str, PeerLink] = {}
         self.subs: dict[int, _RemoteSub] = {}  # forwarded subscriptions by sid
         self.requests: dict[int, Subscribe] = {}  # every queue/stream subscription's request
+        # what each forwarded subscription that acks holds unsettled: sid -> {tag: message
+        # id}, claimed from the new leader when it moves; and the acks forwarded, by rid,
+        # whose answer settles them here: rid -> (sid, the ack)
+        self.held: dict[int, dict[int, str]] = {}
+        self._acking: dict[int, tuple[int, Ack | Nack]] = {}
+        self._moving: set[int] = set()  # sids being subscribed again (one move at a time)
         # forwarded rid -> (node, deadline): a node that stops answering (frozen, cut off)
         # must not leave the client waiting forever
         self.pending: dict[int, _Pending] = {}
@@ -266,10 +289,12 @@ class Relay(RequestHolding):
 
     def _unanswered(self, rid: int, node: str) -> None:
         del self.pending[rid]
+        self._acking.pop(rid, None)
         sid = self.sub_rids.pop(rid, None)
         if sid is not None:
             self.subs.pop(sid, None)
             self.requests.pop(sid, None)
+            self.held.pop(sid, None)
         self.session.reply(
             Fail(
                 rid,
@@ -322,18 +347,45 @@ class Relay(RequestHolding):
         if isinstance(event, Unsubscribe):
             del self.subs[event.sid]
             self.requests.pop(event.sid, None)
-            self._forward(rs.node, event)
+            self.held.pop(event.sid, None)
+            if rs.node:
+                self._forward(rs.node, event)
+            elif event.rid:
+                self.session.reply(Ok(event.rid, None))
+            return True
+        if not rs.node:  # being moved: sent once it is subscribed again
+            rs.waiting.append(event)
             return True
         tags = event.tags if isinstance(event.tags, list) else []
         offset = rs.offset
         mine = [t - offset for t in tags if isinstance(t, int) and t > offset]
         if not mine:  # only deliveries of an earlier leader: they come back redelivered
+            self._settle_held(event.sid, event)
             if event.rid:
                 word = "acked" if isinstance(event, Ack) else "nacked"
                 self.session.reply(Ok(event.rid, {word: 0}))
             return True
+        if event.rid:
+            self._acking[event.rid] = (event.sid, event)
+        else:
+            self._settle_held(event.sid, event)
         self._forward(rs.node, dataclasses.replace(event, tags=mine))
         return True
+
+    def _settle_held(self, sid: int, event: Ack | Nack) -> None:
+        """The deliveries ``event`` settles are no longer held (nothing to claim)."""
+        held = self.held.get(sid)
+        if not held:
+            return
+        tags = [t for t in event.tags if isinstance(t, int)] if isinstance(event.tags, list) else []
+        request = self.requests.get(sid)
+        if tags and (event.cumulative or (request is not None and _acks(request)[1])):
+            top = max(tags)
+            for tag in [t for t in held if t <= top]:
+                del held[tag]
+        else:
+            for tag in tags:
+                held.pop(tag, None)
 
     def _by_cursor(self, event: CursorPoll | CursorClose) -> bool:
         """A cursor subscription's id says where it lives (:mod:`polymq_core.cursors`):
@@ -377,6 +429,10 @@ class Relay(RequestHolding):
                 raw = None
             if event.tags:
                 rs.top = max(rs.top, event.tags[-1])
+                if _acks(rs.request)[0]:
+                    held = self.held.setdefault(event.sid, {})
+                    for tag, message in zip(event.tags, event.messages, strict=False):
+                        held[tag] = message.id
             self.session.reply(event, raw)
             return
         if t is Cancelled:
@@ -389,6 +445,7 @@ class Relay(RequestHolding):
                 return
             del self.subs[event.sid]
             self.requests.pop(event.sid, None)
+            self.held.pop(event.sid, None)
             self.session.reply(event)
             return
         rid: int = getattr(event, "rid", 0)
@@ -400,6 +457,9 @@ class Relay(RequestHolding):
         pending = self.pending.pop(rid, None) if rid else None
         if rid and pending is None:
             return  # answered "unavailable" already (too late)
+        acking = self._acking.pop(rid, None) if rid else None
+        if acking is not None and isinstance(event, Ok):
+            self._settle_held(*acking)
         sid = self.sub_rids.pop(rid, None)
         if pending is not None and isinstance(event, Fail) and event.code == NotLeader.code:
             self._again(rid, pending, sid)
@@ -447,6 +507,7 @@ class Relay(RequestHolding):
                 if stopped or rid in unsent:
                     self._again(rid, pending, sid)
                     continue
+                self._acking.pop(rid, None)
                 self.session.reply(
                     Fail(rid, "unavailable", f"node {node} went away before answering; retry")
                 )
@@ -458,60 +519,135 @@ class Relay(RequestHolding):
                 self.relocate(sid, rs.top)
 
     # ---- moving subscriptions -----------------------------------------------------------------
-    def relocate(self, sid: int, top: int) -> None:
+    def relocate(self, sid: int, top: int, held: dict[int, str] | None = None) -> None:
         """Subscribe ``sid`` again through whichever node leads its shard now; its tags go on
-        after ``top``. Cancelled (told to the client) if no leader takes it in time."""
+        after ``top``, and the deliveries it holds unacked are claimed there (``held``: tag
+        -> message id, of a subscription this node led; else what the relay holds).
+        Cancelled (told to the client) if no leader takes it in time."""
         request = self.requests.get(sid)
-        self.subs.pop(sid, None)
+        if held is not None and request is not None:
+            self.held[sid] = held
+        if sid in self._moving:
+            return  # one move at a time: the one under way asks whoever leads now
+        old = self.subs.pop(sid, None)
         if request is None or self._closed:
+            self.held.pop(sid, None)
             return
-        self.subs[sid] = _RemoteSub("", request, top, top)  # a placeholder: acks are no-ops
+        # a placeholder: acks wait in it for the new leader
+        self.subs[sid] = _RemoteSub("", request, top, top, waiting=old.waiting if old else [])
         self._spawn(self._relocate(sid, request, top))
 
     async def _relocate(self, sid: int, request: Subscribe, top: int) -> None:
+        self._moving.add(sid)
+        try:
+            await self._relocating(sid, request, top)
+        finally:
+            self._moving.discard(sid)
+
+    async def _relocating(self, sid: int, request: Subscribe, top: int) -> None:
         deadline = time.monotonic() + _RELOCATE_FOR
         shard = self.broker.shard_for(shard_key_of(self.broker, self.session, request) or "")
         why = "no leader"
+        claim = True
         while time.monotonic() < deadline and not self._closed:
             if self.requests.get(sid) is not request:
                 return  # unsubscribed meanwhile
             try:
                 if shard.leading:
-                    self.subs.pop(sid, None)
-                    self.session.resubscribe_here(request, top)
+                    moving = self.subs.pop(sid, None)
+                    self.session.resubscribe_here(request, top, self.held.pop(sid, {}))
+                    self._unwait(moving)
                     return
                 node = self.cluster.leader_of(shard.index)
                 if node is not None and node != self.cluster.node_id:
-                    answer = await self._ask(node, request, sid, top, shard.index)
+                    claims = self.held.get(sid, {}) if claim else None
+                    answer = await self._ask(node, request, sid, top, shard.index, claims)
                     if isinstance(answer, Ok):
                         if self.requests.get(sid) is request:
-                            self.subs[sid] = _RemoteSub(node, request, top, top, shard.index)
-                            if not self._watching:
-                                self._watching = True
-                                self._spawn(self._watch())
+                            self._moved(sid, node, request, top, shard.index, answer, claims)
                         return
+                    if claim and isinstance(answer, Fail) and CLAIM in answer.message:
+                        claim = False  # a node of an older version: without the claim
+                        continue
                     why = f"{answer}"
             except RequestError as exc:
                 why = exc.message
             except Exception as exc:  # a link that failed: try again
                 why = str(exc) or type(exc).__name__
             if sid in self.subs and self.requests.get(sid) is request:
-                self.subs[sid] = _RemoteSub("", request, top, top)  # still moving
+                self.subs[sid] = _RemoteSub("", request, top, top, waiting=self._waiting(sid))
             await asyncio.sleep(_RETRY)
         if self.requests.pop(sid, None) is not None and not self._closed:
-            self.subs.pop(sid, None)
+            self.held.pop(sid, None)
+            self._unwait(self.subs.pop(sid, None))
             self.session.reply(
                 Cancelled(sid, "unavailable", f"its shard found no new leader in time: {why}")
             )
 
-    async def _ask(self, node: str, request: Subscribe, sid: int, top: int, shard: int) -> Event:
+    def _waiting(self, sid: int) -> list[Ack | Nack]:
+        rs = self.subs.get(sid)
+        return rs.waiting if rs is not None else []
+
+    def _moved(
+        self,
+        sid: int,
+        node: str,
+        request: Subscribe,
+        top: int,
+        shard: int,
+        answer: Ok,
+        held: dict[int, str] | None,
+    ) -> None:
+        """``node`` took the moved subscription ``sid``: with a claim, its tags are the
+        client's (it took the claimed ones that it had, and goes on after ``top``);
+        without, they are shifted past ``top``."""
+        waiting = self._waiting(sid)
+        if held is None:
+            self.held.pop(sid, None)
+            self.subs[sid] = _RemoteSub(node, request, top, top, shard)
+        else:
+            result = answer.result if isinstance(answer.result, dict) else {}
+            claimed = result.get("claimed")
+            taken = set(claimed) if isinstance(claimed, list) else set()
+            # (deliveries of the new leader may have come before its answer: kept)
+            now = self.held.get(sid, {})
+            self.held[sid] = {tag: mid for tag, mid in now.items() if tag > top or tag in taken}
+            self.subs[sid] = _RemoteSub(node, request, 0, top, shard)
+        if not self._watching:
+            self._watching = True
+            self._spawn(self._watch())
+        for event in waiting:
+            self.session.request(event, None)
+
+    def _unwait(self, moving: _RemoteSub | None) -> None:
+        """Acks that waited for a subscription that moved here, or never moved: served now
+        (here, or answered as for an unknown subscription)."""
+        for event in moving.waiting if moving is not None else []:
+            self.session.request(event, None)
+
+    async def _ask(
+        self,
+        node: str,
+        request: Subscribe,
+        sid: int,
+        top: int,
+        shard: int,
+        held: dict[int, str] | None,
+    ) -> Event:
         self._next_internal += 1
         rid = self._next_internal
         fut: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
         self._internal[rid] = (node, fut)
         # the subscription must be known for its node when deliveries start to arrive
-        self.subs[sid] = _RemoteSub(node, request, top, top, shard)
-        self._link(node).send(dataclasses.replace(request, rid=rid))
+        waiting = self._waiting(sid)
+        if held is None:
+            self.subs[sid] = _RemoteSub(node, request, top, top, shard, waiting)
+            options = request.options
+        else:
+            self.subs[sid] = _RemoteSub(node, request, 0, top, shard, waiting)
+            tags = [[tag, mid] for tag, mid in sorted(held.items()) if tag <= top]
+            options = {**request.options, CLAIM: {"top": top, "tags": tags}}
+        self._link(node).send(Subscribe(rid, request.sid, request.destination, options))
         try:
             return await asyncio.wait_for(fut, 10.0)
         finally:

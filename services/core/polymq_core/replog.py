@@ -391,6 +391,11 @@ class ReplicatedStore(Store):
     def purge(self, destination: str) -> asyncio.Future[None]:
         return self._write("purge", destination)
 
+    def mark_delivered(
+        self, destination: str, marks: Sequence[tuple[int, int]]
+    ) -> asyncio.Future[None]:
+        return self._write("mark_delivered", destination, marks)
+
     def save_destination(
         self, destination: str, options: dict[str, Any], metadata: dict[str, str]
     ) -> asyncio.Future[None]:

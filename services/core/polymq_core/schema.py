@@ -54,6 +54,8 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
+
 SCHEMA_VERSION = 5
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS messages ("
@@ -173,6 +175,10 @@ class WriteKind(enum.Enum):
     FORGET_BATCHES = enum.auto()  # before: drop the batches that expire by then
     SAVE_CURSOR = enum.auto()  # id, destination, record
     DELETE_CURSOR = enum.auto()  # id
+    # destination, [seq, delivery count, seq, delivery count, ...]: messages delivered and
+    # not yet settled, with their counts (a new leader flags them redelivered, and only
+    # them); a message no longer stored (or removed later in the batch) is skipped
+    DELIVERED = enum.auto()
 
 
 # How many fields follow the kind, for the kinds a log entry may carry.
@@ -191,6 +197,7 @@ ARITY = {
     WriteKind.FORGET_BATCHES: 1,
     WriteKind.SAVE_CURSOR: 3,
     WriteKind.DELETE_CURSOR: 1,
+    WriteKind.DELIVERED: 2,
 }
 
 
@@ -255,6 +262,10 @@ class _Run:
         if self._sql != _DELETE_MESSAGE:
             self._switch(_DELETE_MESSAGE)
         self._rows.append((destination, seqs))
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        return self._conn
 
     def execute(self, sql: str, params: tuple[Any, ...]) -> None:
         if self._sql != sql:
@@ -341,7 +352,39 @@ def _doomed(batch: list[Write]) -> set[tuple[int, int]] | None:
             for seq, _ in write[3]:
                 if (destination, seq) in gone or destination in wiped:
                     doomed.add((id(write), seq))
+        elif kind is WriteKind.DELIVERED:
+            destination, marks = write[2], write[3]
+            for seq in marks[::2]:
+                if (destination, seq) in gone or destination in wiped:
+                    doomed.add((id(write), seq))
     return doomed or None
+
+
+_SELECT_BLOB = "SELECT blob FROM messages WHERE destination = ? AND seq = ?"
+_UPDATE_BLOB = "UPDATE messages SET blob = ? WHERE destination = ? AND seq = ?"
+_COUNT = 12  # the delivery count's place among a stored message's wire fields
+
+
+def _mark_delivered(
+    conn: sqlite3.Connection, destination: str, marks: list[tuple[int, int]]
+) -> None:
+    """Raise the delivery counts of stored messages (a ``DELIVERED`` write): each message
+    read, its count set, written back; one no longer stored (acked) is skipped."""
+    for seq, count in marks:
+        row = conn.execute(_SELECT_BLOB, (destination, seq)).fetchone()
+        if row is None:
+            continue
+        try:
+            fields = msgpack.unpackb(row[0], raw=False)
+        except Exception:  # (corrupt: its load says so, not the log's apply)
+            continue
+        if not isinstance(fields, list) or len(fields) <= _COUNT:
+            continue  # not a message this code wrote: leave it as it is
+        if isinstance(fields[_COUNT], int) and fields[_COUNT] >= count:
+            continue
+        fields[_COUNT] = count
+        blob = msgpack.packb(fields, use_bin_type=True)
+        conn.execute(_UPDATE_BLOB, (blob, destination, seq))
 
 
 class _Applied:
@@ -418,6 +461,16 @@ def _apply(
             run.execute(_SAVE_CURSOR, write[2:])
         elif kind is WriteKind.DELETE_CURSOR:
             run.execute(_DELETE_CURSOR, write[2:])
+        elif kind is WriteKind.DELIVERED:
+            marks = write[3]
+            wanted = [
+                (seq, count)
+                for seq, count in zip(marks[::2], marks[1::2], strict=True)
+                if doomed is None or (id(write), seq) not in doomed
+            ]
+            if wanted:
+                run.flush()  # (the messages' appends before it are in the table)
+                _mark_delivered(run.conn, write[2], wanted)
         elif kind is WriteKind.APPLIED:
             _, _, seq, after, writes = write
             applied.advance(seq, after)

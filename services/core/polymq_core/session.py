@@ -115,6 +115,9 @@ class Session(SessionOutput, asyncio.Protocol):
         self.destinations: dict[tuple[str, Any, bool], Destination] = {}
         self.subs: SidTable[Subscription] = SidTable()  # by sid
         self.first_tags: dict[int, int] = {}  # sid -> its first delivery tag, if not 1 (moved)
+        # sid -> what a moved subscription holds unacked (message id -> tag), while it is
+        # subscribed again here (resubscribe_here)
+        self.claims: dict[int, dict[str, int]] = {}
         self._replies: list[Event] = []
         self._raws: dict[int, bytes] = {}  # index in _replies -> that event's encoded op
         self._backlog: dict[Subscription, Backlog] = {}
@@ -446,9 +449,10 @@ class Session(SessionOutput, asyncio.Protocol):
             self.broker.sensors.on_subscription(sub.destination.split("/", 1)[0], -1)
             self.reply(Cancelled(sub.sid, code, message))
 
-    def moved(self, sub: Subscription, reason: str) -> None:
+    def moved(self, sub: Subscription, reason: str, held: dict[int, str]) -> None:
         """The shard of ``sub`` is led elsewhere now (cluster): subscribe it again there.
-        What it held unacked comes back from the new leader, flagged as redelivered."""
+        What it held unacked (``held``: tag -> message id) it claims from the new leader,
+        under the same tags (not delivered again)."""
         if self.subs.pop(sub.sid, None) is None:
             return
         sub.close()
@@ -457,24 +461,30 @@ class Session(SessionOutput, asyncio.Protocol):
         if self.protocol == PEER_CLIENT:  # the origin node's relay moves it
             self.reply(Cancelled(sub.sid, "moved", reason))
         elif self.relay is not None:
-            self.relay.relocate(sub.sid, sub.next_tag - 1)
+            self.relay.relocate(sub.sid, sub.next_tag - 1, held)
         else:
             self.reply(Cancelled(sub.sid, "unavailable", reason))
 
-    def resubscribe_here(self, request: Subscribe, top: int) -> None:
+    def resubscribe_here(self, request: Subscribe, top: int, held: dict[int, str]) -> list[int]:
         """Take back a moved subscription now that this node leads its shard; its tags go
-        on after ``top``."""
+        on after ``top``, and the deliveries it holds (``held``: tag -> message id) are
+        checked out to it again under their tags. Returns the tags so taken."""
         if request.sid in self.subs:
-            return
+            return []
         self.first_tags[request.sid] = top + 1
+        self.claims[request.sid] = {mid: tag for tag, mid in held.items()}
         try:
             self.broker.handle(
                 self, Subscribe(0, request.sid, request.destination, request.options)
             )
         except RequestError as exc:
             self.reply(Cancelled(request.sid, exc.code, exc.message))
+            return []
         finally:
             self.first_tags.pop(request.sid, None)
+            self.claims.pop(request.sid, None)
+        sub = self.subs.get(request.sid)
+        return [tag for tag in held if sub is not None and tag in sub.inflight]
 
     # ---- closing ------------------------------------------------------------------------
     def quiesce(self) -> None:

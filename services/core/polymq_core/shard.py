@@ -19,6 +19,7 @@ does not grow with the number of idle queues (a durable one is read back from th
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import logging
 import time
@@ -99,6 +100,10 @@ class ShardHost(Protocol):
     ) -> asyncio.Future[None] | None: ...
 
 
+def _mark(key: str, marks: list[tuple[int, int]], store: Store) -> asyncio.Future[None]:
+    return store.mark_delivered(key, marks)
+
+
 class Shard(DurableWrites):
     def __init__(
         self,
@@ -133,6 +138,8 @@ class Shard(DurableWrites):
         self._mid = 0  # message ids: boot id, shard, counter; unique across restarts
         self._boot = format(time.time_ns() // 1_000_000, "x")
         self._removes: dict[str, list[int]] = {}
+        # deliveries to mark in the log (cluster), gathered per turn: key -> [(seq, count)]
+        self._marks: dict[str, list[tuple[int, int]]] = {}
         # resolves when the removals gathered since the last flush are durable (or fails)
         self._removed: asyncio.Future[None] | None = None
         self._retry_removes: asyncio.TimerHandle | None = None
@@ -153,13 +160,14 @@ class Shard(DurableWrites):
         await self.store.open()
         self.store.on_commit = self.sensors.on_commit
         if self.leading:
-            await self._load(redelivered=False)
+            await self._load()
         self._task = self.loop.create_task(self._run_timers(), name=f"shard-{self.index}")
 
-    async def _load(self, *, redelivered: bool) -> None:
-        """Read the shard's destinations, messages and bindings back from the store.
-        ``redelivered``: a new leader's load: any message may have been delivered by the
-        old leader and not acked, so each comes back flagged as a redelivery."""
+    async def _load(self) -> None:
+        """Read the shard's destinations, messages and bindings back from the store. A new
+        leader's load finds the delivery counts of the messages the old leader delivered
+        and had not seen settled (:meth:`delivered`): those, and only those, come back
+        flagged as redeliveries."""
         for rec in await self.store.load_destinations():
             try:
                 options = DeclareOptions.from_dict(rec.options) if rec.options else _DEFAULTS
@@ -180,9 +188,7 @@ class Shard(DurableWrites):
                 continue
             holder = self._make(rec.destination, options, rec.last_seq)
             holder.metadata = dict(rec.metadata)
-            for m in messages:
-                if redelivered and m.delivery_count < 1:
-                    m.delivery_count = 1
+            for m in messages:  # (a message delivered by the old leader has its count)
                 holder.put(m)
             if isinstance(holder, Queue):
                 holder.published = 0
@@ -204,6 +210,27 @@ class Shard(DurableWrites):
             except ValueError as exc:
                 log.warning("shard %d: ignoring stored batch %r: %s", self.index, key, exc)
 
+    def delivered(self, queue: Queue, msg: Message) -> None:
+        """A persistent message of a durable queue went to a consumer that acks: in a
+        cluster, mark it so in the log (with every other delivery of this turn, in one
+        write per queue, waited for by nobody), so that a new leader knows it was delivered
+        (it comes back flagged redelivered, and a message never delivered does not). A mark
+        the old leader had not committed when it died is lost: that delivery comes back
+        unflagged."""
+        if not self.replicated:
+            return
+        marks = self._marks
+        if not marks:
+            self.loop.call_soon(self._flush_marks)
+        marks.setdefault(queue.key, []).append((msg.seq, msg.delivery_count))
+
+    def _flush_marks(self) -> None:
+        marks, self._marks = self._marks, {}
+        if not self.leading:
+            return
+        for key, pairs in marks.items():
+            self.commit(functools.partial(_mark, key, pairs))
+
     # ---- leadership (cluster mode) -----------------------------------------------------------
     async def promote(self) -> None:
         """This node now leads the shard: fence the log (the store's takeover), then load
@@ -211,7 +238,7 @@ class Shard(DurableWrites):
         if self.leading:
             return
         await self.store.promote()
-        await self._load(redelivered=True)
+        await self._load()
         self.leading = True
         self.sensors.on_leadership("promoted")
         for holder in self.holders.values():
@@ -236,13 +263,21 @@ class Shard(DurableWrites):
                 holder.waiters.clear()
                 subs = list(holder.consumers)
                 holder.consumers.clear()
+                # what each consumer holds unacked goes with it (its session claims those
+                # messages from the new leader: Queue.claim)
+                out = holder.inflight
+                held = [
+                    {tag: out[seq].message.id for tag, seq in sub.inflight.items() if seq in out}
+                    for sub in subs
+                ]
                 holder.inflight.clear()
             else:
                 subs = list(holder.cursors)
                 holder.cursors.clear()
-            for sub in subs:
+                held = [{} for _ in subs]
+            for sub, its in zip(subs, held, strict=True):
                 sub.inflight.clear()
-                sub.session.moved(sub, reason)
+                sub.session.moved(sub, reason, its)
         self.host.drop_cursors(self)
         bindings = self.host.bindings
         for key in bindings.bound_queues():
@@ -374,8 +409,10 @@ class Shard(DurableWrites):
             holder.set_window(self._window(key, options))
         holder.options = options
         holder.durable = options.durable
-        if not options.durable:
+        if not (options.durable or self.replicated):
             return None
+        # (in a cluster a queue that is not durable is declared in the log too, with its
+        # bindings, so that a new leader has it; its messages stay in memory)
         stored, metadata = options.to_dict(), holder.metadata
         fut = self.commit(lambda store: store.save_destination(key, stored, metadata))
         patterns = self.host.bindings.of(key)
@@ -410,6 +447,11 @@ class Shard(DurableWrites):
         options = holder.options.to_dict()
         return self.commit(lambda store: store.save_destination(key, options, kept))
 
+    def keeps_bindings(self, key: str) -> bool:
+        """Are the bindings of ``key`` stored? A durable queue's are; in a cluster every
+        queue's are (a new leader has the queues that are not durable too, empty)."""
+        return self.replicated or self.is_durable(key)
+
     def is_durable(self, key: str) -> bool:
         """Is ``key`` declared durable (in memory or dormant)?"""
         holder = self.holders.get(key)
@@ -425,13 +467,13 @@ class Shard(DurableWrites):
         A durable queue's binding is written even when it existed (the write is idempotent),
         so that a repeated bind is answered only once the first is durable too."""
         added = self.host.bindings.add(pattern, key)
-        if self.is_durable(key):
+        if self.keeps_bindings(key):
             return added, self.commit(lambda store: store.save_bindings(key, [pattern]))
         return added, None
 
     def unbind(self, key: str, pattern: str) -> tuple[bool, asyncio.Future[None] | None]:
         removed = self.host.bindings.remove(pattern, key)
-        if removed and self.is_durable(key):
+        if removed and self.keeps_bindings(key):
             return True, self.commit(lambda store: store.delete_bindings(key, [pattern]))
         return removed, None
 

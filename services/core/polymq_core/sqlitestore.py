@@ -283,6 +283,11 @@ class SqliteStore(Store):
     def purge(self, destination: str) -> asyncio.Future[None]:
         return self._submit(*self._encoder.purge(destination))
 
+    def mark_delivered(
+        self, destination: str, marks: Sequence[tuple[int, int]]
+    ) -> asyncio.Future[None]:
+        return self._submit(*self._encoder.mark_delivered(destination, marks))
+
     def save_destination(
         self, destination: str, options: dict[str, Any], metadata: dict[str, str]
     ) -> asyncio.Future[None]:

@@ -7,7 +7,7 @@ cluster), and :class:`~polymq_core.replog.ReplicatedStore`, the shard's replicat
 applied to such a file (cluster mode). A shard sees only this module.
 
 Writes
-    ``append``, ``append_many``, ``append_batch``, ``remove``, ``purge``,
+    ``append``, ``append_many``, ``append_batch``, ``remove``, ``purge``, ``mark_delivered``,
     ``save_destination``, ``delete_destination``, ``save_bindings``, ``delete_bindings``,
     ``forget_batches``, ``save_cursor``, ``delete_cursor``, ``kv_put`` and ``kv_delete`` are
     plain methods: they queue the change
@@ -122,6 +122,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def purge(self, destination: str) -> asyncio.Future[None]:
         """Remove all of ``destination``'s messages; its record and ``last_seq`` stay."""
+
+    @abc.abstractmethod
+    def mark_delivered(
+        self, destination: str, marks: Sequence[tuple[int, int]]
+    ) -> asyncio.Future[None]:
+        """Messages were delivered (and are not settled yet): set the delivery count of
+        each ``(seq, count)`` stored (a replicated core marks them, so that a new leader
+        flags only them redelivered); seqs that are not stored are ignored."""
 
     @abc.abstractmethod
     def save_destination(

@@ -34,7 +34,7 @@ class SubscriberSession(Protocol):
     def accepts(self, sub: Subscription) -> bool: ...
     def push_delivery(self, sub: Subscription, tag: int, msg: Message, key: Any) -> None: ...
     def cancel(self, sub: Subscription, code: str, message: str) -> None: ...
-    def moved(self, sub: Subscription, reason: str) -> None: ...
+    def moved(self, sub: Subscription, reason: str, held: dict[int, str]) -> None: ...
 
 
 class Source(Protocol):
@@ -190,6 +190,17 @@ class Subscription:
             inflight[tag] = key
         self.session.push_delivery(self, tag, message, key)
         return tag
+
+    def adopt(self, tag: int, key: Any) -> None:
+        """Hold a delivery made under ``tag`` before this subscription moved here (its
+        source checked it out again), as unacked; later tags follow it."""
+        w = self._own()
+        inflight = w.inflight
+        if inflight is _NONE_UNACKED:
+            inflight = w.inflight = {}
+        inflight[tag] = key
+        if w.next_tag <= tag:
+            w.next_tag = tag + 1
 
     def send(self, message: Message) -> None:
         """Hand over a message nobody redelivers (a topic's): no window, acks are no-ops."""

@@ -45,6 +45,7 @@ class WriteEncoder:
             "delete_bindings": self.delete_bindings,
             "kv_put": self.kv_put,
             "kv_delete": self.kv_delete,
+            "mark_delivered": self.mark_delivered,
         }
 
     def append(self, destination: str, message: Message) -> tuple[Any, ...]:
@@ -95,6 +96,10 @@ class WriteEncoder:
 
     def kv_delete(self, key: str) -> tuple[Any, ...]:
         return (WriteKind.KV_DELETE, key)
+
+    def mark_delivered(self, destination: str, marks: Sequence[tuple[int, int]]) -> tuple[Any, ...]:
+        flat = [int(v) for mark in marks for v in mark]
+        return (WriteKind.DELIVERED, destination, flat)
 
     def encode(self, op: str, *args: Any) -> tuple[Any, ...]:
         """The write that the Store method ``op`` called with ``args`` would queue, as a log

@@ -6,9 +6,11 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from polymq.types import Message
 from polymq_core.schema import SCHEMA, WriteKind, apply_batch
 
 DESTS = ("queue/a", "queue/b")
@@ -108,3 +110,42 @@ def test_messages_of_a_queue_purged_later_in_the_batch_are_never_written() -> No
     inserts = " ".join(s for s in statements if s.startswith("INSERT OR REPLACE INTO messages"))
     assert b"one".hex().upper() not in inserts.upper()
     assert b"two".hex().upper() in inserts.upper() and b"kept".hex().upper() in inserts.upper()
+
+
+def _blob(seq: int, count: int = 0) -> bytes:
+    message = Message(body=b"m", seq=seq, id=f"id{seq}", delivery_count=count)
+    blob: bytes = msgpack.packb(message.to_wire(), use_bin_type=True)
+    return blob
+
+
+def _counts(conn: sqlite3.Connection) -> dict[int, int]:
+    rows = conn.execute("SELECT seq, blob FROM messages").fetchall()
+    return {seq: Message.from_wire(msgpack.unpackb(blob)).delivery_count for seq, blob in rows}
+
+
+def test_a_delivery_mark_raises_the_stored_count_and_skips_what_is_acked() -> None:
+    conn = _db()
+    apply_batch(
+        conn,
+        [
+            (None, WriteKind.APPEND_MANY, "queue/a", [(s, _blob(s)) for s in (1, 2)]),
+            (None, WriteKind.APPEND, "queue/a", 3, _blob(3, 5)),
+            # 1 delivered and still out, 2 delivered and acked in the same batch, 3 marked
+            # with a lower count than it has, 9 not stored
+            (None, WriteKind.DELIVERED, "queue/a", [1, 1, 2, 1, 3, 2, 9, 1]),
+            (None, WriteKind.REMOVE, "queue/a", [2]),
+        ],
+    )
+    assert _counts(conn) == {1: 1, 3: 5}
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    apply_batch(
+        conn,
+        [
+            (None, WriteKind.DELIVERED, "queue/a", [1, 2]),
+            (None, WriteKind.DELIVERED, "queue/a", [3, 6]),
+            (None, WriteKind.REMOVE, "queue/a", [3]),  # acked: its mark is never applied
+        ],
+    )
+    assert _counts(conn) == {1: 2}
+    assert sum(s.startswith("UPDATE messages") for s in statements) == 1

@@ -593,6 +593,7 @@ WRITE_CALLS: list[tuple[str, tuple[Any, ...]]] = [
     ("append_many", (Q, [full_message(2), small_message(3), Message(body=b"", seq=4)])),
     ("append_many", ("queue/empty", [])),
     ("remove", (Q, [2, 99])),
+    ("mark_delivered", (Q, [(1, 2), (3, 1), (99, 1)])),
     ("save_bindings", (Q, ["a.*", "b.#"])),
     ("delete_bindings", (Q, ["a.*", "never"])),
     ("append", ("queue/gone", small_message(7, "queue/gone"))),
