@@ -24,7 +24,8 @@ class Node:
         self.got: list[tuple[str, bytes]] = []
         self.mesh = TopicMesh(nc, node_id, self.deliver)
 
-    def deliver(self, name: str, messages: list[Message]) -> None:
+    def deliver(self, name: str, messages: list[Message], answer: bool) -> None:
+        """The mesh's ``deliver_local``: nothing committed here, so nothing to answer."""
         self.got.extend((name, m.body) for m in messages)
 
     def bodies(self, prefix: bytes = b"") -> list[bytes]:
