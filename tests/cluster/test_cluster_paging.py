@@ -218,6 +218,7 @@ def test_a_new_leader_serves_a_paged_backlog_at_once_in_order(cluster: Cluster) 
 
     counts = eventually(lambda: asyncio.run(stats()), 60, f"stats of {dest} after the kill")
     served = time.monotonic() - killed
+    print(f"the new leader answered {served:.1f} s after the kill: {counts} (messages, paged)")
     left = TAKEOVER_BACKLOG - TAKEN_BEFORE
     assert counts[0] == left, counts
     assert counts[1] >= left - 2 * WINDOW, f"the new leader loaded more than a window: {counts}"
