@@ -260,7 +260,9 @@ class PolymqCluster:
         cpus: list[int] | None = None,
         log_level: str = "WARNING",
         profile_dir: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """``env``: more of the nodes' environment (POLYMQ_QUEUE_WINDOW_MESSAGES, say)."""
         self.root = root
         self.cpus = cpus
         self.profiles: list[Path] = []
@@ -268,6 +270,7 @@ class PolymqCluster:
         env = {
             "POLYMQ_CLUSTER_SECRET": secrets.token_hex(24),
             "POLYMQ_LOG_LEVEL": log_level,
+            **(env or {}),
         }
         ports = free_ports(n * (1 + len(PORT_NAMES)))
         cluster_ports, ports = ports[:n], ports[n:]
@@ -447,11 +450,12 @@ def polymq_cluster(
     log_level: str = "WARNING",
     keep: bool = False,
     profile_dir: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[PolymqCluster]:
     """A started, ready cluster; stopped and removed afterwards (``keep``: the directory
     stays, for its logs)."""
     root = Path(tempfile.mkdtemp(prefix="polymq-bench-cluster-"))
-    cluster = PolymqCluster(root, n, cpus, log_level, profile_dir)
+    cluster = PolymqCluster(root, n, cpus, log_level, profile_dir, env)
     try:
         cluster.start()
         cluster.wait_ready(timeout=120)

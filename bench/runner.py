@@ -50,6 +50,7 @@ def all_scenarios() -> list[Scenario]:
         avro,
         backlog,
         cluster,
+        cluster_backlog,
         fanout,
         flow,
         http,
@@ -72,6 +73,7 @@ def all_scenarios() -> list[Scenario]:
         *avro.SCENARIOS,
         *amqp.SCENARIOS,
         *cluster.SCENARIOS,
+        *cluster_backlog.SCENARIOS,
         *metrics.SCENARIOS,
     ]
 

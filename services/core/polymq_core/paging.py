@@ -12,10 +12,19 @@ Under memory pressure (:class:`Pressure`: the core's memory past the memory alar
 watermark, ``polymq_core.alarms``) the window shrinks to 1/:data:`SQUEEZE` of itself: new
 messages go to the store sooner, and pages read back are smaller; what is in memory stays.
 
-What pages: durable queues on one node. A replicated core keeps its queues in memory (its
-local store is written as the log is applied, a step behind the leader's memory), and so
-do queues that are not durable (nothing of theirs is stored) and queues whose overflow
-policy is drop-head (bounded by their max-length).
+What pages: durable queues, on one node and on a replicated core's leader. Queues that are
+not durable (nothing of theirs is stored) and queues whose overflow policy is drop-head
+(bounded by their max-length) keep everything in memory.
+
+In a replicated core the leader's local store is written as the log is applied, a step
+behind its commits (entries are held a moment, then applied together: docs/cluster.md).
+A message is counted as paged only once its entry is committed, and a committed entry is
+already held for the local store, so a page read first waits until what is held is applied
+(``ReplicatedStore.load_page``): it neither misses a committed message nor sees one twice
+(the read starts after :attr:`Pages.first`, and what it returns is a prefix, in seq order,
+of what is counted). A new leader loads one window and counts the rest; the messages it
+counts were stored when it took over, so each may have been delivered by the old leader:
+read back, they are flagged redelivered as the window's are (:attr:`Pages.suspect`).
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ class Pressure:
 class Pages:
     """The messages of a queue that are in the store only: how many, their body bytes
     (after a restart, an estimate: Store.measure_messages), the first one's seq, and
-    which purge they outlived (``generation``: a page read across a purge is dropped)."""
+    which purge they outlived (``generation``: a page read across a purge is dropped),
+    and the last seq a former leader may have delivered (``suspect``: a new leader's)."""
 
     __slots__ = (
         "count",
@@ -47,6 +57,7 @@ class Pages:
         "nbytes",
         "pressure",
         "reading",
+        "suspect",
         "window",
         "window_bytes",
     )
@@ -60,6 +71,7 @@ class Pages:
         self.first = 0
         self.generation = 0
         self.reading = False
+        self.suspect = 0
 
     def bounds(self) -> tuple[int, int]:
         """The window now, (messages, bytes): squeezed under memory pressure."""
@@ -111,6 +123,9 @@ class Pages:
         self.count = max(self.count - len(page), 0)
         self.nbytes = max(self.nbytes - sum(len(m.body) for m in page), 0)
         self.first = page[-1].seq + 1
+        for msg in page:
+            if msg.seq <= self.suspect and msg.delivery_count < 1:
+                msg.delivery_count = 1  # redelivered: the old leader may have sent it
         if not self.count:
             self.nbytes = 0
 

@@ -18,9 +18,9 @@ what the higher ones have no room for (AMQP's consumer priorities). A queue neve
 on a slow consumer: the session applies the slow-consumer policy instead.
 
 Durable state changes (enqueue of a persistent message, its removal) go to the owning shard,
-the one place that writes the store and will later replicate. A durable queue on one node
-keeps a bounded window of ready messages in memory and the rest in the store only
-(:mod:`polymq_core.paging`).
+the one place that writes the store and will later replicate. A durable queue (on one
+node, or on a replicated core's leader) keeps a bounded window of ready messages in memory
+and the rest in the store only (:mod:`polymq_core.paging`).
 """
 
 from __future__ import annotations

@@ -812,6 +812,18 @@ class ReplicatedStore(Store):
         await self.sync()
         return await self.local.count_messages(destination)
 
+    async def load_page(self, destination: str, after: int, limit: int) -> list[Message]:
+        """A queue's page (paging.py), read once every entry committed so far is applied
+        here: the local store is written a step behind the log, and a message the leader
+        counted as paged is committed, so held here (``_hold`` runs before a write's
+        future resolves) and applied by ``sync``."""
+        await self.sync()
+        return await self.local.load_page(destination, after, limit)
+
+    async def measure_messages(self, destination: str, after: int) -> tuple[int, int]:
+        await self.sync()
+        return await self.local.measure_messages(destination, after)
+
 
 def _store_error(text: str, cause: BaseException) -> StoreError:
     error = StoreError(text)

@@ -196,6 +196,8 @@ class Shard(DurableWrites):
                     last = messages[-1].seq
                     count, size = await self.store.measure_messages(rec.destination, last)
                     holder.pages.add_stored(count, size, last)
+                    if redelivered:  # those too may have been delivered by the old leader
+                        holder.pages.suspect = holder.last_seq
         bindings = self.host.bindings
         for key, pattern in await self.store.load_bindings():
             try:
@@ -297,10 +299,11 @@ class Shard(DurableWrites):
 
     def _window(self, key: str, options: DeclareOptions) -> tuple[int, int] | None:
         """(messages, bytes) a queue keeps in memory, past which it pages (paging.py);
-        None: it keeps everything (streams, a replicated core, queues that are not
-        durable or drop their head)."""
+        None: it keeps everything (streams, queues that are not durable or drop their
+        head). A replicated core's leader pages too: it reads its pages from the local
+        store once the log is applied up to them (ReplicatedStore.load_page)."""
         settings = self.host.settings
-        if self.replicated or key.startswith("stream/") or not settings.queue_window_messages:
+        if key.startswith("stream/") or not settings.queue_window_messages:
             return None
         if not options.durable or options.overflow is Overflow.DROP_OLDEST:
             return None
