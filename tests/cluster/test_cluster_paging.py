@@ -5,7 +5,7 @@ its local store, which applies the log a step behind its commits.
 A backlog of 1 KB persistent messages many times the window grows no node's memory by
 anything near its size, and every message comes back once, in order. The leader of a paged
 backlog killed (``kill -9``), the new leader serves the rest at once (it loaded one window
-and counted the rest), in order, none lost, those the old leader may have sent flagged
+and counted the rest), in order, none lost, and only what the old leader delivered flagged
 redelivered."""
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ BATCH = 250  # messages per awaited publish
 INFLIGHT = 4  # publishes in flight at once
 TAKEOVER_BACKLOG = 6_000
 TAKEN_BEFORE = 1_000  # messages consumed (and acked) before the leader is killed
+PREFETCH = 500  # what a consumer here may hold unacked
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +102,7 @@ async def publish(client: Client, dest: str, first: int, count: int) -> None:
 async def consume(client: Client, dest: str, count: int) -> list[tuple[int, bool]]:
     """``count`` deliveries, each acked: (index, redelivered) in the order they came. The
     last ack is awaited until written (committed to the log), the others before it too."""
-    sub = await client.subscribe(dest, ack_mode="client-individual", prefetch=500)
+    sub = await client.subscribe(dest, ack_mode="client-individual", prefetch=PREFETCH)
     got: list[tuple[int, bool]] = []
     try:
         while len(got) < count:
@@ -182,8 +183,8 @@ def test_a_new_leader_serves_a_paged_backlog_at_once_in_order(cluster: Cluster) 
     """6,000 messages in a queue whose window is 200, 1,000 consumed and acked, then its
     shard's leader is killed: the new leader answers with the rest counted as paged (it
     loaded one window), and a consumer through a survivor gets the other 5,000, in order,
-    none lost, none twice; the first of them flagged redelivered (the old leader may have
-    sent them). Fails on the code before: the new leader loaded the whole backlog (paged 0)."""
+    none lost, none twice, and none that was never delivered flagged redelivered. Fails on
+    the code before: the new leader loaded the whole backlog (paged 0)."""
     leaders = cluster.wait_formed(timeout=60)
     leader = leaders[1]
     dest = f"queue/{cluster.queue_in_shard(1, 'takeover')}"
@@ -234,5 +235,8 @@ def test_a_new_leader_serves_a_paged_backlog_at_once_in_order(cluster: Cluster) 
     assert [i for i, _ in got] == list(range(TAKEN_BEFORE, TAKEOVER_BACKLOG)), (
         "not every message once, in order"
     )
-    assert all(redelivered for _, redelivered in got), "a message the old leader held came new"
+    # only what went out before the kill may say so (delivery marks in the log, issue 28.5):
+    # the first consumer's prefetch (500) past the 1,000 it acked; never the rest
+    never_sent = [i for i, redelivered in got if i >= TAKEN_BEFORE + PREFETCH and redelivered]
+    assert not never_sent, f"never delivered, yet flagged redelivered: {never_sent[:10]}"
     assert served < 60

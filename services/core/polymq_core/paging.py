@@ -22,9 +22,9 @@ A message is counted as paged only once its entry is committed, and a committed 
 already held for the local store, so a page read first waits until what is held is applied
 (``ReplicatedStore.load_page``): it neither misses a committed message nor sees one twice
 (the read starts after :attr:`Pages.first`, and what it returns is a prefix, in seq order,
-of what is counted). A new leader loads one window and counts the rest; the messages it
-counts were stored when it took over, so each may have been delivered by the old leader:
-read back, they are flagged redelivered as the window's are (:attr:`Pages.suspect`).
+of what is counted). A new leader loads one window and counts the rest; a message read
+back carries the delivery count its store has, raised by the log's delivery marks
+(``Shard.delivered``), so only what the old leader delivered comes back flagged.
 """
 
 from __future__ import annotations
@@ -47,8 +47,7 @@ class Pressure:
 class Pages:
     """The messages of a queue that are in the store only: how many, their body bytes
     (after a restart, an estimate: Store.measure_messages), the first one's seq, and
-    which purge they outlived (``generation``: a page read across a purge is dropped),
-    and the last seq a former leader may have delivered (``suspect``: a new leader's)."""
+    and which purge they outlived (``generation``: a page read across a purge is dropped)."""
 
     __slots__ = (
         "count",
@@ -57,7 +56,6 @@ class Pages:
         "nbytes",
         "pressure",
         "reading",
-        "suspect",
         "window",
         "window_bytes",
     )
@@ -71,7 +69,6 @@ class Pages:
         self.first = 0
         self.generation = 0
         self.reading = False
-        self.suspect = 0
 
     def bounds(self) -> tuple[int, int]:
         """The window now, (messages, bytes): squeezed under memory pressure."""
@@ -123,9 +120,6 @@ class Pages:
         self.count = max(self.count - len(page), 0)
         self.nbytes = max(self.nbytes - sum(len(m.body) for m in page), 0)
         self.first = page[-1].seq + 1
-        for msg in page:
-            if msg.seq <= self.suspect and msg.delivery_count < 1:
-                msg.delivery_count = 1  # redelivered: the old leader may have sent it
         if not self.count:
             self.nbytes = 0
 

@@ -196,8 +196,6 @@ class Shard(DurableWrites):
                     last = messages[-1].seq
                     count, size = await self.store.measure_messages(rec.destination, last)
                     holder.pages.add_stored(count, size, last)
-                    if redelivered:  # those too may have been delivered by the old leader
-                        holder.pages.suspect = holder.last_seq
         bindings = self.host.bindings
         for key, pattern in await self.store.load_bindings():
             try:
