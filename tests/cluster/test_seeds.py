@@ -11,12 +11,18 @@
   tolerated); the nodes coming back with the same names and fresh stores serve again, and
   the meta group stays healthy (nats-server lets a server taken out join its meta group
   again after five minutes: ``peerRemoveTimeout``).
+- One node's store (``polymq run`` without ``--peers``: the chart's ``core.replicaCount=1``)
+  is not taken over by a replicated core started on it (1 -> 3 on pod 0's volume): it
+  refuses to start (exit 2) and says what to do, rather than serving what no log holds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +33,17 @@ import requests
 
 from polymq_core.natsd import SYSTEM_USER, derived_password
 
-from .harness import Cluster, Node, drain, eventually, http_publish_ok, running_cluster
+from ..procs import PolymqProcess
+from .harness import (
+    HTTP_TIMEOUT,
+    Cluster,
+    Node,
+    drain,
+    eventually,
+    free_ports,
+    http_publish_ok,
+    running_cluster,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -166,3 +182,27 @@ def test_five_scaled_to_three_and_back_keep_a_healthy_meta_group(tmp_path: Path)
             f"\n5 -> 3 in {shrunk:.1f}s: meta group of 3, all up; 3 -> 5: meta group"
             f" {meta['cluster_size']}, all up; {time.monotonic() - began:.1f}s in all"
         )
+
+
+def test_a_single_nodes_store_is_not_taken_over_by_a_replicated_core(tmp_path: Path) -> None:
+    with PolymqProcess("run", tmp_path) as single:
+        r = requests.post(
+            f"{single.url()}/v1/queue/kept/messages",
+            json={"body": "on one node", "persistent": True},
+            timeout=HTTP_TIMEOUT,
+        )
+        assert r.status_code == 200, r.text
+        assert single.stop() == 0, single.log()
+    [port] = free_ports(1)
+    args = ["--node-id", "a", "--peers", f"127.0.0.1:{port}", "--cluster-port", str(port)]
+    done = subprocess.run(
+        [sys.executable, "-m", "polymq_cli", "run", *args, "--data-dir", str(single.data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "POLYMQ_CLUSTER_SECRET": "c" * 32},
+    )
+    assert done.returncode == 2, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    assert "holds the store of a single node" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert not (single.data_dir / "nats").exists()  # no nats-server was started

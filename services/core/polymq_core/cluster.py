@@ -217,15 +217,17 @@ class ClusterNode(ShardLeadership, LogRetention):
                     break
                 except LogError as exc:
                     refused = self._refused()
-                    if not self.routes.current and not refused:
+                    if not self.routes.current:
                         # a seed that knows only itself waits for a node to join it, for
-                        # as long as it takes: a JetStream cluster needs two servers
+                        # as long as it takes: a JetStream cluster needs two servers (its
+                        # route to itself may be refused: a certificate not naming it)
                         deadline = time.monotonic() + _CONNECT_FOR
                         log.info(
                             "waiting for a second node (%s): JetStream needs two servers;"
-                            " start another node with --peers %s",
+                            " start another node with --peers %s%s",
                             exc,
                             hostport(advertised(s.host), s.cluster_port),
+                            f" ({refused})" if refused else "",
                         )
                         await asyncio.sleep(1.0)
                         continue
@@ -520,7 +522,8 @@ class ClusterNode(ShardLeadership, LogRetention):
             "node_id": self.node_id,
             "state": self.state,
             "ready": self.ready(),
-            "replicas": self.replicas,
+            # the streams' replicas: as counted at start, or as many as a stream has grown to
+            "replicas": max(self.replicas, *(shard_log.configured for shard_log in self.logs)),
             "routes": [hostport(h, p) for h, p in self.routes.current],  # NATS routes
             "leave": "remove" if self.remove_on_leave else self.settings.leave,
             "nodes": nodes,
