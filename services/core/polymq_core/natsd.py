@@ -256,7 +256,7 @@ def meta_removals(size: int, offline: set[str], gone: set[str], me: str) -> list
     it could with them (four scaled to three: 3 of 4 needed, 2 of 3 after). Otherwise
     none: nats-server keeps a server taken out from joining again for five minutes, and
     three scaled to two is as tolerant with it as without (2 of 3, 2 of 2)."""
-    out = [me, *sorted((offline & gone) - {me})]
+    out = [*sorted((offline & gone) - {me}), me]  # itself last: it asks through its server
     up = size - len(offline - {me}) - 1  # the servers left running once ``me`` stopped
     tolerated_with = up - (size // 2 + 1)
     smaller = size - len(out)

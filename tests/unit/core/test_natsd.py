@@ -138,7 +138,7 @@ def test_render_of_a_seed_alone_listens_routed_to_itself(tmp_path: Path) -> None
         (3, set(), set(), []),  # 3 -> 2: 2 of 3 or 2 of 2, as tolerant: kept
         (4, set(), set(), ["me"]),  # 4 -> 3: 3 of 4 needed, 2 of 3 after
         (5, set(), set(), []),  # 5 -> 4: 3 of 5 or 3 of 4
-        (5, {"d"}, {"d"}, ["me", "d"]),  # 5 -> 4 -> 3: 3 of 5 with 3 up, 2 of 3 after
+        (5, {"d"}, {"d"}, ["d", "me"]),  # 5 -> 4 -> 3: 3 of 5 with 3 up, 2 of 3 after
         (5, {"d"}, set(), []),  # d is down, not gone (a restart): kept
         (2, set(), set(), ["me"]),  # 2 -> 1
     ],
