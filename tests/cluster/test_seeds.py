@@ -3,8 +3,8 @@
 - Nodes given one seed form one cluster: node 1 is given only itself (``--peers`` naming
   its own cluster address), nodes 2 and 3 only node 1. The seed listens on its cluster port
   all the same (routed to itself), and NATS' route gossip meshes the others. A JetStream
-  cluster answers once two servers are in it, so nodes 1 and 2 start together; a message
-  stored then is there once node 3 has joined, every shard's stream then has three
+  cluster answers once two servers are in it: the seed alone waits, saying so, until node 2
+  joins; a message stored then is there once node 3 has joined, every shard's stream then has three
   replicas, and a message published on one node is consumed on another.
 - Five nodes scaled to three for good, one after the other (``POST /api/cluster/leave``,
   then SIGTERM) leave a meta group of three, all up (not five with two down: no loss
@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,15 @@ def test_nodes_given_one_seed_form_one_cluster_and_grow_to_three_replicas(
     seed, second, third = cluster.nodes
     try:
         cluster.started_at = time.monotonic()
-        cluster.start_nodes([seed, second])
+        with ThreadPoolExecutor(1) as pool:
+            # the seed alone waits (for as long as it takes) for a second node to join it
+            starting = pool.submit(cluster.start_nodes, [seed])
+            eventually(
+                lambda: "waiting for a second node" in seed.log(), 60, "the seed waits, saying so"
+            )
+            assert not starting.done()  # it serves no client alone: a JetStream cluster
+            cluster.start_nodes([second])  # needs two servers
+            starting.result()
         cluster.wait_formed(timeout=60, nodes=[seed, second])
         formed = time.monotonic() - cluster.started_at
         q = "seeded"
