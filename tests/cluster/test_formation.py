@@ -152,14 +152,22 @@ def test_a_node_with_another_secret_is_refused_and_says_why(
 def test_a_node_given_one_seed_learns_the_whole_cluster(tmp_path: Path) -> None:
     """Nodes 1 and 2 list each other; node 3 lists only node 1 (and itself). NATS passes the
     routes on and `system.peers` the nodes: every node lists all three, and node 3 serves a
-    shard led by node 2 (the streams keep the replicas their maker counted)."""
+    shard led by node 2 (a stream that node 3 made with the two replicas it counted grows to
+    three)."""
     with running_cluster(tmp_path, seeds={3: [1]}) as cluster:
         n1, _, n3 = cluster.nodes
         leaders = cluster.wait_formed(timeout=60)
         for node in cluster.nodes:
             info = node.cluster_info()
-            assert info is not None and info["replicas"] == 3, info  # the streams' count
+            assert info is not None
             assert {m["id"] for m in info["nodes"]} == {n.id for n in cluster.nodes}, info
+
+        def three(node: Node) -> bool:
+            info = node.cluster_info()
+            return info is not None and info["replicas"] == 3  # the streams' count
+
+        for node in cluster.nodes:  # (grown to three by their leaders if node 3 made them)
+            eventually(lambda node=node: three(node), 30, f"{node.id} counts three replicas")
         done = run_cli("cluster", "list", "--admin", n3.admin, "--timeout", "10")
         assert done.returncode == 0, done.stderr
         assert all(n.id in done.stdout for n in cluster.nodes), done.stdout

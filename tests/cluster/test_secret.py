@@ -2,13 +2,15 @@
 ``POLYMQ_CLUSTER_SECRET`` refuses to start (exit 2, before it runs a nats-server or binds a
 port) with a message naming the variable and the development switch; with
 ``--insecure-dev-secret`` it starts, and its log says what the public secret lets anyone
-do. One node whose ``--peers`` names only itself is cluster enough for both."""
+do. One node whose ``--peers`` names only itself is cluster enough to be refused; started,
+it waits for a second node (a JetStream cluster needs two servers)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -62,8 +64,21 @@ def test_a_replicated_core_without_the_cluster_secret_refuses_to_start(
 
 
 def test_the_development_switch_starts_it_on_the_public_secret_saying_so(tmp_path: Path) -> None:
+    # two nodes (a JetStream cluster answers once two servers are in it), the second given
+    # the first as its seed
     args = [*_cluster_args(), "--insecure-dev-secret"]
-    with PolymqProcess("core", tmp_path, *args, env={"POLYMQ_CLUSTER_SECRET": ""}) as node:
+    [second_port] = free_ports(1)
+    second_args = [
+        "--node-id", "second", "--peers", args[3], "--cluster-port", str(second_port),
+        "--insecure-dev-secret",
+    ]  # fmt: skip
+    env = {"POLYMQ_CLUSTER_SECRET": ""}
+    node = PolymqProcess("core", tmp_path / "solo", *args, env=env)
+    second = PolymqProcess("core", tmp_path / "second", *second_args, env=env)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            for started in [pool.submit(p.start, 60) for p in (node, second)]:
+                started.result()
         admin = node.url("admin")
         eventually(
             lambda: requests.get(f"{admin}/readyz", timeout=5).status_code == 200,
@@ -81,3 +96,6 @@ def test_the_development_switch_starts_it_on_the_public_secret_saying_so(tmp_pat
         )
         assert snapshot.status_code == 200, snapshot.text
         assert node.stop() == 0, node.log()
+    finally:
+        node.kill()
+        second.kill()

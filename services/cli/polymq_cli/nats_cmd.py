@@ -12,8 +12,10 @@ reads the settings the core reads (``POLYMQ_NODE_ID``/``POLYMQ_NODE_NAME``, ``PO
 ``POLYMQ_CLUSTER_SECRET`` and ``POLYMQ_K8S_SERVICE``/``_NAMESPACE``/``POLYMQ_KUBECONFIG``, or
 the same flags), writes the config the core would have written
 (:func:`polymq_core.cluster.nats_config`: server name, JetStream store under the data dir
-with ``sync_interval: always``, routes to the other peers, route and client logins derived
-from the cluster secret) with a fixed client port, and runs nats-server. The core is then
+with ``sync_interval: always``, routes to the other peers (a node given only itself, a
+seed, is routed to itself so that it listens for the others), route, client and system
+account logins derived from the cluster secret) with a fixed client port, and runs
+nats-server. The core is then
 started with ``--nats nats://127.0.0.1:<client port>`` and the same secret; it logs in with
 the derived client password.
 

@@ -53,7 +53,15 @@ from .leadership import ShardLeadership
 from .logentry import LogError
 from .membership import Membership
 from .mesh import Routed, TopicMesh
-from .natsd import AUTH_REFUSED, TLS_REFUSED, NatsConfig, NatsServer, hostport
+from .natsd import (
+    AUTH_REFUSED,
+    TLS_REFUSED,
+    NatsConfig,
+    NatsError,
+    NatsServer,
+    hostport,
+    remove_servers,
+)
 from .reload import SUBJECT as RELOAD_SUBJECT
 from .reload import Reloader, ReloadError
 from .replog import ReplicatedStore
@@ -127,7 +135,7 @@ class ClusterNode(ShardLeadership, LogRetention):
         # the NATS routes: --peers and the Kubernetes endpoints (polymq_core.routes); the
         # replicas are counted again once the endpoints are listed (connect)
         self.routes = Routes.of(settings)
-        self.replicas = min(3, self.routes.nodes)
+        self.replicas = _replicas(self.routes.nodes)
         self.nc = NatsClient()
         self.js = self.nc.jetstream(timeout=5.0)
         self.logs = [
@@ -177,7 +185,7 @@ class ClusterNode(ShardLeadership, LogRetention):
             # JetStream clustering needs a route at start: without --peers, the first
             # listing that names another pod
             await self.routes.wait(self.k8s, _CONNECT_FOR)
-            self.replicas = min(3, self.routes.nodes)
+            self.replicas = _replicas(self.routes.nodes)
             for shard_log in self.logs:
                 shard_log.replicas = self.replicas
         config = nats_config(s, routes=self.routes.current)
@@ -215,6 +223,20 @@ class ClusterNode(ShardLeadership, LogRetention):
                     break
                 except LogError as exc:
                     refused = self._refused()
+                    if not self.routes.current:
+                        # a seed that knows only itself waits for a node to join it, for
+                        # as long as it takes: a JetStream cluster needs two servers (its
+                        # route to itself may be refused: a certificate not naming it)
+                        deadline = time.monotonic() + _CONNECT_FOR
+                        log.info(
+                            "waiting for a second node (%s): JetStream needs two servers;"
+                            " start another node with --peers %s%s",
+                            exc,
+                            hostport(advertised(s.host), s.cluster_port),
+                            f" ({refused})" if refused else "",
+                        )
+                        await asyncio.sleep(1.0)
+                        continue
                     if time.monotonic() > deadline:
                         if refused:
                             raise LogError(f"{exc}; {refused}") from exc
@@ -358,6 +380,7 @@ class ClusterNode(ShardLeadership, LogRetention):
                     await asyncio.wait_for(shard_log.step_down(), 2.0)
             if self.remove_on_leave:
                 await self._remove_from_logs()
+                await self._remove_from_meta()
         if self.mesh is not None:
             with contextlib.suppress(Exception):
                 await self.mesh.stop()
@@ -399,6 +422,30 @@ class ClusterNode(ShardLeadership, LogRetention):
             except (LogError, TimeoutError) as exc:
                 # (no node to replace it: the leader drops it once it is offline)
                 log.info("%s: left to the others to take out (%s)", shard_log.stream, exc)
+
+    async def _remove_from_meta(self) -> None:
+        """Leaving for good, last: take this node's server (and those of nodes that left for
+        good before it) out of JetStream's meta group when that makes the group tolerate
+        more losses (:func:`polymq_core.natsd.meta_removals`), as the system account's user:
+        five scaled down to three would otherwise count a majority of five with three up,
+        and lose it with the next node down. With ``--nats`` at a URL with a login of its
+        own there is no system login: the node says so."""
+        url = self.nats.client_url if self.nats is not None else self.settings.nats_url
+        auth = nats_config(self.settings).system_auth
+        if auth is None or (self.nats is None and "@" in url):
+            log.warning("no system account login: this node stays in JetStream's meta group")
+            return
+        peers = self.membership.peers() if self.membership is not None else {}
+        gone = {n for n, p in peers.items() if p.gone}
+        try:
+            removed = await asyncio.wait_for(remove_servers(url, auth, self.node_id, gone), 15.0)
+        except (NatsError, TimeoutError) as exc:
+            log.warning("this node could not leave JetStream's meta group: %s", exc)
+            return
+        if removed:
+            log.info("taken out of JetStream's meta group: %s", ", ".join(removed))
+        else:
+            log.info("JetStream's meta group keeps this node (as tolerant either way)")
 
     @property
     def pids(self) -> list[int]:
@@ -520,7 +567,8 @@ class ClusterNode(ShardLeadership, LogRetention):
             "node_id": self.node_id,
             "state": self.state,
             "ready": self.ready(),
-            "replicas": self.replicas,
+            # the streams' replicas: as counted at start, or as many as a stream has grown to
+            "replicas": max(self.replicas, *(shard_log.configured for shard_log in self.logs)),
             "routes": [hostport(h, p) for h, p in self.routes.current],  # NATS routes
             "leave": "remove" if self.remove_on_leave else self.settings.leave,
             "nodes": nodes,
@@ -632,6 +680,7 @@ def nats_config(
     if routes is None:
         routes = others(settings.peer_addresses(), settings.cluster_port)
     return NatsConfig(
+        clustered=True,
         server_name=settings.node,
         store_dir=settings.data_dir / "nats",
         cluster_port=settings.cluster_port,
@@ -643,6 +692,13 @@ def nats_config(
         secret=settings.secret,
         tls=ClusterTls.of(settings),
     )
+
+
+def _replicas(nodes: int) -> int:
+    """The replicas of the streams a node makes that counts ``nodes`` nodes: one per node,
+    at most three, and at least two: a JetStream cluster answers only once two servers are
+    in it (a seed given only itself counts one)."""
+    return min(3, max(2, nodes))
 
 
 def advertised(host: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import socket
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,7 @@ class CoreSettings:
                 )
             self._check_secret()
             self._check_cluster_tls()
+            self._check_not_single_store()
             if self.core_tls and not self.cluster_tls:
                 raise ConfigError(
                     "TLS on the core's wire and admin ports (POLYMQ_CORE_TLS_CERT) in a "
@@ -177,6 +179,22 @@ class CoreSettings:
                     "reach each other on the peers' TLS listeners, not on those ports"
                 )
         self._check_core_tls()
+
+    def _check_not_single_store(self) -> None:
+        """A replicated core does not take over a single node's store (``polymq run``
+        without ``--peers`` on the same data dir, or the chart's ``core.replicaCount`` 1 -> 3
+        on pod 0's volume): what it holds is in no log, so the other nodes would never have
+        it, and the first entry of the log would be applied over it. A shard file that
+        holds something and no applied log sequence is such a store."""
+        for path in sorted(self.data_dir.glob("shard-*.db")):
+            if _single_node_store(path):
+                raise ConfigError(
+                    f"{path} holds the store of a single node (polymq run without --peers):"
+                    " a replicated core does not take it over (what it holds is in no log,"
+                    " the other nodes would never have it). Drain it as a single node first,"
+                    " then start the replicated core on another data dir (the chart: a fresh"
+                    " volume for pod 0); see docs/cluster.md, 'Not yet'"
+                )
 
     def _check_secret(self) -> None:
         """Cluster mode needs the cluster secret (the nodes' logins at each other, at NATS
@@ -304,3 +322,29 @@ def parse_peers(text: str) -> tuple[tuple[str, int], ...]:
         if item:
             out.append(_split_peer(item, what))
     return tuple(out)
+
+
+_HELD = ("messages", "destinations", "bindings", "kv", "sequences")  # what a store holds
+
+
+def _single_node_store(path: Path) -> bool:
+    """``path`` is a shard's SQLite store written by a single node: it holds something
+    (messages, destinations, ...) and no applied log sequence (every change of a replicated
+    core's store comes from its log and records the sequence). Unreadable or not SQLite:
+    no (the store's own open says why)."""
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        held = [t for t in _HELD if t in tables]
+        if not any(conn.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchone() for t in held):
+            return False
+        if "replication" not in tables:
+            return True
+        return conn.execute("SELECT 1 FROM replication LIMIT 1").fetchone() is None
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()

@@ -64,7 +64,9 @@ __all__ = [
     "derived_password",
     "find_binary",
     "hostport",
+    "meta_removals",
     "parse_peers",
+    "remove_servers",
     "write_config",
 ]
 
@@ -73,6 +75,8 @@ log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 ROUTE_USER = "polymq-route"  # the route listener's user (its password: derived_password)
 CLIENT_USER = "polymq"  # the client listener's
+SYSTEM_USER = "polymq-system"  # the system account's (JetStream's server removal)
+SYSTEM_ACCOUNT = "SYS"
 AUTH_REFUSED = "Authorization Violation"  # what nats-server logs for a refused login
 TLS_REFUSED = "TLS route handshake error"  # ... for a route whose certificate was refused
 _LOG_TAIL = 4000  # characters of the server's log quoted in a NatsError
@@ -129,8 +133,12 @@ def hostport(host: str, port: int) -> str:
 @dataclass(frozen=True)
 class NatsConfig:
     """What one node's nats-server is told. ``routes`` are the *other* nodes' cluster
-    addresses (the caller leaves its own out); with none, the server runs standalone (a
-    JetStream cluster block needs routes)."""
+    addresses (the caller leaves its own out). With none, the server runs standalone,
+    unless ``clustered``: a seed that knows only itself still listens on its cluster port,
+    routed to itself (nats-server wants a route in a JetStream cluster block, and ignores
+    one to itself), so that the nodes given its address join it; its JetStream answers
+    once a second server has joined (a JetStream cluster's Raft groups run only with a
+    route to another server, and a meta group counts at least two)."""
 
     server_name: str  # the polymq node id
     store_dir: Path  # the JetStream store
@@ -143,6 +151,7 @@ class NatsConfig:
     max_payload: int | None = None  # bytes per NATS message; None: nats-server's 1 MiB
     secret: str | None = None  # the cluster secret: routes and clients log in with it
     tls: ClusterTls | None = None  # routes over TLS, both ends verified against its CA
+    clustered: bool = False  # a cluster block even without routes (see above)
 
     @property
     def client_auth(self) -> tuple[str, str] | None:
@@ -150,6 +159,14 @@ class NatsConfig:
         if self.secret is None:
             return None
         return CLIENT_USER, derived_password(self.secret, "clients")
+
+    @property
+    def system_auth(self) -> tuple[str, str] | None:
+        """(user, password) of the system account (JetStream's ``$JS.API.SERVER.REMOVE``
+        asks for it); None: no login, so no system account user."""
+        if self.secret is None:
+            return None
+        return SYSTEM_USER, derived_password(self.secret, "system")
 
     def __post_init__(self) -> None:
         if not self.server_name or any(c.isspace() for c in self.server_name):
@@ -175,9 +192,18 @@ class NatsConfig:
         ]
         if self.max_payload is not None:
             lines.append(f"max_payload: {self.max_payload}")
-        if self.client_auth is not None:
+        if self.client_auth is not None and self.system_auth is not None:
+            # the client's user stays in the global account (JetStream's streams are
+            # there); the system account's user may remove servers from the meta group
             user, password = self.client_auth
-            lines.append(f"authorization {{ user: {_quote(user)}, password: {_quote(password)} }}")
+            sys_user, sys_password = self.system_auth
+            lines += [
+                f"authorization {{ users: [{{ user: {_quote(user)},"
+                f" password: {_quote(password)} }}] }}",
+                f"accounts {{ {SYSTEM_ACCOUNT} {{ users: [{{ user: {_quote(sys_user)},"
+                f" password: {_quote(sys_password)} }}] }} }}",
+                f"system_account: {SYSTEM_ACCOUNT}",
+            ]
         if ports_file_dir is not None:
             lines.append(f"ports_file_dir: {_quote(str(ports_file_dir))}")
         lines += [
@@ -186,7 +212,10 @@ class NatsConfig:
             "  sync_interval: always",
             "}",
         ]
-        if self.routes:
+        routes = self.routes
+        if not routes and self.clustered:  # a seed alone: routed to itself
+            routes = ((self.cluster_host or self.host, self.cluster_port),)
+        if routes:
             login = ""
             lines += [
                 "cluster {",
@@ -213,14 +242,62 @@ class NatsConfig:
                 ]
             lines += [
                 "  routes: [",
-                *(
-                    f"    {_quote('nats-route://' + login + hostport(h, p))}"
-                    for h, p in self.routes
-                ),
+                *(f"    {_quote('nats-route://' + login + hostport(h, p))}" for h, p in routes),
                 "  ]",
                 "}",
             ]
         return "\n".join(lines) + "\n"
+
+
+def meta_removals(size: int, offline: set[str], gone: set[str], me: str) -> list[str]:
+    """The servers a node leaving for good (``me``) takes out of JetStream's meta group of
+    ``size`` servers, ``offline`` of them down: itself and the offline ones that said they
+    left for good (``gone``), but only when that lets the group lose more servers than
+    it could with them (four scaled to three: 3 of 4 needed, 2 of 3 after). Otherwise
+    none: nats-server keeps a server taken out from joining again for five minutes, and
+    three scaled to two is as tolerant with it as without (2 of 3, 2 of 2)."""
+    out = [*sorted((offline & gone) - {me}), me]  # itself last: it asks through its server
+    up = size - len(offline - {me}) - 1  # the servers left running once ``me`` stopped
+    tolerated_with = up - (size // 2 + 1)
+    smaller = size - len(out)
+    tolerated_without = up - (smaller // 2 + 1)
+    return out if smaller >= 1 and tolerated_without > tolerated_with else []
+
+
+async def remove_servers(url: str, auth: tuple[str, str], me: str, gone: set[str]) -> list[str]:
+    """Logged in to the nats-server at ``url`` as the system account's ``auth``: read its
+    view of JetStream's meta group (``$SYS.REQ.SERVER.PING.JSZ``) and take out the servers
+    :func:`meta_removals` names (``$JS.API.SERVER.REMOVE``); those taken out. NatsError if
+    it is refused or unanswered."""
+    from nats.aio.client import Client
+    from nats.errors import Error as NatsClientError
+
+    client = Client()
+    user, password = auth
+    removed: list[str] = []
+    try:
+        await client.connect(
+            url, user=user, password=password, name="polymq-leave", allow_reconnect=False
+        )
+        reply = await client.request("$SYS.REQ.SERVER.PING.JSZ", b"{}", timeout=5.0)
+        meta = json.loads(reply.data).get("data", {}).get("meta_cluster") or {}
+        others = meta.get("replicas") or []
+        offline = {str(r.get("name")) for r in others if r.get("offline")}
+        size = int(meta.get("cluster_size") or len(others) + 1)
+        for name in meta_removals(size, offline, gone, me):
+            reply = await client.request(
+                "$JS.API.SERVER.REMOVE", json.dumps({"peer": name}).encode(), timeout=5.0
+            )
+            answer = json.loads(reply.data or b"{}")
+            if not answer.get("success"):
+                raise NatsError(f"removal of {name!r} refused: {answer.get('error') or answer}")
+            removed.append(name)
+    except (NatsClientError, OSError, TimeoutError, ValueError) as exc:
+        raise NatsError(f"meta group removal: {exc!r}") from exc
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()
+    return removed
 
 
 def write_config(path: Path, text: str) -> None:
@@ -388,9 +465,9 @@ class NatsServer:
         be given none (ValueError)."""
         if set(routes) == set(self.config.routes):
             return False
-        if not routes:
+        if not routes and not self.config.clustered:
             raise ValueError("a clustered nats-server cannot be left without routes")
-        if not self.config.routes and self.pid is not None:
+        if not self.config.routes and not self.config.clustered and self.pid is not None:
             raise ValueError("a nats-server started without routes runs standalone for good")
         self.config = dataclasses.replace(self.config, routes=routes)
         pid = self.pid

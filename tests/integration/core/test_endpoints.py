@@ -215,9 +215,9 @@ async def test_a_cluster_node_shows_its_services_endpoints(
 ) -> None:
     """``polymq run`` in cluster mode with POLYMQ_K8S_SERVICE (and a kubeconfig naming the
     emulator): its cluster view lists the Service's pods as the endpoints say. (It starts
-    as the Service's one pod: a second one named at start would count as a replica, and
-    JetStream would wait for it; one named later is a route and a member, not a replica
-    of streams made already.)"""
+    as the Service's one pod, with a node outside the Service given it as a seed: a second
+    pod named at start would count as a replica, and JetStream would wait for it; one named
+    later is a route and a member, not a replica of streams made already.)"""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\n"
@@ -241,7 +241,16 @@ async def test_a_cluster_node_shows_its_services_endpoints(
             "POLYMQ_CLUSTER_SECRET": "k" * 32,
         },
     )  # fmt: skip
-    await asyncio.to_thread(node.start, 60)  # (kmock answers on this loop meanwhile)
+    # a second node, outside Kubernetes, given k1 as its seed: a JetStream cluster answers
+    # once two servers are in it
+    second_port = free_port()
+    second = PolymqProcess(
+        "core", tmp_path / "k0", "--node-id", "k0", "--peers", f"127.0.0.1:{port}",
+        "--cluster-port", str(second_port),
+        env={**os.environ, "POLYMQ_CLUSTER_SECRET": "k" * 32},
+    )  # fmt: skip
+    # (kmock answers on this loop meanwhile)
+    await asyncio.gather(asyncio.to_thread(node.start, 60), asyncio.to_thread(second.start, 60))
     try:
         await call(
             api.patch_namespaced_endpoint_slice,
@@ -278,6 +287,7 @@ async def test_a_cluster_node_shows_its_services_endpoints(
         await until([{"name": "k1", "address": "10.0.0.1", "ready": True}])
     finally:
         await asyncio.to_thread(node.kill)
+        await asyncio.to_thread(second.kill)
 
 
 async def test_a_pod_knows_when_its_statefulset_was_scaled_below_it(

@@ -13,6 +13,7 @@ from polymq_core.natsd import (
     NatsServer,
     derived_password,
     find_binary,
+    meta_removals,
     parse_peers,
     write_config,
 )
@@ -118,6 +119,36 @@ def test_render_without_routes_is_standalone(tmp_path: Path) -> None:
     assert "jetstream {" in text
 
 
+def test_render_of_a_seed_alone_listens_routed_to_itself(tmp_path: Path) -> None:
+    # a node given only itself still listens on its cluster port, for others to join it
+    conf = NatsConfig(server_name="seed", store_dir=tmp_path, cluster_port=6222, clustered=True)
+    text = conf.render()
+    cluster = re.search(r"cluster \{(.*)\}", text, re.S)
+    assert cluster is not None
+    assert "port: 6222" in cluster.group(1)
+    assert '"nats-route://127.0.0.1:6222"' in cluster.group(1)
+    server = NatsServer(conf, work_dir=tmp_path)
+    assert server.reroute((("b", 6223),))  # others join: routed to them
+    assert '"nats-route://b:6223"' in server.config.render()
+
+
+@pytest.mark.parametrize(
+    ("size", "offline", "gone", "removed"),
+    [
+        (3, set(), set(), []),  # 3 -> 2: 2 of 3 or 2 of 2, as tolerant: kept
+        (4, set(), set(), ["me"]),  # 4 -> 3: 3 of 4 needed, 2 of 3 after
+        (5, set(), set(), []),  # 5 -> 4: 3 of 5 or 3 of 4
+        (5, {"d"}, {"d"}, ["d", "me"]),  # 5 -> 4 -> 3: 3 of 5 with 3 up, 2 of 3 after
+        (5, {"d"}, set(), []),  # d is down, not gone (a restart): kept
+        (2, set(), set(), ["me"]),  # 2 -> 1
+    ],
+)
+def test_meta_removals_only_when_more_losses_are_tolerated(
+    size: int, offline: set[str], gone: set[str], removed: list[str]
+) -> None:
+    assert meta_removals(size, offline, gone, "me") == removed
+
+
 def test_render_quotes_strings() -> None:
     conf = NatsConfig(
         server_name='we"ird\\name',
@@ -176,7 +207,15 @@ def test_render_with_a_secret_asks_for_derived_passwords(tmp_path: Path) -> None
     client_user, client_password = conf.client_auth or ("", "")
     assert secret not in text  # only what is derived from it
     assert route_password != client_password and len(route_password) == 64
-    assert f'authorization {{ user: "{client_user}", password: "{client_password}" }}' in text
+    assert (
+        f'authorization {{ users: [{{ user: "{client_user}", password: "{client_password}" }}] }}'
+        in text
+    )
+    # a system account whose user may take servers out of JetStream's meta group
+    system_user, system_password = conf.system_auth or ("", "")
+    assert system_password == derived_password(secret, "system") != client_password
+    assert f'SYS {{ users: [{{ user: "{system_user}", password: "{system_password}"' in text
+    assert "system_account: SYS" in text
     cluster = re.search(r"cluster \{(.*)\}", text, re.S)
     assert cluster is not None
     assert f'user: "polymq-route", password: "{route_password}"' in cluster.group(1)

@@ -176,7 +176,9 @@ def test_the_endpoints_feed_a_cluster_nodes_routes() -> None:
     settings = CoreSettings(node_id="core-0", k8s_service="core-headless", cluster_secret="s" * 32)
     node = ClusterNode(settings)
     assert node.routes.current == ()
-    assert node.replicas == 1  # counted again once the endpoints are listed (connect)
+    # counted again once the endpoints are listed (connect); at least two, as a JetStream
+    # cluster answers only once two servers are in it
+    assert node.replicas == 2
     node._k8s_changed(
         pods(Member("core-0", "10.0.0.10", True), Member("core-1", "10.0.0.11", True, 7500))
     )
