@@ -43,9 +43,13 @@ say. Every destination (topic, queue, stream, channel, and a topic pattern) whos
 segment is one of :data:`RESERVED_SEGMENTS`: ``system`` (``system.config``, ``system.peers``,
 ``system.alarms``, ``system.connections.*``) and ``amqp-reply`` (the channels of AMQP's
 direct reply-to, ``topic/amqp-reply.<token>``: see ``polymq_amqp.replyto``); a prefix
-pattern such as ``system*`` names it too. (The key/value keys of the AMQP frontends'
-records, ``kv/amqp/...``, are not: a ``kv/`` grant is how a frontend's own core login is
-narrowed to one vhost, see :mod:`polymq_server.auth`.)
+pattern such as ``system*`` names it too. And the queues whose first segment is
+:data:`TEMP_SEGMENT`, STOMP's temporary queues (``queue/tmp.<connection>.<name>``): the
+STOMP connection that made one uses it on its grants; anyone else may only write a reply to
+one by its exact name (a request's ``reply-to``), never read, declare or purge it. (The
+key/value keys of the AMQP frontends' records, ``kv/amqp/...``, are not reserved: a ``kv/``
+grant is how a frontend's own core login is narrowed to one vhost, see
+:mod:`polymq_server.auth`.)
 
 What the core itself publishes on the reserved topics the frontends follow (reloads, alarms,
 the admin API's connection requests) carries the header :data:`ORIGIN` (``core``,
@@ -71,6 +75,7 @@ __all__ = [
     "REPLY_TOPICS",
     "RESERVED_SEGMENTS",
     "SHARED_TOPIC_EXCHANGE",
+    "TEMP_SEGMENT",
     "UnmappableName",
     "VhostNames",
     "core_headers",
@@ -92,6 +97,9 @@ _PLAIN_RE: Final = re.compile(r"[A-Za-z0-9_\-]+\Z")
 _ESCAPED_RE: Final = re.compile(r":([0-9A-F]{2})")
 REPLY_SEGMENT: Final = "amqp-reply"  # the first segment of direct reply-to channels
 RESERVED_SEGMENTS: Final = frozenset({"system", REPLY_SEGMENT})
+# the first segment of STOMP's temporary queues (``queue/tmp.<connection>.<name>``): private
+# to the connection that made them; others may only write a reply to one by its name
+TEMP_SEGMENT: Final = "tmp"
 # where frontends answer the core's connection requests, and nowhere else (.connections)
 REPLY_TOPICS: Final = "topic/system.connections.reply."
 _KINDS: Final = frozenset({"queue", "topic", "stream", "channel"})
@@ -110,13 +118,15 @@ def from_core(headers: Mapping[str, Any]) -> bool:
 
 
 def reserved(destination: str) -> str | None:
-    """The reserved segment (``"system"``, ``"amqp-reply"``) that ``destination``
-    (``kind/name`` or a topic pattern) falls in; None if it is not one of polymq's own names
-    (module docstring)."""
+    """The reserved segment (``"system"``, ``"amqp-reply"``, a queue's ``"tmp"``) that
+    ``destination`` (``kind/name`` or a topic pattern) falls in; None if it is not one of
+    polymq's own names (module docstring)."""
     kind, slash, name = destination.partition("/")
     if not slash or kind not in _KINDS:
         return None
     first = name.partition(".")[0]
+    if kind == "queue" and first == TEMP_SEGMENT:  # (a queue's name is never a pattern)
+        return TEMP_SEGMENT
     if first.endswith("*") and len(first) > 1:  # a prefix pattern: "system*"
         first = first[:-1]
     return first if first in RESERVED_SEGMENTS else None

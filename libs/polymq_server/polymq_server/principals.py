@@ -34,7 +34,7 @@ from typing import NoReturn
 from polymq.errors import Forbidden
 from polymq.types import Message
 
-from .names import REPLY_SEGMENT, REPLY_TOPICS, reply_target, reserved
+from .names import REPLY_SEGMENT, REPLY_TOPICS, TEMP_SEGMENT, reply_target, reserved
 
 __all__ = [
     "ADMIN_TAGS",
@@ -172,7 +172,7 @@ class AuthProvider(abc.ABC):
 
     def _reserved_open(self, permission: Permission, destination: str, segment: str) -> bool:
         """The reserved names an untrusted principal may still use (module docstring)."""
-        if segment == REPLY_SEGMENT:  # a reply, to one channel by its exact name
+        if segment in (REPLY_SEGMENT, TEMP_SEGMENT):  # a reply, to one by its exact name
             exact = "*" not in destination and "#" not in destination
             return exact and permission is Permission.WRITE
         if not self.open or segment != "system":

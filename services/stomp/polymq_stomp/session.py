@@ -464,7 +464,11 @@ class StompSession(FrontendSession):
         if key in self._allowed:
             return
         assert self.principal is not None
-        self.hub.auth.authorize(self.principal, permission, destination)
+        own_temp = destination.startswith(f"queue/tmp.{self.conn_id}.")
+        if not (own_temp and self.principal.allows(permission, destination)):
+            # (this connection's own temporary queues are reserved to it, not from it: its
+            # grants alone decide; anything else, the reserved names too: polymq_server.names)
+            self.hub.auth.authorize(self.principal, permission, destination)
         if len(self._allowed) < 1024:
             self._allowed.add(key)
 

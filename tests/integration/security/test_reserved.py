@@ -332,6 +332,48 @@ def test_a_reply_to_must_be_writable_by_its_sender(
     asyncio.run(wire())
 
 
+def test_a_stomp_temp_queue_takes_replies_but_serves_its_connection_alone(
+    node: PolymqProcess, stomp_clients: Clients
+) -> None:
+    """A STOMP requester's ``/temp-queue/x`` reaches a responder as its real name
+    (``/queue/tmp.<connection>.x``): the responder may write its reply there, but no other
+    connection — not even one of the same user, granted ``*`` — may subscribe to (steal the
+    replies of), pull from or purge it; the requester gets the reply."""
+    service = unique("team.svc")
+    requester = stomp_clients(username=MALLORY[0], passcode=MALLORY[1])
+    responder = stomp_clients(username=MALLORY[0], passcode=MALLORY[1])
+    responder.conn.subscribe(f"/queue/{service}", id="svc", headers={"receipt": "svc"})
+    responder.listener.wait_receipt("svc")
+    requester.conn.send(f"/queue/{service}", "ping", headers={"reply-to": "/temp-queue/r"})
+    [request] = responder.listener.wait_messages(1)
+    reply_to = request.headers["reply-to"]
+    assert reply_to.startswith("/queue/tmp."), reply_to
+    core_name = reply_to.removeprefix("/")  # queue/tmp.<connection>.r
+
+    body = stomp_refused(stomp_clients, MALLORY, "subscribe", reply_to, id="steal")
+    assert "reserved" in body, body
+    r = requests.post(f"{node.url('http')}/v1/{core_name}/purge", auth=MALLORY, timeout=WAIT)
+    assert_problem(r, 403)
+    r = requests.delete(f"{node.url('http')}/v1/{core_name}", auth=MALLORY, timeout=WAIT)
+    assert_problem(r, 403)
+    r = requests.post(
+        f"{node.url('http')}/v1/{core_name}/pull", params={"max": 1}, auth=MALLORY,
+        timeout=WAIT,
+    )  # fmt: skip
+    assert_problem(r, 403)
+
+    async def wire() -> None:
+        async with await native(node, MALLORY) as client:
+            with pytest.raises(Forbidden):
+                await client.subscribe(core_name)
+
+    asyncio.run(wire())
+    responder.conn.send(reply_to, "pong")  # a reply, by its exact name: allowed
+    [reply] = requester.listener.wait_messages(1)
+    assert reply.body == "pong"
+    assert reply.headers["destination"] == "/temp-queue/r"
+
+
 def longpoll_open(node: PolymqProcess, destination: str) -> dict[str, Any]:
     r = requests.post(
         f"{node.url('longpoll')}/v1/subscriptions", json={"destination": destination},
