@@ -19,6 +19,11 @@ answer names the tags it took (``claimed``). So the client's acks of those deliv
 after the move, and nothing is delivered twice. A claimed message the new leader no longer
 has ready (acked meanwhile, or already given to another consumer) is not taken, and an ack
 of such a tag is ignored. Acks sent while the subscription is being moved wait for it.
+A new leader may answer that subscribe late (it holds it while it takes its shard over):
+the relay waits ``HOLD_FOR`` plus 5 s for the answer; one that comes later still (the
+leader took it, and refuses the next "subscription id ... is already in use") is left
+there (unsubscribed on that node) and the subscribe is sent again, its tags after the
+highest the client had: the subscription moves, it is not cancelled ``unavailable``.
 
 A request that reached this node through a peer link is never forwarded again: if this node
 no longer leads its shard, it is refused ``not-leader`` (no loops between nodes that
@@ -81,7 +86,10 @@ log = logging.getLogger(__name__)
 
 _RELOCATE_FOR = 30.0  # seconds a moved subscription waits for a new leader before it is cancelled
 _RETRY = 0.5
-_ASK_FOR = 10.0  # seconds a new leader may take to answer a moved subscription's subscribe
+# seconds a new leader may take to answer a moved subscription's subscribe: it holds one
+# while it is still taking its shard over (up to HOLD_FOR), then serves it; one answered
+# later still is left there and asked again (_relocating)
+_ASK_FOR = HOLD_FOR + 5.0
 _IN_USE = "is already in use"  # (the refusal of a subscription id a connection has taken)
 _INTERNAL = 1 << 62  # request ids the relay uses for itself (the wire takes unsigned ids)
 _ANSWER_WITHIN = 15.0  # seconds a forwarded request may go unanswered (plus its own wait)
