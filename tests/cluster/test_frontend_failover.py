@@ -1,18 +1,20 @@
-"""The frontends ride through the loss of the core node their link uses: an HTTP frontend and
-an AMQP frontend, each a process of its own given every core address (``--core N1,N2,N3``),
-are connected to node 1, which also leads the shard of the queues used. Through them an HTTP
-client publishes persistent messages one request at a time and pulls and acks them, and an
-AMQP client publishes with publisher confirms on one connection and consumes with acks on
-another. Node 1 is killed (``kill -9``) halfway. Each frontend's core link fails over to a
-survivor, subscribes the AMQP consumer again and sends the unanswered requests again (the
-publishes with their batch ids): every HTTP publish is answered 200 (none fails; they wait
-for the election), the AMQP connections stay open and every publish is confirmed, and
-every confirmed message is consumed (at least once: what was delivered before the kill and
-not yet acknowledged comes again, flagged redelivered). A pull may be answered 503 while
-the queue's shard has no leader (the client tries again after ``Retry-After``), as before,
-and an ack of a lease pulled before the kill may be answered 404 "unknown or expired
-lease" (the killed leader held it; the message comes again), as for an expired lease.
-On the code before, the AMQP connections were closed ``CONNECTION_FORCED``.
+"""The frontends ride through the loss of the core node their link uses: an HTTP, an AMQP
+and a STOMP frontend, each a process of its own given every core address (``--core
+N1,N2,N3``), are connected to node 1, which also leads the shard of the queues used.
+Through them an HTTP client publishes persistent messages one request at a time and pulls
+and acks them; an AMQP client publishes with publisher confirms on one connection and
+consumes with acks on another; a STOMP client SENDs with receipts on one connection and
+consumes with client-individual acks on another. Node 1 is killed (``kill -9``) halfway.
+Each frontend's core link fails over to a survivor, subscribes the consumers again and
+sends the unanswered requests again (the publishes with their batch ids): every HTTP
+publish is answered 200 (none fails; they wait for the election), the AMQP and STOMP
+connections stay open and every publish is confirmed (receipted), and every confirmed
+message is consumed (at least once: what was delivered before the kill and not yet
+acknowledged comes again, flagged redelivered). A pull may be answered 503 while the
+queue's shard has no leader (the client tries again after ``Retry-After``), as before, and
+an ack of a lease pulled before the kill may be answered 404 "unknown or expired lease"
+(the killed leader held it; the message comes again), as for an expired lease. On the code
+before, the AMQP connections were closed ``CONNECTION_FORCED``.
 """
 
 from __future__ import annotations
@@ -21,14 +23,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pika
 import pytest
 import requests
 
 from ..procs import PolymqProcess
-from .harness import HTTP_TIMEOUT, Cluster, Node, running_cluster
+from .harness import HTTP_TIMEOUT, Cluster, Node, StompConn, running_cluster
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -177,6 +180,47 @@ class AmqpClient:
                 pass
 
 
+class StompClient:
+    """SENDs with a receipt, each awaited, on one connection; a client-individual
+    subscription acking what comes, on another."""
+
+    def __init__(self, proc: PolymqProcess, queue: str) -> None:
+        where = cast(Node, SimpleNamespace(ports=proc.ports, id="the STOMP frontend"))
+        self.destination = f"/queue/{queue}"
+        self.pub = StompConn(where).connect()
+        self.sub = StompConn(where).connect()
+        self.sub.subscribe(self.destination, ack="client-individual")
+        self.confirmed: list[str] = []
+        self.consumed: set[str] = set()
+        self.redelivered: set[str] = set()
+        self.seen = 0
+        self.n = 0
+
+    def publish(self) -> None:
+        body = f"s{self.n:04d}"
+        self.n += 1
+        receipt = self.pub.send(self.destination, body, persistent="true")
+        got = self.pub.outcome(receipt, HTTP_TIMEOUT + 30)
+        assert got == "receipt", f"SEND {body}: {got} {self.pub.errors}"
+        self.confirmed.append(body)
+
+    def consume(self) -> None:
+        sub = self.sub
+        sub.wait(lambda: len(sub.messages) > self.seen or sub.disconnected or bool(sub.errors), 0.2)
+        assert not (sub.disconnected or sub.errors), f"the subscriber was closed: {sub.errors}"
+        with sub._cond:
+            new, self.seen = sub.messages[self.seen :], len(sub.messages)
+        for frame in new:
+            if frame.headers.get("redelivered") == "true":
+                self.redelivered.add(frame.body)
+            self.consumed.add(frame.body)
+            sub.conn.ack(frame.headers["ack"])
+
+    def close(self) -> None:
+        self.pub.close()
+        self.sub.close()
+
+
 def wait_for(check: Callable[[], bool], what: Callable[[], str], workers: list[Worker]) -> None:
     deadline = time.monotonic() + WAIT
     while not check():
@@ -195,57 +239,55 @@ def test_http_and_amqp_clients_see_only_a_delay_when_the_linked_core_node_dies(
     given = ",".join(core(n) for n in [victim, *others])
     qh = cluster.queue_in_shard(0, "fh")
     qa = cluster.queue_in_shard(0, "fa")
+    qs = cluster.queue_in_shard(0, "fs")
     with (
         PolymqProcess("http", tmp_path / "http", "--core", given) as http,
         PolymqProcess("amqp", tmp_path / "amqp", "--core", given) as amqp,
+        PolymqProcess("stomp", tmp_path / "stomp", "--core", given) as stomp,
     ):
         ready = requests.get(f"{http.url()}/readyz", timeout=30)
         assert ready.status_code == 200, ready.text
         assert ready.json()["core"] == core(victim)  # (the first address: node 1's)
         hc = HttpClient(http.url(), qh)
         ac = AmqpClient(amqp.ports["amqp"], qa)
-        workers = [
-            Worker("http publisher", hc.publish),
-            Worker("http consumer", hc.consume),
-            Worker("amqp publisher", ac.publish),
-            Worker("amqp consumer", ac.consume),
-        ]
+        sc = StompClient(stomp, qs)
+        clients: list[HttpClient | AmqpClient | StompClient] = [hc, ac, sc]
+        publishers = [Worker(f"{type(c).__name__} publisher", c.publish) for c in clients]
+        consumers = [Worker(f"{type(c).__name__} consumer", c.consume) for c in clients]
+        workers = publishers + consumers
+
+        def logs() -> str:
+            return "\n".join(p.log()[-2000:] for p in (http, amqp, stomp))
+
         try:
             for w in workers:
                 w.start()
             wait_for(
-                lambda: (
-                    len(hc.confirmed) >= BEFORE
-                    and len(ac.confirmed) >= BEFORE
-                    and bool(hc.consumed)
-                    and bool(ac.consumed)
-                ),
-                lambda: (
-                    f"before the kill: http {hc.confirmed} {hc.consumed} {hc.bad_publishes}"
-                    f" {hc.bad_other}; amqp {ac.confirmed} {ac.consumed}"
-                ),
+                lambda: all(len(c.confirmed) >= BEFORE and c.consumed for c in clients),
+                lambda: f"before the kill: {[(c.confirmed, c.consumed) for c in clients]}",
                 workers,
             )
-            h0, a0 = len(hc.confirmed), len(ac.confirmed)
+            before = [len(c.confirmed) for c in clients]
             cluster.kill(victim)
             killed_at = hc.killed_at = time.monotonic()
             wait_for(
-                lambda: len(hc.confirmed) >= h0 + AFTER and len(ac.confirmed) >= a0 + AFTER,
+                lambda: all(
+                    len(c.confirmed) >= n + AFTER for c, n in zip(clients, before, strict=True)
+                ),
                 lambda: (
-                    f"publishers stalled after the kill: http {len(hc.confirmed) - h0} "
-                    f"({hc.bad_publishes}), amqp {len(ac.confirmed) - a0}\n{http.log()[-3000:]}"
-                    f"\n{amqp.log()[-3000:]}"
+                    "publishers stalled after the kill: "
+                    f"{[len(c.confirmed) - n for c, n in zip(clients, before, strict=True)]} "
+                    f"({hc.bad_publishes})\n{logs()}"
                 ),
                 workers,
             )
-            workers[0].stop.set()
-            workers[2].stop.set()
+            for w in publishers:
+                w.stop.set()
             wait_for(
-                lambda: set(hc.confirmed) <= hc.consumed and set(ac.confirmed) <= ac.consumed,
+                lambda: all(set(c.confirmed) <= c.consumed for c in clients),
                 lambda: (
-                    f"not consumed: http {sorted(set(hc.confirmed) - hc.consumed)}, amqp "
-                    f"{sorted(set(ac.confirmed) - ac.consumed)}\n{http.log()[-3000:]}"
-                    f"\n{amqp.log()[-3000:]}"
+                    f"not consumed: {[sorted(set(c.confirmed) - c.consumed) for c in clients]}"
+                    f"\n{logs()}"
                 ),
                 workers,
             )
@@ -256,18 +298,20 @@ def test_http_and_amqp_clients_see_only_a_delay_when_the_linked_core_node_dies(
             for w in workers:
                 w.join(timeout=WAIT)
             ac.close()
+            sc.close()
         for w in workers:
             assert w.error is None, f"{w.name} failed: {w.error!r}"
         assert not hc.bad_publishes, hc.bad_publishes  # every publish answered 200
         assert not hc.bad_other, hc.bad_other
         # the links failed over (no session was ended): the frontends say so in their logs
-        assert "failed over to" in http.log(), http.log()[-3000:]
-        assert "failed over to" in amqp.log(), amqp.log()[-3000:]
+        for proc in (http, amqp, stomp):
+            assert "failed over to" in proc.log(), proc.log()[-3000:]
         now = requests.get(f"{http.url()}/readyz", timeout=30).json()["core"]
         assert now in {core(n) for n in others}, now
         print(
             f"\nhttp: {len(hc.confirmed)} confirmed, all consumed; {hc.pulls_503} pulls "
             f"answered 503, {hc.lost_leases} acks of leases lost with the leader; amqp: "
             f"{len(ac.confirmed)} confirmed, all consumed, {len(ac.redelivered)} redelivered; "
-            f"{took:.1f} s after the kill"
+            f"stomp: {len(sc.confirmed)} confirmed, all consumed, {len(sc.redelivered)} "
+            f"redelivered; {took:.1f} s after the kill"
         )
