@@ -101,6 +101,11 @@ class Failover:
         self._lost_at = 0.0  # time.monotonic() of the last loss
         self._generation = 0  # connections made since the first
 
+    @property
+    def active(self) -> bool:
+        """Whether the connection is lost and this is connecting to another address."""
+        return self._task is not None
+
     def begin(self, reason: PolymqError) -> None:
         """The connection was dropped (the host keeps what is pending and every
         subscription): connect elsewhere."""

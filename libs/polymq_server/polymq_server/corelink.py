@@ -8,10 +8,21 @@ hangs) and reconnects with jittered exponential backoff; while there is no conne
 
 The link knows every core address it is given (``--core n1:7400,n2:7400``, or a name that
 resolves to several, as a headless Service's does) and connects to the first that takes it,
-starting after the one it lost (:mod:`polymq.addresses`). It does not use the client's own
-failover: a frontend's sessions hold the core's delivery tags and subscriptions, so a lost
-connection ends them (``on_lost``) and their clients reconnect through the frontend, as
-their protocols let them.
+starting after the one it lost (:mod:`polymq.addresses`).
+
+**Failover.** Given several addresses, or a name (not an IP address, nor ``localhost``, nor
+the core served in this process), the link's client fails over by itself
+(:mod:`polymq.failover`, for :data:`CORE_FAILOVER` seconds): when the node it is connected
+to goes, it connects to another, subscribes every subscription again (the frontends'
+consumers and subscribers included: their deliveries go on, the unacknowledged ones come
+again flagged redelivered, and acks of deliveries made on the lost connection are dropped,
+as the core gives those again), and sends again every request still unanswered (publishes
+with their batch ids: the core answers one it had taken as a duplicate, never takes it
+twice). Meanwhile requests wait; the frontends' clients notice a delay (``failed_over`` is
+told, ``on_failover`` too). Only when no address takes it in time is the client closed, and
+then, as with one IP address given (a single core: there is nowhere else to go), a lost
+connection ends what lived on it (``on_lost``) and the link connects again with backoff;
+the frontends' clients reconnect as their protocols let them.
 
 A frontend subclasses it or passes hooks: ``on_connect(client)`` when a connection is made,
 ``on_lost(client, reason)`` when it is gone (everything that lived on it, subscriptions
@@ -29,12 +40,14 @@ import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from ssl import SSLContext
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from polymq.addresses import DEFAULT_PORT, parse_addresses
+from polymq import inproc
+from polymq.addresses import DEFAULT_PORT, is_ip, parse_addresses
 from polymq.client import Client, Subscription
 from polymq.deliveries import SubscriptionHost
 from polymq.errors import ConnectionClosed, RequestError, Unauthorized, Unavailable
+from polymq.failover import Reconnected
 from polymq.types import Message
 
 from . import alarms
@@ -43,19 +56,32 @@ from .connections import ConnectionTable, Responder, instance_id
 from .names import from_core
 from .reload import TOPIC, Reloader, ReloadError
 
-__all__ = ["CORE_TIMEOUT", "ByteBudget", "CoreLink"]
+__all__ = ["CORE_FAILOVER", "CORE_TIMEOUT", "ByteBudget", "CoreLink", "fails_over"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 CORE_TIMEOUT = 30.0  # seconds for the core to answer one request
+CORE_FAILOVER = 30.0  # seconds a link given several cores fails over for before it gives up
 _CONNECT_TIMEOUT = 5.0
 _PING_INTERVAL = 5.0
 _MIN_DELAY, _MAX_DELAY = 0.1, 5.0
 _DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 # the fix for a frontend refused the core's system.* topics (reserved: principals.py)
 _TAG_IT = 'give this frontend\'s core user the tag "administrator" in the users file'
+
+
+def fails_over(addresses: Sequence[str]) -> bool:
+    """Whether a link given ``addresses`` fails over: several, or one name (which may stand
+    for several nodes: a headless Service's), but neither an IP address nor localhost, nor
+    the core served in this process (``polymq run``'s frontends stop with it)."""
+    if len(addresses) != 1:
+        return True
+    [only] = parse_addresses(addresses)
+    if inproc.served(only.host, only.port):
+        return False
+    return not is_ip(only.host) and only.host != "localhost"
 
 
 class ByteBudget:
@@ -100,12 +126,18 @@ class CoreLink:
         ssl: SSLContext | None = None,
         on_connect: Callable[[Client], None] | None = None,
         on_lost: Callable[[Client, str], None] | None = None,
+        on_failover: Callable[[Client, Reconnected], None] | None = None,
         local_buffer: int = 10_000,
+        failover: float | Literal["auto"] | None = "auto",
     ) -> None:
         # the core's addresses, "host:port" each (``host``: a list, or one comma-separated
         # string of them; ``port`` for those without); the next connection tries them from
         # the one after the address last connected to
         self.addresses = [str(a) for a in parse_addresses(host, default_port=port)]
+        # seconds the client fails over for (None: a loss ends the client; see the docstring)
+        if failover == "auto":
+            failover = CORE_FAILOVER if fails_over(self.addresses) else None
+        self.failover: float | None = failover
         self._next = 0
         self.service = service
         self.user = user
@@ -114,6 +146,7 @@ class CoreLink:
         self.ssl = ssl  # TLS to the core (None: plain)
         self.on_connect = on_connect
         self.on_lost = on_lost
+        self.on_failover = on_failover
         self.local_buffer = local_buffer
         self.client: Client | None = None
         self.last_error = "not connected yet"
@@ -249,7 +282,8 @@ class CoreLink:
                     timeout=_CONNECT_TIMEOUT,
                     local_buffer=self.local_buffer,
                     ssl=self.ssl,
-                    reconnect_timeout=None,  # (this loop reconnects: see the docstring)
+                    reconnect_timeout=self.failover,  # (None: this loop reconnects)
+                    on_reconnect=self._reconnected,
                 )
             except asyncio.CancelledError:
                 raise
@@ -293,6 +327,28 @@ class CoreLink:
                 self.last_error,
                 ", ".join(self._order()),
             )
+
+    def _reconnected(self, event: Reconnected) -> None:
+        client = self.client
+        if client is not None:
+            self.failed_over(client, event)
+
+    def failed_over(self, client: Client, event: Reconnected) -> None:
+        """``client`` failed over (its subscriptions and unanswered requests are made again
+        on the new connection): the frontends' sessions go on (subclasses count it)."""
+        log.warning(
+            "%s: lost the core at %s (%s); failed over to %s in %.2f s",
+            self.service,
+            event.previous,
+            event.reason,
+            event.address,
+            event.downtime,
+        )
+        if self.on_failover is not None:
+            try:
+                self.on_failover(client, event)
+            except Exception:  # pragma: no cover - a hook's bug must not stop the link
+                log.exception("%s: on_failover hook failed", self.service)
 
     def attached(self, client: Client) -> None:
         """A connection was made: it becomes the shared client (subclasses check limits)."""
@@ -391,11 +447,16 @@ class CoreLink:
                 pass
             if client.closed:
                 return
+            if _failing_over(client):
+                continue  # (its failover has a deadline of its own)
+            moves = client.reconnects
             try:
                 await asyncio.wait_for(client.ping(), _CONNECT_TIMEOUT)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if not client.closed and (_failing_over(client) or client.reconnects != moves):
+                    continue  # the ping was lost with the connection it went on
                 log.warning(
                     "%s: the core at %s does not answer pings: %s", self.service, self.address, exc
                 )
@@ -433,6 +494,11 @@ class CoreLink:
                 self._wake.set()
                 raise Unavailable(f"lost the connection to the core: {exc.message}") from exc
             raise
+
+
+def _failing_over(client: Client) -> bool:
+    """Whether ``client`` lost its connection and is connecting to another node."""
+    return client.failover is not None and client.failover.active
 
 
 class _AlarmListener:

@@ -113,6 +113,7 @@ def core_link(
         ssl=core_ssl_context(settings),
         on_connect=connected,
         on_lost=lost,
+        on_failover=lambda client, event: metrics.core_connects.inc(),
     )
 
 

@@ -44,6 +44,7 @@ from prometheus_client import (
 
 from polymq.answers import Published
 from polymq.client import Client
+from polymq.failover import Reconnected
 from polymq.types import Destination, Kind, Message
 
 from . import connectiongauge
@@ -363,6 +364,10 @@ class FrontendLink(CoreLink, Generic[S]):
         super().attached(client)
         self.metrics.core_connected.set(1)
         self.metrics.core_connects.inc()
+
+    def failed_over(self, client: Client, event: Reconnected) -> None:
+        self.metrics.core_connects.inc()  # (connected again, elsewhere)
+        super().failed_over(client, event)
 
     def detached(self, client: Client, reason: str) -> None:
         self.metrics.core_connected.set(0)

@@ -19,6 +19,11 @@ answer names the tags it took (``claimed``). So the client's acks of those deliv
 after the move, and nothing is delivered twice. A claimed message the new leader no longer
 has ready (acked meanwhile, or already given to another consumer) is not taken, and an ack
 of such a tag is ignored. Acks sent while the subscription is being moved wait for it.
+A new leader may answer that subscribe late (it holds it while it takes its shard over):
+the relay waits ``HOLD_FOR`` plus 5 s for the answer; one that comes later still (the
+leader took it, and refuses the next "subscription id ... is already in use") is left
+there (unsubscribed on that node) and the subscribe is sent again, its tags after the
+highest the client had: the subscription moves, it is not cancelled ``unavailable``.
 
 A request that reached this node through a peer link is never forwarded again: if this node
 no longer leads its shard, it is refused ``not-leader`` (no loops between nodes that
@@ -81,6 +86,11 @@ log = logging.getLogger(__name__)
 
 _RELOCATE_FOR = 30.0  # seconds a moved subscription waits for a new leader before it is cancelled
 _RETRY = 0.5
+# seconds a new leader may take to answer a moved subscription's subscribe: it holds one
+# while it is still taking its shard over (up to HOLD_FOR), then serves it; one answered
+# later still is left there and asked again (_relocating)
+_ASK_FOR = HOLD_FOR + 5.0
+_IN_USE = "is already in use"  # (the refusal of a subscription id a connection has taken)
 _INTERNAL = 1 << 62  # request ids the relay uses for itself (the wire takes unsigned ids)
 _ANSWER_WITHIN = 15.0  # seconds a forwarded request may go unanswered (plus its own wait)
 _REFUSED_PAUSE = 0.05  # seconds before a request a node did not do is sent again
@@ -569,12 +579,19 @@ class Relay(RequestHolding):
                     if claim and isinstance(answer, Fail) and CLAIM in answer.message:
                         claim = False  # a node of an older version: without the claim
                         continue
+                    if isinstance(answer, Fail) and _IN_USE in answer.message:
+                        # it took an earlier ask of ours after we stopped waiting: leave
+                        # that one there (its deliveries go back), then ask again at once
+                        top = self._top(sid, top)
+                        await self._leave(node, sid)
+                        continue
                     why = f"{answer}"
             except RequestError as exc:
                 why = exc.message
             except Exception as exc:  # a link that failed: try again
                 why = str(exc) or type(exc).__name__
             if sid in self.subs and self.requests.get(sid) is request:
+                top = self._top(sid, top)
                 self.subs[sid] = _RemoteSub("", request, top, top, waiting=self._waiting(sid))
             await asyncio.sleep(_RETRY)
         if self.requests.pop(sid, None) is not None and not self._closed:
@@ -583,6 +600,12 @@ class Relay(RequestHolding):
             self.session.reply(
                 Cancelled(sid, "unavailable", f"its shard found no new leader in time: {why}")
             )
+
+    def _top(self, sid: int, top: int) -> int:
+        """The highest tag the client has had of ``sid`` (an ask answered too late may have
+        delivered past ``top``): the next leader's tags go on after it, never reused."""
+        rs = self.subs.get(sid)
+        return top if rs is None else max(top, rs.top)
 
     def _waiting(self, sid: int) -> list[Ack | Nack]:
         rs = self.subs.get(sid)
@@ -649,7 +672,27 @@ class Relay(RequestHolding):
             options = {**request.options, CLAIM: {"top": top, "tags": tags}}
         self._link(node).send(Subscribe(rid, request.sid, request.destination, options))
         try:
-            return await asyncio.wait_for(fut, 10.0)
+            return await asyncio.wait_for(fut, _ASK_FOR)
+        except TimeoutError:
+            # a leader still taking its shard over may take it yet, after we gave up:
+            # leave it there, so that the next ask is not refused "already in use"
+            await self._leave(node, sid)
+            raise
+        finally:
+            self._internal.pop(rid, None)
+
+    async def _leave(self, node: str, sid: int) -> None:
+        """Unsubscribe ``sid`` on ``node`` (an ask of ours it took too late), waiting a
+        moment for its answer; whatever the answer, the caller asks again."""
+        self._next_internal += 1
+        rid = self._next_internal
+        fut: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
+        self._internal[rid] = (node, fut)
+        try:
+            self._link(node).send(Unsubscribe(rid, sid))
+            await asyncio.wait_for(fut, _ASK_FOR / 2)
+        except Exception as exc:  # (the next ask says what is wrong, if anything)
+            log.debug("relay: leaving subscription %d on node %s: %s", sid, node, exc)
         finally:
             self._internal.pop(rid, None)
 

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from polymq.addresses import Address
 from polymq.client import Client
-from polymq_server.corelink import CoreLink
+from polymq_server.corelink import CORE_FAILOVER, CoreLink
 from polymq_server.frontend import (
     FrontendMetrics,
     FrontendSession,
@@ -135,6 +135,18 @@ def test_the_core_link_knows_every_address_and_starts_after_the_one_it_lost() ->
     assert link._order() == ["n3:7403", "n1:7401", "n2:7400"]
     link._passed(cast(Client, _Lost(Address("n3", 7403))))
     assert link._order() == ["n1:7401", "n2:7400", "n3:7403"]
+
+
+def test_a_core_link_given_several_cores_or_a_name_fails_over() -> None:
+    """Several addresses, or a name (a headless Service's stands for every core): the
+    client fails over; one IP address (or localhost: one core) ends the sessions on loss."""
+    assert CoreLink("n1:7401,n2", service="demo").failover == CORE_FAILOVER
+    assert CoreLink("core-headless:7400", service="demo").failover == CORE_FAILOVER
+    assert CoreLink("127.0.0.1:7400,127.0.0.1:7401", service="demo").failover == CORE_FAILOVER
+    assert CoreLink("127.0.0.1", 7400, service="demo").failover is None
+    assert CoreLink("[::1]:7400", service="demo").failover is None
+    assert CoreLink("localhost", 7400, service="demo").failover is None
+    assert CoreLink("core", 7400, service="demo", failover=None).failover is None
 
 
 class _Lost:
