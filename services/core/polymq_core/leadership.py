@@ -113,6 +113,10 @@ class ShardLeadership:
         await asyncio.gather(*(self._hand_on(shard) for shard in led))
 
     async def _hand_on(self, shard: Shard) -> None:
+        """The shard's last writes (its last acks' removals among them) into the log, the
+        shard let go, the append still in flight (if any) answered, then the step-down: a
+        step-down drops what its Raft leader has not proposed yet, and an append whose
+        answer never comes fails only after the log's timeout (seconds)."""
         i = shard.index
         shard.flush_removes()
         try:
@@ -120,6 +124,8 @@ class ShardLeadership:
         except TimeoutError:
             log.warning("shard %d: its last writes did not reach the log in time", i)
         shard.demote("this node stops: the next leader takes the shard over")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stores[i].written(), _WRITTEN_WITHIN)
         try:
             await asyncio.wait_for(self.step_down(i), _WRITTEN_WITHIN)
         except (LogError, TimeoutError) as exc:
