@@ -736,7 +736,46 @@ def _result(
     )
 
 
+def run_cluster_failover(ctx: Context) -> Result:
+    """The failover rounds of ``cluster`` alone, on a fresh cluster (no throughput cells,
+    no RabbitMQ): ``--set cluster_failover.rounds=N`` (5; 1 with ``--quick``)."""
+    rounds = int(ctx.option("rounds", 1 if ctx.quick else 5))
+    with polymq_cluster(
+        3,
+        ctx.plan.broker,
+        str(ctx.option("log_level", "WARNING")),
+        keep=bool(ctx.option("keep_logs", False)),
+    ) as cluster:
+        rows = _failover(ctx, cluster, rounds)
+    fo = [r["failover_s"] for r in rows if r.get("failover_s") is not None]
+    median = round(statistics.median(fo), 3) if fo else None
+    errors = [f"failover round {r['round']}: {r.get('error')}" for r in rows if r.get("error")]
+    return Result(
+        value=median,
+        params={"rounds": rounds, "interval": ctx.used.get("failover_interval", 0.02)},
+        notes=(
+            "kill -9 of the node leading a shard (its polymq and nats-server), a native "
+            "client on a survivor publishing one persistent message every 20 ms: the time "
+            "from the kill to the first confirm of a publish begun after it: "
+            f"{', '.join(f'{v:.2f}' for v in fo)} s, median {median} s."
+        ),
+        details={"failover": rows},
+        comparable=not ctx.quick,
+        verdict=True,
+        met=None if ctx.quick else (median is not None and median <= 5.0 and len(fo) == rounds),
+        error="; ".join(errors) or None,
+    )
+
+
 SCENARIOS = [
+    Scenario(
+        "cluster_failover",
+        5.0,
+        "s",
+        "max",
+        run_cluster_failover,
+        about="kill -9 of a shard's leader -> first confirmed publish (median of rounds)",
+    ),
     Scenario(
         "cluster",
         2.0,

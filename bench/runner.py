@@ -51,6 +51,7 @@ def all_scenarios() -> list[Scenario]:
         backlog,
         cluster,
         cluster_backlog,
+        cluster_rolling,
         fanout,
         flow,
         http,
@@ -74,6 +75,7 @@ def all_scenarios() -> list[Scenario]:
         *amqp.SCENARIOS,
         *cluster.SCENARIOS,
         *cluster_backlog.SCENARIOS,
+        *cluster_rolling.SCENARIOS,
         *metrics.SCENARIOS,
     ]
 

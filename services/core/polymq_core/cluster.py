@@ -357,12 +357,15 @@ class ClusterNode(ShardLeadership, LogRetention):
     async def hand_over(self, shards: Sequence[Shard]) -> None:
         """Between the two steps, once the broker answered its sessions and before it closes
         its shards: hand what only memory holds of the shards this node leads (transient
-        messages, non-durable queues) to their next leaders (:mod:`polymq_core.handover`).
-        The shards handed are stepped down already: :meth:`close` leaves them be."""
+        messages, non-durable queues) to their next leaders (:mod:`polymq_core.handover`),
+        then step down every other stream this node leads, at once
+        (:meth:`ShardLeadership.hand_on_led`). The shards handed or stepped down here are
+        not this node's any more: :meth:`close` leaves them be."""
         if self.replicas < 2 or not self.nc.is_connected or self.broker is None:
             return
         handed = await HandOver(self, self.broker.bindings.of).run(shards)
         self.leaders.update(handed)
+        await self.hand_on_led(shards, handed)
 
     async def written(self, shard: int) -> None:
         """Shard ``shard``'s writes are in its log (or failed)."""

@@ -14,8 +14,10 @@ of :class:`~polymq_core.cluster.ClusterNode` that follows them and moves them:
 - **replicas**: the leader of a stream takes the replicas of nodes gone for good out of it,
   and grows it back to three as nodes join;
 - **handing on** when this node stops (:meth:`ShardLeadership.step_down`, :meth:`heirs`,
-  :meth:`stream_leader`: what :mod:`polymq_core.handover` uses), and :meth:`ready`: can this
-  node serve every shard.
+  :meth:`stream_leader`: what :mod:`polymq_core.handover` uses; then
+  :meth:`ShardLeadership.hand_on_led`: every other stream it leads stepped down at once,
+  once the broker has answered its sessions), and :meth:`ready`: can this node serve
+  every shard.
 
 It is a mixin: the node holds the state (its shards' logs and stores, the broker, the
 membership, the leaders it knows, and the timers below), declared here, and creates it.
@@ -29,7 +31,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .logentry import LogError
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from .clustertls import ClusterTls
     from .membership import Membership, PeerInfo
     from .replog import ReplicatedStore
+    from .shard import Shard
     from .shardlog import ShardLog
 
 __all__ = ["ShardLeadership"]
@@ -56,6 +59,9 @@ _CAUGHT_UP = 100  # entries a node may be behind and still be handed a shard's l
 # failover is not followed at once by a second move (each move sends a subscription's
 # unacknowledged deliveries again and refuses the writes in flight)
 _SETTLE = 20.0
+# seconds a stopping node waits for a shard's last writes to be in the log, and for its
+# stream's step-down to be answered
+_WRITTEN_WITHIN = 2.0
 # seconds a shard may go without a leader (reported, or no answer at all) before this node
 # stops serving it from memory; its writes fail meanwhile anyway (no majority, no commit)
 _LEADERLESS = 10.0
@@ -91,6 +97,41 @@ class ShardLeadership:
         if self.membership is not None:
             heir = self._heir(shard, self._candidates(self.membership))
         await self.logs[shard].step_down(preferred=heir)
+
+    async def hand_on_led(self, shards: Sequence[Shard], handed: Collection[int]) -> None:
+        """Stopping, once the broker has answered its sessions (and the hand-over, which
+        stepped ``handed`` down, is done): step down at once, all together, every other
+        stream whose shard this node still leads, each once its last writes are in the log,
+        instead of after the shards are closed (:meth:`ClusterNode.close`: their stores'
+        flush came first, and one stream after another). Other nodes' sessions hold their
+        requests for a shard until its next leader took it over: the sooner, the shorter
+        their stall (docs/cluster.md, "Stopping a node"). Left to ``close`` when no other
+        node may take a shard (the whole cluster stops) or a step-down is not answered."""
+        if not self.heirs():
+            return
+        led = [s for s in shards if s.leading and s.index not in handed]
+        await asyncio.gather(*(self._hand_on(shard) for shard in led))
+
+    async def _hand_on(self, shard: Shard) -> None:
+        """The shard's last writes (its last acks' removals among them) into the log, the
+        shard let go, the append still in flight (if any) answered, then the step-down: a
+        step-down drops what its Raft leader has not proposed yet, and an append whose
+        answer never comes fails only after the log's timeout (seconds)."""
+        i = shard.index
+        shard.flush_removes()
+        try:
+            await asyncio.wait_for(self.stores[i].written(), _WRITTEN_WITHIN)
+        except TimeoutError:
+            log.warning("shard %d: its last writes did not reach the log in time", i)
+        shard.demote("this node stops: the next leader takes the shard over")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stores[i].written(), _WRITTEN_WITHIN)
+        try:
+            await asyncio.wait_for(self.step_down(i), _WRITTEN_WITHIN)
+        except (LogError, TimeoutError) as exc:
+            log.info("shard %d: stepping its stream down failed (%s); again at the end", i, exc)
+            return
+        self.leaders[i] = None  # (not ours: close() leaves it be)
 
     async def stream_leader(self, shard: int) -> str | None:
         """Who leads shard ``shard``'s stream now (None: nobody, or no answer in time)."""
