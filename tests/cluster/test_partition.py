@@ -12,6 +12,7 @@ within 5 s of the heal; and no producer on the majority side loses its connectio
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import time
 import warnings
@@ -101,6 +102,16 @@ def _longest_gap(times: list[float], start: float, end: float) -> float:
     return max(b - a for a, b in itertools.pairwise(marks))
 
 
+def _logged_at(node: NetNode, words: str, since: float) -> float | None:
+    """When ``node`` first logged a line with ``words`` after ``since`` (unix time)."""
+    for line in node.log().splitlines():
+        if words in line:
+            at = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if at >= since:
+                return at
+    return None
+
+
 def _led_by(nodes: list[NetNode]) -> list[int]:
     """The shards that one of ``nodes`` leads (each asked itself)."""
     shards: set[int] = set()
@@ -181,6 +192,15 @@ def test_a_cut_off_leader_heals_without_collateral(
             after = [d for _b, s, d in outcomes[node.id].acks(queue) if s >= t_heal]
             back[f"{node.id}/shard {shard}"] = round(min(after) - t_heal, 2) if after else None
     report.append(f"first confirm of a publish sent after the heal, s after it: {back}")
+
+    stopped = _logged_at(victim, "cut off:", t_cut - 1)
+    started = _logged_at(victim, "a majority answers again", t_heal - 1)
+    report.append(
+        "the cut-off node stopped its nats-server "
+        + (f"{stopped - t_cut:.2f} s after the cut" if stopped else "never")
+        + ", started it "
+        + (f"{started - t_heal:.2f} s after the heal" if started else "never")
+    )
 
     # no producer on the majority side lost its connection
     closed = {node.id: outcomes[node.id].closed for node in others if outcomes[node.id].closed}

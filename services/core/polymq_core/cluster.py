@@ -209,6 +209,7 @@ class ClusterNode(ShardLeadership, LogRetention):
             max_reconnect_attempts=-1,
             reconnect_time_wait=1,
             allow_reconnect=True,
+            error_cb=self._nats_error,
         )
         deadline = time.monotonic() + _CONNECT_FOR
         for shard_log in self.logs:
@@ -426,6 +427,12 @@ class ClusterNode(ShardLeadership, LogRetention):
         return counts
 
     # ---- announcements and topics --------------------------------------------------------------
+    async def _nats_error(self, exc: Exception) -> None:
+        """The NATS connection's errors, one line each (nats-py logs a traceback per try
+        to reconnect: every second while this node's nats-server is stopped, cut off)."""
+        paused = self.nats is not None and self.nats.paused
+        log.log(logging.DEBUG if paused else logging.WARNING, "NATS: %r", exc)
+
     def _cut_off(self, cut_off: bool) -> None:
         """This node was cut off from its peers (True), or reaches them again: the sessions'
         links to other nodes were left hanging by the cut; drop them, so that requests open

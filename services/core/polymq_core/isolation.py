@@ -74,20 +74,21 @@ class Isolation:
                 await task
 
     async def _run(self) -> None:
-        since: float | None = None  # when the current state (isolated or not) last changed
+        since: float | None = None  # since when the other state (cut off or not) holds
         while True:
             await asyncio.sleep(_EVERY)
             try:
                 addresses = sorted({a for a in map(_hostport, self.peers()) if a is not None})
                 if not addresses:
                     continue
+                asked = time.monotonic()
                 answered = await asyncio.gather(*(_reaches(h, p) for h, p in addresses))
                 nodes = len(addresses) + 1
                 majority = sum(answered) + 1 > nodes // 2
                 now = time.monotonic()
                 paused = self.nats.paused
                 if majority == paused:  # the state to change to: wait until it holds
-                    since = since if since is not None else now
+                    since = since if since is not None else asked  # (from the first probe)
                     wait = _BACK_AFTER if paused else _ISOLATED_AFTER
                     if now - since >= wait:
                         since = None
