@@ -262,6 +262,27 @@ class Publisher:
             return None
 
     async def _publish_later(self, content: Content | ContentRun) -> None:
+        try:
+            route = await self._route_later(content)
+        except (Unavailable, TimeoutError):
+            # A lookup the core could not answer now (the node holding the record is cut
+            # off, or its shard changing leader): in confirm mode this message is nacked,
+            # as a publish the core could not take; the connection and its other publishes
+            # go on. Without confirms there is no answer for one message: as before.
+            ch = self.channel
+            if not ch.confirming or ch.transactional:
+                raise
+            count = 1 if isinstance(content, Content) else len(content.bodies)
+            seq = self._seq + 1
+            self._seq += count
+            for n in range(seq, seq + count):
+                ch.unconfirmed[n] = None
+                ch.confirm(n, False)
+            return
+        if not self.channel.closed:
+            self._accept(content, route)
+
+    async def _route_later(self, content: Content | ContentRun) -> list[str]:
         topology = self.session.topology
         names = self.channel.names
         exchange = content.method.exchange or ""
@@ -281,8 +302,7 @@ class Publisher:
                 )
             check_publish(names, rec)
             route = await route_later(topology, names, rec, routing_key, content.properties.headers)
-        if not self.channel.closed:
-            self._accept(content, route)
+        return route
 
     def _accept(self, content: Content | ContentRun, route: list[str]) -> None:
         session = self.session

@@ -49,6 +49,7 @@ from .clustertls import ClusterTls
 from .durableroutes import DurableRoutes
 from .endpoints import EndpointWatcher, Member, scaled_below
 from .handover import HandOver
+from .isolation import Isolation
 from .leadership import ShardLeadership
 from .logentry import LogError
 from .membership import Membership
@@ -169,6 +170,8 @@ class ClusterNode(ShardLeadership, LogRetention):
         self.k8s_members: dict[str, Member] = {}
         # pods Kubernetes says are not ready, or that left the endpoints, and since when
         self._unready_since: dict[str, float] = {}
+        self._impaired_at = float("-inf")  # (the balancer: no node impaired yet)
+        self.isolation: Isolation | None = None  # pauses our nats-server while cut off
         self._k8s_known: set[str] = set()  # every pod the endpoints have named
         # on a planned stop, take this node out of the streams' replicas for good (it is not
         # coming back: POLYMQ_LEAVE=remove, or POST /api/cluster/leave), not just step down
@@ -214,6 +217,7 @@ class ClusterNode(ShardLeadership, LogRetention):
             max_reconnect_attempts=-1,
             reconnect_time_wait=1,
             allow_reconnect=True,
+            error_cb=self._nats_error,
         )
         deadline = time.monotonic() + _CONNECT_FOR
         for shard_log in self.logs:
@@ -310,6 +314,9 @@ class ClusterNode(ShardLeadership, LogRetention):
             self.nc, self.node_id, self._describe_self, on_announce=self._announced
         )
         await self.membership.start()
+        if self.nats is not None and self.replicas > 1:  # (our own child: ours to pause)
+            self.isolation = Isolation(self.nats, self._peer_admin_urls, self._cut_off)
+            self.isolation.start()
         broker.sensors.watch_cluster(
             lambda: sum(1 for s in broker.shards if s.leading), self._node_states
         )
@@ -335,6 +342,8 @@ class ClusterNode(ShardLeadership, LogRetention):
         :meth:`_leaving_for_good`) and stop following leaders (the broker then answers what
         it read and closes its shards)."""
         self.state = "leaving"
+        if self.isolation is not None:
+            await self.isolation.stop()
         if not self.remove_on_leave and await self._leaving_for_good():
             self.remove_on_leave = True
         tasks, self._tasks = self._tasks, []
@@ -374,6 +383,8 @@ class ClusterNode(ShardLeadership, LogRetention):
     async def close(self) -> None:
         """Step two, once the broker closed its shards: hand the streams this node leads to
         the others (one election instead of a timeout), then close NATS."""
+        if self.isolation is not None:
+            await self.isolation.stop()
         if self.k8s is not None:
             self.k8s.stop(timeout=0)
         if self.replicas > 1 and self.nc.is_connected:
@@ -466,6 +477,34 @@ class ClusterNode(ShardLeadership, LogRetention):
         return counts
 
     # ---- announcements and topics --------------------------------------------------------------
+    async def _nats_error(self, exc: Exception) -> None:
+        """The NATS connection's errors, one line each (nats-py logs a traceback per try
+        to reconnect: every second while this node's nats-server is stopped, cut off)."""
+        paused = self.nats is not None and self.nats.paused
+        log.log(logging.DEBUG if paused else logging.WARNING, "NATS: %r", exc)
+
+    def _cut_off(self, cut_off: bool) -> None:
+        """This node was cut off from its peers (True), or reaches them again: the sessions'
+        links to other nodes were left hanging by the cut; drop them, so that requests open
+        new ones (at once after the heal, not after TCP's retransmission back-off)."""
+        if self.broker is None:
+            return
+        for session in list(self.broker.sessions):
+            if session.relay is not None:
+                session.relay.drop_links()
+
+    def _peer_admin_urls(self) -> list[str]:
+        """The admin URLs of the other nodes that have not left (what the isolation watch
+        probes)."""
+        membership = self.membership
+        if membership is None:
+            return []
+        return [
+            peer.admin_url
+            for node, peer in membership.peers().items()
+            if node != self.node_id and not peer.gone and peer.state != "leaving"
+        ]
+
     def _describe_self(self) -> dict[str, Any]:
         broker = self.broker
         return {

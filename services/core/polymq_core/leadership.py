@@ -66,6 +66,13 @@ _WRITTEN_WITHIN = 2.0
 # stops serving it from memory; its writes fail meanwhile anyway (no majority, no commit)
 _LEADERLESS = 10.0
 _UNREADY_GRACE = 10.0  # seconds a pod Kubernetes calls not ready keeps its shards' leads
+# announcement periods a node may go unheard before the balancer calls it impaired (it
+# announces every period; unreachable after three): no lead moves while a node is impaired,
+# nor for _SETTLE seconds after (a link that just came back may fail again)
+_LATE = 1.5
+# seconds unheard after which a node counts as down rather than impaired: the balancer
+# spreads the leads over the others again (a node that crashed for good holds nothing up)
+_DOWN = 60.0
 
 
 class ShardLeadership:
@@ -89,6 +96,7 @@ class ShardLeadership:
     _led_since: dict[int, float]  # per shard this node took over: when
     # pods Kubernetes says are not ready, or that left the endpoints, and since when
     _unready_since: dict[str, float]
+    _impaired_at: float  # when the balancer last saw a node unheard or unreachable
 
     async def step_down(self, shard: int) -> None:
         """Hand shard ``shard``'s stream on (this node stops): to the ready replica that
@@ -309,6 +317,8 @@ class ShardLeadership:
         broker, membership = self.broker, self.membership
         if broker is None or membership is None:
             return
+        if self._impaired(membership) is not None:
+            return  # a move now would land on a node that may be cut off, or depose again
         ready = {
             node: peer
             for node, peer in membership.peers().items()
@@ -353,6 +363,21 @@ class ShardLeadership:
             if len(led[target]) + 1 <= share and self._caught_up(i, ready[target]):
                 await self._hand(i, target, "balance")
                 return
+
+    def _impaired(self, membership: Membership) -> str | None:
+        """Another node that has been unheard for more than _LATE announcement periods (and
+        less than _DOWN seconds), or was so less than _SETTLE seconds ago: a partition, or
+        links failing (on a node cut off, every other one). While there is one, the balancer
+        moves nothing. None when all are well."""
+        now = time.monotonic()
+        late = _LATE * membership.period
+        for node, peer in membership.peers().items():
+            if node == self.node_id or peer.gone or membership.state_of(node) == "leaving":
+                continue
+            if late < now - peer.last_heard < _DOWN:
+                self._impaired_at = now
+                return node
+        return "a node lately" if now - self._impaired_at < _SETTLE else None
 
     def _replica_of(self, i: int, node: str) -> bool:
         """Is ``node`` a replica of shard ``i``'s stream (yes while none is known)?"""

@@ -222,6 +222,9 @@ class NatsConfig:
                 f"  name: {_quote(self.cluster_name)}",
                 f"  host: {_quote(self.cluster_host or self.host)}",
                 f"  port: {self.cluster_port}",
+                # each core talks to its own server alone: its clients are not told the
+                # others' client URLs (a reconnect never tries a peer, nor a cut-off one)
+                "  no_advertise: true",
             ]
             if self.secret is not None:
                 password = derived_password(self.secret, "routes")
@@ -347,6 +350,7 @@ class NatsServer:
         self._port: int | None = None
         self._scanned = 0  # bytes of the log read by refusals
         self._refused = dict.fromkeys((AUTH_REFUSED, TLS_REFUSED), 0)
+        self.paused = False  # stopped by pause(), until resume()
 
     @property
     def pid(self) -> int | None:
@@ -482,6 +486,21 @@ class NatsServer:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGHUP)
         return True
+
+    async def pause(self) -> None:
+        """Stop the server for a while (:meth:`resume` starts it again, on the client port it
+        had, so that a NATS connection to it reconnects): a node cut off from its peers keeps
+        its Raft groups out of elections so (:mod:`polymq_core.isolation`)."""
+        if self._port is not None and self.config.client_port == -1:
+            self.config = dataclasses.replace(self.config, client_port=self._port)
+        self.paused = True
+        await self.stop(timeout=2.0)
+
+    async def resume(self) -> None:
+        """Start a paused server again (nothing if it runs)."""
+        self.paused = False
+        if self.pid is None:
+            await self.start()
 
     async def wait(self) -> int:
         """Until the server exits (by itself, or stopped); its exit code."""

@@ -120,6 +120,15 @@ class PeerLink(asyncio.Protocol):
         elif self.transport is None:
             self.owner.link_lost(self)
 
+    def abort(self) -> None:
+        """Drop the connection at once, unflushed (one whose network was cut: a close
+        would wait on it, and its packets on TCP's back-off once the network is back)."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+        else:
+            self.owner.link_lost(self)
+
     def pause(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.pause_reading()

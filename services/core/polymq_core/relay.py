@@ -712,6 +712,13 @@ class Relay(RequestHolding):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def drop_links(self) -> None:
+        """This node was cut off from its peers: drop every link (what they carried and
+        was not answered fails ``unavailable``, its subscriptions move), so that the next
+        requests open new ones instead of waiting on connections the cut left hanging."""
+        for link in list(self.links.values()):
+            link.abort()
+
     def close(self) -> None:
         """The client session ended: end its links (the leaders requeue what they held)."""
         self._closed = True

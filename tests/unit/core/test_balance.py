@@ -5,6 +5,7 @@ consumer's unacknowledged deliveries twice)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from polymq_core import leadership
@@ -42,9 +43,13 @@ class FakeStore:
 @dataclass
 class FakePeer:
     applied: dict[int, int]
+    last_heard: float = field(default_factory=time.monotonic)
+    gone: bool = False
 
 
 class FakeMembership:
+    period = 2.0  # seconds between announcements
+
     def __init__(self, peers: dict[str, FakePeer]) -> None:
         self._peers = peers
 
@@ -52,7 +57,8 @@ class FakeMembership:
         return self._peers
 
     def state_of(self, node: str) -> str:
-        return "ready"
+        quiet = time.monotonic() - self._peers[node].last_heard
+        return "unreachable" if quiet > 3 * self.period else "ready"
 
 
 def node_a(leads: list[int], applied: list[int]) -> tuple[ClusterNode, list[FakeLog]]:
@@ -169,6 +175,30 @@ async def test_a_shard_is_handed_only_to_a_replica_of_its_stream() -> None:
     logs[1].peers = ("a", "b", "c")
     await node._balance_once()
     assert handed(logs) == {1: ["b"]}
+
+
+async def test_nothing_moves_while_a_node_is_unheard_nor_for_a_while_after() -> None:
+    # (a partition: b cut off, or its links failing; then back)
+    node, logs = node_a(leads=[0, 1, 2], applied=[0] * SHARDS)
+    assert node.membership is not None
+    b = node.membership.peers()["b"]
+    b.last_heard -= 2 * node.membership.period  # two announcements missed
+    await node._balance_once()
+    assert handed(logs) == {}, "a lead was moved while a node is unheard"
+    b.last_heard = time.monotonic()  # heard again
+    await node._balance_once()
+    assert handed(logs) == {}, "a lead was moved at once after a node came back"
+    node._impaired_at -= leadership._SETTLE
+    await node._balance_once()
+    assert handed(logs) == {0: ["b"]}
+
+
+async def test_a_node_unheard_for_long_is_down_and_holds_nothing_up() -> None:
+    node, logs = node_a(leads=[0, 1, 2], applied=[0] * SHARDS)
+    assert node.membership is not None
+    node.membership.peers()["c"] = FakePeer({}, last_heard=time.monotonic() - leadership._DOWN)
+    await node._balance_once()
+    assert handed(logs) == {0: ["b"]}
 
 
 def test_a_stream_grows_back_when_nodes_join() -> None:
