@@ -9,7 +9,7 @@ import pytest
 from polymq_server import passwords
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def cheap_password_hashes() -> Iterator[None]:
     """The users files that tests write hash their passwords at scrypt's N=2^14 instead of
     the shipped N=2^17 (OWASP's): a server checks a hash at the cost it names, so every

@@ -233,7 +233,8 @@ class Subscription:
         the highest of them) and wait until the core has the acks written: how many
         deliveries it acked (tags it no longer held unsettled are not counted)."""
         base = self._base
-        tags = [tag - base for tag in tags if tag >= base]  # (as ack)
+        if base:  # (as ack; before any failover the core itself checks what it is sent)
+            tags = [tag - base for tag in tags if tag >= base]
         if not tags:
             return 0
         r = await self.client._call(Ack(self.client._rid(), self.sid, tags, cumulative))

@@ -115,8 +115,13 @@ async def three_nodes(tmp_path: Path) -> AsyncIterator[list[Node]]:
         try:
             for server in servers:
                 name = server.config.server_name
+                # its own server first, then the others: the servers advertise no client
+                # URLs (``no_advertise``, docs/cluster.md "Partitions"), so a client that is to
+                # reconnect elsewhere is told where
+                others = [s.client_url for s in servers if s is not server]
                 nc = await nats.connect(
-                    server.client_url,
+                    servers=[server.client_url, *others],
+                    dont_randomize=True,
                     name=name,
                     no_echo=True,
                     connect_timeout=2,
