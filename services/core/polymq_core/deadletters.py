@@ -34,12 +34,12 @@ from typing import Any
 from polymq.errors import BadRequest
 from polymq_server.auth import (
     ALL_PERMISSIONS,
-    INTERNAL_PRINCIPAL,
     AuthProvider,
     Grant,
     Permission,
     Principal,
 )
+from polymq_server.principals import trusted
 
 __all__ = ["may_dead_letter", "stamp"]
 
@@ -54,11 +54,10 @@ _EVERYTHING = Grant("*", ALL_PERMISSIONS)
 
 
 def _acts_for_others(principal: Principal) -> bool:
-    return (
-        principal.name == INTERNAL_PRINCIPAL
-        or "administrator" in principal.tags
-        or _EVERYTHING in principal.grants
-    )
+    """polymq's own links and administrators (``trusted``: the service token and the cluster
+    secret log in with the administrator tag), and a login granted everything on ``*`` (the
+    chart's frontend login)."""
+    return trusted(principal) or _EVERYTHING in principal.grants
 
 
 def stamp(auth: AuthProvider, principal: Principal | None, options: Any) -> None:
