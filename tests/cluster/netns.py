@@ -210,21 +210,23 @@ class NetCluster:
         if how == "link":
             _ip("link", "set", node.veth_host, "down")
         else:
-            for other in self.nodes:
-                if other is not node:
-                    _ip("-n", node.ns, "route", "add", "blackhole", f"{other.address}/32")
-                    _ip("-n", other.ns, "route", "add", "blackhole", f"{node.address}/32")
+            self._blackholes(node, "add")
         self.cuts.add((node.index, how))
 
     def heal(self, node: NetNode, how: str) -> None:
         if how == "link":
             _ip("link", "set", node.veth_host, "up")
         else:
-            for other in self.nodes:
-                if other is not node:
-                    _ip("-n", node.ns, "route", "del", "blackhole", f"{other.address}/32")
-                    _ip("-n", other.ns, "route", "del", "blackhole", f"{node.address}/32")
+            self._blackholes(node, "del")
         self.cuts.discard((node.index, how))
+
+    def _blackholes(self, node: NetNode, verb: str) -> None:
+        """``verb`` (``add``, ``del``) the blackhole routes between ``node`` and every other
+        node, both ways."""
+        for other in self.nodes:
+            if other is not node:
+                _ip("-n", node.ns, "route", verb, "blackhole", f"{other.address}/32")
+                _ip("-n", other.ns, "route", verb, "blackhole", f"{node.address}/32")
 
     # ---- the nodes -----------------------------------------------------------------------
     def start(self) -> NetCluster:
