@@ -377,8 +377,14 @@
     remove.addEventListener("click", () => {
       if (!confirm(`Delete ${key} and every message in it?`)) return;
       act(remove, "delete", async () => {
-        await api(path, { method: "DELETE" });
-        flash = `deleted ${key}`;
+        // a 404 is a delete already done: the browser sends a request again by itself when
+        // a kept-alive connection closes before the answer, so the first may have been done
+        let gone = "";
+        try { await api(path, { method: "DELETE" }); } catch (err) {
+          if (!(err instanceof ApiError && err.status === 404)) throw err;
+          gone = " (it was already gone)";
+        }
+        flash = `deleted ${key}${gone}`;
         location.hash = "#/destinations";
       });
     });
