@@ -19,21 +19,29 @@ nats-server. The core is then
 started with ``--nats nats://127.0.0.1:<client port>`` and the same secret; it logs in with
 the derived client password.
 
-With ``--peers`` alone it replaces itself with nats-server (exec): signals go straight to
-it (SIGTERM: a clean shutdown). With ``POLYMQ_K8S_SERVICE`` its routes follow the Service's
-endpoints too, as the core's own child's do (:mod:`polymq_core.routes`: without ``--peers``
-it waits for the endpoints to name another pod first), so it stays nats-server's parent:
-it watches the endpoints, writes the config again and has nats-server reload it (SIGHUP)
-when the routes change, and passes SIGTERM and SIGINT on as a clean stop (exit 0); when
-nats-server exits by itself, so does this, with its code. Exit 2 on a configuration error,
-1 when nats-server cannot be run (or, waiting for its first route, the Kubernetes API
-named none in time).
+It stays nats-server's parent, as the core does for its own child:
+
+- with ``POLYMQ_K8S_SERVICE`` its routes follow the Service's endpoints too
+  (:mod:`polymq_core.routes`: without ``--peers`` it waits for the endpoints to name another
+  pod first): it writes the config again and has nats-server reload it (SIGHUP) when the
+  routes change;
+- a node cut off from most of its peers stops its nats-server until a majority answers
+  again (:mod:`polymq_core.isolation`, probing the peers' route ports), so that its Raft
+  groups do not raise their terms alone and depose the majority's leaders at the heal; the
+  core beside it sees its NATS connection refused meanwhile, and fails its writes
+  ``unavailable`` as a core whose own child is stopped does;
+- SIGTERM and SIGINT are a clean stop (exit 0); when nats-server exits by itself (not
+  stopped for a cut), so does this, with its code.
+
+Exit 2 on a configuration error, 1 when nats-server cannot be run (or, waiting for its
+first route, the Kubernetes API named none in time).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
@@ -43,7 +51,7 @@ from typing import Any
 
 from polymq_core.config import CoreSettings
 from polymq_core.endpoints import EndpointsError
-from polymq_core.natsd import NatsError, NatsServer, find_binary, write_config
+from polymq_core.natsd import NatsError, NatsServer, find_binary, hostport, write_config
 from polymq_server.config import ConfigError, from_env
 
 __all__ = ["CLIENT_PORT", "add_arguments", "prepare", "run"]
@@ -51,6 +59,7 @@ __all__ = ["CLIENT_PORT", "add_arguments", "prepare", "run"]
 CLIENT_PORT = 4222  # NATS' usual client port; the core's --nats names it
 _FIRST_ROUTE_FOR = 90.0  # seconds to wait for the endpoints to name another pod (the core's)
 _STOP_FOR = 30.0  # seconds nats-server may take to stop on SIGTERM before it is killed
+_PAUSED_LOOK = 0.5  # seconds between two looks at a server stopped for a cut
 
 
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -127,10 +136,12 @@ def _work_dir(settings: CoreSettings) -> Path:
     return settings.data_dir / "nats-run"
 
 
-async def _follow_endpoints(settings: CoreSettings, client_port: int) -> int:
-    """Run nats-server as a child whose routes follow the Kubernetes endpoints, until it
-    exits or SIGTERM/SIGINT stops it; its exit code."""
+async def _supervise(settings: CoreSettings, client_port: int) -> int:
+    """Run nats-server as a child (its routes following the Kubernetes endpoints, if any;
+    stopped while this node is cut off) until it exits by itself or SIGTERM/SIGINT stops
+    it; its exit code."""
     from polymq_core.cluster import nats_config
+    from polymq_core.isolation import Isolation
     from polymq_core.routes import Routes, watch_endpoints
 
     loop = asyncio.get_running_loop()
@@ -138,53 +149,72 @@ async def _follow_endpoints(settings: CoreSettings, client_port: int) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     routes = Routes.of(settings)
-    watcher = watch_endpoints(settings, routes.update, loop)
+    watcher = watch_endpoints(settings, routes.update, loop) if settings.k8s_service else None
+    isolation: Isolation | None = None
     try:
-        waiting = asyncio.ensure_future(routes.wait(watcher, _FIRST_ROUTE_FOR))
-        stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if not waiting.done():  # told to stop while waiting
-            waiting.cancel()
-            return 0
-        config = nats_config(settings, routes=waiting.result(), client_port=client_port)
+        first = routes.current
+        if watcher is not None:
+            waiting = asyncio.ensure_future(routes.wait(watcher, _FIRST_ROUTE_FOR))
+            if not await _until(waiting, stop):
+                return 0  # told to stop while waiting
+            first = waiting.result()
+        config = nats_config(settings, routes=first, client_port=client_port)
         server = NatsServer(config, work_dir=_work_dir(settings), own_output=True)
         await server.start()
         routes.attach(server)
-        exited = asyncio.ensure_future(server.wait())
-        stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait((exited, stopping), return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if not exited.done():  # told to stop: a clean stop is a success
-            await server.stop(_STOP_FOR)
-            await exited
-            return 0
-        code = exited.result()
-        print(f"polymq nats: nats-server exited with code {code}", file=sys.stderr)
-        return code if code >= 0 else 128 - code  # (killed by a signal: as a shell says)
+        isolation = Isolation(server, lambda: [f"nats://{hostport(*r)}" for r in routes.current])
+        isolation.start()
+        while True:
+            if server.paused:  # (cut off: stopped until a majority answers again)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), _PAUSED_LOOK)
+                if stop.is_set():
+                    break
+                continue
+            exited = asyncio.ensure_future(server.wait())
+            if not await _until(exited, stop):
+                break
+            if server.paused:
+                continue  # stopped by the isolation watch, not by itself
+            code = exited.result()
+            print(f"polymq nats: nats-server exited with code {code}", file=sys.stderr)
+            return code if code >= 0 else 128 - code  # (killed by a signal: as a shell says)
+        await isolation.stop()
+        isolation = None
+        server.paused = False
+        await server.stop(_STOP_FOR)
+        return 0  # told to stop: a clean stop is a success
     finally:
-        watcher.stop(timeout=0)
+        if isolation is not None:
+            await isolation.stop()
+        if watcher is not None:
+            watcher.stop(timeout=0)
+
+
+async def _until(task: asyncio.Future[Any], stop: asyncio.Event) -> bool:
+    """Wait for ``task`` or ``stop``, whichever first: whether ``task`` finished (if not,
+    it is cancelled)."""
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait((task, stopping), return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if task.done():
+        return True
+    task.cancel()
+    return False
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the config and exec nats-server (returns only on an error: its exit code);
-    with POLYMQ_K8S_SERVICE, run it as a child whose routes follow the endpoints."""
+    """Write the config and run nats-server as a child until it exits or is stopped (its
+    exit code, or 0 for a clean stop)."""
     try:
         settings = _settings(args)
-        if settings.k8s_service:
-            return asyncio.run(_follow_endpoints(settings, args.client_port))
-        path = prepare(args)
-        binary = find_binary()
+        if not settings.k8s_service:
+            prepare(args)  # (what the child is started with: checked before it runs)
+        find_binary()
+        return asyncio.run(_supervise(settings, args.client_port))
     except ConfigError as exc:
         print(f"polymq nats: configuration error: {exc}", file=sys.stderr)
         return 2
     except (NatsError, EndpointsError, OSError) as exc:
         print(f"polymq nats: {exc}", file=sys.stderr)
         return 1
-    print(f"polymq nats: exec {binary} -c {path}", file=sys.stderr, flush=True)
-    try:
-        os.execv(binary, [binary, "-c", str(path)])
-    except OSError as exc:
-        print(f"polymq nats: cannot run {binary}: {exc}", file=sys.stderr)
-        return 1
-    return 1  # not reached: execv does not return
