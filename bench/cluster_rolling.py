@@ -28,9 +28,10 @@ For each restart its **slowest publish** is explained from the nodes' logs (``wo
 queue and shard, when it began and ended (seconds after the SIGTERM), who led the shard
 before, and the leadership events of every node from 2 s before it began to its end
 (balancer moves, ``handing its lead``; stops' step-downs; takeovers; deposals; JetStream's
-``new stream leader`` lines from each nats-server log), with ``balancer_move`` and
-``election`` said apart: a new stream leader that no step-down (a balancer move or a stop)
-asked for within 2 s before is an election. ``moves`` lists every balancer move in the
+``new stream leader`` lines from each nats-server log; ``other_shards``: those of the
+other shards meanwhile), with ``balancer_move`` and ``election`` said apart: a new stream
+leader that no step-down (a balancer move or a stop) asked for within 2 s before is an
+election. ``moves`` lists every balancer move in the
 restart's window. The nodes log at INFO for this (``log_level``).
 
 ``--set cluster_rolling.KEY=VALUE``: ``interval``, ``settle``, ``body_bytes``,
@@ -262,7 +263,8 @@ def _explain(
     if not took:
         return
     _, q, begun, ended = max(took)
-    near = [k for k, e in enumerate(events) if e[2] == q and begun - _ASKED_WITHIN <= e[0] <= ended]
+    during = [k for k, e in enumerate(events) if begun - _ASKED_WITHIN <= e[0] <= ended]
+    near = [k for k in during if events[k][2] == q]
     row["worst"] = {
         "queue": q,
         "shard": q,  # (queue q is made in shard q: queue_in_shard)
@@ -273,6 +275,8 @@ def _explain(
         "events": [shown(k) for k in near],
         "balancer_move": any(events[k][3] == "move" for k in near),
         "election": any(k in elected for k in near),
+        # (the other shards' events meanwhile: a node stopping or starting, a move)
+        "other_shards": [shown(k) for k in during if events[k][2] != q],
     }
 
 

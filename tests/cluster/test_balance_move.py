@@ -69,18 +69,20 @@ async def _load(
     return confirmed, failures
 
 
-async def _drain(node: Node, queues: list[str]) -> collections.Counter[bytes]:
-    """Every message of ``queues``, consumed through ``node`` until none came for 5 s."""
-    got: collections.Counter[bytes] = collections.Counter()
+async def _drain(node: Node, queues: list[str], want: set[bytes]) -> set[bytes]:
+    """The bodies of ``queues``, consumed through ``node`` until each queue gave what it
+    was expected to (``want``) or nothing more came for 15 s."""
+    got: set[bytes] = set()
     async with await Client.connect("127.0.0.1", node.ports["core"]) as client:
         for q in queues:
             sub = await client.subscribe(f"queue/{q}", ack_mode="client-individual", prefetch=500)
-            while True:
+            mine = {b for b in want if b.startswith(f"{q}:".encode())}
+            while not mine <= got:
                 try:
-                    d = await asyncio.wait_for(sub.__anext__(), 5.0)
+                    d = await asyncio.wait_for(sub.__anext__(), 15.0)
                 except TimeoutError:
                     break
-                got[d.message.body] += 1
+                got.add(d.message.body)
                 d.ack()
     return got
 
@@ -132,5 +134,5 @@ def test_a_balancer_move_under_load_steps_down_only_once_its_writes_are_in_the_l
     assert all(i >= 0 for i in at) and at == sorted(at), (at, a.log_tail())
     assert cluster.leaders()[moved].id == target
     assert not failures, failures[:10]
-    missing = confirmed - set(asyncio.run(_drain(c, queues)))
+    missing = confirmed - asyncio.run(_drain(c, queues, confirmed))
     assert not missing, f"{len(missing)} confirmed and not consumed: {sorted(missing)[:10]}"
