@@ -424,7 +424,10 @@ class ShardLeadership:
                     break
                 await asyncio.sleep(0.02)
         except BaseException:
-            self._wake[i].set()  # (look again at once: lead it again if nobody else does)
+            # (cancelled, or the step-down failed: what did not reach the log fails, and
+            # the next look, at once, takes the shard over again if nobody else leads it)
+            store.demote()
+            self._wake[i].set()
             raise
         finally:
             self._handing.discard(i)
