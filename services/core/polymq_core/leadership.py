@@ -10,7 +10,8 @@ of :class:`~polymq_core.cluster.ClusterNode` that follows them and moves them:
 - **balancing**: a node that leads more than its share hands one shard at a time to the
   ready, caught-up replica that leads the fewest (``_BALANCE_EVERY``; not a shard it took
   over less than ``_SETTLE`` seconds ago), and a pod Kubernetes has called not ready for
-  ``_UNREADY_GRACE`` hands its shards on;
+  ``_UNREADY_GRACE`` hands its shards on; either lets the shard go and steps its stream
+  down only once the shard's writes are in the log (``_hand``);
 - **replicas**: the leader of a stream takes the replicas of nodes gone for good out of it,
   and grows it back to three as nodes join;
 - **handing on** when this node stops (:meth:`ShardLeadership.step_down`, :meth:`heirs`,
