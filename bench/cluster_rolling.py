@@ -24,6 +24,16 @@ consumed; ``duplicates``: consumed more than once, each time flagged redelivered
 ``value`` is the longest stall over all restarts; ``met``: <= 1 s, nothing lost, no publish
 failed.
 
+For each restart its **slowest publish** is explained from the nodes' logs (``worst``): its
+queue and shard, when it began and ended (seconds after the SIGTERM), who led the shard
+before, and the leadership events of every node from 2 s before it began to its end
+(balancer moves, ``handing its lead``; stops' step-downs; takeovers; deposals; JetStream's
+``new stream leader`` lines from each nats-server log; ``other_shards``: those of the
+other shards meanwhile), with ``balancer_move`` and ``election`` said apart: a new stream
+leader that no step-down (a balancer move or a stop) asked for within 2 s before is an
+election. ``moves`` lists every balancer move in the
+restart's window. The nodes log at INFO for this (``log_level``).
+
 ``--set cluster_rolling.KEY=VALUE``: ``interval``, ``settle``, ``body_bytes``,
 ``log_level``, ``keep_logs``.
 """
@@ -33,8 +43,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import datetime
 import itertools
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 from polymq import Client, Message
@@ -171,6 +184,102 @@ def _stalls(
     }
 
 
+# leadership events in the nodes' logs: (pattern, kind); group 1 the shard, group 2 a detail
+_EVENTS = [
+    (re.compile(r"shard (\d+): handing its lead to node (\S+ \(.+\))"), "move"),
+    (re.compile(r"shard (\d+): no longer led by this node \((.+)\)"), "let go"),
+    (re.compile(r"SHARD_(\d+): this node leads from entry (\d+)"), "took over"),
+    (re.compile(r"SHARD_(\d+): deposed: (.+)"), "deposed"),
+    (re.compile(r"new stream leader for '.*SHARD_(\d+)'()"), "stream leader"),
+]
+_POLYMQ_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+_NATS_TIME = re.compile(r"^\[\d+\] (\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) ")
+_ASKED_WITHIN = 2.0  # seconds: a new stream leader this soon after a step-down was asked for
+
+
+def _log_events(cluster: PolymqCluster, clock: float) -> list[tuple[float, str, int, str, str]]:
+    """Every node's leadership events, (monotonic time, node, shard, kind, detail), in
+    order; ``clock``: wall-clock time less monotonic time (the logs say local time)."""
+    out: list[tuple[float, str, int, str, str]] = []
+    for node in cluster.nodes:
+        paths = [(node.workdir / "run.log", _POLYMQ_TIME, "%Y-%m-%d %H:%M:%S,%f")]
+        nats = node.workdir.rglob("nats-server.log")
+        paths += [(p, _NATS_TIME, "%Y/%m/%d %H:%M:%S.%f") for p in nats]
+        for path, stamp, fmt in paths:
+            for line in _lines(path):
+                m = stamp.match(line)
+                if m is None:
+                    continue
+                for pattern, kind in _EVENTS:
+                    e = pattern.search(line)
+                    if e is not None:
+                        t = datetime.datetime.strptime(m.group(1), fmt).timestamp() - clock
+                        out.append((t, node.id, int(e.group(1)), kind, e.group(2)[:80]))
+                        break
+    return sorted(out)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(errors="replace").splitlines() if path.exists() else []
+
+
+def _elections(events: list[tuple[float, str, int, str, str]]) -> set[int]:
+    """The indexes of the ``stream leader`` events no step-down asked for: no balancer move
+    of that shard and no stop's letting it go within _ASKED_WITHIN seconds before."""
+    out = set()
+    for k, (t, _, shard, kind, _) in enumerate(events):
+        if kind != "stream leader":
+            continue
+        asked = any(
+            s == shard and kd in ("move", "let go") and t - _ASKED_WITHIN <= tt <= t
+            for tt, _, s, kd, _ in events
+        )
+        if not asked:
+            out.add(k)
+    return out
+
+
+def _explain(
+    row: dict[str, Any],
+    confirms: list[tuple[int, float, float]],
+    events: list[tuple[float, str, int, str, str]],
+    t0: float,
+    t1: float,
+) -> None:
+    """Add to a restart's ``row`` its slowest publish (``worst``) and what the logs say
+    about its shard around it, and every balancer move in the window (``moves``)."""
+    elected = _elections(events)
+
+    def rel(t: float) -> float:
+        return round(t - t0, 3)
+
+    def shown(k: int) -> dict[str, Any]:
+        t, node, shard, kind, detail = events[k]
+        kind = "election" if k in elected else kind
+        return {"t": rel(t), "node": node, "shard": shard, "kind": kind, "detail": detail}
+
+    row["moves"] = [shown(k) for k, e in enumerate(events) if e[3] == "move" and t0 <= e[0] <= t1]
+    took = [(e - b, q, b, e) for q, b, e in confirms if t0 <= b <= t1]
+    if not took:
+        return
+    _, q, begun, ended = max(took)
+    during = [k for k, e in enumerate(events) if begun - _ASKED_WITHIN <= e[0] <= ended]
+    near = [k for k in during if events[k][2] == q]
+    row["worst"] = {
+        "queue": q,
+        "shard": q,  # (queue q is made in shard q: queue_in_shard)
+        "begun_s": rel(begun),
+        "ended_s": rel(ended),
+        "took_s": round(ended - begun, 3),
+        "led_before": row["leaders_before"].get(q),
+        "events": [shown(k) for k in near],
+        "balancer_move": any(events[k][3] == "move" for k in near),
+        "election": any(k in elected for k in near),
+        # (the other shards' events meanwhile: a node stopping or starting, a move)
+        "other_shards": [shown(k) for k in during if events[k][2] != q],
+    }
+
+
 def _restart(cluster: PolymqCluster, index: int, settle: float) -> dict[str, Any]:
     node = cluster.nodes[index]
     before = cluster.wait_ready(120)
@@ -188,6 +297,7 @@ def _restart(cluster: PolymqCluster, index: int, settle: float) -> dict[str, Any
     return {
         "node": node.id,
         "led_before": led,
+        "leaders_before": {s: n.id for s, n in before.items()},
         "leaders_after_ready": {s: n.id for s, n in after.items()},
         "leaders_after_settle": {s: n.id for s, n in final.items()},
         "stop_s": round(t_gone - t0, 3),
@@ -213,12 +323,13 @@ def run_cluster_rolling(ctx: Context) -> Result:
         polymq_cluster(
             3,
             ctx.plan.broker,
-            str(ctx.option("log_level", "WARNING")),
+            str(ctx.option("log_level", "INFO")),
             keep=bool(ctx.option("keep_logs", False)),
         ) as cluster,
         workers() as pool,
     ):
         cluster.wait_ready(120)
+        clock = time.time() - time.monotonic()
         params["addresses"] = [f"127.0.0.1:{n.ports['core']}" for n in cluster.nodes]
         w = ctx.spawn(pool, "bench.cluster_rolling:rolling_loader", params)
         w.expect("ready", 60)
@@ -226,10 +337,12 @@ def run_cluster_rolling(ctx: Context) -> Result:
         restarts = [_restart(cluster, i, settle) for i in range(len(cluster.nodes))]
         w.send(stop=True)
         r = w.wait_result(params["attempt_timeout"] + params["drain_timeout"] + 60)
-    confirms = [tuple(c) for c in r.pop("confirms")]
+        events = _log_events(cluster, clock)
+    confirms = [(int(q), float(b), float(e)) for q, b, e in r.pop("confirms")]
     for row in restarts:
         t0, t1 = row.pop("window")
-        row.update(_stalls(confirms, len(queues), t0, t1))  # type: ignore[arg-type]
+        row.update(_stalls(confirms, len(queues), t0, t1))
+        _explain(row, confirms, events, t0, t1)
         # a publisher that waits for each confirm stalls as long as its slowest publish
         row["longest_stall_s"] = max(row["longest_gap_s"], row["longest_publish_s"] or 0.0)
         row["failed_publishes"] = sum(1 for f in r["failures"] if t0 <= f[1] <= t1)

@@ -161,6 +161,7 @@ class ClusterNode(ShardLeadership, LogRetention):
         self._wake = [asyncio.Event() for _ in self.logs]
         self._advisories: Subscription | None = None
         self._promoting: dict[int, asyncio.Task[None]] = {}
+        self._handing: set[int] = set()  # shards this node is handing on (not taken again)
         self._applied_seen: dict[int, int] = {}  # per shard, at the balancer's last look
         self._led_since: dict[int, float] = {}  # per shard this node took over: when
         self._purger: asyncio.Task[None] | None = None

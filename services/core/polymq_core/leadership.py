@@ -10,7 +10,8 @@ of :class:`~polymq_core.cluster.ClusterNode` that follows them and moves them:
 - **balancing**: a node that leads more than its share hands one shard at a time to the
   ready, caught-up replica that leads the fewest (``_BALANCE_EVERY``; not a shard it took
   over less than ``_SETTLE`` seconds ago), and a pod Kubernetes has called not ready for
-  ``_UNREADY_GRACE`` hands its shards on;
+  ``_UNREADY_GRACE`` hands its shards on; either lets the shard go and steps its stream
+  down only once the shard's writes are in the log (``_hand``);
 - **replicas**: the leader of a stream takes the replicas of nodes gone for good out of it,
   and grows it back to three as nodes join;
 - **handing on** when this node stops (:meth:`ShardLeadership.step_down`, :meth:`heirs`,
@@ -91,6 +92,7 @@ class ShardLeadership:
     _wake: list[asyncio.Event]  # per shard: look at its leader now
     _leaderless_since: dict[int, float]
     _promoting: dict[int, asyncio.Task[None]]
+    _handing: set[int]  # shards being handed on by _hand: a look does not take them again
     _resizing: dict[int, asyncio.Task[None]]  # per shard: its replicas changing
     _applied_seen: dict[int, int]  # per shard, at the balancer's last look
     _led_since: dict[int, float]  # per shard this node took over: when
@@ -296,7 +298,7 @@ class ShardLeadership:
             self.leaders[i] = leader
             self._leaderless_since.pop(i, None)
             if leader == self.node_id:
-                if not shard.leading and i not in self._promoting:
+                if not shard.leading and i not in self._promoting and i not in self._handing:
                     self._promoting[i] = asyncio.get_running_loop().create_task(
                         self._promote(i), name=f"promote-{i}"
                     )
@@ -390,9 +392,46 @@ class ShardLeadership:
         return bool(ours - peer.applied.get(i, 0) <= _CAUGHT_UP)
 
     async def _hand(self, i: int, target: str, why: str) -> None:
-        """Hand shard ``i``'s lead to ``target``: a step-down with it preferred."""
+        """Hand shard ``i``'s lead to ``target`` as a stopping node does (:meth:`_hand_on`):
+        the shard let go (its requests are held from then on, and go to ``target`` once it
+        leads) while the writes already made go on into the log, then, once they are there
+        (none pending, no append in flight), a step-down with ``target`` preferred. A
+        step-down with an append in flight left that append unanswered: its writes failed
+        only after the log's timeout, 5 s, and the shard's requests waited as long (the
+        rolling restart's 5.51 s, docs/cluster.md). No look takes the shard again
+        meanwhile; one whose step-down fails is taken over again here (the next look sees
+        this node still leads its stream)."""
         log.info("shard %d: handing its lead to node %s (%s)", i, target, why)
-        await asyncio.wait_for(self.logs[i].step_down(preferred=target), 5.0)
+        store = self.stores[i]
+        self._handing.add(i)
+        try:
+            if self.broker is not None:
+                shard = self.broker.shards[i]
+                shard.flush_removes()
+                shard.demote(f"handing its lead to node {target}", writes_go_on=True)
+            try:
+                await asyncio.wait_for(store.written(), _WRITTEN_WITHIN)
+            except TimeoutError:
+                log.warning("shard %d: its last writes did not reach the log in time", i)
+            store.demote()  # (what is not in the log by now fails: may not be committed)
+            log.info("shard %d: its writes are in the log; stepping down for node %s", i, target)
+            await asyncio.wait_for(self.logs[i].step_down(preferred=target), 5.0)
+            self._wake[i].set()
+            # (until this node sees another leader, a look answered before the step-down
+            # must not take the shard again)
+            until = time.monotonic() + _WRITTEN_WITHIN
+            while self.leaders.get(i) == self.node_id:
+                if time.monotonic() >= until:
+                    break
+                await asyncio.sleep(0.02)
+        except BaseException:
+            # (cancelled, or the step-down failed: what did not reach the log fails, and
+            # the next look, at once, takes the shard over again if nobody else leads it)
+            store.demote()
+            self._wake[i].set()
+            raise
+        finally:
+            self._handing.discard(i)
 
     async def _guard_unready(self) -> None:
         """Every second: once this node's pod has been not ready (or gone from the

@@ -247,14 +247,18 @@ class Shard(DurableWrites):
             "shard %d: this node leads it now (%d destinations)", self.index, len(self.holders)
         )
 
-    def demote(self, reason: str) -> None:
+    def demote(self, reason: str, *, writes_go_on: bool = False) -> None:
         """This node no longer leads the shard: writes still pending fail, subscribers are
-        moved (their sessions resubscribe through the new leader), memory is dropped."""
+        moved (their sessions resubscribe through the new leader), memory is dropped.
+        ``writes_go_on``: a planned hand-over (``ShardLeadership._hand``): the writes
+        already made go on into the log (none is made after), and the caller demotes the
+        store once they are there."""
         if not self.leading:
             return
         self.leading = False
         self.sensors.on_leadership("demoted")
-        self.store.demote()
+        if not writes_go_on:
+            self.store.demote()
         for holder in list(self.holders.values()):
             if isinstance(holder, Queue):
                 for w in holder.waiters:

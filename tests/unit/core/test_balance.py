@@ -23,6 +23,12 @@ class FakeShard:
     async def promote(self) -> None:
         self.leading = True
 
+    def flush_removes(self) -> None:
+        pass
+
+    def demote(self, reason: str, *, writes_go_on: bool = False) -> None:
+        self.leading = False
+
 
 @dataclass
 class FakeLog:
@@ -38,6 +44,12 @@ class FakeLog:
 @dataclass
 class FakeStore:
     applied: int = 0
+
+    async def written(self) -> None:
+        pass
+
+    def demote(self) -> None:
+        pass
 
 
 @dataclass
