@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -101,6 +101,83 @@ def test_a_frontend_given_every_core_passes_over_a_dead_one(
         assert [m["body"] for m in r.json()["messages"]] == ["through the second"]
 
 
+async def publish_and_consume_through(
+    addresses: list[str], q: str, fault: Callable[[], None], events: list[Reconnected]
+) -> tuple[list[str], set[str], float]:
+    """A client given ``addresses`` (connected to the first) publishes persistent messages
+    to ``q`` one at a time, each awaited, and consumes them with acks; once ``BEFORE`` are
+    confirmed and one consumed, ``fault()`` (in a thread). Returns once ``AFTER`` publishes
+    begun after it were confirmed and every confirmed message was consumed (AssertionError
+    if either stalls past ``WAIT``): what was confirmed, what was consumed, and the seconds
+    from the fault to the end. Its failovers go to ``events``."""
+    async with await Client.connect(addresses, on_reconnect=events.append) as client:
+        assert client.address is not None and str(client.address) == addresses[0]
+        return await _publish_and_consume(client, q, fault, events)
+
+
+async def _publish_and_consume(
+    client: Client, q: str, fault: Callable[[], None], events: list[Reconnected]
+) -> tuple[list[str], set[str], float]:
+    await client.declare(q, durable=True)
+    confirmed: list[str] = []
+    consumed: set[str] = set()
+    faulted = asyncio.Event()
+    enough = asyncio.Event()  # BEFORE confirmed
+    got_one = asyncio.Event()
+
+    async def publish() -> None:
+        after = 0
+        n = 0
+        while after < AFTER:
+            body = f"m{n:04d}"
+            n += 1
+            began_after_fault = faulted.is_set()
+            await client.publish(q, [Message(body.encode(), persistent=True)])
+            confirmed.append(body)
+            if len(confirmed) >= BEFORE:
+                enough.set()
+            if began_after_fault:
+                after += 1
+
+    async def consume() -> None:
+        sub = await client.subscribe(q, ack_mode="client-individual", prefetch=10)
+        async for delivery in sub:
+            consumed.add(delivery.message.body.decode())
+            delivery.ack()
+            got_one.set()
+
+    publisher = asyncio.create_task(publish())
+    consumer = asyncio.create_task(consume())
+    try:
+        async with asyncio.timeout(WAIT):
+            await enough.wait()
+            await got_one.wait()
+        await asyncio.to_thread(fault)
+        fault_at = time.monotonic()
+        faulted.set()
+        try:
+            async with asyncio.timeout(WAIT):
+                await asyncio.shield(publisher)
+        except TimeoutError:
+            raise AssertionError(
+                f"the publisher stalled: {len(confirmed)} confirmed, events {events}"
+            ) from None
+        wanted = set(confirmed)
+        deadline = time.monotonic() + WAIT
+        while not wanted <= consumed:
+            assert time.monotonic() < deadline, (
+                f"not consumed: {sorted(wanted - consumed)}; events {events}; "
+                f"the consumer: {consumer}"
+            )
+            await asyncio.sleep(0.1)
+        assert not consumer.done(), consumer  # (it did not end with an error)
+        return confirmed, consumed, time.monotonic() - fault_at
+    finally:
+        publisher.cancel()
+        consumer.cancel()
+        await asyncio.gather(publisher, consumer, return_exceptions=True)
+
+
 def test_publishing_and_consuming_go_on_through_a_kill_of_the_connected_node(
     cluster: Cluster,
 ) -> None:
@@ -118,70 +195,9 @@ def test_publishing_and_consuming_go_on_through_a_kill_of_the_connected_node(
     addresses = [core(n.ports["core"]) for n in [victim, *others]]
     events: list[Reconnected] = []
 
-    async def run() -> tuple[list[str], set[str], float]:
-        client = await Client.connect(addresses, on_reconnect=events.append)
-        assert client.address is not None and client.address.port == victim.ports["core"]
-        await client.declare(q, durable=True)
-        confirmed: list[str] = []
-        consumed: set[str] = set()
-        killed = asyncio.Event()
-        enough = asyncio.Event()  # BEFORE confirmed
-        got_one = asyncio.Event()
-
-        async def publish() -> None:
-            after = 0
-            n = 0
-            while after < AFTER:
-                body = f"m{n:04d}"
-                n += 1
-                began_after_kill = killed.is_set()
-                await client.publish(q, [Message(body.encode(), persistent=True)])
-                confirmed.append(body)
-                if len(confirmed) >= BEFORE:
-                    enough.set()
-                if began_after_kill:
-                    after += 1
-
-        async def consume() -> None:
-            sub = await client.subscribe(q, ack_mode="client-individual", prefetch=10)
-            async for delivery in sub:
-                consumed.add(delivery.message.body.decode())
-                delivery.ack()
-                got_one.set()
-
-        publisher = asyncio.create_task(publish())
-        consumer = asyncio.create_task(consume())
-        try:
-            async with asyncio.timeout(WAIT):
-                await enough.wait()
-                await got_one.wait()
-            await asyncio.to_thread(cluster.kill, victim)
-            killed_at = time.monotonic()
-            killed.set()
-            try:
-                async with asyncio.timeout(WAIT):
-                    await asyncio.shield(publisher)
-            except TimeoutError:
-                raise AssertionError(
-                    f"the publisher stalled: {len(confirmed)} confirmed, events {events}"
-                ) from None
-            wanted = set(confirmed)
-            deadline = time.monotonic() + WAIT
-            while not wanted <= consumed:
-                assert time.monotonic() < deadline, (
-                    f"not consumed: {sorted(wanted - consumed)}; events {events}; "
-                    f"the consumer: {consumer}"
-                )
-                await asyncio.sleep(0.1)
-            assert not consumer.done(), consumer  # (it did not end with an error)
-            return confirmed, consumed, time.monotonic() - killed_at
-        finally:
-            publisher.cancel()
-            consumer.cancel()
-            await asyncio.gather(publisher, consumer, return_exceptions=True)
-            await client.close()
-
-    confirmed, consumed, took = asyncio.run(run())
+    confirmed, consumed, took = asyncio.run(
+        publish_and_consume_through(addresses, q, lambda: cluster.kill(victim), events)
+    )
     assert len(confirmed) >= BEFORE + AFTER
     assert set(confirmed) <= consumed, sorted(set(confirmed) - consumed)
     # one failover, from the killed node to a survivor; sometimes a second, between
@@ -275,69 +291,10 @@ def test_a_client_whose_node_hangs_fails_over_and_goes_on(cluster: Cluster) -> N
     addresses = [core(n.ports["core"]) for n in (victim, leader, third)]
     events: list[Reconnected] = []
 
-    async def run() -> tuple[list[str], set[str], float]:
-        client = await Client.connect(addresses, on_reconnect=events.append)
-        assert client.address is not None and client.address.port == victim.ports["core"]
-        await client.declare(q, durable=True)
-        confirmed: list[str] = []
-        consumed: set[str] = set()
-        frozen = asyncio.Event()
-        enough = asyncio.Event()
-        got_one = asyncio.Event()
-
-        async def publish() -> None:
-            after = n = 0
-            while after < AFTER:
-                body = f"m{n:04d}"
-                n += 1
-                began_after_freeze = frozen.is_set()
-                await client.publish(q, [Message(body.encode(), persistent=True)])
-                confirmed.append(body)
-                if len(confirmed) >= BEFORE:
-                    enough.set()
-                if began_after_freeze:
-                    after += 1
-
-        async def consume() -> None:
-            sub = await client.subscribe(q, ack_mode="client-individual", prefetch=10)
-            async for delivery in sub:
-                consumed.add(delivery.message.body.decode())
-                delivery.ack()
-                got_one.set()
-
-        publisher = asyncio.create_task(publish())
-        consumer = asyncio.create_task(consume())
-        try:
-            async with asyncio.timeout(WAIT):
-                await enough.wait()
-                await got_one.wait()
-            await asyncio.to_thread(cluster.freeze, victim)
-            frozen_at = time.monotonic()
-            frozen.set()
-            try:
-                async with asyncio.timeout(WAIT):
-                    await asyncio.shield(publisher)
-            except TimeoutError:
-                raise AssertionError(
-                    f"the publisher stalled: {len(confirmed)} confirmed, events {events}"
-                ) from None
-            wanted = set(confirmed)
-            deadline = time.monotonic() + WAIT
-            while not wanted <= consumed:
-                assert time.monotonic() < deadline, (
-                    f"not consumed: {sorted(wanted - consumed)}; events {events}"
-                )
-                await asyncio.sleep(0.1)
-            assert not consumer.done(), consumer
-            return confirmed, consumed, time.monotonic() - frozen_at
-        finally:
-            publisher.cancel()
-            consumer.cancel()
-            await asyncio.gather(publisher, consumer, return_exceptions=True)
-            await client.close()
-
     try:
-        confirmed, consumed, took = asyncio.run(run())
+        confirmed, consumed, took = asyncio.run(
+            publish_and_consume_through(addresses, q, lambda: cluster.freeze(victim), events)
+        )
     finally:
         cluster.thaw(victim)
     assert len(confirmed) >= BEFORE + AFTER
