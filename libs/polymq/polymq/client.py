@@ -157,7 +157,9 @@ class Client(CoreConnection):
         closed (:class:`~polymq.errors.ConnectionClosed`, code ``heartbeat``). It finds a
         core that hangs with the socket open (``SIGSTOP``), which nothing else does.
         ``"auto"`` (the default): 5 s with failover, 30 s without (a client with nowhere
-        else to go gives a busy core longer); ``None``: no pings.
+        else to go gives a busy core longer); ``None``: no pings. Under 2 s, a connection
+        whose reading the core holds (a resource alarm) may be taken for hung: the core
+        then says a word of its own only every second.
 
         ``ssl``: speak TLS to the core (one started with ``--tls-cert``, or a cluster's
         ``peer_wire`` listener): an ``ssl.SSLContext`` (e.g.
