@@ -241,7 +241,8 @@ class CoreConnection:
         assert transport is not None
         try:
             hello = Hello(PROTOCOL_VERSION, login.client, login.user, login.password, login.token)
-            transport.write(self.conn.send(hello))
+            if not welcome.done():  # (a core refusing the connection may say so first)
+                transport.write(self.conn.send(hello))
             answer = await asyncio.wait_for(asyncio.shield(welcome), timeout)
         except BaseException as exc:
             if self._protocol is proto:
