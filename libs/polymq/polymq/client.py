@@ -73,9 +73,11 @@ from .events import (
 )
 from .failover import Reconnected
 from .handles import ChannelHandle, QueueHandle, StreamHandle, TopicHandle
+from .heartbeat import DEFAULT_HEARTBEAT
 from .types import Message, Outcome
 
 __all__ = [
+    "DEFAULT_HEARTBEAT",
     "DEFAULT_RECONNECT_TIMEOUT",
     "ChannelHandle",
     "Client",
@@ -93,6 +95,7 @@ __all__ = [
 
 DEFAULT_RECONNECT_TIMEOUT = 30.0  # seconds a client given several addresses fails over for
 _BATCH_TTL_MARGIN = 120.0  # seconds an automatic batch id outlives reconnect_timeout
+_LONE_HEARTBEAT = 30.0  # seconds of heartbeat, by default, for a client without failover
 
 
 class Client(CoreConnection):
@@ -130,6 +133,7 @@ class Client(CoreConnection):
         ssl: SSLContext | bool | None = None,
         reconnect_timeout: float | Literal["auto"] | None = "auto",
         on_reconnect: Callable[[Reconnected], None] | None = None,
+        heartbeat: float | Literal["auto"] | None = "auto",
     ) -> Client:
         """Connect to the core at ``host``, ``port``, or to the first of several that
         takes the connection: ``host`` a list of ``"host:port"`` strings (or one string of
@@ -147,6 +151,16 @@ class Client(CoreConnection):
         without a ``batch_id`` is given one (kept by the core for ``reconnect_timeout`` +
         120 s), so that one re-sent after a failover is not taken twice.
 
+        ``heartbeat``: seconds the core may stay silent after a ping (see
+        :mod:`polymq.heartbeat`) before the connection is taken as lost, as when it closes:
+        with failover the client moves to another address, without it the client is
+        closed (:class:`~polymq.errors.ConnectionClosed`, code ``heartbeat``). It finds a
+        core that hangs with the socket open (``SIGSTOP``), which nothing else does.
+        ``"auto"`` (the default): 5 s with failover, 30 s without (a client with nowhere
+        else to go gives a busy core longer); ``None``: no pings. Under 2 s, a connection
+        whose reading the core holds (a resource alarm) may be taken for hung: the core
+        then says a word of its own only every second.
+
         ``ssl``: speak TLS to the core (one started with ``--tls-cert``, or a cluster's
         ``peer_wire`` listener): an ``ssl.SSLContext`` (e.g.
         ``ssl.create_default_context(cafile="ca.pem")``), or True for the system's CAs;
@@ -159,6 +173,10 @@ class Client(CoreConnection):
             reconnect_timeout = None if isinstance(host, str) else DEFAULT_RECONNECT_TIMEOUT
         if reconnect_timeout is not None and not reconnect_timeout > 0:
             raise ValueError("reconnect_timeout must be a positive number of seconds, or None")
+        if heartbeat == "auto":
+            heartbeat = DEFAULT_HEARTBEAT if reconnect_timeout is not None else _LONE_HEARTBEAT
+        if heartbeat is not None and not heartbeat > 0:
+            raise ValueError("heartbeat must be a positive number of seconds, or None")
         self = cls(local_buffer=local_buffer)
         await self._open(
             addresses,
@@ -170,6 +188,7 @@ class Client(CoreConnection):
             ssl=ssl,
             reconnect_timeout=reconnect_timeout,
             on_reconnect=on_reconnect,
+            heartbeat=heartbeat,
         )
         return self
 
@@ -264,7 +283,7 @@ class Client(CoreConnection):
         sub = Subscription(self, sid, destination, listener, options)
         self._subs[sid] = sub
         try:
-            await self._call(Subscribe(self._rid(), sid, destination, options))
+            await self._call(Subscribe(self._rid(), sid, destination, options), sub._subscribed)
         except BaseException:
             self._subs.pop(sid, None)
             raise

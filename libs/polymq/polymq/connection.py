@@ -60,6 +60,7 @@ from .events import (
     Welcome,
 )
 from .failover import FAILOVER_CODES, Failover, Reconnected, Waiting
+from .heartbeat import Heartbeat
 
 __all__ = ["CoreConnection"]
 
@@ -145,6 +146,10 @@ class CoreConnection:
         self.reconnect_timeout: float | None = None  # None: a loss ends the connection
         self.failover: Failover | None = None  # (with a reconnect_timeout)
         self._login: _Login | None = None
+        # liveness: the heartbeat (None: none), and whether the core said anything since
+        # it last looked
+        self.heartbeat: Heartbeat | None = None
+        self._heard = False
 
     # ---- connecting ----------------------------------------------------------------------
     async def _open(
@@ -159,10 +164,13 @@ class CoreConnection:
         ssl: SSLContext | bool | None,
         reconnect_timeout: float | None = None,
         on_reconnect: Callable[[Reconnected], None] | None = None,
+        heartbeat: float | None = None,
     ) -> None:
         """Connect to the first of ``addresses`` (each name expanded to its IPs) that
         welcomes us; returns once one did (its ``server`` and ``limits`` are known), else
-        closes and raises (several addresses: :class:`ConnectionClosed` naming each)."""
+        closes and raises (several addresses: :class:`ConnectionClosed` naming each).
+        ``heartbeat``: seconds a core may take to answer a ping (:mod:`polymq.heartbeat`;
+        None: no pings)."""
         self.addresses = list(addresses)
         self._login = _Login(client, user, password, token, timeout, ssl)
         self.reconnect_timeout = reconnect_timeout
@@ -172,9 +180,13 @@ class CoreConnection:
         for address in await self._expanded():
             try:
                 await self._attempt(address, timeout)
-                return
             except PolymqError as exc:
                 failures.append((address, exc))
+                continue
+            if heartbeat is not None:
+                self.heartbeat = Heartbeat(self, heartbeat)
+                self.heartbeat.start()
+            return
         err: BaseException = failures[-1][1]
         if len(failures) > 1:
             why = "; ".join(f"{a}: {e}" for a, e in failures)
@@ -229,7 +241,8 @@ class CoreConnection:
         assert transport is not None
         try:
             hello = Hello(PROTOCOL_VERSION, login.client, login.user, login.password, login.token)
-            transport.write(self.conn.send(hello))
+            if not welcome.done():  # (a core refusing the connection may say so first)
+                transport.write(self.conn.send(hello))
             answer = await asyncio.wait_for(asyncio.shield(welcome), timeout)
         except BaseException as exc:
             if self._protocol is proto:
@@ -252,6 +265,8 @@ class CoreConnection:
             return
         if self.failover is not None:
             await self.failover.cancel()
+        if self.heartbeat is not None:
+            await self.heartbeat.wait_stopped()
         self._flush()
         t = self._transport
         if t is not None and not t.is_closing():
@@ -261,6 +276,7 @@ class CoreConnection:
 
     # ---- I/O -----------------------------------------------------------------------------
     def _data(self, data: bytes) -> None:
+        self._heard = True
         self.conn.receive_data(data)
         while True:
             try:
@@ -377,6 +393,8 @@ class CoreConnection:
         if self.close_reason is None:
             self.close_reason = reason
         self.closed = True
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
         self._protocol = None
         err = self.close_reason
         pending, self._pending = self._pending, {}
@@ -389,6 +407,20 @@ class CoreConnection:
         for sub in subs.values():
             sub._end(err)
         self._can_write.set()
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open (not closed, nor between two: failing over)."""
+        t = self._transport
+        return not self.closed and t is not None and not t.is_closing()
+
+    def _unresponsive(self, reason: ConnectionClosed) -> None:
+        """The heartbeat found the core silent: the connection is lost (failover, or the
+        end, as a connection the core closed)."""
+        t = self._transport
+        self._gone(reason, "lost")
+        if t is not None and not t.is_closing():
+            t.abort()
 
     # ---- failover ----------------------------------------------------------------------
     def _fail_over(self, reason: PolymqError) -> None:
@@ -470,17 +502,20 @@ class CoreConnection:
                         else:
                             log.warning("polymq: cannot send %s: %s", type(ev).__name__, exc)
 
-    async def _call(self, ev: Event) -> Any:
+    async def _call(self, ev: Event, answer: Callable[[Any], Any] | None = None) -> Any:
         if not self._can_write.is_set():
             await self._can_write.wait()
-        return await self._request(ev)
+        return await self._request(ev, answer)
 
-    def _request(self, ev: Event) -> asyncio.Future[Any]:
+    def _request(
+        self, ev: Event, answer: Callable[[Any], Any] | None = None
+    ) -> asyncio.Future[Any]:
         """Send ``ev`` now (once the connection may be written again if it may not) and
-        give the future of its answer: no task of its own, for a request held open by the
-        thousand (long polls)."""
+        give the future of its answer (``answer``: what makes it of the Ok's result, as the
+        answer is read): no task of its own, for a request held open by the thousand (long
+        polls)."""
         if not self._can_write.is_set():
-            return asyncio.ensure_future(self._call(ev))
+            return asyncio.ensure_future(self._call(ev, answer))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         rid: int = ev.rid  # type: ignore[attr-defined]
         try:
@@ -488,5 +523,5 @@ class CoreConnection:
         except Exception as exc:  # (closed: the awaiter gets it, as from _call)
             fut.set_exception(exc)
             return fut
-        self._pending[rid] = (fut, None, ev)
+        self._pending[rid] = (fut, answer, ev)
         return fut

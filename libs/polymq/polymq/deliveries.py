@@ -133,7 +133,8 @@ class Subscription:
         # after a failover the core numbers deliveries from 1 again: tags handed out are
         # the core's plus this base (a tag below it is of a lost connection: not acked)
         self._base = 0
-        # a stream's: the seq after the last delivered (where a failover reads on from)
+        # a stream's: where a failover reads on from: the seq after the last delivered, or
+        # before any delivery the seq the core said it starts at (its subscribe's answer)
         self._next_seq: int | None = None
         self._stream = destination.startswith("stream/")
         self._items: deque[Delivery] = deque()
@@ -157,6 +158,16 @@ class Subscription:
         if len(items) >= self.client.local_buffer:
             self.client._pause_reading()
 
+    def _subscribed(self, result: Any) -> Any:
+        """The core's answer to subscribing (again): a stream's names the seq it reads
+        first (``seq``; an older core does not say), where a failover before any delivery
+        goes on from. (Deliveries may come before the answer: the later position holds.)"""
+        seq = result.get("seq") if isinstance(result, dict) else None
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            if self._next_seq is None or seq > self._next_seq:
+                self._next_seq = seq
+        return result
+
     def _rebase(self, base: int) -> None:
         """A failover: tags from now on are ``base`` plus the new connection's; acks not
         yet sent are of the lost one (the core gives those deliveries again)."""
@@ -165,7 +176,8 @@ class Subscription:
 
     def _resume_options(self) -> dict[str, Any]:
         """The options to subscribe again with: a stream reads on after the last entry
-        delivered (none delivered yet: from the offset first asked for)."""
+        delivered, or from where the core said it started (neither known: from the offset
+        first asked for)."""
         if self._next_seq is None:
             return self.options
         return {**self.options, "offset": self._next_seq}

@@ -8,7 +8,10 @@ Core to client: ``Welcome``, ``Ok``, ``Fail``, ``Deliver``, ``Pulled``, ``Polled
 ``Cancelled``, ``Goodbye``.
 
 Every request carries ``rid``, a request id the answer (``Ok``, ``Fail`` or ``Pulled``) repeats;
-``rid`` 0 asks for no answer at all (fire and forget).
+``rid`` 0 asks for no answer at all (fire and forget). An ``Ok`` for ``rid`` 0 answers
+nothing: a core whose reading of a connection is held (a resource alarm holds a publisher)
+says it now and then, a sign of life for the client's heartbeat (:mod:`polymq.heartbeat`),
+which pings with ``Ping`` when the core has been silent.
 """
 
 from __future__ import annotations

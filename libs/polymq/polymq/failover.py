@@ -19,6 +19,7 @@ leader for longer than the core holds requests) is sent again a moment later.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -191,14 +192,19 @@ class Failover:
             if sub.sid not in subscribing:
                 out.append(self._resubscribe(sub))
         resubscribed = len(out)
-        for rid, (fut, _, ev) in resend:
+        for rid, (fut, answer, ev) in resend:
             if fut.done() or isinstance(ev, Ack | Nack | Unsubscribe):
                 del host._pending[rid]
                 if not fut.done():
-                    answer = {"acked": 0} if isinstance(ev, Ack) else {"nacked": 0}
-                    fut.set_result(None if isinstance(ev, Unsubscribe) else answer)
-            else:
-                out.append(ev)
+                    result = {"acked": 0} if isinstance(ev, Ack) else {"nacked": 0}
+                    fut.set_result(None if isinstance(ev, Unsubscribe) else result)
+                continue
+            subscribing_sub = host._subs.get(ev.sid) if isinstance(ev, Subscribe) else None
+            if isinstance(ev, Subscribe) and subscribing_sub is not None:
+                # (a stream's deliveries may have come before its answer)
+                ev = dataclasses.replace(ev, options=subscribing_sub._resume_options())
+                host._pending[rid] = (fut, answer, ev)
+            out.append(ev)
         resent = len(out) - resubscribed
         # what was made meanwhile is pending (above) but fire-and-forget publishes
         out += [ev for ev in host._out if isinstance(ev, Publish) and ev.rid == 0]
@@ -244,7 +250,7 @@ class Failover:
                 sub._end(exc)
 
         fut.add_done_callback(done)
-        host._pending[ev.rid] = (fut, None, ev)
+        host._pending[ev.rid] = (fut, sub._subscribed, ev)
         return ev
 
     def retry(self, rid: int) -> bool:

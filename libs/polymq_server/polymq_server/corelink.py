@@ -2,9 +2,10 @@
 
 Every frontend (HTTP, STOMP, ...) shares one :class:`~polymq.client.Client` between all of
 its own clients, so that requests issued together travel in one frame. :class:`CoreLink`
-owns it: a task connects, watches the connection (a ping every few seconds finds a core that
-hangs) and reconnects with jittered exponential backoff; while there is no connection
-:meth:`CoreLink.get` and :meth:`CoreLink.call` fail fast with ``Unavailable``.
+owns it: a task connects, watches the connection (the client's heartbeat finds a core that
+hangs: :data:`CORE_HEARTBEAT`) and reconnects with jittered exponential backoff; while
+there is no connection :meth:`CoreLink.get` and :meth:`CoreLink.call` fail fast with
+``Unavailable``.
 
 The link knows every core address it is given (``--core n1:7400,n2:7400``, or a name that
 resolves to several, as a headless Service's does) and connects to the first that takes it,
@@ -56,7 +57,14 @@ from .connections import ConnectionTable, Responder, instance_id
 from .names import from_core
 from .reload import TOPIC, Reloader, ReloadError
 
-__all__ = ["CORE_FAILOVER", "CORE_TIMEOUT", "ByteBudget", "CoreLink", "fails_over"]
+__all__ = [
+    "CORE_FAILOVER",
+    "CORE_HEARTBEAT",
+    "CORE_TIMEOUT",
+    "ByteBudget",
+    "CoreLink",
+    "fails_over",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +73,8 @@ T = TypeVar("T")
 CORE_TIMEOUT = 30.0  # seconds for the core to answer one request
 CORE_FAILOVER = 30.0  # seconds a link given several cores fails over for before it gives up
 _CONNECT_TIMEOUT = 5.0
-_PING_INTERVAL = 5.0
+CORE_HEARTBEAT = 5.0  # seconds the core may stay silent after a ping (polymq.heartbeat)
+_WATCH_EVERY = 5.0  # seconds between looks whether the client closed (if not woken sooner)
 _MIN_DELAY, _MAX_DELAY = 0.1, 5.0
 _DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 # the fix for a frontend refused the core's system.* topics (reserved: principals.py)
@@ -284,6 +293,7 @@ class CoreLink:
                     ssl=self.ssl,
                     reconnect_timeout=self.failover,  # (None: this loop reconnects)
                     on_reconnect=self._reconnected,
+                    heartbeat=CORE_HEARTBEAT,
                 )
             except asyncio.CancelledError:
                 raise
@@ -437,30 +447,15 @@ class CoreLink:
                 log.exception("%s: on_lost hook failed", self.service)
 
     async def _watch(self, client: Client) -> None:
-        """Return when ``client`` is closed, or stops answering pings."""
+        """Return when ``client`` is closed: the core closed it, it failed over for longer
+        than it may, or its heartbeat found the core hung (with failover it moves on, as
+        after a loss; without, it closes)."""
         while not client.closed:
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), _PING_INTERVAL)
-                continue
+                await asyncio.wait_for(self._wake.wait(), _WATCH_EVERY)
             except TimeoutError:
                 pass
-            if client.closed:
-                return
-            if _failing_over(client):
-                continue  # (its failover has a deadline of its own)
-            moves = client.reconnects
-            try:
-                await asyncio.wait_for(client.ping(), _CONNECT_TIMEOUT)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if not client.closed and (_failing_over(client) or client.reconnects != moves):
-                    continue  # the ping was lost with the connection it went on
-                log.warning(
-                    "%s: the core at %s does not answer pings: %s", self.service, self.address, exc
-                )
-                return
 
     # ---- requests ----------------------------------------------------------------------
     def get(self) -> Client:
@@ -494,11 +489,6 @@ class CoreLink:
                 self._wake.set()
                 raise Unavailable(f"lost the connection to the core: {exc.message}") from exc
             raise
-
-
-def _failing_over(client: Client) -> bool:
-    """Whether ``client`` lost its connection and is connecting to another node."""
-    return client.failover is not None and client.failover.active
 
 
 class _AlarmListener:

@@ -63,6 +63,7 @@ from .natsd import (
     hostport,
     remove_servers,
 )
+from .peerwatch import PeerWatch
 from .reload import SUBJECT as RELOAD_SUBJECT
 from .reload import Reloader, ReloadError
 from .replog import ReplicatedStore
@@ -91,6 +92,7 @@ _ELECTED = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"
 _CONNECT_FOR = 90.0  # seconds to wait for the cluster's JetStream to answer at start-up
 _MAX_PAYLOAD = 64 * 1024 * 1024
 _STOP_TASKS_WITHIN = 3.0  # seconds a stop waits for its following tasks to end
+_PEER_WATCH_EVERY = 1.0  # seconds between looks for peer links of unreachable nodes
 
 
 class ClusterNode(ShardLeadership, LogRetention):
@@ -330,6 +332,9 @@ class ClusterNode(ShardLeadership, LogRetention):
         if self.replicas > 1:
             self._tasks.append(loop.create_task(self._balance(), name="balance"))
         self._purger = loop.create_task(self._purge_logs(), name="purge-logs")
+        # the peer links of a node that hangs are closed here (what they hold goes back)
+        watch = PeerWatch(lambda: broker.sessions, self.membership.state_of, _PEER_WATCH_EVERY)
+        self._tasks.append(loop.create_task(watch.run(), name="peer-watch"))
         if self.k8s is not None:  # (watched since connect)
             self._tasks.append(loop.create_task(self._guard_unready(), name="unready"))
 

@@ -123,10 +123,14 @@ class Consumers:
                 sub.next_tag = top + 1
             claimed = holder.claim(sub, held) if held and isinstance(holder, Queue) else []
             session.add_sub(sub)
-            holder.attach(sub)
+            start = holder.attach(sub)
+            broker.sensors.on_subscription(dest.kind.value, 1)
+            answer: dict[str, Any] = {"sid": ev.sid, "destination": str(dest)}
+            if start is not None:  # a stream's: the seq it reads first (its answer's "seq")
+                answer["seq"] = start
             if claims is not None:
-                broker.sensors.on_subscription(dest.kind.value, 1)
-                return {"sid": ev.sid, "destination": str(dest), "claimed": claimed}
+                answer["claimed"] = claimed
+            return answer
         broker.sensors.on_subscription(dest.kind.value, 1)
         return {"sid": ev.sid, "destination": str(dest)}
 

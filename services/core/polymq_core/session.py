@@ -59,6 +59,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_WAITING = 20_000  # requests awaiting an answer before reading pauses
+# seconds between the words (Ok for request 0) said to a client whose reading is held: its
+# pings are not read, and its heartbeat (polymq.heartbeat) must not take the core for hung
+_HELD_WORD_EVERY = 1.0
 
 
 class SessionHost(RelayHost, Protocol):
@@ -129,6 +132,7 @@ class Session(SessionOutput, asyncio.Protocol):
         self._quiescing = False
         self._hello_pending = False
         self._handshake: asyncio.TimerHandle | None = None  # closes a peer slow to log in
+        self._held_word: asyncio.TimerHandle | None = None  # (see _reading_held)
         self._closed = False
         self._told_unanswered = False  # logged a failed request nobody waits for
         self.loop = asyncio.get_event_loop()
@@ -181,6 +185,9 @@ class Session(SessionOutput, asyncio.Protocol):
         if self._handshake is not None:
             self._handshake.cancel()
             self._handshake = None
+        if self._held_word is not None:
+            self._held_word.cancel()
+            self._held_word = None
         for fut in list(self._answering):
             fut.cancel()  # e.g. a waiting pull must not lease messages to nobody
         backlog, self._backlog = self._backlog, {}
@@ -309,6 +316,7 @@ class Session(SessionOutput, asyncio.Protocol):
             if self._waiting >= _MAX_WAITING and not self._reading_paused and self.transport:
                 self._reading_paused = True
                 self.transport.pause_reading()
+                self._reading_held()
             fut = asyncio.ensure_future(result)
             self._answering.add(fut)
             fut.add_done_callback(lambda f: self._answered(rid, f))
@@ -371,8 +379,24 @@ class Session(SessionOutput, asyncio.Protocol):
         self._alarm_held = hold
         if hold:
             self.transport.pause_reading()
+            self._reading_held()
         elif not self._reading_paused and not self._hello_pending:
             self.transport.resume_reading()
+
+    def _reading_held(self) -> None:
+        """Reading this connection paused (a resource alarm holds the publisher, or too
+        many of its requests wait): the pings of its client's heartbeat are not read, so
+        the core says a word of its own, an ``Ok`` for request 0 (which answers nothing),
+        every :data:`_HELD_WORD_EVERY` seconds while it does not read."""
+        if self._held_word is None:
+            self._held_word = self.loop.call_later(_HELD_WORD_EVERY, self._say_held_word)
+
+    def _say_held_word(self) -> None:
+        self._held_word = None
+        if self._closed or not (self._alarm_held or self._reading_paused):
+            return
+        self.reply(Ok(0, None))
+        self._reading_held()
 
     def _unanswered_failure(self, exc: BaseException) -> None:
         """A request sent without a request id (``publish_nowait``) failed once accepted (a

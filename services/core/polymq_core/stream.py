@@ -167,10 +167,13 @@ class Stream:
             return self.first_seq + i
         return max(int(offset), self.first_seq)
 
-    def attach(self, sub: Subscription) -> None:
-        self.cursors[sub] = self.start_of(sub.options.offset)
+    def attach(self, sub: Subscription) -> int:
+        """Start ``sub`` at its offset; the seq it reads first (what a subscribe answers,
+        so that a client failing over before any delivery goes on from there)."""
+        self.cursors[sub] = start = self.start_of(sub.options.offset)
         self.last_used = time.monotonic()
         self.pump()
+        return start
 
     def detach(self, sub: Subscription, *, requeue: list[Message]) -> None:
         self.cursors.pop(sub, None)

@@ -107,3 +107,25 @@ async def test_past_the_low_watermark_a_paging_queue_keeps_less_in_memory(
         await measured_with(core, used * 20)  # no pressure: the pages come back, in order
         sub = await c.subscribe(pressed, prefetch=100)
         assert bodies(await collect(sub, 50)) == [m.body for m in messages]
+
+
+async def test_a_publisher_held_by_the_alarm_longer_than_its_heartbeat_is_not_cut_off(
+    core: PolymqProcess,
+) -> None:
+    """A held publisher's connection is not read, pings included; the core says a word of
+    its own (``Ok`` for request 0) every second meanwhile, so a client whose heartbeat is
+    much shorter than the hold keeps its connection, and its publish is answered once the
+    alarm clears."""
+    used = (await asyncio.to_thread(api, core))["memory"]["used"]
+    q = f"queue/{uid()}"
+    async with await connect(core.ports["core"], heartbeat=2.0) as c:
+        await c.publish(q, [Message(b"first")])  # (a native publisher: held by alarms)
+        await measured_with(core, used * 3 // 2)
+        await eventually(lambda: api(core)["alarms"] == ["memory"], within=WAIT)
+        held = asyncio.ensure_future(c.publish(q, [Message(b"second")]))
+        await asyncio.sleep(6.0)  # a core silent after a ping would be left within 4 s
+        assert not held.done(), "the publisher was not held by the alarm"
+        assert not c.closed, c.close_reason
+        await measured_with(core, used * 20)
+        assert (await asyncio.wait_for(held, WAIT)).count == 1
+        assert not c.closed

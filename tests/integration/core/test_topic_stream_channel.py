@@ -9,6 +9,7 @@ import time
 import pytest
 
 from polymq import BadRequest, Client, Message, Subscription
+from polymq.events import Subscribe
 
 from ...procs import PolymqProcess
 from .helpers import bodies, collect, connect, eventually, nothing_more, uid
@@ -170,6 +171,27 @@ async def test_stream_replay_from_every_kind_of_offset(core: PolymqProcess) -> N
             (d,) = await collect(sub, 1)
             assert (d.message.body, d.message.seq) == (b"c0", 9)
             await nothing_more(sub, 0.05)
+
+
+async def test_a_stream_subscribe_answers_the_seq_it_starts_at(client: Client) -> None:
+    """The answer to a stream's subscribe names the seq it reads first (``seq``), what a
+    client failing over before any delivery goes on from; a queue's names none."""
+    s = f"stream/{uid()}"
+    await client.publish(s, [Message(f"a{i}".encode()) for i in range(5)])
+
+    async def answer(destination: str, **options: object) -> dict[str, object]:
+        sid = next(client._sids)  # (a raw subscribe: its deliveries go nowhere)
+        r: dict[str, object] = await client._call(
+            Subscribe(client._rid(), sid, destination, options)
+        )
+        return r
+
+    assert (await answer(s, offset="first"))["seq"] == 1
+    assert (await answer(s, offset="last"))["seq"] == 5
+    assert (await answer(s, offset="next"))["seq"] == 6
+    assert (await answer(s, offset=3))["seq"] == 3
+    assert (await answer(s, offset={"timestamp": time.time() + 3600}))["seq"] == 6
+    assert "seq" not in await answer(f"queue/{uid()}")
 
 
 async def test_stream_is_not_consumed_by_reading(client: Client) -> None:

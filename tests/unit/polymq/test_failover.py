@@ -1,7 +1,7 @@
-"""The client's failover, against fake cores served in this process (``polymq.inproc``: no
-sockets) that speak the wire protocol with the real codec: a ``Goodbye`` ``shutdown`` sends
-the client to the next address, where it subscribes again (a stream from the entry after
-the last delivered), sends the unanswered publish again with the same batch id, answers
+"""The client's failover, against fake cores served in this process (:mod:`.fakecores`):
+a ``Goodbye`` ``shutdown`` sends the client to the next address, where it subscribes again
+(a stream from the entry after the last delivered, or, none delivered, from the seq the
+core said it started at), sends the unanswered publish again with the same batch id, answers
 what belonged to the lost connection itself, and reports a ``Reconnected``; when no
 address takes it within ``reconnect_timeout``, what is pending fails with
 ``ConnectionClosed``; without failover a Goodbye ends the client, as it always did."""
@@ -9,125 +9,14 @@ address takes it within ``reconnect_timeout``, what is pending fails with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from polymq import Client, ConnectionClosed, Message, Reconnected, inproc
-from polymq.codec import NEED_DATA, Connection, Role
-from polymq.events import (
-    Ack,
-    Deliver,
-    Event,
-    Hello,
-    Ok,
-    Publish,
-    Subscribe,
-    Unsubscribe,
-    Welcome,
-)
+from polymq import Client, ConnectionClosed, Message, Reconnected
+from polymq.events import Ack, Deliver, Event, Hello, Ok, Publish, Subscribe, Unsubscribe
 
-HOST = "127.0.0.1"
-A, B = 65101, 65102  # the fake cores' ports (served in-process only: no socket)
-
-
-class FakeCore(asyncio.Protocol):
-    """A core that welcomes every Hello (or, ``refuse``d, says Goodbye ``unavailable``),
-    records what it is sent, and answers as ``answer`` says (None: not at all)."""
-
-    def __init__(self, name: str, answer: Callable[[Event], object]) -> None:
-        self.name = name
-        self.answer = answer
-        self.conn = Connection(Role.SERVER)
-        self.got: list[Event] = []
-        self.transport: asyncio.Transport | None = None
-        self.refuse = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        self.conn.receive_data(data)
-        while (ev := self.conn.next_event()) is not NEED_DATA:
-            assert isinstance(ev, Event)
-            self.got.append(ev)
-            if isinstance(ev, Hello):
-                if self.refuse:
-                    self.say_goodbye("unavailable", "not now")
-                else:
-                    self.send(Welcome(1, self.name, f"{self.name}-session", {}))
-                continue
-            result = self.answer(ev)
-            if result is not None:
-                self.send(Ok(ev.rid, None if result is True else result))  # type: ignore[attr-defined]
-
-    def send(self, ev: Event) -> None:
-        assert self.transport is not None
-        self.transport.write(self.conn.send(ev))
-
-    def say_goodbye(self, code: str, message: str) -> None:
-        assert self.transport is not None
-        self.transport.write(self.conn.goodbye(code, message))
-        self.transport.close()
-
-    def of(self, kind: type[Event]) -> list[Event]:
-        return [e for e in self.got if isinstance(e, kind)]
-
-
-def answer_all(ev: Event) -> object:
-    if isinstance(ev, Publish):
-        return {"count": len(ev.messages), "ids": ["i"], "seqs": [1], "duplicate": False}
-    return True
-
-
-def answer_but_publishes(ev: Event) -> object:
-    return None if isinstance(ev, Publish) else True
-
-
-class Cores:
-    """The fake cores made at each address, newest last; ``refusing`` the addresses whose
-    next cores say Goodbye to the Hello."""
-
-    def __init__(self) -> None:
-        self.made: dict[int, list[FakeCore]] = {A: [], B: []}
-        self.answers: dict[int, Callable[[Event], object]] = {A: answer_all, B: answer_all}
-        self.refusing: set[int] = set()
-
-    def factory(self, port: int) -> Callable[[], FakeCore]:
-        def make() -> FakeCore:
-            core = FakeCore(f"core-{port}", self.answers[port])
-            core.refuse = port in self.refusing
-            self.made[port].append(core)
-            return core
-
-        return make
-
-    def last(self, port: int) -> FakeCore:
-        return self.made[port][-1]
-
-
-@pytest.fixture
-def cores() -> Iterator[Cores]:
-    made = Cores()
-    for port in (A, B):
-        inproc.serve(HOST, port, made.factory(port))
-    yield made
-    for port in (A, B):
-        inproc.unserve(HOST, port)
-
-
-async def until(check: Callable[[], object], what: str, within: float = 5.0) -> None:
-    """Poll ``check`` (the fakes answer from the client's own loop) until it is true."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        if check():
-            return
-        assert asyncio.get_running_loop().time() < deadline, f"{what}: not within {within:g}s"
-        await asyncio.sleep(0.005)
-
-
-def address(port: int) -> str:
-    return f"{HOST}:{port}"
+from .fakecores import HOST, A, B, Cores, address, answer_but_publishes, until
 
 
 async def test_a_goodbye_sends_the_client_to_the_next_address_where_it_goes_on(
@@ -244,3 +133,74 @@ async def test_without_failover_a_goodbye_still_ends_the_client(cores: Cores) ->
     with pytest.raises(ConnectionClosed, match=r"\(shutdown\)"):
         await asyncio.wait_for(publishing, 5)
     assert client.closed and not cores.made[B]
+
+
+def answer_stream_start(seq: int) -> Callable[[Event], object]:
+    """Answers as a core does: a stream's subscribe with the seq it reads first."""
+
+    def answer(ev: Event) -> object:
+        if isinstance(ev, Subscribe) and ev.destination.startswith("stream/"):
+            return {"sid": ev.sid, "destination": ev.destination, "seq": seq}
+        return True
+
+    return answer
+
+
+async def test_a_stream_given_nothing_yet_goes_on_from_where_the_core_said_it_started(
+    cores: Cores,
+) -> None:
+    """Subscribed at ``next``, answered "seq 7", nothing delivered: after the failover it
+    subscribes at 7 (what was appended meanwhile is delivered), not at ``next`` again; the
+    new core's answer is taken too (a second failover goes on from there)."""
+    cores.answers[A] = answer_stream_start(7)
+    cores.answers[B] = answer_stream_start(7)
+    client = await Client.connect([address(A), address(B)])
+    try:
+        sub = await client.subscribe("stream/s", offset="next")
+        cores.last(A).say_goodbye("shutdown", "bye")
+        await until(lambda: cores.made[B] and cores.last(B).of(Subscribe), "the resubscribe")
+        [again] = cores.last(B).of(Subscribe)
+        assert isinstance(again, Subscribe)
+        assert again.options == {"offset": 7}
+        assert sub.options == {"offset": "next"}  # (as subscribed: what the caller asked)
+    finally:
+        await client.close()
+
+
+async def test_a_stream_answered_without_a_seq_subscribes_again_as_it_was(
+    cores: Cores,
+) -> None:
+    """An older core does not say where a stream subscription starts: with nothing
+    delivered, it is made again at the offset first asked for, as before."""
+    client = await Client.connect([address(A), address(B)])
+    try:
+        await client.subscribe("stream/s", offset="last")
+        cores.last(A).say_goodbye("shutdown", "bye")
+        await until(lambda: cores.made[B] and cores.last(B).of(Subscribe), "the resubscribe")
+        [again] = cores.last(B).of(Subscribe)
+        assert isinstance(again, Subscribe) and again.options == {"offset": "last"}
+    finally:
+        await client.close()
+
+
+async def test_deliveries_before_the_answer_keep_the_later_position(cores: Cores) -> None:
+    """The core may deliver before it answers the subscribe (both in one frame): the
+    answer's start seq does not take the client back behind what it was given."""
+    cores.answers[A] = lambda ev: None if isinstance(ev, Subscribe) else True
+    client = await Client.connect([address(A), address(B)])
+    try:
+        a = cores.last(A)
+        subscribing = asyncio.ensure_future(client.subscribe("stream/s", offset="first"))
+        await until(lambda: a.of(Subscribe), "the subscribe reaches A")
+        [made] = a.of(Subscribe)
+        assert isinstance(made, Subscribe)
+        a.send(Deliver(1, [1, 2], [Message(b"a", seq=5), Message(b"b", seq=6)]))
+        a.send(Ok(made.rid, {"sid": 1, "destination": "stream/s", "seq": 5}))
+        sub = await asyncio.wait_for(subscribing, 5)
+        assert [(await sub.get(5)).message.seq for _ in range(2)] == [5, 6]
+        a.say_goodbye("shutdown", "bye")
+        await until(lambda: cores.made[B] and cores.last(B).of(Subscribe), "the resubscribe")
+        [again] = cores.last(B).of(Subscribe)
+        assert isinstance(again, Subscribe) and again.options == {"offset": 7}
+    finally:
+        await client.close()
