@@ -40,7 +40,6 @@ from .harness import (
     http_pull,
     http_stats,
     pika_connection,
-    running_cluster,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -87,9 +86,8 @@ def longpoll(node: Node, sub_id: str, cursor: str | None, n: int) -> dict[str, A
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with running_cluster(tmp_path_factory.mktemp("failover")) as c:
-        yield c
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
 
 
 @dataclass

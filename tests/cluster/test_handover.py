@@ -6,11 +6,9 @@ confirmed is lost."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from .harness import Cluster, running_cluster
+from .harness import Cluster
 from .test_failover import (
     AmqpPublisher,
     Publisher,
@@ -23,9 +21,8 @@ pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with running_cluster(tmp_path_factory.mktemp("handover")) as c:
-        yield c
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
 
 
 def test_publishes_during_a_planned_leader_move_are_handed_over_not_refused(

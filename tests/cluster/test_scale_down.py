@@ -92,9 +92,8 @@ class MovingAmqpPublisher(AmqpPublisher):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with running_cluster(tmp_path_factory.mktemp("scale-down")) as c:
-        yield c
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
 
 
 def test_a_leader_stopped_gracefully_under_load_loses_nothing(cluster: Cluster) -> None:
