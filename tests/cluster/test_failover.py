@@ -228,6 +228,13 @@ class AmqpPublisher(Publisher):
         return f"amqp not confirmed: {result!r}"[:200]
 
 
+def declare_durable(node: Node, queue: str) -> None:
+    """``queue`` made durable through ``node`` before anything is published to it: an AMQP
+    publish to a queue a STOMP SEND has not yet created would come back unroutable."""
+    with pika_connection(node) as conn:
+        conn.channel().queue_declare(queue, durable=True)
+
+
 def publish_through(
     publishers: list[Publisher], fault: Callable[[], None], what: str
 ) -> tuple[float, float]:
