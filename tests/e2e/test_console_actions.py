@@ -128,11 +128,18 @@ async def test_peek_publish_purge_and_delete_from_a_destinations_page(
     await page.click("#purge")
     await expect(page.get_by_role("status")).to_have_text(f"purged 5 message(s) from queue/{q}")
     assert ready(node, q) == 0
+    assert admin.errors == []
     await page.click("#delete")
     await expect(page).to_have_url(re.compile(r"#/destinations$"))
-    await expect(page.get_by_role("status")).to_have_text(f"deleted queue/{q}")
+    # (Chromium may send the DELETE again by itself when a kept-alive connection closes
+    # before the answer: the second finds it gone, and the console says so)
+    await expect(page.get_by_role("status")).to_have_text(
+        re.compile(rf"^deleted queue/{q}( \(it was already gone\))?$")
+    )
     assert api(node, "GET", f"/api/destinations/queue/{q}").status_code == 404
-    assert admin.errors == []
+    # from the delete on, only the browser's own line for a 404 (the page's refresh, or a
+    # DELETE sent again, finding the queue gone)
+    assert [e for e in admin.errors if "status of 404 (Not Found)" not in e] == []
 
 
 @in_browser
