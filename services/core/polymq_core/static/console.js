@@ -377,8 +377,9 @@
     remove.addEventListener("click", () => {
       if (!confirm(`Delete ${key} and every message in it?`)) return;
       act(remove, "delete", async () => {
-        // a 404 is a delete already done: the browser sends a request again by itself when
-        // a kept-alive connection closes before the answer, so the first may have been done
+        // a 404 is a delete already done (the browser sends a request again by itself when
+        // a kept-alive connection closes before the answer; another operator; a queue made
+        // by a publish alone, which the core forgets once it is empty)
         let gone = "";
         try { await api(path, { method: "DELETE" }); } catch (err) {
           if (!(err instanceof ApiError && err.status === 404)) throw err;
