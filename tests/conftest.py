@@ -7,13 +7,22 @@ import pytest
 
 from polymq import Client
 
-from .procs import PolymqProcess
+from .procs import PolymqProcess, serving
 
 
 @pytest.fixture
 def core(tmp_path: Path) -> Iterator[PolymqProcess]:
     """A fresh ``polymq core`` process (own data dir, ephemeral ports)."""
     with PolymqProcess("core", tmp_path / "core") as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def module_core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
+    """One ``polymq core`` process for a whole module whose tests use names of their own and
+    leave it running (a module binds it to ``core``; tests that stop or kill their core take
+    the fresh one)."""
+    with serving("core", tmp_path_factory.mktemp("core")) as proc:
         yield proc
 
 

@@ -676,14 +676,23 @@ class Cluster:
         return "\n".join(out)
 
 
+def started_cluster(cluster: Cluster) -> Cluster:
+    """``cluster`` started and formed; every process stopped again if it does not form."""
+    try:
+        cluster.start()
+        cluster.wait_formed(timeout=60)
+    except BaseException:
+        cluster.stop_all()
+        raise
+    return cluster
+
+
 @contextlib.contextmanager
 def running_cluster(root: Path, n: int = 3, **kw: Any) -> Iterator[Cluster]:
     """A started, formed cluster; stopped (and checked: no process left) afterwards, however
     the tests ended."""
-    cluster = Cluster(root, n, **kw)
+    cluster = started_cluster(Cluster(root, n, **kw))
     try:
-        cluster.start()
-        cluster.wait_formed(timeout=60)
         yield cluster
     except BaseException:
         cluster.stop_all()

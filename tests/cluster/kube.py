@@ -80,8 +80,14 @@ class Emulator:
         """One EndpointSlice per node, naming its pod (the node id) at 127.0.0.1 and its
         cluster port as the slice's port ``cluster``: nodes on one machine differ by port,
         and a slice's ports are those of all its endpoints (the EndpointSlice controller
-        makes one slice per port set). Created, or replaced when they exist."""
+        makes one slice per port set). Created, or replaced when they exist; the slices of
+        nodes not among ``nodes`` are deleted (a cluster that started over on fresh ports
+        and node ids must not be routed to the ones it gave up)."""
         assert self.api is not None
+        names = {f"{SERVICE}-{node.id}" for node in nodes}
+        for gone in sorted(self._made - names):
+            self.api.delete_namespaced_endpoint_slice(gone, NS, _request_timeout=10)
+            self._made.discard(gone)
         for node in nodes:
             name = f"{SERVICE}-{node.id}"
             body = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ import requests
 from polymq import Client, Message, Reconnected
 
 from ..procs import PolymqProcess
-from .harness import Cluster, Node, free_ports, running_cluster, shard_of, unique
+from .harness import Cluster, Node, free_ports, shard_of, unique
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -32,9 +32,8 @@ WAIT = 60.0  # seconds for anything that takes a failover (a JetStream election 
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running_cluster(tmp_path_factory.mktemp("client-failover")) as cluster:
-        yield cluster
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
 
 
 def core(node_port: int) -> str:

@@ -13,7 +13,6 @@ import asyncio
 import collections
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import aio_pika
 import pytest
@@ -28,7 +27,6 @@ from .harness import (
     amqp_url,
     drain,
     eventually,
-    running_cluster,
     stomp_conn,
     unique,
 )
@@ -41,9 +39,8 @@ CONFIRM_WAIT = 60.0  # seconds a publisher waits for its confirms (a frozen lead
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with running_cluster(tmp_path_factory.mktemp("confirms")) as c:
-        yield c
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
 
 
 def _pair(cluster: Cluster) -> tuple[Node, Node, int]:

@@ -40,7 +40,6 @@ from .harness import (
     http_pull,
     http_stats,
     pika_connection,
-    running_cluster,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -87,9 +86,8 @@ def longpoll(node: Node, sub_id: str, cursor: str | None, n: int) -> dict[str, A
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with running_cluster(tmp_path_factory.mktemp("failover")) as c:
-        yield c
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
 
 
 @dataclass
@@ -228,6 +226,13 @@ class AmqpPublisher(Publisher):
         if isinstance(result, Basic.Ack):
             return "confirmed"
         return f"amqp not confirmed: {result!r}"[:200]
+
+
+def declare_durable(node: Node, queue: str) -> None:
+    """``queue`` made durable through ``node`` before anything is published to it: an AMQP
+    publish to a queue a STOMP SEND has not yet created would come back unroutable."""
+    with pika_connection(node) as conn:
+        conn.channel().queue_declare(queue, durable=True)
 
 
 def publish_through(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -31,7 +31,7 @@ import pytest
 import requests
 
 from ..procs import PolymqProcess
-from .harness import HTTP_TIMEOUT, Cluster, Node, StompConn, running_cluster
+from .harness import HTTP_TIMEOUT, Cluster, Node, StompConn
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -41,9 +41,8 @@ WAIT = 60.0  # seconds for anything that takes a failover (a JetStream election 
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running_cluster(tmp_path_factory.mktemp("frontend-failover")) as cluster:
-        yield cluster
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
 
 
 def core(node: Node) -> str:

@@ -6,16 +6,15 @@ confirmed is lost."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from .harness import Cluster, running_cluster
+from .harness import Cluster
 from .test_failover import (
     AmqpPublisher,
     Publisher,
     StompPublisher,
     assert_nothing_confirmed_lost,
+    declare_durable,
     publish_through,
 )
 
@@ -23,9 +22,8 @@ pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with running_cluster(tmp_path_factory.mktemp("handover")) as c:
-        yield c
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
 
 
 def test_publishes_during_a_planned_leader_move_are_handed_over_not_refused(
@@ -36,6 +34,7 @@ def test_publishes_during_a_planned_leader_move_are_handed_over_not_refused(
     shard = min(s for s, n in leaders.items() if n is leaving)
     s1, s2 = cluster.others(leaving)
     q = cluster.queue_in_shard(shard, "handover")
+    declare_durable(s1, q)
     publishers: list[Publisher] = [AmqpPublisher("amqp", s1, q), StompPublisher("stomp", s2, q)]
     t_stop, t_gone = publish_through(publishers, lambda: cluster.stop(leaving), "the stop")
     refused = [(p.tag, a.outcome) for p in publishers for a in p.snapshot() if not a.confirmed]

@@ -29,7 +29,6 @@ from .harness import (
     http_publish,
     http_publish_ok,
     pika_connection,
-    running_cluster,
     stomp_conn,
     unique,
 )
@@ -42,9 +41,8 @@ RECOVERY_WITHIN = 30.0  # seconds from the thaw until every node publishes again
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with running_cluster(tmp_path_factory.mktemp("minority")) as c:
-        yield c
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
 
 
 # ---- one publish each way, and what came back ---------------------------------------------

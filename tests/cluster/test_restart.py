@@ -17,7 +17,6 @@ from .harness import (
     drain,
     http_publish_ok,
     http_stats,
-    running_cluster,
     stomp_conn,
 )
 
@@ -27,9 +26,8 @@ PER_SHARD = 6
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with running_cluster(tmp_path_factory.mktemp("restart")) as c:
-        yield c
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
 
 
 def publish_everywhere(cluster: Cluster, tag: str, nodes: list[Node]) -> dict[str, list[str]]:

@@ -25,6 +25,7 @@ from .test_failover import (
     Publisher,
     StompPublisher,
     assert_nothing_confirmed_lost,
+    declare_durable,
     publish_through,
 )
 
@@ -92,9 +93,8 @@ class MovingAmqpPublisher(AmqpPublisher):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with running_cluster(tmp_path_factory.mktemp("scale-down")) as c:
-        yield c
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
 
 
 def test_a_leader_stopped_gracefully_under_load_loses_nothing(cluster: Cluster) -> None:
@@ -103,6 +103,7 @@ def test_a_leader_stopped_gracefully_under_load_loses_nothing(cluster: Cluster) 
     shard = min(s for s, n in leaders.items() if n is leaving)
     s1, s2 = cluster.others(leaving)
     q = cluster.queue_in_shard(shard, "down")
+    declare_durable(s1, q)
     publishers: list[Publisher] = [
         AmqpPublisher("amqp", s1, q),
         StompPublisher("stomp", s2, q),
@@ -139,6 +140,7 @@ def test_scaled_down_for_good_clients_move_once_and_streams_drop_the_node(
         shard = min(s for s, n in leaders.items() if n is leaving)
         s1, s2 = cluster.others(leaving)
         q = cluster.queue_in_shard(shard, "gone")
+        declare_durable(s1, q)
         stomp_mover = MovingStompPublisher("stomp-moving", [leaving, s1], q)
         amqp_mover = MovingAmqpPublisher("amqp-moving", [leaving, s2], q)
         publishers: list[Publisher] = [

@@ -33,7 +33,6 @@ from .harness import (
     http_pull,
     http_stats,
     pika_connection,
-    running_cluster,
     unique,
 )
 
@@ -100,45 +99,45 @@ async def _declare_loose(node: Node, queue: str, topic: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
-    with running_cluster(tmp_path_factory.mktemp("takeover")) as cluster:
-        leaders = cluster.wait_formed(timeout=60)
-        shard, leader = min(leaders.items())
-        consumer_node = cluster.others(leader)[0]
-        queue = cluster.queue_in_shard(shard, "held")
-        idle = cluster.queue_in_shard(shard, "idle")
-        loose = cluster.queue_in_shard(shard, "loose")
-        topic = unique("moved")
-        print(f"\nshard {shard} led by {leader.id}; consumer on {consumer_node.id}")
+def scene(shared_cluster: Cluster) -> Iterator[Scene]:
+    cluster = shared_cluster
+    leaders = cluster.wait_formed(timeout=60)
+    shard, leader = min(leaders.items())
+    consumer_node = cluster.others(leader)[0]
+    queue = cluster.queue_in_shard(shard, "held")
+    idle = cluster.queue_in_shard(shard, "idle")
+    loose = cluster.queue_in_shard(shard, "loose")
+    topic = unique("moved")
+    print(f"\nshard {shard} led by {leader.id}; consumer on {consumer_node.id}")
 
-        conn = pika_connection(consumer_node)
-        ch = conn.channel()
-        for name in (queue, idle):
-            ch.queue_declare(name, durable=True)
-        asyncio.run(_declare_loose(consumer_node, loose, topic))
-        http_publish_ok(consumer_node, idle, "never-delivered")
-        for i in range(HELD):
-            http_publish_ok(consumer_node, queue, f"held-{i}")
-        s = Scene(cluster, shard, consumer_node, queue, idle, loose, topic, conn, ch, [], [])
-        deliveries, cancelled = s.deliveries, s.cancelled
+    conn = pika_connection(consumer_node)
+    ch = conn.channel()
+    for name in (queue, idle):
+        ch.queue_declare(name, durable=True)
+    asyncio.run(_declare_loose(consumer_node, loose, topic))
+    http_publish_ok(consumer_node, idle, "never-delivered")
+    for i in range(HELD):
+        http_publish_ok(consumer_node, queue, f"held-{i}")
+    s = Scene(cluster, shard, consumer_node, queue, idle, loose, topic, conn, ch, [], [])
+    deliveries, cancelled = s.deliveries, s.cancelled
 
-        def on_message(channel: Any, method: Any, props: Any, body: bytes) -> None:
-            deliveries.append((body.decode(), bool(method.redelivered), method.delivery_tag))
+    def on_message(channel: Any, method: Any, props: Any, body: bytes) -> None:
+        deliveries.append((body.decode(), bool(method.redelivered), method.delivery_tag))
 
-        ch.basic_qos(prefetch_count=10)
-        ch.add_on_cancel_callback(lambda frame: cancelled.append(str(frame)))
-        ch.basic_consume(queue, on_message, auto_ack=False)
-        deadline = time.monotonic() + 20
-        while len(deliveries) < HELD:
-            assert time.monotonic() < deadline, f"deliveries: {deliveries}"
-            s.pump(0.1)
-        assert [b for b, _, _ in deliveries] == [f"held-{i}" for i in range(HELD)]
-        assert not any(r for _, r, _ in deliveries), deliveries
-        try:
-            yield s
-        finally:
-            if conn.is_open:
-                conn.close()
+    ch.basic_qos(prefetch_count=10)
+    ch.add_on_cancel_callback(lambda frame: cancelled.append(str(frame)))
+    ch.basic_consume(queue, on_message, auto_ack=False)
+    deadline = time.monotonic() + 20
+    while len(deliveries) < HELD:
+        assert time.monotonic() < deadline, f"deliveries: {deliveries}"
+        s.pump(0.1)
+    assert [b for b, _, _ in deliveries] == [f"held-{i}" for i in range(HELD)]
+    assert not any(r for _, r, _ in deliveries), deliveries
+    try:
+        yield s
+    finally:
+        if conn.is_open:
+            conn.close()
 
 
 def _assert_not_again(s: Scene, what: str) -> None:

@@ -19,6 +19,12 @@ from .helpers import GOODBYE, OK, PING, FrameReader, RawConn, bodies, collect, c
 pytestmark = pytest.mark.timeout(30)
 
 
+@pytest.fixture(scope="module")
+def core(module_core: PolymqProcess) -> PolymqProcess:
+    """One core for the module's tests: each uses names of its own, none stops it."""
+    return module_core
+
+
 async def still_serving(core: PolymqProcess) -> None:
     """A normal client can still connect and round-trip a message."""
     q = f"queue/{uid()}"

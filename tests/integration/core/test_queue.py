@@ -18,6 +18,12 @@ from .helpers import bodies, collect, connect, eventually, nothing_more, uid
 pytestmark = pytest.mark.timeout(60)
 
 
+@pytest.fixture(scope="module")
+def core(module_core: PolymqProcess) -> PolymqProcess:
+    """One core for the module's tests: each uses names of its own, none stops it."""
+    return module_core
+
+
 def msgs(*texts: str, **fields: object) -> list[Message]:
     return [Message(t.encode(), **fields) for t in texts]  # type: ignore[arg-type]
 

@@ -17,6 +17,12 @@ from .helpers import bodies, collect, connect, eventually, nothing_more, uid
 pytestmark = pytest.mark.timeout(60)
 
 
+@pytest.fixture(scope="module")
+def core(module_core: PolymqProcess) -> PolymqProcess:
+    """One core for the module's tests: each uses names of its own, none stops it."""
+    return module_core
+
+
 # ---- topics ---------------------------------------------------------------------------------
 
 
