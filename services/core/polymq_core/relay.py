@@ -24,6 +24,9 @@ the relay waits ``HOLD_FOR`` plus 5 s for the answer; one that comes later still
 leader took it, and refuses the next "subscription id ... is already in use") is left
 there (unsubscribed on that node) and the subscribe is sent again, its tags after the
 highest the client had: the subscription moves, it is not cancelled ``unavailable``.
+A stream subscription moves on from where it was: the relay keeps the seq after the last
+delivery it passed on (before any, the seq the leader's answer named; never backwards) and
+subscribes again at that seq (its ``offset``), not at the offset it was made with.
 
 A request that reached this node through a peer link is never forwarded again: if this node
 no longer leads its shard, it is refused ``not-leader`` (no loops between nodes that
