@@ -90,7 +90,7 @@ def test_a_relayed_stream_subscription_reads_every_entry_once_across_leader_move
                     await asyncio.to_thread(_stepdown, node, cluster.secret, shard, to.id)
                     await asyncio.to_thread(
                         eventually,
-                        lambda to=to: cluster.leaders(timeout=30).get(shard) is to,  # type: ignore[misc]
+                        lambda to=to: cluster.leaders(timeout=30).get(shard) is to,
                         30,
                         f"shard {shard} led by {to.id}",
                     )
