@@ -24,6 +24,9 @@ the relay waits ``HOLD_FOR`` plus 5 s for the answer; one that comes later still
 leader took it, and refuses the next "subscription id ... is already in use") is left
 there (unsubscribed on that node) and the subscribe is sent again, its tags after the
 highest the client had: the subscription moves, it is not cancelled ``unavailable``.
+A stream subscription moves on from where it was: the relay keeps the seq after the last
+delivery it passed on (before any, the seq the leader's answer named; never backwards) and
+subscribes again at that seq (its ``offset``), not at the offset it was made with.
 
 A request that reached this node through a peer link is never forwarded again: if this node
 no longer leads its shard, it is refused ``not-leader`` (no loops between nodes that
@@ -155,6 +158,10 @@ class _RemoteSub:
     waiting: list[Ack | Nack] = dataclasses.field(default_factory=list)
 
 
+def _is_stream(request: Subscribe | None) -> bool:
+    return request is not None and request.destination.startswith("stream/")
+
+
 def _acks(request: Subscribe) -> tuple[bool, bool]:
     """(does the subscription ack, is an ack cumulative) by its options (ack mode
     ``client`` settles every tag up to the one named)."""
@@ -184,6 +191,9 @@ class Relay(RequestHolding):
         # whose answer settles them here: rid -> (sid, the ack)
         self.held: dict[int, dict[int, str]] = {}
         self._acking: dict[int, tuple[int, Ack | Nack]] = {}
+        # per stream subscription forwarded: the seq after the last delivery passed on (or,
+        # before one, the seq its leader said it starts at): where a move reads on from
+        self.next_seq: dict[int, int] = {}
         self._moving: set[int] = set()  # sids being subscribed again (one move at a time)
         # forwarded rid -> (node, deadline): a node that stops answering (frozen, cut off)
         # must not leave the client waiting forever
@@ -217,6 +227,7 @@ class Relay(RequestHolding):
         shard = self.broker.shard_for(key)
         if isinstance(event, Subscribe):
             self.requests[event.sid] = event
+            self.next_seq.pop(event.sid, None)
         if held is None and self._held_shards[shard.index]:
             self._hold(event, raw, shard.index)  # behind those held before it
             return True
@@ -303,8 +314,7 @@ class Relay(RequestHolding):
         sid = self.sub_rids.pop(rid, None)
         if sid is not None:
             self.subs.pop(sid, None)
-            self.requests.pop(sid, None)
-            self.held.pop(sid, None)
+            self._forget(sid)
         self.session.reply(
             Fail(
                 rid,
@@ -356,8 +366,7 @@ class Relay(RequestHolding):
             return False  # a local subscription (or an unknown one: the local handler says so)
         if isinstance(event, Unsubscribe):
             del self.subs[event.sid]
-            self.requests.pop(event.sid, None)
-            self.held.pop(event.sid, None)
+            self._forget(event.sid)
             if rs.node:
                 self._forward(rs.node, event)
             elif event.rid:
@@ -437,6 +446,8 @@ class Relay(RequestHolding):
                 off = rs.offset
                 event = Deliver(event.sid, [t + off for t in event.tags], event.messages)
                 raw = None
+            if event.messages and _is_stream(rs.request):
+                self._read_on(event.sid, event.messages[-1].seq + 1)
             if event.tags:
                 rs.top = max(rs.top, event.tags[-1])
                 if _acks(rs.request)[0]:
@@ -454,8 +465,7 @@ class Relay(RequestHolding):
                 self.relocate(event.sid, rs.top)
                 return
             del self.subs[event.sid]
-            self.requests.pop(event.sid, None)
-            self.held.pop(event.sid, None)
+            self._forget(event.sid)
             self.session.reply(event)
             return
         rid: int = getattr(event, "rid", 0)
@@ -476,7 +486,9 @@ class Relay(RequestHolding):
             return
         if sid is not None and isinstance(event, Fail):
             self.subs.pop(sid, None)
-            self.requests.pop(sid, None)
+            self._forget(sid)
+        elif sid is not None and isinstance(event, Ok):
+            self._started(sid, event)
         self.session.reply(event)
 
     def _again(self, rid: int, pending: _Pending, sid: int | None) -> None:
@@ -541,7 +553,7 @@ class Relay(RequestHolding):
             return  # one move at a time: the one under way asks whoever leads now
         old = self.subs.pop(sid, None)
         if request is None or self._closed:
-            self.held.pop(sid, None)
+            self._forget(sid)
             return
         # a placeholder: acks wait in it for the new leader
         self.subs[sid] = _RemoteSub("", request, top, top, waiting=old.waiting if old else [])
@@ -565,7 +577,9 @@ class Relay(RequestHolding):
             try:
                 if shard.leading:
                     moving = self.subs.pop(sid, None)
-                    self.session.resubscribe_here(request, top, self.held.pop(sid, {}))
+                    here = dataclasses.replace(request, options=self._resume(sid, request))
+                    self.next_seq.pop(sid, None)  # (served here: this relay sees no more)
+                    self.session.resubscribe_here(here, top, self.held.pop(sid, {}))
                     self._unwait(moving)
                     return
                 node = self.cluster.leader_of(shard.index)
@@ -594,8 +608,8 @@ class Relay(RequestHolding):
                 top = self._top(sid, top)
                 self.subs[sid] = _RemoteSub("", request, top, top, waiting=self._waiting(sid))
             await asyncio.sleep(_RETRY)
-        if self.requests.pop(sid, None) is not None and not self._closed:
-            self.held.pop(sid, None)
+        if self.requests.get(sid) is not None and not self._closed:
+            self._forget(sid)
             self._unwait(self.subs.pop(sid, None))
             self.session.reply(
                 Cancelled(sid, "unavailable", f"its shard found no new leader in time: {why}")
@@ -625,6 +639,7 @@ class Relay(RequestHolding):
         client's (it took the claimed ones that it had, and goes on after ``top``);
         without, they are shifted past ``top``."""
         waiting = self._waiting(sid)
+        self._started(sid, answer)
         if held is None:
             self.held.pop(sid, None)
             self.subs[sid] = _RemoteSub(node, request, top, top, shard)
@@ -641,6 +656,29 @@ class Relay(RequestHolding):
             self._spawn(self._watch())
         for event in waiting:
             self.session.request(event, None)
+
+    def _read_on(self, sid: int, seq: object) -> None:
+        """Stream subscription ``sid`` has read what comes before ``seq``: a move reads on
+        from there. Never backwards (its first deliveries may come before its answer)."""
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq > self.next_seq.get(sid, 0):
+            self.next_seq[sid] = seq
+
+    def _started(self, sid: int, answer: Ok) -> None:
+        """A leader's answer to a stream subscribe names the seq it reads first."""
+        if isinstance(answer.result, dict) and _is_stream(self.requests.get(sid)):
+            self._read_on(sid, answer.result.get("seq"))
+
+    def _resume(self, sid: int, request: Subscribe) -> dict[str, Any]:
+        """The options to subscribe ``sid`` again with after a move: a stream's reads on
+        from the seq after what it had (not from its first offset: no replay, no gap)."""
+        seq = self.next_seq.get(sid)
+        return request.options if seq is None else {**request.options, "offset": seq}
+
+    def _forget(self, sid: int) -> None:
+        """``sid`` ended: nothing of it is kept (its request, what it held, where it read)."""
+        self.requests.pop(sid, None)
+        self.held.pop(sid, None)
+        self.next_seq.pop(sid, None)
 
     def _unwait(self, moving: _RemoteSub | None) -> None:
         """Acks that waited for a subscription that moved here, or never moved: served now
@@ -663,13 +701,13 @@ class Relay(RequestHolding):
         self._internal[rid] = (node, fut)
         # the subscription must be known for its node when deliveries start to arrive
         waiting = self._waiting(sid)
+        options = self._resume(sid, request)
         if held is None:
             self.subs[sid] = _RemoteSub(node, request, top, top, shard, waiting)
-            options = request.options
         else:
             self.subs[sid] = _RemoteSub(node, request, 0, top, shard, waiting)
             tags = [[tag, mid] for tag, mid in sorted(held.items()) if tag <= top]
-            options = {**request.options, CLAIM: {"top": top, "tags": tags}}
+            options = {**options, CLAIM: {"top": top, "tags": tags}}
         self._link(node).send(Subscribe(rid, request.sid, request.destination, options))
         try:
             return await asyncio.wait_for(fut, _ASK_FOR)
