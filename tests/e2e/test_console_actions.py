@@ -18,7 +18,7 @@ import requests
 import stomp
 from playwright.async_api import Browser, Dialog, expect
 
-from polymq_core.adminauth import REMEMBER
+from polymq_core.admin.auth import REMEMBER
 from polymq_server.auth import hash_password
 
 from ..procs import PolymqProcess

@@ -29,7 +29,7 @@ requests) and the direct reply-to channels ``topic/amqp-reply.*``, as destinatio
 patterns (``system.#``, ``system*``) and binding keys, are used only by polymq's own links
 and users tagged ``administrator`` (Forbidden for anyone else; in anonymous mode reading
 ``system.*`` stays open, publishing there does not). A ``#`` subscription never hears them
-(``polymq_core.routing``). A message's ``reply_to`` naming a destination needs ``WRITE``
+(``polymq_core.topics.trie``). A message's ``reply_to`` naming a destination needs ``WRITE``
 there (``AuthProvider.authorize_replies``). See :mod:`polymq_server.principals`.
 
 The core's key/value keys are ``kv/<key>``: ``READ`` gets a key, ``WRITE`` puts or deletes

@@ -5,7 +5,7 @@ with ``x-dead-letter-exchange``, STOMP ``SUBSCRIBE`` with ``x-dead-letter-*`` he
 the core options through :func:`for_user` first: WRITE on ``dead_letter`` is checked with the
 frontend's own ``authorize`` (so the refusal is the protocol's: HTTP 403, AMQP 403
 ACCESS_REFUSED, a STOMP ERROR), and the user is named in ``dead_letter_by``, on whose
-permission the core sends each dead letter later (``polymq_core.deadletters`` re-checks it
+permission the core sends each dead letter later (``polymq_core.handlers.deadletters`` re-checks it
 then). ``DECLARER`` is not a key a client may set itself.
 """
 

@@ -36,7 +36,7 @@ SSE and Avro frontends and of the native client are one topic, patterns included
 ``*`` and ``#`` are the core's). As in RabbitMQ, a binding ``#`` on ``amq.topic`` hears
 every topic of the shared namespace; unlike RabbitMQ, that includes the topics of the other
 exchanges (``amqp.<E>.…``), which live in it too. The broker's own ``system.…`` topics
-are reached only by patterns that name ``system`` (``polymq_core.routing``).
+are reached only by patterns that name ``system`` (``polymq_core.topics.trie``).
 
 **Reserved names** (:func:`reserved`): what polymq uses for itself, whatever a user's grants
 say. Every destination (topic, queue, stream, channel, and a topic pattern) whose first

@@ -142,7 +142,7 @@ class AuthProvider(abc.ABC):
         """The principal user ``user`` ("" the anonymous client) is now, grants as they are
         since the last reload; None if there is no such user (or anonymous access is off).
         For what outlives a session: a queue's dead letters are sent on its declarer's
-        permission (``polymq_core.deadletters``). Without a users list: None."""
+        permission (``polymq_core.handlers.deadletters``). Without a users list: None."""
         return None
 
     def may(self, user: str, permission: Permission, destination: str) -> bool:

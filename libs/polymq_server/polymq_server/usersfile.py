@@ -15,7 +15,7 @@
 A user's ``tags`` (optional: ``["monitoring"]`` or ``["administrator"]``, RabbitMQ's
 management tags) open the core's admin API and console to them: ``monitoring`` may read
 everything there, ``administrator`` may also change things (publish, purge, delete, close
-connections); a user without either is refused there (see ``polymq_core.adminauth``).
+connections); a user without either is refused there (see ``polymq_core.admin.auth``).
 
 ``password_hash`` is optional (a user without one logs in by token only); ``tokens`` and
 ``anonymous`` are optional, and without ``anonymous`` clients must log in. Tokens are stored

@@ -1,4 +1,4 @@
-"""Whose permission a queue's dead letters ride on (``polymq_core.deadletters``): WRITE at
+"""Whose permission a queue's dead letters ride on (``polymq_core.handlers.deadletters``): WRITE at
 declare, the declarer recorded (a user's own login, or whom a trusted link names), and the
 declarer's grant as the users file says now at each dead letter."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from polymq.errors import Forbidden
-from polymq_core.deadletters import may_dead_letter, stamp
+from polymq_core.handlers.deadletters import may_dead_letter, stamp
 from polymq_server.auth import (
     ALL_PERMISSIONS,
     INTERNAL_PRINCIPAL,

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from polymq.events import Cancelled, Event, Fail, Ok, Subscribe, Unsubscribe
-from polymq_core import relay as relay_module
-from polymq_core.relay import Relay
+from polymq_core.forwarding import relay as relay_module
+from polymq_core.forwarding.relay import Relay
 
 SID = 5
 
