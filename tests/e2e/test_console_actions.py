@@ -19,7 +19,7 @@ import stomp
 from playwright.async_api import Browser, Dialog, expect
 
 from polymq_core.admin.auth import REMEMBER
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from ..procs import PolymqProcess
 from .conftest import WAIT, Collector, unique

@@ -49,7 +49,7 @@ STOMP connection that made one uses it on its grants; anyone else may only write
 one by its exact name (a request's ``reply-to``), never read, declare or purge it. (The
 key/value keys of the AMQP frontends' records, ``kv/amqp/...``, are not reserved: a ``kv/``
 grant is how a frontend's own core login is narrowed to one vhost, see
-:mod:`polymq_server.auth`.)
+:mod:`polymq_server.auth.provider`.)
 
 What the core itself publishes on the reserved topics the frontends follow (reloads, alarms,
 the admin API's connection requests) carries the header :data:`ORIGIN` (``core``,

@@ -58,9 +58,9 @@ from polymq.events import (
     Unsubscribe,
 )
 from polymq.types import Destination, Message
-from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider, Permission, Principal
-from polymq_server.connections import ConnectionTable
-from polymq_server.logins import password_login
+from polymq_server.auth.logins import password_login
+from polymq_server.auth.provider import INTERNAL_PRINCIPAL, AuthProvider, Permission, Principal
+from polymq_server.link.connections import ConnectionTable
 from polymq_server.resources import ConnectionLimits
 
 from .alarms import ResourceMonitor
@@ -134,7 +134,7 @@ class Broker:
         self.connections = ConnectionLimits(
             "the core's wire port", settings.max_connections, settings.max_connections_per_user
         )
-        # the wire clients, as the admin API lists them (polymq_server.connections)
+        # the wire clients, as the admin API lists them (polymq_server.link.connections)
         self.clients = ConnectionTable(f"core-{settings.node}", "core")
         self.started = time.time()
         self.ready = False
@@ -272,7 +272,7 @@ class Broker:
         """Who ``hello`` logs in as, by ``auth``: the provider of the listener it came in on
         (the peers' TLS listener's takes the cluster secret), else the core's; ``source``:
         the client's address, whose failed password logins are held back (none: an
-        in-process link), :mod:`polymq_server.logins`."""
+        in-process link), :mod:`polymq_server.auth.logins`."""
         if not self.ready:
             if self.recovered.is_set():  # it was ready: this is its stop
                 raise Unavailable("the core is not ready")

@@ -21,11 +21,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq import inproc
-from polymq_server.auth import AuthProvider, WithServiceToken, load_provider
+from polymq_server.auth.provider import AuthProvider, WithServiceToken, load_provider
 from polymq_server.config import server_ssl_context
-from polymq_server.listener import HttpListener
 from polymq_server.resources import ConnectionLimits
-from polymq_server.web import deadline_runner
+from polymq_server.web.app import deadline_runner
+from polymq_server.web.listener import HttpListener
 
 from .admin.app import admin_app
 from .broker import Broker

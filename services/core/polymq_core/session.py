@@ -38,8 +38,8 @@ from polymq.events import (
 )
 from polymq.inproc import PipeEnd
 from polymq.types import Destination, Message
-from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider, Permission
-from polymq_server.connections import Tracked, revoked
+from polymq_server.auth.provider import INTERNAL_PRINCIPAL, AuthProvider, Permission
+from polymq_server.link.connections import Tracked, revoked
 from polymq_server.resources import Admission
 
 from .destinations.subscription import Subscription
@@ -51,7 +51,7 @@ from .metrics import protocol_label
 from .sessionoutput import Backlog, SessionOutput
 
 if TYPE_CHECKING:
-    from polymq_server.auth import Principal
+    from polymq_server.auth.provider import Principal
     from polymq_server.resources import ConnectionLimits
 
     from .alarms import ResourceMonitor

@@ -30,7 +30,7 @@ from polymq_core.metrics import Sensors
 from polymq_core.replication.replicatedstore import ReplicatedStore
 from polymq_core.store.filecopy import check_snapshot
 from polymq_core.store.sqlite import SqliteStore
-from polymq_server.auth import load_provider
+from polymq_server.auth.provider import load_provider
 
 from .helpers import eventually
 from .test_replog import SETTLE, Node, Q, converged, message, settle, three_nodes

@@ -11,7 +11,7 @@ import pytest
 
 from polymq.errors import Forbidden
 from polymq_core.handlers.deadletters import may_dead_letter, stamp
-from polymq_server.auth import (
+from polymq_server.auth.provider import (
     ALL_PERMISSIONS,
     INTERNAL_PRINCIPAL,
     AnonymousProvider,

@@ -16,7 +16,7 @@ from polymq_core.forwarding.handover import (
     publish_target,
     steps_of,
 )
-from polymq_server.auth import INTERNAL_PRINCIPAL
+from polymq_server.auth.provider import INTERNAL_PRINCIPAL
 
 from .test_queue import FakeSession, FakeShard, subscribe
 

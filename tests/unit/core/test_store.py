@@ -552,7 +552,7 @@ async def test_acknowledged_appends_survive_sigkill(tmp_path: Path, db: Path) ->
     (tmp_path / "child.py").write_text(CHILD)
     roots = [
         str(Path(polymq.types.__file__).parents[1]),
-        str(Path(polymq_core.store.contract.__file__).parents[1]),
+        str(Path(polymq_core.store.contract.__file__).parents[2]),
     ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([*roots, os.environ.get("PYTHONPATH", "")]))
     child = await asyncio.create_subprocess_exec(

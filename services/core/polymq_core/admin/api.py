@@ -5,7 +5,7 @@ Reads of destinations come from the broker's memory (and, for one that sleeps, t
 record of it); what changes something, and peeks, go through the admin's own wire link
 (:mod:`polymq_core.admin.link`) as any frontend's requests do, forwarded in a cluster.
 Connections are asked of every frontend (and every core, for its wire clients) over the
-system topics of :mod:`polymq_server.connections`. Who may call what is
+system topics of :mod:`polymq_server.link.connections`. Who may call what is
 :mod:`polymq_core.admin.auth`'s. The overview routes are the console's module's.
 """
 
@@ -24,7 +24,7 @@ from aiohttp import web
 
 from polymq.errors import BadRequest, Conflict, RequestError
 from polymq.types import MAX_PRIORITY, Destination, Kind, Message
-from polymq_server.connections import CLOSE_TOPIC, LIST_TOPIC
+from polymq_server.link.connections import CLOSE_TOPIC, LIST_TOPIC
 
 from ..broker import Broker
 from ..destinations.peek import MAX_PEEK

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq_server.guards import cross_site_guard, json_writes
-from polymq_server.requestmetrics import add_metrics_route
-from polymq_server.web import healthz
+from polymq_server.web.app import healthz
+from polymq_server.web.guards import cross_site_guard, json_writes
+from polymq_server.web.requestmetrics import add_metrics_route
 
 from ..broker import Broker
 from ..cluster.snapshot import APPLIED_HEADER

@@ -1,6 +1,7 @@
 """Who may use the core's admin HTTP: the console and the operator's API.
 
-Without ``--auth`` (the provider is :attr:`~polymq_server.auth.AuthProvider.open`) everyone may.
+Without ``--auth`` (the provider is :attr:`~polymq_server.auth.provider.AuthProvider.open`) everyone
+may.
 Otherwise every route but the probes and the metrics needs a login (HTTP Basic or a bearer
 token, checked by the core's own provider), answered 401 with ``WWW-Authenticate: Basic
 realm="polymq"`` without one, and the user's management tags decide (RabbitMQ's)::
@@ -11,7 +12,7 @@ realm="polymq"`` without one, and the user's management tags decide (RabbitMQ's)
 A user with neither gets 403, as does a ``monitoring`` user's change. A refusal is sent
 before the request's body is read, and its connection closed without reading a large one;
 a source that failed too many logins lately is answered 429 with ``Retry-After`` without a
-check (:mod:`polymq_server.logins`). The cluster's own routes (a shard's snapshot, a
+check (:mod:`polymq_server.auth.logins`). The cluster's own routes (a shard's snapshot, a
 node's leave, a reload broadcast) keep their rule, the cluster secret as bearer token: a
 request that carries it is left to them.
 
@@ -31,9 +32,9 @@ from typing import Any
 from aiohttp import web
 
 from polymq.errors import Unauthorized
-from polymq_server.auth import AuthProvider, Principal, authenticate_http
-from polymq_server.logins import TooManyLogins
-from polymq_server.web import refuse_unread
+from polymq_server.auth.logins import TooManyLogins
+from polymq_server.auth.provider import AuthProvider, Principal, authenticate_http
+from polymq_server.web.app import refuse_unread
 
 __all__ = ["OPEN_PATHS", "PEER_PATHS", "REMEMBER", "AdminAccess", "problem"]
 
@@ -70,7 +71,7 @@ class AdminAccess:
 
     async def principal(self, authorization: str, source: str | None = None) -> Principal:
         """The principal of ``authorization``, a login from the address ``source``
-        (:mod:`polymq_server.logins`' rules); Unauthorized if refused."""
+        (:mod:`polymq_server.auth.logins`' rules); Unauthorized if refused."""
         key = hashlib.sha256(authorization.encode("utf-8", "replace")).digest()
         now = time.monotonic()
         hit = self._remembered.get(key)

@@ -3,12 +3,12 @@
 What the operator does through the admin API (peek, publish, purge, delete) goes through
 the same primitive operations as any frontend's, so in a cluster a request for a shard led
 elsewhere is forwarded like any other. The link logs in with a one-off token
-(:class:`~polymq_server.auth.WithServiceToken`: every permission; the admin API checked the
+(:class:`~polymq_server.auth.provider.WithServiceToken`: every permission; the admin API checked the
 operator's tags first) as client ``polymq-admin``, which the broker leaves out of its list
 of wire clients.
 
 On the same link the core answers the connection list and close requests for its own wire
-clients (:class:`polymq_server.connections.Responder` over ``Broker.clients``), and asks them
+clients (:class:`polymq_server.link.connections.Responder` over ``Broker.clients``), and asks them
 (:meth:`AdminLink.ask`): a request on ``topic/system.connections.list`` (or ``.close``)
 whose ``reply_to`` is this link's own reply topic; answers come back there by correlation
 id. On a single node the topic publish says how many subscribers it reached, so the ask
@@ -30,8 +30,8 @@ from polymq import inproc
 from polymq.client import Client, Subscription
 from polymq.errors import ConnectionClosed, Unavailable
 from polymq.types import Message
-from polymq_server.auth import WithServiceToken, generate_token
-from polymq_server.connections import REPLY_TOPICS, Responder
+from polymq_server.auth.provider import WithServiceToken, generate_token
+from polymq_server.link.connections import REPLY_TOPICS, Responder
 from polymq_server.names import core_headers
 
 from ..identities import ADMIN_CLIENT

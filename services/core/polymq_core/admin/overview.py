@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from polymq import __version__
-from polymq_server.auth import INTERNAL_PRINCIPAL
+from polymq_server.auth.provider import INTERNAL_PRINCIPAL
 
 from ..broker import Broker
 from ..metrics import protocol_label

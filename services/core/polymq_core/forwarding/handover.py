@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from polymq.client import Client
 from polymq.errors import ConnectionClosed, PolymqError, RequestError
 from polymq.types import MAX_PRIORITY, Message
-from polymq_server.auth import INTERNAL_PRINCIPAL
+from polymq_server.auth.provider import INTERNAL_PRINCIPAL
 
 from ..destinations.queue import Queue
 from ..destinations.stream import Stream

@@ -31,13 +31,13 @@ from polymq.events import (
     Unbind,
 )
 from polymq.types import Destination, Kind
-from polymq_server.auth import Permission
+from polymq_server.auth.provider import Permission
 
 from ..destinations.shard import Shard
 from ..handlers.deadletters import stamp
 
 if TYPE_CHECKING:
-    from polymq_server.auth import AuthProvider
+    from polymq_server.auth.provider import AuthProvider
 
     from ..handlers.caller import Caller
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from polymq.types import Destination
-    from polymq_server.auth import Principal
+    from polymq_server.auth.provider import Principal
 
 __all__ = ["Caller"]
 

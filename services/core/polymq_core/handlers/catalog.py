@@ -28,7 +28,7 @@ from polymq.events import (
     Unbind,
 )
 from polymq.types import DeclareOptions, Destination, Kind
-from polymq_server.auth import AuthProvider, Permission
+from polymq_server.auth.provider import AuthProvider, Permission
 
 from ..destinations import peek
 from ..destinations.queue import Queue

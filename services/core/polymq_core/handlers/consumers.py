@@ -28,7 +28,7 @@ from polymq.events import (
     Unsubscribe,
 )
 from polymq.types import Destination, Kind, Message, Outcome, SubscribeOptions
-from polymq_server.auth import Permission
+from polymq_server.auth.provider import Permission
 
 from ..destinations.queue import Queue, Waiter
 from ..destinations.subscription import SubscriberSession, Subscription, TopicSource
@@ -38,7 +38,7 @@ from .cursors import Cursor, Cursors, QueueCursor, StreamCursor, TopicCursor
 from .sids import SidTable, shared_sid
 
 if TYPE_CHECKING:
-    from polymq_server.auth import AuthProvider
+    from polymq_server.auth.provider import AuthProvider
 
     from ..config import CoreSettings
     from ..destinations.shard import Shard

@@ -16,7 +16,7 @@ options say. Logins that act for others name the user they declare for, and the 
 pass is kept: polymq's own links (the service token of ``polymq run``, peers, a hand-over),
 logins tagged ``administrator``, and logins granted every permission on ``*`` (what a
 deployed frontend's core login is: the chart's ``auth.frontendLogin``). Each frontend checks
-that user's WRITE on the target before it declares (``polymq_server.deadletter``). A frontend
+that user's WRITE on the target before it declares (``polymq_server.auth.deadletter``). A frontend
 whose core login is none of these is recorded as itself: the check at declare time still
 holds (the frontend makes it), but the re-check then covers that login's grants, not its
 client's. (So a user granted everything can name another declarer for its own queues: it
@@ -32,14 +32,8 @@ import time
 from typing import Any
 
 from polymq.errors import BadRequest
-from polymq_server.auth import (
-    ALL_PERMISSIONS,
-    AuthProvider,
-    Grant,
-    Permission,
-    Principal,
-)
-from polymq_server.principals import trusted
+from polymq_server.auth.principals import trusted
+from polymq_server.auth.provider import ALL_PERMISSIONS, AuthProvider, Grant, Permission, Principal
 
 __all__ = ["may_dead_letter", "stamp"]
 

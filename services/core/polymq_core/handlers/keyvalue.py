@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.errors import BadRequest, NotFound
 from polymq.events import KvDelete, KvGet, KvList, KvPut
-from polymq_server.auth import Permission
+from polymq_server.auth.provider import Permission
 
 from .answers import then
 
 if TYPE_CHECKING:
-    from polymq_server.auth import AuthProvider
+    from polymq_server.auth.provider import AuthProvider
 
     from ..destinations.shard import Shard
     from .caller import Caller

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from polymq.errors import BadRequest, QueueFull, Unavailable
 from polymq.events import Publish
 from polymq.types import Destination, Kind, Message
-from polymq_server.auth import AuthProvider, Permission
+from polymq_server.auth.provider import AuthProvider, Permission
 from polymq_server.names import ORIGIN
 
 from ..destinations.batches import MAX_BATCH_ID, MAX_BATCH_TTL

@@ -22,7 +22,7 @@ does not start with it, does not match them (MQTT's rule for ``$SYS`` topics). S
 subscription (AMQP's ``amq.topic`` with ``#``, STOMP ``/topic/#``) hears the applications'
 topics, not the broker's announcements nor anyone's replies; ``system.#`` hears those
 announcements (and only polymq's own and administrators may subscribe to it:
-:mod:`polymq_server.principals`).
+:mod:`polymq_server.auth.principals`).
 
 :class:`TopicRouter` keeps exact names in a dict, segment-wildcard patterns in a
 segment trie and prefixes in a dict keyed by prefix text, so a publish costs time in
