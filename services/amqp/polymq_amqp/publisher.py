@@ -1,8 +1,9 @@
 """basic.publish: routing, mandatory returns, publisher confirms, transactions.
 
 A publish is routed without awaiting when the records it needs are cached (see
-``exchanges.py`` for where each exchange type sends it); otherwise the session's busy task
-looks them up first, and reading waits, so a channel's publishes reach the core in order.
+:mod:`polymq_server.exchanges.kinds` for where each exchange type sends it); otherwise the
+session's busy task looks them up first, and reading waits, so a channel's publishes reach
+the core in order.
 A publish to a queue that cannot refuse it (no ``reject-publish`` bound; the default
 exchange) joins its queue's batch in the session's :class:`Outbox`, published as one core
 request once the frames of one read are handled (as STOMP's SENDs); the batch's answer

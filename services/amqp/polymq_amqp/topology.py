@@ -11,8 +11,8 @@ headers exchange) is a JSON record under ``amqp/``::
     amqp/xs/..., amqp/xd/...                        exchange-to-exchange bindings
     amqp/i/<instance>                               a frontend instance's heartbeat
 
-(each part escaped into one segment, see ``names.py``; the digest covers the routing key
-and arguments). Bindings of direct, topic and fanout exchanges are also core bindings
+(each part escaped into one segment, see :mod:`polymq_server.names`; the digest covers the
+routing key and arguments). Bindings of direct, topic and fanout exchanges are also core bindings
 (``client.bind``), which route in the core; those of headers exchanges are matched by
 :mod:`polymq_server.exchanges.resolution` when a message is published.
 Several AMQP bindings that make the same core pattern share one core binding, removed with
