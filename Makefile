@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed-$(SUM)
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WEB    := services/stomp/web
 STOMPJS := $(WEB)/node_modules/@stomp/stompjs/bundles/stomp.umd.min.js
-# uPlot, the charts of the core's console (services/core/polymq_core/console.py)
+# uPlot, the charts of the core's console (services/core/polymq_core/admin/console.py)
 CONSOLEWEB := services/core/web
 UPLOT := $(CONSOLEWEB)/node_modules/uplot/dist/uPlot.iife.min.js
 AMQPNODE := tests/integration/amqp/node

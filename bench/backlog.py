@@ -47,7 +47,8 @@ BODY_BYTES = 1024
 # What a stored 1 KB message takes on disk (the data directory's bytes per message, as this
 # scenario reports them in stored_bytes_per_message): 1.4 KB since schema version 5 (a rowid
 # messages table), 4.7 KB before (WITHOUT ROWID, where each 1 KB row spilled into an overflow
-# page of its own; see polymq_core.schema). Checked (with some slack for the WAL) before a run.
+# page of its own; see polymq_core.store.schema). Checked (with some slack for the WAL) before a
+# run.
 STORED_BYTES = 1_450
 DISK_SLACK = 1.15
 GB = 1_000_000_000  # GB, not GiB: the stricter reading of the target

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from polymq_server import passwords
+from polymq_server.auth import passwords
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,4 +1,4 @@
-"""A balancer move under load (``polymq_core.leadership``, ``ShardLeadership._hand``): the
+"""A balancer move under load (``polymq_core.cluster.leadership``, ``ShardLeadership._hand``): the
 node that hands a shard's lead on lets the shard go, lets the writes already made reach the
 log, and only then steps its stream down. A step-down with an append in flight left it
 unanswered (its writes failed after the log's timeout, 5 s: the rolling restart's 5.51 s

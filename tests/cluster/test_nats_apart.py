@@ -88,7 +88,8 @@ def test_a_sidecar_cut_off_from_its_peers_stops_its_nats_server_until_they_answe
     tmp_path: Path,
 ) -> None:
     """``polymq nats`` (the chart's sidecar) keeps its nats-server out of the elections while
-    its node is cut off, as a core does with its own child (polymq_core.isolation): both peers'
+    its node is cut off, as a core does with its own child (polymq_core.cluster.isolation): both
+    peers'
     route ports drop SYNs, so the server is stopped (its client port refuses); once they
     answer again (refused: the network is back) it runs again on the same port; SIGTERM is
     a clean stop."""

@@ -32,7 +32,7 @@ import nats
 import pytest
 import requests
 
-from polymq_core.natsd import SYSTEM_USER, derived_password
+from polymq_core.cluster.natsd import SYSTEM_USER, derived_password
 
 from ..procs import PolymqProcess
 from .harness import (

@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from polymq import Client
-from polymq_core.natsd import CLIENT_USER, derived_password
+from polymq_core.cluster.natsd import CLIENT_USER, derived_password
 
 from .harness import (
     HTTP_TIMEOUT,

@@ -16,7 +16,7 @@ import psutil
 import pytest
 import requests
 
-from polymq_core.natsd import TLS_REFUSED
+from polymq_core.cluster.natsd import TLS_REFUSED
 
 from ..pki import HAVE_OPENSSL, Authority
 from .harness import (

@@ -16,7 +16,7 @@ import pytest
 import requests
 from playwright.async_api import Browser, expect
 
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from ..procs import PolymqProcess
 from .conftest import WAIT

@@ -17,7 +17,7 @@ import requests
 import stomp
 from playwright.async_api import Browser, Page, expect
 
-from polymq_core.overview import LISTING_EVERY
+from polymq_core.admin.overview import LISTING_EVERY
 
 from ..procs import PolymqProcess
 from .conftest import WAIT, unique

@@ -18,8 +18,8 @@ import requests
 import stomp
 from playwright.async_api import Browser, Dialog, expect
 
-from polymq_core.adminauth import REMEMBER
-from polymq_server.auth import hash_password
+from polymq_core.admin.auth import REMEMBER
+from polymq_server.auth.provider import hash_password
 
 from ..procs import PolymqProcess
 from .conftest import WAIT, Collector, unique

@@ -97,8 +97,8 @@ polymq: externalCore.host
 {{- if not .Values.auth.existingSecret -}}
 polymq: auth.existingSecret
     auth.enabled=true needs the users, grants and tokens in a Secret: write users.json
-    (password hashes from `python -m polymq_server.auth hash-password`, tokens from
-    `python -m polymq_server.auth new-token`), then
+    (password hashes from `python -m polymq_server.auth.provider hash-password`, tokens from
+    `python -m polymq_server.auth.provider new-token`), then
       kubectl create secret generic polymq-users --from-file=users.json
     and set auth.existingSecret=polymq-users.
 {{- else if and (or (include "polymq.enabledFrontends" .) .Values.bridge.enabled) (not .Values.auth.frontendLogin.existingSecret) -}}

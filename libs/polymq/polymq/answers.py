@@ -3,7 +3,7 @@ and a destination's stats, as the client returns it: small frozen dataclasses, m
 wire's maps in one place (each ``from_wire``; a poll's :class:`CursorPage` from its
 ``Polled`` event, where the client reads it), so that no caller indexes a
 ``dict[str, Any]`` by name. The wire itself is unchanged: the core still answers those maps
-(see ``polymq_core.catalog``, ``.publisher`` and ``.cursors``), and :meth:`to_json` gives
+(see ``polymq_core.handlers.catalog``, ``.publisher`` and ``.cursors``), and :meth:`to_json` gives
 back exactly the map the core sent where a frontend shows it to its clients as JSON."""
 
 from __future__ import annotations
@@ -227,7 +227,8 @@ class ChannelStats:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"destination": self.destination}
         for role, inbox in (("server", self.server), ("client", self.client)):
-            # an inbox's key is the channel's and its role (``polymq_core.shard.channel_inbox``)
+            # an inbox's key is the channel's and its role
+            # (``polymq_core.destinations.shard.channel_inbox``)
             out[role] = (
                 {"destination": f"{self.destination}>{role}", "messages": 0}
                 if inbox is None

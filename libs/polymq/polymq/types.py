@@ -278,7 +278,7 @@ class DeclareOptions:
     idle_ttl: float | None = None  # seconds without subscribers or publishes, then deleted
     dead_letter: str | None = None  # a destination string
     # whose write permission on ``dead_letter`` each dead letter is sent on (the core sets
-    # it: see polymq_core.deadletters); "" is the anonymous client. Not part of a queue's
+    # it: see polymq_core.handlers.deadletters); "" is the anonymous client. Not part of a queue's
     # identity: a redeclaration with equal options by someone else is no conflict.
     dead_letter_by: str | None = field(default=None, compare=False)
     max_deliveries: int | None = None

@@ -7,7 +7,7 @@ draining. The core measures (``polymq_core.alarms``) and publishes its state on 
 "pressure": true}, "disk": {"free": N, "limit": N}}`` (bytes; ``limit`` is the memory high
 watermark, under which the alarm rises and clears, ``pressure`` whether the memory is past
 where it clears: ``polymq_core.alarms``); every frontend's core link hears it
-(:meth:`polymq_server.corelink.CoreLink.on_alarms`) and holds its own publishers back in its
+(:meth:`polymq_server.link.corelink.CoreLink.on_alarms`) and holds its own publishers back in its
 protocol's way: AMQP sends ``connection.blocked`` and stops reading publishing connections,
 the HTTP, long-poll and Avro frontends answer a publish 503 with ``Retry-After``; the core
 itself stops reading the wire connections of native publishers.

@@ -36,7 +36,7 @@ SSE and Avro frontends and of the native client are one topic, patterns included
 ``*`` and ``#`` are the core's). As in RabbitMQ, a binding ``#`` on ``amq.topic`` hears
 every topic of the shared namespace; unlike RabbitMQ, that includes the topics of the other
 exchanges (``amqp.<E>.…``), which live in it too. The broker's own ``system.…`` topics
-are reached only by patterns that name ``system`` (``polymq_core.routing``).
+are reached only by patterns that name ``system`` (``polymq_core.topics.trie``).
 
 **Reserved names** (:func:`reserved`): what polymq uses for itself, whatever a user's grants
 say. Every destination (topic, queue, stream, channel, and a topic pattern) whose first
@@ -49,7 +49,7 @@ STOMP connection that made one uses it on its grants; anyone else may only write
 one by its exact name (a request's ``reply-to``), never read, declare or purge it. (The
 key/value keys of the AMQP frontends' records, ``kv/amqp/...``, are not reserved: a ``kv/``
 grant is how a frontend's own core login is narrowed to one vhost, see
-:mod:`polymq_server.auth`.)
+:mod:`polymq_server.auth.provider`.)
 
 What the core itself publishes on the reserved topics the frontends follow (reloads, alarms,
 the admin API's connection requests) carries the header :data:`ORIGIN` (``core``,

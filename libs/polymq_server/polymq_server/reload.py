@@ -5,7 +5,7 @@ A reload is a small JSON object, ``{"version": N, "log_level": "DEBUG", "users":
 "limits": {"max_body": 1048576}}`` (each change optional). :func:`new_change` makes one from
 a request and checks it. The core applies it (in a cluster, every node does: it is broadcast
 on ``system.config``) and then publishes it on its topic ``system.config``, where every
-frontend connected to it hears it (:meth:`polymq_server.corelink.CoreLink.follow_config`) and
+frontend connected to it hears it (:meth:`polymq_server.link.corelink.CoreLink.follow_config`) and
 applies the same change to itself: its own users file and log level (limits are the core's).
 
 Versions are the unix time in microseconds of the request (an integer JSON readers such as
@@ -13,12 +13,12 @@ a browser's keep exact, unlike nanoseconds): a process ignores a reload older th
 it applied (a late or repeated message changes nothing), and refuses one dated more than
 :data:`MAX_AHEAD` seconds after its own clock (a version from no real request, which would
 make it ignore every reload after it). Only polymq's own links and administrators may
-publish on ``system.config`` (:mod:`polymq_server.principals`).
+publish on ``system.config`` (:mod:`polymq_server.auth.principals`).
 
 A users reload reaches the open sessions too: each :attr:`Reloader.users_hooks` is called
 once the file is re-read (the sessions of a frontend through its
-:class:`~polymq_server.connections.ConnectionTable`, the core's wire clients through its own),
-and each session asks :meth:`~polymq_server.auth.AuthProvider.refresh` whether its login
+:class:`~polymq_server.link.connections.ConnectionTable`, the core's wire clients through its own),
+and each session asks :meth:`~polymq_server.auth.provider.AuthProvider.refresh` whether its login
 still holds and with which grants.
 
 Errors: :class:`ReloadError` for a change that cannot be applied (an unknown log level, a
@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .auth import AuthProvider, FileProvider
+from .auth.provider import AuthProvider, FileProvider
 
 __all__ = ["LEVELS", "LIMITS", "MAX_AHEAD", "TOPIC", "ReloadError", "Reloader", "new_change"]
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from polymq_server.names import UnmappableName, VhostNames
+
 from .errors import PRECONDITION_FAILED, ChannelException
-from .names import UnmappableName, VhostNames
 
 __all__ = ["queue_options"]
 

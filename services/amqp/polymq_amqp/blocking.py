@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 from pamqp import base, commands
 
 if TYPE_CHECKING:
-    from .events import Event
     from .hub import Hub
+    from .wire.events import Event
 
 __all__ = ["Blocking", "BlockingSession"]
 

@@ -16,7 +16,7 @@ from pamqp import base, commands
 
 from .channel import Channel, ChannelSession
 from .errors import CHANNEL_ERROR, AmqpError, ConnectionException
-from .states import State
+from .wire.states import State
 
 __all__ = ["Channels"]
 

@@ -49,8 +49,8 @@ from polymq.answers import QueueStats
 from polymq.client import Subscription
 from polymq.errors import ConnectionClosed, PolymqError, Unavailable
 from polymq.types import Message, Outcome
-from polymq_server.auth import Permission
-from polymq_server.corelink import CoreLink
+from polymq_server.auth.provider import Permission
+from polymq_server.link.corelink import CoreLink
 
 from . import replyto
 from .deliver import DeliverFrames, shown_route

@@ -22,7 +22,7 @@ to exactly their grants:
   as a basic.publish there would (RabbitMQ: write on the DLX): the core destination
   ``arguments.py`` maps it to, ``topic/amqp.<DLX>.<key>`` or, for the default exchange,
   ``queue/<key>``; refused with 403 ACCESS_REFUSED. The core sends each dead letter later
-  only while the declaring user may still write there (``polymq_server.deadletter``);
+  only while the declaring user may still write there (``polymq_server.auth.deadletter``);
 - a passive queue.declare needs READ on the queue: its answer holds the message and
   consumer counts, which only READ shows (the core's stats need it too). RabbitMQ checks no
   permission for it; here it is 403 ACCESS_REFUSED, given before the queue is looked up, so
@@ -38,12 +38,14 @@ from typing import Any, Final, Protocol
 
 from pamqp import commands, constants
 
-from polymq_server.auth import Permission
-from polymq_server.deadletter import for_user
+from polymq_server.auth.deadletter import for_user
+from polymq_server.auth.provider import Permission
+from polymq_server.exchanges.kinds import BUILTIN, ExchangeType, valid_match_mode
+from polymq_server.exchanges.records import ExchangeBinding
+from polymq_server.names import UnmappableName
 
 from . import replyto
 from .arguments import queue_options
-from .e2e import ExchangeBinding
 from .errors import (
     ACCESS_REFUSED,
     COMMAND_INVALID,
@@ -53,11 +55,9 @@ from .errors import (
     ChannelException,
     ConnectionException,
 )
-from .exchanges import BUILTIN, ExchangeType, valid_match_mode
-from .names import UnmappableName
 from .parts import PartHost
-from .tables import to_text
 from .topology import ExchangeRecord, QueueRecord, tagged_args
+from .wire.tables import to_text
 
 __all__ = ["Declarations", "DeclarationsHost"]
 

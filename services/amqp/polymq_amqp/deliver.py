@@ -30,8 +30,8 @@ from typing import Final
 from pamqp import constants
 
 from polymq.types import Message
+from polymq_server.names import VhostNames
 
-from .names import VhostNames
 from .properties import delivery_properties, route_of
 
 __all__ = ["MAX_SHAPES", "MAX_SIZES", "DeliverFrames", "shown_route"]

@@ -21,7 +21,9 @@ from pamqp import base, commands
 
 from . import handshake
 from .errors import NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelException, ConnectionException
-from .events import (
+from .handshake import HandshakeSession
+from .heartbeat import Heartbeats, HeartbeatSession
+from .wire.events import (
     ConnectionClosed,
     Content,
     ContentRun,
@@ -31,9 +33,7 @@ from .events import (
     OversizedContent,
     ProtocolHeader,
 )
-from .handshake import HandshakeSession
-from .heartbeat import Heartbeats, HeartbeatSession
-from .states import method_name
+from .wire.states import method_name
 
 if TYPE_CHECKING:
     from .channels import Channels

@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from pamqp import commands, decode
 
 from polymq.errors import Unauthorized
-from polymq_server.logins import TooManyLogins, password_login, peer_source
+from polymq_server.auth.logins import TooManyLogins, password_login, peer_source
+from polymq_server.names import VhostNames
 
 from . import __version__
 from .errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_ALLOWED, ConnectionException
-from .names import VhostNames
 
 if TYPE_CHECKING:
     from pamqp import base
 
-    from polymq_server.auth import Principal
-    from polymq_server.connections import Tracked
+    from polymq_server.auth.provider import Principal
+    from polymq_server.link.connections import Tracked
     from polymq_server.resources import Admission
 
     from .config import AmqpSettings

@@ -4,7 +4,7 @@ client's choice of what connection.tune offered, see ``handshake.py``; 0: none).
 One timer, every half interval, does both sides: a heartbeat frame goes out if nothing else
 did for half an interval, and a client silent for two intervals (the spec's rule) is dropped
 at once, without connection.close (it would not read it). It reads the session's clocks
-(:class:`~polymq_server.frontend.FrontendSession`'s ``last_read`` and ``last_written``). A
+(:class:`~polymq_server.sessions.frontend.FrontendSession`'s ``last_read`` and ``last_written``). A
 heartbeat goes straight to the transport, never through the session's output buffer, and
 only when that buffer is empty: waiting frames will say the connection is alive. While the
 session has paused reading, the silence is its own, not the client's: the check counts
@@ -21,13 +21,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from polymq_server.frontend import SessionClocks
+from polymq_server.sessions.frontend import SessionClocks
 
 from .errors import CONNECTION_FORCED
 
 if TYPE_CHECKING:
-    from .codec import AmqpConnection
     from .metrics import AmqpMetrics
+    from .wire.codec import AmqpConnection
 
 __all__ = ["HeartbeatSession", "Heartbeats"]
 

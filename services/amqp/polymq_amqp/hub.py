@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from polymq_server.auth import AuthProvider
-from polymq_server.corelink import CoreLink
-from polymq_server.frontend import Shutdown
+from polymq_server.auth.provider import AuthProvider
+from polymq_server.link.corelink import CoreLink
 from polymq_server.resources import ConnectionLimits
+from polymq_server.sessions.frontend import Shutdown
 
 from .config import AmqpSettings
 from .metrics import AmqpMetrics

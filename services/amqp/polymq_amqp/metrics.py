@@ -12,11 +12,11 @@ from pamqp import base, commands
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics import MetricWrapperBase
 
-from polymq_server.connectiongauge import watch_connections
-from polymq_server.frontend import FrontendMetrics
+from polymq_server.link.connectiongauge import watch_connections
+from polymq_server.sessions.frontend import FrontendMetrics
 
 from .errors import REPLY_NAMES
-from .states import method_name
+from .wire.states import method_name
 
 __all__ = ["AmqpMetrics"]
 

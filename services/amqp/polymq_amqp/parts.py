@@ -17,15 +17,15 @@ if TYPE_CHECKING:
     from pamqp import base
 
     from polymq.client import Client
-    from polymq_server.auth import Permission, Principal
-    from polymq_server.corelink import CoreLink
+    from polymq_server.auth.provider import Permission, Principal
+    from polymq_server.link.corelink import CoreLink
+    from polymq_server.names import VhostNames
 
-    from .codec import AmqpConnection
     from .config import AmqpSettings
     from .hub import Hub
     from .metrics import AmqpMetrics
-    from .names import VhostNames
     from .topology import Topology
+    from .wire.codec import AmqpConnection
 
 __all__ = ["ChannelHost", "PartHost"]
 

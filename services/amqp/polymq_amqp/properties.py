@@ -53,12 +53,12 @@ from typing import Any, Final
 from pamqp import commands
 
 from polymq.types import MAX_PRIORITY, Message
-from polymq_server.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY, AMQP_TYPED, BOOKKEEPING
+from polymq_server.messages.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY, AMQP_TYPED, BOOKKEEPING
+from polymq_server.names import VhostNames
 
 from . import replyto
 from .errors import PRECONDITION_FAILED, ChannelException
-from .names import VhostNames
-from .tables import encode_table, from_tagged, to_tagged, to_text
+from .wire.tables import encode_table, from_tagged, to_tagged, to_text
 
 __all__ = [
     "H_EXCHANGE",

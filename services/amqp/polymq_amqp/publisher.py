@@ -1,8 +1,9 @@
 """basic.publish: routing, mandatory returns, publisher confirms, transactions.
 
 A publish is routed without awaiting when the records it needs are cached (see
-``exchanges.py`` for where each exchange type sends it); otherwise the session's busy task
-looks them up first, and reading waits, so a channel's publishes reach the core in order.
+:mod:`polymq_server.exchanges.kinds` for where each exchange type sends it); otherwise the
+session's busy task looks them up first, and reading waits, so a channel's publishes reach
+the core in order.
 A publish to a queue that cannot refuse it (no ``reject-publish`` bound; the default
 exchange) joins its queue's batch in the session's :class:`Outbox`, published as one core
 request once the frames of one read are handled (as STOMP's SENDs); the batch's answer
@@ -24,7 +25,7 @@ or did not answer in time). A refused message on a channel without confirms is d
 in RabbitMQ.
 
 The codec gives a run of publishes that differ only in their bodies as one event
-(:class:`~polymq_amqp.events.ContentRun`): it is routed, checked and authorized once, its
+(:class:`~polymq_amqp.wire.events.ContentRun`): it is routed, checked and authorized once, its
 messages are made from one template, and in a batch it is one entry whose answer answers
 each message (a return each, a confirm each); off the batch path each of its messages is
 one publish, as above.
@@ -45,9 +46,9 @@ from pamqp import commands
 from polymq.answers import Published
 from polymq.errors import PolymqError, QueueFull, Unavailable
 from polymq.types import Message
-from polymq_server.auth import Permission
-from polymq_server.names import reply_target
-from polymq_server.routing import Missing, route_later, route_now
+from polymq_server.auth.provider import Permission
+from polymq_server.exchanges.resolution import Missing, route_later, route_now
+from polymq_server.names import UnmappableName, reply_target
 
 from . import replyto
 from .errors import (
@@ -58,13 +59,12 @@ from .errors import (
     ChannelException,
     ConnectionException,
 )
-from .events import Content, ContentRun
-from .names import UnmappableName
 from .parts import ChannelHost, PartHost
 from .properties import PublishTemplate, delivery_properties
 from .route import check_publish
-from .tables import from_tagged
 from .topology import QueueRecord
+from .wire.events import Content, ContentRun
+from .wire.tables import from_tagged
 
 __all__ = ["Outbox", "Publisher", "PublisherHost", "PublisherSession"]
 

@@ -30,12 +30,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq import Client
-from polymq_server import alarms, frontend
-from polymq_server.auth import AuthProvider, load_provider
+from polymq_server import alarms
+from polymq_server.auth.provider import AuthProvider, load_provider
 from polymq_server.reload import Reloader
 from polymq_server.resources import ConnectionLimits
-from polymq_server.transport import TcpTransport
-from polymq_server.web import link_state
+from polymq_server.sessions import frontend
+from polymq_server.sessions.transport import TcpTransport
+from polymq_server.web.app import link_state
 
 from .config import AmqpSettings
 from .hub import Hub

@@ -38,15 +38,15 @@ from pamqp import base, commands
 
 from polymq.client import Client
 from polymq.errors import PolymqError
-from polymq_server.auth import Permission, Principal
-from polymq_server.connections import revoked
-from polymq_server.corelink import CoreLink
-from polymq_server.frontend import FrontendSession
-from polymq_server.transport import Transport
+from polymq_server.auth.provider import Permission, Principal
+from polymq_server.link.connections import revoked
+from polymq_server.link.corelink import CoreLink
+from polymq_server.names import VhostNames
+from polymq_server.sessions.frontend import FrontendSession
+from polymq_server.sessions.transport import Transport
 
 from .blocking import Blocking
 from .channels import Channels
-from .codec import AmqpConnection
 from .dispatch import dispatch
 from .errors import (
     ACCESS_REFUSED,
@@ -58,14 +58,14 @@ from .errors import (
     ProtocolHeaderMismatch,
     from_polymq,
 )
-from .events import Content, ContentRun, NeedData
 from .heartbeat import Heartbeats
 from .hub import Hub
 from .metrics import AmqpMetrics
-from .names import VhostNames
 from .publisher import Outbox
-from .states import State, method_name
 from .topology import Topology
+from .wire.codec import AmqpConnection
+from .wire.events import Content, ContentRun, NeedData
+from .wire.states import State, method_name
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -79,7 +79,7 @@ _MAX_INFLIGHT_BYTES: Final = 16 * 1024 * 1024  # bytes of publishes awaiting the
 
 class AmqpSession(FrontendSession):
     """The AMQP side of one connection (writing, reading's pauses, its tasks and the close
-    of the transport are :class:`~polymq_server.frontend.FrontendSession`'s)."""
+    of the transport are :class:`~polymq_server.sessions.frontend.FrontendSession`'s)."""
 
     metrics: AmqpMetrics
 
@@ -141,7 +141,8 @@ class AmqpSession(FrontendSession):
     def open(self) -> bool:
         return not self.closing and self.codec.state is State.OPEN
 
-    # ==== transport events (polymq_server.transport.Endpoint) ===============================
+    # ==== transport events (polymq_server.sessions.transport.Endpoint)
+    # ===============================
     def data_received(self, data: bytes) -> None:
         self.last_read = self.loop.time()
         self._in_bytes += len(data)

@@ -11,14 +11,15 @@ headers exchange) is a JSON record under ``amqp/``::
     amqp/xs/..., amqp/xd/...                        exchange-to-exchange bindings
     amqp/i/<instance>                               a frontend instance's heartbeat
 
-(each part escaped into one segment, see ``names.py``; the digest covers the routing key
-and arguments). Bindings of direct, topic and fanout exchanges are also core bindings
+(each part escaped into one segment, see :mod:`polymq_server.names`; the digest covers the
+routing key and arguments). Bindings of direct, topic and fanout exchanges are also core bindings
 (``client.bind``), which route in the core; those of headers exchanges are matched by
-:mod:`polymq_server.routing` when a message is published.
+:mod:`polymq_server.exchanges.resolution` when a message is published.
 Several AMQP bindings that make the same core pattern share one core binding, removed with
 the last of them.
 
-Reading and caching them is :class:`polymq_server.records.Records`' (the STOMP frontend routes
+Reading and caching them is :class:`polymq_server.exchanges.records.Records`' (the STOMP frontend
+routes
 through exchanges with the same records); :class:`Topology` adds the writes, the queues and
 the instance heartbeats. Records are cached for ``cache_ttl`` seconds; this instance's own
 changes update its cache at once, another instance's are seen within that time. An
@@ -39,8 +40,8 @@ from typing import Any, Final
 
 from polymq.answers import QueueStats
 from polymq.errors import NotFound, PolymqError
-from polymq_server.corelink import CoreLink
-from polymq_server.records import (
+from polymq_server.exchanges.kinds import binding_pattern
+from polymq_server.exchanges.records import (
     BY_DESTINATION,
     BY_EXCHANGE,
     BY_QUEUE,
@@ -52,9 +53,8 @@ from polymq_server.records import (
     plain_args,
     tagged_args,
 )
-
-from .exchanges import binding_pattern
-from .names import VhostNames, escape_word
+from polymq_server.link.corelink import CoreLink
+from polymq_server.names import VhostNames, escape_word
 
 __all__ = [
     "BindingRecord",
@@ -89,7 +89,7 @@ class QueueRecord:
 
 class Topology(Records):
     """The records of every vhost, through the frontend's core link: read and cached as
-    :class:`~polymq_server.records.Records`, written here."""
+    :class:`~polymq_server.exchanges.records.Records`, written here."""
 
     def __init__(
         self,
@@ -242,7 +242,8 @@ class Topology(Records):
         v, q, e = names.key, escape_word(b.queue), escape_word(b.exchange)
         return f"amqp/b/{v}/{q}/{e}/{b.digest}", f"amqp/e/{v}/{e}/{q}/{b.digest}"
 
-    # ---- exchange-to-exchange bindings (see polymq_server.routing) ---------------------------
+    # ---- exchange-to-exchange bindings (see polymq_server.exchanges.resolution)
+    # ---------------------------
     def _e2e_keys(self, names: VhostNames, b: ExchangeBinding) -> tuple[str, str]:
         src, dst = escape_word(b.source), escape_word(b.destination)
         return (

@@ -25,9 +25,8 @@ from aiohttp import web
 
 from polymq import Lease, Message
 from polymq.types import Destination, Kind
-from polymq_server.access import Access
-from polymq_server.auth import Permission, Principal
-from polymq_server.avro import (
+from polymq_server.auth.provider import Permission, Principal
+from polymq_server.messages.avro import (
     HEADER_SIZE,
     AvroError,
     AvroSchema,
@@ -37,10 +36,11 @@ from polymq_server.avro import (
     is_avro,
     message_schema_id,
 )
-from polymq_server.payloads import parse_pull_query, parse_settle, read_json
-from polymq_server.problems import Problem, bad_request
-from polymq_server.receipts import add_settle_routes, settle_outcome, settle_receipts
-from polymq_server.web import add_health_routes, add_openapi_route
+from polymq_server.web.access import Access
+from polymq_server.web.app import add_health_routes, add_openapi_route
+from polymq_server.web.payloads import parse_pull_query, parse_settle, read_json
+from polymq_server.web.problems import Problem, bad_request
+from polymq_server.web.receipts import add_settle_routes, settle_outcome, settle_receipts
 
 from .config import AvroSettings
 from .container import TooLarge, write_container

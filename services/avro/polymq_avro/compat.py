@@ -18,7 +18,7 @@ import avro.errors
 import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
-from polymq_server.avro import InvalidSchema
+from polymq_server.messages.avro import InvalidSchema
 
 __all__ = ["Compatibility", "apache_schema", "incompatibilities"]
 

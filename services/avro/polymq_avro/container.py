@@ -17,13 +17,14 @@ scanner does not take is decoded record by record by fastavro, which has the las
 Codecs: ``null``, ``deflate``, ``snappy`` (cramjam, CRC checked), ``zstandard`` (cramjam),
 ``bzip2`` and ``xz``: every codec fastavro reads but ``lz4``.
 
-Errors (all :class:`polymq_server.avro.AvroError`, so they answer as problem details)::
+Errors (all :class:`polymq_server.messages.avro.AvroError`, so they answer as problem details)::
 
     CorruptContainer   422 corrupt-container   not a container, or a damaged one
      └── Truncated     422 truncated           the body ends inside the file
     UnsupportedCodec   422 unsupported-codec
     TooLarge           413 too-large           records or decompressed bytes over a limit
-    polymq_server.avro.DecodeError  422 invalid-record  a record that does not match the schema
+    polymq_server.messages.avro.DecodeError  422 invalid-record  a record that does not match the
+    schema
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from dataclasses import dataclass, field
 import cramjam
 from fastavro import schemaless_reader
 
-from polymq_server.avro import AvroError, AvroSchema, DecodeError
-from polymq_server.avrobounds import walk
+from polymq_server.messages.avro import AvroError, AvroSchema, DecodeError
+from polymq_server.messages.avrobounds import walk
 
 from .scanner import scanner
 
@@ -265,7 +266,7 @@ def split_records(container: Container, schema: AvroSchema) -> list[bytes]:
     A block is first walked by the schema's :mod:`scanner`; one it does not vouch for
     (damaged, or merely unusual) is decoded record by record with fastavro, which decides.
     Before either, the records of a schema that could nest without bound (a recursive one)
-    are walked with a depth bound (``polymq_server.avrobounds.walk``): neither the
+    are walked with a depth bound (``polymq_server.messages.avrobounds.walk``): neither the
     scanner's generated functions (Python recursion) nor fastavro's C reader (C recursion,
     unprotected) ever sees a record nested too deeply."""
     out: list[bytes] = []

@@ -1,14 +1,17 @@
-"""The Avro frontend's connection to the core: :class:`polymq_server.corelink.CoreLink` (one shared
+"""The Avro frontend's connection to the core: :class:`polymq_server.link.corelink.CoreLink` (one
+shared
 client, reconnected with backoff; requests fail fast with ``Unavailable`` (503) while it is
 away, and publishes hold its ``budget``), as every frontend has it
-(:class:`polymq_server.web.FrontendLink`: its metrics and a warning when a limit of this frontend is
+(:class:`polymq_server.web.app.FrontendLink`: its metrics and a warning when a limit of this
+frontend is
 above the core's), plus what only this frontend needs:
 
 - waiting reads (a queue pull, a stream read through a cursor opened for one request) that
   answer empty as soon as the service stops; messages leased for a request that went away
   go back to their queue at once instead of when their lease expires;
 - :meth:`AvroLink.fetch`, the schema cache's loader (a key of the core's key/value store);
-  the cache is the base link's ``schemas`` (shared with ``polymq_server.avroview``), sized by
+  the cache is the base link's ``schemas`` (shared with ``polymq_server.messages.avroview``), sized
+  by
   ``POLYMQ_AVRO_SCHEMA_CACHE``.
 """
 
@@ -18,9 +21,9 @@ import asyncio
 import logging
 
 from polymq import Client, CursorPage, Lease, Outcome
-from polymq_server.avro import SchemaCache
-from polymq_server.corelink import CORE_TIMEOUT
-from polymq_server.web import FrontendLink
+from polymq_server.link.corelink import CORE_TIMEOUT
+from polymq_server.messages.avro import SchemaCache
+from polymq_server.web.app import FrontendLink
 
 from .config import AvroSettings
 from .metrics import AvroMetrics

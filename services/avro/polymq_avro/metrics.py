@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from polymq_server.requestmetrics import RequestMetrics
+from polymq_server.web.requestmetrics import RequestMetrics
 
 BATCH_OUTCOMES = ("published", "duplicate", "rejected", "failed")
 

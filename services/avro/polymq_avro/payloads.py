@@ -1,7 +1,7 @@
 """Query strings, headers and JSON of the Avro API: what a POST of records may ask for, how
 a read negotiates its answer (an Avro container or JSON), stream offsets, and records as
 JSON. Checks that every JSON frontend makes (pull parameters, settling, JSON bodies) are
-shared, imported from ``polymq_server.payloads``.
+shared, imported from ``polymq_server.web.payloads``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from polymq import Message
-from polymq_server.avro import (
+from polymq_server.messages.avro import (
     AvroSchema,
     DecodeError,
     decode_single,
@@ -24,9 +24,9 @@ from polymq_server.avro import (
     message_schema_id,
     to_json_value,
 )
-from polymq_server.headers import public_headers
-from polymq_server.payloads import MAX_SECONDS, no_query, query_value
-from polymq_server.problems import Problem, bad_request
+from polymq_server.messages.headers import public_headers
+from polymq_server.web.payloads import MAX_SECONDS, no_query, query_value
+from polymq_server.web.problems import Problem, bad_request
 
 __all__ = [
     "ACCEPTED_TYPES",

@@ -1,5 +1,5 @@
 """Problem details (RFC 9457) for the Avro frontend: every JSON frontend's
-(``polymq_server.problems``), plus one extension member: a 409 for an incompatible schema
+(``polymq_server.web.problems``), plus one extension member: a 409 for an incompatible schema
 lists the compatibility checker's reasons as ``messages``. A handler's bug is logged as
 ``avro: METHOD /path failed``."""
 
@@ -10,7 +10,7 @@ import logging
 
 from aiohttp import web
 
-from polymq_server.problems import Handler, problem_response, problems
+from polymq_server.web.problems import Handler, problem_response, problems
 
 from .registry import IncompatibleSchema
 

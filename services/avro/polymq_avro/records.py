@@ -8,7 +8,7 @@ published, and each becomes one message whose body is the record in the single-o
 encoding and whose ``avro-schema-id`` header is its schema's id (the fingerprint alone does
 not tell schemas apart that differ in logical types).
 Records of a schema that could nest without bound (a recursive one) are walked with a depth
-bound before fastavro reads them (``polymq_server.avro.check_bounds``): one nested too
+bound before fastavro reads them (``polymq_server.messages.avro.check_bounds``): one nested too
 deeply is refused, 422.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from fastavro import schemaless_reader
 
 from polymq import Message
-from polymq_server.avro import (
+from polymq_server.messages.avro import (
     CONTENT_TYPE,
     HEADER_SIZE,
     MAGIC,

@@ -11,7 +11,7 @@ replica of this frontend answers for all of them::
     avro/versions/<subject>/<n>  version n's own full JSON
 
 A schema id is the SHA-256 of the schema's Parsing Canonical Form with its logical types
-and their attributes kept (``polymq_server.avro``): schemas that differ only in defaults,
+and their attributes kept (``polymq_server.messages.avro``): schemas that differ only in defaults,
 docs or aliases share an id (their records read the same) and the first one stored under it
 is what ``/ids/<id>`` shows; a logical type, a decimal's precision or scale make another
 id, so no one can change how another's records read. A subject keeps each version's own
@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 from polymq import Client
 from polymq.errors import BadRequest, Conflict, NotFound
-from polymq_server.avro import (
+from polymq_server.messages.avro import (
     KV_FINGERPRINTS,
     KV_SCHEMAS,
     AvroSchema,

@@ -35,9 +35,9 @@ from typing import Any
 from aiohttp import web
 
 from polymq.errors import BadRequest, NotFound, RequestError
-from polymq_server.auth import Permission
-from polymq_server.avro import KV_SCHEMAS, is_schema_id
-from polymq_server.payloads import read_json
+from polymq_server.auth.provider import Permission
+from polymq_server.messages.avro import KV_SCHEMAS, is_schema_id
+from polymq_server.web.payloads import read_json
 
 from .api import ACCESS, METRICS, REGISTRY, principal_of
 from .compat import Compatibility

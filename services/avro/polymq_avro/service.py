@@ -6,7 +6,7 @@ that is away makes ``/readyz`` answer 503 until it is back), binds the listener 
 ``stop()`` shuts down in aiohttp's documented order: stop accepting, wake waiting reads
 (they answer with what they have), let in-flight requests finish (a publish being made
 durable included), then close the connection to the core (the ``cleanup_ctx``). The runner
-is every frontend's (:class:`polymq_server.web.WebService`).
+is every frontend's (:class:`polymq_server.web.app.WebService`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import logging
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq_server.access import reloaded_access
-from polymq_server.guards import cross_site_guard, login_first
-from polymq_server.requestmetrics import add_metrics_route, metrics_middleware
-from polymq_server.web import WebService, add_core_link, link_state
+from polymq_server.web.access import reloaded_access
+from polymq_server.web.app import WebService, add_core_link, link_state
+from polymq_server.web.guards import cross_site_guard, login_first
+from polymq_server.web.requestmetrics import add_metrics_route, metrics_middleware
 
 from . import api, registry_api
 from .config import AvroSettings

@@ -25,7 +25,7 @@ import logging
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq_server.frontend import add_admin_routes, admin_runner, start_site
+from polymq_server.sessions.frontend import add_admin_routes, admin_runner, start_site
 
 from .config import BridgeConfig, BridgeSettings, OutboundLink
 from .inbound import InboundRunner

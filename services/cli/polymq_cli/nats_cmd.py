@@ -11,7 +11,7 @@ reads the settings the core reads (``POLYMQ_NODE_ID``/``POLYMQ_NODE_NAME``, ``PO
 ``POLYMQ_CLUSTER_PORT``, ``POLYMQ_DATA_DIR``, ``POLYMQ_HOST``, ``POLYMQ_MAX_FRAME``,
 ``POLYMQ_CLUSTER_SECRET`` and ``POLYMQ_K8S_SERVICE``/``_NAMESPACE``/``POLYMQ_KUBECONFIG``, or
 the same flags), writes the config the core would have written
-(:func:`polymq_core.cluster.nats_config`: server name, JetStream store under the data dir
+(:func:`polymq_core.cluster.node.nats_config`: server name, JetStream store under the data dir
 with ``sync_interval: always``, routes to the other peers (a node given only itself, a
 seed, is routed to itself so that it listens for the others), route, client and system
 account logins derived from the cluster secret) with a fixed client port, and runs
@@ -22,11 +22,12 @@ the derived client password.
 It stays nats-server's parent, as the core does for its own child:
 
 - with ``POLYMQ_K8S_SERVICE`` its routes follow the Service's endpoints too
-  (:mod:`polymq_core.routes`: without ``--peers`` it waits for the endpoints to name another
+  (:mod:`polymq_core.cluster.natsroutes`: without ``--peers`` it waits for the endpoints to name
+  another
   pod first): it writes the config again and has nats-server reload it (SIGHUP) when the
   routes change;
 - a node cut off from most of its peers stops its nats-server until a majority answers
-  again (:mod:`polymq_core.isolation`, probing the peers' route ports), so that its Raft
+  again (:mod:`polymq_core.cluster.isolation`, probing the peers' route ports), so that its Raft
   groups do not raise their terms alone and depose the majority's leaders at the heal; the
   core beside it sees its NATS connection refused meanwhile, and fails its writes
   ``unavailable`` as a core whose own child is stopped does;
@@ -49,9 +50,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from polymq_core.cluster.endpoints import EndpointsError
+from polymq_core.cluster.natsd import NatsError, NatsServer, find_binary, hostport, write_config
 from polymq_core.config import CoreSettings
-from polymq_core.endpoints import EndpointsError
-from polymq_core.natsd import NatsError, NatsServer, find_binary, hostport, write_config
 from polymq_server.config import ConfigError, from_env
 
 __all__ = ["CLIENT_PORT", "add_arguments", "prepare", "run"]
@@ -121,7 +122,7 @@ def prepare(args: argparse.Namespace) -> Path:
     alone: it holds the derived passwords) and make the JetStream store; the config's path.
     ``ConfigError`` for bad settings."""
     settings = _settings(args)
-    from polymq_core.cluster import nats_config  # (nats-py: the `cluster` extra)
+    from polymq_core.cluster.node import nats_config  # (nats-py: the `cluster` extra)
 
     config = nats_config(settings, client_port=args.client_port)
     config.store_dir.mkdir(parents=True, exist_ok=True)
@@ -140,9 +141,9 @@ async def _supervise(settings: CoreSettings, client_port: int) -> int:
     """Run nats-server as a child (its routes following the Kubernetes endpoints, if any;
     stopped while this node is cut off) until it exits by itself or SIGTERM/SIGINT stops
     it; its exit code."""
-    from polymq_core.cluster import nats_config
-    from polymq_core.isolation import Isolation
-    from polymq_core.routes import Routes, watch_endpoints
+    from polymq_core.cluster.isolation import Isolation
+    from polymq_core.cluster.natsroutes import Routes, watch_endpoints
+    from polymq_core.cluster.node import nats_config
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

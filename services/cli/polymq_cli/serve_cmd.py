@@ -25,9 +25,9 @@ from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from polymq_core.endpoints import EndpointsError
+from polymq_core.cluster.endpoints import EndpointsError
 from polymq_core.service import CoreService
-from polymq_server.auth import WithServiceToken, load_provider
+from polymq_server.auth.provider import WithServiceToken, load_provider
 from polymq_server.config import ConfigError
 from polymq_server.resources import raise_open_files
 

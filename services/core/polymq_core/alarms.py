@@ -10,7 +10,7 @@ free limit, measured every 0.2 s, and memory also after every MiB read from the 
   when it rose; and it clears under ``memory_low_watermark`` of it (0.85), so that a held
   producer, let go, does not run straight back into it (each clearing lets a burst in).
   Past the low watermark the memory is under :attr:`ResourceMonitor.pressure`: paging
-  queues squeeze their window (polymq_core.paging).
+  queues squeeze their window (polymq_core.destinations.paging).
 - **disk**: the free bytes of the file system of the data directory against
   ``disk_free_limit`` (RabbitMQ's default, 50 MB).
 
@@ -42,7 +42,7 @@ from polymq.types import Message
 from polymq_server import alarms
 from polymq_server.names import core_headers
 
-from .paging import Pressure
+from .destinations.paging import Pressure
 
 if TYPE_CHECKING:
     from .config import CoreSettings
@@ -117,7 +117,8 @@ class ResourceMonitor:
         self.detail: dict[str, Any] = {}
         self._ram = memory_limit()
         self._unmeasured = 0  # bytes read from connections since memory was last measured
-        # past the low watermark: paging queues keep a smaller window (polymq_core.paging)
+        # past the low watermark: paging queues keep a smaller window
+        # (polymq_core.destinations.paging)
         self.pressure = Pressure()
         self._task: asyncio.Task[None] | None = None
         self._gauge = Gauge(

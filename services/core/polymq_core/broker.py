@@ -5,17 +5,17 @@ The broker owns the life cycle (start, a graceful stop), the sessions, authentic
 one dispatch table from request type to handler, and the helpers every handler shares
 (:meth:`Broker.shard_for`, :meth:`Broker.destination`). The handlers live by concern:
 
-- :class:`~polymq_core.publisher.Publisher`: ``Publish``, topic fanout and routing to bound
+- :class:`~polymq_core.handlers.publisher.Publisher`: ``Publish``, topic fanout and routing to bound
   queues, dead letters;
-- :class:`~polymq_core.consumers.Consumers`: subscriptions and their acks, pulls and
+- :class:`~polymq_core.handlers.consumers.Consumers`: subscriptions and their acks, pulls and
   settles of leases, cursor subscriptions;
-- :class:`~polymq_core.catalog.Catalog`: declare, delete, purge, bindings, metadata, stats,
+- :class:`~polymq_core.handlers.catalog.Catalog`: declare, delete, purge, bindings, metadata, stats,
   peek;
-- :class:`~polymq_core.keyvalue.KeyValue`: the key/value store.
+- :class:`~polymq_core.handlers.keyvalue.KeyValue`: the key/value store.
 
 Handlers answer with a plain result (sent as ``Ok``), an ``Event``, or an awaitable (a
 persistent publish waits for the store; a pull may wait for messages): see
-:mod:`polymq_core.answers`. Errors are raised as ``RequestError`` and sent as ``Fail`` by
+:mod:`polymq_core.handlers.answers`. Errors are raised as ``RequestError`` and sent as ``Fail`` by
 the session. Every durable change goes through ``Shard.commit``.
 """
 
@@ -58,39 +58,38 @@ from polymq.events import (
     Unsubscribe,
 )
 from polymq.types import Destination, Message
-from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider, Permission, Principal
-from polymq_server.connections import ConnectionTable
-from polymq_server.logins import password_login
+from polymq_server.auth.logins import password_login
+from polymq_server.auth.provider import INTERNAL_PRINCIPAL, AuthProvider, Permission, Principal
+from polymq_server.link.connections import ConnectionTable
 from polymq_server.resources import ConnectionLimits
 
 from .alarms import ResourceMonitor
-from .bindings import BindingTable
-from .catalog import Catalog
-from .consumers import Consumers
-from .cursors import Cursors, QueueCursor
-from .deadletters import may_dead_letter
-from .keyvalue import KeyValue
-from .paging import Pressure
-from .peerlink import PEER_CLIENT
-from .publisher import Mesh, Publisher
-from .queue import Queue
-from .routing import TopicRouter, validate_pattern
-from .shard import Shard, shard_index
-from .sqlitestore import SqliteStore
-from .store import Store
-from .subscription import Subscription, TopicSource
+from .destinations.paging import Pressure
+from .destinations.queue import Queue
+from .destinations.shard import Shard, shard_index
+from .destinations.subscription import Subscription, TopicSource
+from .handlers.catalog import Catalog
+from .handlers.consumers import Consumers
+from .handlers.cursors import Cursors, QueueCursor
+from .handlers.deadletters import may_dead_letter
+from .handlers.keyvalue import KeyValue
+from .handlers.publisher import Mesh, Publisher
+from .identities import ADMIN_CLIENT, PEER_CLIENT
+from .store.contract import Store
+from .store.sqlite import SqliteStore
+from .topics.bindings import BindingTable
+from .topics.trie import TopicRouter, validate_pattern
 
 if TYPE_CHECKING:
-    from .caller import Caller
     from .config import CoreSettings
+    from .forwarding.relay import Leaders
+    from .handlers.caller import Caller
     from .metrics import Sensors
-    from .relay import Leaders
     from .session import Session
 
 log = logging.getLogger(__name__)
 
 
-ADMIN_CLIENT = "polymq-admin"  # the Hello.client of the admin API's own link to its core
 _KNOWN_DESTINATIONS = 1024  # destinations kept per session (parsed and authorized)
 # seconds a login that comes while the core recovers its store waits before it is told to
 # come back ("unavailable"): below the wire's handshake timeout
@@ -135,7 +134,7 @@ class Broker:
         self.connections = ConnectionLimits(
             "the core's wire port", settings.max_connections, settings.max_connections_per_user
         )
-        # the wire clients, as the admin API lists them (polymq_server.connections)
+        # the wire clients, as the admin API lists them (polymq_server.link.connections)
         self.clients = ConnectionTable(f"core-{settings.node}", "core")
         self.started = time.time()
         self.ready = False
@@ -273,7 +272,7 @@ class Broker:
         """Who ``hello`` logs in as, by ``auth``: the provider of the listener it came in on
         (the peers' TLS listener's takes the cluster secret), else the core's; ``source``:
         the client's address, whose failed password logins are held back (none: an
-        in-process link), :mod:`polymq_server.logins`."""
+        in-process link), :mod:`polymq_server.auth.logins`."""
         if not self.ready:
             if self.recovered.is_set():  # it was ready: this is its stop
                 raise Unavailable("the core is not ready")
@@ -355,7 +354,8 @@ class Broker:
         self, msg: Message, target: str, reason: str, source: str, by: str | None
     ) -> asyncio.Future[None] | None:
         """``msg`` left queue ``source`` for ``reason``: to ``target`` if ``by``, who declared
-        the queue, still may write there (:mod:`polymq_core.deadletters`); the future of its
+        the queue, still may write there (:mod:`polymq_core.handlers.deadletters`); the future of
+        its
         dead letter's write (None: nothing to wait for, or dropped)."""
         if may_dead_letter(self.auth, by, target, source):
             return self.publisher.dead_letter(msg, target, reason, source)

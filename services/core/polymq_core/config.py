@@ -58,13 +58,13 @@ class CoreSettings:
     max_pull: int = 1000
     max_wait: float = 60.0
     batch_window: float = 900.0  # seconds a publish's batch id is remembered (idempotency)
-    # the console (polymq_core.overview, .console): seconds between two samples of the
+    # the console (polymq_core.admin.overview, .console): seconds between two samples of the
     # overview's rates, and the directory of the chart library's files (uPlot's dist/;
     # empty: services/core/web/node_modules/uplot/dist, where `make run` installs it)
     overview_interval: float = 5.0
     console_chart: str = ""
     # cluster mode (docs/cluster.md): on when `peers` or `k8s_service` is set (the NATS
-    # routes are the union of both: polymq_core.routes)
+    # routes are the union of both: polymq_core.cluster.natsroutes)
     node_id: str = ""  # this node's id in the cluster (default: node_name)
     peers: str = ""  # "host:port,host:port": the nodes' cluster (NATS route) addresses
     cluster_port: int = 7422  # this node's cluster (NATS route) listener
@@ -229,7 +229,7 @@ class CoreSettings:
 
     def _check_cluster_tls(self) -> None:
         """The cluster TLS files: all three or none, each readable (what is in them is
-        :mod:`polymq_core.clustertls`'s to judge, at start-up). Out of cluster mode there
+        :mod:`polymq_core.cluster.tls`'s to judge, at start-up). Out of cluster mode there
         is no traffic between nodes, and they are not used."""
         files = {f"POLYMQ_{name.upper()}": getattr(self, name) for name in _CLUSTER_TLS}
         given = [var for var, path in files.items() if path]

@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from polymq_server.connectiongauge import watch_connections
-from polymq_server.listener import listener_metrics
+from polymq_server.link.connectiongauge import watch_connections
+from polymq_server.web.listener import listener_metrics
 
 PROTOCOLS = ("native", "http", "longpoll", "stomp", "avro", "amqp", "bridge", "peer")
 # the label values known ahead (queue.py, session.py, shard.py, cluster.py): their series are

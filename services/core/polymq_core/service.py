@@ -21,13 +21,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq import inproc
-from polymq_server.auth import AuthProvider, WithServiceToken, load_provider
+from polymq_server.auth.provider import AuthProvider, WithServiceToken, load_provider
 from polymq_server.config import server_ssl_context
-from polymq_server.listener import HttpListener
 from polymq_server.resources import ConnectionLimits
-from polymq_server.web import deadline_runner
+from polymq_server.web.app import deadline_runner
+from polymq_server.web.listener import HttpListener
 
-from .admin import admin_app
+from .admin.app import admin_app
 from .broker import Broker
 from .config import CoreSettings
 from .metrics import Sensors
@@ -35,7 +35,7 @@ from .reload import Reloader, limits_setter, publisher
 from .session import Session
 
 if TYPE_CHECKING:
-    from .cluster import ClusterNode
+    from .cluster.node import ClusterNode
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class CoreService:
         self.cluster: ClusterNode | None = None
         self.peer_auth: AuthProvider | None = None
         if settings.clustered:  # nats-py is needed only here (the `cluster` extra)
-            from .cluster import ClusterNode
+            from .cluster.node import ClusterNode
 
             self.cluster = ClusterNode(
                 settings,

@@ -38,20 +38,20 @@ from polymq.events import (
 )
 from polymq.inproc import PipeEnd
 from polymq.types import Destination, Message
-from polymq_server.auth import INTERNAL_PRINCIPAL, AuthProvider, Permission
-from polymq_server.connections import Tracked, revoked
+from polymq_server.auth.provider import INTERNAL_PRINCIPAL, AuthProvider, Permission
+from polymq_server.link.connections import Tracked, revoked
 from polymq_server.resources import Admission
 
-from .handover import is_handover
+from .destinations.subscription import Subscription
+from .forwarding.handover import is_handover
+from .forwarding.relay import Leaders, Relay, RelayHost
+from .handlers.sids import SidTable
+from .identities import PEER_CLIENT
 from .metrics import protocol_label
-from .peerlink import PEER_CLIENT
-from .relay import Leaders, Relay, RelayHost
 from .sessionoutput import Backlog, SessionOutput
-from .sids import SidTable
-from .subscription import Subscription
 
 if TYPE_CHECKING:
-    from polymq_server.auth import Principal
+    from polymq_server.auth.provider import Principal
     from polymq_server.resources import ConnectionLimits
 
     from .alarms import ResourceMonitor
@@ -103,7 +103,8 @@ class Session(SessionOutput, asyncio.Protocol):
         self.source: str | None = None  # the client's address (None: in-process)
         self.protocol = "native"
         self.client = ""  # what the client calls itself (Hello.client)
-        # a leaving node handing its transient messages to this one (polymq_core.handover):
+        # a leaving node handing its transient messages to this one
+        # (polymq_core.forwarding.handover):
         # its publishes keep their ids and delivery counts
         self.handing = False
         self.speaks_for_core = False  # the admin API's own link (Broker.logged_in)

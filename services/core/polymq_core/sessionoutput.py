@@ -27,8 +27,8 @@ from polymq.events import Deliver, Event
 from polymq.types import Message, SlowPolicy
 
 if TYPE_CHECKING:
+    from .destinations.subscription import Subscription
     from .metrics import Sensors
-    from .subscription import Subscription
 
 # (its lines are the session's: a slow consumer is logged as it was before the split)
 log = logging.getLogger("polymq_core.session")

@@ -12,7 +12,7 @@ and the errors are every JSON frontend's, in ``polymq_server`` (``payloads``, ``
 Every error a handler raises becomes an ``application/problem+json`` answer::
 
     Problem                 an HTTP error with its status, title and detail
-                            (polymq_server.problems)
+                            (polymq_server.web.problems)
     polymq.errors.RequestError    mapped through its ``status`` (400, 401, 403, 404, ...)
     polymq.errors.ConnectionClosed / Timeout     503 / 504: the core is away or slow
     aiohttp.web.HTTPException     404 unknown route, 405 wrong method, 413 body too large

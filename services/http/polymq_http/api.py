@@ -12,11 +12,12 @@ from functools import partial
 from aiohttp import web
 
 from polymq.types import Destination, Kind
-from polymq_server.access import Access
-from polymq_server.auth import Permission, Principal
-from polymq_server.avroview import load_schemas
-from polymq_server.deadletter import for_user
-from polymq_server.payloads import (
+from polymq_server.auth.deadletter import for_user
+from polymq_server.auth.provider import Permission, Principal
+from polymq_server.messages.avroview import load_schemas
+from polymq_server.web.access import Access
+from polymq_server.web.app import add_health_routes, add_openapi_route, published_json
+from polymq_server.web.payloads import (
     lease_json,
     no_query,
     parse_declare,
@@ -26,9 +27,8 @@ from polymq_server.payloads import (
     parse_settle,
     read_json,
 )
-from polymq_server.problems import bad_request
-from polymq_server.receipts import add_settle_routes, settle_outcome, settle_receipts
-from polymq_server.web import add_health_routes, add_openapi_route, published_json
+from polymq_server.web.problems import bad_request
+from polymq_server.web.receipts import add_settle_routes, settle_outcome, settle_receipts
 
 from .config import HttpSettings
 from .corelink import HttpLink

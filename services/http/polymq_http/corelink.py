@@ -1,6 +1,7 @@
-"""The HTTP frontend's connection to the core: :class:`polymq_server.corelink.CoreLink` (one shared
+"""The HTTP frontend's connection to the core: :class:`polymq_server.link.corelink.CoreLink` (one
+shared
 client, reconnected with backoff; requests fail fast with ``Unavailable`` (503) while it is
-away), as every frontend has it (:class:`polymq_server.web.FrontendLink`: its metrics,
+away), as every frontend has it (:class:`polymq_server.web.app.FrontendLink`: its metrics,
 ``polymq_http_core_connected`` and ``polymq_http_core_connects``, and a warning when a limit
 of this frontend is above the core's), plus what only HTTP needs:
 
@@ -17,8 +18,8 @@ from __future__ import annotations
 import logging
 
 from polymq import Client, Lease, Outcome
-from polymq_server.corelink import CORE_TIMEOUT, ByteBudget
-from polymq_server.web import FrontendLink
+from polymq_server.link.corelink import CORE_TIMEOUT, ByteBudget
+from polymq_server.web.app import FrontendLink
 
 from .config import HttpSettings
 from .metrics import HttpMetrics

@@ -3,14 +3,14 @@
 Labels are bounded: ``route`` is the route's template (``/v1/{kind}/{name}/messages``) or
 ``unmatched``, ``method`` one of the methods the API uses or ``other``, ``status`` the code.
 The request and core-link metrics are every frontend's
-(:class:`polymq_server.requestmetrics.RequestMetrics`).
+(:class:`polymq_server.web.requestmetrics.RequestMetrics`).
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from polymq_server.requestmetrics import RequestMetrics, method_label
+from polymq_server.web.requestmetrics import RequestMetrics, method_label
 
 __all__ = ["HttpMetrics", "method_label"]
 

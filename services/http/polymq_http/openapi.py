@@ -3,7 +3,7 @@
 The document is package data (``openapi.json``); the limits that come from the settings
 (batch size, pull size, longest wait) and the version are written into it here, so that it
 always states the running service's own limits. Each schema mirrors a check in
-``polymq_server/payloads.py`` (a unit test compares the shared constants); schemathesis
+``polymq_server/web/payloads.py`` (a unit test compares the shared constants); schemathesis
 holds the running service to this document in the integration tests.
 """
 

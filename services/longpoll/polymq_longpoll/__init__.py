@@ -14,7 +14,7 @@ Modules: ``config`` (settings), ``service`` (the aiohttp app and its life cycle)
 connection to the core), ``cors``, ``problems``, ``metrics`` and ``page``.
 
 Every error a handler raises becomes an ``application/problem+json`` answer
-(``polymq_server.problems``, as in every JSON frontend)::
+(``polymq_server.web.problems``, as in every JSON frontend)::
 
     Problem                 an HTTP error with its status, title and detail
     polymq.errors.RequestError    through its ``status``: 400, 401, 403, 404 (unknown or

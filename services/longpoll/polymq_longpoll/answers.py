@@ -28,8 +28,8 @@ from aiohttp import HttpVersion11, web
 from aiohttp.http import SERVER_SOFTWARE
 
 from polymq import CursorPage, Message
-from polymq_server.avro import SchemaCache, is_avro
-from polymq_server.jsonview import message_json
+from polymq_server.messages.avro import SchemaCache, is_avro
+from polymq_server.messages.jsonview import message_json
 
 from .subscriptions import SubscriptionRef, message_cursors
 
@@ -49,7 +49,8 @@ class Shown:
         self._memo: dict[tuple[str, int, int], tuple[Message, str]] = {}
 
     def inner(self, message: Message, schemas: SchemaCache | None) -> str:
-        """``message`` as :func:`polymq_server.jsonview.message_json` shows it, as JSON text
+        """``message`` as :func:`polymq_server.messages.jsonview.message_json` shows it, as JSON
+        text
         without the braces around it."""
         if is_avro(message):
             return json.dumps(message_json(message, schemas))[1:-1]

@@ -27,13 +27,13 @@ from aiohttp import web
 from polymq import CursorPage
 from polymq.errors import Forbidden
 from polymq.types import Destination, Kind, Outcome
-from polymq_server.access import Access, Revocation, until_revoked
-from polymq_server.auth import Permission, Principal
-from polymq_server.avro import SchemaCache
-from polymq_server.avroview import load_schemas
-from polymq_server.payloads import parse_publish, parse_settle, read_json
-from polymq_server.receipts import add_settle_routes, settle_outcome, settle_receipts
-from polymq_server.web import add_health_routes, published_json
+from polymq_server.auth.provider import Permission, Principal
+from polymq_server.messages.avro import SchemaCache
+from polymq_server.messages.avroview import load_schemas
+from polymq_server.web.access import Access, Revocation, until_revoked
+from polymq_server.web.app import add_health_routes, published_json
+from polymq_server.web.payloads import parse_publish, parse_settle, read_json
+from polymq_server.web.receipts import add_settle_routes, settle_outcome, settle_receipts
 
 from .answers import Shown, answer_bytes, json_answer
 from .config import LongpollSettings

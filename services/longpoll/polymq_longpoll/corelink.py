@@ -1,6 +1,7 @@
-"""The long-polling frontend's connection to the core: :class:`polymq_server.corelink.CoreLink`
+"""The long-polling frontend's connection to the core: :class:`polymq_server.link.corelink.CoreLink`
 (one shared client, reconnected with backoff; requests fail fast with ``Unavailable`` (503)
-while it is away), as every frontend has it (:class:`polymq_server.web.FrontendLink`: its metrics
+while it is away), as every frontend has it (:class:`polymq_server.web.app.FrontendLink`: its
+metrics
 and a warning when a limit of this frontend is above the core's), plus what only this
 frontend needs:
 
@@ -17,8 +18,8 @@ import time
 from collections.abc import Awaitable
 
 from polymq import Client, CursorPage, Outcome
-from polymq_server.corelink import CORE_TIMEOUT
-from polymq_server.web import FrontendLink
+from polymq_server.link.corelink import CORE_TIMEOUT
+from polymq_server.web.app import FrontendLink
 
 from .config import LongpollSettings
 from .metrics import LongpollMetrics

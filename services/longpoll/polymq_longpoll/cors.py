@@ -8,7 +8,7 @@ Credentials travel in the ``Authorization`` header, never in cookies, so
 ``Access-Control-Allow-Credentials`` is never sent and ``*`` stays safe to use.
 
 Unlike the HTTP and Avro frontends and the core's admin port, this frontend does not refuse
-cross-site writes (:mod:`polymq_server.guards`): serving pages of other origins is its
+cross-site writes (:mod:`polymq_server.web.guards`): serving pages of other origins is its
 purpose. A browser that stored a Basic login for it (a user typed one at its prompt) may
 attach it to another site's form posts and no-CORS requests: give browsers tokens (``Bearer``,
 which no browser stores) or anonymous grants, and keep passwords for programs.
@@ -21,7 +21,7 @@ from collections.abc import Awaitable
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from polymq_server.web import answered
+from polymq_server.web.app import answered
 
 __all__ = ["Cors"]
 

@@ -1,6 +1,6 @@
 """JSON in and out for subscriptions and polls. Publishing, settling and reading a body are
-every JSON frontend's (``polymq_server.payloads``), and a delivered message is shown as
-:func:`polymq_server.jsonview.message_json` shows it: one message format everywhere."""
+every JSON frontend's (``polymq_server.web.payloads``), and a delivered message is shown as
+:func:`polymq_server.messages.jsonview.message_json` shows it: one message format everywhere."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from aiohttp import web
 from polymq import Message
 from polymq.errors import BadRequest
 from polymq.types import Destination, Kind, parse_offset
-from polymq_server.avro import SchemaCache
-from polymq_server.jsonview import message_json as _message_json
-from polymq_server.payloads import no_query as no_query
-from polymq_server.payloads import query_value as query_value
-from polymq_server.problems import bad_request
+from polymq_server.messages.avro import SchemaCache
+from polymq_server.messages.jsonview import message_json as _message_json
+from polymq_server.web.payloads import no_query as no_query
+from polymq_server.web.payloads import query_value as query_value
+from polymq_server.web.problems import bad_request
 
 from .config import LongpollSettings
 from .subscriptions import AckMode

@@ -1,11 +1,11 @@
 """Problem details (RFC 9457) for the long-polling frontend: every JSON frontend's
-(``polymq_server.problems``), with this frontend's word for an unknown route."""
+(``polymq_server.web.problems``), with this frontend's word for an unknown route."""
 
 from __future__ import annotations
 
 import logging
 
-from polymq_server.problems import problems
+from polymq_server.web.problems import problems
 
 __all__ = ["problem_middleware"]
 

@@ -42,8 +42,8 @@ from aiohttp import web
 from polymq import CursorPage
 from polymq.errors import Forbidden, PolymqError, Unauthorized
 from polymq.types import Kind, Outcome
-from polymq_server.access import until_revoked
-from polymq_server.problems import from_exception
+from polymq_server.web.access import until_revoked
+from polymq_server.web.problems import from_exception
 
 from .api import CORE, METRICS, SETTINGS, WINDOWS, answer_json, held, resume_cursor, subscription
 from .leases import Window

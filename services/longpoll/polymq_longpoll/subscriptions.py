@@ -35,7 +35,7 @@ from typing import Any
 from polymq import Message
 from polymq.errors import BadRequest
 from polymq.types import Destination, Kind
-from polymq_server.problems import Problem, bad_request
+from polymq_server.web.problems import Problem, bad_request
 
 MAX_CURSOR = 2**63 - 1
 _VERSION = 2  # 1 was unsigned and had no owner

@@ -3,7 +3,7 @@
 
 It speaks STOMP outside (stomp.py, @stomp/stompjs, clients of RabbitMQ's STOMP plugin or of
 ocamlmq) and the polymq wire protocol inside, through one shared :class:`polymq.Client` to the
-core (:class:`polymq_server.corelink.CoreLink`).
+core (:class:`polymq_server.link.corelink.CoreLink`).
 
 Modules: ``frames`` (frame events, the error tree) and ``codec`` (sans-IO), ``transports``
 (TCP and WebSocket adapters), ``session`` (one connection: reading, writing, CONNECT,

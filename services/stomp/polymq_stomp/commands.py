@@ -23,7 +23,7 @@ from .refusal import Refused
 
 if TYPE_CHECKING:
     from polymq.client import Client
-    from polymq_server.connections import Tracked
+    from polymq_server.link.connections import Tracked
 
     from .parts import PartHub
     from .publisher import Publisher

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from polymq.client import Subscription
 from polymq.types import AckMode, Kind, Message
-from polymq_server.avro import SchemaCache
-from polymq_server.avroview import json_value, load_schemas, schema_of
+from polymq_server.messages.avro import SchemaCache
+from polymq_server.messages.avroview import json_value, load_schemas, schema_of
 from polymq_server.names import VhostNames
 
 from .destinations import Target, from_core

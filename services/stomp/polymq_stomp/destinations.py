@@ -15,7 +15,8 @@ STOMP                              core                          notes
 ``/exchange/<E>[/<key>]``          an :class:`ExchangeRef`:      RabbitMQ; ``exchange.py``
                                    where AMQP's exchange ``E``   finds its type (any) and
                                    routes (SEND), the topics it  routes SENDs as AMQP
-                                   routes in (SUBSCRIBE)         (``polymq_server.routing``)
+                                   routes in (SUBSCRIBE)
+                                   (``polymq_server.exchanges.resolution``)
 ``/control/count-msgs/queue/x``    stats of ``queue/x``          ocamlmq, SEND only
 ``/control/count-subscribers/...`` stats of ``queue/x``,         ocamlmq, SEND only
                                    ``topic/x``, ``stream/x``

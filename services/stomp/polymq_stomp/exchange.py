@@ -3,8 +3,9 @@
 The AMQP frontend routes a publish to exchange ``E`` with key ``K`` through the core topic
 ``topic/amqp.<E>.<K>`` of the vhost (:meth:`polymq_server.names.VhostNames.publish_topic`), and a
 queue bound to ``E`` gets it through a core binding on that namespace
-(:mod:`polymq_server.exchanges`), or, for a headers exchange and through exchange-to-exchange
-bindings, straight from the binding records (:mod:`polymq_server.routing`). STOMP routes with the
+(:mod:`polymq_server.exchanges.kinds`), or, for a headers exchange and through exchange-to-exchange
+bindings, straight from the binding records (:mod:`polymq_server.exchanges.resolution`). STOMP
+routes with the
 same code and records, so that both see one exchange:
 
 ============  ===========================================  ===================================
@@ -21,7 +22,8 @@ headers       ``topic/amqp.<E>.#``: RabbitMQ binds the      (longstr) headers go
 
 ``amq.topic`` and ``amq.direct`` keep the mapping of ``destinations.py``. The type of an
 exchange is built in (``amq.fanout``, ``amq.headers``, ``amq.match``) or read from its AMQP
-record (:class:`polymq_server.records.Records`, cached for two seconds: a binding made over AMQP
+record (:class:`polymq_server.exchanges.records.Records`, cached for two seconds: a binding made
+over AMQP
 routes STOMP's SENDs within that time); an exchange that is neither is ERROR ``not_found``
 with RabbitMQ's ``NOT_FOUND - no exchange '<E>' in vhost '<vhost>'``, an internal one
 ``access_refused``. A SEND that goes anywhere but ``E``'s own topic carries the exchange and
@@ -39,11 +41,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from polymq.types import Kind, Message
-from polymq_server.exchanges import binding_pattern
-from polymq_server.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY
+from polymq_server.exchanges.kinds import binding_pattern
+from polymq_server.exchanges.records import ExchangeRecord
+from polymq_server.exchanges.resolution import Missing, route_later, route_now
+from polymq_server.messages.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY
 from polymq_server.names import SHARED_TOPIC_EXCHANGE, UnmappableName, VhostNames
-from polymq_server.records import ExchangeRecord
-from polymq_server.routing import Missing, route_later, route_now
 
 from .destinations import ExchangeRef, Target
 from .refusal import Refused

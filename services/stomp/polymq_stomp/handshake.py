@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from polymq.errors import Unauthorized, Unavailable
-from polymq_server.logins import password_login, peer_source
+from polymq_server.auth.logins import password_login, peer_source
 
 from .codec import VERSIONS
 from .frames import Command, Frame
@@ -26,8 +26,8 @@ from .refusal import Refused
 from .vhost import choose_vhost
 
 if TYPE_CHECKING:
-    from polymq_server.auth import AuthProvider, Principal
-    from polymq_server.corelink import CoreLink
+    from polymq_server.auth.provider import AuthProvider, Principal
+    from polymq_server.link.corelink import CoreLink
     from polymq_server.resources import Admission
 
     from .config import StompSettings
@@ -81,7 +81,7 @@ async def agree(
 ) -> Agreement:
     """Check the CONNECT ``frame`` and log its user in (``transport_host``: the host a
     WebSocket client opened its socket on, for the vhost; ``peer``: the client's
-    ``host:port``, whose failed logins are held back, :mod:`polymq_server.logins`)."""
+    ``host:port``, whose failed logins are held back, :mod:`polymq_server.auth.logins`)."""
     raw = frame.get("accept-version")
     if raw is None:
         offered = ["1.0"]

@@ -5,7 +5,7 @@ Sending: a beat (an EOL) whenever nothing went out for the interval we send at. 
 client silent for longer than its interval times ``stomp_heartbeat_grace`` gets an ERROR
 "heart-beat timeout" and is closed. Each direction runs on a timer of its own, set for the
 moment it is next due, and reads the session's clocks
-(:class:`~polymq_server.frontend.FrontendSession`'s ``last_read`` and ``last_written``). A
+(:class:`~polymq_server.sessions.frontend.FrontendSession`'s ``last_read`` and ``last_written``). A
 beat goes straight to the transport, never through the session's output buffer, and only
 when that buffer is empty and the transport drains: a beat behind waiting frames would say
 nothing. While the session has paused reading, the silence is its own, not the client's:
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Protocol
 
-from polymq_server.frontend import SessionClocks
+from polymq_server.sessions.frontend import SessionClocks
 
 if TYPE_CHECKING:
     from .codec import StompConnection

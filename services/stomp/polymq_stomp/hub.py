@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from polymq_server.auth import AuthProvider
-from polymq_server.corelink import CoreLink
-from polymq_server.frontend import Shutdown
-from polymq_server.records import Records
+from polymq_server.auth.provider import AuthProvider
+from polymq_server.exchanges.records import Records
+from polymq_server.link.corelink import CoreLink
 from polymq_server.resources import ConnectionLimits
+from polymq_server.sessions.frontend import Shutdown
 
 from .config import StompSettings
 from .metrics import StompMetrics

@@ -30,7 +30,7 @@ import time
 from typing import Final
 
 from polymq.types import MAX_PRIORITY, Message
-from polymq_server.headers import BOOKKEEPING, public_headers
+from polymq_server.messages.headers import BOOKKEEPING, public_headers
 
 from .destinations import Target, from_core, parse_destination
 from .frames import Frame

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from polymq_server.connectiongauge import watch_connections
-from polymq_server.frontend import FrontendMetrics
+from polymq_server.link.connectiongauge import watch_connections
+from polymq_server.sessions.frontend import FrontendMetrics
 
 from .frames import Command
 

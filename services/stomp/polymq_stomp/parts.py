@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from polymq.client import Client
-    from polymq_server.auth import Permission
-    from polymq_server.corelink import CoreLink
-    from polymq_server.records import Records
+    from polymq_server.auth.provider import Permission
+    from polymq_server.exchanges.records import Records
+    from polymq_server.link.corelink import CoreLink
 
     from .config import StompSettings
     from .destinations import Control, ExchangeRef, Target

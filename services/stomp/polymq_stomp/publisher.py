@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from polymq.answers import DestinationStats, Published, QueueStats, StreamStats, TopicStats
 from polymq.errors import NotFound, PolymqError, Unavailable
 from polymq.types import Message, Outcome
-from polymq_server.auth import Permission
+from polymq_server.auth.provider import Permission
 from polymq_server.names import reply_target
 
 from .destinations import Control, ControlOp, ExchangeRef, Target

@@ -18,7 +18,7 @@ A ``/queue/`` SUBSCRIBE with any of them declares its queue with them first (a q
 exists with other options is refused by the core, as RabbitMQ refuses it). A dead-letter
 target needs the user's write permission there, as a SEND there would (an ERROR frame
 otherwise), and the core dead-letters only while that user may still write there
-(``polymq_server.deadletter``).
+(``polymq_server.auth.deadletter``).
 
 **The queue behind a topic subscription.** A ``/topic/`` (or ``/exchange/amq.topic/``)
 SUBSCRIBE is served by a queue bound to its topic (pattern), whose messages wait there for

@@ -23,11 +23,11 @@ import socket
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq_server import frontend
-from polymq_server.auth import AuthProvider, load_provider
+from polymq_server.auth.provider import AuthProvider, load_provider
 from polymq_server.reload import Reloader
 from polymq_server.resources import ConnectionLimits
-from polymq_server.web import link_state
+from polymq_server.sessions import frontend
+from polymq_server.web.app import link_state
 
 from . import page
 from .config import StompSettings

@@ -44,10 +44,10 @@ from polymq.errors import (
     Unavailable,
 )
 from polymq.types import AckMode
-from polymq_server.auth import Permission, Principal
-from polymq_server.connections import revoked
-from polymq_server.frontend import FrontendSession
+from polymq_server.auth.provider import Permission, Principal
+from polymq_server.link.connections import revoked
 from polymq_server.names import VhostNames
+from polymq_server.sessions.frontend import FrontendSession
 
 from .codec import CLOSED, NEED_DATA, Role, State, StompConnection
 from .commands import COMMANDS
@@ -74,7 +74,7 @@ _DRAIN_TIMEOUT: Final = 10.0  # seconds DISCONNECT waits for SENDs to be answere
 class StompSession(FrontendSession):
     """The STOMP side of one connection (the transport's endpoint; writing, reading's pauses,
     its tasks and the close of the transport are
-    :class:`~polymq_server.frontend.FrontendSession`'s)."""
+    :class:`~polymq_server.sessions.frontend.FrontendSession`'s)."""
 
     transport: Transport
     metrics: StompMetrics

@@ -62,9 +62,9 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from polymq.client import Subscription
 from polymq.errors import NotFound, PolymqError, RequestError
 from polymq.types import AckMode, Kind, Outcome, parse_offset
-from polymq_server.auth import Permission, Principal
-from polymq_server.corelink import CoreLink
-from polymq_server.deadletter import for_user
+from polymq_server.auth.deadletter import for_user
+from polymq_server.auth.provider import Permission, Principal
+from polymq_server.link.corelink import CoreLink
 
 from .delivery import Deliveries, DeliverySession, StompSubscription
 from .destinations import Control, ExchangeRef, Target

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from polymq_server.auth import Permission
+from polymq_server.auth.provider import Permission
 
 from .destinations import Control, ExchangeRef, Target, parse_destination
 from .exchange import resolve as resolve_exchange

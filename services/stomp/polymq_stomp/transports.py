@@ -10,7 +10,7 @@ closes at once. The session is an :class:`Endpoint`: the adapter calls it with w
 arrives, an end of stream, the socket draining again, and the connection's end (once).
 
 - :class:`TcpTransport` is an :class:`asyncio.Protocol` (plain or TLS), the one of
-  :mod:`polymq_server.transport`, shared with the AMQP frontend;
+  :mod:`polymq_server.sessions.transport`, shared with the AMQP frontend;
 - :func:`serve_websocket` runs one aiohttp WebSocket: a reader loop that feeds the session
   every message's payload (text or binary, any number of frames per message) and one writer
   task that drains a queue of outgoing chunks, each sent as a text message when it is UTF-8
@@ -28,7 +28,7 @@ from typing import Protocol
 
 from aiohttp import WSMsgType, web
 
-from polymq_server.transport import (
+from polymq_server.sessions.transport import (
     HIGH_WATER,
     LINGER,
     LOW_WATER,
@@ -36,7 +36,7 @@ from polymq_server.transport import (
     TcpTransport,
     peer_name,
 )
-from polymq_server.transport import Transport as BaseTransport
+from polymq_server.sessions.transport import Transport as BaseTransport
 
 __all__ = [
     "LINGER",
@@ -55,7 +55,7 @@ SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")  # best first
 
 
 class Transport(BaseTransport, Protocol):
-    """:class:`polymq_server.transport.Transport`, and the kind of connection it is."""
+    """:class:`polymq_server.sessions.transport.Transport`, and the kind of connection it is."""
 
     kind: str  # "tcp" or "ws": the metrics' transport label
 

@@ -19,7 +19,7 @@ import pika
 import pytest
 import requests
 
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from ...pki import HAVE_OPENSSL, Authority
 from ...procs import PolymqProcess

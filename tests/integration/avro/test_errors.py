@@ -11,7 +11,7 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from polymq_server.avro import encode_single, parse
+from polymq_server.messages.avro import encode_single, parse
 
 from ...procs import PolymqProcess
 from .conftest import USER, Avro, assert_problem, container, unique, users

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 
-from polymq_server.avro import encode_single, parse
+from polymq_server.messages.avro import encode_single, parse
 
 from .conftest import USER, Avro, container, unique, users
 

@@ -15,7 +15,7 @@ import fastavro
 import pytest
 import requests
 
-from polymq_server.avro import encode_single, parse, schema_id
+from polymq_server.messages.avro import encode_single, parse, schema_id
 
 from .conftest import USER, Avro, assert_problem, container, read_container, unique, users
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from polymq_server.avro import schema_id
+from polymq_server.messages.avro import schema_id
 
 from ...procs import PolymqProcess
 from .conftest import Avro, assert_problem, container, unique

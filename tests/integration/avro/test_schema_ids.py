@@ -22,8 +22,8 @@ import pytest
 import requests
 
 from polymq import Client, Message
-from polymq_server.auth import hash_password
-from polymq_server.avro import KV_SCHEMAS, MAGIC, SCHEMA_ID_HEADER, parse
+from polymq_server.auth.provider import hash_password
+from polymq_server.messages.avro import KV_SCHEMAS, MAGIC, SCHEMA_ID_HEADER, parse
 
 from ...procs import PolymqProcess, serving
 from ..webapi import TIMEOUT

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from ...procs import PolymqProcess, serving
 from ..webapi import metric

@@ -11,7 +11,7 @@ from typing import Any
 
 import fastavro
 
-from polymq_server.avro import parse
+from polymq_server.messages.avro import parse
 
 from ...procs import PolymqProcess
 from ..stomp.helpers import clients

@@ -13,7 +13,7 @@ import pytest
 import requests
 import stomp
 
-from polymq_server.auth import hash_password, hash_token
+from polymq_server.auth.provider import hash_password, hash_token
 
 from ...procs import PolymqProcess
 from ..webapi import assert_problem

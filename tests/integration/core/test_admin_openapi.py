@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from polymq_core.adminopenapi import DOCUMENT
+from polymq_core.admin.openapi import DOCUMENT
 
 from ...procs import PolymqProcess, serving
 from ..http.test_openapi import CHECKS

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from polymq import BadRequest, Bound, Client, Forbidden, Message, NotFound, Published, Unbound
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from ...procs import PolymqProcess
 from .helpers import bodies, collect, connect, eventually, nothing_more, uid

@@ -1,4 +1,4 @@
-"""polymq_core.endpoints against kmock's Kubernetes emulator (a real HTTP server on
+"""polymq_core.cluster.endpoints against kmock's Kubernetes emulator (a real HTTP server on
 127.0.0.1), with the official ``kubernetes`` client on both sides: the test changes the
 Service's EndpointSlices, the watcher follows; watch expiry (410 Gone) and API errors are
 survived."""
@@ -17,7 +17,7 @@ import pytest
 import requests
 from kubernetes import client
 
-from polymq_core.endpoints import SERVICE_LABEL, EndpointWatcher, Member, scaled_below
+from polymq_core.cluster.endpoints import SERVICE_LABEL, EndpointWatcher, Member, scaled_below
 
 from ...procs import PolymqProcess
 from .test_natsd import free_port

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from polymq import Forbidden, NotFound
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from ...procs import PolymqProcess, serving
 from .helpers import connect

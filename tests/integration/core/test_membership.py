@@ -1,4 +1,4 @@
-"""polymq_core.membership over a real three-node NATS cluster: each node sees the others,
+"""polymq_core.cluster.membership over a real three-node NATS cluster: each node sees the others,
 a stopped node is "leaving", a silent one "unreachable" after three periods."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NatsClient
 
-from polymq_core.membership import Membership
+from polymq_core.cluster.membership import Membership
 
 from .test_natsd import nats_cluster
 

@@ -1,4 +1,4 @@
-"""polymq_core.mesh over a real two-node NATS cluster: a topic message published on one
+"""polymq_core.topics.mesh over a real two-node NATS cluster: a topic message published on one
 node reaches the nodes whose patterns match it, once each and in order, and no other."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import nats
 from nats.aio.client import Client as NatsClient
 
 from polymq.types import Message
-from polymq_core.mesh import TopicMesh
+from polymq_core.topics.mesh import TopicMesh
 
 from .test_natsd import nats_cluster
 

@@ -1,4 +1,4 @@
-"""polymq_core.natsd with real nats-server processes: a three-node JetStream cluster on
+"""polymq_core.cluster.natsd with real nats-server processes: a three-node JetStream cluster on
 free 127.0.0.1 ports, a clean stop, and a child that dies with a kill -9'ed parent.
 
 :func:`nats_cluster` is also what the membership and mesh tests start their NATS with."""
@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import StorageType, StreamConfig
 
-from polymq_core.natsd import NatsConfig, NatsError, NatsServer
+from polymq_core.cluster.natsd import NatsConfig, NatsError, NatsServer
 
 
 def free_port() -> int:
@@ -171,7 +171,7 @@ async def test_missing_binary(tmp_path: Path) -> None:
 CHILD = """
 import asyncio, sys
 from pathlib import Path
-from polymq_core.natsd import NatsConfig, NatsServer
+from polymq_core.cluster.natsd import NatsConfig, NatsServer
 
 async def main() -> None:
     base = Path(sys.argv[1])

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from polymq import Message
-from polymq_core.overview import LISTING_EVERY, STREAM_SAMPLES
+from polymq_core.admin.overview import LISTING_EVERY, STREAM_SAMPLES
 
 from ...procs import PolymqProcess
 from .helpers import collect, connect, eventually, uid

@@ -1,5 +1,6 @@
-"""polymq_core.replog against a real three-node JetStream cluster (nats-servers on free
-127.0.0.1 ports, started with polymq_core.natsd): one shard's log and three
+"""polymq_core.replication.replicatedstore against a real three-node JetStream cluster (nats-servers
+on free
+127.0.0.1 ports, started with polymq_core.cluster.natsd): one shard's log and three
 ReplicatedStores, one per node, each with its own SQLite snapshot.
 
 What a shard would observe: the leader's writes resolve and reach every follower's SQLite;
@@ -26,12 +27,12 @@ import pytest
 from nats.aio.client import Client as NatsClient
 
 from polymq.types import Message
-from polymq_core.logentry import Deposed, LogUnavailable, encode_entry
-from polymq_core.natsd import NatsConfig, NatsServer
-from polymq_core.replog import ReplicatedStore
-from polymq_core.shardlog import ShardLog
-from polymq_core.sqlitestore import SqliteStore
-from polymq_core.store import StoreError
+from polymq_core.cluster.natsd import NatsConfig, NatsServer
+from polymq_core.replication.jetstream import ShardLog
+from polymq_core.replication.replicatedstore import ReplicatedStore
+from polymq_core.store.contract import StoreError
+from polymq_core.store.logentry import Deposed, LogUnavailable, encode_entry
+from polymq_core.store.sqlite import SqliteStore
 
 from .helpers import eventually
 

@@ -20,17 +20,17 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from polymq_core.admin import admin_app
+from polymq_core.admin.app import admin_app
 from polymq_core.broker import Broker
-from polymq_core.cluster import ClusterNode
+from polymq_core.cluster.membership import READY, UNREACHABLE, PeerInfo
+from polymq_core.cluster.node import ClusterNode
+from polymq_core.cluster.snapshot import APPLIED_HEADER, SnapshotError, download, snapshot_url
 from polymq_core.config import CoreSettings
-from polymq_core.membership import READY, UNREACHABLE, PeerInfo
 from polymq_core.metrics import Sensors
-from polymq_core.replog import ReplicatedStore
-from polymq_core.snapshot import APPLIED_HEADER, SnapshotError, download, snapshot_url
-from polymq_core.sqlitestore import SqliteStore
-from polymq_core.storecopy import check_snapshot
-from polymq_server.auth import load_provider
+from polymq_core.replication.replicatedstore import ReplicatedStore
+from polymq_core.store.filecopy import check_snapshot
+from polymq_core.store.sqlite import SqliteStore
+from polymq_server.auth.provider import load_provider
 
 from .helpers import eventually
 from .test_replog import SETTLE, Node, Q, converged, message, settle, three_nodes

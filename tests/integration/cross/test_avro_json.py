@@ -20,7 +20,13 @@ import pytest
 import requests
 
 from polymq import Client, Message
-from polymq_server.avro import CONTENT_TYPE, KV_SCHEMAS, SCHEMA_ID_HEADER, encode_single, parse
+from polymq_server.messages.avro import (
+    CONTENT_TYPE,
+    KV_SCHEMAS,
+    SCHEMA_ID_HEADER,
+    encode_single,
+    parse,
+)
 
 from ...procs import PolymqProcess
 from ..longpoll.conftest import Longpoll

@@ -319,7 +319,7 @@ def test_stomp_logins_are_held_back_by_source_too(run: PolymqProcess) -> None:
 # ---- the cost of a password hash --------------------------------------------------------------
 def test_new_hashes_cost_owasps_n_and_old_ones_still_log_in(run: PolymqProcess) -> None:
     made = subprocess.run(
-        [sys.executable, "-m", "polymq_server.auth", "hash-password"],
+        [sys.executable, "-m", "polymq_server.auth.provider", "hash-password"],
         input="a new password\n",
         capture_output=True,
         text=True,

@@ -18,7 +18,7 @@ import requests
 import stomp
 
 from polymq import Client
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from ...procs import WAIT, PolymqProcess
 

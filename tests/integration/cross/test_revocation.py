@@ -24,7 +24,7 @@ import requests
 
 from polymq import Client
 from polymq.errors import ConnectionClosed, Forbidden
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from ...procs import WAIT, PolymqProcess
 from ..longpoll.conftest import ENV, Longpoll

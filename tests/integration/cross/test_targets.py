@@ -24,7 +24,7 @@ import stomp
 
 from polymq import Client
 from polymq.errors import Forbidden
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from ...procs import WAIT, PolymqProcess, serving
 from ..webapi import WebApi, assert_problem

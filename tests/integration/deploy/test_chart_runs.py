@@ -33,7 +33,7 @@ import requests
 
 from polymq import Client, Message
 from polymq.types import Outcome
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from .chart import (
     CHART,

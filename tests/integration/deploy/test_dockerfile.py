@@ -16,8 +16,8 @@ from pathlib import Path
 
 from polymq_amqp.config import AmqpSettings
 from polymq_avro.config import AvroSettings
+from polymq_core.admin.console import CHART_FILES
 from polymq_core.config import CoreSettings
-from polymq_core.console import CHART_FILES
 from polymq_http.config import HttpSettings
 from polymq_longpoll.config import LongpollSettings
 from polymq_stomp.config import StompSettings
@@ -244,7 +244,7 @@ def test_the_build_context_holds_the_sources_and_no_secrets() -> None:
         "services/stomp/polymq_stomp/static/index.html",
         "services/core/web/package.json",
         "services/core/web/package-lock.json",
-        "services/core/polymq_core/static/console.js",
+        "services/core/polymq_core/admin/static/console.js",
         "services/http/polymq_http/openapi.json",
     ):
         assert not ignored(path), path

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from polymq_server.auth import hash_password, hash_token
+from polymq_server.auth.provider import hash_password, hash_token
 
 from ...procs import PolymqProcess, serving
 from .conftest import Api, assert_problem, unique

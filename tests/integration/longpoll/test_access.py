@@ -1,4 +1,5 @@
-"""Who may call: Bearer and Basic credentials through ``polymq_server.auth`` (401, 403), and which
+"""Who may call: Bearer and Basic credentials through ``polymq_server.auth.provider`` (401, 403),
+and which
 browser origins may call cross-origin (CORS)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from polymq_server.auth import hash_password, hash_token
+from polymq_server.auth.provider import hash_password, hash_token
 
 from ...procs import PolymqProcess, serving
 from .conftest import ENV, Longpoll, assert_problem, unique

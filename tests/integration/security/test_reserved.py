@@ -23,7 +23,7 @@ import requests
 from polymq import Client
 from polymq.errors import Forbidden
 from polymq.types import Message
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from ...procs import WAIT, PolymqProcess, serving
 from ..stomp.helpers import Clients, clients

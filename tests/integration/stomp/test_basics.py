@@ -18,7 +18,7 @@ import requests
 import stomp
 import websocket
 
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from ...procs import PolymqProcess
 from .conftest import WAIT, RawStomp, Stomp, eventually, unique

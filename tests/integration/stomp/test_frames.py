@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import stomp
 
-from polymq_server.auth import hash_password
+from polymq_server.auth.provider import hash_password
 
 from ...procs import PolymqProcess
 from .helpers import (

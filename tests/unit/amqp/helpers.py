@@ -8,8 +8,8 @@ from typing import Any
 
 from pamqp import base, body, commands, frame, header, heartbeat
 
-from polymq_amqp.codec import PROTOCOL_HEADER, AmqpConnection
-from polymq_amqp.events import Content, ContentRun, Event, NeedData
+from polymq_amqp.wire.codec import PROTOCOL_HEADER, AmqpConnection
+from polymq_amqp.wire.events import Content, ContentRun, Event, NeedData
 
 TRAILING = frame.marshal(commands.Basic.Qos(prefetch_count=7), 1)[:5]  # half a frame
 

@@ -14,7 +14,7 @@ from polymq.types import Outcome
 from polymq_amqp.channel import Channel, Pending
 from polymq_amqp.config import AmqpSettings
 from polymq_amqp.errors import ChannelException
-from polymq_amqp.names import VhostNames
+from polymq_server.names import VhostNames
 
 
 class _Counter:

@@ -1,4 +1,4 @@
-"""Tests for polymq_amqp.codec: the sans-IO AMQP 0-9-1 codec (server side).
+"""Tests for polymq_amqp.wire.codec: the sans-IO AMQP 0-9-1 codec (server side).
 
 Every received byte stream goes through ``tr`` (whole, one byte at a time, with trailing
 data); what the codec sends is read back with pamqp, the client's side of the pair.
@@ -16,15 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands, frame
 
-from polymq_amqp.codec import PROTOCOL_HEADER, AmqpConnection
 from polymq_amqp.errors import (
     AmqpError,
     ConnectionException,
     LocalProtocolError,
     ProtocolHeaderMismatch,
 )
-from polymq_amqp.events import Content, Heartbeat, Method, OversizedContent, ProtocolHeader
-from polymq_amqp.states import TRANSITIONS, State, Trigger, method_name
+from polymq_amqp.wire.codec import PROTOCOL_HEADER, AmqpConnection
+from polymq_amqp.wire.events import Content, Heartbeat, Method, OversizedContent, ProtocolHeader
+from polymq_amqp.wire.states import TRANSITIONS, State, Trigger, method_name
 
 from .helpers import beat, content, events, method, open_conn, tr, with_channel
 

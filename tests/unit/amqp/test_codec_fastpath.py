@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from pamqp import commands
 
 from polymq_amqp.errors import ConnectionException
-from polymq_amqp.events import Content, ContentRun, NeedData
-from polymq_amqp.fastpath import _pamqp_properties, decode_properties, decode_publish
+from polymq_amqp.wire.events import Content, ContentRun, NeedData
+from polymq_amqp.wire.fastpath import _pamqp_properties, decode_properties, decode_publish
 
 from .helpers import TRAILING, beat, content, events, method, open_conn, tr, with_channel
 
@@ -190,7 +190,7 @@ def _frames_after_publish(data: bytes) -> bytes:
 def test_reader_takes_what_pamqp_made_and_nothing_of_a_part(
     kw: dict[str, Any], body: bytes, frame_max: int
 ) -> None:
-    from polymq_amqp.fastpath import ContentReader
+    from polymq_amqp.wire.fastpath import ContentReader
 
     props = commands.Basic.Properties(**kw)
     frames = _frames_after_publish(content(5, body, props, frame_max=frame_max))
@@ -211,7 +211,7 @@ def test_reader_takes_what_pamqp_made_and_nothing_of_a_part(
 
 
 def test_reader_gives_the_last_properties_again_unless_they_hold_a_table() -> None:
-    from polymq_amqp.fastpath import ContentReader
+    from polymq_amqp.wire.fastpath import ContentReader
 
     reader = ContentReader()
     same = commands.Basic.Properties(delivery_mode=1, content_type="text/plain")
@@ -230,7 +230,7 @@ def test_reader_gives_the_last_properties_again_unless_they_hold_a_table() -> No
 
 
 def test_reader_gives_the_last_publish_method_again_for_the_same_payload() -> None:
-    from polymq_amqp.fastpath import ContentReader
+    from polymq_amqp.wire.fastpath import ContentReader
 
     reader = ContentReader()
     one = _INDEX.pack(60 << 16 | 40) + b"\x00\x00\x02ex\x01k\x01"
@@ -407,7 +407,7 @@ def test_an_empty_headers_table_is_decoded_without_pamqp(monkeypatch: pytest.Mon
     props = commands.Basic.Properties(headers={}, message_id="a1b2", delivery_mode=1)
     payload = _HEAD.pack(60, 0, 32) + props.marshal()
     expected = _pamqp_properties(payload)
-    import polymq_amqp.fastpath as fastpath
+    import polymq_amqp.wire.fastpath as fastpath
 
     def refuse(_: bytes) -> Any:
         raise AssertionError("went to pamqp")

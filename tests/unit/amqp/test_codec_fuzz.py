@@ -1,4 +1,4 @@
-"""Fuzzing the AMQP codec (``polymq_amqp.codec``) and what the frontend makes of what it
+"""Fuzzing the AMQP codec (``polymq_amqp.wire.codec``) and what the frontend makes of what it
 decodes (``properties``): field tables nested up to 20,000 deep (a table in a table...,
 arrays in arrays) in a content header's ``headers`` and in queue.declare's arguments,
 table lengths past the frame, and random method payloads. The codec gives events or an
@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import body, commands, frame
 
-from polymq_amqp.codec import AmqpConnection
 from polymq_amqp.errors import AmqpError
-from polymq_amqp.events import Content, Event
-from polymq_amqp.names import VhostNames
 from polymq_amqp.properties import delivery_properties, from_publish
+from polymq_amqp.wire.codec import AmqpConnection
+from polymq_amqp.wire.events import Content, Event
+from polymq_server.names import VhostNames
 
 from .helpers import events, open_conn, with_channel
 

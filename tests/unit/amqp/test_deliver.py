@@ -16,13 +16,13 @@ from pamqp import commands
 
 from polymq.types import Message, Outcome
 from polymq_amqp.channel import Channel
-from polymq_amqp.codec import AmqpConnection
 from polymq_amqp.config import AmqpSettings
 from polymq_amqp.consumer import Consumer
 from polymq_amqp.deliver import MAX_SHAPES, DeliverFrames, shown_route
 from polymq_amqp.errors import LocalProtocolError
-from polymq_amqp.names import VhostNames
 from polymq_amqp.properties import delivery_properties
+from polymq_amqp.wire.codec import AmqpConnection
+from polymq_server.names import VhostNames
 
 from .helpers import open_conn, with_channel
 

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from polymq_amqp.e2e import (
-    ExchangeBinding,
+from polymq_amqp.topology import BindingRecord, ExchangeRecord
+from polymq_server.exchanges.kinds import ExchangeType
+from polymq_server.exchanges.records import ExchangeBinding
+from polymq_server.exchanges.resolution import (
     Missing,
     destinations,
     matches,
     reached,
     topic_matches,
 )
-from polymq_amqp.exchanges import ExchangeType
-from polymq_amqp.topology import BindingRecord, ExchangeRecord
 
 
 @pytest.mark.parametrize(

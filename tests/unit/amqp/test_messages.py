@@ -1,4 +1,4 @@
-"""Tests for polymq_amqp.tables and polymq_amqp.properties: AMQP properties and polymq
+"""Tests for polymq_amqp.wire.tables and polymq_amqp.properties: AMQP properties and polymq
 messages both ways, read back with pamqp (the client's decoder)."""
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pamqp import commands, decode
 
 from polymq.types import Message
 from polymq_amqp.errors import ChannelException
-from polymq_amqp.names import VhostNames
 from polymq_amqp.properties import (
     H_TYPED,
     PublishTemplate,
@@ -24,7 +23,8 @@ from polymq_amqp.properties import (
     from_publish,
     route_of,
 )
-from polymq_amqp.tables import encode_table, from_tagged, to_tagged, to_text
+from polymq_amqp.wire.tables import encode_table, from_tagged, to_tagged, to_text
+from polymq_server.names import VhostNames
 
 NAMES = VhostNames("/")
 

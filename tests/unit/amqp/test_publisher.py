@@ -13,9 +13,9 @@ from polymq.answers import Published
 from polymq.errors import QueueFull
 from polymq.types import Message
 from polymq_amqp.channel import Channel
-from polymq_amqp.events import Content
 from polymq_amqp.publisher import Outbox
 from polymq_amqp.topology import QueueRecord, tagged_args
+from polymq_amqp.wire.events import Content
 
 from .test_channel import FakeSession
 

@@ -7,8 +7,8 @@ from pamqp import commands
 
 from polymq.types import Destination
 from polymq_amqp import replyto
-from polymq_amqp.names import VhostNames
 from polymq_amqp.properties import delivery_properties, from_publish
+from polymq_server.names import VhostNames
 
 from .test_messages import decoded
 

@@ -1,4 +1,4 @@
-"""Tests for polymq_amqp.exchanges, polymq_amqp.arguments and polymq_amqp.config."""
+"""Tests for polymq_server.exchanges.kinds, polymq_amqp.arguments and polymq_amqp.config."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from polymq.types import DeclareOptions
 from polymq_amqp.arguments import queue_options
 from polymq_amqp.config import AmqpSettings
 from polymq_amqp.errors import ChannelException
-from polymq_amqp.exchanges import ExchangeType, binding_pattern, headers_match
-from polymq_amqp.names import VhostNames
 from polymq_server.config import ConfigError, from_env
+from polymq_server.exchanges.kinds import ExchangeType, binding_pattern, headers_match
+from polymq_server.names import VhostNames
 
 NAMES = VhostNames("/")
 

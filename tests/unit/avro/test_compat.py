@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from polymq_avro.compat import Compatibility, apache_schema, incompatibilities
-from polymq_server.avro import InvalidSchema
+from polymq_server.messages.avro import InvalidSchema
 
 
 def record(*fields: dict[str, Any]) -> str:

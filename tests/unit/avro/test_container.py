@@ -23,7 +23,7 @@ from polymq_avro.container import (
     split_records,
     write_container,
 )
-from polymq_server.avro import AvroError, DecodeError, decode_single, parse
+from polymq_server.messages.avro import AvroError, DecodeError, decode_single, parse
 
 SCHEMA = {
     "type": "record",

@@ -21,8 +21,8 @@ from polymq_avro.payloads import (
     parse_read_query,
     record_json,
 )
-from polymq_server.avro import CONTENT_TYPE, encode_single, parse
-from polymq_server.problems import Problem
+from polymq_server.messages.avro import CONTENT_TYPE, encode_single, parse
+from polymq_server.web.problems import Problem
 
 SCHEMA = parse({"type": "record", "name": "R", "fields": [{"name": "b", "type": "bytes"}]})
 

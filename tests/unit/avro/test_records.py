@@ -23,7 +23,7 @@ from polymq_avro.records import (
     sniff,
     split_single,
 )
-from polymq_server.avro import (
+from polymq_server.messages.avro import (
     CONTENT_TYPE,
     SCHEMA_ID_HEADER,
     AvroSchema,

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from polymq_avro.container import write_container
 from polymq_avro.records import decode_container, split_single
-from polymq_server.avro import AvroError, AvroSchema, DecodeError, InvalidSchema, parse
-from polymq_server.avrobounds import MAX_DEPTH
+from polymq_server.messages.avro import AvroError, AvroSchema, DecodeError, InvalidSchema, parse
+from polymq_server.messages.avrobounds import MAX_DEPTH
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 LIMITS = {"max_records": 10_000, "max_decoded": 64 * 1024 * 1024}

@@ -13,7 +13,7 @@ import pytest
 from polymq.errors import BadRequest, NotFound
 from polymq_avro.compat import Compatibility
 from polymq_avro.registry import AmbiguousSchema, IncompatibleSchema, Registry, Subject
-from polymq_server.avro import SchemaCache, UnknownSchema, parse
+from polymq_server.messages.avro import SchemaCache, UnknownSchema, parse
 
 
 class FakeCore:

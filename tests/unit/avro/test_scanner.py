@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from polymq_avro.container import read_container, split_records
 from polymq_avro.scanner import scanner
-from polymq_server.avro import parse
+from polymq_server.messages.avro import parse
 
 EVERYTHING = {
     "type": "record",

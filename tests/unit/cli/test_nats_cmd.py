@@ -1,5 +1,5 @@
 """``polymq nats``: the nats-server config it writes is the one the core would start its own
-child with (one function, ``polymq_core.cluster.nats_config``), with a fixed client port,
+child with (one function, ``polymq_core.cluster.node.nats_config``), with a fixed client port,
 readable by its owner alone, and without the secret itself; without peers it refuses."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 
 from polymq_cli.main import _parser
 from polymq_cli.nats_cmd import prepare, run
-from polymq_core.cluster import nats_config
+from polymq_core.cluster.natsd import derived_password
+from polymq_core.cluster.node import nats_config
 from polymq_core.config import CoreSettings
-from polymq_core.natsd import derived_password
 from polymq_server.config import ConfigError
 
 SECRET = "s" * 40

@@ -1,4 +1,4 @@
-"""The balancer of ``polymq_core.leadership`` (a ClusterNode's part) without NATS: which
+"""The balancer of ``polymq_core.cluster.leadership`` (a ClusterNode's part) without NATS: which
 shard a node that leads more than its share hands on, and that a shard it has just taken over
 stays put for a while (a failover followed at once by a balance move was seen to send a
 consumer's unacknowledged deliveries twice)."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from polymq_core import leadership
-from polymq_core.cluster import ClusterNode
+from polymq_core.cluster import leadership
+from polymq_core.cluster.endpoints import Member
+from polymq_core.cluster.node import ClusterNode
 from polymq_core.config import CoreSettings
-from polymq_core.endpoints import Member
 
 SHARDS = 4
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from polymq.types import Message
-from polymq_core.batches import pack_answer, unpack_answer
+from polymq_core.destinations.batches import pack_answer, unpack_answer
 
 
 def numbered(first_id: int, first_seq: int, n: int, prefix: str = "19a2b3c4d5e.3") -> list[Message]:

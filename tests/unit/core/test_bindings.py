@@ -1,4 +1,4 @@
-"""Tests for polymq_core.bindings: the index of every binding (pattern -> queue)."""
+"""Tests for polymq_core.topics.bindings: the index of every binding (pattern -> queue)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polymq_core.bindings import BindingTable
-from polymq_core.routing import matches
+from polymq_core.topics.bindings import BindingTable
+from polymq_core.topics.trie import matches
 
 from .test_routing import patterns, topics
 

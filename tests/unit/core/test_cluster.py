@@ -1,5 +1,5 @@
-"""polymq_core.cluster without NATS: which of the ``--peers`` a node takes for itself
-(:func:`polymq_core.routes.others`); whether a stopping node leaves for good."""
+"""polymq_core.cluster.node without NATS: which of the ``--peers`` a node takes for itself
+(:func:`polymq_core.cluster.natsroutes.others`); whether a stopping node leaves for good."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from polymq_core import cluster as cluster_mod
-from polymq_core.cluster import advertised
+from polymq_core.cluster import node as cluster_mod
+from polymq_core.cluster.natsroutes import others
+from polymq_core.cluster.node import advertised
 from polymq_core.config import CoreSettings
-from polymq_core.routes import others
 
 
 def test_a_node_skips_itself_in_the_peers_by_address_or_by_its_pod_name(

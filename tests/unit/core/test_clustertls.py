@@ -11,11 +11,11 @@ import pytest
 
 from polymq.errors import Unauthorized
 from polymq.events import Hello
-from polymq_core.clustertls import ClusterTls
+from polymq_core.cluster.natsd import NatsConfig
+from polymq_core.cluster.tls import ClusterTls
 from polymq_core.config import CoreSettings
-from polymq_core.natsd import NatsConfig
 from polymq_core.service import CoreService
-from polymq_server.auth import AuthProvider, Principal
+from polymq_server.auth.provider import AuthProvider, Principal
 from polymq_server.config import ConfigError, from_env
 
 from ...pki import HAVE_OPENSSL, Authority

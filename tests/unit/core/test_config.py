@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from polymq_core import snapshot
+from polymq_core.cluster import snapshot
 from polymq_core.config import DEV_SECRET, CoreSettings
 from polymq_core.service import CoreService
 from polymq_server.config import ConfigError, from_env

@@ -1,4 +1,4 @@
-"""Whose permission a queue's dead letters ride on (``polymq_core.deadletters``): WRITE at
+"""Whose permission a queue's dead letters ride on (``polymq_core.handlers.deadletters``): WRITE at
 declare, the declarer recorded (a user's own login, or whom a trusted link names), and the
 declarer's grant as the users file says now at each dead letter."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from polymq.errors import Forbidden
-from polymq_core.deadletters import may_dead_letter, stamp
-from polymq_server.auth import (
+from polymq_core.handlers.deadletters import may_dead_letter, stamp
+from polymq_server.auth.provider import (
     ALL_PERMISSIONS,
     INTERNAL_PRINCIPAL,
     AnonymousProvider,

@@ -1,11 +1,11 @@
-"""Tests for polymq_core.durableroutes: every shard's durable bindings, as its log's entries
+"""Tests for polymq_core.topics.durableroutes: every shard's durable bindings, as its log's entries
 (and a snapshot's load) change them."""
 
 from __future__ import annotations
 
-from polymq_core.durableroutes import DurableRoutes
-from polymq_core.schema import WriteKind
-from polymq_core.shard import shard_index
+from polymq_core.destinations.shard import shard_index
+from polymq_core.store.schema import WriteKind
+from polymq_core.topics.durableroutes import DurableRoutes
 
 SAVE = WriteKind.SAVE_BINDINGS.value
 DELETE = WriteKind.DELETE_BINDINGS.value

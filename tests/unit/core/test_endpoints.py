@@ -1,11 +1,11 @@
-"""polymq_core.endpoints.members_of: which pods the Service's EndpointSlices name, and
+"""polymq_core.cluster.endpoints.members_of: which pods the Service's EndpointSlices name, and
 whether they are ready (no server here: the slices are the client's own model objects)."""
 
 from __future__ import annotations
 
 from kubernetes import client
 
-from polymq_core.endpoints import CLUSTER_PORT, SERVICE_LABEL, Member, members_of
+from polymq_core.cluster.endpoints import CLUSTER_PORT, SERVICE_LABEL, Member, members_of
 
 
 def endpoint_slice(

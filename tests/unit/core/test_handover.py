@@ -1,11 +1,12 @@
-"""Tests for the pure part of polymq_core.handover: what a leaving leader hands on of a
+"""Tests for the pure part of polymq_core.forwarding.handover: what a leaving leader hands on of a
 queue (transient messages, a non-durable queue with its options and bindings), in what
 order, in what requests, and which links are hand-over links. No sockets."""
 
 from __future__ import annotations
 
 from polymq.types import DeclareOptions, Message
-from polymq_core.handover import (
+from polymq_core.destinations.queue import Queue
+from polymq_core.forwarding.handover import (
     QueueContents,
     ShardContents,
     batches,
@@ -15,8 +16,7 @@ from polymq_core.handover import (
     publish_target,
     steps_of,
 )
-from polymq_core.queue import Queue
-from polymq_server.auth import INTERNAL_PRINCIPAL
+from polymq_server.auth.provider import INTERNAL_PRINCIPAL
 
 from .test_queue import FakeSession, FakeShard, subscribe
 

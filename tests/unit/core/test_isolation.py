@@ -1,4 +1,4 @@
-"""``polymq_core.isolation``: a node that reaches fewer than a majority of the nodes for a
+"""``polymq_core.cluster.isolation``: a node that reaches fewer than a majority of the nodes for a
 while stops its nats-server, and starts it again once it reaches a majority (the network
 itself is cut in ``tests/cluster/test_partition.py``; here the probes are faked)."""
 
@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from polymq_core import isolation
-from polymq_core.isolation import Isolation
+from polymq_core.cluster import isolation
+from polymq_core.cluster.isolation import Isolation
 
 
 class FakeNats:

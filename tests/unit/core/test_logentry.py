@@ -1,4 +1,4 @@
-"""Tests of ``polymq_core.logentry``: the entry codec (round trips, and no bytes that break
+"""Tests of ``polymq_core.store.logentry``: the entry codec (round trips, and no bytes that break
 the decoder) and the log's error tree."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from polymq_core.logentry import (
+from polymq_core.store.logentry import (
     ENTRY_VERSION,
     Deposed,
     Entry,

@@ -1,11 +1,12 @@
-"""Announcements of ``polymq_core.membership`` without NATS: a node that leaves for good says
+"""Announcements of ``polymq_core.cluster.membership`` without NATS: a node that leaves for good
+says
 ``gone``, and the view keeps what it knew of it with that."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from polymq_core.membership import LEAVING, Membership, _peer_from
+from polymq_core.cluster.membership import LEAVING, Membership, _peer_from
 
 
 def test_a_leaving_announcement_says_whether_the_node_is_gone_for_good() -> None:

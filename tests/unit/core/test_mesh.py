@@ -1,4 +1,4 @@
-"""Tests for polymq_core.mesh without sockets: the subject mapping (with hypothesis: a
+"""Tests for polymq_core.topics.mesh without sockets: the subject mapping (with hypothesis: a
 polymq match is always covered by the pattern's NATS subjects) and the mesh's bookkeeping
 against a fake NATS client."""
 
@@ -16,8 +16,8 @@ from nats.aio.msg import Msg
 
 from polymq.errors import Unavailable
 from polymq.types import Message
-from polymq_core import mesh as mesh_module
-from polymq_core.mesh import (
+from polymq_core.topics import mesh as mesh_module
+from polymq_core.topics.mesh import (
     Routed,
     TopicMesh,
     escape,
@@ -26,7 +26,7 @@ from polymq_core.mesh import (
     subjects_for,
     unescape,
 )
-from polymq_core.routing import matches
+from polymq_core.topics.trie import matches
 
 
 def nats_covers(sub: str, subject: str) -> bool:

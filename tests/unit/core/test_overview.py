@@ -1,4 +1,4 @@
-"""The overview's sampler (polymq_core.overview), without sockets: rates from the counters,
+"""The overview's sampler (polymq_core.admin.overview), without sockets: rates from the counters,
 a ring of 10 minutes, and SSE readers that are bounded, dropped when they fall behind and
 ended at shutdown."""
 
@@ -11,9 +11,9 @@ from typing import Any, cast
 import pytest
 from prometheus_client import CollectorRegistry
 
+from polymq_core.admin.overview import BACKLOG, WINDOW, Overview, Reader
 from polymq_core.broker import Broker
 from polymq_core.metrics import Sensors
-from polymq_core.overview import BACKLOG, WINDOW, Overview, Reader
 
 
 def fake_broker() -> Any:

@@ -1,9 +1,9 @@
-"""What a paging queue counts (polymq_core.paging.Pages), without a store."""
+"""What a paging queue counts (polymq_core.destinations.paging.Pages), without a store."""
 
 from __future__ import annotations
 
 from polymq.types import Message
-from polymq_core.paging import SQUEEZE, Pages, Pressure
+from polymq_core.destinations.paging import SQUEEZE, Pages, Pressure
 
 
 def msg(seq: int, size: int = 10) -> Message:

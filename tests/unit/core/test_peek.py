@@ -1,4 +1,4 @@
-"""Tests for polymq_core.peek without sockets: a queue's head in the order it would be
+"""Tests for polymq_core.destinations.peek without sockets: a queue's head in the order it would be
 delivered (priority, then sequence; requeued messages in their place), untouched; a stream's
 tail without its gaps."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 from polymq.types import DeclareOptions, Message
-from polymq_core import peek
-from polymq_core.stream import Stream
+from polymq_core.destinations import peek
+from polymq_core.destinations.stream import Stream
 
 from .test_queue import FakeSession, queue, subscribe
 

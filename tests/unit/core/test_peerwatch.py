@@ -1,11 +1,11 @@
-"""The peer watch (:mod:`polymq_core.peerwatch`): the sessions of peer links from a node
+"""The peer watch (:mod:`polymq_core.cluster.peerwatch`): the sessions of peer links from a node
 membership takes for unreachable are aborted (what they hold goes back to its queues);
 those of reachable or leaving nodes, and every client's, are left alone."""
 
 from __future__ import annotations
 
-from polymq_core.membership import LEAVING, READY, UNKNOWN, UNREACHABLE
-from polymq_core.peerwatch import PeerWatch, origin_of
+from polymq_core.cluster.membership import LEAVING, READY, UNKNOWN, UNREACHABLE
+from polymq_core.cluster.peerwatch import PeerWatch, origin_of
 
 
 class Sess:

@@ -1,4 +1,5 @@
-"""Tests for polymq_core.queue and polymq_core.subscription without sockets: round robin
+"""Tests for polymq_core.destinations.queue and polymq_core.destinations.subscription without
+sockets: round robin
 within the prefetch windows, acks and nacks by sequence, ack timeouts, against stand-ins for
 the shard and the session."""
 
@@ -7,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from polymq.types import AckMode, DeclareOptions, Message, Outcome, SubscribeOptions
-from polymq_core.queue import Queue
-from polymq_core.subscription import Subscription
+from polymq_core.destinations.queue import Queue
+from polymq_core.destinations.subscription import Subscription
 
 
 class _Sensors:

@@ -17,8 +17,8 @@ import pytest
 
 from polymq.events import Cancelled, Deliver, Event, Fail, Ok, Subscribe, Unsubscribe
 from polymq.types import Message
-from polymq_core import relay as relay_module
-from polymq_core.relay import Relay, _RemoteSub
+from polymq_core.forwarding import relay as relay_module
+from polymq_core.forwarding.relay import Relay, _RemoteSub
 
 SID = 5
 

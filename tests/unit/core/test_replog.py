@@ -1,4 +1,5 @@
-"""Tests of ``polymq_core.replog`` without NATS: ReplicatedStore's leader and follower logic
+"""Tests of ``polymq_core.replication.replicatedstore`` without NATS: ReplicatedStore's leader and
+follower logic
 over an in-memory log that fences appends as JetStream does (the real stream is in
 tests/integration/core/test_replog.py)."""
 
@@ -13,16 +14,10 @@ from typing import Any
 import pytest
 
 from polymq.types import Message
-from polymq_core.logentry import (
-    Deposed,
-    LogError,
-    LogUnavailable,
-    decode_entry,
-    encode_entry,
-)
-from polymq_core.replog import ReplicatedStore
-from polymq_core.sqlitestore import SqliteStore
-from polymq_core.store import StoreError
+from polymq_core.replication.replicatedstore import ReplicatedStore
+from polymq_core.store.contract import StoreError
+from polymq_core.store.logentry import Deposed, LogError, LogUnavailable, decode_entry, encode_entry
+from polymq_core.store.sqlite import SqliteStore
 
 Q = "queue/q"
 DEADLINE = 5.0

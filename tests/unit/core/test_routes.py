@@ -1,4 +1,5 @@
-"""polymq_core.routes without a server: a node's NATS routes are its static peers and the
+"""polymq_core.cluster.natsroutes without a server: a node's NATS routes are its static peers and
+the
 cluster addresses of its Service's endpoints (never itself), a running server is told only
 when that set changes, static peers stay, and a node without static peers waits for the
 endpoints to name another one (saying why when they do not)."""
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from polymq_core.cluster import ClusterNode
+from polymq_core.cluster.endpoints import EndpointsError, Member
+from polymq_core.cluster.natsd import NatsConfig, NatsServer
+from polymq_core.cluster.natsroutes import Routes, endpoint_routes, route_set
+from polymq_core.cluster.node import ClusterNode
 from polymq_core.config import CoreSettings
-from polymq_core.endpoints import EndpointsError, Member
-from polymq_core.natsd import NatsConfig, NatsServer
-from polymq_core.routes import Routes, endpoint_routes, route_set
 
 PORT = 7422  # this node's cluster port
 
@@ -110,7 +111,7 @@ def test_endpoints_naming_nobody_else_leave_the_routes_as_they_were(
     routes.update(two)
     server = Recorder(routes.current)
     routes.attach(server)
-    with caplog.at_level(logging.WARNING, "polymq_core.routes"):
+    with caplog.at_level(logging.WARNING, "polymq_core.cluster.natsroutes"):
         routes.update(pods(Member("core-0", "10.0.0.10", True)))
     assert routes.current == (("10.0.0.11", 7422),)
     assert server.told == []

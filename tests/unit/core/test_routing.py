@@ -1,4 +1,4 @@
-"""Tests for polymq_core.routing: pattern rules, the router, and the reference oracle."""
+"""Tests for polymq_core.topics.trie: pattern rules, the router, and the reference oracle."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polymq_core.routing import TopicRouter, matches, validate_pattern, validate_topic
+from polymq_core.topics.trie import TopicRouter, matches, validate_pattern, validate_topic
 
 # (pattern, topic, does it match?)
 CASES: list[tuple[str, str, bool]] = [

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from polymq.types import Message
-from polymq_core.schema import SCHEMA, WriteKind, apply_batch
+from polymq_core.store.schema import SCHEMA, WriteKind, apply_batch
 
 DESTS = ("queue/a", "queue/b")
 SEQS = st.integers(min_value=1, max_value=6)

@@ -1,9 +1,9 @@
-"""Tests of ``polymq_core.shardlog`` without NATS (the stream itself is in
+"""Tests of ``polymq_core.replication.jetstream`` without NATS (the stream itself is in
 tests/integration/core/test_replog.py)."""
 
 from __future__ import annotations
 
-from polymq_core.shardlog import ShardLog
+from polymq_core.replication.jetstream import ShardLog
 
 
 def test_a_shard_log_names_its_stream_and_subject() -> None:

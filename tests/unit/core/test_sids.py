@@ -1,4 +1,4 @@
-"""Tests for polymq_core.sids: the table of a connection's subscriptions by sid, checked
+"""Tests for polymq_core.handlers.sids: the table of a connection's subscriptions by sid, checked
 against a dict on its edges (sid 0, the largest sid, sids far apart, a list grown over sids
 the dict held, a list folded into the dict) and on random sequences of operations."""
 
@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polymq_core.sids import SHARED_SIDS, SidTable, shared_sid
+from polymq_core.handlers.sids import SHARED_SIDS, SidTable, shared_sid
 
 LARGEST = 2**63 - 1  # the largest sid the codec admits
 

@@ -1,4 +1,4 @@
-"""Tests of ``polymq_core.snapshot`` and the snapshot parts of the store and the replicated
+"""Tests of ``polymq_core.cluster.snapshot`` and the snapshot parts of the store and the replicated
 store, without sockets: where a leader purges its log (pure), which nodes a shard is copied
 from (pure), SQLite copies made, checked and put in place, and a ReplicatedStore whose next
 entry was purged copying the shard over an in-memory log (the real stream and admin HTTP are
@@ -17,19 +17,14 @@ from typing import Any
 import pytest
 
 from polymq.types import Message
-from polymq_core.logentry import Deposed, LogError
-from polymq_core.membership import LEAVING, PeerInfo
-from polymq_core.replog import ReplicatedStore
-from polymq_core.shardlog import TailEnd
-from polymq_core.snapshot import (
-    lowest_applied,
-    purge_point,
-    snapshot_sources,
-    snapshot_url,
-)
-from polymq_core.sqlitestore import SqliteStore
-from polymq_core.store import StoreError
-from polymq_core.storecopy import check_snapshot, install_snapshot
+from polymq_core.cluster.membership import LEAVING, PeerInfo
+from polymq_core.cluster.snapshot import lowest_applied, purge_point, snapshot_sources, snapshot_url
+from polymq_core.replication.jetstream import TailEnd
+from polymq_core.replication.replicatedstore import ReplicatedStore
+from polymq_core.store.contract import StoreError
+from polymq_core.store.filecopy import check_snapshot, install_snapshot
+from polymq_core.store.logentry import Deposed, LogError
+from polymq_core.store.sqlite import SqliteStore
 
 Q = "queue/q"
 DEADLINE = 5.0

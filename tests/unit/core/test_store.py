@@ -1,4 +1,4 @@
-"""Tests of ``polymq_core.sqlitestore`` (and the ``polymq_core.store`` contract): what a
+"""Tests of ``polymq_core.store.sqlite`` (and the ``polymq_core.store.contract`` contract): what a
 shard observes of its SqliteStore.
 
 Durability is checked by reopening the file (and once by killing a writer process with
@@ -24,12 +24,12 @@ import msgpack
 import pytest
 
 import polymq.types
-import polymq_core.sqlitestore
-import polymq_core.store
+import polymq_core.store.contract
+import polymq_core.store.sqlite
 from polymq.types import Message
-from polymq_core.schema import SCHEMA_VERSION, WriteKind
-from polymq_core.sqlitestore import SqliteStore
-from polymq_core.store import DestinationRecord, StoreError
+from polymq_core.store.contract import DestinationRecord, StoreError
+from polymq_core.store.schema import SCHEMA_VERSION, WriteKind
+from polymq_core.store.sqlite import SqliteStore
 
 Q = "queue/orders"
 DEADLINE = 10.0  # seconds; a write that takes longer than this is hanging
@@ -398,7 +398,7 @@ async def test_a_failing_on_commit_hook_is_logged_and_ignored(
         raise RuntimeError("sensor broke")
 
     store.on_commit = hook
-    with caplog.at_level(logging.ERROR, logger=polymq_core.sqlitestore.__name__):
+    with caplog.at_level(logging.ERROR, logger=polymq_core.store.sqlite.__name__):
         await settled(store.append(Q, small_message(1)))
         await settled(store.append(Q, small_message(2)))
 
@@ -470,7 +470,7 @@ async def test_a_failing_batch_fails_every_write_in_it_and_later_batches_work(
         " BEGIN SELECT RAISE(ABORT, 'disk is full'); END"
     )
 
-    with caplog.at_level(logging.ERROR, logger=polymq_core.sqlitestore.__name__):
+    with caplog.at_level(logging.ERROR, logger=polymq_core.store.sqlite.__name__):
         async with writer_held(store, db):
             doomed = [store.append(Q, small_message(2)), store.kv_put("k", b"v")]
         results = await asyncio.wait_for(asyncio.gather(*doomed, return_exceptions=True), DEADLINE)
@@ -526,7 +526,7 @@ import asyncio, sys
 
 import msgpack
 from polymq.types import Message
-from polymq_core.sqlitestore import SqliteStore
+from polymq_core.store.sqlite import SqliteStore
 
 
 async def main() -> None:
@@ -552,7 +552,7 @@ async def test_acknowledged_appends_survive_sigkill(tmp_path: Path, db: Path) ->
     (tmp_path / "child.py").write_text(CHILD)
     roots = [
         str(Path(polymq.types.__file__).parents[1]),
-        str(Path(polymq_core.store.__file__).parents[1]),
+        str(Path(polymq_core.store.contract.__file__).parents[2]),
     ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([*roots, os.environ.get("PYTHONPATH", "")]))
     child = await asyncio.create_subprocess_exec(
@@ -632,7 +632,7 @@ def test_every_write_call_is_in_the_catalogue() -> None:
     ops = {op for op, _ in WRITE_CALLS}
     abstract = {
         name
-        for name in polymq_core.store.Store.__abstractmethods__
+        for name in polymq_core.store.contract.Store.__abstractmethods__
         if name not in {"open", "close"}
         and not name.startswith(("load_", "kv_get", "kv_keys", "count_"))
     }

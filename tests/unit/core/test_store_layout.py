@@ -11,8 +11,8 @@ import msgpack
 import pytest
 
 from polymq.types import Message
-from polymq_core.schema import SCHEMA_VERSION
-from polymq_core.store import DestinationRecord
+from polymq_core.store.contract import DestinationRecord
+from polymq_core.store.schema import SCHEMA_VERSION
 
 from .test_store import _V2_SCHEMA, Q, full_message, opened, settled, small_message
 

@@ -1,4 +1,4 @@
-"""Tests for polymq_core.subscription: a subscription's delivery state (tags, unacked
+"""Tests for polymq_core.destinations.subscription: a subscription's delivery state (tags, unacked
 deliveries, closed) lives in a window shared by every subscription that never delivered,
 and its own from the first delivery on; the destination comes from its source."""
 
@@ -8,10 +8,10 @@ import sys
 from typing import Any
 
 from polymq.types import AckMode, DeclareOptions, Destination, Kind, Message, SubscribeOptions
-from polymq_core.queue import Queue
-from polymq_core.routing import TopicRouter
-from polymq_core.stream import Stream
-from polymq_core.subscription import Subscription, TopicSource
+from polymq_core.destinations.queue import Queue
+from polymq_core.destinations.stream import Stream
+from polymq_core.destinations.subscription import Subscription, TopicSource
+from polymq_core.topics.trie import TopicRouter
 
 
 class FakeSession:

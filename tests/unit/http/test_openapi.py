@@ -5,8 +5,8 @@ from __future__ import annotations
 from polymq.types import DeclareOptions
 from polymq_http.config import HttpSettings
 from polymq_http.openapi import document
-from polymq_server.deadletter import DECLARER
-from polymq_server.payloads import (
+from polymq_server.auth.deadletter import DECLARER
+from polymq_server.web.payloads import (
     BASE64_PATTERN,
     MAX_CONTENT_TYPE,
     MAX_COUNT,

@@ -13,7 +13,7 @@ from polymq.types import Destination
 from polymq_longpoll.answers import Shown, answer_bytes
 from polymq_longpoll.api import answer_json
 from polymq_longpoll.subscriptions import AckMode, SubscriptionRef
-from polymq_server.avro import SchemaCache, encode_single, parse
+from polymq_server.messages.avro import SchemaCache, encode_single, parse
 
 
 def ref(destination: str) -> SubscriptionRef:

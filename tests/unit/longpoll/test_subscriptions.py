@@ -11,7 +11,7 @@ from polymq.types import Destination
 from polymq_longpoll.config import LongpollSettings
 from polymq_longpoll.subscriptions import AckMode, SubscriptionRef, ids_key
 from polymq_server.config import ConfigError
-from polymq_server.problems import Problem
+from polymq_server.web.problems import Problem
 
 KEY = ids_key("s" * 32)
 

@@ -1,5 +1,6 @@
 """Tests for polymq.answers: the core's answers (as the core builds them, see
-``polymq_core.publisher``, ``.catalog``, ``.queue`` and ``.stream``) made typed, and given back
+``polymq_core.handlers.publisher``, ``.catalog``, ``.queue`` and ``.stream``) made typed, and given
+back
 as the same JSON by ``to_json`` (same keys, same order, same values) where frontends show them.
 ``tests/integration/core/test_answers.py`` holds them to a running core's answers."""
 

@@ -1,4 +1,4 @@
-"""polymq_server.access: the requests held open (long polls, SSE streams) that a users
+"""polymq_server.web.access: the requests held open (long polls, SSE streams) that a users
 reload ends when it took their login or permission away."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from polymq.errors import Forbidden, Unauthorized
-from polymq_server.access import Access, until_revoked
-from polymq_server.auth import FileProvider, Permission, hash_token
+from polymq_server.auth.provider import FileProvider, Permission, hash_token
+from polymq_server.web.access import Access, until_revoked
 
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789"}
 

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from polymq.errors import Forbidden, Unauthorized
-from polymq_server import auth, passwords
-from polymq_server.auth import (
+from polymq_server.auth import passwords
+from polymq_server.auth import provider as auth
+from polymq_server.auth.provider import (
     AnonymousProvider,
     FileProvider,
     Permission,
@@ -536,9 +537,9 @@ async def test_authenticate_http(provider: FileProvider) -> None:
 
 
 def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(Path(auth.__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(auth.__file__).resolve().parents[2]))
     return subprocess.run(
-        [sys.executable, "-m", "polymq_server.auth", *args],
+        [sys.executable, "-m", "polymq_server.auth.provider", *args],
         input=stdin,
         capture_output=True,
         text=True,

@@ -1,4 +1,5 @@
-"""``polymq_server.avro`` (the shared module every frontend uses to show Avro messages): schema ids,
+"""``polymq_server.messages.avro`` (the shared module every frontend uses to show Avro messages):
+schema ids,
 the single-object encoding, the schema cache and records as JSON. No sockets."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 from polymq import Message
 from polymq.errors import NotFound, RequestError
-from polymq_server.avro import (
+from polymq_server.messages.avro import (
     CONTENT_TYPE,
     MAGIC,
     SCHEMA_ID_HEADER,

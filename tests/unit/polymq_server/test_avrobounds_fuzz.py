@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from polymq.types import Message
-from polymq_server.avro import (
+from polymq_server.messages.avro import (
     DecodeError,
     InvalidSchema,
     SchemaCache,
@@ -27,9 +27,9 @@ from polymq_server.avro import (
     parse,
     to_json_value,
 )
-from polymq_server.avrobounds import MAX_DEPTH, MAX_EMPTY_ITEMS, walk
-from polymq_server.avroview import json_value
-from polymq_server.jsonview import message_json
+from polymq_server.messages.avrobounds import MAX_DEPTH, MAX_EMPTY_ITEMS, walk
+from polymq_server.messages.avroview import json_value
+from polymq_server.messages.jsonview import message_json
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 

@@ -1,11 +1,11 @@
-"""polymq_server.connectiongauge: one ``polymq_client_connections`` per registry, whose
+"""polymq_server.link.connectiongauge: one ``polymq_client_connections`` per registry, whose
 children read the services' own gauges when scraped."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from polymq_server.connectiongauge import client_connections, watch_connections
+from polymq_server.link.connectiongauge import client_connections, watch_connections
 
 
 def _value(registry: CollectorRegistry, protocol: str, listener: str) -> float | None:

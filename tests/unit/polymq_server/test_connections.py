@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from polymq.types import Message
-from polymq_server.connections import (
+from polymq_server.link.connections import (
     CLOSE_TOPIC,
     LIST_TOPIC,
     ConnectionTable,

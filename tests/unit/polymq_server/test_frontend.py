@@ -1,4 +1,5 @@
-"""``polymq_server.frontend``: what the STOMP and AMQP frontends share (no sockets are opened)."""
+"""``polymq_server.sessions.frontend``: what the STOMP and AMQP frontends share (no sockets are
+opened)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from polymq.addresses import Address
 from polymq.client import Client
-from polymq_server.corelink import CORE_FAILOVER, CoreLink
-from polymq_server.frontend import (
+from polymq_server.link.corelink import CORE_FAILOVER, CoreLink
+from polymq_server.sessions.frontend import (
     FrontendMetrics,
     FrontendSession,
     add_admin_routes,
@@ -26,7 +27,7 @@ from polymq_server.frontend import (
     shutdown_sessions,
     tls_context,
 )
-from polymq_server.requestmetrics import PROMETHEUS
+from polymq_server.web.requestmetrics import PROMETHEUS
 
 
 class _Metrics(FrontendMetrics):

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from polymq_server.headers import BOOKKEEPING, public_headers
+from polymq_server.messages.headers import BOOKKEEPING, public_headers
 
 
 def test_bookkeeping_headers_are_left_out() -> None:

@@ -1,10 +1,10 @@
-"""The answer :mod:`polymq_server.listener` writes on a connection past the limit."""
+"""The answer :mod:`polymq_server.web.listener` writes on a connection past the limit."""
 
 from __future__ import annotations
 
 import json
 
-from polymq_server.listener import refusal
+from polymq_server.web.listener import refusal
 
 
 def test_the_refusal_is_a_whole_503_problem_that_closes() -> None:

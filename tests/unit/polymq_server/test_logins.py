@@ -1,4 +1,4 @@
-"""The per-source rules of failed password logins (``polymq_server.logins``), on a clock of
+"""The per-source rules of failed password logins (``polymq_server.auth.logins``), on a clock of
 the test's: a count that leaks, a block that grows, one check at a time per source."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from polymq.errors import Unauthorized
-from polymq_server.logins import LoginLimiter, TooManyLogins, peer_source, source_key
-from polymq_server.principals import Principal
+from polymq_server.auth.logins import LoginLimiter, TooManyLogins, peer_source, source_key
+from polymq_server.auth.principals import Principal
 
 ALICE = Principal("alice", anonymous=False, grants=())
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from polymq import Lease, Message
 from polymq.types import Destination
-from polymq_server.payloads import (
+from polymq_server.web.payloads import (
     BASE64_PATTERN,
     lease_json,
     parse_declare,
@@ -23,7 +23,7 @@ from polymq_server.payloads import (
     parse_settle,
     receipt_destination,
 )
-from polymq_server.problems import Problem
+from polymq_server.web.problems import Problem
 
 QUEUE = Destination.parse("queue/q")
 CHANNEL = Destination.parse("channel/c")

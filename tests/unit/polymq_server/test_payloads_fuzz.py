@@ -1,4 +1,4 @@
-"""Fuzzing the JSON frontends' request bodies (``polymq_server.payloads``, shared by the
+"""Fuzzing the JSON frontends' request bodies (``polymq_server.web.payloads``, shared by the
 HTTP, long-polling and Avro frontends): JSON nested up to 200,000 deep, as a whole body and
 inside a message, a batch, a declare and a settle. Every body is taken or answered with a
 4xx problem (``Problem``), never another exception (which aiohttp would answer with 500)."""
@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from polymq.types import Destination
-from polymq_server.payloads import parse_declare, parse_publish, parse_settle, read_json
-from polymq_server.problems import Problem
+from polymq_server.web.payloads import parse_declare, parse_publish, parse_settle, read_json
+from polymq_server.web.problems import Problem
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 DEPTHS = st.sampled_from([1, 100, 990, 1000, 5000, 200_000]) | st.integers(0, 3000)

@@ -1,4 +1,4 @@
-"""Tests for polymq_server.principals: the names polymq keeps for itself (``system.*``,
+"""Tests for polymq_server.auth.principals: the names polymq keeps for itself (``system.*``,
 direct reply-to channels) whatever a grant says, and a message's reply-to authorized as a
 write (polymq_server.names.reserved, reply_target)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from polymq.errors import Forbidden
 from polymq.types import Message
-from polymq_server.auth import (
+from polymq_server.auth.provider import (
     ALL_PERMISSIONS,
     INTERNAL_PRINCIPAL,
     AnonymousProvider,

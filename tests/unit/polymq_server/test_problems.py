@@ -7,7 +7,7 @@ import json
 from aiohttp import web
 
 from polymq.errors import BadRequest, ConnectionClosed, QueueFull, RequestError, Unauthorized
-from polymq_server.problems import Problem, from_exception
+from polymq_server.web.problems import Problem, from_exception
 
 
 def body(response: web.Response | None) -> dict[str, object]:

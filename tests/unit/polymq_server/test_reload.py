@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from polymq.errors import Unauthorized
-from polymq_server.auth import AnonymousProvider, FileProvider, WithServiceToken, hash_password
+from polymq_server.auth.provider import (
+    AnonymousProvider,
+    FileProvider,
+    WithServiceToken,
+    hash_password,
+)
 from polymq_server.reload import Reloader, ReloadError, new_change
 
 

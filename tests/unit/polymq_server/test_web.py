@@ -1,4 +1,4 @@
-"""The routes and answers ``polymq_server.web`` (and its ``receipts``) give every JSON
+"""The routes and answers ``polymq_server.web.app`` (and its ``receipts``) give every JSON
 frontend, on an app with no listener (requests are resolved and answered in process)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from aiohttp.test_utils import make_mocked_request
 
 from polymq.answers import Published
 from polymq.types import Destination, Outcome
-from polymq_server.receipts import add_settle_routes, settle_outcome
-from polymq_server.web import add_openapi_route, published_json
+from polymq_server.web.app import add_openapi_route, published_json
+from polymq_server.web.receipts import add_settle_routes, settle_outcome
 
 
 async def answer(app: web.Application, method: str, path: str) -> web.StreamResponse:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from polymq.types import Message
-from polymq_server.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY
+from polymq_server.messages.headers import AMQP_EXCHANGE, AMQP_ROUTING_KEY
 from polymq_server.names import VhostNames
 from polymq_stomp.exchange import shown
 

