@@ -17,7 +17,12 @@ How it knows: every ``_EVERY`` seconds it opens a TCP connection to each peer's 
 (from its announcements; the kernel answers, so a busy peer still counts, and a refused one
 too: the network is fine, the peer is down, and a nats-server without a majority is
 harmless then). A peer whose connection neither opens nor is refused within ``_PROBE``
-seconds (a link down, packets dropped) is cut off. With fewer than a majority of the nodes
+seconds (a link down, packets dropped) is cut off. The connection is opened on a thread
+with a socket timeout, so that it is the kernel that times it: timed on this node's event
+loop, a loop kept busy for a second (a leader applying and paging a large backlog on a
+loaded machine) timed its probes out, and a node that reached both of its peers stopped its
+nats-server, deposing its own shards' leaders mid-drain (``python -m bench --only
+cluster_backlog``, 200k messages: 2 runs of 2). With fewer than a majority of the nodes
 (itself counted) answering for ``_ISOLATED_AFTER`` seconds, the node pauses its nats-server
 (:meth:`~polymq_core.natsd.NatsServer.pause`); once a majority answers again for
 ``_BACK_AFTER`` seconds, it resumes it, on the same client port, and its NATS connection
@@ -31,8 +36,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from .natsd import NatsServer
@@ -45,6 +52,8 @@ _EVERY = 0.25  # seconds between rounds of probes
 _PROBE = 0.5  # seconds a probe's connection may take to open (or be refused)
 _ISOLATED_AFTER = 1.0  # seconds without a majority before the nats-server is paused
 _BACK_AFTER = 0.5  # seconds with a majority again before it is resumed
+# the probes' threads: a round's probes at once, and the next round's beside the last's
+_PROBES = ThreadPoolExecutor(max_workers=8, thread_name_prefix="polymq-isolation-probe")
 
 
 class Isolation:
@@ -150,14 +159,16 @@ def _hostport(url: str) -> tuple[str, int] | None:
 
 
 async def _reaches(host: str, port: int) -> bool:
-    """Does the network reach ``host:port``: a connection opened, or refused, in time?"""
+    """Does the network reach ``host:port``: a connection opened, or refused, within
+    ``_PROBE`` seconds, as the kernel times it (on a thread: see the module's docstring)?"""
+    return await asyncio.get_running_loop().run_in_executor(_PROBES, _connects, host, port)
+
+
+def _connects(host: str, port: int) -> bool:
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), _PROBE)
+        with socket.create_connection((host, port), timeout=_PROBE):
+            return True
     except ConnectionRefusedError:
         return True
-    except (OSError, TimeoutError):
+    except OSError:  # (socket.timeout is one)
         return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
