@@ -102,9 +102,9 @@ async def test_a_peer_that_refuses_is_reachable_and_one_listening_too() -> None:
 
 
 async def test_a_peer_reached_while_this_nodes_loop_is_busy_is_reachable() -> None:
-    """The kernel times the probe, not the event loop: with every step of the loop taking
-    longer than a probe may (a leader paging a large backlog on a loaded machine), a peer
-    that listens is still reached (timed on the loop, every such probe timed out)."""
+    """A probe timed out on the event loop asks the kernel: with every step of the loop
+    taking longer than a probe may (a leader paging a large backlog on a loaded machine), a
+    peer that listens is still reached (timed on the loop alone, every such probe failed)."""
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen()
