@@ -9,13 +9,14 @@ The replicated core (docs/cluster.md) normally starts its nats-server as a child
 run it as a container of its own instead (the chart's ``core.nats.sidecar``): this command
 reads the settings the core reads (``POLYMQ_NODE_ID``/``POLYMQ_NODE_NAME``, ``POLYMQ_PEERS``,
 ``POLYMQ_CLUSTER_PORT``, ``POLYMQ_DATA_DIR``, ``POLYMQ_HOST``, ``POLYMQ_MAX_FRAME``,
-``POLYMQ_CLUSTER_SECRET`` and ``POLYMQ_K8S_SERVICE``/``_NAMESPACE``/``POLYMQ_KUBECONFIG``, or
-the same flags), writes the config the core would have written
+``POLYMQ_CLUSTER_SECRET``, ``POLYMQ_NATS_MEMORY_LIMIT`` and
+``POLYMQ_K8S_SERVICE``/``_NAMESPACE``/``POLYMQ_KUBECONFIG``, or the same flags), writes the
+config the core would have written
 (:func:`polymq_core.cluster.node.nats_config`: server name, JetStream store under the data dir
 with ``sync_interval: always``, routes to the other peers (a node given only itself, a
 seed, is routed to itself so that it listens for the others), route, client and system
 account logins derived from the cluster secret) with a fixed client port, and runs
-nats-server. The core is then
+nats-server with the core's Go memory limit (GOMEMLIMIT). The core is then
 started with ``--nats nats://127.0.0.1:<client port>`` and the same secret; it logs in with
 the derived client password.
 
@@ -121,6 +122,11 @@ def prepare(args: argparse.Namespace) -> Path:
     """Write the nats-server config for these flags and environment (readable by its owner
     alone: it holds the derived passwords) and make the JetStream store; the config's path.
     ``ConfigError`` for bad settings."""
+    return _prepared(args)[0]
+
+
+def _prepared(args: argparse.Namespace) -> tuple[Path, dict[str, str]]:
+    """:func:`prepare`, and the environment nats-server is to run in (its GOMEMLIMIT)."""
     settings = _settings(args)
     from polymq_core.cluster.node import nats_config  # (nats-py: the `cluster` extra)
 
@@ -130,7 +136,7 @@ def prepare(args: argparse.Namespace) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     path = work / "nats.conf"
     write_config(path, config.render())
-    return path
+    return path, config.environment(os.environ)
 
 
 def _work_dir(settings: CoreSettings) -> Path:

@@ -13,6 +13,7 @@ from polymq_server.config import ConfigError, check_readable
 
 _NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CLUSTER_TLS = ("cluster_tls_cert", "cluster_tls_key", "cluster_tls_ca")
+_NATS_MEMORY_LEAST = 64 * 1024 * 1024  # a smaller GOMEMLIMIT: nats-server collects nonstop
 # the cluster secret of a node run with --insecure-dev-secret: public (it is in this file),
 # so whoever reaches a node's ports logs in with it (see CoreSettings.secret)
 DEV_SECRET = "polymq-insecure-development-cluster-secret"
@@ -92,6 +93,13 @@ class CoreSettings:
     log_purge_every: float = 30.0
     log_keep_entries: int = 10_000
     log_max_entries: int = 1_000_000
+    # the most bytes of log entries a purge keeps as its last ``log_keep_entries`` (fewer
+    # entries when they are large: a publisher's whole window of 1 KB messages is ~1.5 MB)
+    log_keep_bytes: int = 64 * 1024 * 1024
+    # the nats-server child's Go memory limit (its GOMEMLIMIT, bytes; 0: none, Go's own
+    # default): JetStream's file store caches the blocks it writes and reads, and keeps
+    # them, weakly held, until the Go heap's next collection (docs/cluster.md, "Memory")
+    nats_memory_limit: int = 512 * 1024 * 1024
     # peers from Kubernetes (docs/cluster.md): the core's headless Service, whose
     # EndpointSlices are watched (empty: not on Kubernetes); its namespace (empty: this
     # pod's own); a kubeconfig file for running outside the cluster (empty: in-cluster)
@@ -160,6 +168,13 @@ class CoreSettings:
                 raise ConfigError("POLYMQ_LOG_PURGE_EVERY must be 0 < seconds <= 86400 (a day)")
             if self.log_keep_entries < 0:
                 raise ConfigError("POLYMQ_LOG_KEEP_ENTRIES must be 0 or more")
+            if self.log_keep_bytes < 0:
+                raise ConfigError("POLYMQ_LOG_KEEP_BYTES must be 0 or more")
+            if self.nats_memory_limit != 0 and self.nats_memory_limit < _NATS_MEMORY_LEAST:
+                raise ConfigError(
+                    "POLYMQ_NATS_MEMORY_LIMIT must be 0 (no limit) or at least "
+                    f"{_NATS_MEMORY_LEAST} bytes (64 MiB): bytes, not MiB"
+                )
             if self.log_max_entries and self.log_max_entries < max(self.log_keep_entries, 1):
                 raise ConfigError(
                     "POLYMQ_LOG_MAX_ENTRIES must be 0 (never cut) or at least "

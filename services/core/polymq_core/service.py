@@ -73,6 +73,7 @@ class CoreService:
                 settings,
                 purge_every=settings.log_purge_every,
                 keep_entries=settings.log_keep_entries,
+                keep_bytes=settings.log_keep_bytes,
                 max_entries=settings.log_max_entries or None,
             )
             self.cluster.reloader = self.reloader

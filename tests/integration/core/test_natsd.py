@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -157,6 +158,38 @@ async def test_start_failure_quotes_the_log(tmp_path: Path) -> None:
             await server.start(timeout=30)
     assert str(port) in str(err.value)
     assert server.pid is None
+
+
+def _environ(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+
+
+async def test_the_server_runs_under_its_memory_limit(tmp_path: Path) -> None:
+    server = NatsServer(
+        NatsConfig(
+            server_name=f"lim-{uuid.uuid4().hex[:6]}",
+            store_dir=tmp_path / "js",
+            cluster_port=free_port(),
+            secret=SECRET,
+            memory_limit=300 << 20,
+        ),
+        work_dir=tmp_path,
+    )
+    await server.start(timeout=30)
+    try:
+        assert server.pid is not None
+        environ = _environ(server.pid)
+        assert f"GOMEMLIMIT={300 << 20}".encode() in environ
+        # and nats-server runs under it (its varz, asked as the system account)
+        user, password = server.config.system_auth or ("", "")
+        nc = await nats.connect(server.client_url, user=user, password=password)
+        try:
+            reply = await nc.request("$SYS.REQ.SERVER.PING.VARZ", b"{}", timeout=5)
+            assert json.loads(reply.data)["data"]["gomemlimit"] == 300 << 20
+        finally:
+            await nc.close()
+    finally:
+        await server.stop()
 
 
 async def test_missing_binary(tmp_path: Path) -> None:

@@ -140,6 +140,29 @@ async def test_the_leader_purges_what_every_node_applied_and_keeps_the_last(
         assert [m.seq for m in messages] == list(range(1, 33))
 
 
+async def test_the_last_entries_kept_are_bounded_by_bytes_too(tmp_path: Path) -> None:
+    """Entries larger than the bytes kept: fewer of them stay than ``keep_entries`` says
+    (a publisher's window of 1 KB messages is one entry of megabytes)."""
+    async with three_nodes(tmp_path) as nodes:
+        a = nodes[0].store
+        await a.promote()
+        for i in range(1, 21):
+            await settle(a.append(Q, message(i, body=bytes(20_000))))
+        await converged(nodes)
+        first, last, entries, nbytes = await nodes[0].log.extent()
+        assert (first, entries) == (1, last) and nbytes > 20 * 20_000
+        heard = Heard(*(PeerInfo(n.name, applied={0: last}) for n in nodes))
+        # 100 entries kept, unless they hold more than ~5 entries' bytes
+        leader = cluster_node(
+            tmp_path, nodes[0], heard, keep_entries=100, keep_bytes=-(-5 * nbytes // entries)
+        )
+        point = await leader.purge(0)
+        assert point == last - 4  # the last 5 stay
+        assert await first_entry(nodes[1]) == point
+        _, messages, _, _ = await converged(nodes)
+        assert [m.seq for m in messages] == list(range(1, 21))  # (the stores keep them)
+
+
 async def test_the_purge_runs_by_itself_on_the_leader_only(tmp_path: Path) -> None:
     async with three_nodes(tmp_path) as nodes:
         a = nodes[0].store

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from polymq_cli.main import _parser
-from polymq_cli.nats_cmd import prepare, run
+from polymq_cli.nats_cmd import _prepared, prepare, run
 from polymq_core.cluster.natsd import derived_password
 from polymq_core.cluster.node import nats_config
 from polymq_core.config import CoreSettings
@@ -87,3 +87,13 @@ def test_a_kubernetes_service_instead_of_peers_and_no_api_exits_1_saying_so(
     monkeypatch.setenv("POLYMQ_KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     assert run(_args(tmp_path)) == 1
     assert "cannot reach the Kubernetes API" in capsys.readouterr().err
+
+
+def test_nats_server_runs_under_the_cores_memory_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sidecar's nats-server gets the GOMEMLIMIT the core's own child would."""
+    monkeypatch.setenv("POLYMQ_CLUSTER_SECRET", SECRET)
+    monkeypatch.setenv("POLYMQ_NATS_MEMORY_LIMIT", str(300 << 20))
+    _, env = _prepared(_args(tmp_path, "--peers", PEERS))
+    assert env["GOMEMLIMIT"] == str(300 << 20)

@@ -24,6 +24,7 @@ def test_the_log_settings_default_to_the_purge_defaults() -> None:
     assert s.log_purge_every == snapshot.PURGE_EVERY
     assert s.log_keep_entries == snapshot.KEEP_ENTRIES
     assert s.log_max_entries == snapshot.MAX_ENTRIES
+    assert s.log_keep_bytes == snapshot.KEEP_BYTES
 
 
 @pytest.mark.parametrize(("max_entries", "most"), [("50000", 50_000), ("0", None)])
@@ -32,12 +33,14 @@ async def test_the_log_settings_reach_the_cluster_node(max_entries: str, most: i
         **CLUSTER,
         "POLYMQ_LOG_PURGE_EVERY": "5",
         "POLYMQ_LOG_KEEP_ENTRIES": "100",
+        "POLYMQ_LOG_KEEP_BYTES": "1000000",
         "POLYMQ_LOG_MAX_ENTRIES": max_entries,
     }
     service = CoreService(from_env(CoreSettings, env=env))
     node = service.cluster
     assert node is not None
     assert (node.purge_every, node.keep_entries, node.max_entries) == (5.0, 100, most)
+    assert node.keep_bytes == 1_000_000
 
 
 @pytest.mark.parametrize(
@@ -48,6 +51,9 @@ async def test_the_log_settings_reach_the_cluster_node(max_entries: str, most: i
         ("POLYMQ_LOG_PURGE_EVERY", "100000"),
         ("POLYMQ_LOG_KEEP_ENTRIES", "-5"),
         ("POLYMQ_LOG_MAX_ENTRIES", "9999"),  # fewer than the 10,000 always kept
+        ("POLYMQ_LOG_KEEP_BYTES", "-1"),
+        ("POLYMQ_NATS_MEMORY_LIMIT", "512"),  # MiB meant: a few hundred bytes
+        ("POLYMQ_NATS_MEMORY_LIMIT", "-1"),
     ],
 )
 def test_bad_log_settings_are_start_up_errors(var: str, value: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import Callable
 
 import pytest
@@ -98,3 +99,30 @@ async def test_a_peer_that_refuses_is_reachable_and_one_listening_too() -> None:
         closed.bind(("127.0.0.1", 0))  # bound, not listening: refused
         assert await isolation._reaches("127.0.0.1", listening.getsockname()[1])
         assert await isolation._reaches("127.0.0.1", closed.getsockname()[1])
+
+
+async def test_a_peer_reached_while_this_nodes_loop_is_busy_is_reachable() -> None:
+    """A probe timed out on the event loop asks the kernel: with every step of the loop
+    taking longer than a probe may (a leader paging a large backlog on a loaded machine), a
+    peer that listens is still reached (timed on the loop alone, every such probe failed)."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        busy = True
+
+        def hold() -> None:
+            time.sleep(isolation._PROBE + 0.1)  # the loop is held, as a slow step holds it
+
+        async def hog() -> None:
+            while busy:
+                hold()
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(hog())
+        await asyncio.sleep(0)  # (it holds the loop from the next step on)
+        try:
+            assert await isolation._reaches("127.0.0.1", port)
+        finally:
+            busy = False
+            await task

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -263,3 +264,15 @@ def test_the_config_file_is_for_its_owner_alone(tmp_path: Path) -> None:
     assert path.read_text() == "server_name: n1\n"
     assert path.stat().st_mode & 0o777 == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["nats.conf"]  # no temporary file left
+
+
+def test_the_memory_limit_is_the_servers_gomemlimit(tmp_path: Path) -> None:
+    """JetStream's file store keeps blocks it wrote, weakly held, until Go's next
+    collection: a GOMEMLIMIT makes Go collect before the server outgrows it."""
+    base = {"PATH": "/usr/bin", "GOMEMLIMIT": "1GiB"}
+    conf = NatsConfig(server_name="n1", store_dir=tmp_path, cluster_port=7000)
+    assert conf.environment(base) == base  # no limit of its own: the environment's
+    limited = dataclasses.replace(conf, memory_limit=512 << 20)
+    assert limited.environment(base) == {"PATH": "/usr/bin", "GOMEMLIMIT": str(512 << 20)}
+    assert base["GOMEMLIMIT"] == "1GiB"  # (a copy)
+    assert "GOMEMLIMIT" not in limited.render()  # the environment's, not the file's

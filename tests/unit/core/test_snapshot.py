@@ -18,7 +18,13 @@ import pytest
 
 from polymq.types import Message
 from polymq_core.cluster.membership import LEAVING, PeerInfo
-from polymq_core.cluster.snapshot import lowest_applied, purge_point, snapshot_sources, snapshot_url
+from polymq_core.cluster.snapshot import (
+    kept_entries,
+    lowest_applied,
+    purge_point,
+    snapshot_sources,
+    snapshot_url,
+)
 from polymq_core.replication.jetstream import TailEnd
 from polymq_core.replication.replicatedstore import ReplicatedStore
 from polymq_core.store.contract import StoreError
@@ -65,6 +71,23 @@ def test_purge_point_never_drops_the_last_kept_entries_nor_an_unapplied_one() ->
                     assert point <= lowest + 1  # nothing a node still needs
                     assert last - point + 1 >= keep  # the last `keep` stay
                     assert point > 1
+
+
+@pytest.mark.parametrize(
+    ("keep", "keep_bytes", "entries", "nbytes", "expected"),
+    [
+        (10_000, 64 << 20, 400, 600 << 20, 42),  # 1.5 MB entries: 64 MiB of them
+        (10_000, 64 << 20, 50_000, 50 << 20, 10_000),  # 1 KB entries: the count bounds
+        (10, 64 << 20, 400, 600 << 20, 10),  # fewer than fit: the count
+        (10_000, 1, 400, 600 << 20, 1),  # one entry larger than the bytes: kept
+        (0, 64 << 20, 400, 600 << 20, 0),  # keep nothing: nothing
+        (10_000, 64 << 20, 0, 0, 10_000),  # an empty log
+    ],
+)
+def test_kept_entries_are_bounded_by_bytes_too(
+    keep: int, keep_bytes: int, entries: int, nbytes: int, expected: int
+) -> None:
+    assert kept_entries(keep, keep_bytes, entries=entries, nbytes=nbytes) == expected
 
 
 def test_purge_point_refuses_a_nonsense_window() -> None:

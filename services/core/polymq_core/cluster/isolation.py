@@ -17,20 +17,29 @@ How it knows: every ``_EVERY`` seconds it opens a TCP connection to each peer's 
 (from its announcements; the kernel answers, so a busy peer still counts, and a refused one
 too: the network is fine, the peer is down, and a nats-server without a majority is
 harmless then). A peer whose connection neither opens nor is refused within ``_PROBE``
-seconds (a link down, packets dropped) is cut off. With fewer than a majority of the nodes
-(itself counted) answering for ``_ISOLATED_AFTER`` seconds, the node pauses its nats-server
-(:meth:`~polymq_core.cluster.natsd.NatsServer.pause`); once a majority answers again for
-``_BACK_AFTER`` seconds, it resumes it, on the same client port, and its NATS connection
-reconnects (every second). Meanwhile its shards fail their writes ``unavailable`` (they
-could not commit anyway) and it confirms nothing. A node whose NATS runs apart (``--nats``,
-the chart's sidecar) does not do this: its nats-server is not its own to stop.
+seconds (a link down, packets dropped) is cut off. A probe that timed out on the event
+loop asks the kernel (the socket writable, ``SO_ERROR``) whether the connection was made or
+refused meanwhile: timed on the loop alone, a loop kept busy for a second (a leader
+applying and paging a large backlog on a loaded machine) timed its probes out, and a node
+that reached both of its peers stopped its nats-server, deposing its own shards' leaders
+mid-drain (``python -m bench --only cluster_backlog``, 200k messages: 2 runs of 2). With
+fewer than a majority of the nodes (itself counted) answering for ``_ISOLATED_AFTER``
+seconds, the node pauses its nats-server (:meth:`~polymq_core.cluster.natsd.NatsServer.pause`);
+once a majority answers again for ``_BACK_AFTER`` seconds, it resumes it, on the same
+client port, and its NATS connection reconnects (every second). Meanwhile its shards fail
+their writes ``unavailable`` (they could not commit anyway) and it confirms nothing. Where NATS
+runs apart (``--nats``, the chart's sidecar), ``polymq nats`` keeps this watch over its own
+child instead, probing the peers' route ports.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import select
+import socket
 import time
 from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
@@ -150,14 +159,35 @@ def _hostport(url: str) -> tuple[str, int] | None:
 
 
 async def _reaches(host: str, port: int) -> bool:
-    """Does the network reach ``host:port``: a connection opened, or refused, in time?"""
+    """Does the network reach ``host:port``: a connection opened, or refused, within
+    ``_PROBE`` seconds? A probe that timed out on the loop asks the kernel before it says
+    no: the connection may have been made (or refused) long before a busy loop saw it (see
+    the module's docstring)."""
+    loop = asyncio.get_running_loop()
+    sock: socket.socket | None = None
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), _PROBE)
+        async with asyncio.timeout(_PROBE):
+            found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            family, kind, proto, _, address = found[0]
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+        return True
     except ConnectionRefusedError:
         return True
-    except (OSError, TimeoutError):
+    except TimeoutError:
+        return sock is not None and _settled(sock)
+    except OSError:
         return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def _settled(sock: socket.socket) -> bool:
+    """Has the kernel made (or been refused) ``sock``'s connection by now?"""
+    _, writable, _ = select.select([], [sock], [], 0)
+    if not writable:
+        return False
+    error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    return error in (0, errno.ECONNREFUSED)

@@ -75,6 +75,7 @@ from .natsroutes import Routes, others, watch_endpoints
 from .peerwatch import PeerWatch
 from .retention import LogRetention
 from .snapshot import (
+    KEEP_BYTES,
     KEEP_ENTRIES,
     MAX_ENTRIES,
     PURGE_EVERY,
@@ -103,7 +104,8 @@ class ClusterNode(ShardLeadership, LogRetention):
     shards :class:`~polymq_core.cluster.retention.LogRetention`'s.
 
     ``purge_every``: seconds between the purges of the logs this node leads, each keeping
-    at least ``keep_entries`` entries and at most ``max_entries`` (:func:`purge_point`)."""
+    at least ``keep_entries`` entries (fewer when they hold more than ``keep_bytes``:
+    :func:`kept_entries`) and at most ``max_entries`` (:func:`purge_point`)."""
 
     def __init__(
         self,
@@ -111,6 +113,7 @@ class ClusterNode(ShardLeadership, LogRetention):
         *,
         purge_every: float = PURGE_EVERY,
         keep_entries: int = KEEP_ENTRIES,
+        keep_bytes: int = KEEP_BYTES,
         max_entries: int | None = MAX_ENTRIES,
     ) -> None:
         if purge_every <= 0:
@@ -119,6 +122,7 @@ class ClusterNode(ShardLeadership, LogRetention):
         self.settings = settings
         self.purge_every = purge_every
         self.keep_entries = keep_entries
+        self.keep_bytes = keep_bytes
         self.max_entries = max_entries
         self.node_id = settings.node
         self.secret = settings.secret
@@ -744,6 +748,7 @@ def nats_config(
         max_payload=min(_MAX_PAYLOAD, settings.max_frame + 1024 * 1024),
         secret=settings.secret,
         tls=ClusterTls.of(settings),
+        memory_limit=settings.nats_memory_limit,
     )
 
 

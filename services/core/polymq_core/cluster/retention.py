@@ -4,7 +4,8 @@ part of :class:`~polymq_core.cluster.node.ClusterNode` that acts on them (docs/c
 functions, the copy itself :mod:`polymq_core.store.filecopy`'s).
 
 The leader of each shard purges its log every ``purge_every`` seconds, below what every node
-announced it applied, keeping at least ``keep_entries`` entries and at most ``max_entries``.
+announced it applied, keeping at least ``keep_entries`` entries (fewer if they hold more
+than ``keep_bytes``) and at most ``max_entries``.
 A node whose next entry was purged copies the shard from another node's admin HTTP
 (:meth:`LogRetention._fetch_snapshot`, handed to its
 :class:`~polymq_core.replication.replicatedstore.
@@ -28,6 +29,7 @@ from .membership import LEAVING, UNREACHABLE
 from .snapshot import (
     SnapshotError,
     download,
+    kept_entries,
     lowest_applied,
     purge_point,
     snapshot_sources,
@@ -62,6 +64,7 @@ class LogRetention:
     leaders: dict[int, str | None]
     purge_every: float
     keep_entries: int
+    keep_bytes: int
     max_entries: int | None
 
     async def _purge_logs(self) -> None:
@@ -80,15 +83,15 @@ class LogRetention:
 
     async def purge(self, index: int) -> int:
         """Purge shard ``index``'s log below what every node announced it applied (keeping
-        at least ``keep_entries``); the sequence purged below, 0 if nothing was."""
+        at least ``keep_entries``, or ``keep_bytes`` worth: :func:`kept_entries`); the
+        sequence purged below, 0 if nothing was."""
         if self.membership is None:
             return 0
         shard_log = self.logs[index]
         lowest = lowest_applied(self.membership.peers().values(), index)
-        first, last = await shard_log.span()
-        point = purge_point(
-            lowest, first=first, last=last, keep=self.keep_entries, most=self.max_entries
-        )
+        first, last, entries, nbytes = await shard_log.extent()
+        keep = kept_entries(self.keep_entries, self.keep_bytes, entries=entries, nbytes=nbytes)
+        point = purge_point(lowest, first=first, last=last, keep=keep, most=self.max_entries)
         if point:
             await shard_log.purge_below(point)
             log.info(

@@ -30,11 +30,13 @@ from .membership import LEAVING, PeerInfo
 
 __all__ = [
     "APPLIED_HEADER",
+    "KEEP_BYTES",
     "KEEP_ENTRIES",
     "MAX_ENTRIES",
     "PURGE_EVERY",
     "SnapshotError",
     "download",
+    "kept_entries",
     "lowest_applied",
     "purge_point",
     "snapshot_sources",
@@ -43,7 +45,8 @@ __all__ = [
 
 APPLIED_HEADER = "X-Polymq-Applied"
 PURGE_EVERY = 30.0  # seconds between a leader's purges of its shards' logs
-KEEP_ENTRIES = 10_000  # the last entries a purge never drops
+KEEP_ENTRIES = 10_000  # the last entries a purge never drops ...
+KEEP_BYTES = 64 * 1024 * 1024  # ... unless they hold more bytes than this
 # A log longer than this is purged even past a node that has not applied it (one down for
 # good holds it up no further; it copies a snapshot if it comes back).
 MAX_ENTRIES = 1_000_000
@@ -64,6 +67,18 @@ def lowest_applied(peers: Iterable[PeerInfo], shard: int) -> int | None:
     that announced nothing for the shard counts as 0. None if no node counts."""
     applied = [p.applied.get(shard, 0) for p in peers if p.state != LEAVING]
     return min(applied) if applied else None
+
+
+def kept_entries(keep: int, keep_bytes: int, *, entries: int, nbytes: int) -> int:
+    """How many of a log's last entries a purge keeps: ``keep``, or fewer when that many
+    (at the log's mean entry size: ``nbytes`` over ``entries``) hold more than
+    ``keep_bytes`` bytes, but at least one. A publisher's window of 1 KB messages is one
+    entry of ~1.5 MB: 10,000 of them (15 GB per node) kept a 10M-message backlog whole in
+    every node's log, beside the stores that hold it."""
+    if entries <= 0 or nbytes <= 0:
+        return keep
+    fit = keep_bytes * entries // nbytes
+    return max(1, min(keep, fit)) if keep else 0
 
 
 def purge_point(

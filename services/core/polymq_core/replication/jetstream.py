@@ -244,8 +244,18 @@ class ShardLog:
     async def span(self) -> tuple[int, int]:
         """(the sequence of the stream's first entry, of its last); the first is the last
         plus one when the stream is empty, (0, 0) if it never had an entry."""
+        first, last, _, _ = await self.extent()
+        return first, last
+
+    async def extent(self) -> tuple[int, int, int, int]:
+        """:meth:`span`, then the entries the stream holds and their bytes."""
         state = (await self._stream_info()).state
-        return int(state.first_seq or 0), int(state.last_seq or 0)
+        return (
+            int(state.first_seq or 0),
+            int(state.last_seq or 0),
+            int(state.messages or 0),
+            int(state.bytes or 0),
+        )
 
     async def purge_below(self, seq: int) -> None:
         """Drop every entry before ``seq`` (``seq`` and after stay)."""
