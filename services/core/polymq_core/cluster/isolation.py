@@ -37,11 +37,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import logging
 import select
 import socket
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 from .natsd import NatsServer
@@ -52,6 +54,7 @@ log = logging.getLogger(__name__)
 
 _EVERY = 0.25  # seconds between rounds of probes
 _PROBE = 0.5  # seconds a probe's connection may take to open (or be refused)
+_RESOLVE = 2.0  # seconds a peer's name may take to look up (an IP address is not looked up)
 _ISOLATED_AFTER = 1.0  # seconds without a majority before the nats-server is paused
 _BACK_AFTER = 0.5  # seconds with a majority again before it is resumed
 
@@ -166,11 +169,10 @@ async def _reaches(host: str, port: int) -> bool:
     loop = asyncio.get_running_loop()
     sock: socket.socket | None = None
     try:
+        family, address = await _address(loop, host, port)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
         async with asyncio.timeout(_PROBE):
-            found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            family, kind, proto, _, address = found[0]
-            sock = socket.socket(family, kind, proto)
-            sock.setblocking(False)
             await loop.sock_connect(sock, address)
         return True
     except ConnectionRefusedError:
@@ -182,6 +184,27 @@ async def _reaches(host: str, port: int) -> bool:
     finally:
         if sock is not None:
             sock.close()
+
+
+async def _address(
+    loop: asyncio.AbstractEventLoop, host: str, port: int
+) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
+    """``host:port``'s family and socket address: an IP address as it is (no lookup, so a
+    busy loop cannot time it out), a name looked up within ``_RESOLVE`` seconds (OSError,
+    so not reached, if it cannot be)."""
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        try:
+            async with asyncio.timeout(_RESOLVE):
+                found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except TimeoutError:
+            raise OSError(f"looking up {host} took over {_RESOLVE:g} s") from None
+        family, _, _, _, address = found[0]
+        return family, tuple(address)
+    if ip.version == 6:
+        return socket.AF_INET6, (str(ip), port, 0, 0)
+    return socket.AF_INET, (str(ip), port)
 
 
 def _settled(sock: socket.socket) -> bool:
