@@ -5,18 +5,12 @@ and a persistent message published on one node is consumed on another."""
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from .harness import (
-    eventually,
-    free_ports,
     http_ack,
     http_publish_ok,
     http_pull,
@@ -49,85 +43,3 @@ def test_three_nodes_with_nats_run_apart_form_one_cluster(tmp_path: Path) -> Non
         [message] = http_pull(last, queue, 10, wait=5.0)
         assert message["body"] == "kept apart" and message["persistent"] is True
         assert http_ack(last, [message["receipt"]])["settled"] == 1
-
-
-class _Blackhole:
-    """A port on 127.0.0.1 whose SYNs are dropped, as a peer's behind a cut link: a listener
-    whose accept queue is full (the kernel drops new SYNs then), so a connection neither
-    opens nor is refused. :meth:`heal` closes it: the port refuses at once (the network is
-    fine again; nothing listens)."""
-
-    def __init__(self) -> None:
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(0)
-        self.port = int(self.listener.getsockname()[1])
-        self.queued: list[socket.socket] = []
-        for _ in range(4):  # (more than the queue holds)
-            s = socket.socket()
-            s.setblocking(False)
-            s.connect_ex(("127.0.0.1", self.port))
-            self.queued.append(s)
-
-    def heal(self) -> None:
-        for s in (self.listener, *self.queued):
-            s.close()
-
-
-def _answers(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1.0)
-        try:
-            s.connect(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def test_a_sidecar_cut_off_from_its_peers_stops_its_nats_server_until_they_answer(
-    tmp_path: Path,
-) -> None:
-    """``polymq nats`` (the chart's sidecar) keeps its nats-server out of the elections while
-    its node is cut off, as a core does with its own child (polymq_core.cluster.isolation): both
-    peers'
-    route ports drop SYNs, so the server is stopped (its client port refuses); once they
-    answer again (refused: the network is back) it runs again on the same port; SIGTERM is
-    a clean stop."""
-    cut = [_Blackhole(), _Blackhole()]
-    cluster_port, client_port = free_ports(2)
-    peers = ",".join(f"127.0.0.1:{p}" for p in (cluster_port, *(b.port for b in cut)))
-    argv = [
-        sys.executable, "-m", "polymq_cli", "nats", "--node-id", "n1", "--peers", peers,
-        "--cluster-port", str(cluster_port), "--client-port", str(client_port),
-        "--data-dir", str(tmp_path),
-    ]  # fmt: skip
-    log_path = tmp_path / "nats.log"
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "POLYMQ_CLUSTER_SECRET": "s" * 40},
-        )
-    try:
-        eventually(lambda: "ready at" in log_path.read_text(), 30, "nats-server up")
-        eventually(
-            lambda: "cut off" in log_path.read_text() and not _answers(client_port),
-            30,
-            "nats-server stopped, cut off",
-        )
-        assert proc.poll() is None, log_path.read_text()
-        for b in cut:
-            b.heal()
-        eventually(lambda: _answers(client_port), 30, "nats-server back")
-        assert _nats_info(client_port).startswith("INFO "), log_path.read_text()
-        assert "a majority answers again" in log_path.read_text()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=40) == 0, log_path.read_text()
-        assert not _answers(client_port)
-    finally:
-        for b in cut:
-            b.heal()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()

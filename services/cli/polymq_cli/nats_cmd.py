@@ -27,13 +27,13 @@ It stays nats-server's parent, as the core does for its own child:
   another
   pod first): it writes the config again and has nats-server reload it (SIGHUP) when the
   routes change;
-- a node cut off from most of its peers stops its nats-server until a majority answers
-  again (:mod:`polymq_core.cluster.isolation`, probing the peers' route ports), so that its Raft
-  groups do not raise their terms alone and depose the majority's leaders at the heal; the
-  core beside it sees its NATS connection refused meanwhile, and fails its writes
-  ``unavailable`` as a core whose own child is stopped does;
-- SIGTERM and SIGINT are a clean stop (exit 0); when nats-server exits by itself (not
-  stopped for a cut), so does this, with its code.
+- it passes the core's Go memory limit on (the child's environment);
+- SIGTERM and SIGINT are a clean stop (exit 0); when nats-server exits by itself, so does
+  this, with its code.
+
+It does not keep the partition watch a core keeps over its own child
+(:mod:`polymq_core.cluster.isolation`): probing the peers' route ports, as tried, makes every
+peer's nats-server log a closed route connection four times a second (docs/cluster.md).
 
 Exit 2 on a configuration error, 1 when nats-server cannot be run (or, waiting for its
 first route, the Kubernetes API named none in time).
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import os
 import signal
@@ -52,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from polymq_core.cluster.endpoints import EndpointsError
-from polymq_core.cluster.natsd import NatsError, NatsServer, find_binary, hostport, write_config
+from polymq_core.cluster.natsd import NatsError, NatsServer, find_binary, write_config
 from polymq_core.config import CoreSettings
 from polymq_server.config import ConfigError, from_env
 
@@ -61,7 +60,6 @@ __all__ = ["CLIENT_PORT", "add_arguments", "prepare", "run"]
 CLIENT_PORT = 4222  # NATS' usual client port; the core's --nats names it
 _FIRST_ROUTE_FOR = 90.0  # seconds to wait for the endpoints to name another pod (the core's)
 _STOP_FOR = 30.0  # seconds nats-server may take to stop on SIGTERM before it is killed
-_PAUSED_LOOK = 0.5  # seconds between two looks at a server stopped for a cut
 
 
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -144,10 +142,8 @@ def _work_dir(settings: CoreSettings) -> Path:
 
 
 async def _supervise(settings: CoreSettings, client_port: int) -> int:
-    """Run nats-server as a child (its routes following the Kubernetes endpoints, if any;
-    stopped while this node is cut off) until it exits by itself or SIGTERM/SIGINT stops
-    it; its exit code."""
-    from polymq_core.cluster.isolation import Isolation
+    """Run nats-server as a child (its routes following the Kubernetes endpoints, if any)
+    until it exits by itself or SIGTERM/SIGINT stops it; its exit code."""
     from polymq_core.cluster.natsroutes import Routes, watch_endpoints
     from polymq_core.cluster.node import nats_config
 
@@ -157,7 +153,6 @@ async def _supervise(settings: CoreSettings, client_port: int) -> int:
         loop.add_signal_handler(sig, stop.set)
     routes = Routes.of(settings)
     watcher = watch_endpoints(settings, routes.update, loop) if settings.k8s_service else None
-    isolation: Isolation | None = None
     try:
         first = routes.current
         if watcher is not None:
@@ -169,31 +164,14 @@ async def _supervise(settings: CoreSettings, client_port: int) -> int:
         server = NatsServer(config, work_dir=_work_dir(settings), own_output=True)
         await server.start()
         routes.attach(server)
-        isolation = Isolation(server, lambda: [f"nats://{hostport(*r)}" for r in routes.current])
-        isolation.start()
-        while True:
-            if server.paused:  # (cut off: stopped until a majority answers again)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), _PAUSED_LOOK)
-                if stop.is_set():
-                    break
-                continue
-            exited = asyncio.ensure_future(server.wait())
-            if not await _until(exited, stop):
-                break
-            if server.paused:
-                continue  # stopped by the isolation watch, not by itself
+        exited = asyncio.ensure_future(server.wait())
+        if await _until(exited, stop):
             code = exited.result()
             print(f"polymq nats: nats-server exited with code {code}", file=sys.stderr)
             return code if code >= 0 else 128 - code  # (killed by a signal: as a shell says)
-        await isolation.stop()
-        isolation = None
-        server.paused = False
         await server.stop(_STOP_FOR)
         return 0  # told to stop: a clean stop is a success
     finally:
-        if isolation is not None:
-            await isolation.stop()
         if watcher is not None:
             watcher.stop(timeout=0)
 

@@ -27,9 +27,9 @@ fewer than a majority of the nodes (itself counted) answering for ``_ISOLATED_AF
 seconds, the node pauses its nats-server (:meth:`~polymq_core.cluster.natsd.NatsServer.pause`);
 once a majority answers again for ``_BACK_AFTER`` seconds, it resumes it, on the same
 client port, and its NATS connection reconnects (every second). Meanwhile its shards fail
-their writes ``unavailable`` (they could not commit anyway) and it confirms nothing. Where NATS
-runs apart (``--nats``, the chart's sidecar), ``polymq nats`` keeps this watch over its own
-child instead, probing the peers' route ports.
+their writes ``unavailable`` (they could not commit anyway) and it confirms nothing. A node
+whose NATS runs apart (``--nats``, the chart's sidecar) does not do this: its nats-server is
+not its own to stop.
 """
 
 from __future__ import annotations
