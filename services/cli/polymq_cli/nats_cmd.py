@@ -193,8 +193,6 @@ def run(args: argparse.Namespace) -> int:
     exit code, or 0 for a clean stop)."""
     try:
         settings = _settings(args)
-        if not settings.k8s_service:
-            prepare(args)  # (what the child is started with: checked before it runs)
         find_binary()
         return asyncio.run(_supervise(settings, args.client_port))
     except ConfigError as exc:
