@@ -16,7 +16,14 @@ import pytest
 from polymq.types import Message
 from polymq_core.replication.replicatedstore import ReplicatedStore
 from polymq_core.store.contract import StoreError
-from polymq_core.store.logentry import Deposed, LogError, LogUnavailable, decode_entry, encode_entry
+from polymq_core.store.logentry import (
+    Deposed,
+    LogError,
+    LogUnavailable,
+    NoLeader,
+    decode_entry,
+    encode_entry,
+)
 from polymq_core.store.sqlite import SqliteStore
 
 Q = "queue/q"
@@ -37,6 +44,7 @@ class MemoryLog:
     def __init__(self) -> None:
         self.entries: list[bytes] = []
         self.down = False
+        self.leaderless = 0  # appends answered "no responders" (an election) before one is taken
         self.lose_answers = False
         self.tails_flow = asyncio.Event()  # cleared: tails deliver nothing (their consumer
         self.tails_flow.set()  # died with a server, say)
@@ -52,6 +60,9 @@ class MemoryLog:
         await asyncio.sleep(0.001)
         if self.down:
             raise LogUnavailable("down")
+        if self.leaderless:
+            self.leaderless -= 1
+            raise NoLeader("no response from stream")
         if len(payload) > self.max_entry:
             raise LogError("too big")
         if expected_last != len(self.entries):
@@ -245,6 +256,30 @@ async def test_an_unavailable_log_fails_writes_and_promote_gives_up(tmp_path: Pa
         with pytest.raises(LogUnavailable):
             await b.promote(timeout=0.3)
         assert not b.is_leader
+
+
+async def test_an_append_nobody_took_is_tried_again_within_the_logs_timeout(
+    tmp_path: Path,
+) -> None:
+    """No responders (the stream electing) says the entry is not in the log: the store tries
+    again while it leads, for the log's timeout, and then fails the write as not taken."""
+    log = MemoryLog()
+    async with replicated(tmp_path, log, "a") as (a, deposed):
+        await a.promote()
+        log.leaderless = 4
+        await settled(a.append(Q, msg(1)))
+        assert log.leaderless == 0 and await seqs(a) == [1]
+        assert len(log.writers()) == 2  # the takeover, then the write once
+        log.leaderless = 10**6
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(StoreError, match="no leader") as failed:
+            await asyncio.wait_for(a.append(Q, msg(2)), DEADLINE)
+        assert isinstance(failed.value.__cause__, NoLeader)
+        assert asyncio.get_running_loop().time() - started >= log.timeout
+        log.leaderless = 0
+        assert a.is_leader and deposed == []
+        await settled(a.append(Q, msg(3)))  # (not "uncertain": no catch-up needed)
+        assert await seqs(a) == [1, 3]
 
 
 async def test_demote_and_close_fail_pending_writes(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from polymq.errors import Unavailable
 from polymq.types import Message
 
 from ..store.contract import Store, StoreError, StoreWrite
-from ..store.logentry import Deposed
+from ..store.logentry import Deposed, NoLeader
 from .batches import pack_answer
 
 if TYPE_CHECKING:
@@ -80,8 +80,9 @@ class DurableWrites:
         # cluster). The client is told "unavailable" (retry); a write nobody waits for
         # (an ack's removal) is tried again (:meth:`flush_removes`) or, in a cluster,
         # fails quietly: its message comes back, at least once. In a cluster only a fence
-        # that failed (deposed) says for sure that the entry is not in the log; a log that
-        # did not answer, or a store closed with the entry on its way, may have taken it.
+        # that failed (deposed) or an append nobody took (no stream leader, past the
+        # store's retries) says for sure that the entry is not in the log; a log that did
+        # not answer, or a store closed with the entry on its way, may have taken it.
         out: asyncio.Future[None] = self.loop.create_future()
         replicated = self.replicated
 
@@ -93,7 +94,7 @@ class DurableWrites:
             elif (exc := f.exception()) is not None:
                 if not replicated:
                     failed = "not written"
-                elif isinstance(exc.__cause__, Deposed):
+                elif isinstance(exc.__cause__, (Deposed, NoLeader)):
                     failed = "not committed"
                 else:
                     failed = "may not have been committed"

@@ -26,7 +26,7 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
-from ..store.logentry import Deposed, LogError, LogUnavailable
+from ..store.logentry import Deposed, LogError, LogUnavailable, NoLeader
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NatsClient
@@ -76,6 +76,8 @@ def _translate(exc: BaseException, what: str) -> LogError:
             error = LogUnavailable(text)
         else:
             error = LogError(text)
+    elif isinstance(exc, (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError)):
+        error = NoLeader(text)  # (no subscriber: the request reached no stream leader)
     elif isinstance(exc, _UNAVAILABLE_ERRORS):
         error = LogUnavailable(text)
     else:

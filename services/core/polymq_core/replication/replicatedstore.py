@@ -43,7 +43,15 @@ from polymq.types import Message
 
 from ..store.contract import DestinationRecord, Store, StoreError
 from ..store.filecopy import check_snapshot, install_snapshot
-from ..store.logentry import Deposed, Entry, LogError, LogUnavailable, decode_entry, encode_entry
+from ..store.logentry import (
+    Deposed,
+    Entry,
+    LogError,
+    LogUnavailable,
+    NoLeader,
+    decode_entry,
+    encode_entry,
+)
 from ..store.sqlite import SqliteStore
 from .jetstream import ShardLog, TailEnd, cancelling
 
@@ -58,6 +66,7 @@ _APPLY_AHEAD = 256  # entries a node queues to its SQLite before it waits for th
 # (A second: under load a consumer acks a window of messages some 100-300 ms after they
 # were published; a shorter hold missed most of those acks and wrote the bodies after all.)
 _HOLD = 1.0
+_NO_LEADER_PAUSE = (0.05, 1.0)  # pauses between appends nobody took (an election): first, most
 _HOLD_ENTRIES = 1024
 _HOLD_BYTES = 16 * 1024 * 1024
 _RESTORE_BACKOFF = (0.5, 30.0)  # delays between attempts to copy a snapshot: first, most
@@ -472,6 +481,8 @@ class ReplicatedStore(Store):
         writes = [write for _, write in batch]
         epoch = self.epoch  # the payload says it: never append it under another
         rechecked = False
+        waited = 0.0  # for the stream to have a leader (an election: nothing was appended)
+        pause = _NO_LEADER_PAUSE[0]
         while True:
             try:
                 if self._uncertain:
@@ -493,6 +504,16 @@ class ReplicatedStore(Store):
                         exc = again if isinstance(again, Deposed) else exc
                 self._fail(batch, _store_error(f"{self.log.stream}: deposed ({exc})", exc))
                 self._deposed(str(exc))
+                return
+            except NoLeader as exc:
+                # Nobody took it (the stream is electing): certainly not in the log, so it
+                # is tried again, for as long as the log's own timeout, while this node leads.
+                if waited < self.log.timeout:
+                    await asyncio.sleep(pause)
+                    waited += pause
+                    pause = min(2 * pause, _NO_LEADER_PAUSE[1])
+                    continue
+                self._fail(batch, _store_error(f"{self.log.stream}: no leader: {exc}", exc))
                 return
             except LogError as exc:
                 self._uncertain = True

@@ -38,6 +38,7 @@ __all__ = [
     "Entry",
     "LogError",
     "LogUnavailable",
+    "NoLeader",
     "decode_entry",
     "encode_entry",
 ]
@@ -60,6 +61,11 @@ class Deposed(LogError):
 
 class LogUnavailable(LogError):
     """The log did not answer: a timeout, no responders, no quorum, not connected."""
+
+
+class NoLeader(LogUnavailable):
+    """Nobody took the append: the stream had no leader to answer (no responders, during
+    an election). Unlike a timeout, this says for sure that the entry is not in the log."""
 
 
 # -- entries (sans-IO) ------------------------------------------------------------------------
