@@ -1,14 +1,14 @@
 """What every connection of one AMQP frontend shares: settings, the core link, the auth
-provider, metrics, the topology records, the open connections, and the resource alarms.
+provider, metrics, the topology records and the open connections.
 
-Alarms are the hook of the resource-safety work (a memory or disk alarm): while any is set,
-publishers are blocked as RabbitMQ blocks them (``blocking.py``). A connection that
-publishes is blocked before its publish is handled: it reads nothing more, and a client
-that announced the ``connection.blocked`` capability gets ``connection.blocked`` with the
-alarms as the reason; when the last alarm clears, it gets ``connection.unblocked`` and its
-publish goes on. Connections that do not publish are not blocked. Nothing sets an alarm yet but
-:meth:`Hub.set_alarm` and the test switch of the admin port (``amqp_alarm_switch``, off by
-default: see ``service.py``)."""
+The resource alarms are the core link's (``link.alarms``, as in every frontend: the core's
+memory and disk alarms, and the admin port's test switch ``amqp_alarm_switch``, off by
+default, see ``service.py``): while any is on, publishers are blocked as RabbitMQ blocks them
+(``blocking.py``). A connection that publishes is blocked before its publish is handled: it
+reads nothing more, and a client that announced the ``connection.blocked`` capability gets
+``connection.blocked`` with the alarms as the reason; when the last alarm clears, it gets
+``connection.unblocked`` and its publish goes on. Connections that do not publish are not
+blocked."""
 
 from __future__ import annotations
 
@@ -53,21 +53,13 @@ class Hub:
     exclusive_consumers: dict[str, str] = field(default_factory=dict)  # core queue -> owner
     refusing: set[str] = field(default_factory=set)  # core queues that refused a batch
     stopping: bool = False
-    alarms: set[str] = field(default_factory=set)  # resource alarms set: publishers wait
     # the listeners' connection limits (the service sets them from its settings)
     connections: ConnectionLimits = field(default_factory=lambda: ConnectionLimits("amqp"))
 
-    def set_alarm(self, reason: str, active: bool) -> None:
-        """Set (``active``) or clear the alarm ``reason`` (``memory``, ``disk``, ...);
-        every connection learns whether publishers are blocked now."""
-        before = bool(self.alarms)
-        if active:
-            self.alarms.add(reason)
-        else:
-            self.alarms.discard(reason)
-        if bool(self.alarms) != before:
-            for session in list(self.sessions.values()):
-                session.alarm_changed()
+    @property
+    def alarms(self) -> frozenset[str]:
+        """The resource alarms on (the core link's): publishers wait while any is."""
+        return self.link.alarms
 
     @property
     def max_body(self) -> int:

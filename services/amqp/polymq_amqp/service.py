@@ -30,7 +30,6 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from polymq import Client
-from polymq_server import alarms
 from polymq_server.auth.provider import AuthProvider, load_provider
 from polymq_server.reload import Reloader
 from polymq_server.resources import ConnectionLimits
@@ -66,7 +65,7 @@ async def forced_alarm(request: web.Request) -> web.Response:
     """The test switch: PUT sets the ``forced`` alarm, DELETE clears it; the alarms set."""
     hub = request.app[HUB]
     if request.method != "GET":
-        hub.set_alarm("forced", request.method == "PUT")
+        hub.link.force_alarm("forced", request.method == "PUT")
         log.warning("amqp: forced alarm %s", "set" if hub.alarms else "cleared")
     return web.json_response({"alarms": sorted(hub.alarms)})
 
@@ -117,8 +116,8 @@ class AmqpService:
         self.ports: dict[str, int] = {}
 
     def _alarms(self, now: frozenset[str]) -> None:
-        for resource in alarms.RESOURCES:
-            self.hub.set_alarm(resource, resource in now)
+        for session in list(self.hub.sessions.values()):
+            session.alarm_changed()
 
     def _core_lost(self, client: Client, reason: str) -> None:
         for session in list(self.hub.sessions.values()):

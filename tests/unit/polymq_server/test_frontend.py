@@ -331,3 +331,25 @@ async def test_wait_busy_gives_the_busy_task_its_grace() -> None:
     assert session._busy is not None and ended == []
     session._cancel_tasks()
     await _settle()
+
+
+def test_a_core_link_holds_the_cores_alarms_and_its_own_forced_one_as_one_set() -> None:
+    """Every frontend reads its alarms from its core link: the core's as announced and a
+    forced one (a test switch) together; the hooks hear each change of the set, once."""
+    link = CoreLink("127.0.0.1", 7400, service="demo")
+    heard: list[frozenset[str]] = []
+    link.alarm_hooks.append(heard.append)
+    link.on_alarms(frozenset({"memory"}))
+    link.on_alarms(frozenset({"memory"}))  # (announced again: no change)
+    link.force_alarm("forced", True)
+    link.on_alarms(frozenset())
+    assert link.alarms == {"forced"}  # the core's cleared, the forced one holds
+    link.force_alarm("forced", False)
+    link.force_alarm("forced", False)
+    assert heard == [
+        frozenset({"memory"}),
+        frozenset({"memory", "forced"}),
+        frozenset({"forced"}),
+        frozenset(),
+    ]
+    assert link.alarms == frozenset()

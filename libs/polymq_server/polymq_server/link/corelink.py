@@ -169,8 +169,11 @@ class CoreLink:
         self._background: set[asyncio.Task[Any]] = set()
         self._schemas: SchemaCache | None = None
         self.reloader: Reloader | None = None
-        # the core's resource alarms on (polymq_server.alarms), as last heard, and who to tell
+        # the resource alarms on: the core's as last heard (polymq_server.alarms) and any
+        # this frontend forced (a test switch); ``alarms`` is both, and who to tell
         self.alarms: frozenset[str] = frozenset()
+        self._core_alarms: frozenset[str] = frozenset()
+        self._forced_alarms: frozenset[str] = frozenset()
         self.alarm_hooks: list[Callable[[frozenset[str]], None]] = []
         # this instance's client connections, listed and closed through the core's admin
         self.connections = ConnectionTable(instance_id(service), service)
@@ -406,6 +409,18 @@ class CoreLink:
 
     def on_alarms(self, now: frozenset[str]) -> None:
         """The core's alarms as announced: tell the hooks when they change."""
+        self._core_alarms = now
+        self._alarms_changed()
+
+    def force_alarm(self, name: str, on: bool) -> None:
+        """Set (``on``) or clear an alarm of this frontend's own (a test switch: publishers
+        are held as by the core's alarms)."""
+        forced = self._forced_alarms
+        self._forced_alarms = forced | {name} if on else forced - {name}
+        self._alarms_changed()
+
+    def _alarms_changed(self) -> None:
+        now = self._core_alarms | self._forced_alarms
         if now == self.alarms:
             return
         self.alarms = now
