@@ -78,7 +78,8 @@ class Emulator:
 
     def put_node_slices(self, nodes: Sequence[Node], *, ready: bool) -> None:
         """One EndpointSlice per node, naming its pod (the node id) at 127.0.0.1 and its
-        cluster port as the slice's port ``cluster``: nodes on one machine differ by port,
+        cluster and admin ports as the slice's ports ``cluster`` and ``admin`` (the chart's
+        headless Service's names): nodes on one machine differ by port,
         and a slice's ports are those of all its endpoints (the EndpointSlice controller
         makes one slice per port set). Created, or replaced when they exist; the slices of
         nodes not among ``nodes`` are deleted (a cluster that started over on fresh ports
@@ -95,7 +96,10 @@ class Emulator:
                 "kind": "EndpointSlice",
                 "metadata": {"name": name, "namespace": NS, "labels": {LABEL: SERVICE}},
                 "addressType": "IPv4",
-                "ports": [{"name": "cluster", "port": node.cluster_port, "protocol": "TCP"}],
+                "ports": [
+                    {"name": "cluster", "port": node.cluster_port, "protocol": "TCP"},
+                    {"name": "admin", "port": node.ports["admin"], "protocol": "TCP"},
+                ],
                 "endpoints": [
                     {
                         "addresses": ["127.0.0.1"],

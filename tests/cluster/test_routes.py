@@ -10,7 +10,10 @@ target port resolves to different numbers.
   replicas; a persistent message published through one node is consumed through another.
 - Nodes whose ``--peers`` miss a node, with their NATS run apart (``polymq nats``, the
   chart's sidecar), learn it from the endpoints: the sidecar writes the route into its
-  nats.conf and nats-server reloads it (its log: ``Reloaded: cluster routes``)."""
+  nats.conf and nats-server reloads it (its log: ``Reloaded: cluster routes``). The
+  sidecars' partition watch probes the other nodes' cores at the endpoints' ``admin``
+  ports, four times a second each, and no node's log (its core's, its nats-server's)
+  says a word about those connections."""
 
 from __future__ import annotations
 
@@ -106,8 +109,41 @@ def test_nodes_whose_peers_miss_one_learn_it_from_the_endpoints(
         for node in cluster.nodes:
             assert routes_of(node) == others_routes(cluster, node), node.cluster_info()
         cluster.wait_formed(timeout=60)
+        _probes_leave_no_trace(cluster)
         queue = cluster.queue_in_shard(0, "miss")
         http_publish_ok(n3, queue, "across a route --peers did not name")
         got = drain(n2, queue, expect=1, timeout=30)
         assert [m["body"] for m in got] == ["across a route --peers did not name"]
     print(f"\ntest took {time.monotonic() - started:.1f}s")
+
+
+_PROBE_WINDOW = 3.0  # seconds: 24 probes into each node (two peers, four a second each)
+
+
+def _probes_leave_no_trace(cluster: Cluster) -> None:
+    """Each sidecar's watch, armed, probes the two other nodes' admin ports from the
+    endpoints; while they do, no node's log grows with a line about a connection (a probe
+    of a NATS route port adds two at the default level: ``Route connection created``,
+    ``Router connection closed``), and no sidecar counts itself cut off (an armed watch
+    whose probes went unanswered would within 1.5 s: so they are answered)."""
+    logs = [n.workdir / name for n in cluster.nodes for name in ("nats.log", "run.log")]
+    armed = "other nodes answer: this node's nats-server is stopped from now on"
+    for node in cluster.nodes:
+        sidecar = node.workdir / "nats.log"
+        probed = ", ".join(f"127.0.0.1:{n.ports['admin']}" for n in cluster.others(node))
+        for said in (f"probing the other nodes' admin ports: {probed}", armed):
+            eventually(
+                lambda: said in sidecar.read_text(errors="replace"),  # noqa: B023
+                30,
+                f"{node.id}'s sidecar: {said!r}",
+            )
+    sizes = [path.stat().st_size for path in logs]
+    time.sleep(_PROBE_WINDOW)
+    for path, size in zip(logs, sizes, strict=True):
+        with open(path, "rb") as f:
+            f.seek(size)
+            grown = f.read().decode(errors="replace")
+        print(f"{path.parent.name}/{path.name}: {len(grown.splitlines())} lines while probed")
+        said = [line for line in grown.splitlines() if "connection" in line.lower()]
+        assert not said, f"{path}: {said}"
+        assert "cut off" not in grown, grown

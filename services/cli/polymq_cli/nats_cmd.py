@@ -3,7 +3,7 @@
 ::
 
     polymq nats [--peers HOST:PORT,...] [--node-id ID] [--cluster-port N] [--client-port N]
-                [--host H] [--data-dir DIR]
+                [--admin-port N] [--host H] [--data-dir DIR]
 
 The replicated core (docs/cluster.md) normally starts its nats-server as a child. A pod may
 run it as a container of its own instead (the chart's ``core.nats.sidecar``): this command
@@ -27,13 +27,21 @@ It stays nats-server's parent, as the core does for its own child:
   another
   pod first): it writes the config again and has nats-server reload it (SIGHUP) when the
   routes change;
+- a node cut off from most of its peers stops its nats-server until a majority answers
+  again (:mod:`polymq_core.cluster.isolation`, the core's own watch), so that its Raft groups
+  do not raise their terms alone and depose the majority's leaders at the heal. It probes
+  what a core probes, the other nodes' admin ports: the port their endpoints name
+  ``admin``, else ``--admin-port`` (``POLYMQ_ADMIN_PORT``, 7401; every node's the same,
+  as a StatefulSet's), at the hosts of ``--peers`` and the endpoints' addresses. Not their
+  NATS ports: nats-server logs every connection to its route port, at once closed, as a
+  route (``Route connection created``, ``Router connection closed``), four times a second
+  from every peer (docs/cluster.md, "Partitions"). It does so only once a majority has
+  answered (at a cluster's first start, a pod's peers may have no address yet). The core
+  beside it sees its NATS connection refused meanwhile, and fails its writes
+  ``unavailable`` as a core whose own child is stopped does;
 - it passes the core's Go memory limit on (the child's environment);
-- SIGTERM and SIGINT are a clean stop (exit 0); when nats-server exits by itself, so does
-  this, with its code.
-
-It does not keep the partition watch a core keeps over its own child
-(:mod:`polymq_core.cluster.isolation`): probing the peers' route ports, as tried, makes every
-peer's nats-server log a closed route connection four times a second (docs/cluster.md).
+- SIGTERM and SIGINT are a clean stop (exit 0); when nats-server exits by itself (not
+  stopped for a cut), so does this, with its code.
 
 Exit 2 on a configuration error, 1 when nats-server cannot be run (or, waiting for its
 first route, the Kubernetes API named none in time).
@@ -43,23 +51,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from polymq_core.cluster.endpoints import EndpointsError
-from polymq_core.cluster.natsd import NatsError, NatsServer, find_binary, write_config
+from polymq_core.cluster.natsd import NatsError, NatsServer, find_binary, hostport, write_config
 from polymq_core.config import CoreSettings
 from polymq_server.config import ConfigError, from_env
 
+if TYPE_CHECKING:
+    from polymq_core.cluster.natsroutes import Routes
+
 __all__ = ["CLIENT_PORT", "add_arguments", "prepare", "run"]
+
+log = logging.getLogger(__name__)
 
 CLIENT_PORT = 4222  # NATS' usual client port; the core's --nats names it
 _FIRST_ROUTE_FOR = 90.0  # seconds to wait for the endpoints to name another pod (the core's)
 _STOP_FOR = 30.0  # seconds nats-server may take to stop on SIGTERM before it is killed
+_PAUSED_LOOK = 0.5  # seconds between two looks at a server stopped for a cut
 
 
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -89,6 +106,14 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=CLIENT_PORT,
         help=f"the client port the core's --nats names ({CLIENT_PORT})",
     )
+    p.add_argument(
+        "--admin-port",
+        type=int,
+        default=None,
+        help="the cores' admin port, every node's the same (7401; POLYMQ_ADMIN_PORT): the "
+        "partition watch probes the other nodes' there (where the endpoints name a port "
+        "'admin', that one; 0: only those)",
+    )
     p.add_argument("--log-level", default=os.environ.get("POLYMQ_LOG_LEVEL", "INFO"))
 
 
@@ -99,7 +124,7 @@ def _settings(args: argparse.Namespace) -> CoreSettings:
         changes["host"] = args.host
     if args.data_dir is not None:
         changes["data_dir"] = Path(args.data_dir)
-    for flag in ("node_id", "peers", "cluster_port"):
+    for flag in ("node_id", "peers", "cluster_port", "admin_port"):
         value = getattr(args, flag)
         if value is not None:
             changes[flag] = value
@@ -142,8 +167,10 @@ def _work_dir(settings: CoreSettings) -> Path:
 
 
 async def _supervise(settings: CoreSettings, client_port: int) -> int:
-    """Run nats-server as a child (its routes following the Kubernetes endpoints, if any)
-    until it exits by itself or SIGTERM/SIGINT stops it; its exit code."""
+    """Run nats-server as a child (its routes following the Kubernetes endpoints, if any;
+    stopped while this node is cut off) until it exits by itself or SIGTERM/SIGINT stops
+    it; its exit code."""
+    from polymq_core.cluster.isolation import Isolation
     from polymq_core.cluster.natsroutes import Routes, watch_endpoints
     from polymq_core.cluster.node import nats_config
 
@@ -153,6 +180,7 @@ async def _supervise(settings: CoreSettings, client_port: int) -> int:
         loop.add_signal_handler(sig, stop.set)
     routes = Routes.of(settings)
     watcher = watch_endpoints(settings, routes.update, loop) if settings.k8s_service else None
+    isolation: Isolation | None = None
     try:
         first = routes.current
         if watcher is not None:
@@ -164,16 +192,52 @@ async def _supervise(settings: CoreSettings, client_port: int) -> int:
         server = NatsServer(config, work_dir=_work_dir(settings), own_output=True)
         await server.start()
         routes.attach(server)
-        exited = asyncio.ensure_future(server.wait())
-        if await _until(exited, stop):
+        isolation = Isolation(server, _admin_urls(routes, settings.admin_port), armed=False)
+        isolation.start()
+        while True:
+            if server.paused:  # (cut off: stopped until a majority answers again)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), _PAUSED_LOOK)
+                if stop.is_set():
+                    break
+                continue
+            exited = asyncio.ensure_future(server.wait())
+            if not await _until(exited, stop):
+                break
+            if server.paused:
+                continue  # stopped by the partition watch, not by itself
             code = exited.result()
             print(f"polymq nats: nats-server exited with code {code}", file=sys.stderr)
             return code if code >= 0 else 128 - code  # (killed by a signal: as a shell says)
+        await isolation.stop()
+        isolation = None
+        server.paused = False
         await server.stop(_STOP_FOR)
         return 0  # told to stop: a clean stop is a success
     finally:
+        if isolation is not None:
+            await isolation.stop()
         if watcher is not None:
             watcher.stop(timeout=0)
+
+
+def _admin_urls(routes: Routes, admin_port: int) -> Callable[[], list[str]]:
+    """What the partition watch probes: the other nodes' admin addresses
+    (:meth:`~polymq_core.cluster.natsroutes.Routes.admin_addresses`), logged when they
+    change."""
+    shown: list[tuple[tuple[str, int], ...] | None] = [None]
+
+    def urls() -> list[str]:
+        found = routes.admin_addresses(admin_port)
+        if found != shown[0]:
+            shown[0] = found
+            log.info(
+                "partition watch: probing the other nodes' admin ports: %s",
+                ", ".join(hostport(h, p) for h, p in found) or "(none known)",
+            )
+        return [f"tcp://{hostport(h, p)}" for h, p in found]
+
+    return urls
 
 
 async def _until(task: asyncio.Future[Any], stop: asyncio.Event) -> bool:

@@ -836,6 +836,13 @@ def test_three_core_pods_form_one_replicated_cluster() -> None:
     assert not any(
         _selects(source["podSelector"], pod_labels(w)) for w in out.workloads() if w is not sts
     )
+    # the sidecars' partition watch probes the other pods' admin ports: it is told the
+    # core's, the endpoints name it `admin`, and the policy lets the core pods reach it
+    nats = _parser().parse_args(sidecars(sts)["nats"]["args"])
+    assert nats.admin_port == args.admin_port == container_port(c, "admin")
+    assert ports["admin"]["targetPort"] == "admin"
+    [rule] = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "admin"]
+    assert any(_selects(s["podSelector"], pod_labels(sts)) for s in rule["from"])
     # a Secret of one's own instead; one node alone has none of this
     own = render(
         {

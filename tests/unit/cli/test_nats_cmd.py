@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from polymq_cli.main import _parser
-from polymq_cli.nats_cmd import _prepared, prepare, run
+from polymq_cli.nats_cmd import _prepared, _settings, prepare, run
 from polymq_core.cluster.natsd import derived_password
 from polymq_core.cluster.node import nats_config
 from polymq_core.config import CoreSettings
@@ -97,3 +97,17 @@ def test_nats_server_runs_under_the_cores_memory_limit(
     monkeypatch.setenv("POLYMQ_NATS_MEMORY_LIMIT", str(300 << 20))
     _, env = _prepared(_args(tmp_path, "--peers", PEERS))
     assert env["GOMEMLIMIT"] == str(300 << 20)
+
+
+def test_the_admin_port_its_partition_watch_probes_is_the_cores_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--admin-port`` (else POLYMQ_ADMIN_PORT, else 7401): the port the other nodes' cores
+    answer on, which the sidecar's partition watch probes; a bad one exits 2."""
+    monkeypatch.delenv("POLYMQ_ADMIN_PORT", raising=False)
+    monkeypatch.setenv("POLYMQ_CLUSTER_SECRET", SECRET)
+    assert _settings(_args(tmp_path, "--peers", PEERS)).admin_port == 7401
+    monkeypatch.setenv("POLYMQ_ADMIN_PORT", "17401")
+    assert _settings(_args(tmp_path, "--peers", PEERS)).admin_port == 17401
+    assert _settings(_args(tmp_path, "--peers", PEERS, "--admin-port", "0")).admin_port == 0
+    assert run(_args(tmp_path, "--peers", PEERS, "--admin-port", "70000")) == 2

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from polymq_core.cluster.endpoints import CLUSTER_PORT, SERVICE_LABEL, Member, members_of
+from polymq_core.cluster.endpoints import (
+    ADMIN_PORT,
+    CLUSTER_PORT,
+    SERVICE_LABEL,
+    Member,
+    members_of,
+)
 
 
 def endpoint_slice(
@@ -59,18 +65,20 @@ def test_pods_by_name_with_their_address_and_readiness() -> None:
     assert members_of({}, "core") == {}
 
 
-def test_a_pods_cluster_port_is_the_one_its_slice_names_cluster() -> None:
+def test_a_pods_cluster_and_admin_ports_are_the_ones_its_slice_names_so() -> None:
     """One slice per port set (as the EndpointSlice controller groups them): pods on one
     machine, each with a cluster port of its own, come in slices of their own."""
     slices = {
         "a": endpoint_slice(
-            "a", endpoint("127.0.0.1", "core-0"), ports={"wire": 7400, CLUSTER_PORT: 17422}
+            "a",
+            endpoint("127.0.0.1", "core-0"),
+            ports={"wire": 7400, CLUSTER_PORT: 17422, ADMIN_PORT: 17401},
         ),
         "b": endpoint_slice("b", endpoint("127.0.0.1", "core-1"), ports={CLUSTER_PORT: 17423}),
         "c": endpoint_slice("c", endpoint("10.0.0.12", "core-2"), ports={"wire": 7400}),
     }
     assert members_of(slices, "core") == {
-        "core-0": Member("core-0", "127.0.0.1", True, 17422),
-        "core-1": Member("core-1", "127.0.0.1", True, 17423),
+        "core-0": Member("core-0", "127.0.0.1", True, 17422, 17401),
+        "core-1": Member("core-1", "127.0.0.1", True, 17423, None),
         "core-2": Member("core-2", "10.0.0.12", True, None),  # no such port: the caller's own
     }

@@ -78,6 +78,34 @@ async def test_cut_off_from_the_majority_it_pauses_and_resumes_when_back(
         await watch.stop()
 
 
+async def test_not_armed_it_pauses_nothing_until_a_majority_has_answered_once(
+    fast: dict[str, bool],
+) -> None:
+    """``polymq nats`` starts it so: at a cluster's first start its peers may have no
+    address yet; once a majority has answered, a cut pauses as ever."""
+    nats = FakeNats()
+    fast["10.0.0.2"] = fast["10.0.0.3"] = False
+    watch = Isolation(
+        nats,  # type: ignore[arg-type]
+        lambda: ["tcp://10.0.0.2:7401", "tcp://10.0.0.3:7401"],
+        armed=False,
+    )
+    watch.start()
+    try:
+        await asyncio.sleep(0.4)  # (4x the wait before a pause)
+        assert nats.calls == [] and not watch.armed
+        fast["10.0.0.3"] = True  # 2 of 3: a majority
+        await _until(lambda: watch.armed)
+        assert nats.calls == []
+        fast["10.0.0.3"] = False
+        await _until(lambda: nats.paused)
+        fast["10.0.0.2"] = True
+        await _until(lambda: not nats.paused)
+        assert nats.calls == ["pause", "resume"]
+    finally:
+        await watch.stop()
+
+
 async def test_a_blip_shorter_than_the_wait_pauses_nothing(fast: dict[str, bool]) -> None:
     nats = FakeNats()
     watch = Isolation(nats, lambda: ["http://10.0.0.2:7401/"])  # type: ignore[arg-type]

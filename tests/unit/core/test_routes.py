@@ -147,6 +147,35 @@ def test_the_node_count_is_the_larger_of_the_two_sources(
     assert routes.nodes == nodes
 
 
+def test_the_admin_addresses_probed_are_one_per_other_node() -> None:
+    """What ``polymq nats``'s partition watch probes: static peers on the given admin port
+    until the endpoints name the same node (by pod name or route), then the endpoint's
+    address and the admin port its slice names; never this node; port 0: endpoints' only."""
+    static = (("core-1.core-headless", 7422), ("10.0.0.12", 7422), ("10.0.0.14", 7422))
+    routes = Routes(static, me="core-0", cluster_port=PORT)
+    assert routes.admin_addresses(7401) == (
+        ("core-1.core-headless", 7401),
+        ("10.0.0.12", 7401),
+        ("10.0.0.14", 7401),
+    )
+    routes.update(
+        pods(
+            Member("core-0", "10.0.0.10", True, 7422, 7401),  # this node
+            Member("core-1", "10.0.0.11", False, 7422, 17401),  # the DNS name's pod
+            Member("core-2", "10.0.0.12", True, 7422),  # the same route; no admin port named
+            Member("core-3", "10.0.0.13", True, 7422, 7401),  # missing from --peers
+            Member("other", "127.0.0.1", True, PORT, 7401),  # this machine, our port
+        )
+    )
+    assert routes.admin_addresses(7401) == (
+        ("10.0.0.11", 17401),
+        ("10.0.0.12", 7401),
+        ("10.0.0.13", 7401),
+        ("10.0.0.14", 7401),  # a static peer no endpoint names
+    )
+    assert routes.admin_addresses(0) == (("10.0.0.11", 17401), ("10.0.0.13", 7401))
+
+
 async def test_waiting_for_a_route_ends_at_once_with_static_peers() -> None:
     static = (("10.0.0.11", 7422),)
     assert await Routes(static, me="core-0", cluster_port=PORT).wait(Watcher(), 0.01) == static  # type: ignore[arg-type]

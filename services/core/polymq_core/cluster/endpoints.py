@@ -6,13 +6,14 @@ EndpointSlices (``discovery.k8s.io/v1``), listed and then watched with the offic
 ``kubernetes.io/service-name: <service>``) and tells ``on_change`` the members they name
 whenever that changes: each endpoint's pod (``targetRef.name``, else its ``hostname``, else
 its first address) with its first address, ready or not (``conditions.ready``; unknown counts
-as ready, as the API says consumers should take it), and its cluster (NATS route) port: the
+as ready, as the API says consumers should take it), its cluster (NATS route) port: the
 port its slice names ``cluster`` (:data:`CLUSTER_PORT`, the chart's headless Service's name
-for it), if any. A slice's ports are those of every endpoint in it, so pods listening on
-different cluster ports (several nodes on one machine) come in slices of their own, as the
-EndpointSlice controller makes them for a named target port. A pod gone from every slice is
-gone from the members; what to make of that (a grace period before its shards move, its
-NATS route dropped) is the caller's.
+for it), if any, and its admin port, the one named ``admin`` (:data:`ADMIN_PORT`: what
+``polymq nats``'s partition watch probes), if any. A slice's ports are those of every
+endpoint in it, so pods listening on different cluster ports (several nodes on one
+machine) come in slices of their own, as the EndpointSlice controller makes them for a
+named target port. A pod gone from every slice is gone from the members; what to make of
+that (a grace period before its shards move, its NATS route dropped) is the caller's.
 
 The client is synchronous, so the watcher runs on a thread of its own and hands what it
 finds to the event loop (``loop.call_soon_threadsafe``). It never gives up and never
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 SERVICE_LABEL = "kubernetes.io/service-name"
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 CLUSTER_PORT = "cluster"  # the name of the Service's port for NATS routes
+ADMIN_PORT = "admin"  # ... and of its port for the core's admin HTTP
 
 
 class EndpointsError(Exception):
@@ -55,13 +57,14 @@ class EndpointsError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """One endpoint of the Service: a pod, its address, whether it is ready, and the port
-    its slice names ``cluster`` (None: the slice names none)."""
+    """One endpoint of the Service: a pod, its address, whether it is ready, and the ports
+    its slice names ``cluster`` and ``admin`` (None: the slice names none)."""
 
     name: str
     address: str
     ready: bool
     cluster_port: int | None = None
+    admin_port: int | None = None
 
 
 def api_client(kubeconfig: str | None = None) -> Any:
@@ -125,7 +128,8 @@ def members_of(slices: dict[str, Any], service: str) -> dict[str, Member]:
         labels = (item.metadata.labels or {}) if item.metadata is not None else {}
         if labels.get(SERVICE_LABEL) != service:
             continue  # (a server that ignores the label selector)
-        port = next((p.port for p in item.ports or () if p.name == CLUSTER_PORT), None)
+        named = {p.name: p.port for p in item.ports or () if p.name}
+        port, admin = named.get(CLUSTER_PORT), named.get(ADMIN_PORT)
         for endpoint in item.endpoints or ():
             if not endpoint.addresses:
                 continue
@@ -136,7 +140,7 @@ def members_of(slices: dict[str, Any], service: str) -> dict[str, Member]:
             ready = conditions is None or conditions.ready is not False
             known = out.get(name)
             if known is None or (ready and not known.ready):
-                out[name] = Member(name, endpoint.addresses[0], ready, port)
+                out[name] = Member(name, endpoint.addresses[0], ready, port, admin)
     return out
 
 

@@ -29,7 +29,11 @@ once a majority answers again for ``_BACK_AFTER`` seconds, it resumes it, on the
 client port, and its NATS connection reconnects (every second). Meanwhile its shards fail
 their writes ``unavailable`` (they could not commit anyway) and it confirms nothing. A node
 whose NATS runs apart (``--nats``, the chart's sidecar) does not do this: its nats-server is
-not its own to stop.
+not its own to stop; ``polymq nats`` keeps the same watch over its child instead, probing
+the same ports (the other nodes' admin ports: from its static peers and the Kubernetes
+endpoints, not from announcements). It is started ``armed=False``: it counts itself cut off
+only once a majority has answered (a pod of a cluster starting has peers without an address
+yet), as a core counts only the nodes it has heard announce themselves.
 """
 
 from __future__ import annotations
@@ -61,17 +65,21 @@ _BACK_AFTER = 0.5  # seconds with a majority again before it is resumed
 
 class Isolation:
     """Pauses ``nats`` while this node reaches fewer than a majority of the nodes.
-    ``peers()`` lists the other nodes' admin URLs (those that have not left)."""
+    ``peers()`` lists the other nodes' admin URLs (those that have not left). Not
+    ``armed``, it pauses nothing until a majority has answered once."""
 
     def __init__(
         self,
         nats: NatsServer,
         peers: Callable[[], Iterable[str]],
         on_change: Callable[[bool], None] | None = None,
+        *,
+        armed: bool = True,
     ) -> None:
         self.nats = nats
         self.peers = peers
         self.on_change = on_change  # called with True when cut off, False when back
+        self.armed = armed
         self.isolated_since: float | None = None  # monotonic; set while paused
         self._task: asyncio.Task[None] | None = None
 
@@ -97,6 +105,16 @@ class Isolation:
                 answered = await asyncio.gather(*(_reaches(h, p) for h, p in addresses))
                 nodes = len(addresses) + 1
                 majority = sum(answered) + 1 > nodes // 2
+                if not self.armed:
+                    self.armed = majority
+                    if majority:
+                        log.info(
+                            "partition watch: %d of the %d other nodes answer: this node's"
+                            " nats-server is stopped from now on while it is cut off",
+                            sum(answered),
+                            nodes - 1,
+                        )
+                    continue
                 now = time.monotonic()
                 paused = self.nats.paused
                 if majority == paused:  # the state to change to: wait until it holds

@@ -144,6 +144,33 @@ class Routes:
             found = endpoint_routes(self.members, me=self.me, cluster_port=self.cluster_port)
         return 1 + max(len(self.static), len(found))
 
+    def admin_addresses(self, admin_port: int) -> tuple[Route, ...]:
+        """The other nodes' admin addresses, one for each node these routes name (what
+        ``polymq nats``'s partition watch probes): an endpoint's address with the port its
+        slice names ``admin``, else ``admin_port``; a static peer's host with
+        ``admin_port``, unless an endpoint names the same node (the same route, or its pod:
+        a StatefulSet pod's DNS name starts with the pod's name). ``admin_port`` 0 (not
+        known): only endpoints that name their admin port."""
+        out: list[Route] = []
+        pods: set[str] = set()
+        routed: set[Route] = set()
+        if self.members is not None:
+            kept = set(endpoint_routes(self.members, me=self.me, cluster_port=self.cluster_port))
+            for name, member in sorted(self.members.items()):
+                route = (member.address, member.cluster_port or self.cluster_port)
+                if name == self.me or route not in kept:
+                    continue  # (this node)
+                pods.add(name)
+                routed.add(route)
+                port = member.admin_port or admin_port
+                if port:
+                    out.append((member.address, port))
+        if admin_port:
+            for host, port in self.static:
+                if (host, port) not in routed and host.partition(".")[0] not in pods:
+                    out.append((host, admin_port))
+        return tuple(out)
+
     def update(self, members: dict[str, Member]) -> None:
         """The Service's endpoints are ``members`` now: the routes follow (a running server
         attached reloads them) unless that would leave none."""
