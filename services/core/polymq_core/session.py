@@ -477,11 +477,17 @@ class Session(SessionOutput, asyncio.Protocol):
     def moved(self, sub: Subscription, reason: str, held: dict[int, str]) -> None:
         """The shard of ``sub`` is led elsewhere now (cluster): subscribe it again there.
         What it held unacked (``held``: tag -> message id) it claims from the new leader,
-        under the same tags (not delivered again)."""
+        under the same tags (not delivered again); but not the deliveries still waiting
+        here for the socket (:class:`~polymq_core.sessionoutput.Backlog`), which the
+        client never had: claimed, they would stay checked out to it on the new leader,
+        never delivered. Left unclaimed, they are ready there and delivered again."""
         if self.subs.pop(sub.sid, None) is None:
             return
         sub.close()
-        self._backlog.pop(sub, None)
+        unsent = self._backlog.pop(sub, None)
+        if unsent is not None and held:
+            never = set(unsent.tags)
+            held = {tag: mid for tag, mid in held.items() if tag not in never}
         self.broker.sensors.on_subscription(sub.destination.split("/", 1)[0], -1)
         if self.protocol == PEER_CLIENT:  # the origin node's relay moves it
             self.reply(Cancelled(sub.sid, "moved", reason))

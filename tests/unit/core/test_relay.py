@@ -5,7 +5,15 @@ The relay leaves that late subscription there and asks again, and the subscripti
 it is not cancelled ``unavailable`` (which sent a client failing over once more).
 
 A stream subscription moved reads on at the new leader from the seq after the last delivery
-the relay passed on (or from where its leader said it started), not from its first offset."""
+the relay passed on (or from where its leader said it started), not from its first offset.
+
+Acks the client sends while the new leader has not yet answered the moved subscribe wait
+for its answer: sent at once, they reached a node that did not have the subscription yet
+(one still taking its shard over answers ``not-leader``), which refused them, and the
+relay no longer claimed what they named (delivered again), or a leader took the claim
+without them (checked out to the client for good). An ack the client wants no answer to is
+held until its node answers it done: one that the old leader refused (the subscription had
+just left it) is claimed with the rest and sent again to the new leader."""
 
 from __future__ import annotations
 
@@ -15,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from polymq.events import Cancelled, Deliver, Event, Fail, Ok, Subscribe, Unsubscribe
+from polymq.events import Ack, Cancelled, Deliver, Event, Fail, Ok, Subscribe, Unsubscribe
 from polymq.types import Message
 from polymq_core.forwarding import relay as relay_module
 from polymq_core.forwarding.relay import Relay, _RemoteSub
@@ -157,4 +165,123 @@ async def test_a_moved_stream_subscription_reads_on_after_what_it_had(
     assert [a.options["offset"] for a in n2.asked] == [6]
     seqs = [m.seq for r in replies if isinstance(r, Deliver) for m in r.messages]
     assert seqs == [1, 2, 3, 4, 5], replies
+    relay.close()
+
+
+class AskedPeer:
+    """The link to a node the relay forwards to: it answers only when the test says (a
+    subscribe with ``not-leader``, still taking its shard over, or taking the claim; an
+    ack done, or refused as by a node the subscription has left)."""
+
+    closed = False
+
+    def __init__(self, node: str, relay: Relay) -> None:
+        self.node = node
+        self.relay = relay
+        self.sent: list[Event] = []
+        self.arrived = asyncio.Event()  # (something came)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def send(self, ev: Event, raw: bytes | None = None) -> None:
+        self.sent.append(ev)
+        self.arrived.set()
+
+    def subscribes(self) -> list[Subscribe]:
+        return [e for e in self.sent if isinstance(e, Subscribe)]
+
+    def acks(self) -> list[Ack]:
+        return [e for e in self.sent if isinstance(e, Ack)]
+
+    async def came(self, kind: type[Event], n: int) -> None:
+        while len([e for e in self.sent if isinstance(e, kind)]) < n:
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), 5.0)
+
+    def answer_subscribe(self, ok: bool) -> None:
+        ev = self.subscribes()[-1]
+        if ok:
+            taken = [tag for tag, _ in ev.options["claim"]["tags"]]
+            answer: Event = Ok(ev.rid, {"sid": ev.sid, "claimed": taken})
+        else:
+            answer = Fail(ev.rid, "not-leader", "this node no longer leads shard 0; retry")
+        self.relay.from_peer(self, answer)  # type: ignore[arg-type]
+
+    def answer_acks(self, ok: bool) -> None:
+        for ev in self.acks():
+            assert ev.rid >= relay_module._INTERNAL, ev  # (the client asked no answer)
+            if ok:
+                answer: Event = Ok(ev.rid, {"acked": len(ev.tags)})
+            else:
+                answer = Fail(ev.rid, "not-found", f"no subscription {ev.sid} on this connection")
+            self.relay.from_peer(self, answer)  # type: ignore[arg-type]
+
+
+def _acking_relay(monkeypatch: pytest.MonkeyPatch, leader: dict[str, str]) -> Relay:
+    """A relay whose session's requests come back to it, for queue/q of shard 0, led by
+    ``leader["now"]``."""
+    monkeypatch.setattr(relay_module, "shard_key_of", lambda b, s, ev: "queue/q")
+    monkeypatch.setattr(relay_module, "_RETRY", 0.01)
+    session: Any = SimpleNamespace(reply=lambda ev, raw=None: None, protocol="n")
+    shard = SimpleNamespace(leading=False, index=0)
+    sensors = SimpleNamespace(on_forward=lambda: None)
+    broker: Any = SimpleNamespace(shard_for=lambda key: shard, sensors=sensors)
+    cluster: Any = SimpleNamespace(secret="s", node_id="n1", leader_of=lambda i: leader["now"])
+    relay = Relay(session, broker, cluster)
+    session.request = lambda ev, raw: relay.take(ev, raw)
+    relay._watching = True  # (no watcher task)
+    relay.requests[SID] = Subscribe(7, SID, "queue/q", {"ack_mode": "client-individual"})
+    return relay
+
+
+async def test_acks_sent_while_the_move_is_asked_wait_for_its_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    relay = _acking_relay(monkeypatch, {"now": "n2"})
+    n2 = AskedPeer("n2", relay)
+    relay.links["n2"] = n2  # type: ignore[assignment]
+    # the client holds tags 1-3 of the node that led the shard (this one: Session.moved)
+    relay.relocate(SID, 3, {1: "m1", 2: "m2", 3: "m3"})
+    task = relay._tasks.copy().pop()
+    await n2.came(Subscribe, 1)
+    assert relay.take(Ack(0, SID, [1], False))  # before n2 answers: it waits
+    n2.answer_subscribe(ok=False)  # not-leader: asked again
+    await n2.came(Subscribe, 2)
+    assert relay.take(Ack(0, SID, [2], False))
+    claim = n2.subscribes()[-1].options["claim"]
+    assert claim == {"top": 3, "tags": [[1, "m1"], [2, "m2"], [3, "m3"]]}, claim
+    assert not n2.acks(), n2.sent
+    n2.answer_subscribe(ok=True)
+    await asyncio.wait_for(task, 5.0)
+    assert [a.tags for a in n2.acks()] == [[1], [2]], n2.sent
+    assert relay.held[SID] == {1: "m1", 2: "m2", 3: "m3"}  # (until n2 says they are done)
+    n2.answer_acks(ok=True)
+    assert relay.held[SID] == {3: "m3"}
+    relay.close()
+
+
+async def test_an_ack_the_old_leader_refused_is_sent_to_the_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    leader = {"now": "n2"}
+    relay = _acking_relay(monkeypatch, leader)
+    n2, n3 = AskedPeer("n2", relay), AskedPeer("n3", relay)
+    relay.links.update(n2=n2, n3=n3)  # type: ignore[arg-type]
+    relay.subs[SID] = _RemoteSub("n2", relay.requests[SID], 0, 2, 0)
+    relay.held[SID] = {1: "m1", 2: "m2"}
+    assert relay.take(Ack(0, SID, [1], False))  # sent to n2, which has just let it go
+    n2.answer_acks(ok=False)
+    assert relay.held[SID] == {1: "m1", 2: "m2"}  # not done: still held
+    leader["now"] = "n3"
+    relay.relocate(SID, 2)
+    task = relay._tasks.copy().pop()
+    await n3.came(Subscribe, 1)
+    claim = n3.subscribes()[-1].options["claim"]
+    assert claim == {"top": 2, "tags": [[1, "m1"], [2, "m2"]]}, claim
+    n3.answer_subscribe(ok=True)
+    await asyncio.wait_for(task, 5.0)
+    assert [a.tags for a in n3.acks()] == [[1]], n3.sent  # sent again, to n3
+    n3.answer_acks(ok=True)
+    assert relay.held[SID] == {2: "m2"}
     relay.close()

@@ -12,14 +12,19 @@ unchanged; acks and unsubscribes follow their subscription to its node.
 When a subscription's shard moves (its leader died, stepped down or was deposed), the relay
 subscribes it again through the new leader, with the same ``sid``, and **claims** what the
 client holds unacked: the relay keeps, per subscription that acks, the message id of each
-delivery it passed on and has not seen settled, and sends them with the subscribe (its
+delivery it passed on and has not seen settled (an ack the client wants no answer to goes
+with a request id of the relay's own: settled once its node answers it done, sent again
+after the move if it did not), and sends them with the subscribe (its
 ``claim`` option, which only a peer may give: ``{"top", "tags": [[tag, id], ...]}``). The
 new leader checks those messages out to the subscription again under the same tags, instead
 of delivering them again, and hands out new tags after ``top`` (the highest so far); its
 answer names the tags it took (``claimed``). So the client's acks of those deliveries work
 after the move, and nothing is delivered twice. A claimed message the new leader no longer
 has ready (acked meanwhile, or already given to another consumer) is not taken, and an ack
-of such a tag is ignored. Acks sent while the subscription is being moved wait for it.
+of such a tag is ignored. Acks sent while the subscription is being moved wait for it,
+until the new leader has answered the subscribe (sent to it before, they could reach a node
+that then refuses the subscribe, ``not-leader``, and be refused there: lost, and no longer
+claimed either).
 A new leader may answer that subscribe late (it holds it while it takes its shard over):
 the relay waits ``HOLD_FOR`` plus 5 s for the answer; one that comes later still (the
 leader took it, and refuses the next "subscription id ... is already in use") is left
@@ -158,6 +163,9 @@ class _RemoteSub:
     shard: int = 0
     # acks and nacks that came while it was being moved: sent once it is subscribed again
     waiting: list[Ack | Nack] = dataclasses.field(default_factory=list)
+    # ``node`` is asked to take it (its deliveries pass already) and has not answered yet:
+    # acks still wait (sent before it took the subscription, they would be lost there)
+    asking: bool = False
 
 
 def _is_stream(request: Subscribe | None) -> bool:
@@ -193,6 +201,10 @@ class Relay(RequestHolding):
         # whose answer settles them here: rid -> (sid, the ack)
         self.held: dict[int, dict[int, str]] = {}
         self._acking: dict[int, tuple[int, Ack | Nack]] = {}
+        # the client's acks and nacks without a request id, forwarded with one of ours, so
+        # that what they settle stays held (claimed on a move) until their node answers:
+        # our rid -> (node, sid, the client's ack)
+        self._settling: dict[int, tuple[str, int, Ack | Nack]] = {}
         # per stream subscription forwarded: the seq after the last delivery passed on (or,
         # before one, the seq its leader said it starts at): where a move reads on from
         self.next_seq: dict[int, int] = {}
@@ -374,7 +386,7 @@ class Relay(RequestHolding):
             elif event.rid:
                 self.session.reply(Ok(event.rid, None))
             return True
-        if not rs.node:  # being moved: sent once it is subscribed again
+        if not rs.node or rs.asking:  # being moved: sent once it is subscribed again
             rs.waiting.append(event)
             return True
         tags = event.tags if isinstance(event.tags, list) else []
@@ -386,12 +398,40 @@ class Relay(RequestHolding):
                 word = "acked" if isinstance(event, Ack) else "nacked"
                 self.session.reply(Ok(event.rid, {word: 0}))
             return True
-        if event.rid:
-            self._acking[event.rid] = (event.sid, event)
-        else:
-            self._settle_held(event.sid, event)
+        if not event.rid:
+            self._settle_there(rs.node, event, mine)
+            return True
+        self._acking[event.rid] = (event.sid, event)
         self._forward(rs.node, dataclasses.replace(event, tags=mine))
         return True
+
+    def _settle_there(self, node: str, event: Ack | Nack, tags: list[int]) -> None:
+        """Forward an ack or nack the client wants no answer to (``tags``: the node's) with
+        a request id of ours: what it settles stays held until the node answers it done.
+        Settled at once, an ack that the node no longer did (its shard had just moved: the
+        subscription was gone there) was lost, and its messages, no longer claimed, came
+        again from the new leader."""
+        self._next_internal += 1
+        rid = self._next_internal
+        self._settling[rid] = (node, event.sid, event)
+        self.broker.sensors.on_forward()
+        self._link(node).send(dataclasses.replace(event, rid=rid, tags=tags))
+
+    def _settled(self, node: str, sid: int, event: Ack | Nack, answer: Event) -> None:
+        """``node`` answered an ack of ours (:meth:`_settle_there`): done, what it settled
+        is no longer held; refused (the subscription had left that node: it moves, or
+        moved; or its removal was not written), it is sent again to wherever the
+        subscription is subscribed next, where what it names is claimed."""
+        if isinstance(answer, Ok):
+            self._settle_held(sid, event)
+            return
+        rs = self.subs.get(sid)
+        if rs is None:
+            return  # it ended (what it held went back at its leader)
+        if not rs.node or rs.asking or rs.node == node:
+            rs.waiting.append(event)  # (sent once it is subscribed again)
+        else:
+            self._by_sid(event)  # it moved already: to its new leader
 
     def _settle_held(self, sid: int, event: Ack | Nack) -> None:
         """The deliveries ``event`` settles are no longer held (nothing to claim)."""
@@ -472,6 +512,10 @@ class Relay(RequestHolding):
             return
         rid: int = getattr(event, "rid", 0)
         if rid >= _INTERNAL:
+            settling = self._settling.pop(rid, None)
+            if settling is not None:
+                self._settled(*settling, event)
+                return
             asked = self._internal.pop(rid, None)
             if asked is not None and not asked[1].done():
                 asked[1].set_result(event)
@@ -557,8 +601,14 @@ class Relay(RequestHolding):
         if request is None or self._closed:
             self._forget(sid)
             return
-        # a placeholder: acks wait in it for the new leader
-        self.subs[sid] = _RemoteSub("", request, top, top, waiting=old.waiting if old else [])
+        # a placeholder: acks wait in it for the new leader, with those that the old one has
+        # not answered (if it did them, what they name is not claimed and they settle nothing)
+        waiting = old.waiting if old else []
+        for rid, (_, of, event) in list(self._settling.items()):
+            if of == sid:
+                del self._settling[rid]
+                waiting.append(event)
+        self.subs[sid] = _RemoteSub("", request, top, top, waiting=waiting)
         self._spawn(self._relocate(sid, request, top))
 
     async def _relocate(self, sid: int, request: Subscribe, top: int) -> None:
@@ -705,9 +755,9 @@ class Relay(RequestHolding):
         waiting = self._waiting(sid)
         options = self._resume(sid, request)
         if held is None:
-            self.subs[sid] = _RemoteSub(node, request, top, top, shard, waiting)
+            self.subs[sid] = _RemoteSub(node, request, top, top, shard, waiting, asking=True)
         else:
-            self.subs[sid] = _RemoteSub(node, request, 0, top, shard, waiting)
+            self.subs[sid] = _RemoteSub(node, request, 0, top, shard, waiting, asking=True)
             tags = [[tag, mid] for tag, mid in sorted(held.items()) if tag <= top]
             options = {**options, CLAIM: {"top": top, "tags": tags}}
         self._link(node).send(Subscribe(rid, request.sid, request.destination, options))
