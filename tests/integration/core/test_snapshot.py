@@ -117,22 +117,22 @@ async def test_the_leader_purges_what_every_node_applied_and_keeps_the_last(
         )
         heard.states[names[2]] = UNREACHABLE
         leader = cluster_node(tmp_path, nodes[0], heard, keep_entries=5)
-        assert await leader.purge(0) == 11
+        assert await leader.retention.purge(0) == 11
         assert await first_entry(nodes[0]) == 11
-        assert await leader.purge(0) == 0  # nothing more to purge
+        assert await leader.retention.purge(0) == 0  # nothing more to purge
 
         heard.announce(names[2], last)  # back, caught up: only the last 5 are kept
-        assert await leader.purge(0) == last - 4
+        assert await leader.retention.purge(0) == last - 4
         assert await first_entry(nodes[1]) == last - 4
 
         heard.known[names[1]] = replace(heard.known[names[1]], state="leaving")
         heard.announce(names[2], 0)  # wiped, copying a snapshot: nothing more goes
         await settle(a.append(Q, message(31)))
-        assert await leader.purge(0) == 0
+        assert await leader.retention.purge(0) == 0
         # a node that left is not waited for
         heard.announce(names[2], last + 1)
         heard.known[names[1]] = replace(heard.known[names[1]], applied={0: 0})
-        assert await leader.purge(0) == last - 3
+        assert await leader.retention.purge(0) == last - 3
 
         # every node still tails: nothing they needed went
         await settle(a.append(Q, message(32)))
@@ -156,7 +156,7 @@ async def test_the_last_entries_kept_are_bounded_by_bytes_too(tmp_path: Path) ->
         leader = cluster_node(
             tmp_path, nodes[0], heard, keep_entries=100, keep_bytes=-(-5 * nbytes // entries)
         )
-        point = await leader.purge(0)
+        point = await leader.retention.purge(0)
         assert point == last - 4  # the last 5 stay
         assert await first_entry(nodes[1]) == point
         _, messages, _, _ = await converged(nodes)
@@ -175,8 +175,8 @@ async def test_the_purge_runs_by_itself_on_the_leader_only(tmp_path: Path) -> No
         follower = cluster_node(tmp_path, nodes[1], heard, purge_every=0.1, keep_entries=1)
         leader = cluster_node(tmp_path, nodes[0], heard, purge_every=0.1, keep_entries=2)
         loop = asyncio.get_running_loop()
-        follower._purger = loop.create_task(follower._purge_logs())
-        leader._purger = loop.create_task(leader._purge_logs())
+        follower._purger = loop.create_task(follower.retention.purge_logs())
+        leader._purger = loop.create_task(leader.retention.purge_logs())
         try:
             _, last = await nodes[0].log.span()
 
@@ -219,7 +219,7 @@ async def test_a_wiped_node_copies_the_shard_from_the_leader_and_tails_on(
         async with admin(tmp_path, leader) as url:
             for n in nodes:
                 heard.announce(n.name, n.store.applied, url if n is node_a else "")
-            assert await leader.purge(0) == 0  # the default keeps the last 10,000
+            assert await leader.retention.purge(0) == 0  # the default keeps the last 10,000
             await node_a.log.purge_below(a.applied)  # as if far more had been written
 
             # node c's data dir is wiped: its next entry (1) is long gone
@@ -227,9 +227,9 @@ async def test_a_wiped_node_copies_the_shard_from_the_leader_and_tails_on(
             for path in node_c.db.parent.glob(node_c.db.name + "*"):
                 path.unlink()
             joiner = cluster_node(tmp_path, node_c, heard)
-            joiner.leaders[0] = node_a.name
+            joiner.leadership.leaders[0] = node_a.name
             fetched: list[float] = []
-            fetch = functools.partial(joiner._fetch_snapshot, 0)
+            fetch = functools.partial(joiner.retention.fetch_snapshot, 0)
 
             async def counted(target: Path) -> int:
                 fetched.append(time.monotonic())

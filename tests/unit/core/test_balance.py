@@ -92,7 +92,7 @@ def node_a(leads: list[int], applied: list[int]) -> tuple[ClusterNode, list[Fake
             "b": FakePeer(dict(enumerate(applied))),
         }
     )
-    node.leaders = {i: ("a" if i in leads else "b") for i in range(SHARDS)}
+    node.leadership.leaders = {i: ("a" if i in leads else "b") for i in range(SHARDS)}
     return node, logs
 
 
@@ -103,58 +103,58 @@ def handed(logs: list[FakeLog]) -> dict[int, list[str]]:
 async def test_a_node_over_its_share_hands_the_quietest_shard_on() -> None:
     # entries since the balancer's last look: 50, 5 and 500
     node, logs = node_a(leads=[0, 1, 2], applied=[150, 105, 600, 100])
-    node._applied_seen = dict.fromkeys(range(SHARDS), 100)
-    await node._balance_once()
+    node.leadership._applied_seen = dict.fromkeys(range(SHARDS), 100)
+    await node.leadership._balance_once()
     assert handed(logs) == {1: ["b"]}  # shard 1 had the fewest entries since
 
 
 async def test_a_node_within_its_share_keeps_its_shards() -> None:
     node, logs = node_a(leads=[0, 1], applied=[0] * SHARDS)
-    await node._balance_once()
+    await node.leadership._balance_once()
     assert handed(logs) == {}
 
 
 async def test_a_shard_just_taken_over_is_not_the_one_handed_on() -> None:
     node, logs = node_a(leads=[0, 1], applied=[0] * SHARDS)
     assert node.broker is not None
-    await node._promote(2)  # a failover: shard 2 comes to a, which now leads 3 of 4
-    node.leaders[2] = "a"
-    await node._balance_once()
+    await node.leadership._promote(2)  # a failover: shard 2 comes to a, which now leads 3 of 4
+    node.leadership.leaders[2] = "a"
+    await node.leadership._balance_once()
     assert handed(logs) == {0: ["b"]}  # 0 and 1 have been led for long; 2 is new
 
 
 async def test_shards_just_taken_over_stay_until_they_have_settled() -> None:
     node, logs = node_a(leads=[], applied=[0] * SHARDS)
     for i in (0, 1, 2):  # b's node died a moment ago, say, and a took these over
-        await node._promote(i)
-        node.leaders[i] = "a"
-    await node._balance_once()
+        await node.leadership._promote(i)
+        node.leadership.leaders[i] = "a"
+    await node.leadership._balance_once()
     assert handed(logs) == {}, "a shard taken over just now was handed on"
-    node._led_since[1] -= leadership._SETTLE
-    await node._balance_once()
+    node.leadership._led_since[1] -= leadership._SETTLE
+    await node.leadership._balance_once()
     assert handed(logs) == {1: ["b"]}
 
 
 async def test_nothing_is_handed_to_a_pod_kubernetes_says_is_not_ready() -> None:
     node, logs = node_a(leads=[0, 1, 2], applied=[0] * SHARDS)
     node._k8s_changed({"a": Member("a", "10.0.0.1", True), "b": Member("b", "10.0.0.2", False)})
-    await node._balance_once()
+    await node.leadership._balance_once()
     assert handed(logs) == {}
     node._k8s_changed({"a": Member("a", "10.0.0.1", True), "b": Member("b", "10.0.0.2", True)})
-    await node._balance_once()
+    await node.leadership._balance_once()
     assert handed(logs) == {0: ["b"]}
 
 
 async def test_a_pod_not_ready_for_a_while_hands_on_what_it_leads() -> None:
     node, logs = node_a(leads=[2], applied=[0] * SHARDS)  # within its share
     node._k8s_changed({"a": Member("a", "10.0.0.1", False), "b": Member("b", "10.0.0.2", True)})
-    await node._balance_once()
-    await node._guard_unready_once()
+    await node.leadership._balance_once()
+    await node.leadership._guard_unready_once()
     assert handed(logs) == {}, "handed on at the first sign (a blip is no failover)"
-    node._unready_since["a"] -= leadership._UNREADY_GRACE
-    await node._balance_once()
+    node.leadership._unready_since["a"] -= leadership._UNREADY_GRACE
+    await node.leadership._balance_once()
     assert handed(logs) == {}, "the balancer moves nothing from a node that is not ready"
-    await node._guard_unready_once()
+    await node.leadership._guard_unready_once()
     assert handed(logs) == {2: ["b"]}
 
 
@@ -162,10 +162,10 @@ async def test_a_pod_gone_from_the_endpoints_for_a_while_hands_on_what_it_leads(
     node, logs = node_a(leads=[2], applied=[0] * SHARDS)
     node._k8s_changed({"a": Member("a", "10.0.0.1", True), "b": Member("b", "10.0.0.2", True)})
     node._k8s_changed({"b": Member("b", "10.0.0.2", True)})  # a left the endpoints
-    await node._guard_unready_once()
+    await node.leadership._guard_unready_once()
     assert handed(logs) == {}, "handed on at once (a blip is no failover)"
-    node._unready_since["a"] -= leadership._UNREADY_GRACE
-    await node._guard_unready_once()
+    node.leadership._unready_since["a"] -= leadership._UNREADY_GRACE
+    await node.leadership._guard_unready_once()
     assert handed(logs) == {2: ["b"]}
 
 
@@ -173,19 +173,19 @@ async def test_a_node_the_endpoints_never_named_is_not_judged_by_them() -> None:
     # (its id is not its pod's name: the endpoints say nothing about it)
     node, _ = node_a(leads=[2], applied=[0] * SHARDS)
     node._k8s_changed({"pod-0": Member("pod-0", "10.0.0.1", True)})
-    assert "a" not in node._unready_since
+    assert "a" not in node.leadership._unready_since
     node._k8s_changed({"b": Member("b", "10.0.0.2", False)})
-    assert set(node._unready_since) == {"pod-0", "b"}  # pod-0 left; b is not ready
+    assert set(node.leadership._unready_since) == {"pod-0", "b"}  # pod-0 left; b is not ready
 
 
 async def test_a_shard_is_handed_only_to_a_replica_of_its_stream() -> None:
     node, logs = node_a(leads=[0, 1, 2], applied=[0] * SHARDS)
     for log in logs:
         log.peers = ("a", "c")  # b holds no replica (it joined after the streams were made)
-    await node._balance_once()
+    await node.leadership._balance_once()
     assert handed(logs) == {}, "a shard was handed to a node that cannot lead it"
     logs[1].peers = ("a", "b", "c")
-    await node._balance_once()
+    await node.leadership._balance_once()
     assert handed(logs) == {1: ["b"]}
 
 
@@ -195,13 +195,13 @@ async def test_nothing_moves_while_a_node_is_unheard_nor_for_a_while_after() -> 
     assert node.membership is not None
     b = node.membership.peers()["b"]
     b.last_heard -= 2 * node.membership.period  # two announcements missed
-    await node._balance_once()
+    await node.leadership._balance_once()
     assert handed(logs) == {}, "a lead was moved while a node is unheard"
     b.last_heard = time.monotonic()  # heard again
-    await node._balance_once()
+    await node.leadership._balance_once()
     assert handed(logs) == {}, "a lead was moved at once after a node came back"
-    node._impaired_at -= leadership._SETTLE
-    await node._balance_once()
+    node.leadership._impaired_at -= leadership._SETTLE
+    await node.leadership._balance_once()
     assert handed(logs) == {0: ["b"]}
 
 
@@ -209,16 +209,16 @@ async def test_a_node_unheard_for_long_is_down_and_holds_nothing_up() -> None:
     node, logs = node_a(leads=[0, 1, 2], applied=[0] * SHARDS)
     assert node.membership is not None
     node.membership.peers()["c"] = FakePeer({}, last_heard=time.monotonic() - leadership._DOWN)
-    await node._balance_once()
+    await node.leadership._balance_once()
     assert handed(logs) == {0: ["b"]}
 
 
 def test_a_stream_grows_back_when_nodes_join() -> None:
     node, logs = node_a(leads=[0], applied=[0] * SHARDS)
     logs[0].peers, logs[0].configured = ("a", "b"), 2  # scaled down to two
-    assert node._more_replicas(0) == 0  # a and b: as many as there are nodes
+    assert node.leadership._more_replicas(0) == 0  # a and b: as many as there are nodes
     assert node.membership is not None
     node.membership.peers()["c"] = FakePeer({})
-    assert node._more_replicas(0) == 3
+    assert node.leadership._more_replicas(0) == 3
     logs[0].configured = 3
-    assert node._more_replicas(0) == 0  # asked for already (JetStream is placing it)
+    assert node.leadership._more_replicas(0) == 0  # asked for already (JetStream is placing it)

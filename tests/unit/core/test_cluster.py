@@ -118,7 +118,7 @@ async def test_a_stopping_node_stops_following_even_when_a_cancel_meets_an_answe
     shard = type("Shard", (), {"leading": False, "index": 0})()
     node.broker = type("Broker", (), {"shards": [shard]})()  # type: ignore[assignment]
     node.state = "ready"
-    node._tasks = [asyncio.get_running_loop().create_task(node._follow(0))]
+    node._tasks = [asyncio.get_running_loop().create_task(node.leadership.follow(0))]
     await asyncio.wait_for(shard_log.began.wait(), 5.0)
     assert shard_log.leaving is not None
     # before: leave() waited for ever on a follower that swallowed its cancel

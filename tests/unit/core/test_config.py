@@ -39,8 +39,13 @@ async def test_the_log_settings_reach_the_cluster_node(max_entries: str, most: i
     service = CoreService(from_env(CoreSettings, env=env))
     node = service.cluster
     assert node is not None
-    assert (node.purge_every, node.keep_entries, node.max_entries) == (5.0, 100, most)
-    assert node.keep_bytes == 1_000_000
+    retention = node.retention
+    assert (retention.purge_every, retention.keep_entries, retention.max_entries) == (
+        5.0,
+        100,
+        most,
+    )
+    assert retention.keep_bytes == 1_000_000
 
 
 @pytest.mark.parametrize(

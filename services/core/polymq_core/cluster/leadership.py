@@ -15,13 +15,16 @@ of :class:`~polymq_core.cluster.node.ClusterNode` that follows them and moves th
 - **replicas**: the leader of a stream takes the replicas of nodes gone for good out of it,
   and grows it back to three as nodes join;
 - **handing on** when this node stops (:meth:`ShardLeadership.step_down`, :meth:`heirs`,
-  :meth:`stream_leader`: what :mod:`polymq_core.forwarding.handover` uses; then
-  :meth:`ShardLeadership.hand_on_led`: every other stream it leads stepped down at once,
-  once the broker has answered its sessions), and :meth:`ready`: can this node serve
-  every shard.
+  :meth:`stream_leader`: what :mod:`polymq_core.forwarding.handover` uses, through the
+  node; then :meth:`ShardLeadership.hand_on_led`: every other stream it leads stepped down
+  at once, once the broker has answered its sessions), and :meth:`ready`: can this node
+  serve every shard.
 
-It is a mixin: the node holds the state (its shards' logs and stores, the broker, the
-membership, the leaders it knows, and the timers below), declared here, and creates it.
+It is a part the node owns and calls (nothing here runs per message): it holds the leaders
+it knows, the pods Kubernetes calls not ready and its timers; what it uses of the node (its
+id and state, its shards' logs and stores, the broker, the membership, where a node
+listens) is a :class:`LeadershipHost`. The node runs its loops (:meth:`follow`,
+:meth:`balance`, :meth:`guard_unready`) as its own tasks.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..replication.jetstream import check_cancelled
 from ..store.logentry import LogError
@@ -45,10 +48,10 @@ if TYPE_CHECKING:
     from ..destinations.shard import Shard
     from ..replication.jetstream import ShardLog
     from ..replication.replicatedstore import ReplicatedStore
+    from .endpoints import Member
     from .membership import Membership, PeerInfo
-    from .tls import ClusterTls
 
-__all__ = ["ShardLeadership"]
+__all__ = ["LeadershipHost", "ShardLeadership"]
 
 log = logging.getLogger(__name__)
 
@@ -76,47 +79,59 @@ _LATE = 1.5
 _DOWN = 60.0
 
 
+class LeadershipHost(Protocol):
+    """What the shards' leadership uses of its node
+    (:class:`~polymq_core.cluster.node.ClusterNode`)."""
+
+    node_id: str
+    state: str  # "joining" until ready() first holds (set here then), "ready", "leaving"
+    broker: Broker | None  # its shards: taken over and let go here (None until started)
+    membership: Membership | None  # the other nodes (None until started)
+    logs: list[ShardLog]  # per shard: its stream
+    stores: list[ReplicatedStore]  # per shard: what it applied, its writes in the log
+
+    def address_of(self, node: str) -> tuple[str, int] | None: ...  # where to forward to
+
+
 class ShardLeadership:
     """Following and moving the shards' leaders: a :class:`~polymq_core.cluster.node.ClusterNode`'s
     part (see the module's docstring)."""
 
-    # what the node holds (ClusterNode.__init__ makes it)
-    node_id: str
-    state: str  # "joining" until ready() first holds, "ready", "leaving"
-    tls: ClusterTls | None
-    broker: Broker | None
-    membership: Membership | None
-    logs: list[ShardLog]
-    stores: list[ReplicatedStore]
-    leaders: dict[int, str | None]  # per shard: who leads its stream, as last seen
-    _wake: list[asyncio.Event]  # per shard: look at its leader now
-    _leaderless_since: dict[int, float]
-    _promoting: dict[int, asyncio.Task[None]]
-    _handing: set[int]  # shards being handed on by _hand: a look does not take them again
-    _resizing: dict[int, asyncio.Task[None]]  # per shard: its replicas changing
-    _applied_seen: dict[int, int]  # per shard, at the balancer's last look
-    _led_since: dict[int, float]  # per shard this node took over: when
-    # pods Kubernetes says are not ready, or that left the endpoints, and since when
-    _unready_since: dict[str, float]
-    _impaired_at: float  # when the balancer last saw a node unheard or unreachable
+    def __init__(self, host: LeadershipHost, shards: int) -> None:
+        self.host = host
+        self.leaders: dict[int, str | None] = {}  # per shard: who leads its stream, as last seen
+        self._wake = [asyncio.Event() for _ in range(shards)]  # per shard: look at its leader now
+        self._leaderless_since: dict[int, float] = {}
+        self._promoting: dict[int, asyncio.Task[None]] = {}
+        self._handing: set[int] = set()  # shards being handed on by _hand: no look takes them
+        self._resizing: dict[int, asyncio.Task[None]] = {}  # per shard: its replicas changing
+        self._applied_seen: dict[int, int] = {}  # per shard, at the balancer's last look
+        self._led_since: dict[int, float] = {}  # per shard this node took over: when
+        # pods Kubernetes says are not ready, or that left the endpoints, and since when
+        self._unready_since: dict[str, float] = {}
+        self._k8s_known: set[str] = set()  # every pod the endpoints have named
+        # when the balancer last saw a node unheard or unreachable (none yet)
+        self._impaired_at = float("-inf")
 
     async def step_down(self, shard: int) -> None:
         """Hand shard ``shard``'s stream on (this node stops): to the ready replica that
         leads the fewest and has caught up, if there is one, else where JetStream likes."""
         heir = None
-        if self.membership is not None:
-            heir = self._heir(shard, self._candidates(self.membership))
-        await self.logs[shard].step_down(preferred=heir)
+        if self.host.membership is not None:
+            heir = self._heir(shard, self._candidates(self.host.membership))
+        await self.host.logs[shard].step_down(preferred=heir)
 
-    async def hand_on_led(self, shards: Sequence[Shard], handed: Collection[int]) -> None:
+    async def hand_on_led(self, shards: Sequence[Shard], handed: Mapping[int, str]) -> None:
         """Stopping, once the broker has answered its sessions (and the hand-over, which
-        stepped ``handed`` down, is done): step down at once, all together, every other
-        stream whose shard this node still leads, each once its last writes are in the log,
-        instead of after the shards are closed (:meth:`ClusterNode.close`: their stores'
-        flush came first, and one stream after another). Other nodes' sessions hold their
+        stepped ``handed`` down, is done: each shard with its next leader, now known here):
+        step down at once, all together, every other stream whose shard this node still
+        leads, each once its last writes are in the log, instead of after the shards are
+        closed (:meth:`ClusterNode.close`: their stores' flush came first, and one stream
+        after another). Other nodes' sessions hold their
         requests for a shard until its next leader took it over: the sooner, the shorter
         their stall (docs/cluster.md, "Stopping a node"). Left to ``close`` when no other
         node may take a shard (the whole cluster stops) or a step-down is not answered."""
+        self.leaders.update(handed)
         if not self.heirs():
             return
         led = [s for s in shards if s.leading and s.index not in handed]
@@ -130,12 +145,12 @@ class ShardLeadership:
         i = shard.index
         shard.flush_removes()
         try:
-            await asyncio.wait_for(self.stores[i].written(), _WRITTEN_WITHIN)
+            await asyncio.wait_for(self.host.stores[i].written(), _WRITTEN_WITHIN)
         except TimeoutError:
             log.warning("shard %d: its last writes did not reach the log in time", i)
         shard.demote("this node stops: the next leader takes the shard over")
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stores[i].written(), _WRITTEN_WITHIN)
+            await asyncio.wait_for(self.host.stores[i].written(), _WRITTEN_WITHIN)
         try:
             await asyncio.wait_for(self.step_down(i), _WRITTEN_WITHIN)
         except (LogError, TimeoutError) as exc:
@@ -146,7 +161,7 @@ class ShardLeadership:
     async def stream_leader(self, shard: int) -> str | None:
         """Who leads shard ``shard``'s stream now (None: nobody, or no answer in time)."""
         try:
-            leader, _ = await asyncio.wait_for(self.logs[shard].info(), _INFO_TIMEOUT)
+            leader, _ = await asyncio.wait_for(self.host.logs[shard].info(), _INFO_TIMEOUT)
         except (LogError, TimeoutError):
             return None
         return leader
@@ -154,20 +169,14 @@ class ShardLeadership:
     def heirs(self) -> set[str]:
         """The other nodes that may take a shard this node hands on now (ready: not
         stopping, not unreachable, not a pod Kubernetes calls not ready)."""
-        if self.membership is None:
+        if self.host.membership is None:
             return set()
-        return set(self._candidates(self.membership))
+        return set(self._candidates(self.host.membership))
 
     def leader_of(self, shard: int) -> str | None:
         return self.leaders.get(shard)
 
-    def address_of(self, node: str) -> tuple[str, int] | None:
-        if self.membership is None:
-            return None
-        # with cluster TLS, the wire listener for peers (TLS, a certificate both ways)
-        return self.membership.address_of(node, "core" if self.tls is None else "peer_wire")
-
-    async def _follow(self, index: int) -> None:
+    async def follow(self, index: int) -> None:
         """Follow shard ``index``'s stream leader: every second, and at once when JetStream
         announces a new leader for it."""
         wake = self._wake[index]
@@ -184,7 +193,7 @@ class ShardLeadership:
             check_cancelled()
             wake.clear()
 
-    async def _elected(self, msg: Msg) -> None:
+    async def elected(self, msg: Msg) -> None:
         """A JetStream advisory: a stream has a new leader. Act on the leader it names at
         once (a look in flight may be waiting for an answer the election never gave), and
         look again to be sure."""
@@ -193,24 +202,24 @@ class ShardLeadership:
             leader = json.loads(msg.data).get("leader")
         except (ValueError, AttributeError):
             leader = None
-        for i, shard_log in enumerate(self.logs):
+        for i, shard_log in enumerate(self.host.logs):
             if shard_log.stream == stream:
                 shard_log.nudge()
-                if isinstance(leader, str) and leader and self.broker is not None:
+                if isinstance(leader, str) and leader and self.host.broker is not None:
                     self._saw(i, leader, time.monotonic())
                 self._wake[i].set()
 
     async def _look(self, i: int) -> None:
-        assert self.broker is not None
+        assert self.host.broker is not None
         now = time.monotonic()
         try:
-            leader, _ = await asyncio.wait_for(self.logs[i].info(), _INFO_TIMEOUT)
+            leader, _ = await asyncio.wait_for(self.host.logs[i].info(), _INFO_TIMEOUT)
         except (LogError, TimeoutError):
             # No answer is not "no leader": under load a look can time out. Keep what we
             # knew for routing; only a long silence counts as leaderless (below).
             leader = None
         self._saw(i, leader, now)
-        if leader == self.node_id and i not in self._resizing:
+        if leader == self.host.node_id and i not in self._resizing:
             gone, more = self._gone_replicas(i), self._more_replicas(i)
             step = self._drop_gone if gone else self._grow if more else None
             if step is not None:
@@ -226,7 +235,7 @@ class ShardLeadership:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.warning("%s: changing its replicas failed (%s)", self.logs[i].stream, exc)
+            log.warning("%s: changing its replicas failed (%s)", self.host.logs[i].stream, exc)
             await asyncio.sleep(_BALANCE_EVERY)
         finally:
             self._resizing.pop(i, None)
@@ -235,17 +244,18 @@ class ShardLeadership:
         """How many replicas shard ``i``'s stream should have, if more than it has: one
         per ready node, at most three (a stream scaled down grows back when nodes join;
         one is never shrunk here)."""
-        if self.membership is None or not self.logs[i].peers:
+        membership = self.host.membership
+        if membership is None or not self.host.logs[i].peers:
             return 0
-        ready = [n for n in self.membership.peers() if self.membership.state_of(n) == "ready"]
+        ready = [n for n in membership.peers() if membership.state_of(n) == "ready"]
         wanted = min(3, len(ready))
-        has = max(self.logs[i].configured, len(self.logs[i].peers))
+        has = max(self.host.logs[i].configured, len(self.host.logs[i].peers))
         return wanted if wanted > has else 0
 
     async def _grow(self, i: int) -> None:
         """Give shard ``i``'s stream a replica on each node that joined, up to three
         (JetStream places them; a new replica catches up from the leader)."""
-        shard_log = self.logs[i]
+        shard_log = self.host.logs[i]
         wanted = self._more_replicas(i)
         if wanted:
             await asyncio.wait_for(shard_log.resize(wanted), 5.0)
@@ -254,17 +264,17 @@ class ShardLeadership:
     def _gone_replicas(self, i: int) -> list[str]:
         """The replicas of shard ``i``'s stream that JetStream calls offline and whose node
         said it left for good."""
-        if self.membership is None:
+        if self.host.membership is None:
             return []
-        peers = self.membership.peers()
-        return [n for n in self.logs[i].offline if (p := peers.get(n)) is not None and p.gone]
+        peers = self.host.membership.peers()
+        return [n for n in self.host.logs[i].offline if (p := peers.get(n)) is not None and p.gone]
 
     async def _drop_gone(self, i: int) -> None:
         """Take the replicas of nodes gone for good out of shard ``i``'s stream (its leader
         does, once JetStream calls them offline): a peer removal, which JetStream answers
         by placing a new replica on a node that has none; with no such node (three scaled
         down to two), one replica fewer, JetStream dropping the offline one."""
-        shard_log = self.logs[i]
+        shard_log = self.host.logs[i]
         gone = self._gone_replicas(i)
         for node in gone:
             try:
@@ -288,8 +298,8 @@ class ShardLeadership:
         """Shard ``i``'s stream is led by ``leader`` (None: no answer, and the known leader
         stays for routing): take the shard over, let it go, or, after _LEADERLESS seconds
         without a leader, stop serving it."""
-        assert self.broker is not None
-        shard = self.broker.shards[i]
+        assert self.host.broker is not None
+        shard = self.host.broker.shards[i]
         if leader is None:
             since = self._leaderless_since.setdefault(i, now)
             if shard.leading and now - since >= _LEADERLESS:
@@ -297,17 +307,17 @@ class ShardLeadership:
         else:
             self.leaders[i] = leader
             self._leaderless_since.pop(i, None)
-            if leader == self.node_id:
+            if leader == self.host.node_id:
                 if not shard.leading and i not in self._promoting and i not in self._handing:
                     self._promoting[i] = asyncio.get_running_loop().create_task(
                         self._promote(i), name=f"promote-{i}"
                     )
             elif shard.leading:
                 shard.demote(f"node {leader} leads it now")
-        if self.state == "joining" and self.ready():
-            self.state = "ready"
+        if self.host.state == "joining" and self.ready():
+            self.host.state = "ready"
 
-    async def _balance(self) -> None:
+    async def balance(self) -> None:
         """Spread the shards' leaders over the live nodes: a node that leads more than its
         share hands one shard at a time to the ready, caught-up node that leads the fewest
         (a JetStream leader step-down with that node preferred), the quietest shard
@@ -316,7 +326,7 @@ class ShardLeadership:
         await _every(_BALANCE_EVERY, self._balance_once, "balancing the shards' leaders")
 
     async def _balance_once(self) -> None:
-        broker, membership = self.broker, self.membership
+        broker, membership = self.host.broker, self.host.membership
         if broker is None or membership is None:
             return
         if self._impaired(membership) is not None:
@@ -329,36 +339,36 @@ class ShardLeadership:
         # a pod Kubernetes says is not ready is no leader candidate: nothing is handed to
         # it, and once it has been so for a while it hands on what it leads
         unready = self._unready_since
-        if self.node_id in unready:
-            return  # (_guard_unready hands on what it leads)
+        if self.host.node_id in unready:
+            return  # (guard_unready hands on what it leads)
         ready = {n: p for n, p in ready.items() if n not in unready}
-        if self.node_id not in ready or len(ready) < 2:
+        if self.host.node_id not in ready or len(ready) < 2:
             return
         led: dict[str, list[int]] = {node: [] for node in ready}
-        for i in range(len(self.logs)):
+        for i in range(len(self.host.logs)):
             leader = self.leaders.get(i)
             if leader in led:
                 led[leader].append(i)
         # The quietest shards first (entries since the last look): moving a leader fails
         # the writes it had not appended yet, so a busy shard moves last.
-        applied = {i: store.applied for i, store in enumerate(self.stores)}
+        applied = {i: store.applied for i, store in enumerate(self.host.stores)}
         busy = {i: n - self._applied_seen.get(i, n) for i, n in applied.items()}
         self._applied_seen = applied
         mine = sorted(
-            (i for i in led[self.node_id] if broker.shards[i].leading),
+            (i for i in led[self.host.node_id] if broker.shards[i].leading),
             key=lambda i: (busy.get(i, 0), i),
         )
         # only a replica of a shard's stream can lead it (a fourth node, or one that came
         # back after it was taken out, has none until a stream grows onto it)
-        shards = range(len(self.logs))
+        shards = range(len(self.host.logs))
         able = [n for n in ready if any(self._replica_of(i, n) for i in shards)]
-        share = -(-len(self.logs) // max(len(able), 1))  # the most any node should lead
+        share = -(-len(self.host.logs) // max(len(able), 1))  # the most any node should lead
         if len(mine) <= share:
             return
         now = time.monotonic()
         mine = [i for i in mine if now - self._led_since.get(i, -_SETTLE) >= _SETTLE]
         for i in mine:
-            targets = [n for n in ready if n != self.node_id and self._replica_of(i, n)]
+            targets = [n for n in ready if n != self.host.node_id and self._replica_of(i, n)]
             if not targets:
                 continue
             target = min(targets, key=lambda n: (len(led[n]), n))
@@ -374,7 +384,7 @@ class ShardLeadership:
         now = time.monotonic()
         late = _LATE * membership.period
         for node, peer in membership.peers().items():
-            if node == self.node_id or peer.gone or membership.state_of(node) == "leaving":
+            if node == self.host.node_id or peer.gone or membership.state_of(node) == "leaving":
                 continue
             if late < now - peer.last_heard < _DOWN:
                 self._impaired_at = now
@@ -383,12 +393,12 @@ class ShardLeadership:
 
     def _replica_of(self, i: int, node: str) -> bool:
         """Is ``node`` a replica of shard ``i``'s stream (yes while none is known)?"""
-        peers = getattr(self.logs[i], "peers", ())
+        peers = getattr(self.host.logs[i], "peers", ())
         return not peers or node in peers
 
     def _caught_up(self, i: int, peer: Any) -> bool:
         """Has ``peer`` applied shard ``i``'s log to within _CAUGHT_UP of this node?"""
-        ours = self.stores[i].applied if i < len(self.stores) else 0
+        ours = self.host.stores[i].applied if i < len(self.host.stores) else 0
         return bool(ours - peer.applied.get(i, 0) <= _CAUGHT_UP)
 
     async def _hand(self, i: int, target: str, why: str) -> None:
@@ -402,11 +412,11 @@ class ShardLeadership:
         meanwhile; one whose step-down fails is taken over again here (the next look sees
         this node still leads its stream)."""
         log.info("shard %d: handing its lead to node %s (%s)", i, target, why)
-        store = self.stores[i]
+        store = self.host.stores[i]
         self._handing.add(i)
         try:
-            if self.broker is not None:
-                shard = self.broker.shards[i]
+            if self.host.broker is not None:
+                shard = self.host.broker.shards[i]
                 shard.flush_removes()
                 shard.demote(f"handing its lead to node {target}", writes_go_on=True)
             try:
@@ -415,12 +425,12 @@ class ShardLeadership:
                 log.warning("shard %d: its last writes did not reach the log in time", i)
             store.demote()  # (what is not in the log by now fails: may not be committed)
             log.info("shard %d: its writes are in the log; stepping down for node %s", i, target)
-            await asyncio.wait_for(self.logs[i].step_down(preferred=target), 5.0)
+            await asyncio.wait_for(self.host.logs[i].step_down(preferred=target), 5.0)
             self._wake[i].set()
             # (until this node sees another leader, a look answered before the step-down
             # must not take the shard again)
             until = time.monotonic() + _WRITTEN_WITHIN
-            while self.leaders.get(i) == self.node_id:
+            while self.leaders.get(i) == self.host.node_id:
                 if time.monotonic() >= until:
                     break
                 await asyncio.sleep(0.02)
@@ -433,15 +443,30 @@ class ShardLeadership:
         finally:
             self._handing.discard(i)
 
-    async def _guard_unready(self) -> None:
+    def endpoints_changed(self, members: Mapping[str, Member]) -> None:
+        """The Service's endpoints changed: note which pods are not ready, or have left
+        the endpoints after being in them, and since when (such a pod is no leader
+        candidate, and once so for _UNREADY_GRACE it hands its shards' leads to ready
+        ones). A node never named by the endpoints (its id is not its pod's name) is
+        judged by its NATS peers alone."""
+        now = time.monotonic()
+        self._k8s_known.update(members)
+        for name in self._k8s_known:
+            member = members.get(name)
+            if member is not None and member.ready:
+                self._unready_since.pop(name, None)
+            else:
+                self._unready_since.setdefault(name, now)
+
+    async def guard_unready(self) -> None:
         """Every second: once this node's pod has been not ready (or gone from the
         endpoints) for _UNREADY_GRACE, hand a shard it leads to a ready node (one a look;
         a blip shorter than the grace moves nothing)."""
         await _every(_POLL, self._guard_unready_once, "handing on a shard (not ready here)")
 
     async def _guard_unready_once(self) -> None:
-        membership = self.membership
-        since = self._unready_since.get(self.node_id)
+        membership = self.host.membership
+        since = self._unready_since.get(self.host.node_id)
         if membership is None or since is None or time.monotonic() - since < _UNREADY_GRACE:
             return
         others = self._candidates(membership)
@@ -454,7 +479,7 @@ class ShardLeadership:
         return {
             node: peer
             for node, peer in membership.peers().items()
-            if node != self.node_id
+            if node != self.host.node_id
             and membership.state_of(node) == "ready"
             and node not in self._unready_since
         }
@@ -469,9 +494,9 @@ class ShardLeadership:
     async def _hand_off(self, others: dict[str, PeerInfo]) -> None:
         """Hand one shard this node leads to the candidate leading the fewest that has
         caught up with it (one a round, as the balancer moves them)."""
-        assert self.broker is not None
-        for i, shard in enumerate(self.broker.shards):
-            if self.leaders.get(i) != self.node_id or not shard.leading:
+        assert self.host.broker is not None
+        for i, shard in enumerate(self.host.broker.shards):
+            if self.leaders.get(i) != self.host.node_id or not shard.leading:
                 continue
             target = self._heir(i, others)
             if target is not None:
@@ -479,10 +504,10 @@ class ShardLeadership:
                 return
 
     async def _promote(self, index: int) -> None:
-        assert self.broker is not None
+        assert self.host.broker is not None
         try:
-            await self.broker.shards[index].promote()
-            if self.broker.shards[index].leading:
+            await self.host.broker.shards[index].promote()
+            if self.host.broker.shards[index].leading:
                 self._led_since[index] = time.monotonic()
         except asyncio.CancelledError:
             raise
@@ -491,23 +516,31 @@ class ShardLeadership:
         finally:
             self._promoting.pop(index, None)
 
-    def _deposed(self, index: int) -> None:
+    def deposed(self, index: int) -> None:
         """The shard's log refused our append: somebody else leads it now."""
-        if self.broker is not None:
-            self.broker.shards[index].demote("another node appended to its log (deposed)")
+        if self.host.broker is not None:
+            self.host.broker.shards[index].demote("another node appended to its log (deposed)")
+
+    def cancel_changes(self) -> None:
+        """Stopping: cancel the takeovers and the replica changes under way (the loops that
+        start them are the node's tasks, cancelled before)."""
+        for task in list(self._promoting.values()):
+            task.cancel()
+        for task in list(self._resizing.values()):
+            task.cancel()
 
     def ready(self) -> bool:
         """Can this node serve every shard: lead it, or forward to a leader it can reach?"""
-        if self.broker is None or self.state == "leaving":
+        if self.host.broker is None or self.host.state == "leaving":
             return False
-        for shard in self.broker.shards:
+        for shard in self.host.broker.shards:
             leader = self.leaders.get(shard.index)
             if leader is None:
                 return False
-            if leader == self.node_id:
+            if leader == self.host.node_id:
                 if not shard.leading:
                     return False
-            elif self.address_of(leader) is None:
+            elif self.host.address_of(leader) is None:
                 return False
         return True
 

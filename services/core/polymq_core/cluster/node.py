@@ -13,11 +13,12 @@ Life cycle, driven by :class:`~polymq_core.service.CoreService`:
 2. the broker opens its shards on :meth:`ClusterNode.store` (each tails its log);
 3. :meth:`ClusterNode.start`: announce ourselves, exchange topic interest, and follow the
    shards' leaders every second: a shard whose stream this node leads is promoted (fenced
-   takeover, then loaded), one led elsewhere is demoted (:mod:`polymq_core.cluster.leadership`);
+   takeover, then loaded), one led elsewhere is demoted (its
+   :class:`~polymq_core.cluster.leadership.ShardLeadership`);
    The leader of each shard also purges its log every ``purge_every`` seconds, below what
    every node announced it applied; a node whose next entry was purged copies the shard
-   from another node's admin HTTP (:meth:`ClusterNode.snapshot` serves it there:
-   :mod:`polymq_core.cluster.retention`);
+   from another node's admin HTTP (:meth:`ClusterNode.snapshot` serves it there: its
+   :class:`~polymq_core.cluster.retention.LogRetention`);
 4. :meth:`ClusterNode.leave` (announce leaving, stop following); once the broker has
    answered what it read, :meth:`ClusterNode.hand_over` (what only memory holds of the
    shards it leads, to their next leaders: :mod:`polymq_core.forwarding.handover`); once it closed
@@ -38,6 +39,7 @@ import shutil
 import socket
 import time
 from collections.abc import Awaitable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client as NatsClient
@@ -74,13 +76,7 @@ from .natsd import (
 from .natsroutes import Routes, others, watch_endpoints
 from .peerwatch import PeerWatch
 from .retention import LogRetention
-from .snapshot import (
-    KEEP_BYTES,
-    KEEP_ENTRIES,
-    MAX_ENTRIES,
-    PURGE_EVERY,
-    purge_point,
-)
+from .snapshot import KEEP_BYTES, KEEP_ENTRIES, MAX_ENTRIES, PURGE_EVERY
 from .tls import ClusterTls
 
 if TYPE_CHECKING:
@@ -98,14 +94,17 @@ _STOP_TASKS_WITHIN = 3.0  # seconds a stop waits for its following tasks to end
 _PEER_WATCH_EVERY = 1.0  # seconds between looks for peer links of unreachable nodes
 
 
-class ClusterNode(ShardLeadership, LogRetention):
-    """This node in the cluster; following and moving the shards' leaders is
-    :class:`~polymq_core.cluster.leadership.ShardLeadership`'s part of it, purging logs and copying
-    shards :class:`~polymq_core.cluster.retention.LogRetention`'s.
+class ClusterNode:
+    """This node in the cluster. Two parts of it act on timers of their own, each using
+    what its host protocol names of the node: following and moving the shards' leaders
+    (:attr:`leadership`, a :class:`~polymq_core.cluster.leadership.ShardLeadership`), and
+    purging logs and copying shards (:attr:`retention`, a
+    :class:`~polymq_core.cluster.retention.LogRetention`).
 
     ``purge_every``: seconds between the purges of the logs this node leads, each keeping
     at least ``keep_entries`` entries (fewer when they hold more than ``keep_bytes``:
-    :func:`kept_entries`) and at most ``max_entries`` (:func:`purge_point`)."""
+    :func:`~polymq_core.cluster.snapshot.kept_entries`) and at most ``max_entries``
+    (:func:`~polymq_core.cluster.snapshot.purge_point`)."""
 
     def __init__(
         self,
@@ -116,14 +115,7 @@ class ClusterNode(ShardLeadership, LogRetention):
         keep_bytes: int = KEEP_BYTES,
         max_entries: int | None = MAX_ENTRIES,
     ) -> None:
-        if purge_every <= 0:
-            raise ValueError("purge_every must be positive")
-        purge_point(None, first=1, last=1, keep=keep_entries, most=max_entries)  # checks them
         self.settings = settings
-        self.purge_every = purge_every
-        self.keep_entries = keep_entries
-        self.keep_bytes = keep_bytes
-        self.max_entries = max_entries
         self.node_id = settings.node
         self.secret = settings.secret
         if not settings.cluster_secret:  # (CoreSettings.check: only with the switch)
@@ -156,8 +148,6 @@ class ClusterNode(ShardLeadership, LogRetention):
         # every shard's durable bindings, from its log: whose leaders a topic publish's
         # persistent messages wait for (polymq_core.topics.durableroutes)
         self.durable_routes = DurableRoutes(functools.partial(shard_index, shards=settings.shards))
-        self.leaders: dict[int, str | None] = {}
-        self._leaderless_since: dict[int, float] = {}
         self.nats: NatsServer | None = None
         self.broker: Broker | None = None
         self.membership: Membership | None = None
@@ -166,27 +156,28 @@ class ClusterNode(ShardLeadership, LogRetention):
         self.admin_url = ""
         self.started = time.time()
         self.state = "joining"
-        self._tasks: list[asyncio.Task[None]] = []  # one per shard: following its leader
-        self._wake = [asyncio.Event() for _ in self.logs]
+        # one per shard following its leader, the balancer, the peer watch, the unready guard
+        self._tasks: list[asyncio.Task[None]] = []
         self._advisories: Subscription | None = None
-        self._promoting: dict[int, asyncio.Task[None]] = {}
-        self._handing: set[int] = set()  # shards this node is handing on (not taken again)
-        self._applied_seen: dict[int, int] = {}  # per shard, at the balancer's last look
-        self._led_since: dict[int, float] = {}  # per shard this node took over: when
         self._purger: asyncio.Task[None] | None = None
         self.reloader: Reloader | None = None  # applies system.config reloads (the service's)
         self._config_sub: Subscription | None = None
         self.k8s: EndpointWatcher | None = None  # the Service's EndpointSlices, if set
         self.k8s_members: dict[str, Member] = {}
-        # pods Kubernetes says are not ready, or that left the endpoints, and since when
-        self._unready_since: dict[str, float] = {}
-        self._impaired_at = float("-inf")  # (the balancer: no node impaired yet)
         self.isolation: Isolation | None = None  # pauses our nats-server while cut off
-        self._k8s_known: set[str] = set()  # every pod the endpoints have named
         # on a planned stop, take this node out of the streams' replicas for good (it is not
         # coming back: POLYMQ_LEAVE=remove, or POST /api/cluster/leave), not just step down
         self.remove_on_leave = settings.leave == "remove"
-        self._resizing: dict[int, asyncio.Task[None]] = {}  # per shard: its replicas changing
+        # its parts: who leads each shard (and moving leads), the logs' bounds and copies
+        self.leadership = ShardLeadership(self, len(self.logs))
+        self.retention = LogRetention(
+            self,
+            settings.data_dir / "snapshots",
+            purge_every=purge_every,
+            keep_entries=keep_entries,
+            keep_bytes=keep_bytes,
+            max_entries=max_entries,
+        )
 
     # ---- life cycle ------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -212,7 +203,7 @@ class ClusterNode(ShardLeadership, LogRetention):
             self.routes.attach(self.nats)  # (with --nats, its `polymq nats` keeps them)
             url = self.nats.client_url
         # copies served to other nodes (GET /api/cluster/snapshot) that a crash left behind
-        shutil.rmtree(self._snapshots, ignore_errors=True)
+        shutil.rmtree(self.retention.snapshot_dir, ignore_errors=True)
         # our own child, or one run apart from the same settings (`polymq nats`, the chart's
         # sidecar): both ask for the login derived from the cluster secret; a URL with a
         # login of its own (nats://user:password@...) uses that one instead
@@ -299,8 +290,8 @@ class ClusterNode(ShardLeadership, LogRetention):
             local,
             self.logs[index],
             self.node_id,
-            on_deposed=lambda: self._deposed(index),
-            fetch_snapshot=functools.partial(self._fetch_snapshot, index),
+            on_deposed=lambda: self.leadership.deposed(index),
+            fetch_snapshot=functools.partial(self.retention.fetch_snapshot, index),
             routes=self.durable_routes.of(index),
         )
         self.stores.append(store)
@@ -330,20 +321,22 @@ class ClusterNode(ShardLeadership, LogRetention):
         broker.sensors.watch_cluster(
             lambda: sum(1 for s in broker.shards if s.leading), self._node_states
         )
-        self._advisories = await self.nc.subscribe(_ELECTED, cb=self._elected)
+        self._advisories = await self.nc.subscribe(_ELECTED, cb=self.leadership.elected)
         self._config_sub = await self.nc.subscribe(RELOAD_SUBJECT, cb=self._config_message)
         loop = asyncio.get_running_loop()
+        leadership = self.leadership
         self._tasks = [
-            loop.create_task(self._follow(i), name=f"leader-{i}") for i in range(len(self.logs))
+            loop.create_task(leadership.follow(i), name=f"leader-{i}")
+            for i in range(len(self.logs))
         ]
         if self.replicas > 1:
-            self._tasks.append(loop.create_task(self._balance(), name="balance"))
-        self._purger = loop.create_task(self._purge_logs(), name="purge-logs")
+            self._tasks.append(loop.create_task(leadership.balance(), name="balance"))
+        self._purger = loop.create_task(self.retention.purge_logs(), name="purge-logs")
         # the peer links of a node that hangs are closed here (what they hold goes back)
         watch = PeerWatch(lambda: broker.sessions, self.membership.state_of, _PEER_WATCH_EVERY)
         self._tasks.append(loop.create_task(watch.run(), name="peer-watch"))
         if self.k8s is not None:  # (watched since connect)
-            self._tasks.append(loop.create_task(self._guard_unready(), name="unready"))
+            self._tasks.append(loop.create_task(leadership.guard_unready(), name="unready"))
 
     def add_listeners(self, ports: dict[str, int]) -> None:
         """The frontends' listeners, announced with the core's."""
@@ -368,10 +361,7 @@ class ClusterNode(ShardLeadership, LogRetention):
             if sub is not None:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
-        for task in list(self._promoting.values()):
-            task.cancel()
-        for task in list(self._resizing.values()):
-            task.cancel()
+        self.leadership.cancel_changes()
         if self.membership is not None:
             with contextlib.suppress(Exception):
                 await self.membership.stop(gone=self.remove_on_leave)
@@ -387,12 +377,37 @@ class ClusterNode(ShardLeadership, LogRetention):
         if self.replicas < 2 or not self.nc.is_connected or self.broker is None:
             return
         handed = await HandOver(self, self.broker.bindings.of).run(shards)
-        self.leaders.update(handed)
-        await self.hand_on_led(shards, handed)
+        await self.leadership.hand_on_led(shards, handed)
 
+    # ---- what the hand-over, the relay and the admin API ask of the node -------------------
     async def written(self, shard: int) -> None:
         """Shard ``shard``'s writes are in its log (or failed)."""
         await self.stores[shard].written()
+
+    def address_of(self, node: str) -> tuple[str, int] | None:
+        """Where ``node`` takes forwarded requests (None: not known)."""
+        if self.membership is None:
+            return None
+        # with cluster TLS, the wire listener for peers (TLS, a certificate both ways)
+        return self.membership.address_of(node, "core" if self.tls is None else "peer_wire")
+
+    def leader_of(self, shard: int) -> str | None:
+        return self.leadership.leader_of(shard)
+
+    def heirs(self) -> set[str]:
+        return self.leadership.heirs()
+
+    async def step_down(self, shard: int) -> None:
+        await self.leadership.step_down(shard)
+
+    async def stream_leader(self, shard: int) -> str | None:
+        return await self.leadership.stream_leader(shard)
+
+    def ready(self) -> bool:
+        return self.leadership.ready()
+
+    async def snapshot(self, shard: int) -> tuple[Path, int]:
+        return await self.retention.snapshot(shard)
 
     async def close(self) -> None:
         """Step two, once the broker closed its shards: hand the streams this node leads to
@@ -402,7 +417,7 @@ class ClusterNode(ShardLeadership, LogRetention):
         if self.k8s is not None:
             self.k8s.stop(timeout=0)
         if self.replicas > 1 and self.nc.is_connected:
-            led = [log for i, log in enumerate(self.logs) if self.leaders.get(i) == self.node_id]
+            led = [log for i, log in enumerate(self.logs) if self.leader_of(i) == self.node_id]
             for shard_log in led:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(shard_log.step_down(), 2.0)
@@ -442,7 +457,8 @@ class ClusterNode(ShardLeadership, LogRetention):
         runs (JetStream's peer removal, which places a new replica on a node that has
         none). JetStream refuses when there is no such node (three scaled down to two):
         then the stream's leader drops this replica once it is offline
-        (:meth:`_drop_gone`, told by the ``gone`` in this node's last announcement)."""
+        (:meth:`ShardLeadership._drop_gone`, told by the ``gone`` in this node's last
+        announcement)."""
         for shard_log in self.logs:
             try:
                 await asyncio.wait_for(shard_log.remove_peer(self.node_id), 5.0)
@@ -631,7 +647,7 @@ class ClusterNode(ShardLeadership, LogRetention):
             "shards": [
                 {
                     "shard": i,
-                    "leader": self.leaders.get(i),
+                    "leader": self.leader_of(i),
                     "leading": bool(self.broker and self.broker.shards[i].leading),
                     "applied": self.stores[i].applied if i < len(self.stores) else 0,
                     "peers": list(self.logs[i].peers),  # the stream's replicas
@@ -652,19 +668,9 @@ class ClusterNode(ShardLeadership, LogRetention):
 
     # ---- Kubernetes ------------------------------------------------------------------------
     def _k8s_changed(self, members: dict[str, Member]) -> None:
-        """The Service's endpoints changed: note which pods are not ready, or have left
-        the endpoints after being in them, and since when (such a pod is no leader
-        candidate, and once so for _UNREADY_GRACE it hands its shards' leads to ready
-        ones). A node never named by the endpoints (its id is not its pod's name) is
-        judged by its NATS peers alone."""
-        now = time.monotonic()
-        self._k8s_known.update(members)
-        for name in self._k8s_known:
-            member = members.get(name)
-            if member is not None and member.ready:
-                self._unready_since.pop(name, None)
-            else:
-                self._unready_since.setdefault(name, now)
+        """The Service's endpoints changed: which pods are ready is the leadership's to note
+        (:meth:`ShardLeadership.endpoints_changed`); the NATS routes follow them."""
+        self.leadership.endpoints_changed(members)
         before = {m.name: m.ready for m in self.k8s_members.values()}
         after = {m.name: m.ready for m in members.values()}
         if before != after:

@@ -7,12 +7,14 @@ The leader of each shard purges its log every ``purge_every`` seconds, below wha
 announced it applied, keeping at least ``keep_entries`` entries (fewer if they hold more
 than ``keep_bytes``) and at most ``max_entries``.
 A node whose next entry was purged copies the shard from another node's admin HTTP
-(:meth:`LogRetention._fetch_snapshot`, handed to its
+(:meth:`LogRetention.fetch_snapshot`, handed to its
 :class:`~polymq_core.replication.replicatedstore.
 ReplicatedStore`); :meth:`LogRetention.snapshot` makes the copy a node serves there.
 
-It is a mixin: the node holds the state (its settings, shards' logs and stores, the
-membership, the leaders it knows, the cluster secret and TLS), declared here.
+It is a part the node owns and calls (nothing here runs per message): it holds its
+settings and where snapshots are made; what it uses of the node (its id, the cluster secret
+and TLS, its shards' logs and stores, the membership, who leads a shard) is a
+:class:`RetentionHost`. The node runs :meth:`LogRetention.purge_logs` as its own task.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import logging
 import ssl
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..store.logentry import LogError
 from .membership import LEAVING, UNREACHABLE
@@ -37,41 +39,61 @@ from .snapshot import (
 )
 
 if TYPE_CHECKING:
-    from ..config import CoreSettings
     from ..replication.jetstream import ShardLog
     from ..replication.replicatedstore import ReplicatedStore
     from .membership import Membership, PeerInfo
     from .tls import ClusterTls
 
-__all__ = ["LogRetention"]
+__all__ = ["LogRetention", "RetentionHost"]
 
 log = logging.getLogger(__name__)
 
 
-class LogRetention:
-    """Purging the logs this node leads, and shard copies for nodes that fell behind (see
-    the module's docstring)."""
+class RetentionHost(Protocol):
+    """What purging and copying shards use of the node
+    (:class:`~polymq_core.cluster.node.ClusterNode`)."""
 
-    # what the node holds (ClusterNode.__init__ makes it)
-    settings: CoreSettings
     node_id: str
     secret: str  # the cluster secret: a snapshot's bearer token
     tls: ClusterTls | None
     peer_ssl: ssl.SSLContext | None  # cluster TLS: links to peers use it
-    membership: Membership | None
-    logs: list[ShardLog]
-    stores: list[ReplicatedStore]
-    leaders: dict[int, str | None]
-    purge_every: float
-    keep_entries: int
-    keep_bytes: int
-    max_entries: int | None
+    membership: Membership | None  # the other nodes (None until started)
+    logs: list[ShardLog]  # per shard: its stream
+    stores: list[ReplicatedStore]  # per shard: its store, applying the log
 
-    async def _purge_logs(self) -> None:
+    def leader_of(self, shard: int) -> str | None: ...  # who leads the shard's stream
+
+
+class LogRetention:
+    """Purging the logs this node leads, and shard copies for nodes that fell behind (see
+    the module's docstring). ``snapshot_dir``: the folder the copies this node serves are made
+    in; the other settings as :class:`~polymq_core.cluster.node.ClusterNode` takes them."""
+
+    def __init__(
+        self,
+        host: RetentionHost,
+        snapshot_dir: Path,
+        *,
+        purge_every: float,
+        keep_entries: int,
+        keep_bytes: int,
+        max_entries: int | None,
+    ) -> None:
+        if purge_every <= 0:
+            raise ValueError("purge_every must be positive")
+        purge_point(None, first=1, last=1, keep=keep_entries, most=max_entries)  # checks them
+        self.host = host
+        self.snapshot_dir = snapshot_dir
+        self.purge_every = purge_every
+        self.keep_entries = keep_entries
+        self.keep_bytes = keep_bytes
+        self.max_entries = max_entries
+
+    async def purge_logs(self) -> None:
         """Every ``purge_every`` seconds, purge the logs of the shards this node leads."""
         while True:
             await asyncio.sleep(self.purge_every)
-            for i, store in enumerate(self.stores):
+            for i, store in enumerate(self.host.stores):
                 if not store.is_leader:
                     continue
                 try:
@@ -85,10 +107,10 @@ class LogRetention:
         """Purge shard ``index``'s log below what every node announced it applied (keeping
         at least ``keep_entries``, or ``keep_bytes`` worth: :func:`kept_entries`); the
         sequence purged below, 0 if nothing was."""
-        if self.membership is None:
+        if self.host.membership is None:
             return 0
-        shard_log = self.logs[index]
-        lowest = lowest_applied(self.membership.peers().values(), index)
+        shard_log = self.host.logs[index]
+        lowest = lowest_applied(self.host.membership.peers().values(), index)
         first, last, entries, nbytes = await shard_log.extent()
         keep = kept_entries(self.keep_entries, self.keep_bytes, entries=entries, nbytes=nbytes)
         point = purge_point(lowest, first=first, last=last, keep=keep, most=self.max_entries)
@@ -103,31 +125,27 @@ class LogRetention:
             )
         return point
 
-    @property
-    def _snapshots(self) -> Path:
-        return self.settings.data_dir / "snapshots"
-
     async def snapshot(self, shard: int) -> tuple[Path, int]:
         """A consistent copy of shard ``shard``'s SQLite in a new file (the caller removes
         it) and the log sequence applied in it: what ``GET /api/cluster/snapshot/<shard>``
         serves. IndexError for no such shard, StoreError if it cannot be copied now."""
-        if not 0 <= shard < len(self.stores):
+        if not 0 <= shard < len(self.host.stores):
             raise IndexError(f"no shard {shard}")
-        path = self._snapshots / f"shard-{shard:03d}-{uuid.uuid4().hex}.db"
+        path = self.snapshot_dir / f"shard-{shard:03d}-{uuid.uuid4().hex}.db"
         try:
-            return path, await self.stores[shard].snapshot(path)
+            return path, await self.host.stores[shard].snapshot(path)
         except BaseException:
             path.unlink(missing_ok=True)
             raise
 
-    async def _fetch_snapshot(self, index: int, target: Path) -> int:
+    async def fetch_snapshot(self, index: int, target: Path) -> int:
         """Copy shard ``index`` from another node into ``target`` (its leader if it can,
         else a node that announced enough applied); the sequence applied in the copy."""
-        membership = self.membership
+        membership = self.host.membership
         if membership is None:
             raise SnapshotError("no other node heard from yet")
         try:
-            first: int | None = (await self.logs[index].span())[0]
+            first: int | None = (await self.host.logs[index].span())[0]
         except LogError:
             first = None
         reachable = [
@@ -136,7 +154,7 @@ class LogRetention:
             if membership.state_of(peer.node_id) not in (LEAVING, UNREACHABLE)
         ]
         sources = snapshot_sources(
-            reachable, index, me=self.node_id, leader=self.leaders.get(index), first=first
+            reachable, index, me=self.host.node_id, leader=self.host.leader_of(index), first=first
         )
         if not sources:
             needed = f" applied up to entry {first - 1}" if first else ""
@@ -145,7 +163,7 @@ class LogRetention:
         for peer in sources:
             try:
                 url = snapshot_url(self._admin_url_of(peer), index)
-                applied = await download(url, self.secret, target, ssl=self.peer_ssl)
+                applied = await download(url, self.host.secret, target, ssl=self.host.peer_ssl)
             except SnapshotError as exc:
                 failures.append(str(exc))
                 continue
@@ -156,7 +174,7 @@ class LogRetention:
     def _admin_url_of(self, peer: PeerInfo) -> str:
         """Where ``peer`` serves snapshots: its admin URL, or with cluster TLS its admin
         listener for peers (https, a certificate both ways)."""
-        if self.tls is None:
+        if self.host.tls is None:
             return peer.admin_url
         address = peer.addresses.get("peer_admin")
         if address is None:
