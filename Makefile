@@ -65,7 +65,7 @@ run: $(RUN_STAMP) $(STOMPJS) $(UPLOT)
 
 ## make test: install what the tests need, then run them all (lint and types first)
 test: $(STAMP) $(STOMPJS) $(UPLOT) $(AMQPLIB) chromium lint typecheck
-	$(PY) -m pytest -q --durations=30
+	$(PY) -m pytest -q -rs --durations=30
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
