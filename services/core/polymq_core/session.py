@@ -474,13 +474,18 @@ class Session(SessionOutput, asyncio.Protocol):
             self.broker.sensors.on_subscription(sub.destination.split("/", 1)[0], -1)
             self.reply(Cancelled(sub.sid, code, message))
 
-    def moved(self, sub: Subscription, reason: str, held: dict[int, str]) -> None:
+    def moved(
+        self, sub: Subscription, reason: str, held: dict[int, str], seq: int | None = None
+    ) -> None:
         """The shard of ``sub`` is led elsewhere now (cluster): subscribe it again there.
         What it held unacked (``held``: tag -> message id) it claims from the new leader,
         under the same tags (not delivered again); but not the deliveries still waiting
         here for the socket (:class:`~polymq_core.sessionoutput.Backlog`), which the
         client never had: claimed, they would stay checked out to it on the new leader,
-        never delivered. Left unclaimed, they are ready there and delivered again."""
+        never delivered. Left unclaimed, they are ready there and delivered again.
+        A stream's subscription (``seq``: the seq after the last entry its stream gave
+        it) reads on there from the first entry the client did not get, not from the
+        offset it was made with (``first`` read the whole stream again)."""
         if self.subs.pop(sub.sid, None) is None:
             return
         sub.close()
@@ -488,11 +493,13 @@ class Session(SessionOutput, asyncio.Protocol):
         if unsent is not None and held:
             never = set(unsent.tags)
             held = {tag: mid for tag, mid in held.items() if tag not in never}
+        if unsent is not None and unsent.messages and seq is not None:
+            seq = min(seq, unsent.messages[0].seq)
         self.broker.sensors.on_subscription(sub.destination.split("/", 1)[0], -1)
         if self.protocol == PEER_CLIENT:  # the origin node's relay moves it
             self.reply(Cancelled(sub.sid, "moved", reason))
         elif self.relay is not None:
-            self.relay.relocate(sub.sid, sub.next_tag - 1, held)
+            self.relay.relocate(sub.sid, sub.next_tag - 1, held, seq)
         else:
             self.reply(Cancelled(sub.sid, "unavailable", reason))
 

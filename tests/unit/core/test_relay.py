@@ -5,7 +5,9 @@ The relay leaves that late subscription there and asks again, and the subscripti
 it is not cancelled ``unavailable`` (which sent a client failing over once more).
 
 A stream subscription moved reads on at the new leader from the seq after the last delivery
-the relay passed on (or from where its leader said it started), not from its first offset.
+the relay passed on (or from where its leader said it started), not from its first offset;
+one that this node's session served reads on from the seq the session names, and one taken
+back by this node's session reads on here from where it was.
 
 Acks the client sends while the new leader has not yet answered the moved subscribe wait
 for its answer: sent at once, they reached a node that did not have the subscription yet
@@ -165,6 +167,51 @@ async def test_a_moved_stream_subscription_reads_on_after_what_it_had(
     assert [a.options["offset"] for a in n2.asked] == [6]
     seqs = [m.seq for r in replies if isinstance(r, Deliver) for m in r.messages]
     assert seqs == [1, 2, 3, 4, 5], replies
+    relay.close()
+
+
+async def test_a_stream_subscription_served_here_reads_on_where_the_session_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Served by this node's session (the relay passed none of its deliveries), moved away:
+    it reads on at the new leader from the seq the session names; taken back here, it reads
+    on from after what the new leader gave it; moved away again, from the session's seq."""
+    monkeypatch.setattr(relay_module, "shard_key_of", lambda b, s, ev: "stream/s")
+    replies: list[Event] = []
+    here: list[Subscribe] = []
+
+    def resubscribe_here(request: Subscribe, top: int, held: dict[int, str]) -> list[int]:
+        here.append(request)
+        return []
+
+    session: Any = SimpleNamespace(
+        reply=lambda ev, raw=None: replies.append(ev),
+        protocol="n",
+        resubscribe_here=resubscribe_here,
+    )
+    shard = SimpleNamespace(leading=False, index=0)
+    broker: Any = SimpleNamespace(shard_for=lambda key: shard)
+    cluster: Any = SimpleNamespace(secret="s", node_id="n1", leader_of=lambda i: "n2")
+    relay = Relay(session, broker, cluster)
+    relay._watching = True  # (no watcher task)
+    n2 = StreamPeer("n2", relay, early=2)
+    relay.links["n2"] = n2  # type: ignore[assignment]
+    request = Subscribe(7, SID, "stream/s", {"offset": "first"})
+    relay.requests[SID] = request  # (as take() keeps it, then leaves it to the session)
+    relay.relocate(SID, 3, {}, 4)  # the session had delivered 1-3
+    await asyncio.wait_for(relay._tasks.pop(), 10.0)
+    assert [a.options["offset"] for a in n2.asked] == [4]  # n2 gave 4 and 5
+    shard.leading = True
+    relay.relocate(SID, relay.subs[SID].top)
+    await asyncio.wait_for(relay._tasks.pop(), 10.0)
+    assert [r.options["offset"] for r in here] == [6]
+    assert SID not in relay.subs and SID not in relay.next_seq
+    shard.leading = False
+    relay.relocate(SID, 9, {}, 10)  # here it delivered 6-9
+    await asyncio.wait_for(relay._tasks.pop(), 10.0)
+    assert [a.options["offset"] for a in n2.asked] == [4, 10]
+    seqs = [m.seq for r in replies if isinstance(r, Deliver) for m in r.messages]
+    assert seqs == [4, 5, 10, 11], replies
     relay.close()
 
 

@@ -276,13 +276,16 @@ class Shard(DurableWrites):
                     for sub in subs
                 ]
                 holder.inflight.clear()
+                reads_on: list[int | None] = [None] * len(subs)
             else:
                 subs = list(holder.cursors)
+                # a stream's reader reads on at its cursor (the seq after what it was given)
+                reads_on = list(holder.cursors.values())
                 holder.cursors.clear()
                 held = [{} for _ in subs]
-            for sub, its in zip(subs, held, strict=True):
+            for sub, its, seq in zip(subs, held, reads_on, strict=True):
                 sub.inflight.clear()
-                sub.session.moved(sub, reason, its)
+                sub.session.moved(sub, reason, its, seq)
         self.host.drop_cursors(self)
         bindings = self.host.bindings
         for key in bindings.bound_queues():

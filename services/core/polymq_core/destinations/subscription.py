@@ -22,8 +22,8 @@ class SubscriberSession(Protocol):
     """What a subscription and the destinations it is attached to (queues, streams, the
     shard that moves them) use of the session that owns it: a protocol, so that this module
     need not import ``session.py``, which imports it. The session takes each delivery (or
-    says it has no room), is told when the core ends or moves one of its subscriptions, and
-    names itself in logs."""
+    says it has no room), is told when the core ends or moves one of its subscriptions (a
+    stream's with the seq it reads on from), and names itself in logs."""
 
     name: str
 
@@ -34,7 +34,9 @@ class SubscriberSession(Protocol):
     def accepts(self, sub: Subscription) -> bool: ...
     def push_delivery(self, sub: Subscription, tag: int, msg: Message, key: Any) -> None: ...
     def cancel(self, sub: Subscription, code: str, message: str) -> None: ...
-    def moved(self, sub: Subscription, reason: str, held: dict[int, str]) -> None: ...
+    def moved(
+        self, sub: Subscription, reason: str, held: dict[int, str], seq: int | None = None
+    ) -> None: ...
 
 
 class Source(Protocol):

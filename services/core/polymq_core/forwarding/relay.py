@@ -32,7 +32,8 @@ there (unsubscribed on that node) and the subscribe is sent again, its tags afte
 highest the client had: the subscription moves, it is not cancelled ``unavailable``.
 A stream subscription moves on from where it was: the relay keeps the seq after the last
 delivery it passed on (before any, the seq the leader's answer named; never backwards) and
-subscribes again at that seq (its ``offset``), not at the offset it was made with.
+subscribes again at that seq (its ``offset``), not at the offset it was made with; one that
+this node's session served reads on from the seq the session names (:meth:`Relay.relocate`).
 
 A request that reached this node through a peer link is never forwarded again: if this node
 no longer leads its shard, it is refused ``not-leader`` (no loops between nodes that
@@ -587,14 +588,20 @@ class Relay(RequestHolding):
                 self.relocate(sid, rs.top)
 
     # ---- moving subscriptions -----------------------------------------------------------------
-    def relocate(self, sid: int, top: int, held: dict[int, str] | None = None) -> None:
+    def relocate(
+        self, sid: int, top: int, held: dict[int, str] | None = None, seq: int | None = None
+    ) -> None:
         """Subscribe ``sid`` again through whichever node leads its shard now; its tags go on
         after ``top``, and the deliveries it holds unacked are claimed there (``held``: tag
-        -> message id, of a subscription this node led; else what the relay holds).
+        -> message id, of a subscription this node led; else what the relay holds). A
+        stream's reads on from ``seq`` (the seq after what this node's session gave it, of
+        one this node led; else after what the relay passed on).
         Cancelled (told to the client) if no leader takes it in time."""
         request = self.requests.get(sid)
         if held is not None and request is not None:
             self.held[sid] = held
+        if seq is not None and request is not None:
+            self.next_seq[sid] = seq
         if sid in self._moving:
             return  # one move at a time: the one under way asks whoever leads now
         old = self.subs.pop(sid, None)
