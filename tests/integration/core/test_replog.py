@@ -33,6 +33,15 @@ from polymq_core.replication.replicatedstore import ReplicatedStore
 from polymq_core.store.contract import StoreError
 from polymq_core.store.logentry import Deposed, LogUnavailable, encode_entry
 from polymq_core.store.sqlite import SqliteStore
+from polymq_core.store.writes import (
+    Append,
+    AppendMany,
+    DeleteValue,
+    Remove,
+    SaveBindings,
+    SaveDestination,
+    SaveValue,
+)
 
 from .helpers import eventually
 
@@ -198,13 +207,13 @@ async def test_the_leaders_writes_reach_every_follower(tmp_path: Path) -> None:
         assert epoch == a.applied == a.last
 
         await settle(
-            a.save_destination(Q, {"durable": True}, {"owner": "x"}),
-            a.append_many(Q, [message(i) for i in range(1, 6)]),
-            a.save_bindings(Q, ["orders.*"]),
-            a.kv_put("k1", b"\x00v1"),
-            a.kv_put("k2", b"v2"),
+            a.write(SaveDestination(Q, {"durable": True}, {"owner": "x"})),
+            a.write(AppendMany(Q, [message(i) for i in range(1, 6)])),
+            a.write(SaveBindings(Q, ["orders.*"])),
+            a.write(SaveValue("k1", b"\x00v1")),
+            a.write(SaveValue("k2", b"v2")),
         )
-        await settle(a.remove(Q, [2, 4]), a.kv_delete("k2"))
+        await settle(a.write(Remove(Q, [2, 4])), a.write(DeleteValue("k2")))
         # the leader reads its own writes as soon as they resolve
         assert [m.seq for m in await a.load_messages(Q)] == [1, 3, 5]
         assert await a.kv_get("k1") == b"\x00v1" and await a.kv_get("k2") is None
@@ -223,15 +232,15 @@ async def test_the_leaders_writes_reach_every_follower(tmp_path: Path) -> None:
 
         # only the leader takes writes
         with pytest.raises(StoreError, match="not the leader"):
-            b.kv_put("k3", b"no")
+            b.write(SaveValue("k3", b"no"))
 
         # latency: one write at a time; throughput: many at once (group commit into entries)
         started = time.perf_counter()
         for i in range(100):
-            await settle(a.kv_put(f"lat{i}", b"x"))
+            await settle(a.write(SaveValue(f"lat{i}", b"x")))
         one = (time.perf_counter() - started) / 100
         started = time.perf_counter()
-        await settle(*(a.append(Q, message(i)) for i in range(100, 3100)))
+        await settle(*(a.write(Append(Q, message(i))) for i in range(100, 3100)))
         many = time.perf_counter() - started
         entries_before = a.applied
         print(
@@ -250,7 +259,9 @@ async def test_a_new_leaders_takeover_fences_the_old_one(tmp_path: Path) -> None
         node_a, node_b, _ = nodes
         a, b = node_a.store, node_b.store
         await a.promote()
-        await settle(a.append_many(Q, [message(1), message(2)]), a.kv_put("who", b"a"))
+        await settle(
+            a.write(AppendMany(Q, [message(1), message(2)])), a.write(SaveValue("who", b"a"))
+        )
         await converged(nodes)
 
         # B takes over while A still believes it leads; A keeps writing all along
@@ -262,7 +273,7 @@ async def test_a_new_leaders_takeover_fences_the_old_one(tmp_path: Path) -> None
             failed by the fence (A's append expected an older last entry)."""
             for i in range(3, 5000):
                 try:
-                    await asyncio.wait_for(a.append(Q, message(i)), SETTLE)
+                    await asyncio.wait_for(a.write(Append(Q, message(i))), SETTLE)
                     a_results.append((i, "ok"))
                 except StoreError:
                     a_results.append((i, "failed"))
@@ -280,8 +291,8 @@ async def test_a_new_leaders_takeover_fences_the_old_one(tmp_path: Path) -> None
 
         # A's next write fails too (it knows it does not lead now); B's succeed
         with pytest.raises(StoreError):
-            await asyncio.wait_for(a.kv_put("who", b"a again"), SETTLE)
-        await settle(b.kv_put("who", b"b"), b.remove(Q, [1]))
+            await asyncio.wait_for(a.write(SaveValue("who", b"a again")), SETTLE)
+        await settle(b.write(SaveValue("who", b"b")), b.write(Remove(Q, [1])))
 
         _, messages, _, kv = await converged(nodes)
         confirmed = [seq for seq, r in a_results if r == "ok"]
@@ -321,20 +332,20 @@ async def test_an_old_leader_that_missed_the_takeover_is_fenced_by_the_log(
         await a.open()
         b = node_b.store
         await a.promote()
-        await settle(a.append(Q, message(1)))
+        await settle(a.write(Append(Q, message(1))))
         await converged(nodes)
 
         node_a.log.gate.clear()  # A sees nothing from now on
         await b.promote()
         assert a.is_leader  # A has not heard
         started = time.monotonic()
-        future = a.append(Q, message(2))  # taken: A believes it leads
+        future = a.write(Append(Q, message(2)))  # taken: A believes it leads
         with pytest.raises(StoreError, match="deposed"):
             await asyncio.wait_for(future, SETTLE)
         assert time.monotonic() - started < TIMEOUT + 1.5
         assert not a.is_leader and len(node_a.deposed) == 1
 
-        await settle(b.append(Q, message(3)))
+        await settle(b.write(Append(Q, message(3))))
         node_a.log.gate.set()
         _, messages, _, _ = await converged(nodes)
         assert [m.seq for m in messages] == [1, 3]
@@ -359,7 +370,10 @@ async def test_a_restarted_follower_applies_only_the_tail(tmp_path: Path) -> Non
     async with three_nodes(tmp_path) as nodes:
         a = nodes[0].store
         await a.promote()
-        await settle(a.append_many(Q, [message(i) for i in range(1, 11)]), a.kv_put("k", b"1"))
+        await settle(
+            a.write(AppendMany(Q, [message(i) for i in range(1, 11)])),
+            a.write(SaveValue("k", b"1")),
+        )
         await converged(nodes)
         follower = nodes[2]
         await follower.store.close()
@@ -367,8 +381,8 @@ async def test_a_restarted_follower_applies_only_the_tail(tmp_path: Path) -> Non
         assert closed_at == await a.sync()
 
         for i in range(11, 31):
-            await settle(a.append(Q, message(i)), a.remove(Q, [i - 10]))
-        await settle(a.kv_put("k", b"2"))
+            await settle(a.write(Append(Q, message(i))), a.write(Remove(Q, [i - 10])))
+        await settle(a.write(SaveValue("k", b"2")))
         expected_entries = await a.sync() - closed_at
         assert expected_entries >= 21
 
@@ -401,7 +415,7 @@ async def write_until_done(store: ReplicatedStore, seq: int) -> None:
 
     async def attempt() -> bool:
         try:
-            await asyncio.wait_for(store.append(Q, message(seq)), SETTLE)
+            await asyncio.wait_for(store.write(Append(Q, message(seq))), SETTLE)
             return True
         except StoreError:
             return False
@@ -470,7 +484,7 @@ async def test_a_node_whose_next_entry_was_purged_stops_tailing_and_says_so(
         with pytest.raises(LogUnavailable, match="purged"):
             await store.promote(timeout=0.5)
         # the others go on
-        await settle(a.append(Q, message(6)))
+        await settle(a.write(Append(Q, message(6))))
         await eventually(lambda: nodes[1].store.applied == a.applied, within=SETTLE)
 
 
@@ -481,7 +495,7 @@ async def test_without_a_majority_a_write_fails_and_is_never_confirmed(tmp_path:
     async with three_nodes(tmp_path) as nodes:
         a = nodes[0].store
         await a.promote()
-        await settle(a.kv_put("k", b"before"))
+        await settle(a.write(SaveValue("k", b"before")))
         await converged(nodes)
 
         frozen = []
@@ -492,7 +506,7 @@ async def test_without_a_majority_a_write_fails_and_is_never_confirmed(tmp_path:
                 os.kill(pid, signal.SIGSTOP)
                 frozen.append(pid)
             started = time.monotonic()
-            future = a.kv_put("k", b"during")
+            future = a.write(SaveValue("k", b"during"))
             with pytest.raises(StoreError, match="unavailable"):
                 await asyncio.wait_for(future, 3 * TIMEOUT)
             took = time.monotonic() - started
@@ -509,7 +523,7 @@ async def test_without_a_majority_a_write_fails_and_is_never_confirmed(tmp_path:
             try:
                 if not a.is_leader:
                     await a.promote(timeout=2 * TIMEOUT)
-                await asyncio.wait_for(a.kv_put("k", b"after"), SETTLE)
+                await asyncio.wait_for(a.write(SaveValue("k", b"after")), SETTLE)
                 return True
             except Exception:
                 return False

@@ -30,6 +30,7 @@ from polymq_core.metrics import Sensors
 from polymq_core.replication.replicatedstore import ReplicatedStore
 from polymq_core.store.filecopy import check_snapshot
 from polymq_core.store.sqlite import SqliteStore
+from polymq_core.store.writes import Append, Remove, SaveBindings, SaveDestination, SaveValue
 from polymq_server.auth.provider import load_provider
 
 from .helpers import eventually
@@ -104,7 +105,7 @@ async def test_the_leader_purges_what_every_node_applied_and_keeps_the_last(
         a = nodes[0].store
         await a.promote()
         for i in range(1, 31):
-            await settle(a.append(Q, message(i)))
+            await settle(a.write(Append(Q, message(i))))
         await converged(nodes)
         _, last = await nodes[0].log.span()
         assert last == a.applied >= 31
@@ -127,7 +128,7 @@ async def test_the_leader_purges_what_every_node_applied_and_keeps_the_last(
 
         heard.known[names[1]] = replace(heard.known[names[1]], state="leaving")
         heard.announce(names[2], 0)  # wiped, copying a snapshot: nothing more goes
-        await settle(a.append(Q, message(31)))
+        await settle(a.write(Append(Q, message(31))))
         assert await leader.retention.purge(0) == 0
         # a node that left is not waited for
         heard.announce(names[2], last + 1)
@@ -135,7 +136,7 @@ async def test_the_leader_purges_what_every_node_applied_and_keeps_the_last(
         assert await leader.retention.purge(0) == last - 3
 
         # every node still tails: nothing they needed went
-        await settle(a.append(Q, message(32)))
+        await settle(a.write(Append(Q, message(32))))
         _, messages, _, _ = await converged(nodes)
         assert [m.seq for m in messages] == list(range(1, 33))
 
@@ -147,7 +148,7 @@ async def test_the_last_entries_kept_are_bounded_by_bytes_too(tmp_path: Path) ->
         a = nodes[0].store
         await a.promote()
         for i in range(1, 21):
-            await settle(a.append(Q, message(i, body=bytes(20_000))))
+            await settle(a.write(Append(Q, message(i, body=bytes(20_000)))))
         await converged(nodes)
         first, last, entries, nbytes = await nodes[0].log.extent()
         assert (first, entries) == (1, last) and nbytes > 20 * 20_000
@@ -168,7 +169,7 @@ async def test_the_purge_runs_by_itself_on_the_leader_only(tmp_path: Path) -> No
         a = nodes[0].store
         await a.promote()
         for i in range(1, 11):
-            await settle(a.append(Q, message(i)))
+            await settle(a.write(Append(Q, message(i))))
         await converged(nodes)
         heard = Heard(*(PeerInfo(n.name, applied={0: n.store.applied}) for n in nodes))
         # were the follower to purge, it would keep only 1
@@ -205,13 +206,13 @@ async def test_a_wiped_node_copies_the_shard_from_the_leader_and_tails_on(
         a = node_a.store
         await a.promote()
         await settle(
-            a.save_destination(Q, {"durable": True}, {"owner": "x"}),
-            a.save_bindings(Q, ["orders.*"]),
-            a.kv_put("k", b"\x00v"),
+            a.write(SaveDestination(Q, {"durable": True}, {"owner": "x"})),
+            a.write(SaveBindings(Q, ["orders.*"])),
+            a.write(SaveValue("k", b"\x00v")),
         )
         for i in range(1, 41):
-            await settle(a.append(Q, message(i)))
-        await settle(a.remove(Q, list(range(1, 11))))
+            await settle(a.write(Append(Q, message(i))))
+        await settle(a.write(Remove(Q, list(range(1, 11)))))
         before = await converged(nodes)
 
         heard = Heard()
@@ -254,7 +255,7 @@ async def test_a_wiped_node_copies_the_shard_from_the_leader_and_tails_on(
             copied_at = node_c.store.applied
 
             # it tails on from the copy's entry
-            await settle(a.append(Q, message(41)), a.kv_put("k", b"after"))
+            await settle(a.write(Append(Q, message(41))), a.write(SaveValue("k", b"after")))
             _, messages, _, kv = await converged(nodes)
             assert [m.seq for m in messages] == list(range(11, 42)) and kv == {"k": b"after"}
             assert node_c.store.applied == a.applied
@@ -262,7 +263,7 @@ async def test_a_wiped_node_copies_the_shard_from_the_leader_and_tails_on(
 
             # and it can lead: the copy is the shard
             await node_c.store.promote(timeout=SETTLE)
-            await settle(node_c.store.append(Q, message(42)))
+            await settle(node_c.store.write(Append(Q, message(42))))
             _, messages, _, _ = await converged(nodes)
             assert messages[-1].seq == 42
 
@@ -284,7 +285,7 @@ async def test_the_snapshot_route_is_for_peers_only(tmp_path: Path) -> None:
     local = SqliteStore(tmp_path / "shard.db")
     await local.open()
     try:
-        await local.apply_entry(7, [local.encode("kv_put", "k", b"v")])
+        await local.apply_entry(7, [local.encode(SaveValue("k", b"v"))])
         settings = CoreSettings(
             peers="127.0.0.1:1", node_id="a", cluster_secret=SECRET, data_dir=tmp_path, shards=1
         )

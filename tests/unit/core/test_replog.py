@@ -25,6 +25,7 @@ from polymq_core.store.logentry import (
     encode_entry,
 )
 from polymq_core.store.sqlite import SqliteStore
+from polymq_core.store.writes import Append, AppendMany, Remove, SaveValue
 
 Q = "queue/q"
 DEADLINE = 5.0
@@ -144,12 +145,16 @@ async def test_a_follower_refuses_writes_and_applies_the_leaders(tmp_path: Path)
     log = MemoryLog()
     async with replicated(tmp_path, log, "a") as (a, _), replicated(tmp_path, log, "b") as (b, _):
         with pytest.raises(StoreError, match="not the leader"):
-            a.append(Q, msg(1))
+            a.write(Append(Q, msg(1)))
         assert await a.promote() == 1 == a.epoch
         commits: list[int] = []
         a.on_commit = lambda seconds, n: commits.append(n)
-        await settled(a.append_many(Q, [msg(1), msg(2)]), a.kv_put("k", b"v"), a.append(Q, msg(3)))
-        await settled(a.remove(Q, [1]))
+        await settled(
+            a.write(AppendMany(Q, [msg(1), msg(2)])),
+            a.write(SaveValue("k", b"v")),
+            a.write(Append(Q, msg(3))),
+        )
+        await settled(a.write(Remove(Q, [1])))
         assert await seqs(a) == [2, 3]  # the leader reads its writes once they resolve
         await until(lambda: b.applied == len(log.entries))  # held a moment, then applied
         assert await seqs(b) == [2, 3] and await b.kv_get("k") == b"v"
@@ -163,7 +168,7 @@ async def test_writes_issued_together_share_one_entry(tmp_path: Path) -> None:
     log = MemoryLog()
     async with replicated(tmp_path, log, "a", max_entry_writes=50) as (a, _):
         await a.promote()
-        await settled(*(a.append(Q, msg(i)) for i in range(1, 201)))
+        await settled(*(a.write(Append(Q, msg(i))) for i in range(1, 201)))
         sizes = [n for _, takeover, n in log.writers() if not takeover]
         assert sum(sizes) == 200 and len(sizes) <= 6 and max(sizes) <= 50
         assert await seqs(a) == list(range(1, 201))
@@ -176,9 +181,9 @@ async def test_an_entry_too_large_is_split_and_a_write_too_large_fails_alone(
     log.max_entry = 4096
     async with replicated(tmp_path, log, "a") as (a, _):
         await a.promote()
-        big = [a.kv_put(f"k{i}", b"x" * 1000) for i in range(10)]
-        huge = a.kv_put("huge", b"x" * 5000)
-        after = a.kv_put("after", b"y")
+        big = [a.write(SaveValue(f"k{i}", b"x" * 1000)) for i in range(10)]
+        huge = a.write(SaveValue("huge", b"x" * 5000))
+        after = a.write(SaveValue("after", b"y"))
         await settled(*big, after)
         with pytest.raises(StoreError, match="more than the log takes"):
             await huge
@@ -193,14 +198,14 @@ async def test_a_takeover_deposes_the_old_leader_through_its_tail(tmp_path: Path
         replicated(tmp_path, log, "b") as (b, b_deposed),
     ):
         await a.promote()
-        await settled(a.append(Q, msg(1)))
+        await settled(a.write(Append(Q, msg(1))))
         epoch = await b.promote()
         assert epoch == len(log.entries) and b.is_leader
         await until(lambda: not a.is_leader)
         assert a_deposed == ["a"] and b_deposed == []
         with pytest.raises(StoreError, match="not the leader"):
-            a.append(Q, msg(2))
-        await settled(b.append(Q, msg(3)))
+            a.write(Append(Q, msg(2)))
+        await settled(b.write(Append(Q, msg(3))))
         await until(lambda: a.applied == len(log.entries))
         assert await seqs(a) == await seqs(b) == [1, 3]
 
@@ -212,10 +217,10 @@ async def test_an_old_leader_that_missed_the_takeover_is_fenced(tmp_path: Path) 
         replicated(tmp_path, log, "b") as (b, _),
     ):
         await a.promote()
-        await settled(a.append(Q, msg(1)))
+        await settled(a.write(Append(Q, msg(1))))
         # another node's takeover that a's tail has not delivered yet
         log.entries.append(encode_entry("b", len(log.entries) + 1, [], takeover=True))
-        pending = a.append(Q, msg(2))
+        pending = a.write(Append(Q, msg(2)))
         with pytest.raises(StoreError, match="deposed"):
             await asyncio.wait_for(pending, DEADLINE)
         assert not a.is_leader and a_deposed == ["a"]
@@ -232,9 +237,9 @@ async def test_a_lost_answer_is_caught_up_on_not_taken_for_a_rival(tmp_path: Pat
         await a.promote()
         log.lose_answers = True
         with pytest.raises(StoreError, match="unavailable"):
-            await asyncio.wait_for(a.append(Q, msg(1)), DEADLINE)
+            await asyncio.wait_for(a.write(Append(Q, msg(1))), DEADLINE)
         log.lose_answers = False
-        await settled(a.append(Q, msg(2)))
+        await settled(a.write(Append(Q, msg(2))))
         assert a.is_leader and deposed == []
         assert await seqs(a) == [1, 2]  # it was in the log, so it is here too
         assert await a.sync() == len(log.entries) == await a.local.applied()
@@ -246,10 +251,10 @@ async def test_an_unavailable_log_fails_writes_and_promote_gives_up(tmp_path: Pa
         await a.promote()
         log.down = True
         with pytest.raises(StoreError, match="unavailable"):
-            await asyncio.wait_for(a.append(Q, msg(1)), DEADLINE)
+            await asyncio.wait_for(a.write(Append(Q, msg(1))), DEADLINE)
         assert a.is_leader and deposed == []
         log.down = False
-        await settled(a.append(Q, msg(2)))
+        await settled(a.write(Append(Q, msg(2))))
         assert await seqs(a) == [2]
     async with replicated(tmp_path, log, "b") as (b, _):
         log.down = True
@@ -267,18 +272,18 @@ async def test_an_append_nobody_took_is_tried_again_within_the_logs_timeout(
     async with replicated(tmp_path, log, "a") as (a, deposed):
         await a.promote()
         log.leaderless = 4
-        await settled(a.append(Q, msg(1)))
+        await settled(a.write(Append(Q, msg(1))))
         assert log.leaderless == 0 and await seqs(a) == [1]
         assert len(log.writers()) == 2  # the takeover, then the write once
         log.leaderless = 10**6
         started = asyncio.get_running_loop().time()
         with pytest.raises(StoreError, match="no leader") as failed:
-            await asyncio.wait_for(a.append(Q, msg(2)), DEADLINE)
+            await asyncio.wait_for(a.write(Append(Q, msg(2))), DEADLINE)
         assert isinstance(failed.value.__cause__, NoLeader)
         assert asyncio.get_running_loop().time() - started >= log.timeout
         log.leaderless = 0
         assert a.is_leader and deposed == []
-        await settled(a.append(Q, msg(3)))  # (not "uncertain": no catch-up needed)
+        await settled(a.write(Append(Q, msg(3))))  # (not "uncertain": no catch-up needed)
         assert await seqs(a) == [1, 3]
 
 
@@ -286,39 +291,41 @@ async def test_demote_and_close_fail_pending_writes(tmp_path: Path) -> None:
     log = MemoryLog()
     async with replicated(tmp_path, log, "a") as (a, deposed):
         await a.promote()
-        first = a.append(Q, msg(1))
+        first = a.write(Append(Q, msg(1)))
         for _ in range(3):
             await asyncio.sleep(0)  # the flusher takes it and appends it
-        queued = a.append(Q, msg(2))  # waits for the next entry
+        queued = a.write(Append(Q, msg(2)))  # waits for the next entry
         a.demote()
         with pytest.raises(StoreError, match="no longer leads"):
             await queued
         await settled(first)
         assert deposed == [] and not a.is_leader
         await a.promote()
-        stuck = a.append(Q, msg(3))
+        stuck = a.write(Append(Q, msg(3)))
     with pytest.raises(StoreError):
         await stuck
     with pytest.raises(StoreError):
-        a.append(Q, msg(4))
+        a.write(Append(Q, msg(4)))
 
 
 async def test_a_reopened_store_tails_from_what_it_applied(tmp_path: Path) -> None:
     log = MemoryLog()
     async with replicated(tmp_path, log, "a") as (a, _):
         await a.promote()
-        await settled(a.append_many(Q, [msg(1), msg(2)]))
+        await settled(a.write(AppendMany(Q, [msg(1), msg(2)])))
         async with replicated(tmp_path, log, "b") as (b, _):
             await until(lambda: b.applied == len(log.entries))
             stopped = b.applied
-        await settled(a.remove(Q, [1]), a.append(Q, msg(3)))
+        await settled(a.write(Remove(Q, [1])), a.write(Append(Q, msg(3))))
         entries: list[int] = []
         async with replicated(tmp_path, log, "b") as (b, _):
             assert b.applied == stopped
             b.local.on_commit = lambda seconds, n: entries.append(n)
             await until(lambda: b.applied == len(log.entries))
             assert await seqs(b) == [2, 3]
-            await settled(b.local.kv_put("barrier", b""))  # every apply before it is counted
+            await settled(
+                b.local.write(SaveValue("barrier", b""))
+            )  # every apply before it is counted
         assert sum(entries) - 1 == len(log.entries) - stopped
 
 
@@ -326,7 +333,7 @@ async def test_promote_waits_until_the_log_is_applied(tmp_path: Path) -> None:
     log = MemoryLog()
     async with replicated(tmp_path, log, "a") as (a, _):
         await a.promote()
-        await settled(*(a.append(Q, msg(i)) for i in range(1, 50)))
+        await settled(*(a.write(Append(Q, msg(i))) for i in range(1, 50)))
         async with replicated(tmp_path, log, "b") as (b, _):
             await b.promote()
             assert b.applied == len(log.entries)
@@ -339,8 +346,8 @@ async def test_a_takeover_reads_what_a_stuck_tail_has_not_brought(tmp_path: Path
     log = MemoryLog()
     async with replicated(tmp_path, log, "a") as (a, _):
         await a.promote()
-        await settled(a.append_many(Q, [msg(1), msg(2)]), a.append(Q, msg(3)))
-        await settled(a.remove(Q, [1]))
+        await settled(a.write(AppendMany(Q, [msg(1), msg(2)])), a.write(Append(Q, msg(3))))
+        await settled(a.write(Remove(Q, [1])))
     last = len(log.entries)
     log.tails_flow.clear()
     log.got.clear()
@@ -350,6 +357,6 @@ async def test_a_takeover_reads_what_a_stuck_tail_has_not_brought(tmp_path: Path
         assert log.got == list(range(1, last + 1))  # (its own takeover entry it knows)
         assert await seqs(b) == [2, 3]
         log.tails_flow.set()  # the tail comes back: what it brings is not applied twice
-        await settled(b.append(Q, msg(4)))
+        await settled(b.write(Append(Q, msg(4))))
         await until(lambda: b.applied == len(log.entries))
         assert await seqs(b) == [2, 3, 4]

@@ -31,6 +31,7 @@ from polymq_core.store.contract import StoreError
 from polymq_core.store.filecopy import check_snapshot, install_snapshot
 from polymq_core.store.logentry import Deposed, LogError
 from polymq_core.store.sqlite import SqliteStore
+from polymq_core.store.writes import Append, AppendMany, Remove, SaveDestination, SaveValue
 
 Q = "queue/q"
 DEADLINE = 5.0
@@ -145,10 +146,8 @@ async def test_a_backup_is_a_consistent_copy_while_writes_go_on(tmp_path: Path) 
     store = SqliteStore(tmp_path / "a.db", synchronous="NORMAL")
     await store.open()
     try:
-        await store.apply_entry(1, [store.encode("save_destination", Q, {}, {})])
-        writing = [
-            store.apply_entry(i, [store.encode("append", Q, msg(i))]) for i in range(2, 2000)
-        ]
+        await store.apply_entry(1, [store.encode(SaveDestination(Q, {}, {}))])
+        writing = [store.apply_entry(i, [store.encode(Append(Q, msg(i)))]) for i in range(2, 2000)]
         applied = await store.backup(tmp_path / "copy.db")
         await asyncio.gather(*writing)
     finally:
@@ -167,14 +166,14 @@ async def test_a_backup_is_a_consistent_copy_while_writes_go_on(tmp_path: Path) 
 async def test_a_copy_goes_in_place_of_a_store_and_its_wal(tmp_path: Path) -> None:
     source = SqliteStore(tmp_path / "source.db")
     await source.open()
-    await source.apply_entry(9, [source.encode("kv_put", "k", b"new")])
+    await source.apply_entry(9, [source.encode(SaveValue("k", b"new"))])
     await source.backup(tmp_path / "copy.db")
     await source.close()
 
     db = tmp_path / "shard.db"
     old = SqliteStore(db)
     await old.open()
-    await old.apply_entry(3, [old.encode("kv_put", "k", b"old"), old.encode("kv_put", "x", b"")])
+    await old.apply_entry(3, [old.encode(SaveValue("k", b"old")), old.encode(SaveValue("x", b""))])
     await old.close()
     (tmp_path / "shard.db-wal").write_bytes(b"junk a crash left")
     install_snapshot(tmp_path / "copy.db", db)
@@ -301,8 +300,8 @@ async def test_a_store_behind_a_purge_copies_the_shard_then_tails_on(tmp_path: P
     async with replicated(tmp_path / "a.db", log, "a") as a:
         await a.promote()
         for i in range(1, 21):
-            await settled(a.append(Q, msg(i)))
-        await settled(a.remove(Q, [1, 2, 3]), a.kv_put("k", b"v"))
+            await settled(a.write(Append(Q, msg(i))))
+        await settled(a.write(Remove(Q, [1, 2, 3])), a.write(SaveValue("k", b"v")))
         last = await a.sync()
         await log.purge_below(last)  # keeps the last entry only
 
@@ -329,7 +328,7 @@ async def test_a_store_behind_a_purge_copies_the_shard_then_tails_on(tmp_path: P
             assert not b.restoring and b.tail_error is None
             assert not (tmp_path / "b.db.snapshot").exists()
 
-            await settled(a.append(Q, msg(21)))  # and it tails on
+            await settled(a.write(Append(Q, msg(21))))  # and it tails on
             last = await a.sync()
             await until(lambda: b.applied == last)
             assert (await seqs(b))[-1] == 21 and sum(commits) == 1
@@ -341,7 +340,7 @@ async def test_promote_waits_until_the_copy_is_in_place(tmp_path: Path) -> None:
     log = PurgeableLog()
     async with replicated(tmp_path / "a.db", log, "a") as a:
         await a.promote()
-        await settled(a.append_many(Q, [msg(1), msg(2)]), a.kv_put("k", b"v"))
+        await settled(a.write(AppendMany(Q, [msg(1), msg(2)])), a.write(SaveValue("k", b"v")))
         await log.purge_below(log.last)
         a.demote()
 
@@ -362,7 +361,7 @@ async def test_promote_waits_until_the_copy_is_in_place(tmp_path: Path) -> None:
             epoch = await asyncio.wait_for(promoting, DEADLINE)
             assert b.is_leader and epoch == log.last and not b.restoring
             assert await seqs(b) == [1, 2] and await b.kv_get("k") == b"v"
-            await settled(b.append(Q, msg(3)))
+            await settled(b.write(Append(Q, msg(3))))
             assert await seqs(b) == [1, 2, 3]
 
 
@@ -370,7 +369,7 @@ async def test_a_promote_that_times_out_while_copying_says_so(tmp_path: Path) ->
     log = PurgeableLog()
     async with replicated(tmp_path / "a.db", log, "a") as a:
         await a.promote()
-        await settled(a.kv_put("k", b"v"), a.kv_put("k2", b"v"))
+        await settled(a.write(SaveValue("k", b"v")), a.write(SaveValue("k2", b"v")))
         await log.purge_below(log.last)
 
         async def never(target: Path) -> int:
@@ -392,11 +391,11 @@ async def test_a_copy_no_further_than_the_store_is_not_installed(tmp_path: Path)
     await empty.close()
     async with replicated(tmp_path / "a.db", log, "a") as a:
         await a.promote()
-        await settled(a.kv_put("k", b"1"))
+        await settled(a.write(SaveValue("k", b"1")))
         stale = tmp_path / "stale.db"
         stale_applied = await a.snapshot(stale)
         for i in range(2, 6):
-            await settled(a.kv_put("k", str(i).encode()))
+            await settled(a.write(SaveValue("k", str(i).encode())))
         await log.purge_below(log.last)
 
         offered: list[str] = []

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
+import hashlib
 import logging
 import os
 import signal
@@ -27,9 +29,29 @@ import polymq.types
 import polymq_core.store.contract
 import polymq_core.store.sqlite
 from polymq.types import Message
+from polymq_core.store import writes
 from polymq_core.store.contract import DestinationRecord, StoreError
+from polymq_core.store.logentry import encode_entry
 from polymq_core.store.schema import SCHEMA_VERSION, WriteKind
 from polymq_core.store.sqlite import SqliteStore
+from polymq_core.store.writes import (
+    Append,
+    AppendBatch,
+    AppendMany,
+    DeleteBindings,
+    DeleteCursor,
+    DeleteDestination,
+    DeleteValue,
+    ForgetBatches,
+    MarkDelivered,
+    PurgeMessages,
+    Remove,
+    SaveBindings,
+    SaveCursor,
+    SaveDestination,
+    SaveValue,
+    Write,
+)
 
 Q = "queue/orders"
 DEADLINE = 10.0  # seconds; a write that takes longer than this is hanging
@@ -86,7 +108,7 @@ async def writer_held(store: SqliteStore, db: Path) -> AsyncIterator[None]:
     issued inside the block is queued and lands in one batch when the block ends."""
     blocker = sqlite3.connect(db, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
-    plug = store.kv_put("test:plug", b"")
+    plug = store.write(SaveValue("test:plug", b""))
     await asyncio.sleep(0.1)  # the writer takes the plug and waits behind the lock
     try:
         yield
@@ -109,7 +131,7 @@ async def test_every_message_field_survives_a_reopen(db: Path) -> None:
         if f.name != "seq":
             assert getattr(full, f.name) != getattr(bare, f.name), f.name
     async with opened(db) as store:
-        await settled(store.append(Q, full), store.append(Q, bare))
+        await settled(store.write(Append(Q, full)), store.write(Append(Q, bare)))
 
     async with opened(db) as store:
         loaded = await store.load_messages(Q)
@@ -121,10 +143,10 @@ async def test_every_message_field_survives_a_reopen(db: Path) -> None:
 
 async def test_messages_load_in_seq_order_per_destination(store: SqliteStore) -> None:
     await settled(
-        store.append(Q, small_message(5)),
-        store.append(Q, small_message(1)),
-        store.append("stream/other", small_message(2, "stream/other")),
-        store.append(Q, small_message(3)),
+        store.write(Append(Q, small_message(5))),
+        store.write(Append(Q, small_message(1))),
+        store.write(Append("stream/other", small_message(2, "stream/other"))),
+        store.write(Append(Q, small_message(3))),
     )
 
     assert [m.seq for m in await store.load_messages(Q)] == [1, 3, 5]
@@ -135,8 +157,8 @@ async def test_messages_load_in_seq_order_per_destination(store: SqliteStore) ->
 
 
 async def test_append_many_stores_all_and_an_empty_one_resolves(store: SqliteStore) -> None:
-    await settled(store.append_many(Q, [full_message(s) for s in (3, 1, 2)]))
-    await settled(store.append_many(Q, []))
+    await settled(store.write(AppendMany(Q, [full_message(s) for s in (3, 1, 2)])))
+    await settled(store.write(AppendMany(Q, [])))
 
     assert await store.load_messages(Q) == [full_message(s) for s in (1, 2, 3)]
 
@@ -144,15 +166,15 @@ async def test_append_many_stores_all_and_an_empty_one_resolves(store: SqliteSto
 async def test_append_of_a_stored_seq_replaces_it(store: SqliteStore) -> None:
     first = full_message(1)
     again = dataclasses.replace(first, delivery_count=4)
-    await settled(store.append(Q, first))
-    await settled(store.append(Q, again))
+    await settled(store.write(Append(Q, first)))
+    await settled(store.write(Append(Q, again)))
 
     assert await store.load_messages(Q) == [again]
 
 
 async def test_append_stores_the_message_as_it_was_when_called(store: SqliteStore) -> None:
     message = full_message(1)
-    future = store.append(Q, message)
+    future = store.write(Append(Q, message))
     message.delivery_count = 99
     message.headers["late"] = "change"
     await settled(future)
@@ -161,21 +183,21 @@ async def test_append_stores_the_message_as_it_was_when_called(store: SqliteStor
 
 
 async def test_remove_deletes_the_seqs_and_ignores_missing_ones(store: SqliteStore) -> None:
-    await settled(store.append_many(Q, [small_message(s) for s in range(1, 6)]))
+    await settled(store.write(AppendMany(Q, [small_message(s) for s in range(1, 6)])))
 
-    await settled(store.remove(Q, [2, 4, 99]), store.remove("queue/unknown", [1]))
+    await settled(store.write(Remove(Q, [2, 4, 99])), store.write(Remove("queue/unknown", [1])))
 
     assert [m.seq for m in await store.load_messages(Q)] == [1, 3, 5]
 
 
 async def test_purge_empties_one_destination_and_keeps_its_record(store: SqliteStore) -> None:
     await settled(
-        store.save_destination(Q, {"durable": True}, {"owner": "a"}),
-        store.append_many(Q, [small_message(s) for s in range(1, 4)]),
-        store.append("queue/kept", small_message(1, "queue/kept")),
+        store.write(SaveDestination(Q, {"durable": True}, {"owner": "a"})),
+        store.write(AppendMany(Q, [small_message(s) for s in range(1, 4)])),
+        store.write(Append("queue/kept", small_message(1, "queue/kept"))),
     )
 
-    await settled(store.purge(Q))
+    await settled(store.write(PurgeMessages(Q)))
 
     assert await store.count_messages(Q) == 0
     assert await store.count_messages("queue/kept") == 1
@@ -189,17 +211,17 @@ async def test_delete_destination_forgets_record_messages_and_last_seq(
     store: SqliteStore,
 ) -> None:
     await settled(
-        store.save_destination(Q, {"durable": True}, {}),
-        store.append_many(Q, [small_message(s) for s in range(1, 4)]),
-        store.save_destination("queue/kept", {}, {}),
-        store.append("queue/kept", small_message(7, "queue/kept")),
+        store.write(SaveDestination(Q, {"durable": True}, {})),
+        store.write(AppendMany(Q, [small_message(s) for s in range(1, 4)])),
+        store.write(SaveDestination("queue/kept", {}, {})),
+        store.write(Append("queue/kept", small_message(7, "queue/kept"))),
     )
 
-    await settled(store.delete_destination(Q))
+    await settled(store.write(DeleteDestination(Q)))
 
     assert await store.load_messages(Q) == []
     assert await store.load_destinations() == [DestinationRecord("queue/kept", {}, {}, 7)]
-    await settled(store.save_destination(Q, {}, {}))
+    await settled(store.write(SaveDestination(Q, {}, {})))
     assert (await store.load_destinations())[1] == DestinationRecord(Q, {}, {}, last_seq=0)
 
 
@@ -210,16 +232,16 @@ async def test_load_destinations_after_reopen(db: Path) -> None:
     options: dict[str, Any] = {"durable": True, "max_length": 10, "nested": {"a": [1, 2.5]}}
     async with opened(db) as store:
         await settled(
-            store.save_destination(Q, {"old": 1}, {"old": "x"}),
-            store.save_destination("queue/empty", {}, {"k": "v"}),
-            store.append_many(Q, [small_message(s) for s in range(1, 5)]),
-            store.append("stream/unsaved", small_message(7, "stream/unsaved")),
-            store.append("queue/acked", small_message(1, "queue/acked")),
+            store.write(SaveDestination(Q, {"old": 1}, {"old": "x"})),
+            store.write(SaveDestination("queue/empty", {}, {"k": "v"})),
+            store.write(AppendMany(Q, [small_message(s) for s in range(1, 5)])),
+            store.write(Append("stream/unsaved", small_message(7, "stream/unsaved"))),
+            store.write(Append("queue/acked", small_message(1, "queue/acked"))),
         )
         await settled(
-            store.save_destination(Q, options, {"owner": "alice"}),  # an upsert
-            store.remove(Q, [1, 2, 3, 4]),  # last_seq is the highest ever stored
-            store.remove("queue/acked", [1]),  # no record and no messages: not listed
+            store.write(SaveDestination(Q, options, {"owner": "alice"})),  # an upsert
+            store.write(Remove(Q, [1, 2, 3, 4])),  # last_seq is the highest ever stored
+            store.write(Remove("queue/acked", [1])),  # no record and no messages: not listed
         )
 
     async with opened(db) as store:
@@ -235,11 +257,13 @@ async def test_load_destinations_after_reopen(db: Path) -> None:
 async def test_kv_put_get_delete(db: Path) -> None:
     async with opened(db) as store:
         assert await store.kv_get("k") is None
-        await settled(store.kv_put("k", b"one"), store.kv_put("bin", b"\x00\xff\x00"))
+        await settled(
+            store.write(SaveValue("k", b"one")), store.write(SaveValue("bin", b"\x00\xff\x00"))
+        )
         assert await store.kv_get("k") == b"one"
-        await settled(store.kv_put("k", b"two"))
+        await settled(store.write(SaveValue("k", b"two")))
         assert await store.kv_get("k") == b"two"
-        await settled(store.kv_delete("k"), store.kv_delete("never-set"))
+        await settled(store.write(DeleteValue("k")), store.write(DeleteValue("never-set")))
         assert await store.kv_get("k") is None
 
     async with opened(db) as store:
@@ -254,13 +278,13 @@ async def test_bindings_are_saved_deleted_and_loaded_after_reopen(db: Path) -> N
     async with opened(db) as store:
         assert await store.load_bindings() == []
         await settled(
-            store.save_bindings(Q, ["orders.#", "orders.*.eu"]),
-            store.save_bindings("queue/audit", ["#"]),
-            store.save_bindings(Q, ["orders.#"]),  # again: no error, no duplicate
+            store.write(SaveBindings(Q, ["orders.#", "orders.*.eu"])),
+            store.write(SaveBindings("queue/audit", ["#"])),
+            store.write(SaveBindings(Q, ["orders.#"])),  # again: no error, no duplicate
         )
         await settled(
-            store.delete_bindings(Q, ["orders.*.eu", "never.bound"]),
-            store.save_bindings(Q, ["ord*"]),
+            store.write(DeleteBindings(Q, ["orders.*.eu", "never.bound"])),
+            store.write(SaveBindings(Q, ["ord*"])),
         )
     async with opened(db) as store:
         assert await store.load_bindings() == [
@@ -272,11 +296,11 @@ async def test_bindings_are_saved_deleted_and_loaded_after_reopen(db: Path) -> N
 
 async def test_delete_destination_drops_its_bindings(store: SqliteStore) -> None:
     await settled(
-        store.save_destination(Q, {"durable": True}, {}),
-        store.save_bindings(Q, ["a.#", "b"]),
-        store.save_bindings("queue/kept", ["a.#"]),
+        store.write(SaveDestination(Q, {"durable": True}, {})),
+        store.write(SaveBindings(Q, ["a.#", "b"])),
+        store.write(SaveBindings("queue/kept", ["a.#"])),
     )
-    await settled(store.delete_destination(Q))
+    await settled(store.write(DeleteDestination(Q)))
     assert await store.load_bindings() == [("queue/kept", "a.#")]
 
 
@@ -310,7 +334,7 @@ async def test_a_version_1_file_is_migrated_and_keeps_its_data(db: Path) -> None
         assert await store.load_messages(Q) == [message]
         assert await store.kv_get("k") == b"\x00\xff"
         assert await store.load_bindings() == []
-        await settled(store.save_bindings(Q, ["a.*"]))
+        await settled(store.write(SaveBindings(Q, ["a.*"])))
     async with opened(db) as store:
         assert await store.load_bindings() == [(Q, "a.*")]
     with contextlib.closing(sqlite3.connect(db)) as conn:
@@ -333,7 +357,7 @@ async def test_concurrent_appends_share_commits(store: SqliteStore) -> None:
     commits: list[tuple[float, int, int]] = []
     store.on_commit = lambda seconds, n: commits.append((seconds, n, threading.get_ident()))
 
-    await settled(*[store.append(Q, small_message(s)) for s in range(1, 1001)])
+    await settled(*[store.write(Append(Q, small_message(s))) for s in range(1, 1001)])
 
     assert sum(n for _, n, _ in commits) == 1000
     assert len(commits) < 100, [n for _, n, _ in commits]
@@ -348,21 +372,21 @@ async def test_one_batch_applies_its_writes_in_issue_order(db: Path, store: Sqli
 
     async with writer_held(store, db):
         futures = [
-            store.append(Q, small_message(1)),
-            store.remove(Q, [1]),
-            store.append(Q, small_message(2)),
-            store.append("queue/gone", small_message(5, "queue/gone")),
-            store.delete_destination("queue/gone"),
-            store.append("queue/gone", small_message(1, "queue/gone")),
-            store.append_many("queue/p", [small_message(s, "queue/p") for s in (1, 2)]),
-            store.purge("queue/p"),
-            store.append("queue/p", small_message(3, "queue/p")),
-            store.save_destination(Q, {"v": 1}, {}),
-            store.save_destination(Q, {"v": 2}, {}),
-            store.kv_put("k", b"v"),
-            store.kv_delete("k"),
-            store.kv_delete("k2"),
-            store.kv_put("k2", b"v2"),
+            store.write(Append(Q, small_message(1))),
+            store.write(Remove(Q, [1])),
+            store.write(Append(Q, small_message(2))),
+            store.write(Append("queue/gone", small_message(5, "queue/gone"))),
+            store.write(DeleteDestination("queue/gone")),
+            store.write(Append("queue/gone", small_message(1, "queue/gone"))),
+            store.write(AppendMany("queue/p", [small_message(s, "queue/p") for s in (1, 2)])),
+            store.write(PurgeMessages("queue/p")),
+            store.write(Append("queue/p", small_message(3, "queue/p"))),
+            store.write(SaveDestination(Q, {"v": 1}, {})),
+            store.write(SaveDestination(Q, {"v": 2}, {})),
+            store.write(SaveValue("k", b"v")),
+            store.write(DeleteValue("k")),
+            store.write(DeleteValue("k2")),
+            store.write(SaveValue("k2", b"v2")),
         ]
     await settled(*futures)
 
@@ -383,9 +407,9 @@ async def test_a_cancelled_write_is_made_and_does_not_stall_its_batch(
     db: Path, store: SqliteStore
 ) -> None:
     async with writer_held(store, db):
-        cancelled = store.append(Q, small_message(1))
+        cancelled = store.write(Append(Q, small_message(1)))
         cancelled.cancel()
-        after = store.append(Q, small_message(2))
+        after = store.write(Append(Q, small_message(2)))
     await settled(after)
 
     assert [m.seq for m in await store.load_messages(Q)] == [1, 2]
@@ -399,8 +423,8 @@ async def test_a_failing_on_commit_hook_is_logged_and_ignored(
 
     store.on_commit = hook
     with caplog.at_level(logging.ERROR, logger=polymq_core.store.sqlite.__name__):
-        await settled(store.append(Q, small_message(1)))
-        await settled(store.append(Q, small_message(2)))
+        await settled(store.write(Append(Q, small_message(1))))
+        await settled(store.write(Append(Q, small_message(2))))
 
     assert await store.count_messages(Q) == 2
     assert any("on_commit" in r.getMessage() for r in caplog.records)
@@ -412,8 +436,8 @@ async def test_a_failing_on_commit_hook_is_logged_and_ignored(
 async def test_close_waits_for_pending_writes(db: Path) -> None:
     store = SqliteStore(db)
     await store.open()
-    futures = [store.append(Q, small_message(s)) for s in range(1, 501)]
-    futures.append(store.kv_put("k", b"v"))
+    futures = [store.write(Append(Q, small_message(s))) for s in range(1, 501)]
+    futures.append(store.write(SaveValue("k", b"v")))
 
     first = asyncio.create_task(store.close())
     await asyncio.sleep(0)  # the first close is under way
@@ -428,14 +452,7 @@ async def test_close_waits_for_pending_writes(db: Path) -> None:
 
 def _calls(store: SqliteStore) -> list[Callable[[], Any]]:
     return [
-        lambda: store.append(Q, small_message(1)),
-        lambda: store.append_many(Q, [small_message(1)]),
-        lambda: store.remove(Q, [1]),
-        lambda: store.purge(Q),
-        lambda: store.save_destination(Q, {}, {}),
-        lambda: store.delete_destination(Q),
-        lambda: store.kv_put("k", b"v"),
-        lambda: store.kv_delete("k"),
+        *[functools.partial(store.write, write) for write in WRITES],
         lambda: store.kv_get("k"),
         lambda: store.load_destinations(),
         lambda: store.load_messages(Q),
@@ -463,7 +480,7 @@ async def test_calls_after_close_or_before_open_raise_store_error(db: Path) -> N
 async def test_a_failing_batch_fails_every_write_in_it_and_later_batches_work(
     db: Path, store: SqliteStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await settled(store.append(Q, small_message(1)))
+    await settled(store.write(Append(Q, small_message(1))))
     saboteur = sqlite3.connect(db, isolation_level=None)
     saboteur.execute(
         "CREATE TRIGGER refuse BEFORE INSERT ON messages"
@@ -472,7 +489,7 @@ async def test_a_failing_batch_fails_every_write_in_it_and_later_batches_work(
 
     with caplog.at_level(logging.ERROR, logger=polymq_core.store.sqlite.__name__):
         async with writer_held(store, db):
-            doomed = [store.append(Q, small_message(2)), store.kv_put("k", b"v")]
+            doomed = [store.write(Append(Q, small_message(2))), store.write(SaveValue("k", b"v"))]
         results = await asyncio.wait_for(asyncio.gather(*doomed, return_exceptions=True), DEADLINE)
 
     for result in results:
@@ -484,14 +501,14 @@ async def test_a_failing_batch_fails_every_write_in_it_and_later_batches_work(
 
     saboteur.execute("DROP TRIGGER refuse")
     saboteur.close()
-    await settled(store.append(Q, small_message(3)))
+    await settled(store.write(Append(Q, small_message(3))))
     assert [m.seq for m in await store.load_messages(Q)] == [1, 3]
 
 
 async def test_open_creates_the_directory_and_uses_wal(tmp_path: Path) -> None:
     db = tmp_path / "a" / "b" / "shard.db"
     async with opened(db) as store:
-        await settled(store.append(Q, small_message(1)))
+        await settled(store.write(Append(Q, small_message(1))))
 
     with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -527,6 +544,7 @@ import asyncio, sys
 import msgpack
 from polymq.types import Message
 from polymq_core.store.sqlite import SqliteStore
+from polymq_core.store.writes import Append
 
 
 async def main() -> None:
@@ -535,7 +553,7 @@ async def main() -> None:
         wires = msgpack.unpackb(f.read(), raw=False)
     store = SqliteStore(db)
     await store.open()
-    await asyncio.gather(*[store.append(w[13], Message.from_wire(w)) for w in wires])
+    await asyncio.gather(*[store.write(Append(w[13], Message.from_wire(w))) for w in wires])
     print("ok", flush=True)
     await asyncio.sleep(3600)
 
@@ -585,34 +603,34 @@ async def test_acknowledged_appends_survive_sigkill(tmp_path: Path, db: Path) ->
 
 # -- replication: the encoding a log entry carries, entries applied with their sequence ----------
 
-# Every Store write, as the shard calls it: (op, args). Run in this order they touch every
+# Every kind of Store write, as the shard makes it. Applied in this order they touch every
 # table, replace, delete and re-create.
-WRITE_CALLS: list[tuple[str, tuple[Any, ...]]] = [
-    ("save_destination", (Q, {"durable": True, "ttl": 1.5, "n": [1, "x"]}, {"ü": "✓"})),
-    ("append", (Q, full_message(1))),
-    ("append_many", (Q, [full_message(2), small_message(3), Message(body=b"", seq=4)])),
-    ("append_many", ("queue/empty", [])),
-    ("remove", (Q, [2, 99])),
-    ("mark_delivered", (Q, [(1, 2), (3, 1), (99, 1)])),
-    ("save_bindings", (Q, ["a.*", "b.#"])),
-    ("delete_bindings", (Q, ["a.*", "never"])),
-    ("append", ("queue/gone", small_message(7, "queue/gone"))),
-    ("save_bindings", ("queue/gone", ["g.#"])),
-    ("delete_destination", ("queue/gone",)),
-    ("append_many", ("queue/p", [small_message(s, "queue/p") for s in (1, 2)])),
-    ("purge", ("queue/p",)),
-    ("kv_put", ("k", b"\x00\xff")),
-    ("kv_put", ("k2", bytearray(b"v2"))),
-    ("kv_delete", ("k2",)),
-    ("kv_delete", ("never",)),
-    ("append_batch", ("queue/b", [small_message(s, "queue/b") for s in (1, 2)], "k1", 2e9, b"a")),
-    ("append_batch", ("queue/b", [small_message(3, "queue/b")], "k2", 1000.0, b"\x00")),
-    ("append_batch", ("queue/b", [small_message(4, "queue/b")], "k1", 3e9, b"again")),
-    ("forget_batches", (1500.0,)),
-    ("save_cursor", ("c1", "stream/s", b"\x93\x01\x02\x03")),
-    ("save_cursor", ("c2", "queue/q", b"r")),
-    ("delete_cursor", ("c2",)),
-    ("delete_cursor", ("never",)),
+WRITES: list[Write] = [
+    SaveDestination(Q, {"durable": True, "ttl": 1.5, "n": [1, "x"]}, {"ü": "✓"}),
+    Append(Q, full_message(1)),
+    AppendMany(Q, [full_message(2), small_message(3), Message(body=b"", seq=4)]),
+    AppendMany("queue/empty", []),
+    Remove(Q, [2, 99]),
+    MarkDelivered(Q, [(1, 2), (3, 1), (99, 1)]),
+    SaveBindings(Q, ["a.*", "b.#"]),
+    DeleteBindings(Q, ["a.*", "never"]),
+    Append("queue/gone", small_message(7, "queue/gone")),
+    SaveBindings("queue/gone", ["g.#"]),
+    DeleteDestination("queue/gone"),
+    AppendMany("queue/p", [small_message(s, "queue/p") for s in (1, 2)]),
+    PurgeMessages("queue/p"),
+    SaveValue("k", b"\x00\xff"),
+    SaveValue("k2", bytearray(b"v2")),
+    DeleteValue("k2"),
+    DeleteValue("never"),
+    AppendBatch("queue/b", [small_message(s, "queue/b") for s in (1, 2)], "k1", 2e9, b"a"),
+    AppendBatch("queue/b", [small_message(3, "queue/b")], "k2", 1000.0, b"\x00"),
+    AppendBatch("queue/b", [small_message(4, "queue/b")], "k1", 3e9, b"again"),
+    ForgetBatches(1500.0),
+    SaveCursor("c1", "stream/s", b"\x93\x01\x02\x03"),
+    SaveCursor("c2", "queue/q", b"r"),
+    DeleteCursor("c2"),
+    DeleteCursor("never"),
 ]
 
 
@@ -627,29 +645,61 @@ def dump(db: Path) -> dict[str, list[tuple[Any, ...]]]:
         return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall()) for t in tables}
 
 
-def test_every_write_call_is_in_the_catalogue() -> None:
-    """The test below is only as good as the writes it covers."""
-    ops = {op for op, _ in WRITE_CALLS}
-    abstract = {
-        name
-        for name in polymq_core.store.contract.Store.__abstractmethods__
-        if name not in {"open", "close"}
-        and not name.startswith(("load_", "kv_get", "kv_keys", "count_"))
+def test_every_kind_of_write_is_in_the_catalogue() -> None:
+    """The tests below are only as good as the writes they cover: every record, every kind
+    a log entry may carry."""
+    records = {getattr(writes, name) for name in writes.__all__}
+    records = {
+        r for r in records if isinstance(r, type) and issubclass(r, Write) and r is not Write
     }
-    assert ops == abstract
+    assert len(records) == 15
+    assert {type(w) for w in WRITES} == records
+    kinds = {w.encode(msgpack.Packer(use_bin_type=True).pack)[0] for w in WRITES}
+    assert kinds == set(WriteKind) - {WriteKind.APPLIED}
+
+
+def test_the_log_entry_of_the_catalogue_is_what_earlier_releases_wrote() -> None:
+    """Entries already in a cluster's logs must read after an upgrade, and entries written
+    now by a node not yet upgraded: the records encode to exactly the bytes of the string
+    table they replaced (its digest, taken before it was removed), with the kinds' numbers
+    unchanged."""
+    pack = msgpack.Packer(use_bin_type=True).pack
+    data = encode_entry("node-a", 3, [w.encode(pack) for w in WRITES])
+    assert len(data) == 2056
+    assert hashlib.sha256(data).hexdigest() == (
+        "ab3e07ac480b448960fa7b3052c2bba224e8c6848bfc15637921863761ccf434"
+    )
+    assert {k.name: k.value for k in WriteKind} == {
+        "APPEND": 1,
+        "APPEND_MANY": 2,
+        "REMOVE": 3,
+        "PURGE": 4,
+        "SAVE_DESTINATION": 5,
+        "DELETE_DESTINATION": 6,
+        "SAVE_BINDINGS": 7,
+        "DELETE_BINDINGS": 8,
+        "KV_PUT": 9,
+        "KV_DELETE": 10,
+        "APPLIED": 11,
+        "APPEND_BATCH": 12,
+        "FORGET_BATCHES": 13,
+        "SAVE_CURSOR": 14,
+        "DELETE_CURSOR": 15,
+        "DELIVERED": 16,
+    }
 
 
 async def test_encoded_writes_applied_as_an_entry_make_the_same_rows(tmp_path: Path) -> None:
-    """What the leader's methods write and what a follower applies from the log (each write
-    encoded, through msgpack and back) are the same rows."""
+    """What the leader writes and what a follower applies from the log (each write encoded,
+    through msgpack and back) are the same rows."""
     direct_db, replica_db = tmp_path / "direct.db", tmp_path / "replica.db"
     async with opened(direct_db) as direct, opened(replica_db) as replica:
         encoded = []
-        for op, args in WRITE_CALLS:
-            await settled(getattr(direct, op)(*args))
-            write = replica.encode(op, *args)
-            assert isinstance(write[0], int)
-            encoded.append(write)
+        for write in WRITES:
+            await settled(direct.write(write))
+            entry = replica.encode(write)
+            assert isinstance(entry[0], int)
+            encoded.append(entry)
         wire = msgpack.unpackb(msgpack.packb(encoded, use_bin_type=True), raw=False)
         assert await replica.applied() == 0
         await settled(replica.apply_entry(41, wire[:5]))
@@ -665,14 +715,25 @@ async def test_encoded_writes_applied_as_an_entry_make_the_same_rows(tmp_path: P
         assert conn.execute("SELECT id, applied FROM replication").fetchall() == [(0, 42)]
 
 
-async def test_encode_works_before_open_and_refuses_what_is_not_a_write(db: Path) -> None:
+async def test_encode_works_before_open_and_refuses_what_cannot_be_serialized(
+    db: Path,
+) -> None:
     store = SqliteStore(db)
-    kind, destination, seqs = store.encode("remove", Q, (3, 1))
+    kind, destination, seqs = store.encode(Remove(Q, (3, 1)))
     assert (kind, destination, seqs) == (WriteKind.REMOVE.value, Q, [3, 1])
-    with pytest.raises(ValueError, match="not a Store write"):
-        store.encode("kv_get", "k")
     with pytest.raises(TypeError):
-        store.encode("save_destination", Q, {"x": object()}, {})
+        store.encode(SaveDestination(Q, {"x": object()}, {}))
+    with pytest.raises(TypeError):
+        store.encode(Append(Q, Message(body=b"", headers={"h": object()}, seq=1)))  # type: ignore[dict-item]
+
+
+async def test_a_write_that_cannot_be_serialized_raises_at_once_and_queues_nothing(
+    store: SqliteStore,
+) -> None:
+    with pytest.raises(TypeError):
+        store.write(SaveDestination(Q, {"x": object()}, {}))
+    await settled(store.write(SaveValue("k", b"v")))
+    assert await store.load_destinations() == []
 
 
 async def test_an_entry_shares_a_batch_in_order_and_is_applied_whole(
@@ -682,11 +743,11 @@ async def test_an_entry_shares_a_batch_in_order_and_is_applied_whole(
     store.on_commit = lambda seconds, n: sizes.append(n)
     async with writer_held(store, db):
         futures = [
-            store.kv_put("k", b"1"),
+            store.write(SaveValue("k", b"1")),
             store.apply_entry(
-                7, [store.encode("kv_put", "k", b"2"), store.encode("append", Q, small_message(1))]
+                7, [store.encode(SaveValue("k", b"2")), store.encode(Append(Q, small_message(1)))]
             ),
-            store.kv_put("k", b"3"),
+            store.write(SaveValue("k", b"3")),
             store.apply_entry(8, []),  # a takeover: nothing but its sequence
         ]
     await settled(*futures)
@@ -699,7 +760,7 @@ async def test_an_entry_shares_a_batch_in_order_and_is_applied_whole(
 async def test_a_malformed_entry_is_refused_at_once_and_nothing_of_it_is_kept(
     store: SqliteStore,
 ) -> None:
-    good = store.encode("kv_put", "k", b"v")
+    good = store.encode(SaveValue("k", b"v"))
     for bad in ([99, "x"], [], ["kv_put", "k", b"v"], [good[0], "k"], [*good, "extra"]):
         with pytest.raises(StoreError, match="log entry 5"):
             store.apply_entry(5, [good, bad])
@@ -726,12 +787,12 @@ async def test_apply_entry_after_close_raises_store_error(db: Path) -> None:
 async def test_batches_are_kept_with_their_messages_and_forgotten_once_expired(
     store: SqliteStore,
 ) -> None:
-    await settled(store.append_batch(Q, [small_message(1)], "late", 300.0, b"l"))
-    await settled(store.append_batch(Q, [small_message(2)], "soon", 200.0, b"s"))
-    await settled(store.append_batch(Q, [small_message(3)], "gone", 100.0, b"g"))
+    await settled(store.write(AppendBatch(Q, [small_message(1)], "late", 300.0, b"l")))
+    await settled(store.write(AppendBatch(Q, [small_message(2)], "soon", 200.0, b"s")))
+    await settled(store.write(AppendBatch(Q, [small_message(3)], "gone", 100.0, b"g")))
     assert [m.seq for m in await store.load_messages(Q)] == [1, 2, 3]
     assert await store.load_batches(100.0) == [("soon", 200.0, b"s"), ("late", 300.0, b"l")]
-    await settled(store.forget_batches(200.0))
+    await settled(store.write(ForgetBatches(200.0)))
     assert await store.load_batches(0.0) == [("late", 300.0, b"l")]
     assert len(await store.load_messages(Q)) == 3  # forgetting a batch keeps its messages
 
@@ -741,8 +802,8 @@ async def test_a_batch_whose_messages_are_acked_in_the_same_commit_is_still_kept
 ) -> None:
     """In one group commit the acked messages are never written (``apply_batch`` skips
     them); the batch that brought them is, as it is when the ack comes in a later one."""
-    first = store.append_batch(Q, [small_message(1), small_message(2)], "b", 2e9, b"a")
-    second = store.remove(Q, [1, 2])
+    first = store.write(AppendBatch(Q, [small_message(1), small_message(2)], "b", 2e9, b"a"))
+    second = store.write(Remove(Q, [1, 2]))
     await settled(asyncio.gather(first, second))
     assert await store.load_messages(Q) == []
     assert await store.load_batches(0.0) == [("b", 2e9, b"a")]
@@ -777,8 +838,8 @@ async def test_a_version_2_file_is_migrated_and_keeps_its_data(db: Path) -> None
         assert await store.load_bindings() == [(Q, "a.*")]
         assert await store.kv_get("k") == b"\x01"
         assert await store.load_batches(0.0) == []
-        await settled(store.apply_entry(12, [store.encode("kv_delete", "k")]))
-        await settled(store.append_batch(Q, [small_message(4)], "b", 2e9, b"x"))
+        await settled(store.apply_entry(12, [store.encode(DeleteValue("k"))]))
+        await settled(store.write(AppendBatch(Q, [small_message(4)], "b", 2e9, b"x")))
     async with opened(db) as store:
         assert await store.applied() == 12
         assert await store.kv_get("k") is None
@@ -791,14 +852,14 @@ async def test_an_entry_queued_behind_one_that_failed_fails_too(store: SqliteSto
     """Entries queued without waiting (``after`` names the one before): the first commits,
     the one whose predecessor never committed fails and writes nothing, so the replica
     never has a gap; started again from what was applied, it goes on."""
-    await settled(store.apply_entry(3, [store.encode("kv_put", "a", b"1")], after=0))
+    await settled(store.apply_entry(3, [store.encode(SaveValue("a", b"1"))], after=0))
     # entry 4 "failed" (never queued): 5 says it follows 4
     with pytest.raises(StoreError, match="follows entry 4, but 3 was applied last"):
-        await store.apply_entry(5, [store.encode("kv_put", "b", b"2")], after=4)
+        await store.apply_entry(5, [store.encode(SaveValue("b", b"2"))], after=4)
     assert await store.applied() == 3
     assert await store.kv_keys("", 10) == ["a"]
-    first = store.apply_entry(4, [store.encode("kv_put", "c", b"3")], after=3)
-    second = store.apply_entry(5, [store.encode("kv_put", "b", b"2")], after=4)
+    first = store.apply_entry(4, [store.encode(SaveValue("c", b"3"))], after=3)
+    second = store.apply_entry(5, [store.encode(SaveValue("b", b"2"))], after=4)
     await settled(first)
     await settled(second)
     assert await store.applied() == 5

@@ -13,6 +13,7 @@ import pytest
 from polymq.types import Message
 from polymq_core.store.contract import DestinationRecord
 from polymq_core.store.schema import SCHEMA_VERSION
+from polymq_core.store.writes import Append, AppendMany, Remove
 
 from .test_store import _V2_SCHEMA, Q, full_message, opened, settled, small_message
 
@@ -47,7 +48,9 @@ async def test_a_1_kb_message_takes_less_than_2_kb_on_disk(db: Path) -> None:
     count = 2000
     async with opened(db) as store:
         for lo in range(1, count + 1, 500):
-            await settled(store.append_many(Q, [kilobyte_message(s) for s in range(lo, lo + 500)]))
+            await settled(
+                store.write(AppendMany(Q, [kilobyte_message(s) for s in range(lo, lo + 500)]))
+            )
         assert len(await store.load_page(Q, 0, count)) == count
     assert _file_bytes(db) / count < 2000
 
@@ -104,8 +107,8 @@ async def test_a_version_4_file_is_migrated_and_keeps_its_data(db: Path) -> None
             2,
             sum(len(msgpack.packb(m.to_wire(), use_bin_type=True)) for m in ours[1:]),
         )
-        await settled(store.append(Q, small_message(10)), store.remove(Q, [5]))
-        await settled(store.append(Q, small_message(10)))  # replaced, not doubled
+        await settled(store.write(Append(Q, small_message(10))), store.write(Remove(Q, [5])))
+        await settled(store.write(Append(Q, small_message(10))))  # replaced, not doubled
     assert "WITHOUT ROWID" not in _messages_sql(db).upper()
     async with opened(db) as store:
         assert await store.load_page(Q, 3, 10) == [big_message(9), small_message(10)]
@@ -120,8 +123,8 @@ async def test_a_long_backlog_is_counted_and_its_size_estimated_from_its_start(d
     """measure_messages (a restart, past a queue's window) counts every message but sums
     the size of the first 1000 only (reading every record is reading the whole backlog)."""
     async with opened(db) as store:
-        await settled(store.append_many(Q, [small_message(s) for s in range(1, 1101)]))
-        await settled(store.append_many(Q, [kilobyte_message(s) for s in range(1101, 1601)]))
+        await settled(store.write(AppendMany(Q, [small_message(s) for s in range(1, 1101)])))
+        await settled(store.write(AppendMany(Q, [kilobyte_message(s) for s in range(1101, 1601)])))
         count, size = await store.measure_messages(Q, 100)
         first = sum(len(_blob(small_message(s))) for s in range(101, 1101))
         assert (count, size) == (1500, first * 1500 // 1000)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from polymq.errors import Conflict, NotFound, QueueFull
 from polymq.types import MAX_PRIORITY, DeclareOptions, Message, Outcome, Overflow
 
+from ..store.writes import AppendMany
 from .paging import Pages, Pressure
 from .subscription import Subscription, kind_text
 
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..metrics import Sensors
-    from ..store.contract import StoreWrite
+    from ..store.writes import Write
 
 _LEVELS = MAX_PRIORITY + 1
 
@@ -58,7 +59,7 @@ class QueueHost(Protocol):
     @property
     def max_frame(self) -> int: ...
 
-    def commit(self, write: StoreWrite) -> asyncio.Future[None]: ...
+    def commit(self, write: Write) -> asyncio.Future[None]: ...
     def settled(self, queue: Queue, msg: Message) -> asyncio.Future[None] | None: ...
     def discard(self, queue: Queue, msg: Message, reason: str) -> asyncio.Future[None] | None: ...
     def unforget(self, key: str, seq: int) -> bool: ...
@@ -379,7 +380,7 @@ class Queue:
             self.shard.discard(self, msg, "max-deliveries")
             return
         if forgotten or (limit is not None and msg.persistent and self.durable):
-            self.shard.commit(lambda store: store.append_many(self.key, [msg]))
+            self.shard.commit(AppendMany(self.key, [msg]))
         self.requeue(msg)
         self.shard.sensors.on_redeliver(reason, 1)
 

@@ -20,7 +20,6 @@ does not grow with the number of idle queues (a durable one is read back from th
 from __future__ import annotations
 
 import asyncio
-import functools
 import heapq
 import logging
 import time
@@ -32,6 +31,15 @@ from polymq.errors import Conflict, NotFound, Unavailable
 from polymq.types import DeclareOptions, Destination, Message, Overflow
 
 from ..store.contract import Store, StoreError
+from ..store.writes import (
+    DeleteBindings,
+    DeleteDestination,
+    ForgetBatches,
+    MarkDelivered,
+    PurgeMessages,
+    SaveBindings,
+    SaveDestination,
+)
 from .batches import BatchWindow, unpack_answer
 from .paging import Pressure
 from .queue import Queue
@@ -99,10 +107,6 @@ class ShardHost(Protocol):
     def dead_letter(
         self, msg: Message, target: str, reason: str, source: str, by: str | None
     ) -> asyncio.Future[None] | None: ...
-
-
-def _mark(key: str, marks: list[tuple[int, int]], store: Store) -> asyncio.Future[None]:
-    return store.mark_delivered(key, marks)
 
 
 class Shard(DurableWrites):
@@ -230,7 +234,7 @@ class Shard(DurableWrites):
         if not self.leading:
             return
         for key, pairs in marks.items():
-            self.commit(functools.partial(_mark, key, pairs))
+            self.commit(MarkDelivered(key, pairs))
 
     # ---- leadership (cluster mode) -----------------------------------------------------------
     async def promote(self) -> None:
@@ -423,12 +427,12 @@ class Shard(DurableWrites):
         # (in a cluster a queue that is not durable is declared in the log too, with its
         # bindings, so that a new leader has it; its messages stay in memory)
         stored, metadata = options.to_dict(), holder.metadata
-        fut = self.commit(lambda store: store.save_destination(key, stored, metadata))
+        fut = self.commit(SaveDestination(key, stored, metadata))
         patterns = self.host.bindings.of(key)
         if not patterns:
             return fut
         # bindings made before the queue was declared durable become durable with it
-        return asyncio.gather(fut, self.commit(lambda store: store.save_bindings(key, patterns)))
+        return asyncio.gather(fut, self.commit(SaveBindings(key, patterns)))
 
     def delete(self, key: str) -> asyncio.Future[None] | None:
         holder = self.holders.pop(key, None)
@@ -440,21 +444,21 @@ class Shard(DurableWrites):
             holder.close(f"{key} was deleted")
             self.sensors.on_destinations(-1)
         self._removes.pop(key, None)
-        return self.commit(lambda store: store.delete_destination(key))
+        return self.commit(DeleteDestination(key))
 
     def purge(self, key: str) -> int:
         holder = self.get(key, create=False)
         paged = holder.paged if isinstance(holder, Queue) else 0
         dropped = holder.purge()
         if (paged or any(m.persistent for m in dropped)) and holder.durable:
-            self.commit(lambda store: store.purge(key))
+            self.commit(PurgeMessages(key))
         return len(dropped) + paged
 
     def set_metadata(self, key: str, metadata: dict[str, str]) -> asyncio.Future[None]:
         holder = self.get(key)
         holder.metadata = kept = dict(metadata)
         options = holder.options.to_dict()
-        return self.commit(lambda store: store.save_destination(key, options, kept))
+        return self.commit(SaveDestination(key, options, kept))
 
     def keeps_bindings(self, key: str) -> bool:
         """Are the bindings of ``key`` stored? A durable queue's are; in a cluster every
@@ -477,13 +481,13 @@ class Shard(DurableWrites):
         so that a repeated bind is answered only once the first is durable too."""
         added = self.host.bindings.add(pattern, key)
         if self.keeps_bindings(key):
-            return added, self.commit(lambda store: store.save_bindings(key, [pattern]))
+            return added, self.commit(SaveBindings(key, [pattern]))
         return added, None
 
     def unbind(self, key: str, pattern: str) -> tuple[bool, asyncio.Future[None] | None]:
         removed = self.host.bindings.remove(pattern, key)
         if removed and self.keeps_bindings(key):
-            return True, self.commit(lambda store: store.delete_bindings(key, [pattern]))
+            return True, self.commit(DeleteBindings(key, [pattern]))
         return removed, None
 
     # ---- messages ------------------------------------------------------------------------
@@ -622,7 +626,7 @@ class Shard(DurableWrites):
         self._batches_forgotten = mono
         while expiries and expiries[0] <= now:
             heapq.heappop(expiries)
-        self.commit(lambda store: store.forget_batches(now))
+        self.commit(ForgetBatches(now))
 
     def _sweep(self, mono: float) -> None:
         """Idle TTL expiry, and eviction of idle destinations from memory."""

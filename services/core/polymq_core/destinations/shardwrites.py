@@ -2,7 +2,8 @@
 
 :class:`DurableWrites` is the part of :class:`~polymq_core.destinations.shard.Shard` that
 
-- makes each durable change (:meth:`~DurableWrites.commit`, a typed write given the store)
+- makes each durable change (:meth:`~DurableWrites.commit`, a record of
+  :mod:`polymq_core.store.writes` given to the store)
   and turns its failure into ``unavailable`` (one node: not written; a cluster: not
   committed by a majority of the shard's log);
 - appends a publish's persistent messages, and enqueues them (and any transient publish
@@ -25,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 from polymq.errors import Unavailable
 from polymq.types import Message
 
-from ..store.contract import Store, StoreError, StoreWrite
+from ..store.contract import Store, StoreError
 from ..store.logentry import Deposed, NoLeader
+from ..store.writes import AppendBatch, AppendMany, Remove, Write
 from .batches import pack_answer
 
 if TYPE_CHECKING:
@@ -65,12 +67,11 @@ class DurableWrites:
 
         def get(self, key: str, *, create: bool = True) -> Queue | Stream: ...
 
-    def commit(self, write: StoreWrite) -> asyncio.Future[None]:
-        """Make one durable change, ``write`` given the shard's store (``lambda store:
-        store.purge(key)``); resolves once it is durable (in a cluster: committed by a
-        majority of the shard's log and applied here)."""
+    def commit(self, write: Write) -> asyncio.Future[None]:
+        """Make one durable change (``PurgeMessages(key)``); resolves once it is durable (in a
+        cluster: committed by a majority of the shard's log and applied here)."""
         try:
-            fut = write(self.store)
+            fut = self.store.write(write)
         except StoreError as exc:
             fut = self.loop.create_future()
             fut.set_exception(Unavailable(f"store failed: {exc}"))
@@ -114,13 +115,11 @@ class DurableWrites:
         batch: tuple[str, float] | None,
     ) -> asyncio.Future[None]:
         if batch is None:
-            return self.commit(lambda store: store.append_many(key, durable))
+            return self.commit(AppendMany(key, durable))
         batch_key, expires = batch
         heapq.heappush(self._stored_batches, expires)
         answer = pack_answer(messages)
-        return self.commit(
-            lambda store: store.append_batch(key, durable, batch_key, expires, answer)
-        )
+        return self.commit(AppendBatch(key, durable, batch_key, expires, answer))
 
     def _enqueue_after(
         self,
@@ -220,7 +219,7 @@ class DurableWrites:
             fut.add_done_callback(functools.partial(written, key))
 
     def _remove(self, key: str, seqs: list[int]) -> asyncio.Future[None]:
-        return self.commit(lambda store: store.remove(key, seqs))
+        return self.commit(Remove(key, seqs))
 
     def _retry_remove(self, key: str, seqs: list[int]) -> None:
         """A removal was not written: on one node (a full disk) try it again in a second,

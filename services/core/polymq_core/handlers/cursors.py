@@ -37,6 +37,7 @@ from polymq.errors import BadRequest, Gone, NotFound
 from polymq.types import Destination, Kind, Message, parse_offset
 
 from ..destinations.queue import Queue
+from ..store.writes import DeleteCursor, SaveCursor
 from .answers import then
 
 if TYPE_CHECKING:
@@ -244,7 +245,7 @@ class Cursors:
         if isinstance(cur, TopicCursor):
             return result
         key, record = cur.key, _record(cur, ttl)
-        return then(cur.shard.commit(lambda store: store.save_cursor(sub_id, key, record)), result)
+        return then(cur.shard.commit(SaveCursor(sub_id, key, record)), result)
 
     def _add(self, cur: Cursor, destination: str, ttl: float) -> None:
         self.subs[cur.id] = cur
@@ -291,7 +292,7 @@ class Cursors:
         """Remove a subscription; the future of its removal from the store, if it was there."""
         cur = self._forget(sub_id)
         if not isinstance(cur, TopicCursor) and cur.shard.leading:
-            return cur.shard.commit(lambda store: store.delete_cursor(sub_id))
+            return cur.shard.commit(DeleteCursor(sub_id))
         return None
 
     def _forget(self, sub_id: str) -> Cursor:

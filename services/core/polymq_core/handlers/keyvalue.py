@@ -16,6 +16,7 @@ from polymq.errors import BadRequest, NotFound
 from polymq.events import KvDelete, KvGet, KvList, KvPut
 from polymq_server.auth.provider import Permission
 
+from ..store.writes import DeleteValue, SaveValue
 from .answers import then
 
 if TYPE_CHECKING:
@@ -65,12 +66,12 @@ class KeyValue:
         if not isinstance(ev.value, bytes) or len(ev.value) > MAX_KV_VALUE:
             raise BadRequest(f"value must be bytes of at most {MAX_KV_VALUE}")
         shard = self.broker.shard_for("kv/" + key)
-        return then(shard.commit(lambda store: store.kv_put(key, ev.value)), None)
+        return then(shard.commit(SaveValue(key, ev.value)), None)
 
     def delete(self, session: Caller, ev: KvDelete) -> Any:
         key = self._key(session, ev.key, Permission.WRITE)
         shard = self.broker.shard_for("kv/" + key)
-        return then(shard.commit(lambda store: store.kv_delete(key)), None)
+        return then(shard.commit(DeleteValue(key)), None)
 
     def keys(self, session: Caller, ev: KvList) -> Any:
         prefix, limit = ev.prefix, ev.limit

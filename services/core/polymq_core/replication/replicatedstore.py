@@ -53,6 +53,7 @@ from ..store.logentry import (
     encode_entry,
 )
 from ..store.sqlite import SqliteStore
+from ..store.writes import Write
 from .jetstream import ShardLog, TailEnd, cancelling
 
 __all__ = ["ReplicatedStore"]
@@ -365,67 +366,18 @@ class ReplicatedStore(Store):
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _write(self, op: str, *args: Any) -> asyncio.Future[None]:
+    def write(self, write: Write) -> asyncio.Future[None]:
+        """Pend ``write``, encoded now (:meth:`~polymq_core.store.sqlite.SqliteStore.encode`):
+        that tuple is what the entry carries and what every node applies."""
         if self._state is not _State.OPEN:
             raise StoreError(f"replicated store {self.log.stream} is {self._state.value}, not open")
         if not self.is_leader:
             raise StoreError(f"{self.log.stream}: not the leader")
-        write = self.local.encode(op, *args)
+        encoded = self.local.encode(write)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((future, write))
+        self._pending.append((future, encoded))
         self._wake.set()
         return future
-
-    def append(self, destination: str, message: Message) -> asyncio.Future[None]:
-        return self._write("append", destination, message)
-
-    def append_many(self, destination: str, messages: Sequence[Message]) -> asyncio.Future[None]:
-        return self._write("append_many", destination, messages)
-
-    def append_batch(
-        self, destination: str, messages: Sequence[Message], key: str, expires: float, answer: bytes
-    ) -> asyncio.Future[None]:
-        return self._write("append_batch", destination, messages, key, expires, answer)
-
-    def forget_batches(self, before: float) -> asyncio.Future[None]:
-        return self._write("forget_batches", before)
-
-    def save_cursor(self, cursor: str, destination: str, record: bytes) -> asyncio.Future[None]:
-        return self._write("save_cursor", cursor, destination, record)
-
-    def delete_cursor(self, cursor: str) -> asyncio.Future[None]:
-        return self._write("delete_cursor", cursor)
-
-    def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
-        return self._write("remove", destination, seqs)
-
-    def purge(self, destination: str) -> asyncio.Future[None]:
-        return self._write("purge", destination)
-
-    def mark_delivered(
-        self, destination: str, marks: Sequence[tuple[int, int]]
-    ) -> asyncio.Future[None]:
-        return self._write("mark_delivered", destination, marks)
-
-    def save_destination(
-        self, destination: str, options: dict[str, Any], metadata: dict[str, str]
-    ) -> asyncio.Future[None]:
-        return self._write("save_destination", destination, options, metadata)
-
-    def delete_destination(self, destination: str) -> asyncio.Future[None]:
-        return self._write("delete_destination", destination)
-
-    def save_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
-        return self._write("save_bindings", destination, patterns)
-
-    def delete_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
-        return self._write("delete_bindings", destination, patterns)
-
-    def kv_put(self, key: str, value: bytes) -> asyncio.Future[None]:
-        return self._write("kv_put", key, value)
-
-    def kv_delete(self, key: str) -> asyncio.Future[None]:
-        return self._write("kv_delete", key)
 
     @staticmethod
     def _fail(batch: list[_Pending], error: StoreError) -> None:

@@ -5,19 +5,19 @@ durable change of the shard goes through it. Two keep it: :class:`~polymq_core.s
 SqliteStore`, one SQLite file (a single node, and each node's snapshot of a shard in a
 cluster), and :class:`~polymq_core.replication.replicatedstore.ReplicatedStore`, the shard's
 replicated log
-applied to such a file (cluster mode). A shard sees only this module.
+applied to such a file (cluster mode). A shard sees only this module and the records of
+:mod:`polymq_core.store.writes`.
 
 Writes
-    ``append``, ``append_many``, ``append_batch``, ``remove``, ``purge``, ``mark_delivered``,
-    ``save_destination``, ``delete_destination``, ``save_bindings``, ``delete_bindings``,
-    ``forget_batches``, ``save_cursor``, ``delete_cursor``, ``kv_put`` and ``kv_delete`` are
-    plain methods: they queue the change
-    and return an :class:`asyncio.Future` that resolves to ``None`` once the change is committed
-    *and* fsynced. Changes are applied in the order they were issued. A write whose future is
-    never awaited (or is cancelled) is still made; cancelling only stops the waiting.
+    Every change is a record of :mod:`polymq_core.store.writes` (``AppendMany(key,
+    messages)``, ``Remove(key, seqs)``, one frozen dataclass per kind of write) given to one
+    method, :meth:`Store.write`: it queues the change and returns an :class:`asyncio.Future` that
+    resolves to ``None`` once the change is committed *and* fsynced. Changes are applied in
+    the order they were issued. A write whose future is never awaited (or is cancelled) is
+    still made; cancelling only stops the waiting.
 
     Data is serialized when the write is issued, so a :class:`~polymq.types.Message` may be
-    changed as soon as ``append`` returns. Data that cannot be serialized (a header that is
+    changed as soon as ``write`` returns. Data that cannot be serialized (a header that is
     not a string, options that are not JSON-able) raises ``TypeError`` or ``ValueError`` at
     once: that is a bug in the caller, not a store failure.
 
@@ -41,13 +41,15 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from polymq.types import Message
 
-__all__ = ["DestinationRecord", "Store", "StoreError", "StoreWrite"]
+from .writes import Write
+
+__all__ = ["DestinationRecord", "Store", "StoreError"]
 
 
 class StoreError(Exception):
@@ -89,72 +91,9 @@ class Store(abc.ABC):
         """Wait for every pending write to be committed, then close."""
 
     @abc.abstractmethod
-    def append(self, destination: str, message: Message) -> asyncio.Future[None]:
-        """Store ``message`` under ``(destination, message.seq)``, replacing any there."""
-
-    @abc.abstractmethod
-    def append_many(self, destination: str, messages: Sequence[Message]) -> asyncio.Future[None]:
-        """``append`` each of ``messages``, in one write."""
-
-    @abc.abstractmethod
-    def append_batch(
-        self, destination: str, messages: Sequence[Message], key: str, expires: float, answer: bytes
-    ) -> asyncio.Future[None]:
-        """``append_many``, and in the same write remember the idempotent batch ``key``
-        with its ``answer`` until ``expires`` (wall-clock seconds): both are kept, or
-        neither."""
-
-    @abc.abstractmethod
-    def forget_batches(self, before: float) -> asyncio.Future[None]:
-        """Drop the remembered batches that expire at or before ``before``."""
-
-    @abc.abstractmethod
-    def save_cursor(self, cursor: str, destination: str, record: bytes) -> asyncio.Future[None]:
-        """Create or replace cursor subscription ``cursor`` of ``destination``."""
-
-    @abc.abstractmethod
-    def delete_cursor(self, cursor: str) -> asyncio.Future[None]:
-        """Forget cursor subscription ``cursor`` (unknown ones are ignored)."""
-
-    @abc.abstractmethod
-    def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
-        """Remove acknowledged messages; seqs that are not stored are ignored."""
-
-    @abc.abstractmethod
-    def purge(self, destination: str) -> asyncio.Future[None]:
-        """Remove all of ``destination``'s messages; its record and ``last_seq`` stay."""
-
-    @abc.abstractmethod
-    def mark_delivered(
-        self, destination: str, marks: Sequence[tuple[int, int]]
-    ) -> asyncio.Future[None]:
-        """Messages were delivered (and are not settled yet): set the delivery count of
-        each ``(seq, count)`` stored (a replicated core marks them, so that a new leader
-        flags only them redelivered); seqs that are not stored are ignored."""
-
-    @abc.abstractmethod
-    def save_destination(
-        self, destination: str, options: dict[str, Any], metadata: dict[str, str]
-    ) -> asyncio.Future[None]:
-        """Create or replace ``destination``'s record."""
-
-    @abc.abstractmethod
-    def delete_destination(self, destination: str) -> asyncio.Future[None]:
-        """Forget ``destination``: its record, its messages and its ``last_seq``."""
-
-    @abc.abstractmethod
-    def save_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
-        """Add bindings of ``destination`` (a queue) to ``patterns``; existing ones stay."""
-
-    @abc.abstractmethod
-    def delete_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
-        """Remove bindings of ``destination``; patterns it is not bound to are ignored."""
-
-    @abc.abstractmethod
-    def kv_put(self, key: str, value: bytes) -> asyncio.Future[None]: ...
-
-    @abc.abstractmethod
-    def kv_delete(self, key: str) -> asyncio.Future[None]: ...
+    def write(self, write: Write) -> asyncio.Future[None]:
+        """Make the durable change ``write`` (:mod:`polymq_core.store.writes`): encode it
+        at once and queue it; the future resolves once it is committed."""
 
     @abc.abstractmethod
     async def kv_get(self, key: str) -> bytes | None: ...
@@ -198,9 +137,3 @@ class Store(abc.ABC):
         count exact, the bytes those of their bodies or an estimate (a restart's figure)."""
         page = [m for m in await self.load_messages(destination) if m.seq > after]
         return len(page), sum(len(m.body) for m in page)
-
-
-# One durable change, named by the call that makes it: given a shard's store, issue one of
-# its writes (``lambda store: store.purge(key)``). ``Shard.commit`` takes these rather than
-# a method's name, so that the type checker sees which write it is and its arguments.
-StoreWrite = Callable[[Store], asyncio.Future[None]]

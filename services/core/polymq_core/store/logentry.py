@@ -73,9 +73,9 @@ class NoLeader(LogUnavailable):
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One decoded entry. ``writes`` are ``(kind value, *fields)`` tuples as
-    :meth:`~polymq_core.store.sqlite.SqliteStore.encode` made them; a takeover entry (a new
-    leader's fence) has none."""
+    """One decoded entry. ``writes`` are ``(kind, *fields)`` tuples as the leader's
+    records encoded them (:meth:`~polymq_core.store.writes.Write.encode`), the kind as a
+    plain number; a takeover entry (a new leader's fence) has none."""
 
     node_id: str
     epoch: int

@@ -41,11 +41,12 @@ when the file is opened (1M 1 KB messages: 7.3 s; the file grows by the new tabl
 and the WAL holds as much until checkpointed; the old pages are freed inside the file, which
 keeps its size and reuses them).
 
-A queued write is a flat tuple ``(future, kind, *fields)`` (:data:`Write`); its
-:class:`WriteKind` lists the fields. In a replicated log entry (:mod:`polymq_core.store.logentry`) a
-write
-travels as ``(kind.value, *fields)``, its fields plain msgpack values (blobs as bytes, JSON as
-str); :data:`ARITY` says how many fields each kind has.
+A write is made as a record (:mod:`polymq_core.store.writes`) and encoded to a flat tuple
+``(kind, *fields)``, its :class:`WriteKind` listing the fields, each a plain msgpack value
+(blobs as bytes, JSON as str); queued to the writer thread it is ``(future, kind, *fields)``
+(:data:`Queued`). A replicated log entry (:mod:`polymq_core.store.logentry`) carries the same
+tuple, its kind as a number (``WriteKind`` is an ``IntEnum``); :data:`ARITY` says how many
+fields each kind has.
 """
 
 from __future__ import annotations
@@ -154,8 +155,9 @@ LOAD_DESTINATIONS = """
 """
 
 
-class WriteKind(enum.Enum):
-    """What a queued write does; the fields after it in the write's tuple are listed."""
+class WriteKind(enum.IntEnum):
+    """What a write does; the fields after it in the write's tuple are listed. Its number
+    is what a log entry carries (they never change: logs written before must read)."""
 
     APPEND = enum.auto()  # destination, seq, blob
     APPEND_MANY = enum.auto()  # destination, [(seq, blob), ...]
@@ -205,7 +207,7 @@ ARITY = {
 
 # A queued write is a flat tuple ``(future, kind, *fields)``, not an object: with tens of
 # thousands in flight, every extra container per write is work for the garbage collector.
-Write = tuple[Any, ...]
+Queued = tuple[Any, ...]
 
 APPEND = WriteKind.APPEND
 APPEND_MANY = WriteKind.APPEND_MANY
@@ -302,7 +304,7 @@ class _Run:
         self._sql, self._rows = None, []
 
 
-def apply_batch(conn: sqlite3.Connection, batch: list[Write]) -> None:
+def apply_batch(conn: sqlite3.Connection, batch: list[Queued]) -> None:
     """Apply a batch in issue order; the sequence high-water marks go in last, one row per
     destination. A message that a later write of the same batch removes (its ack, a purge,
     its destination's deletion) is never inserted: the outcome is the same, without writing
@@ -316,7 +318,7 @@ def apply_batch(conn: sqlite3.Connection, batch: list[Write]) -> None:
         conn.executemany(_RAISE_SEQUENCE, high.items())
 
 
-def _flat(batch: list[Write]) -> Iterator[Write]:
+def _flat(batch: list[Queued]) -> Iterator[Queued]:
     for write in batch:
         if write[1] is WriteKind.APPLIED:
             yield from _flat(write[4])
@@ -324,7 +326,7 @@ def _flat(batch: list[Write]) -> Iterator[Write]:
             yield write
 
 
-def _doomed(batch: list[Write]) -> set[tuple[int, int]] | None:
+def _doomed(batch: list[Queued]) -> set[tuple[int, int]] | None:
     """The appends in ``batch`` of messages removed later in it, as (id of the write, seq);
     None when the batch removes nothing (the common case of a publish-only batch: no
     scan)."""
@@ -413,7 +415,7 @@ class _Applied:
 def _apply(
     run: _Run,
     high: dict[str, int],
-    batch: list[Write],
+    batch: list[Queued],
     doomed: set[tuple[int, int]] | None,
     applied: _Applied,
 ) -> None:

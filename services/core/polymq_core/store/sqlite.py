@@ -16,10 +16,11 @@ Reads
 Replication
     In cluster mode (:mod:`polymq_core.replication.replicatedstore`) a :class:`SqliteStore` is the
     snapshot of a
-    shard's replicated log. :meth:`SqliteStore.encode` turns a write call into the plain tuple
-    a log entry carries (the write methods use the same encoders), :meth:`SqliteStore.apply_entry`
-    applies one entry's writes together with its log sequence, and
-    :meth:`SqliteStore.applied` reads that sequence back.
+    shard's replicated log. :meth:`SqliteStore.encode` turns a write
+    (:mod:`polymq_core.store.writes`) into the plain tuple a log entry carries, the one
+    :meth:`SqliteStore.write` queues; :meth:`SqliteStore.apply_entry` applies one entry's
+    writes together with its log sequence, and :meth:`SqliteStore.applied` reads that
+    sequence back.
 
 Snapshots
     A node whose next log entry was purged copies the shard from another node:
@@ -60,12 +61,12 @@ from .schema import (
     LOAD_CURSORS,
     LOAD_DESTINATIONS,
     SCHEMA_VERSION,
-    Write,
+    Queued,
     WriteKind,
     apply_batch,
     migrate,
 )
-from .writeencoder import WriteEncoder
+from .writes import Write
 
 __all__ = ["SqliteStore"]
 
@@ -116,13 +117,14 @@ class SqliteStore(Store):
         self._max_batch = max_batch
         self._state = _State.NEW
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: queue.SimpleQueue[Write | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Queued | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._writer_done: asyncio.Future[None] | None = None
         self._closing: asyncio.Future[None] | None = None
         self._reader: ThreadPoolExecutor | None = None
         self._rconn: sqlite3.Connection | None = None
-        self._encoder = WriteEncoder()  # each write call as its (kind, *fields), at once
+        # packs the messages of each write as it is issued (Write.encode), on the loop
+        self._pack = msgpack.Packer(use_bin_type=True).pack
         # the writer thread's failed commits: logged when they start, then once a minute
         # with their count, and when writes succeed again (a full disk fails every one)
         self._failing_since: float | None = None
@@ -250,71 +252,21 @@ class SqliteStore(Store):
         self._queue.put((future, *write))
         return future
 
-    def append(self, destination: str, message: Message) -> asyncio.Future[None]:
-        # The hot path: _submit inlined.
+    def write(self, write: Write) -> asyncio.Future[None]:
+        # The hot path (every publish's messages): _submit inlined.
         if self._state is not _State.OPEN:
             raise self._not_open()
-        write = self._encoder.append(destination, message)
+        encoded = write.encode(self._pack)
         assert self._loop is not None
         future: asyncio.Future[None] = self._loop.create_future()
-        self._queue.put((future, *write))
+        self._queue.put((future, *encoded))
         return future
 
-    def append_many(self, destination: str, messages: Sequence[Message]) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.append_many(destination, messages))
-
-    def append_batch(
-        self, destination: str, messages: Sequence[Message], key: str, expires: float, answer: bytes
-    ) -> asyncio.Future[None]:
-        return self._submit(
-            *self._encoder.append_batch(destination, messages, key, expires, answer)
-        )
-
-    def forget_batches(self, before: float) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.forget_batches(before))
-
-    def save_cursor(self, cursor: str, destination: str, record: bytes) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.save_cursor(cursor, destination, record))
-
-    def delete_cursor(self, cursor: str) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.delete_cursor(cursor))
-
-    def remove(self, destination: str, seqs: Sequence[int]) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.remove(destination, seqs))
-
-    def purge(self, destination: str) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.purge(destination))
-
-    def mark_delivered(
-        self, destination: str, marks: Sequence[tuple[int, int]]
-    ) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.mark_delivered(destination, marks))
-
-    def save_destination(
-        self, destination: str, options: dict[str, Any], metadata: dict[str, str]
-    ) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.save_destination(destination, options, metadata))
-
-    def delete_destination(self, destination: str) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.delete_destination(destination))
-
-    def save_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.save_bindings(destination, patterns))
-
-    def delete_bindings(self, destination: str, patterns: Sequence[str]) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.delete_bindings(destination, patterns))
-
-    def kv_put(self, key: str, value: bytes) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.kv_put(key, value))
-
-    def kv_delete(self, key: str) -> asyncio.Future[None]:
-        return self._submit(*self._encoder.kv_delete(key))
-
-    def encode(self, op: str, *args: Any) -> tuple[Any, ...]:
-        """The write that the Store method ``op`` called with ``args`` would queue, as a log
-        entry carries it (:meth:`~polymq_core.store.writeencoder.WriteEncoder.encode`). Works
-        whether or not the store is open."""
-        return self._encoder.encode(op, *args)
+    def encode(self, write: Write) -> tuple[Any, ...]:
+        """``write`` as a log entry carries it (:meth:`Write.encode
+        <polymq_core.store.writes.Write.encode>`, with this store's packer). Works whether
+        or not the store is open."""
+        return write.encode(self._pack)
 
     def apply_entry(
         self, seq: int, writes: Sequence[Sequence[Any]], *, after: int | None = None
@@ -328,7 +280,7 @@ class SqliteStore(Store):
         without waiting for each never leaves a gap behind one that failed."""
         if self._state is not _State.OPEN:
             raise self._not_open()
-        queued: list[Write] = []
+        queued: list[Queued] = []
         for write in writes:
             try:
                 kind = WriteKind(write[0])
@@ -367,7 +319,7 @@ class SqliteStore(Store):
         try:
             stopping = False
             while not stopping:
-                batch: list[Write] = []
+                batch: list[Queued] = []
                 item = self._queue.get()
                 while item is not None:
                     batch.append(item)
@@ -393,7 +345,7 @@ class SqliteStore(Store):
         if not self._writer_done.done():
             self._writer_done.set_result(None)
 
-    def _commit(self, conn: sqlite3.Connection, batch: list[Write]) -> None:
+    def _commit(self, conn: sqlite3.Connection, batch: list[Queued]) -> None:
         started = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
