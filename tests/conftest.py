@@ -11,17 +11,24 @@ from .procs import PolymqProcess, serving
 
 
 @pytest.fixture
-def core(tmp_path: Path) -> Iterator[PolymqProcess]:
-    """A fresh ``polymq core`` process (own data dir, ephemeral ports)."""
+def fresh_core(tmp_path: Path) -> Iterator[PolymqProcess]:
+    """A fresh ``polymq core`` process (own data dir, ephemeral ports): ``core``, unless a
+    module shares one; a test there that stops or kills its core, or counts everything in
+    it, takes this one by name."""
     with PolymqProcess("core", tmp_path / "core") as proc:
         yield proc
+
+
+@pytest.fixture
+def core(fresh_core: PolymqProcess) -> PolymqProcess:
+    return fresh_core
 
 
 @pytest.fixture(scope="module")
 def module_core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
     """One ``polymq core`` process for a whole module whose tests use names of their own and
     leave it running (a module binds it to ``core``; tests that stop or kill their core take
-    the fresh one)."""
+    ``fresh_core``)."""
     with serving("core", tmp_path_factory.mktemp("core")) as proc:
         yield proc
 

@@ -1,7 +1,9 @@
-"""Avro records POSTed over HTTP are ordinary messages: stomp.py receives all 10,000 of a
+"""Avro records POSTed over HTTP are ordinary messages: stomp.py receives all 2,000 of a
 container, each body in the single-object encoding that fastavro decodes with the schema
 the registry holds under the id in the ``avro-schema-id`` header (the body carries its
-fingerprint)."""
+fingerprint). 2,000, not the 10,000 it once was: the count is not the point here (a
+10,000-record container goes through a queue in test_records.py), and 10,000 STOMP frames
+took most of a minute of the suite."""
 
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ from ...procs import PolymqProcess
 from ..stomp.helpers import clients
 from .conftest import USER, Avro, container, unique, users
 
-N = 10_000
+N = 2_000
 
 
-def test_ten_thousand_records_read_over_stomp(server: PolymqProcess, api: Avro) -> None:
+def test_a_containers_records_read_over_stomp(server: PolymqProcess, api: Avro) -> None:
     queue = unique("stomp")
     records = users(N)
     out = api.published(f"queue/{queue}", container(records, codec="snappy"))

@@ -1,8 +1,8 @@
 """Fixtures for the RabbitMQ bridge's integration tests.
 
 Everything is real and local: a private RabbitMQ node started by the tests
-(:mod:`tests.rabbit`, once per module: it takes seconds; any RabbitMQ already on :5672 is
-left alone), a ``polymq core`` process, and the bridge itself as a subprocess
+(:mod:`tests.rabbit`, once for the package: it takes seconds; any RabbitMQ already on
+:5672 is left alone), a ``polymq core`` process, and the bridge itself as a subprocess
 (``python -m polymq_bridge.main``) with a links file, reached over its metrics port.
 Clients are aio-pika on the RabbitMQ side and :class:`polymq.Client` on the polymq side.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from ...procs import LoggedProcess, PolymqProcess, serving
-from ...rabbit import RabbitNode, find_server
+from ...rabbit import RabbitNode, find_server, rabbit_node
 
 WAIT = 20.0
 
@@ -130,17 +130,15 @@ class BridgeProcess(LoggedProcess):
         return super().stop(timeout)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def rabbit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitNode]:
-    """A private RabbitMQ node for the module (its own node name, ports and data)."""
+    """A private RabbitMQ node for the package's modules (its own node name, ports and data;
+    every test uses queues of its own, and the fault test that restarts it leaves it
+    running on the same port)."""
     if find_server() is None:
         pytest.skip("rabbitmq-server is not installed")
-    node = RabbitNode(tmp_path_factory.mktemp("rabbit"))
-    try:
-        node.start()
+    with rabbit_node(tmp_path_factory.mktemp("rabbit")) as node:
         yield node
-    finally:
-        node.cleanup()
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from polymq import Client, Message, Published
 from polymq.answers import Declared, stats_from_wire
 from polymq.events import Declare, Stats
 
+from ...procs import PolymqProcess
 from .helpers import uid
+
+
+@pytest.fixture(scope="module")
+def core(module_core: PolymqProcess) -> PolymqProcess:
+    """One core for the module's tests: each uses destinations of its own, none stops it."""
+    return module_core
 
 
 async def _raw_stats(client: Client, destination: str) -> dict[str, Any]:

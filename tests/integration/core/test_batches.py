@@ -14,6 +14,13 @@ from .helpers import collect, connect, nothing_more, uid
 pytestmark = pytest.mark.timeout(60)
 
 
+@pytest.fixture(scope="module")
+def core(module_core: PolymqProcess) -> PolymqProcess:
+    """One core for the module's tests: each uses destinations of its own (a batch id is one
+    destination's); a test that kills its core takes ``fresh_core``."""
+    return module_core
+
+
 def batch(n: int, tag: str = "m") -> list[Message]:
     return [Message(f"{tag}{i}".encode(), persistent=True) for i in range(n)]
 
@@ -93,10 +100,11 @@ async def test_topic_batches_are_deduplicated_too(client: Client) -> None:
 
 @pytest.mark.parametrize("kind", ["queue", "stream", "channel"])
 async def test_a_batch_of_persistent_messages_is_remembered_across_kill_9(
-    core: PolymqProcess, kind: str
+    fresh_core: PolymqProcess, kind: str
 ) -> None:
     """The batch id is kept with the messages: a retry after the core died (its answer
     lost, say) is still a duplicate, answered with the first publish's ids and seqs."""
+    core = fresh_core
     dest = f"{kind}/{uid()}"
     role = "client" if kind == "channel" else None
     async with await connect(core.ports["core"]) as c:
@@ -128,10 +136,11 @@ async def test_a_batch_of_persistent_messages_is_remembered_across_kill_9(
 
 
 async def test_what_a_restart_forgets_transient_batches_and_expired_ones(
-    core: PolymqProcess,
+    fresh_core: PolymqProcess,
 ) -> None:
     """A batch of transient messages is remembered as long as they are: in memory. A stored
     batch whose window has passed publishes again, after a restart as before one."""
+    core = fresh_core
     transient, expiring = f"queue/{uid()}", f"queue/{uid()}"
     async with await connect(core.ports["core"]) as c:
         await c.declare(expiring, durable=True)

@@ -22,6 +22,13 @@ from .helpers import bodies, collect, connect, eventually, nothing_more, uid
 pytestmark = pytest.mark.timeout(90)
 
 
+@pytest.fixture(scope="module")
+def core(module_core: PolymqProcess) -> PolymqProcess:
+    """One core for the module's tests: each uses names of its own; a test that restarts its
+    core, or counts every binding in it, takes ``fresh_core``."""
+    return module_core
+
+
 async def drain(c: Client, queue: str, n: int) -> list[Message]:
     """Exactly the ``n`` messages ``queue`` holds (pulled and acked), in order."""
     leases = await c.pull(queue, max=n + 1)
@@ -208,7 +215,10 @@ async def _in_memory(core: PolymqProcess, q: str) -> bool:
 
 
 @pytest.mark.timeout(120)
-async def test_durable_bindings_and_routed_messages_survive_restarts(core: PolymqProcess) -> None:
+async def test_durable_bindings_and_routed_messages_survive_restarts(
+    fresh_core: PolymqProcess,
+) -> None:
+    core = fresh_core
     ns = uid("d")
     busy, idle, transient = f"queue/{uid()}", f"queue/{uid()}", f"queue/{uid()}"
     async with await connect(core.ports["core"]) as c:
@@ -257,7 +267,8 @@ async def _not_in_memory(core: PolymqProcess, q: str) -> bool:
     return not await _in_memory(core, q)
 
 
-async def test_binding_count_in_metrics_and_cluster_view(core: PolymqProcess) -> None:
+async def test_binding_count_in_metrics_and_cluster_view(fresh_core: PolymqProcess) -> None:
+    core = fresh_core
     async with await connect(core.ports["core"]) as c:
         q = f"queue/{uid()}"
         for i in range(3):

@@ -13,6 +13,13 @@ from ...procs import PolymqProcess
 from .helpers import connect, uid
 
 
+@pytest.fixture(scope="module")
+def core(module_core: PolymqProcess) -> PolymqProcess:
+    """One core for the module's tests: each uses destinations of its own; a test that kills
+    its core takes ``fresh_core``."""
+    return module_core
+
+
 def _bodies(page: CursorPage) -> list[bytes]:
     return [m.body for m in page.messages]
 
@@ -131,10 +138,11 @@ async def test_a_waiting_poll_keeps_its_subscription_alive(client: Client) -> No
 
 
 async def test_queue_and_stream_cursors_survive_kill_9_closed_and_idle_ones_do_not(
-    core: PolymqProcess,
+    fresh_core: PolymqProcess,
 ) -> None:
     """A queue's or stream's cursor subscription is stored with its destination once it is
     opened; closing it or its idle ttl removes it from the store too."""
+    core = fresh_core
     s, q = f"stream/{uid()}", f"queue/{uid()}"
     async with await connect(core.ports["core"]) as c:
         await c.publish(s, [Message(str(i).encode(), persistent=True) for i in range(3)])

@@ -32,13 +32,18 @@ class FakeShard:
 
 @dataclass
 class FakeLog:
+    shard: int
+    leaders: dict[int, str | None] = field(default_factory=dict)  # the node's, once made
     handed: list[str] = field(default_factory=list)
     peers: tuple[str, ...] = ()  # the stream's replicas (none known: any node may lead)
     configured: int = 3
 
     async def step_down(self, preferred: str | None = None) -> None:
+        """The preferred node takes the lead, and this node hears it (else its hand-over
+        waits out its 2 s for another leader to be seen)."""
         assert preferred is not None
         self.handed.append(preferred)
+        self.leaders[self.shard] = preferred
 
 
 @dataclass
@@ -81,7 +86,7 @@ def node_a(leads: list[int], applied: list[int]) -> tuple[ClusterNode, list[Fake
         cluster_secret="s" * 32,
     )  # fmt: skip
     node = ClusterNode(settings)
-    logs = [FakeLog() for _ in range(SHARDS)]
+    logs = [FakeLog(i) for i in range(SHARDS)]
     node.logs = logs  # type: ignore[assignment]
     node.stores = [FakeStore(n) for n in applied]  # type: ignore[misc]
     shards = [FakeShard(leading=i in leads) for i in range(SHARDS)]
@@ -93,6 +98,8 @@ def node_a(leads: list[int], applied: list[int]) -> tuple[ClusterNode, list[Fake
         }
     )
     node.leadership.leaders = {i: ("a" if i in leads else "b") for i in range(SHARDS)}
+    for log in logs:
+        log.leaders = node.leadership.leaders
     return node, logs
 
 
