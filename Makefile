@@ -63,9 +63,19 @@ install: $(STAMP) $(STOMPJS) $(UPLOT) $(AMQPLIB)
 run: $(RUN_STAMP) $(STOMPJS) $(UPLOT)
 	$(VENV)/bin/polymq run --data-dir $${POLYMQ_DATA_DIR:-./polymq-data}
 
-## make test: install what the tests need, then run them all (lint and types first)
+## make test: install what the tests need, then run them all (lint and types first).
+# Two pytest processes side by side: the cluster tests and the bench's smoke runs (real nodes,
+# mostly waiting on elections, timeouts and starts) beside all the others; each with its own
+# temporary directory, the second one's report printed after the first's. Fails if either does.
+PYTEST := $(PY) -m pytest -q -rs --durations=25
+BESIDE := tests/cluster tests/bench
 test: $(STAMP) $(STOMPJS) $(UPLOT) $(AMQPLIB) chromium lint typecheck
-	$(PY) -m pytest -q -rs --durations=30
+	@tmp=$$(mktemp -d); \
+	$(PYTEST) --basetemp=$$tmp/beside $(BESIDE) > $$tmp/beside.log 2>&1 & beside=$$!; \
+	$(PYTEST) --basetemp=$$tmp/rest $(addprefix --ignore=,$(BESIDE)); rest=$$?; \
+	wait $$beside; status=$$?; \
+	echo "==== $(BESIDE), run beside the above ===="; cat $$tmp/beside.log; rm -rf $$tmp; \
+	test $$rest -eq 0 && test $$status -eq 0
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
