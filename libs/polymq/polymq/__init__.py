@@ -59,6 +59,7 @@ from .errors import (
 )
 from .types import (
     AckMode,
+    ChannelRole,
     DeclareOptions,
     Destination,
     Kind,
@@ -76,6 +77,7 @@ __all__ = [
     "BadRequest",
     "Bound",
     "ChannelHandle",
+    "ChannelRole",
     "ChannelStats",
     "Client",
     "Conflict",

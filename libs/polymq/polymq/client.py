@@ -74,7 +74,7 @@ from .events import (
 from .failover import Reconnected
 from .handles import ChannelHandle, QueueHandle, StreamHandle, TopicHandle
 from .heartbeat import DEFAULT_HEARTBEAT
-from .types import Message, Outcome
+from .types import ChannelRole, Message, Outcome
 
 __all__ = [
     "DEFAULT_HEARTBEAT",
@@ -405,6 +405,6 @@ class Client(CoreConnection):
         return StreamHandle(self, f"stream/{name}")
 
     def channel(self, name: str, role: str) -> ChannelHandle:
-        if role not in ("server", "client"):
+        if not ChannelRole.named(role):
             raise ValueError("role must be 'server' or 'client'")
         return ChannelHandle(self, f"channel/{name}", role)

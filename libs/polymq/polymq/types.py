@@ -11,7 +11,7 @@ import math
 import operator
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import BadRequest
 
@@ -19,6 +19,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_PRIORITY",
     "AckMode",
+    "ChannelRole",
     "DeclareOptions",
     "Destination",
     "Kind",
@@ -95,6 +96,37 @@ def validate_name(name: str, *, pattern: bool = False) -> None:
         )
     if ".." in name or name.startswith(".") or name.endswith("."):
         raise BadRequest(f"destination name {name[:80]!r} has an empty segment")
+
+
+class ChannelRole(enum.StrEnum):
+    """A channel member's side. Each side reads its own inbox, and what one side publishes
+    goes to the other's: a client's request to the server's inbox, the server's answer to
+    the client's. The wire carries the value (a string equal to the member)."""
+
+    SERVER = "server"
+    CLIENT = "client"
+
+    @property
+    def other(self) -> ChannelRole:
+        """The side that reads what this side publishes."""
+        return ChannelRole.CLIENT if self is ChannelRole.SERVER else ChannelRole.SERVER
+
+    @classmethod
+    def named(cls, value: object) -> TypeGuard[str]:
+        """Is ``value`` one of the roles (or its string)?"""
+        return isinstance(value, str) and value in _CHANNEL_ROLES
+
+    @classmethod
+    def of(cls, value: object, default: ChannelRole) -> ChannelRole:
+        """``value`` as a role (``default`` if None); :class:`BadRequest` if it is none."""
+        if value is None:
+            return default
+        if not cls.named(value):
+            raise BadRequest("role must be 'server' or 'client'")
+        return cls(value)
+
+
+_CHANNEL_ROLES = frozenset(role.value for role in ChannelRole)
 
 
 class AckMode(enum.Enum):
@@ -416,8 +448,8 @@ class SubscribeOptions:
     def from_dict(cls, d: Any) -> SubscribeOptions:
         d = _check_keys({} if d is None else d, cls.KEYS, "subscribe option")
         role = d.get("role")
-        if role is not None and role not in ("server", "client"):
-            raise BadRequest("role must be 'server' or 'client'")
+        if role is not None:
+            ChannelRole.of(role, ChannelRole.SERVER)  # (BadRequest if it is not a role)
         prefetch = _opt_int(d, "prefetch", 0)
         opts = cls(
             ack_mode=_enum(d, "ack_mode", AckMode, AckMode.AUTO),

@@ -16,6 +16,7 @@ from polymq.types import (
     MAX_NAME_LENGTH,
     MAX_PRIORITY,
     AckMode,
+    ChannelRole,
     DeclareOptions,
     Destination,
     Kind,
@@ -584,3 +585,19 @@ def test_dead_letter_by_names_a_user_and_needs_a_dead_letter() -> None:
         DeclareOptions.from_dict({"dead_letter": "queue/d", "dead_letter_by": ""}).dead_letter_by
         == ""
     )
+
+
+def test_a_channel_role_is_its_string_on_the_wire_and_knows_the_other_side() -> None:
+    assert ChannelRole.SERVER == "server" and ChannelRole.CLIENT == "client"
+    assert ChannelRole.SERVER.other is ChannelRole.CLIENT
+    assert ChannelRole.CLIENT.other is ChannelRole.SERVER
+    assert ChannelRole.of(None, ChannelRole.CLIENT) is ChannelRole.CLIENT
+    assert ChannelRole.of("server", ChannelRole.CLIENT) is ChannelRole.SERVER
+    assert ChannelRole.named("client") and not ChannelRole.named("peer")
+    assert not ChannelRole.named(None) and not ChannelRole.named(1)
+    for bad in ("peer", "", 1):
+        with pytest.raises(BadRequest, match="role must be 'server' or 'client'"):
+            ChannelRole.of(bad, ChannelRole.SERVER)
+    with pytest.raises(BadRequest, match="role must be"):
+        SubscribeOptions.from_dict({"role": "peer"})
+    assert SubscribeOptions.from_dict({"role": "client"}).role == "client"

@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from polymq.errors import BadRequest, Conflict, RequestError
-from polymq.types import MAX_PRIORITY, Destination, Kind, Message
+from polymq.types import MAX_PRIORITY, ChannelRole, Destination, Kind, Message
 from polymq_server.link.connections import CLOSE_TOPIC, LIST_TOPIC
 
 from ..broker import Broker
@@ -148,7 +148,7 @@ class _Api:
         stats = (await client.stats(str(dest))).to_json()
         if dest.kind is not Kind.CHANNEL:
             return self.row(str(dest), stats)
-        inboxes = [self.row(channel_inbox(dest.name, r), stats[r]) for r in ("server", "client")]
+        inboxes = [self.row(channel_inbox(dest.name, r), stats[r]) for r in ChannelRole]
         out = self.row(str(dest), {"destination": str(dest)})
         for part in ("ready", "unacked", "consumers"):
             out[part] = sum(r[part] for r in inboxes)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.errors import Conflict, NotFound, Unavailable
-from polymq.types import DeclareOptions, Destination, Message, Overflow
+from polymq.types import ChannelRole, DeclareOptions, Destination, Message, Overflow
 
 from ..store.contract import Store, StoreError
 from ..store.writes import (
@@ -678,7 +678,7 @@ class Shard(DurableWrites):
     @staticmethod
     def key_of(dest: Destination, role: str | None = None) -> str:
         if dest.kind.value == "channel":
-            if role not in ("server", "client"):
+            if role is None or not ChannelRole.named(role):
                 raise NotFound("a channel needs role 'server' or 'client'")
             return channel_inbox(dest.name, role)
         return str(dest)

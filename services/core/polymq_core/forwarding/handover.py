@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from polymq.client import Client
 from polymq.errors import ConnectionClosed, PolymqError, RequestError
-from polymq.types import MAX_PRIORITY, Message
+from polymq.types import MAX_PRIORITY, ChannelRole, Message
 from polymq_server.auth.provider import INTERNAL_PRINCIPAL
 
 from ..destinations.queue import Queue
@@ -166,7 +166,7 @@ def publish_target(key: str) -> tuple[str, str | None]:
     base, sep, role = key.partition(">")
     if not sep:
         return key, None
-    return base, "client" if role == "server" else "server"
+    return base, ChannelRole(role).other
 
 
 def batches(

@@ -30,7 +30,7 @@ from polymq.events import (
     Subscribe,
     Unbind,
 )
-from polymq.types import Destination, Kind
+from polymq.types import ChannelRole, Destination, Kind
 from polymq_server.auth.provider import Permission
 
 from ..destinations.shard import Shard
@@ -66,10 +66,9 @@ def shard_key_of(b: KeyHost, s: Caller, ev: Event) -> str | None:
         if dest.kind is Kind.TOPIC:
             return None
         if dest.kind is Kind.CHANNEL:
-            role = ev.role or "client"
-            if role not in ("server", "client"):
+            if ev.role is not None and not ChannelRole.named(ev.role):
                 return None  # the local handler refuses it
-            return Shard.key_of(dest, "server" if role == "client" else "client")
+            return Shard.key_of(dest, ChannelRole.of(ev.role, ChannelRole.CLIENT).other)
         return str(dest)
     if isinstance(ev, Subscribe | CursorOpen):
         dest = b.destination(s, ev.destination, Permission.READ, pattern=True)
@@ -91,7 +90,7 @@ def shard_key_of(b: KeyHost, s: Caller, ev: Event) -> str | None:
         dest = b.destination(s, ev.destination, Permission.READ)
         if dest.kind is Kind.TOPIC:
             return None  # the local handler refuses it
-        role = ev.role or "server"
+        role = ev.role or ChannelRole.SERVER
         return b.holder_key(dest, role) if dest.kind is Kind.CHANNEL else str(dest)
     if isinstance(ev, Bind | Unbind):
         q = b.destination(s, ev.queue, Permission.CONFIGURE)
@@ -125,7 +124,7 @@ def shard_key_of(b: KeyHost, s: Caller, ev: Event) -> str | None:
 def _holder_of(dest: Destination) -> str | None:
     if dest.kind is Kind.TOPIC or dest.is_pattern:
         return None
-    return Shard.key_of(dest, "server" if dest.kind is Kind.CHANNEL else None)
+    return Shard.key_of(dest, ChannelRole.SERVER if dest.kind is Kind.CHANNEL else None)
 
 
 __all__ = ["KeyHost", "shard_key_of"]

@@ -27,7 +27,7 @@ from polymq.events import (
     Stats,
     Unbind,
 )
-from polymq.types import DeclareOptions, Destination, Kind
+from polymq.types import ChannelRole, DeclareOptions, Destination, Kind
 from polymq_server.auth.provider import AuthProvider, Permission
 
 from ..destinations import peek
@@ -141,12 +141,12 @@ class Catalog:
             }
         if dest.kind is Kind.CHANNEL:  # (it exists once either inbox does)
             out: dict[str, Any] = {"destination": str(dest)}
-            for role in ("server", "client"):
+            for role in ChannelRole:
                 k = Shard.key_of(dest, role)
                 shard = broker.shard_for(k)
                 known = shard.exists(k)
                 out[role] = shard.stats(k) if known else {"destination": k, "messages": 0}
-            if not any("options" in out[role] for role in ("server", "client")):
+            if not any("options" in out[role] for role in ChannelRole):
                 raise NotFound(f"{dest} does not exist")
             return out
         key = str(dest)
@@ -160,7 +160,8 @@ class Catalog:
         count = ev.count
         if type(count) is not int or not 1 <= count <= peek.MAX_PEEK:
             raise BadRequest(f"count must be an integer 1..{peek.MAX_PEEK}")
-        key = broker.holder_key(dest, (ev.role or "server") if dest.kind is Kind.CHANNEL else None)
+        role = (ev.role or ChannelRole.SERVER) if dest.kind is Kind.CHANNEL else None
+        key = broker.holder_key(dest, role)
         shard = broker.shard_for(key)
         if not shard.exists(key):
             raise NotFound(f"{dest} does not exist")
@@ -172,7 +173,7 @@ class Catalog:
     def meta_get(self, session: Caller, ev: MetaGet) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.READ)
-        key = broker.holder_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
+        key = broker.holder_key(dest, ChannelRole.SERVER if dest.kind is Kind.CHANNEL else None)
         shard = broker.shard_for(key)
         if not shard.exists(key):
             raise NotFound(f"{dest} does not exist")
@@ -190,12 +191,12 @@ class Catalog:
             raise BadRequest("metadata must map strings to strings")
         if len(meta) > 256 or sum(len(k) + len(v) for k, v in meta.items()) > 65536:
             raise BadRequest("metadata is limited to 256 keys and 64 KiB")
-        key = broker.holder_key(dest, "server" if dest.kind is Kind.CHANNEL else None)
+        key = broker.holder_key(dest, ChannelRole.SERVER if dest.kind is Kind.CHANNEL else None)
         return then(broker.shard_for(key).set_metadata(key, meta), dict(meta))
 
 
 def _keys(dest: Destination) -> list[str]:
     """The shard keys behind a destination: a channel is two queues, one per role."""
     if dest.kind is Kind.CHANNEL:
-        return [Shard.key_of(dest, "server"), Shard.key_of(dest, "client")]
+        return [Shard.key_of(dest, role) for role in ChannelRole]
     return [str(dest)]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from polymq.errors import BadRequest, QueueFull, Unavailable
 from polymq.events import Publish
-from polymq.types import Destination, Kind, Message
+from polymq.types import ChannelRole, Destination, Kind, Message
 from polymq_server.auth.provider import AuthProvider, Permission
 from polymq_server.names import ORIGIN
 
@@ -141,11 +141,9 @@ class Publisher:
                 return result
             return self.route(dest.name, msgs, result, remote)
         if dest.kind is Kind.CHANNEL:
-            role = ev.role or "client"
-            other = "server" if role == "client" else "client"
-            if role not in ("server", "client"):
+            if ev.role is not None and not ChannelRole.named(ev.role):
                 raise BadRequest("a channel publish needs role 'server' or 'client'")
-            key = Shard.key_of(dest, other)
+            key = Shard.key_of(dest, ChannelRole.of(ev.role, ChannelRole.CLIENT).other)
         else:
             key = str(dest)
         fut = broker.shard_for(key).publish(key, msgs, batch=batch, handed=session.handing)
