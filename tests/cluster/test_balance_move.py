@@ -3,13 +3,18 @@ node that hands a shard's lead on lets the shard go, lets the writes already mad
 log, and only then steps its stream down. A step-down with an append in flight left it
 unanswered (its writes failed after the log's timeout, 5 s: the rolling restart's 5.51 s
 stall), and one with writes pending failed them; now no publish is refused, and what was
-confirmed is there on the new leader."""
+confirmed is there on the new leader. The move comes under steady load (the balancer hands a
+lead only to a node caught up with the shard's log, judged so that a node keeping up under
+load is: ``ShardLeadership._caught_up``), with publishes of the moved shard confirmed on
+either side of it."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import datetime
 import re
+import time
 from typing import Any
 
 import pytest
@@ -19,12 +24,17 @@ from polymq import Client, Message
 from .harness import Cluster, Node, eventually, running_cluster
 from .test_takeover import _stepdown
 
-# Out of the default suite (run it with `-m slow`) until it is redesigned: the balancer hands
-# a shard on only to a target whose announced applied entry is within 100 of its own
-# (leadership._CAUGHT_UP), which a shard under this load never has once the machine is fast
-# enough to apply thousands of entries a second, so the move it waits for may never come
-# (it failed twice so, in a clean-clone CI run and beside it; it passed 4 times on a machine
-# loaded enough to keep the load slow).
+# Out of the default suite (run it with `-m slow`), for another reason than before. Before,
+# the move it waits for never came on a fast machine: the balancer judged a target against
+# what the leader had applied *now*, from the target's announcement up to 2 s old, and under
+# this load a target always looked more than 100 entries behind. Now it judges a target
+# against what the leader had applied when the target announced (leadership._caught_up), and
+# the move came in each of 13 runs. But 1 of those 13 failed on publishes forwarded through c
+# to a ("node a did not answer in time (or no longer leads)"): c's relay answers a request
+# it forwarded `unavailable` as soon as it sees the shard led by another node
+# (forwarding/relay.py, Relay._watch: meant for a frozen leader), though a, which let
+# the shard go with its writes going on, answers it a moment later (done, or not-leader: sent
+# again). Back in the default suite once that race is closed.
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 WINDOW = 16  # publishes each client keeps in flight to each queue
@@ -36,20 +46,33 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield c
 
 
-def _moves(node: Node) -> list[tuple[int, str]]:
-    """The balancer's moves in ``node``'s log: (shard, the node it was handed to)."""
-    found = re.findall(r"shard (\d+): handing its lead to node (\S+) \(balance\)", node.log())
-    return [(int(s), n) for s, n in found]
+def _moves(node: Node) -> list[tuple[int, str, float]]:
+    """The balancer's moves in ``node``'s log: (shard, the node it was handed to, when: the
+    log line's local time as a unix time)."""
+    found = re.findall(
+        r"^(\S+ \S+) INFO \S+ shard (\d+): handing its lead to node (\S+) \(balance\)$",
+        node.log(),
+        re.MULTILINE,
+    )
+    return [(int(s), n, _unix(at)) for at, s, n in found]
+
+
+def _unix(logged: str) -> float:
+    """A log line's local time (``2026-11-29 16:06:10,114``) as a unix time."""
+    return datetime.datetime.strptime(logged, "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 async def _load(
-    nodes: list[Node], queues: list[str], stop: asyncio.Event
-) -> tuple[set[bytes], list[str]]:
+    nodes: list[Node],
+    queues: list[str],
+    stop: asyncio.Event,
+    confirmed: dict[bytes, float],
+    failures: list[str],
+) -> None:
     """Through each of ``nodes`` (one client each, no failover: a refusal is an error
     here), keep WINDOW persistent publishes in flight to each queue until ``stop``; the
-    confirmed bodies and the failures."""
-    confirmed: set[bytes] = set()
-    failures: list[str] = []
+    confirmed bodies (with when: unix time) into ``confirmed``, the failures into
+    ``failures``."""
     clients = [
         await Client.connect("127.0.0.1", n.ports["core"], reconnect_timeout=None) for n in nodes
     ]
@@ -63,7 +86,7 @@ async def _load(
             except Exception as exc:
                 failures.append(f"{body!r}: {type(exc).__name__}: {exc}")
             else:
-                confirmed.add(body)
+                confirmed[body] = time.time()
 
     try:
         for q in queues:
@@ -72,7 +95,6 @@ async def _load(
     finally:
         for c in clients:
             await c.close()
-    return confirmed, failures
 
 
 async def _drain(node: Node, queues: list[str], want: set[bytes]) -> set[bytes]:
@@ -98,36 +120,57 @@ def test_a_balancer_move_under_load_steps_down_only_once_its_writes_are_in_the_l
 ) -> None:
     leaders = cluster.wait_balanced()
     led = collections.Counter(n.id for n in leaders.values())
-    # a node leading two shards is given a third (a step-down through JetStream, before
-    # the load): it leads more than its share, and its balancer hands one on (one of the
-    # two it led before: the third it has just taken over stays, leadership._SETTLE)
+    # a node leading two shards (its share) has them under load; then it is given a third
+    # (a step-down through JetStream of a shard not under load yet, then loaded too): it
+    # leads more than its share, and its balancer hands one on under load (the quietest of
+    # those it has led for leadership._SETTLE seconds: on a cluster just started, the third
+    # too, at times)
     a = next(n for n in cluster.nodes if led[n.id] == 2)
     before = sorted(s for s, n in leaders.items() if n is a)
     other = min(s for s, n in leaders.items() if n is not a)
-    _stepdown(leaders[other], cluster.secret, other, a.id)
-    eventually(lambda: cluster.leaders()[other] is a, 30, f"{a.id} leading shard {other}")
-    queues = [cluster.queue_in_shard(s, "moved") for s in [*before, other]]
+    queue_of = {s: cluster.queue_in_shard(s, "moved") for s in [*before, other]}
+    queues = list(queue_of.values())  # (``other``'s last)
     c = next(n for n in cluster.others(a) if n is not leaders[other])
     moves_before = len(_moves(a))
+    confirmed: dict[bytes, float] = {}
+    failures: list[str] = []
 
-    async def scene() -> tuple[set[bytes], list[str]]:
+    async def scene() -> None:
         stop = asyncio.Event()
-        load = asyncio.ensure_future(_load([a, c], queues, stop))
+        loads = [asyncio.ensure_future(_load([a, c], queues[:-1], stop, confirmed, failures))]
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 90
-        while len(_moves(a)) == moves_before and not load.done():
-            if loop.time() > deadline:
-                break
-            await asyncio.sleep(0.2)
-        await asyncio.sleep(3.0)  # the move done, and publishes to its new leader
-        stop.set()
-        return await load
+        try:
+            deadline = loop.time() + 60
+            while len(confirmed) < 2000 and not loads[0].done():  # the load under way
+                assert loop.time() < deadline, f"{len(confirmed)} publishes confirmed in 60 s"
+                await asyncio.sleep(0.2)
+            await asyncio.to_thread(_stepdown, leaders[other], cluster.secret, other, a.id)
+            await asyncio.to_thread(
+                eventually, lambda: cluster.leaders()[other] is a, 30, f"{a.id} leading {other}"
+            )
+            loads.append(
+                asyncio.ensure_future(_load([a, c], queues[-1:], stop, confirmed, failures))
+            )
+            deadline = loop.time() + 90
+            while len(_moves(a)) == moves_before and not any(load.done() for load in loads):
+                if loop.time() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(3.0)  # the move done, and publishes to its new leader
+        finally:
+            stop.set()
+            await asyncio.gather(*loads)
 
-    confirmed, failures = asyncio.run(scene())
+    asyncio.run(scene())
     moves = _moves(a)[moves_before:]
     print(f"\n{a.id} led {before} and {other}; moves: {moves}; {len(confirmed)} confirmed")
     assert moves, f"{a.id}'s balancer moved nothing:\n{a.log_tail()}"
-    moved, target = moves[0]
+    moved, target, when = moves[0]
+    # under load: publishes to the moved shard's queue confirmed before the move and after
+    ours = [at for body, at in confirmed.items() if body.startswith(f"{queue_of[moved]}:".encode())]
+    before_move, after_move = sum(at < when for at in ours), sum(at > when + 0.5 for at in ours)
+    print(f"shard {moved}: {before_move} publishes confirmed before the move, {after_move} after")
+    assert before_move and after_move, (before_move, after_move)
     # the order of events in the log of the node that handed it on: the move, the shard
     # let go, its writes in the log, then (and only then) the step-down
     log = a.log()
@@ -139,6 +182,6 @@ def test_a_balancer_move_under_load_steps_down_only_once_its_writes_are_in_the_l
     at = [log.find(e) for e in events]
     assert all(i >= 0 for i in at) and at == sorted(at), (at, a.log_tail())
     assert cluster.leaders()[moved].id == target
-    assert not failures, failures[:10]
-    missing = confirmed - asyncio.run(_drain(c, queues, confirmed))
+    assert not failures, (f"{len(failures)} publishes failed", failures[:10])
+    missing = set(confirmed) - asyncio.run(_drain(c, queues, set(confirmed)))
     assert not missing, f"{len(missing)} confirmed and not consumed: {sorted(missing)[:10]}"

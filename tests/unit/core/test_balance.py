@@ -1,17 +1,26 @@
 """The balancer of ``polymq_core.cluster.leadership`` (a ClusterNode's part) without NATS: which
-shard a node that leads more than its share hands on, and that a shard it has just taken over
+shard a node that leads more than its share hands on, that a shard it has just taken over
 stays put for a while (a failover followed at once by a balance move was seen to send a
-consumer's unacknowledged deliveries twice)."""
+consumer's unacknowledged deliveries twice), and to whom: a node caught up with the shard's
+log, judged by its last announcement against what the leader had applied when it came and by
+its replica as the stream's leader reports it (under load a node that kept up looked
+thousands of entries behind, its announcement being up to 2 s old, and nothing moved)."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import pytest
 
 from polymq_core.cluster import leadership
 from polymq_core.cluster.endpoints import Member
 from polymq_core.cluster.node import ClusterNode
 from polymq_core.config import CoreSettings
+from polymq_core.store.logentry import LogUnavailable
 
 SHARDS = 4
 
@@ -32,18 +41,26 @@ class FakeShard:
 
 @dataclass
 class FakeLog:
-    shard: int
-    leaders: dict[int, str | None] = field(default_factory=dict)  # the node's, once made
     handed: list[str] = field(default_factory=list)
     peers: tuple[str, ...] = ()  # the stream's replicas (none known: any node may lead)
     configured: int = 3
+    # as its leader reports them: per follower, (entries behind, seconds since heard); None:
+    # the leader does not answer
+    replicas: dict[str, tuple[int, float]] | None = field(
+        default_factory=lambda: {"b": (0, 0.01), "c": (0, 0.01)}
+    )
+    asked: int = 0  # how many times the replicas' state was asked for
+    elected: Callable[[str | None], None] = lambda leader: None  # who leads it after a step-down
 
     async def step_down(self, preferred: str | None = None) -> None:
-        """The preferred node takes the lead, and this node hears it (else its hand-over
-        waits out its 2 s for another leader to be seen)."""
-        assert preferred is not None
-        self.handed.append(preferred)
-        self.leaders[self.shard] = preferred
+        self.handed.append(str(preferred))
+        self.elected(preferred)
+
+    async def followers(self) -> dict[str, tuple[int, float]]:
+        self.asked += 1
+        if self.replicas is None:
+            raise LogUnavailable("asking about the stream: timeout")
+        return dict(self.replicas)
 
 
 @dataclass
@@ -86,7 +103,7 @@ def node_a(leads: list[int], applied: list[int]) -> tuple[ClusterNode, list[Fake
         cluster_secret="s" * 32,
     )  # fmt: skip
     node = ClusterNode(settings)
-    logs = [FakeLog(i) for i in range(SHARDS)]
+    logs = [FakeLog() for _ in range(SHARDS)]
     node.logs = logs  # type: ignore[assignment]
     node.stores = [FakeStore(n) for n in applied]  # type: ignore[misc]
     shards = [FakeShard(leading=i in leads) for i in range(SHARDS)]
@@ -98,9 +115,27 @@ def node_a(leads: list[int], applied: list[int]) -> tuple[ClusterNode, list[Fake
         }
     )
     node.leadership.leaders = {i: ("a" if i in leads else "b") for i in range(SHARDS)}
-    for log in logs:
-        log.leaders = node.leadership.leaders
+    for i, log in enumerate(logs):  # (JetStream elects the one preferred: _hand sees it at once)
+        log.elected = functools.partial(node.leadership.leaders.__setitem__, i)
+    node.leadership.heard("b")  # (its announcement: what it applied is what a had then)
     return node, logs
+
+
+def announce(node: ClusterNode, peer: str, theirs: list[int], ago: float = 0.0) -> None:
+    """``peer`` announces it applied ``theirs`` of each shard, ``ago`` seconds ago (the
+    leadership notes what ``node`` had applied then: its stores' ``applied`` now)."""
+    assert node.membership is not None
+    node.membership.peers()[peer] = FakePeer(dict(enumerate(theirs)))
+    node.leadership.heard(peer)
+    if ago:
+        heard = node.leadership._heard[peer]
+        heard[-1] = dataclasses.replace(heard[-1], at=heard[-1].at - ago)
+
+
+def apply(node: ClusterNode, applied: list[int]) -> None:
+    """``node``'s stores have applied ``applied`` of each shard now."""
+    for store, n in zip(node.stores, applied, strict=True):
+        store.applied = n
 
 
 def handed(logs: list[FakeLog]) -> dict[int, list[str]]:
@@ -229,3 +264,104 @@ def test_a_stream_grows_back_when_nodes_join() -> None:
     assert node.leadership._more_replicas(0) == 3
     logs[0].configured = 3
     assert node.leadership._more_replicas(0) == 0  # asked for already (JetStream is placing it)
+
+
+async def test_a_node_that_keeps_up_under_load_is_handed_a_shard() -> None:
+    # under load: b's announcements said what a had applied when each came, and a has
+    # applied thousands of entries since the last (up to 2 s ago): b is caught up
+    node, logs = node_a(leads=[0, 1, 2], applied=[0] * SHARDS)
+    apply(node, [3000] * SHARDS)
+    announce(node, "b", [2990] * SHARDS, ago=0.0)  # (2 s after the one node_a made)
+    node.leadership._heard["b"][0] = dataclasses.replace(
+        node.leadership._heard["b"][0], at=node.leadership._heard["b"][-1].at - 2.0
+    )
+    apply(node, [9000] * SHARDS)  # 2 s later, b's announcement not yet come again
+    await node.leadership._balance_once()
+    assert handed(logs) == {0: ["b"]}
+    assert leadership._CAUGHT_UP < 9000 - 2990, "(b looked behind, compared now)"
+
+
+async def test_a_node_behind_when_it_announced_is_not_handed_a_shard() -> None:
+    # b has just restarted, say, and is applying the log from far behind
+    node, logs = node_a(leads=[0, 1, 2], applied=[5000] * SHARDS)
+    announce(node, "b", [5000 - leadership._CAUGHT_UP - 1] * SHARDS, ago=2.0)
+    await node.leadership._balance_once()
+    assert handed(logs) == {}, "a shard was handed to a node behind (a quiet shard: 101 entries)"
+    assert sum(log.asked for log in logs) == 0  # (JetStream not asked: no move considered)
+    announce(node, "b", [5000 - leadership._CAUGHT_UP] * SHARDS)
+    await node.leadership._balance_once()
+    assert handed(logs) == {0: ["b"]}
+
+
+@pytest.mark.parametrize(
+    ("pace", "behind", "caught_up"),
+    [
+        (0, 150, False),  # a quiet shard: 100 entries at most
+        (2000, 150, True),  # 2000 entries a second: 100 + 0.5 s of them, 1100
+        (2000, 1050, True),
+        (2000, 1150, False),  # more than half a second of the writes behind
+        (20000, 9000, True),
+    ],
+)
+async def test_how_far_behind_a_node_may_be_grows_with_the_load(
+    pace: int, behind: int, caught_up: bool
+) -> None:
+    # a applied ``pace`` entries a second between b's last two announcements (2 s apart)
+    node, logs = node_a(leads=[0, 1, 2], applied=[100_000] * SHARDS)
+    node.leadership._heard["b"][0] = dataclasses.replace(
+        node.leadership._heard["b"][0], at=time.monotonic() - 2.0
+    )
+    apply(node, [100_000 + 2 * pace] * SHARDS)
+    announce(node, "b", [100_000 + 2 * pace - behind] * SHARDS)
+    await node.leadership._balance_once()
+    assert handed(logs) == ({0: ["b"]} if caught_up else {})
+
+
+async def test_a_node_never_heard_from_is_not_handed_a_shard() -> None:
+    node, logs = node_a(leads=[0, 1, 2], applied=[0] * SHARDS)
+    node.leadership._heard.clear()
+    await node.leadership._balance_once()
+    assert handed(logs) == {}
+
+
+@pytest.mark.parametrize(
+    ("replica", "why"),
+    [
+        ((leadership._CAUGHT_UP + 1, 0.01), "its replica is behind"),
+        ((0, leadership._ACTIVE + 1), "the stream's leader has not heard from it for long"),
+        (None, "its replica is offline, or it holds none"),
+    ],
+)
+async def test_a_node_is_handed_a_shard_only_if_its_replica_has_caught_up_now(
+    replica: tuple[int, float] | None, why: str
+) -> None:
+    # (b announced it had applied what a had: since, it froze, or its link failed)
+    node, logs = node_a(leads=[0, 1, 2], applied=[0] * SHARDS)
+    for log in logs:
+        assert log.replicas is not None
+        log.replicas.pop("b")
+        if replica is not None:
+            log.replicas["b"] = replica
+    await node.leadership._balance_once()
+    assert handed(logs) == {}, f"a shard was handed to b: {why}"
+    assert logs[0].asked == 1  # (JetStream asked once, for the shard a move was considered for)
+
+
+async def test_nothing_is_handed_while_the_streams_leader_does_not_say() -> None:
+    node, logs = node_a(leads=[0, 1, 2], applied=[0] * SHARDS)
+    for log in logs:
+        log.replicas = None
+    await node.leadership._balance_once()
+    assert handed(logs) == {}
+    logs[0].replicas = {"b": (0, 0.01)}
+    await node.leadership._balance_once()
+    assert handed(logs) == {0: ["b"]}
+
+
+async def test_a_stopping_node_prefers_a_caught_up_heir_else_lets_jetstream_choose() -> None:
+    node, logs = node_a(leads=[0, 1], applied=[0] * SHARDS)
+    await node.leadership.step_down(0)
+    assert handed(logs) == {0: ["b"]}
+    announce(node, "b", [-1000] * SHARDS)  # far behind
+    await node.leadership.step_down(1)
+    assert handed(logs) == {0: ["b"], 1: ["None"]}  # (no preferred heir: JetStream picks)

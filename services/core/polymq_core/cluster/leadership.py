@@ -11,7 +11,10 @@ of :class:`~polymq_core.cluster.node.ClusterNode` that follows them and moves th
   ready, caught-up replica that leads the fewest (``_BALANCE_EVERY``; not a shard it took
   over less than ``_SETTLE`` seconds ago), and a pod Kubernetes has called not ready for
   ``_UNREADY_GRACE`` hands its shards on; either lets the shard go and steps its stream
-  down only once the shard's writes are in the log (``_hand``);
+  down only once the shard's writes are in the log (``_hand``); caught up is judged by the
+  node's last announcement, against what this node had applied when it came (:meth:`heard`),
+  and by the stream's replicas as its leader reports them when a move is considered
+  (``_caught_up``);
 - **replicas**: the leader of a stream takes the replicas of nodes gone for good out of it,
   and grows it back to three as nodes join;
 - **handing on** when this node stops (:meth:`ShardLeadership.step_down`, :meth:`heirs`,
@@ -35,8 +38,9 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from ..replication.jetstream import check_cancelled
 from ..store.logentry import LogError
@@ -58,7 +62,10 @@ log = logging.getLogger(__name__)
 _POLL = 1.0  # seconds between looks at who leads each shard's stream
 _INFO_TIMEOUT = 1.5  # seconds a look may take (a dead leader's stream does not answer)
 _BALANCE_EVERY = 10.0  # seconds between looks at how the shards' leaders are spread
-_CAUGHT_UP = 100  # entries a node may be behind and still be handed a shard's lead
+_CAUGHT_UP = 100  # entries a node may be behind and still be handed a shard's lead, and:
+_BEHIND = 0.5  # seconds of a shard's writes it may be behind besides (see _caught_up)
+_ACTIVE = 3.0  # seconds the stream's leader may not have heard from a replica that may lead
+_HEIR_LOOK = 0.5  # seconds a stopping node waits for the replicas' state to pick an heir
 # seconds a node keeps a shard it has just taken over before the balancer may hand it on: a
 # failover is not followed at once by a second move (each move sends a subscription's
 # unacknowledged deliveries again and refuses the writes in flight)
@@ -93,6 +100,16 @@ class LeadershipHost(Protocol):
     def address_of(self, node: str) -> tuple[str, int] | None: ...  # where to forward to
 
 
+@dataclass(frozen=True)
+class _Heard:
+    """Another node's announcement as this node heard it: when (``time.monotonic()``), the
+    entries of each shard it said it had applied, and those this node had applied then."""
+
+    at: float
+    theirs: Mapping[int, int]
+    ours: tuple[int, ...]
+
+
 class ShardLeadership:
     """Following and moving the shards' leaders: a :class:`~polymq_core.cluster.node.ClusterNode`'s
     part (see the module's docstring)."""
@@ -106,6 +123,8 @@ class ShardLeadership:
         self._handing: set[int] = set()  # shards being handed on by _hand: no look takes them
         self._resizing: dict[int, asyncio.Task[None]] = {}  # per shard: its replicas changing
         self._applied_seen: dict[int, int] = {}  # per shard, at the balancer's last look
+        # per other node, its last two announcements (see _caught_up)
+        self._heard: dict[str, collections.deque[_Heard]] = {}
         self._led_since: dict[int, float] = {}  # per shard this node took over: when
         # pods Kubernetes says are not ready, or that left the endpoints, and since when
         self._unready_since: dict[str, float] = {}
@@ -118,7 +137,7 @@ class ShardLeadership:
         leads the fewest and has caught up, if there is one, else where JetStream likes."""
         heir = None
         if self.host.membership is not None:
-            heir = self._heir(shard, self._candidates(self.host.membership))
+            heir = await self._heir(shard, self._candidates(self.host.membership), _HEIR_LOOK)
         await self.host.logs[shard].step_down(preferred=heir)
 
     async def hand_on_led(self, shards: Sequence[Shard], handed: Mapping[int, str]) -> None:
@@ -372,7 +391,7 @@ class ShardLeadership:
             if not targets:
                 continue
             target = min(targets, key=lambda n: (len(led[n]), n))
-            if len(led[target]) + 1 <= share and self._caught_up(i, ready[target]):
+            if len(led[target]) + 1 <= share and await self._caught_up(i, [target], _INFO_TIMEOUT):
                 await self._hand(i, target, "balance")
                 return
 
@@ -396,10 +415,91 @@ class ShardLeadership:
         peers = getattr(self.host.logs[i], "peers", ())
         return not peers or node in peers
 
-    def _caught_up(self, i: int, peer: Any) -> bool:
-        """Has ``peer`` applied shard ``i``'s log to within _CAUGHT_UP of this node?"""
-        ours = self.host.stores[i].applied if i < len(self.host.stores) else 0
-        return bool(ours - peer.applied.get(i, 0) <= _CAUGHT_UP)
+    def heard(self, node: str) -> None:
+        """``node`` announced itself (membership has just recorded it): note what it said it
+        applied of each shard, beside what this node has applied of each now."""
+        membership = self.host.membership
+        peer = membership.peers().get(node) if membership is not None else None
+        if peer is None or node == self.host.node_id:
+            return
+        ours = tuple(store.applied for store in self.host.stores)
+        heard = self._heard.setdefault(node, collections.deque(maxlen=2))
+        heard.append(_Heard(time.monotonic(), dict(peer.applied), ours))
+
+    async def _caught_up(self, i: int, nodes: Iterable[str], within: float) -> list[str]:
+        """Those of ``nodes`` that have caught up with shard ``i``'s log: handed its lead,
+        one takes the shard over once it has applied the whole log, the shard's writes held
+        until then, so a node far behind would stall them. Caught up on two counts:
+
+        - its store: when it last announced, it had applied the log to within the allowance
+          (:meth:`_allowance`) of what this node had applied at that moment. Compared at
+          that moment, not now: the announcement is up to a period old (2 s), and under
+          load this node has applied thousands of entries since (compared now, a node that
+          kept up looked behind, and the balancer moved nothing while writes went on);
+        - its replica of the stream, as the stream's Raft leader reports it now (asked
+          here, once a move is considered: a look of the balancer's, a stop's step-down;
+          no answer within ``within`` seconds, none is): not offline, heard from within
+          _ACTIVE seconds, its copy within the allowance of the leader's. So a node that
+          froze or was cut off since its announcement is not handed the lead, and JetStream
+          elects the one preferred (a replica behind is not)."""
+        nodes = list(nodes)
+        behind = {n: self._applied_behind(i, n) for n in nodes}
+        near = [n for n in nodes if behind[n] <= self._allowance(i, n)]
+        for node in sorted(set(nodes) - set(near)):  # (one never heard from: inf behind)
+            log.info(
+                "shard %d: node %s is not caught up (%s entries behind)", i, node, behind[node]
+            )
+        if not near:
+            return []
+        try:
+            followers = await asyncio.wait_for(self.host.logs[i].followers(), within)
+        except (LogError, TimeoutError) as exc:
+            log.info("shard %d: its replicas' state is unknown (%s): handed to none", i, exc)
+            return []
+        able = []
+        for node in near:
+            lag, quiet = followers.get(node, (None, 0.0))
+            if lag is None:
+                log.info("shard %d: node %s is not among its stream's followers", i, node)
+            elif lag > self._allowance(i, node) or quiet > _ACTIVE:
+                log.info(
+                    "shard %d: node %s is not caught up (its replica %d entries behind, "
+                    "heard %.1f s ago)",
+                    i,
+                    node,
+                    lag,
+                    quiet,
+                )
+            else:
+                able.append(node)
+        return able
+
+    def _applied_behind(self, i: int, node: str) -> float:
+        """The entries of shard ``i`` ``node`` had applied fewer than this node when it last
+        announced (infinite if it never did)."""
+        heard = self._heard.get(node)
+        if not heard:
+            return float("inf")
+        last = heard[-1]
+        ours = last.ours[i] if i < len(last.ours) else 0
+        return ours - last.theirs.get(i, 0)
+
+    def _allowance(self, i: int, node: str) -> float:
+        """The entries of shard ``i`` a node may be behind and still take its lead:
+        _CAUGHT_UP, and _BEHIND seconds of the shard's writes at the pace this node
+        applied them between ``node``'s last two announcements. It grows with the load, as
+        does the distance of a node that keeps up (entries in flight, applied a moment
+        later); what a node that keeps up is behind, it applies in about as long once the
+        writes are held for the hand-over: the shard stalls for _BEHIND seconds or so."""
+        heard = self._heard.get(node)
+        if heard is None or len(heard) < 2:
+            return _CAUGHT_UP
+        first, last = heard[0], heard[-1]
+        span = last.at - first.at
+        if span <= 0 or i >= min(len(first.ours), len(last.ours)):
+            return _CAUGHT_UP
+        pace = max(0, last.ours[i] - first.ours[i]) / span
+        return _CAUGHT_UP + pace * _BEHIND
 
     async def _hand(self, i: int, target: str, why: str) -> None:
         """Hand shard ``i``'s lead to ``target`` as a stopping node does (:meth:`_hand_on`):
@@ -484,11 +584,13 @@ class ShardLeadership:
             and node not in self._unready_since
         }
 
-    def _heir(self, i: int, others: dict[str, PeerInfo]) -> str | None:
+    async def _heir(self, i: int, others: dict[str, PeerInfo], within: float) -> str | None:
         """Of ``others``, the one to hand shard ``i`` to: a replica of its stream that has
-        caught up with this node, leading the fewest shards; None if none may."""
+        caught up with this node, leading the fewest shards; None if none may (or the
+        stream's leader did not say within ``within`` seconds)."""
         led = collections.Counter(self.leaders.values())
-        able = [n for n in others if self._replica_of(i, n) and self._caught_up(i, others[n])]
+        replicas = [n for n in others if self._replica_of(i, n)]
+        able = await self._caught_up(i, replicas, within) if replicas else []
         return min(able, key=lambda n: (led[n], n), default=None)
 
     async def _hand_off(self, others: dict[str, PeerInfo]) -> None:
@@ -498,7 +600,7 @@ class ShardLeadership:
         for i, shard in enumerate(self.host.broker.shards):
             if self.leaders.get(i) != self.host.node_id or not shard.leading:
                 continue
-            target = self._heir(i, others)
+            target = await self._heir(i, others, _INFO_TIMEOUT)
             if target is not None:
                 await self._hand(i, target, "not ready here")
                 return

@@ -576,7 +576,10 @@ class ClusterNode:
         return None  # (the next announcement on system.peers carries the version)
 
     def _announced(self, announcement: dict[str, Any]) -> None:
-        """Every announcement heard (ours too) goes to local subscribers of ``system.peers``."""
+        """Every announcement heard (ours too) goes to the leadership (what a node applied,
+        beside what this one has: :meth:`ShardLeadership.heard`) and to local subscribers
+        of ``system.peers``."""
+        self.leadership.heard(str(announcement.get("node_id", "")))
         broker = self.broker
         if broker is None:
             return

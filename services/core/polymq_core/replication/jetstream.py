@@ -223,6 +223,18 @@ class ShardLog:
         leader = info.cluster.leader if info.cluster is not None else None
         return leader or None, int(info.state.last_seq or 0)
 
+    async def followers(self) -> dict[str, tuple[int, float]]:
+        """The stream's replicas but its leader, as its Raft leader reports them now: per
+        server name (a node's id), (the entries its copy is behind the leader's, the seconds
+        since the leader last heard from it); those JetStream calls offline left out."""
+        cluster = (await self._stream_info()).cluster
+        replicas = cluster.replicas or () if cluster is not None else ()
+        return {
+            r.name: (int(r.lag or 0), (r.active or 0) / 1e9)  # (active: nanoseconds)
+            for r in replicas
+            if r.name and not r.offline
+        }
+
     async def append(self, payload: bytes, expected_last: int) -> int:
         """Append ``payload`` if the stream's last sequence is ``expected_last``; its new
         sequence once a majority of the replicas have it. :class:`Deposed` if the last
