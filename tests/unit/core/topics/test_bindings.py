@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from polymq_core.topics.bindings import BindingTable
 from polymq_core.topics.trie import matches
 
-from .test_routing import patterns, topics
+from .test_trie import patterns, topics
 
 Q1, Q2 = "queue/audit", "queue/billing"
 

@@ -18,7 +18,7 @@ from polymq_core.forwarding.handover import (
 )
 from polymq_server.auth.provider import INTERNAL_PRINCIPAL
 
-from .test_queue import FakeSession, FakeShard, subscribe
+from ..destinations.test_queue import FakeSession, FakeShard, subscribe
 
 
 def _queue(options: DeclareOptions, *bodies: tuple[str, int, bool]) -> Queue:

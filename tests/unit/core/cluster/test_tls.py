@@ -18,7 +18,7 @@ from polymq_core.service import CoreService
 from polymq_server.auth.provider import AuthProvider, Principal
 from polymq_server.config import ConfigError, from_env
 
-from ...pki import HAVE_OPENSSL, Authority
+from ....pki import HAVE_OPENSSL, Authority
 
 pytestmark = pytest.mark.skipif(not HAVE_OPENSSL, reason="needs openssl to make certificates")
 
