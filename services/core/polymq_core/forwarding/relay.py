@@ -105,6 +105,8 @@ _IN_USE = "is already in use"  # (the refusal of a subscription id a connection 
 _INTERNAL = 1 << 62  # request ids the relay uses for itself (the wire takes unsigned ids)
 _ANSWER_WITHIN = 15.0  # seconds a forwarded request may go unanswered (plus its own wait)
 _REFUSED_PAUSE = 0.05  # seconds before a request a node did not do is sent again
+# seconds a forwarded request waits for the answer of a node that no longer leads its shard
+_MOVED_GRACE = 2.0
 
 
 class NotLeader(Unavailable):
@@ -305,15 +307,29 @@ class Relay(RequestHolding):
     async def _watch(self) -> None:
         """While anything is forwarded: answer requests a node does not answer in time
         ``unavailable``, and move subscriptions whose shard is now led by another node
-        (the old one may be frozen: its link stays open and says nothing)."""
+        (the old one may be frozen: its link stays open and says nothing). A request whose
+        node no longer leads its shard is given ``_MOVED_GRACE`` more to be answered: a
+        node that let its shard go (a balancer move, a stop) answers what it had, done or
+        ``not-leader`` (then sent to the new leader), which tells the client more than
+        ``unavailable`` (it may or may not have been done) at once would."""
+        moved_since: dict[int, tuple[_Pending, float]] = {}  # rid -> (its request, when seen)
         try:
             while (self.pending or self.subs) and not self._closed:
                 await asyncio.sleep(_RETRY)
                 now = time.monotonic()
-                for rid, (node, deadline, shard, *_) in list(self.pending.items()):
+                for rid, pending in list(self.pending.items()):
+                    node, deadline, shard = pending.node, pending.deadline, pending.shard
                     leader = self.cluster.leader_of(shard) if shard >= 0 else None
-                    if deadline <= now or (leader is not None and leader != node):
+                    if deadline <= now:
                         self._unanswered(rid, node)
+                    elif leader is not None and leader != node:
+                        seen = moved_since.get(rid)
+                        if seen is None or seen[0] is not pending:
+                            moved_since[rid] = seen = (pending, now)
+                        if now - seen[1] >= _MOVED_GRACE:
+                            self._unanswered(rid, node)
+                for rid in [r for r, (p, _) in moved_since.items() if self.pending.get(r) is not p]:
+                    del moved_since[rid]
                 for sid, rs in list(self.subs.items()):
                     if not rs.node:
                         continue  # being moved

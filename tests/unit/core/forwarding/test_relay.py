@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from polymq.events import Ack, Cancelled, Deliver, Event, Fail, Ok, Subscribe, Unsubscribe
+from polymq.events import Ack, Cancelled, Deliver, Event, Fail, Ok, Publish, Subscribe, Unsubscribe
 from polymq.types import Message
 from polymq_core.forwarding import relay as relay_module
 from polymq_core.forwarding.relay import Relay, _RemoteSub
@@ -331,4 +331,63 @@ async def test_an_ack_the_old_leader_refused_is_sent_to_the_new_one(
     assert [a.tags for a in n3.acks()] == [[1]], n3.sent  # sent again, to n3
     n3.answer_acks(ok=True)
     assert relay.held[SID] == {2: "m2"}
+    relay.close()
+
+
+class AnsweringPeer:
+    """The link to node ``node``: it answers each request ``after`` seconds, with Ok."""
+
+    closed = False
+
+    def __init__(self, node: str, relay: Relay, after: float) -> None:
+        self.node = node
+        self.relay = relay
+        self.after = after
+        self.sent: list[Event] = []
+
+    def close(self) -> None:
+        self.closed = True
+
+    def send(self, ev: Event, raw: bytes | None = None) -> None:
+        self.sent.append(ev)
+        loop = asyncio.get_running_loop()
+        loop.call_later(self.after, self.relay.from_peer, self, Ok(ev.rid, {"count": 1}))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("answers_after", "answered"), [(0.8, "ok"), (None, "unavailable")])
+async def test_a_request_whose_node_lets_its_shard_go_waits_a_moment_for_its_answer(
+    monkeypatch: pytest.MonkeyPatch, answers_after: float | None, answered: str
+) -> None:
+    """The shard's lead moved from n2 to n3 after a publish was forwarded to n2: n2's
+    answer, coming within the grace, is the client's (not "unavailable" at once, when the
+    move was seen); a node that says nothing is answered for after the grace."""
+    monkeypatch.setattr(relay_module, "_RETRY", 0.05)
+    monkeypatch.setattr(relay_module, "_MOVED_GRACE", 0.5 if answers_after is None else 2.0)
+    replies: list[Event] = []
+    replied = asyncio.Event()
+
+    def reply(ev: Event, raw: bytes | None = None) -> None:
+        replies.append(ev)
+        replied.set()
+
+    session: Any = SimpleNamespace(reply=reply)
+    sensors = SimpleNamespace(on_forward=lambda: None)
+    broker: Any = SimpleNamespace(sensors=sensors)
+    leaders = {0: "n2"}
+    cluster: Any = SimpleNamespace(secret="s", node_id="n1", leader_of=leaders.get)
+    relay = Relay(session, broker, cluster)
+    peer = AnsweringPeer("n2", relay, answers_after if answers_after is not None else 3600.0)
+    relay.links["n2"] = peer  # type: ignore[assignment]
+    publish = Publish(9, "queue/q", [Message(b"x")])
+    relay._forward("n2", publish, 0)
+    leaders[0] = "n3"  # (the move, seen by the relay's watch at its next look)
+    await asyncio.wait_for(replied.wait(), 5.0)
+    await asyncio.sleep(0.2)  # (nothing else comes)
+    assert len(replies) == 1, replies
+    if answered == "ok":
+        assert isinstance(replies[0], Ok) and replies[0].rid == 9, replies
+    else:
+        assert isinstance(replies[0], Fail) and replies[0].code == "unavailable", replies
+        assert "may or may not" in replies[0].message
+    assert relay.pending == {}
     relay.close()
