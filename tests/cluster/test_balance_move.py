@@ -24,18 +24,12 @@ from polymq import Client, Message
 from .harness import Cluster, Node, eventually, running_cluster
 from .test_takeover import _stepdown
 
-# Out of the default suite (run it with `-m slow`), for another reason than before. Before,
-# the move it waits for never came on a fast machine: the balancer judged a target against
-# what the leader had applied *now*, from the target's announcement up to 2 s old, and under
-# this load a target always looked more than 100 entries behind. Now it judges a target
-# against what the leader had applied when the target announced (leadership._caught_up), and
-# the move came in each of 13 runs. But 1 of those 13 failed on publishes forwarded through c
-# to a ("node a did not answer in time (or no longer leads)"): c's relay answers a request
-# it forwarded `unavailable` as soon as it sees the shard led by another node
-# (forwarding/relay.py, Relay._watch: meant for a frozen leader), though a, which let
-# the shard go with its writes going on, answers it a moment later (done, or not-leader: sent
-# again). Back in the default suite once that race is closed.
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+# (It was out of the default suite twice: the move never came on a fast machine, when the
+# balancer judged a target by an announcement up to 2 s old against what the leader had
+# applied now; then 1 run of 13 failed publishes forwarded through c to a, answered
+# `unavailable` by c's relay as soon as it saw the shard led elsewhere, though a answers
+# them a moment later: forwarding/relay.py, Relay._watch now waits _MOVED_GRACE for it.)
+pytestmark = [pytest.mark.timeout(300)]
 
 WINDOW = 16  # publishes each client keeps in flight to each queue
 
