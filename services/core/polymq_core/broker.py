@@ -2,8 +2,9 @@
 or to the topic router, after checking the session's permission.
 
 The broker owns the life cycle (start, a graceful stop), the sessions, authentication, the
-one dispatch table from request type to handler, and the helpers every handler shares
-(:meth:`Broker.shard_for`, :meth:`Broker.destination`). The handlers live by concern:
+one table of routes from request type to its handler and the shard that serves it, and the
+helpers every handler shares (:meth:`Broker.shard_for`, :meth:`Broker.destination`). The
+handlers live by concern:
 
 - :class:`~polymq_core.handlers.publisher.Publisher`: ``Publish``, topic fanout and routing to bound
   queues, dead letters;
@@ -16,7 +17,10 @@ one dispatch table from request type to handler, and the helpers every handler s
 Handlers answer with a plain result (sent as ``Ok``), an ``Event``, or an awaitable (a
 persistent publish waits for the store; a pull may wait for messages): see
 :mod:`polymq_core.handlers.answers`. Errors are raised as ``RequestError`` and sent as ``Fail`` by
-the session. Every durable change goes through ``Shard.commit``.
+the session. Every durable change goes through ``Shard.commit``. Each request type is
+registered once (:class:`~polymq_core.handlers.routes.Route`): with its handler, and how
+the shard that serves it is found (:meth:`Broker.shard_key`), which a cluster node's relay
+asks to know whether to forward a request.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ from .handlers.cursors import Cursors, QueueCursor
 from .handlers.deadletters import may_dead_letter
 from .handlers.keyvalue import KeyValue
 from .handlers.publisher import Mesh, Publisher
+from .handlers.routes import Route
 from .identities import ADMIN_CLIENT, PEER_CLIENT
 from .store.contract import Store
 from .store.sqlite import SqliteStore
@@ -143,32 +148,33 @@ class Broker:
         consumers = Consumers(self)
         catalog = Catalog(self)
         kv = KeyValue(self)
-        self._handlers: dict[type[Event], Callable[[Session, Any], Any]] = {
-            Publish: publisher.publish,
-            Declare: catalog.declare,
-            Delete: catalog.delete,
-            Purge: catalog.purge,
-            Subscribe: consumers.subscribe,
-            Unsubscribe: consumers.unsubscribe,
-            Ack: consumers.ack,
-            Nack: consumers.nack,
-            Pull: consumers.pull,
-            Settle: consumers.settle,
-            Stats: catalog.stats,
-            Peek: catalog.peek,
-            MetaGet: catalog.meta_get,
-            MetaSet: catalog.meta_set,
-            KvGet: kv.get,
-            KvPut: kv.put,
-            KvDelete: kv.delete,
-            KvList: kv.keys,
-            Bind: catalog.bind,
-            Unbind: catalog.unbind,
-            Bindings: catalog.bindings,
-            Ping: lambda s, e: "pong",
-            CursorOpen: consumers.cursor_open,
-            CursorPoll: consumers.cursor_poll,
-            CursorClose: consumers.cursor_close,
+        # each request type once: how it is served, and how its shard is found (routes.py)
+        self.routes: dict[type[Event], Route[Session]] = {
+            Publish: Route(publisher.publish, publisher.publish_key),
+            Declare: Route(catalog.declare, catalog.declare_key),
+            Delete: Route(catalog.delete, catalog.configure_key),
+            Purge: Route(catalog.purge, catalog.configure_key),
+            Subscribe: Route(consumers.subscribe, consumers.subscribe_key),
+            Unsubscribe: Route(consumers.unsubscribe),
+            Ack: Route(consumers.ack),
+            Nack: Route(consumers.nack),
+            Pull: Route(consumers.pull, consumers.pull_key),
+            Settle: Route(consumers.settle, consumers.settle_key),
+            Stats: Route(catalog.stats, catalog.read_key),
+            Peek: Route(catalog.peek, catalog.peek_key),
+            MetaGet: Route(catalog.meta_get, catalog.read_key),
+            MetaSet: Route(catalog.meta_set, catalog.configure_key),
+            KvGet: Route(kv.get, kv.key_of),
+            KvPut: Route(kv.put, kv.key_of),
+            KvDelete: Route(kv.delete, kv.key_of),
+            KvList: Route(kv.keys),
+            Bind: Route(catalog.bind, catalog.bind_key),
+            Unbind: Route(catalog.unbind, catalog.bind_key),
+            Bindings: Route(catalog.bindings, catalog.bindings_key),
+            Ping: Route(lambda s, e: "pong"),
+            CursorOpen: Route(consumers.cursor_open, consumers.subscribe_key),
+            CursorPoll: Route(consumers.cursor_poll),
+            CursorClose: Route(consumers.cursor_close),
         }
 
     def _sqlite_store(self, index: int) -> Store:
@@ -298,10 +304,19 @@ class Broker:
 
     # ---- dispatch ------------------------------------------------------------------------
     def handle(self, session: Session, event: Event) -> Any:
-        handler = self._handlers.get(type(event))
-        if handler is None:
+        route = self.routes.get(type(event))
+        if route is None:
             raise BadRequest(f"{type(event).__name__} is not a request")
-        return handler(session, event)
+        return route.serve(session, event)
+
+    def shard_key(self, session: Caller, event: Event) -> str | None:
+        """The key of the shard that serves ``event`` (a relay forwards it to the node that
+        leads that shard), parsed and authorized as it would be served; None: it is served
+        by whichever node has it."""
+        route = self.routes.get(type(event))
+        if route is None or route.shard_key is None:
+            return None
+        return route.shard_key(session, event)
 
     # ---- what the handlers share -----------------------------------------------------------
     def shard_for(self, key: str) -> Shard:

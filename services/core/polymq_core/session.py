@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from polymq_server.resources import ConnectionLimits
 
     from .alarms import ResourceMonitor
+    from .handlers.caller import Caller
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +69,18 @@ class SessionHost(RelayHost, Protocol):
     """What a session uses of the broker (a protocol, so that this module need not import
     ``broker.py``, which names Session): what its relay uses (a session hands its broker
     on to it), the cluster, the wire port's connection limits, the resource alarms, the
-    login, the dispatch of a request, and the calls that keep the broker's list of
-    sessions."""
+    login and its auth, the destination checks, the dispatch of a request, and the calls
+    that keep the broker's list of sessions."""
 
+    auth: AuthProvider
     cluster: Leaders | None
     connections: ConnectionLimits
     monitor: ResourceMonitor
     server_name: str
+
+    def destination(
+        self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
+    ) -> Destination: ...
 
     async def authenticate(
         self, hello: Hello, auth: AuthProvider | None = None, source: str | None = None

@@ -3,9 +3,9 @@ node, over the core wire protocol (QMQ's rule: a peer is just another client).
 
 Per client session and per node it needs, one :class:`~polymq_core.forwarding.peerlink.PeerLink`: a
 client connection to that node's core, logged in with the cluster secret. The origin node
-parses and authorizes each request as it would serve it, which finds its shard
-(:mod:`polymq_core.forwarding.requestkeys`; the link's principal may do anything); the leader serves
-it.
+parses and authorizes each request as it would serve it, which finds its shard (the
+request's route, ``Broker.shard_key``: :mod:`polymq_core.handlers.routes`; the link's
+principal may do anything); the leader serves it.
 Requests keep the session's own ids (``rid``, ``sid``), so answers and deliveries come back
 unchanged; acks and unsubscribes follow their subscription to its node.
 
@@ -85,7 +85,6 @@ from ..handlers.cursors import SEP
 from ..identities import PEER_CLIENT
 from .holding import HOLD_FOR, Held, HoldingHost, HoldingSession, LeaderView, RequestHolding
 from .peerlink import PeerLink
-from .requestkeys import KeyHost, shard_key_of
 
 if TYPE_CHECKING:
     from ..config import CoreSettings
@@ -135,13 +134,16 @@ class Leaders(LeaderView, Protocol):
     def address_of(self, node: str) -> tuple[str, int] | None: ...
 
 
-class RelayHost(KeyHost, HoldingHost, Protocol):
+class RelayHost(HoldingHost, Protocol):
     """What the relay uses of the broker (a protocol, so that this module need not import
-    ``broker.py``): the frame size, what holding uses (its sensors, the shards), and what
-    finding a request's shard uses (a request is parsed and authorized here before it goes:
-    its auth, the shard of a key and its destination checks)."""
+    ``broker.py``): the frame size, what holding uses (its sensors, the shards), the shard
+    of a key, and the key of the shard that serves a request (its route's: parsed and
+    authorized here before it goes)."""
 
     settings: CoreSettings
+
+    def shard_for(self, key: str) -> Shard: ...
+    def shard_key(self, session: Caller, event: Event) -> str | None: ...
 
 
 class RelaySession(Caller, HoldingSession, Protocol):
@@ -238,7 +240,7 @@ class Relay(RequestHolding):
             return self._by_sid(event)
         if isinstance(event, CursorPoll | CursorClose):
             return self._by_cursor(event)
-        key = shard_key_of(self.broker, self.session, event)
+        key = self.broker.shard_key(self.session, event)
         if key is None:
             return False
         shard = self.broker.shard_for(key)
@@ -643,7 +645,7 @@ class Relay(RequestHolding):
 
     async def _relocating(self, sid: int, request: Subscribe, top: int) -> None:
         deadline = time.monotonic() + _RELOCATE_FOR
-        shard = self.broker.shard_for(shard_key_of(self.broker, self.session, request) or "")
+        shard = self.broker.shard_for(self.broker.shard_key(self.session, request) or "")
         why = "no leader"
         claim = True
         while time.monotonic() < deadline and not self._closed:

@@ -1,4 +1,5 @@
-"""The request handlers: what the broker's dispatch table calls for each request of a session.
+"""The request handlers: what the broker's routes call for each request of a session, and how
+each finds the shard that serves a request (``routes.py``: the record of a request type).
 Publishing, consuming (subscriptions, pulls, cursors), the catalog of destinations, key/value,
 dead-letter permissions, what a handler knows of its caller (``caller.py``) and answers
 (``answers.py``), and a connection's subscriptions by id (``sids.py``). It may import

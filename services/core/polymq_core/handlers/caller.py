@@ -1,6 +1,6 @@
 """What the core's request handlers know of the session a request came on: a protocol, so
 that the handlers (``catalog``, ``keyvalue``, ...) and the broker's destination check need
-not import ``session.py``, which reaches them through the broker's dispatch table."""
+not import ``session.py``, which reaches them through the broker's routes."""
 
 from __future__ import annotations
 

@@ -160,8 +160,7 @@ class Catalog:
         count = ev.count
         if type(count) is not int or not 1 <= count <= peek.MAX_PEEK:
             raise BadRequest(f"count must be an integer 1..{peek.MAX_PEEK}")
-        role = (ev.role or ChannelRole.SERVER) if dest.kind is Kind.CHANNEL else None
-        key = broker.holder_key(dest, role)
+        key = self._peeked(dest, ev.role)
         shard = broker.shard_for(key)
         if not shard.exists(key):
             raise NotFound(f"{dest} does not exist")
@@ -173,7 +172,7 @@ class Catalog:
     def meta_get(self, session: Caller, ev: MetaGet) -> Any:
         broker = self.broker
         dest = broker.destination(session, ev.destination, Permission.READ)
-        key = broker.holder_key(dest, ChannelRole.SERVER if dest.kind is Kind.CHANNEL else None)
+        key = _holder(dest)
         shard = broker.shard_for(key)
         if not shard.exists(key):
             raise NotFound(f"{dest} does not exist")
@@ -191,8 +190,54 @@ class Catalog:
             raise BadRequest("metadata must map strings to strings")
         if len(meta) > 256 or sum(len(k) + len(v) for k, v in meta.items()) > 65536:
             raise BadRequest("metadata is limited to 256 keys and 64 KiB")
-        key = broker.holder_key(dest, ChannelRole.SERVER if dest.kind is Kind.CHANNEL else None)
+        key = _holder(dest)
         return then(broker.shard_for(key).set_metadata(key, meta), dict(meta))
+
+    def _peeked(self, dest: Destination, role: Any) -> str:
+        """The key of what a peek at ``dest`` (not a topic) looks at: a channel's, the
+        inbox of ``role`` (the server's by default)."""
+        channel = dest.kind is Kind.CHANNEL
+        return self.broker.holder_key(dest, (role or ChannelRole.SERVER) if channel else None)
+
+    # ---- the shard each request is served by (its route's) ---------------------------------
+    def declare_key(self, session: Caller, ev: Declare) -> str | None:
+        """Its declarer is recorded before it goes (:mod:`.deadletters`)."""
+        key = self.configure_key(session, ev)
+        stamp(self.broker.auth, session.principal, ev.options)
+        return key
+
+    def configure_key(self, session: Caller, ev: Declare | Delete | Purge | MetaSet) -> str | None:
+        dest = self.broker.destination(session, ev.destination, Permission.CONFIGURE)
+        return _holder_of(dest)
+
+    def read_key(self, session: Caller, ev: Stats | MetaGet) -> str | None:
+        """A ``Stats``'s (of a pattern too: served here) or a ``MetaGet``'s."""
+        pattern = isinstance(ev, Stats)
+        dest = self.broker.destination(session, ev.destination, Permission.READ, pattern=pattern)
+        return _holder_of(dest)
+
+    def peek_key(self, session: Caller, ev: Peek) -> str | None:
+        dest = self.broker.destination(session, ev.destination, Permission.READ)
+        return None if dest.kind is Kind.TOPIC else self._peeked(dest, ev.role)
+
+    def bind_key(self, session: Caller, ev: Bind | Unbind) -> str:
+        q = self.broker.destination(session, ev.queue, Permission.CONFIGURE)
+        self.broker.destination(session, ev.pattern, Permission.READ, pattern=True)
+        return str(q)
+
+    def bindings_key(self, session: Caller, ev: Bindings) -> str:
+        return str(self.broker.destination(session, ev.queue, Permission.READ))
+
+
+def _holder(dest: Destination) -> str:
+    """The shard key of ``dest``: a channel's, its server inbox's (which keeps its metadata)."""
+    return Shard.key_of(dest, ChannelRole.SERVER if dest.kind is Kind.CHANNEL else None)
+
+
+def _holder_of(dest: Destination) -> str | None:
+    """The shard key a request about ``dest`` is served by: None for a topic or a pattern
+    (served here)."""
+    return None if dest.kind is Kind.TOPIC or dest.is_pattern else _holder(dest)
 
 
 def _keys(dest: Destination) -> list[str]:

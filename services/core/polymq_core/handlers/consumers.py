@@ -193,10 +193,7 @@ class Consumers:
         missing = []
         written: asyncio.Future[None] | None = None
         for lease in ev.leases:
-            key, seq, delivery_id = _parse_lease(lease)
-            dest = Destination.parse(key)
-            if session.principal is not None:
-                broker.auth.authorize(session.principal, Permission.READ, str(dest))
+            key, seq, delivery_id = self._lease(session, lease)
             holder = broker.shard_for(key).holders.get(key)
             try:
                 if not isinstance(holder, Queue):
@@ -210,6 +207,36 @@ class Consumers:
         if missing and not settled:
             raise NotFound(f"unknown or expired lease(s): {', '.join(missing[:5])}")
         return _once_written(ev.rid, written, {"settled": settled, "missing": missing})
+
+    def _lease(self, session: Caller, lease: Any) -> tuple[str, int, int]:
+        """A lease receipt's queue key, seq and delivery id, once ``session`` may read it."""
+        key, seq, delivery_id = _parse_lease(lease)
+        queue = Destination.parse(key)
+        if session.principal is not None:
+            self.broker.auth.authorize(session.principal, Permission.READ, str(queue))
+        return key, seq, delivery_id
+
+    # ---- the shard each request is served by (its route's) ---------------------------------
+    def subscribe_key(self, session: Caller, ev: Subscribe | CursorOpen) -> str | None:
+        """A ``Subscribe``'s or ``CursorOpen``'s: None for a topic's."""
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.READ, pattern=True)
+        if dest.kind is Kind.TOPIC:
+            return None
+        role: Any = ev.options.get("role") if isinstance(ev.options, dict) else None
+        return broker.holder_key(dest, role if dest.kind is Kind.CHANNEL else None)
+
+    def pull_key(self, session: Caller, ev: Pull) -> str:
+        return str(self.broker.destination(session, ev.destination, Permission.READ))
+
+    def settle_key(self, session: Caller, ev: Settle) -> str | None:
+        """The queue the leases name (in a cluster, all of them on one shard)."""
+        if not isinstance(ev.leases, list) or not ev.leases:
+            return None  # (refused here)
+        keys = {self._lease(session, lease)[0] for lease in ev.leases}
+        if len({self.broker.shard_for(k).index for k in keys}) > 1:
+            raise BadRequest("in a cluster, settle the leases of one queue at a time")
+        return next(iter(keys))
 
     # ---- cursor subscriptions (live in the core; polled from any connection) --------------
     def cursor_open(self, session: ConsumerSession, ev: CursorOpen) -> Any:

@@ -73,6 +73,11 @@ class KeyValue:
         shard = self.broker.shard_for("kv/" + key)
         return then(shard.commit(DeleteValue(key)), None)
 
+    def key_of(self, session: Caller, ev: KvGet | KvPut | KvDelete) -> str:
+        """The shard key a get, put or delete is served by (its route's): ``kv/<key>``."""
+        perm = Permission.READ if isinstance(ev, KvGet) else Permission.WRITE
+        return "kv/" + self._key(session, ev.key, perm)
+
     def keys(self, session: Caller, ev: KvList) -> Any:
         prefix, limit = ev.prefix, ev.limit
         if not isinstance(prefix, str) or len(prefix) > MAX_KEY_LENGTH:

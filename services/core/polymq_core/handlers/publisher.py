@@ -111,6 +111,14 @@ class Publisher:
             result = _with(result, "duplicate", False)
         return window.remember(key, ttl, result)
 
+    def publish_key(self, session: Caller, ev: Publish) -> str | None:
+        """The shard key ``ev`` is served by (its route's): None for a topic's."""
+        broker = self.broker
+        dest = broker.destination(session, ev.destination, Permission.WRITE)
+        if session.principal is not None and ev.messages:  # where replies will be written
+            broker.auth.authorize_replies(session.principal, ev.messages)
+        return None if dest.kind is Kind.TOPIC else _appended_to(dest, ev.role)
+
     def _publish_now(
         self,
         session: PublishCaller,
@@ -140,12 +148,9 @@ class Publisher:
             if not broker.bindings.size and remote is None:  # the fanout path as it was
                 return result
             return self.route(dest.name, msgs, result, remote)
-        if dest.kind is Kind.CHANNEL:
-            if ev.role is not None and not ChannelRole.named(ev.role):
-                raise BadRequest("a channel publish needs role 'server' or 'client'")
-            key = Shard.key_of(dest, ChannelRole.of(ev.role, ChannelRole.CLIENT).other)
-        else:
-            key = str(dest)
+        key = _appended_to(dest, ev.role)
+        if key is None:
+            raise BadRequest("a channel publish needs role 'server' or 'client'")
         fut = broker.shard_for(key).publish(key, msgs, batch=batch, handed=session.handing)
         result = {"count": len(msgs), "ids": [m.id for m in msgs], "seqs": [m.seq for m in msgs]}
         if fut is None:
@@ -335,6 +340,17 @@ async def _with_remote(
     result["queues"] += routed.queues
     result["refused"] += routed.refused
     return result
+
+
+def _appended_to(dest: Destination, role: Any) -> str | None:
+    """The shard key a publish to ``dest`` (not a topic) is appended to: a channel's, the
+    inbox of the other side than the publisher's ``role`` (None: a role that names no side,
+    refused by a publish that sends something)."""
+    if dest.kind is not Kind.CHANNEL:
+        return str(dest)
+    if role is not None and not ChannelRole.named(role):
+        return None
+    return Shard.key_of(dest, ChannelRole.of(role, ChannelRole.CLIENT).other)
 
 
 async def _with(answer: Awaitable[dict[str, Any]], key: str, value: Any) -> dict[str, Any]:

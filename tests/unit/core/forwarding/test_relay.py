@@ -78,11 +78,10 @@ async def test_a_subscribe_answered_too_late_does_not_cancel_the_move(
 ) -> None:
     monkeypatch.setattr(relay_module, "_ASK_FOR", 0.2, raising=False)
     monkeypatch.setattr(relay_module, "_RELOCATE_FOR", 5.0)
-    monkeypatch.setattr(relay_module, "shard_key_of", lambda b, s, ev: "queue/q")
     replies: list[Event] = []
     session: Any = SimpleNamespace(reply=lambda ev, raw=None: replies.append(ev))
     shard = SimpleNamespace(leading=False, index=0)
-    broker: Any = SimpleNamespace(shard_for=lambda key: shard)
+    broker: Any = SimpleNamespace(shard_for=lambda key: shard, shard_key=lambda s, ev: "queue/q")
     cluster: Any = SimpleNamespace(secret="s", node_id="n1", leader_of=lambda i: "n2")
     relay = Relay(session, broker, cluster)
     peer = LatePeer()
@@ -138,15 +137,12 @@ def _entries(sid: int, seqs: range) -> Deliver:
     return Deliver(sid, list(range(1, len(seqs) + 1)), [Message(b"x", seq=s) for s in seqs])
 
 
-async def test_a_moved_stream_subscription_reads_on_after_what_it_had(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(relay_module, "shard_key_of", lambda b, s, ev: "stream/s")
+async def test_a_moved_stream_subscription_reads_on_after_what_it_had() -> None:
     replies: list[Event] = []
     session: Any = SimpleNamespace(reply=lambda ev, raw=None: replies.append(ev), protocol="n")
     shard = SimpleNamespace(leading=False, index=0)
     leader = {"now": "n2"}
-    broker: Any = SimpleNamespace(shard_for=lambda key: shard)
+    broker: Any = SimpleNamespace(shard_for=lambda key: shard, shard_key=lambda s, ev: "stream/s")
     cluster: Any = SimpleNamespace(secret="s", node_id="n1", leader_of=lambda i: leader["now"])
     relay = Relay(session, broker, cluster)
     relay._watching = True  # (no watcher task)
@@ -170,13 +166,10 @@ async def test_a_moved_stream_subscription_reads_on_after_what_it_had(
     relay.close()
 
 
-async def test_a_stream_subscription_served_here_reads_on_where_the_session_was(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_stream_subscription_served_here_reads_on_where_the_session_was() -> None:
     """Served by this node's session (the relay passed none of its deliveries), moved away:
     it reads on at the new leader from the seq the session names; taken back here, it reads
     on from after what the new leader gave it; moved away again, from the session's seq."""
-    monkeypatch.setattr(relay_module, "shard_key_of", lambda b, s, ev: "stream/s")
     replies: list[Event] = []
     here: list[Subscribe] = []
 
@@ -190,7 +183,7 @@ async def test_a_stream_subscription_served_here_reads_on_where_the_session_was(
         resubscribe_here=resubscribe_here,
     )
     shard = SimpleNamespace(leading=False, index=0)
-    broker: Any = SimpleNamespace(shard_for=lambda key: shard)
+    broker: Any = SimpleNamespace(shard_for=lambda key: shard, shard_key=lambda s, ev: "stream/s")
     cluster: Any = SimpleNamespace(secret="s", node_id="n1", leader_of=lambda i: "n2")
     relay = Relay(session, broker, cluster)
     relay._watching = True  # (no watcher task)
@@ -268,12 +261,13 @@ class AskedPeer:
 def _acking_relay(monkeypatch: pytest.MonkeyPatch, leader: dict[str, str]) -> Relay:
     """A relay whose session's requests come back to it, for queue/q of shard 0, led by
     ``leader["now"]``."""
-    monkeypatch.setattr(relay_module, "shard_key_of", lambda b, s, ev: "queue/q")
     monkeypatch.setattr(relay_module, "_RETRY", 0.01)
     session: Any = SimpleNamespace(reply=lambda ev, raw=None: None, protocol="n")
     shard = SimpleNamespace(leading=False, index=0)
     sensors = SimpleNamespace(on_forward=lambda: None)
-    broker: Any = SimpleNamespace(shard_for=lambda key: shard, sensors=sensors)
+    broker: Any = SimpleNamespace(
+        shard_for=lambda key: shard, shard_key=lambda s, ev: "queue/q", sensors=sensors
+    )
     cluster: Any = SimpleNamespace(secret="s", node_id="n1", leader_of=lambda i: leader["now"])
     relay = Relay(session, broker, cluster)
     session.request = lambda ev, raw: relay.take(ev, raw)
