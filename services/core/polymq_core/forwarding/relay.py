@@ -58,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import itertools
 import logging
 import ssl
 import time
@@ -225,7 +226,7 @@ class Relay(RequestHolding):
         # our own requests (resubscribing a moved subscription), with request ids from
         # _INTERNAL up, far above any a client counts to: rid -> (node, answer)
         self._internal: dict[int, tuple[str, asyncio.Future[Event]]] = {}
-        self._next_internal = _INTERNAL
+        self._rids = itertools.count(_INTERNAL + 1)  # (ours: acks without one, too)
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._paused = False
@@ -430,8 +431,7 @@ class Relay(RequestHolding):
         Settled at once, an ack that the node no longer did (its shard had just moved: the
         subscription was gone there) was lost, and its messages, no longer claimed, came
         again from the new leader."""
-        self._next_internal += 1
-        rid = self._next_internal
+        rid = next(self._rids)
         self._settling[rid] = (node, event.sid, event)
         self.broker.sensors.on_forward()
         self._link(node).send(dataclasses.replace(event, rid=rid, tags=tags))
@@ -772,8 +772,7 @@ class Relay(RequestHolding):
         shard: int,
         held: dict[int, str] | None,
     ) -> Event:
-        self._next_internal += 1
-        rid = self._next_internal
+        rid = next(self._rids)
         fut: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
         self._internal[rid] = (node, fut)
         # the subscription must be known for its node when deliveries start to arrive
@@ -799,8 +798,7 @@ class Relay(RequestHolding):
     async def _leave(self, node: str, sid: int) -> None:
         """Unsubscribe ``sid`` on ``node`` (an ask of ours it took too late), waiting a
         moment for its answer; whatever the answer, the caller asks again."""
-        self._next_internal += 1
-        rid = self._next_internal
+        rid = next(self._rids)
         fut: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
         self._internal[rid] = (node, fut)
         try:
