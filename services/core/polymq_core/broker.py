@@ -3,7 +3,9 @@ or to the topic router, after checking the session's permission.
 
 The broker owns the life cycle (start, a graceful stop), the sessions, authentication, the
 one table of routes from request type to its handler and the shard that serves it, and the
-helpers every handler shares (:meth:`Broker.shard_for`, :meth:`Broker.destination`). The
+object that every handler is given (:class:`~polymq_core.handlers.context.HandlerContext`: the
+settings, sensors and auth, the shards and the shard of a key, the bindings, the topic
+router, the cursor subscriptions, the topic mesh, the check of a named destination). The
 handlers live by concern:
 
 - :class:`~polymq_core.handlers.publisher.Publisher`: ``Publish``, topic fanout and routing to bound
@@ -29,6 +31,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from polymq.errors import BadRequest, Unauthorized, Unavailable
@@ -61,29 +64,27 @@ from polymq.events import (
     Unbind,
     Unsubscribe,
 )
-from polymq.types import Destination, Message
+from polymq.types import Message
 from polymq_server.auth.logins import password_login
-from polymq_server.auth.provider import INTERNAL_PRINCIPAL, AuthProvider, Permission, Principal
+from polymq_server.auth.provider import INTERNAL_PRINCIPAL, AuthProvider, Principal
 from polymq_server.link.connections import ConnectionTable
 from polymq_server.resources import ConnectionLimits
 
 from .alarms import ResourceMonitor
 from .destinations.paging import Pressure
 from .destinations.queue import Queue
-from .destinations.shard import Shard, shard_index
-from .destinations.subscription import Subscription, TopicSource
+from .destinations.shard import Shard
 from .handlers.catalog import Catalog
 from .handlers.consumers import Consumers
-from .handlers.cursors import Cursors, QueueCursor
+from .handlers.context import HandlerContext
+from .handlers.cursors import QueueCursor
 from .handlers.deadletters import may_dead_letter
 from .handlers.keyvalue import KeyValue
-from .handlers.publisher import Mesh, Publisher
+from .handlers.publisher import Publisher
 from .handlers.routes import Route
 from .identities import ADMIN_CLIENT, PEER_CLIENT
 from .store.contract import Store
 from .store.sqlite import SqliteStore
-from .topics.bindings import BindingTable
-from .topics.trie import TopicRouter, validate_pattern
 
 if TYPE_CHECKING:
     from .config import CoreSettings
@@ -94,8 +95,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-_KNOWN_DESTINATIONS = 1024  # destinations kept per session (parsed and authorized)
 # seconds a login that comes while the core recovers its store waits before it is told to
 # come back ("unavailable"): below the wire's handshake timeout
 RECOVERY_WAIT = 5.0
@@ -114,25 +113,22 @@ class Broker:
         """``stores``: the store of shard *i* (default: its own SQLite file in the data
         dir). ``cluster``: this node's view of the cluster; the stores are then replicated
         logs and each shard is served only while this node leads it (others forward)."""
-        self.settings = settings
         self.sensors = sensors
         self.auth = auth
         # (a cluster node by its id: the node a frontend's connections are listed under)
         self.server_name = f"polymq-core/{settings.node}"
-        self.bindings = BindingTable()  # every queue's bindings; the shards store durable ones
         self.cluster = cluster
-        self.mesh: Mesh | None = None  # in a cluster: topic messages to and from other nodes
         if stores is None:
-            stores = self._sqlite_store
+            stores = partial(_sqlite_store, settings)
         self.shards = [
             Shard(self, i, stores(i), sensors, replicated=cluster is not None)
             for i in range(settings.shards)
         ]
-        self.topics: TopicRouter[Subscription] = TopicRouter()
-        self.topic_source = TopicSource(self.topics)
-        self.cursors = Cursors(
-            self.topics, self.shard_for, cluster.node_id if cluster is not None else None
+        # what the handlers share (the settings are kept there: see the property below)
+        self.context = context = HandlerContext(
+            settings, sensors, auth, self.shards, cluster.node_id if cluster is not None else None
         )
+        self.bindings = context.bindings  # (what a shard asks of its host: ShardHost)
         self.sessions: set[Session] = set()
         # the resource alarms (polymq_server.alarms)
         self.monitor = ResourceMonitor(self, sensors.registry)
@@ -144,10 +140,10 @@ class Broker:
         self.started = time.time()
         self.ready = False
         self.recovered = asyncio.Event()  # set once start() has opened every shard
-        self.publisher = publisher = Publisher(self)
-        consumers = Consumers(self)
-        catalog = Catalog(self)
-        kv = KeyValue(self)
+        self.publisher = publisher = Publisher(context)
+        consumers = Consumers(context)
+        catalog = Catalog(context)
+        kv = KeyValue(context)
         # each request type once: how it is served, and how its shard is found (routes.py)
         self.routes: dict[type[Event], Route[Session]] = {
             Publish: Route(publisher.publish, publisher.publish_key),
@@ -177,8 +173,14 @@ class Broker:
             CursorClose: Route(consumers.cursor_close),
         }
 
-    def _sqlite_store(self, index: int) -> Store:
-        return SqliteStore(self.settings.data_dir / f"shard-{index:03d}.db")
+    @property
+    def settings(self) -> CoreSettings:
+        """The core's settings: the handlers' (a reload replaces them, :mod:`.reload`)."""
+        return self.context.settings
+
+    @settings.setter
+    def settings(self, settings: CoreSettings) -> None:
+        self.context.settings = settings
 
     # ---- life cycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -187,7 +189,7 @@ class Broker:
             await shard.open()
         if self.cluster is None:  # one node leads every shard (a cluster's follow theirs)
             self.sensors.shards_led.set(len(self.shards))
-        self.cursors.start()
+        self.context.cursors.start()
         self.monitor.start()
         self.ready = True
         self.recovered.set()
@@ -209,7 +211,7 @@ class Broker:
             session.quiesce()
         for shard in self.shards:
             shard.wake_waiters()
-        for cur in self.cursors.subs.values():
+        for cur in self.context.cursors.subs.values():
             if not isinstance(cur, QueueCursor):
                 cur.wake()
         answered = [asyncio.ensure_future(s.answered()) for s in sessions]
@@ -221,7 +223,7 @@ class Broker:
                     t.cancel()
         for session in sessions:
             session.close("shutdown", "node shutting down: reconnect (to another node)")
-        await self.cursors.stop()
+        await self.context.cursors.stop()
         if hand_over is not None:
             try:
                 await hand_over(self.shards)
@@ -318,70 +320,39 @@ class Broker:
             return None
         return route.shard_key(session, event)
 
-    # ---- what the handlers share -----------------------------------------------------------
-    def shard_for(self, key: str) -> Shard:
-        return self.shards[shard_index(key, len(self.shards))]
-
-    def destination(
-        self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
-    ) -> Destination:
-        """The destination ``text`` names (a topic pattern if ``pattern``), once ``session``
-        may use it with ``perm``. Kept per session (its principal does not change): a
-        frontend names the same few destinations request after request."""
-        key = (text, perm, pattern) if type(text) is str else None
-        if key is not None:
-            known = session.destinations.get(key)
-            if known is not None:
-                return known
-        dest = Destination.parse(text, pattern=pattern)
-        if dest.is_pattern:
-            try:
-                validate_pattern(dest.name)
-            except ValueError as exc:
-                raise BadRequest(str(exc)) from None
-        if session.principal is not None:
-            self.auth.authorize(session.principal, perm, str(dest))
-        if key is not None:
-            if len(session.destinations) >= _KNOWN_DESTINATIONS:
-                session.destinations.clear()
-            session.destinations[key] = dest
-        return dest
-
-    def holder_key(self, dest: Destination, role: Any) -> str:
-        """The shard key of ``dest`` (a channel's: the inbox of ``role``)."""
-        if role is not None and not isinstance(role, str):
-            raise BadRequest("role must be a string")
-        return Shard.key_of(dest, role)
-
-    # ---- introspection (the admin pages and the sensors) -----------------------------------
     # ---- what a shard asks of the broker (shard.ShardHost) -------------------------------
+    def shard_for(self, key: str) -> Shard:
+        """(The handlers' :meth:`HandlerContext.shard_for`: what a shard, the relay and the
+        cluster node ask.)"""
+        return self.context.shard_for(key)
+
     @property
     def pressure(self) -> Pressure:
         return self.monitor.pressure
 
     def restore_cursors(self, shard: Shard, records: list[tuple[str, str, bytes]]) -> None:
-        self.cursors.restore(shard, records)
+        self.context.cursors.restore(shard, records)
 
     def drop_cursors(self, shard: Shard) -> None:
-        self.cursors.drop(shard)
+        self.context.cursors.drop(shard)
 
     def dead_letter(
         self, msg: Message, target: str, reason: str, source: str, by: str | None
     ) -> asyncio.Future[None] | None:
         """``msg`` left queue ``source`` for ``reason``: to ``target`` if ``by``, who declared
-        the queue, still may write there (:mod:`polymq_core.handlers.deadletters`); the future of
-        its
-        dead letter's write (None: nothing to wait for, or dropped)."""
+        the queue, still may write there (:mod:`polymq_core.handlers.deadletters`); the future
+        of its dead letter's write (None: nothing to wait for, or dropped)."""
         if may_dead_letter(self.auth, by, target, source):
             return self.publisher.dead_letter(msg, target, reason, source)
         return None
 
+    # ---- introspection (the admin pages and the sensors) -----------------------------------
     def describe(self) -> dict[str, Any]:
         return {
             "server": self.server_name,
             "uptime_seconds": round(time.time() - self.started, 3),
             "connections": sum(1 for s in self.sessions if s.client != ADMIN_CLIENT),
-            "topic_subscriptions": len(self.topics),
+            "topic_subscriptions": len(self.context.topics),
             "bindings": len(self.bindings),
             "shards": [s.describe() for s in self.shards],
         }
@@ -412,3 +383,8 @@ class Broker:
                 if len(out) >= limit:
                     return out
         return out
+
+
+def _sqlite_store(settings: CoreSettings, index: int) -> Store:
+    """Shard *index*'s store on a single node: its own SQLite file in the data dir."""
+    return SqliteStore(settings.data_dir / f"shard-{index:03d}.db")

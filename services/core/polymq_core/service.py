@@ -93,7 +93,7 @@ class CoreService:
         self.reloader.applied = publisher(self.broker)  # to the frontends on system.config
         self.reloader.users_hooks.append(self.broker.clients.recheck)  # open sessions too
         self.sensors.watch_depth(self.broker.depth, self.broker.in_flight)
-        self.sensors.watch_bindings(lambda: len(self.broker.bindings))
+        self.sensors.watch_bindings(lambda: len(self.broker.context.bindings))
         self.sensors.watch_resources(lambda: self.broker.monitor.detail)
         if settings.metrics_per_destination:
             self.sensors.watch_destinations(

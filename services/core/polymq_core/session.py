@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from polymq_server.resources import ConnectionLimits
 
     from .alarms import ResourceMonitor
-    from .handlers.caller import Caller
+    from .handlers.context import HandlerContext
 
 log = logging.getLogger(__name__)
 
@@ -69,18 +69,16 @@ class SessionHost(RelayHost, Protocol):
     """What a session uses of the broker (a protocol, so that this module need not import
     ``broker.py``, which names Session): what its relay uses (a session hands its broker
     on to it), the cluster, the wire port's connection limits, the resource alarms, the
-    login and its auth, the destination checks, the dispatch of a request, and the calls
-    that keep the broker's list of sessions."""
+    login and its auth, what its handlers share (a users reload checks again the
+    destinations its subscriptions name), the dispatch of a request, and the calls that keep
+    the broker's list of sessions."""
 
     auth: AuthProvider
     cluster: Leaders | None
     connections: ConnectionLimits
     monitor: ResourceMonitor
     server_name: str
-
-    def destination(
-        self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
-    ) -> Destination: ...
+    context: HandlerContext
 
     async def authenticate(
         self, hello: Hello, auth: AuthProvider | None = None, source: str | None = None
@@ -121,7 +119,7 @@ class Session(SessionOutput, asyncio.Protocol):
         self.messages_in = self.messages_out = 0  # published, delivered (the admin API's)
         self.tracked: Tracked | None = None  # its entry in the broker's clients
         self._alarm_held = False  # not reading: a resource alarm holds this publisher
-        # destinations named in requests, parsed and authorized (see Broker.destination)
+        # destinations named in requests, parsed and authorized (HandlerContext.destination)
         self.destinations: dict[tuple[str, Any, bool], Destination] = {}
         self.subs: SidTable[Subscription] = SidTable()  # by sid
         self.first_tags: dict[int, int] = {}  # sid -> its first delivery tag, if not 1 (moved)
@@ -365,7 +363,9 @@ class Session(SessionOutput, asyncio.Protocol):
             if request is None:
                 continue
             try:
-                self.broker.destination(self, request.destination, Permission.READ, pattern=True)
+                self.broker.context.destination(
+                    self, request.destination, Permission.READ, pattern=True
+                )
             except Forbidden as exc:
                 if remote.node:
                     relay.take(Unsubscribe(0, sid))  # (its leader lets it go)

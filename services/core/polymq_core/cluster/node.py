@@ -308,9 +308,10 @@ class ClusterNode:
             self.nc, self.node_id, self._remote_topic, self._waits_for, self._remote_append
         )
         await self.mesh.start()
-        broker.mesh = self.mesh
-        broker.topics.on_interest = self.mesh.interest
-        broker.bindings.watch(self.mesh.interest)
+        shared = broker.context  # (what the broker's handlers share)
+        shared.mesh = self.mesh
+        shared.topics.on_interest = self.mesh.interest
+        shared.bindings.watch(self.mesh.interest)
         self.membership = Membership(
             self.nc, self.node_id, self._describe_self, on_announce=self._announced
         )
@@ -376,7 +377,7 @@ class ClusterNode:
         not this node's any more: :meth:`close` leaves them be."""
         if self.replicas < 2 or not self.nc.is_connected or self.broker is None:
             return
-        handed = await HandOver(self, self.broker.bindings.of).run(shards)
+        handed = await HandOver(self, self.broker.context.bindings.of).run(shards)
         await self.leadership.hand_on_led(shards, handed)
 
     # ---- what the hand-over, the relay and the admin API ask of the node -------------------

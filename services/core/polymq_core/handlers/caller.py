@@ -1,6 +1,7 @@
 """What the core's request handlers know of the session a request came on: a protocol, so
-that the handlers (``catalog``, ``keyvalue``, ...) and the broker's destination check need
-not import ``session.py``, which reaches them through the broker's routes."""
+that the handlers (``catalog``, ``keyvalue``, ...) and their destination check
+(``context.py``) need not import ``session.py``, which reaches them through the broker's
+routes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ __all__ = ["Caller"]
 
 class Caller(Protocol):
     """Who sent a request (None before login or in anonymous mode) and the destinations
-    it already named and may use (``Broker.destination`` keeps them per session)."""
+    it already named and may use (``HandlerContext.destination`` keeps them per session)."""
 
     principal: Principal | None
     destinations: dict[tuple[str, Any, bool], Destination]

@@ -31,19 +31,14 @@ from polymq.types import Destination, Kind, Message, Outcome, SubscribeOptions
 from polymq_server.auth.provider import Permission
 
 from ..destinations.queue import Queue, Waiter
-from ..destinations.subscription import SubscriberSession, Subscription, TopicSource
+from ..destinations.subscription import SubscriberSession, Subscription
 from ..identities import PEER_CLIENT
 from .caller import Caller
-from .cursors import Cursor, Cursors, QueueCursor, StreamCursor, TopicCursor
+from .cursors import Cursor, QueueCursor, StreamCursor, TopicCursor
 from .sids import SidTable, shared_sid
 
 if TYPE_CHECKING:
-    from polymq_server.auth.provider import AuthProvider
-
-    from ..config import CoreSettings
-    from ..destinations.shard import Shard
-    from ..metrics import Sensors
-    from ..topics.trie import TopicRouter
+    from .context import HandlerContext
 
 
 class ConsumerSession(Caller, SubscriberSession, Protocol):
@@ -63,56 +58,36 @@ class ConsumerSession(Caller, SubscriberSession, Protocol):
     def remove_sub(self, sid: int) -> Subscription | None: ...
 
 
-class ConsumersHost(Protocol):
-    """What the consuming requests use of the broker (a protocol: ``broker.py`` imports
-    this module): its limits (settings), sensors and auth, the topic router and the topic
-    side of subscriptions, the cursor subscriptions, the shard of a key, and its
-    destination checks."""
-
-    settings: CoreSettings
-    sensors: Sensors
-    auth: AuthProvider
-    topics: TopicRouter[Subscription]
-    topic_source: TopicSource
-    cursors: Cursors
-
-    def shard_for(self, key: str) -> Shard: ...
-    def destination(
-        self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
-    ) -> Destination: ...
-    def holder_key(self, dest: Destination, role: Any) -> str: ...
-
-
 class Consumers:
-    def __init__(self, broker: ConsumersHost) -> None:
-        self.broker = broker
+    def __init__(self, context: HandlerContext) -> None:
+        self.context = context
 
     # ---- subscriptions -------------------------------------------------------------------
     def subscribe(self, session: ConsumerSession, ev: Subscribe) -> Any:
-        broker = self.broker
-        dest = broker.destination(session, ev.destination, Permission.READ, pattern=True)
+        ctx = self.context
+        dest = ctx.destination(session, ev.destination, Permission.READ, pattern=True)
         claims = _claims(session, ev)
         options = SubscribeOptions.from_dict(
             ev.options if claims is None else {k: v for k, v in ev.options.items() if k != CLAIM}
         )
         if ev.sid in session.subs:
             raise BadRequest(f"subscription id {ev.sid} is already in use on this connection")
-        if len(session.subs) >= broker.settings.max_subscriptions_per_connection:
+        if len(session.subs) >= ctx.settings.max_subscriptions_per_connection:
             raise BadRequest(
-                f"at most {broker.settings.max_subscriptions_per_connection} subscriptions "
+                f"at most {ctx.settings.max_subscriptions_per_connection} subscriptions "
                 "per connection"
             )
         sid = shared_sid(ev.sid)  # (the same sids recur on every connection)
         if dest.kind is Kind.TOPIC:
-            sub = Subscription(session, sid, dest, options, broker.topic_source)
+            sub = Subscription(session, sid, dest, options, ctx.topic_source)
             try:
-                broker.topics.add(dest.name, sub)
+                ctx.topics.add(dest.name, sub)
             except ValueError as exc:
                 raise BadRequest(str(exc)) from None
             session.add_sub(sub)
         else:
-            key = broker.holder_key(dest, options.role)
-            holder = broker.shard_for(key).get(key)
+            key = ctx.holder_key(dest, options.role)
+            holder = ctx.shard_for(key).get(key)
             if dest.kind is not Kind.STREAM and options.offset != "next":
                 raise BadRequest("offset applies to streams only")
             sub = Subscription(session, sid, dest, options, holder)
@@ -125,14 +100,14 @@ class Consumers:
             claimed = holder.claim(sub, held) if held and isinstance(holder, Queue) else []
             session.add_sub(sub)
             start = holder.attach(sub)
-            broker.sensors.on_subscription(dest.kind.value, 1)
+            ctx.sensors.on_subscription(dest.kind.value, 1)
             answer: dict[str, Any] = {"sid": ev.sid, "destination": str(dest)}
             if start is not None:  # a stream's: the seq it reads first (its answer's "seq")
                 answer["seq"] = start
             if claims is not None:
                 answer["claimed"] = claimed
             return answer
-        broker.sensors.on_subscription(dest.kind.value, 1)
+        ctx.sensors.on_subscription(dest.kind.value, 1)
         return {"sid": ev.sid, "destination": str(dest)}
 
     def unsubscribe(self, session: ConsumerSession, ev: Unsubscribe) -> Any:
@@ -144,7 +119,7 @@ class Consumers:
         sub = _sub(session, ev.sid)
         keys = sub.take(_tags(ev.tags), bool(ev.cumulative))
         if keys:
-            self.broker.sensors.on_ack(len(keys))
+            self.context.sensors.on_ack(len(keys))
         written = sub.source.settle(sub, keys, Outcome.ACK)
         return _once_written(ev.rid, written, {"acked": len(keys)})
 
@@ -156,8 +131,8 @@ class Consumers:
 
     # ---- pull and leases -----------------------------------------------------------------
     def pull(self, session: ConsumerSession, ev: Pull) -> Any:
-        broker = self.broker
-        dest = broker.destination(session, ev.destination, Permission.READ)
+        ctx = self.context
+        dest = ctx.destination(session, ev.destination, Permission.READ)
         if dest.kind is not Kind.QUEUE:
             raise BadRequest("pull works on queues")
         max_, wait = self._max_wait(ev.max, ev.wait)
@@ -165,7 +140,7 @@ class Consumers:
         if not isinstance(vis, int | float) or not 0 < vis <= 43200:
             raise BadRequest("visibility must be 0..43200 seconds")
         key = str(dest)
-        holder = broker.shard_for(key).get(key)
+        holder = ctx.shard_for(key).get(key)
         assert isinstance(holder, Queue)
         got = _lease_or_wait(holder, max_, wait, float(vis))
         if isinstance(got, list):
@@ -177,7 +152,7 @@ class Consumers:
         return answer()
 
     def _max_wait(self, max_: Any, wait: Any) -> tuple[int, float]:
-        settings = self.broker.settings
+        settings = self.context.settings
         if not isinstance(max_, int) or not 1 <= max_ <= settings.max_pull:
             raise BadRequest(f"max must be an integer 1..{settings.max_pull}")
         if not isinstance(wait, int | float) or not 0 <= wait <= settings.max_wait:
@@ -185,7 +160,7 @@ class Consumers:
         return max_, float(wait)
 
     def settle(self, session: ConsumerSession, ev: Settle) -> Any:
-        broker = self.broker
+        ctx = self.context
         outcome = Outcome.parse(ev.action)
         if not isinstance(ev.leases, list) or not ev.leases:
             raise BadRequest("leases must be a non-empty list")
@@ -194,7 +169,7 @@ class Consumers:
         written: asyncio.Future[None] | None = None
         for lease in ev.leases:
             key, seq, delivery_id = self._lease(session, lease)
-            holder = broker.shard_for(key).holders.get(key)
+            holder = ctx.shard_for(key).holders.get(key)
             try:
                 if not isinstance(holder, Queue):
                     raise NotFound("lease is unknown")
@@ -203,7 +178,7 @@ class Consumers:
             except NotFound:
                 missing.append(lease)
         if outcome is Outcome.ACK and settled:
-            broker.sensors.on_ack(settled)
+            ctx.sensors.on_ack(settled)
         if missing and not settled:
             raise NotFound(f"unknown or expired lease(s): {', '.join(missing[:5])}")
         return _once_written(ev.rid, written, {"settled": settled, "missing": missing})
@@ -213,44 +188,42 @@ class Consumers:
         key, seq, delivery_id = _parse_lease(lease)
         queue = Destination.parse(key)
         if session.principal is not None:
-            self.broker.auth.authorize(session.principal, Permission.READ, str(queue))
+            self.context.auth.authorize(session.principal, Permission.READ, str(queue))
         return key, seq, delivery_id
 
     # ---- the shard each request is served by (its route's) ---------------------------------
     def subscribe_key(self, session: Caller, ev: Subscribe | CursorOpen) -> str | None:
         """A ``Subscribe``'s or ``CursorOpen``'s: None for a topic's."""
-        broker = self.broker
-        dest = broker.destination(session, ev.destination, Permission.READ, pattern=True)
+        ctx = self.context
+        dest = ctx.destination(session, ev.destination, Permission.READ, pattern=True)
         if dest.kind is Kind.TOPIC:
             return None
         role: Any = ev.options.get("role") if isinstance(ev.options, dict) else None
-        return broker.holder_key(dest, role if dest.kind is Kind.CHANNEL else None)
+        return ctx.holder_key(dest, role if dest.kind is Kind.CHANNEL else None)
 
     def pull_key(self, session: Caller, ev: Pull) -> str:
-        return str(self.broker.destination(session, ev.destination, Permission.READ))
+        return str(self.context.destination(session, ev.destination, Permission.READ))
 
     def settle_key(self, session: Caller, ev: Settle) -> str | None:
         """The queue the leases name (in a cluster, all of them on one shard)."""
         if not isinstance(ev.leases, list) or not ev.leases:
             return None  # (refused here)
         keys = {self._lease(session, lease)[0] for lease in ev.leases}
-        if len({self.broker.shard_for(k).index for k in keys}) > 1:
+        if len({self.context.shard_for(k).index for k in keys}) > 1:
             raise BadRequest("in a cluster, settle the leases of one queue at a time")
         return next(iter(keys))
 
     # ---- cursor subscriptions (live in the core; polled from any connection) --------------
     def cursor_open(self, session: ConsumerSession, ev: CursorOpen) -> Any:
-        broker = self.broker
-        dest = broker.destination(session, ev.destination, Permission.READ, pattern=True)
-        return broker.cursors.open(dest, ev.options)
+        ctx = self.context
+        dest = ctx.destination(session, ev.destination, Permission.READ, pattern=True)
+        return ctx.cursors.open(dest, ev.options)
 
     def _cursor(self, session: ConsumerSession, sub_id: Any) -> Cursor:
-        broker = self.broker
-        cur = broker.cursors.get(sub_id)
+        ctx = self.context
+        cur = ctx.cursors.get(sub_id)
         if session.principal is not None:
-            broker.auth.authorize(
-                session.principal, Permission.READ, broker.cursors.destination[sub_id]
-            )
+            ctx.auth.authorize(session.principal, Permission.READ, ctx.cursors.destination[sub_id])
         return cur
 
     def cursor_poll(self, session: ConsumerSession, ev: CursorPoll) -> Any:
@@ -277,7 +250,7 @@ class Consumers:
         first = cur.poll(c, max_)
         if first[2] or wait == 0:
             return Polled(ev.rid, *first)
-        cursors = self.broker.cursors
+        cursors = self.context.cursors
 
         async def later() -> Polled:
             # a timer that wakes the future (not asyncio.wait_for, whose own future and
@@ -302,7 +275,7 @@ class Consumers:
 
     def cursor_close(self, session: ConsumerSession, ev: CursorClose) -> Any:
         self._cursor(session, ev.id)
-        return self.broker.cursors.close(ev.id)
+        return self.context.cursors.close(ev.id)
 
 
 def _wake(fut: asyncio.Future[None]) -> None:

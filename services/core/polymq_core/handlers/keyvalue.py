@@ -10,7 +10,7 @@ that covers all of ``kv/<prefix>...`` (``AuthProvider.authorize_prefix``), such 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from polymq.errors import BadRequest, NotFound
 from polymq.events import KvDelete, KvGet, KvList, KvPut
@@ -20,41 +20,30 @@ from ..store.writes import DeleteValue, SaveValue
 from .answers import then
 
 if TYPE_CHECKING:
-    from polymq_server.auth.provider import AuthProvider
-
-    from ..destinations.shard import Shard
     from .caller import Caller
+    from .context import HandlerContext
 
 MAX_KEY_LENGTH = 1024
 MAX_KV_VALUE = 1024 * 1024
 MAX_KV_LIST = 100_000
 
 
-class KeyValueHost(Protocol):
-    """What the key/value requests use of the broker: the auth and the shards."""
-
-    auth: AuthProvider
-    shards: list[Shard]
-
-    def shard_for(self, key: str) -> Shard: ...
-
-
 class KeyValue:
-    def __init__(self, broker: KeyValueHost) -> None:
-        self.broker = broker
+    def __init__(self, context: HandlerContext) -> None:
+        self.context = context
 
     def _key(self, session: Caller, key: Any, perm: Permission) -> str:
         if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
             raise BadRequest(f"key must be a string of 1..{MAX_KEY_LENGTH} characters")
         if session.principal is not None:
-            self.broker.auth.authorize(session.principal, perm, f"kv/{key}")
+            self.context.auth.authorize(session.principal, perm, f"kv/{key}")
         return key
 
     def get(self, session: Caller, ev: KvGet) -> Any:
         key = self._key(session, ev.key, Permission.READ)
 
         async def get() -> Any:
-            value = await self.broker.shard_for("kv/" + key).store.kv_get(key)
+            value = await self.context.shard_for("kv/" + key).store.kv_get(key)
             if value is None:
                 raise NotFound(f"no value under {key!r}")
             return value
@@ -65,12 +54,12 @@ class KeyValue:
         key = self._key(session, ev.key, Permission.WRITE)
         if not isinstance(ev.value, bytes) or len(ev.value) > MAX_KV_VALUE:
             raise BadRequest(f"value must be bytes of at most {MAX_KV_VALUE}")
-        shard = self.broker.shard_for("kv/" + key)
+        shard = self.context.shard_for("kv/" + key)
         return then(shard.commit(SaveValue(key, ev.value)), None)
 
     def delete(self, session: Caller, ev: KvDelete) -> Any:
         key = self._key(session, ev.key, Permission.WRITE)
-        shard = self.broker.shard_for("kv/" + key)
+        shard = self.context.shard_for("kv/" + key)
         return then(shard.commit(DeleteValue(key)), None)
 
     def key_of(self, session: Caller, ev: KvGet | KvPut | KvDelete) -> str:
@@ -85,8 +74,8 @@ class KeyValue:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_KV_LIST:
             raise BadRequest(f"limit must be 1..{MAX_KV_LIST}")
         if session.principal is not None:  # listing reads every key under the prefix
-            self.broker.auth.authorize_prefix(session.principal, Permission.READ, f"kv/{prefix}")
-        shards = self.broker.shards
+            self.context.auth.authorize_prefix(session.principal, Permission.READ, f"kv/{prefix}")
+        shards = self.context.shards
 
         async def listed() -> list[str]:
             found = await asyncio.gather(*(s.store.kv_keys(prefix, limit) for s in shards))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from polymq.errors import BadRequest, QueueFull, Unavailable
 from polymq.events import Publish
 from polymq.types import ChannelRole, Destination, Kind, Message
-from polymq_server.auth.provider import AuthProvider, Permission
+from polymq_server.auth.provider import Permission
 from polymq_server.names import ORIGIN
 
 from ..destinations.batches import MAX_BATCH_ID, MAX_BATCH_TTL
@@ -28,22 +28,8 @@ from .answers import then
 from .caller import Caller
 
 if TYPE_CHECKING:
-    from ..config import CoreSettings
-    from ..destinations.subscription import Subscription
-    from ..metrics import Sensors
-    from ..topics.bindings import BindingTable
     from ..topics.mesh import Routed
-    from ..topics.trie import TopicRouter
-
-
-class Mesh(Protocol):
-    """Where topic messages go to reach the other nodes' subscribers and bound queues:
-    :class:`polymq_core.topics.mesh.TopicMesh`. A publish returns the future of the answers of the
-    leaders of durable queues it must reach elsewhere (persistent messages), else None; an
-    append (to a queue whose shard another node leads) the future of its leader's."""
-
-    def publish(self, name: str, messages: list[Message]) -> asyncio.Future[Routed] | None: ...
-    def append(self, key: str, shard: int, messages: list[Message]) -> asyncio.Future[Routed]: ...
+    from .context import HandlerContext
 
 
 class PublishCaller(Caller, Protocol):
@@ -55,53 +41,37 @@ class PublishCaller(Caller, Protocol):
     speaks_for_core: bool  # the admin API's own link: its messages keep names.ORIGIN
 
 
-class PublisherHost(Protocol):
-    """What publishing and dead-lettering use of the broker."""
-
-    settings: CoreSettings
-    sensors: Sensors
-    auth: AuthProvider
-    bindings: BindingTable
-    topics: TopicRouter[Subscription]
-    mesh: Mesh | None
-
-    def shard_for(self, key: str) -> Shard: ...
-    def destination(
-        self, session: Caller, text: Any, perm: Permission, *, pattern: bool = False
-    ) -> Destination: ...
-
-
 log = logging.getLogger(__name__)
 
 _NO_RETURN = frozenset({"expired", "max-length"})  # dead-letter reasons that never loop back
 
 
 class Publisher:
-    def __init__(self, broker: PublisherHost) -> None:
-        self.broker = broker
+    def __init__(self, context: HandlerContext) -> None:
+        self.context = context
 
     # ---- Publish ---------------------------------------------------------------------------
     def publish(self, session: PublishCaller, ev: Publish) -> Any:
-        broker = self.broker
+        ctx = self.context
         if session.principal is not None and ev.messages:  # where replies will be written
-            broker.auth.authorize_replies(session.principal, ev.messages)
+            ctx.auth.authorize_replies(session.principal, ev.messages)
         if ev.batch_id is None:
             return self._publish_now(
-                session, ev, broker.destination(session, ev.destination, Permission.WRITE)
+                session, ev, ctx.destination(session, ev.destination, Permission.WRITE)
             )
         batch_id, ttl = ev.batch_id, ev.batch_ttl
         if not isinstance(batch_id, str) or not 0 < len(batch_id) <= MAX_BATCH_ID:
             raise BadRequest(f"batch_id must be a string of 1..{MAX_BATCH_ID} characters")
         if ttl is None:
-            ttl = broker.settings.batch_window
+            ttl = ctx.settings.batch_window
         elif isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl:
             raise BadRequest("batch_ttl must be a positive number of seconds")
-        dest = broker.destination(session, ev.destination, Permission.WRITE)
+        dest = ctx.destination(session, ev.destination, Permission.WRITE)
         key = f"{dest}\x00{ev.role or ''}\x00{batch_id}"
-        window = broker.shard_for(str(dest)).batches
+        window = ctx.shard_for(str(dest)).batches
         answer = window.get(key)
         if answer is not None:
-            broker.sensors.on_duplicate_batch(session.protocol)
+            ctx.sensors.on_duplicate_batch(session.protocol)
             return answer
         ttl = min(float(ttl), MAX_BATCH_TTL)
         result = self._publish_now(session, ev, dest, (key, time.time() + ttl))
@@ -113,10 +83,10 @@ class Publisher:
 
     def publish_key(self, session: Caller, ev: Publish) -> str | None:
         """The shard key ``ev`` is served by (its route's): None for a topic's."""
-        broker = self.broker
-        dest = broker.destination(session, ev.destination, Permission.WRITE)
+        ctx = self.context
+        dest = ctx.destination(session, ev.destination, Permission.WRITE)
         if session.principal is not None and ev.messages:  # where replies will be written
-            broker.auth.authorize_replies(session.principal, ev.messages)
+            ctx.auth.authorize_replies(session.principal, ev.messages)
         return None if dest.kind is Kind.TOPIC else _appended_to(dest, ev.role)
 
     def _publish_now(
@@ -128,30 +98,30 @@ class Publisher:
     ) -> Any:
         """``batch``: (key, expires) of an idempotent batch, kept with its messages in the
         store when they are (a queue's, stream's or channel's persistent messages)."""
-        broker = self.broker
+        ctx = self.context
         msgs = ev.messages
         if not msgs:
             return {"count": 0}
-        max_body = broker.settings.max_body
+        max_body = ctx.settings.max_body
         for m in msgs:
             m.validate(max_body)
             if ORIGIN in m.headers and not session.speaks_for_core:  # (the core's alone)
                 m.headers = {k: v for k, v in m.headers.items() if k != ORIGIN}
         kind = dest.kind.value
-        broker.sensors.on_publish(session.protocol, kind, len(msgs))
+        ctx.sensors.on_publish(session.protocol, kind, len(msgs))
         if dest.kind is Kind.TOPIC:
             n = self.publish_topic(dest.name, msgs)
             # (in a cluster: the other nodes' subscribers and bound queues; the future of
             # the answers of the leaders of the durable queues it must reach there, if any)
-            remote = broker.mesh.publish(dest.name, msgs) if broker.mesh is not None else None
+            remote = ctx.mesh.publish(dest.name, msgs) if ctx.mesh is not None else None
             result = {"count": len(msgs), "subscribers": n, "queues": 0, "refused": []}
-            if not broker.bindings.size and remote is None:  # the fanout path as it was
+            if not ctx.bindings.size and remote is None:  # the fanout path as it was
                 return result
             return self.route(dest.name, msgs, result, remote)
         key = _appended_to(dest, ev.role)
         if key is None:
             raise BadRequest("a channel publish needs role 'server' or 'client'")
-        fut = broker.shard_for(key).publish(key, msgs, batch=batch, handed=session.handing)
+        fut = ctx.shard_for(key).publish(key, msgs, batch=batch, handed=session.handing)
         result = {"count": len(msgs), "ids": [m.id for m in msgs], "seqs": [m.seq for m in msgs]}
         if fut is None:
             return result
@@ -159,7 +129,7 @@ class Publisher:
 
     # ---- topics and bound queues -------------------------------------------------------------
     def publish_topic(self, name: str, msgs: list[Message]) -> int:
-        subs = self.broker.topics.match(name)
+        subs = self.context.topics.match(name)
         now = time.time()
         for m in msgs:
             m.destination = f"topic/{name}"
@@ -169,7 +139,7 @@ class Publisher:
             for m in msgs:
                 sub.send(m)
         if subs:
-            self.broker.sensors.on_deliver(len(subs) * len(msgs))
+            self.context.sensors.on_deliver(len(subs) * len(msgs))
         return len(subs)
 
     def route(
@@ -200,17 +170,17 @@ class Publisher:
         those of the shards this node leads), the keys of those that refuse them added to
         ``refused``: (how many took them, the shard and future of each durable append).
         ``skip``: a queue not to route to."""
-        broker = self.broker
-        if not broker.bindings.size:
+        ctx = self.context
+        if not ctx.bindings.size:
             return 0, []
-        keys = broker.bindings.match(name)
+        keys = ctx.bindings.match(name)
         futs: list[tuple[int, asyncio.Future[None]]] = []
         taken = 0
         for key in sorted(keys) if len(keys) > 1 else keys:
             if key == skip:
                 continue
             copies = [_copy(m) for m in msgs]
-            shard = broker.shard_for(key)
+            shard = ctx.shard_for(key)
             try:
                 fut = shard.publish(key, copies, routed=True)
             except QueueFull:
@@ -264,7 +234,7 @@ class Publisher:
         skip = source if reason in _NO_RETURN else ""
         if dest.kind is Kind.TOPIC:
             self.publish_topic(dest.name, [dl])
-            mesh = self.broker.mesh
+            mesh = self.context.mesh
             remote = mesh.publish(dest.name, [dl]) if mesh is not None else None
             refused: list[str] = []
             _, futs = self.route_copies(dest.name, [dl], refused, skip)
@@ -275,8 +245,8 @@ class Publisher:
         if key == skip:
             log.warning("%s dead-letters to itself (%s); message dropped", key, reason)
             return None
-        shard = self.broker.shard_for(key)
-        mesh = self.broker.mesh
+        shard = self.context.shard_for(key)
+        mesh = self.context.mesh
         if not shard.leading and mesh is not None:  # (a cluster's: its leader appends it)
             return _durable(target, [], mesh.append(key, shard.index, [dl]))
         try:
