@@ -1,12 +1,12 @@
-"""A balancer move under load (``polymq_core.cluster.leadership``, ``ShardLeadership._hand``): the
-node that hands a shard's lead on lets the shard go, lets the writes already made reach the
-log, and only then steps its stream down. A step-down with an append in flight left it
-unanswered (its writes failed after the log's timeout, 5 s: the rolling restart's 5.51 s
-stall), and one with writes pending failed them; now no publish is refused, and what was
-confirmed is there on the new leader. The move comes under steady load (the balancer hands a
-lead only to a node caught up with the shard's log, judged so that a node keeping up under
-load is: ``ShardLeadership._caught_up``), with publishes of the moved shard confirmed on
-either side of it."""
+"""A balancer move under load (``polymq_core.cluster.balancer``, handed on by
+``ShardLeadership.hand``): the node that hands a shard's lead on lets the shard go, lets the
+writes already made reach the log, and only then steps its stream down. A step-down with an
+append in flight left it unanswered (its writes failed after the log's timeout, 5 s: the rolling
+restart's 5.51 s stall), and one with writes pending failed them; now no publish is refused, and
+what was confirmed is there on the new leader. The move comes under steady load (the balancer
+hands a lead only to a node caught up with the shard's log, judged so that a node keeping up
+under load is: ``Balancer._caught_up``), with publishes of the moved shard confirmed on either
+side of it."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_a_balancer_move_under_load_steps_down_only_once_its_writes_are_in_the_l
     # a node leading two shards (its share) has them under load; then it is given a third
     # (a step-down through JetStream of a shard not under load yet, then loaded too): it
     # leads more than its share, and its balancer hands one on under load (the quietest of
-    # those it has led for leadership._SETTLE seconds: on a cluster just started, the third
+    # those it has led for balancer._SETTLE seconds: on a cluster just started, the third
     # too, at times)
     a = next(n for n in cluster.nodes if led[n.id] == 2)
     before = sorted(s for s, n in leaders.items() if n is a)

@@ -19,7 +19,7 @@ from .kube import Emulator
 
 pytestmark = pytest.mark.timeout(420)
 
-GRACE = 10.0  # polymq_core.cluster.leadership._UNREADY_GRACE
+GRACE = 10.0  # polymq_core.cluster.balancer._UNREADY_GRACE
 
 
 @pytest.fixture(scope="module")

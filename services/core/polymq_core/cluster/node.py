@@ -97,9 +97,9 @@ _PEER_WATCH_EVERY = 1.0  # seconds between looks for peer links of unreachable n
 class ClusterNode:
     """This node in the cluster. Two parts of it act on timers of their own, each using
     what its host protocol names of the node: following and moving the shards' leaders
-    (:attr:`leadership`, a :class:`~polymq_core.cluster.leadership.ShardLeadership`), and
-    purging logs and copying shards (:attr:`retention`, a
-    :class:`~polymq_core.cluster.retention.LogRetention`).
+    (:attr:`leadership`, a :class:`~polymq_core.cluster.leadership.ShardLeadership`, with
+    its balancer and the streams' replicas), and purging logs and copying shards
+    (:attr:`retention`, a :class:`~polymq_core.cluster.retention.LogRetention`).
 
     ``purge_every``: seconds between the purges of the logs this node leads, each keeping
     at least ``keep_entries`` entries (fewer when they hold more than ``keep_bytes``:
@@ -325,19 +325,19 @@ class ClusterNode:
         self._advisories = await self.nc.subscribe(_ELECTED, cb=self.leadership.elected)
         self._config_sub = await self.nc.subscribe(RELOAD_SUBJECT, cb=self._config_message)
         loop = asyncio.get_running_loop()
-        leadership = self.leadership
+        leadership, balancer = self.leadership, self.leadership.balancer
         self._tasks = [
             loop.create_task(leadership.follow(i), name=f"leader-{i}")
             for i in range(len(self.logs))
         ]
         if self.replicas > 1:
-            self._tasks.append(loop.create_task(leadership.balance(), name="balance"))
+            self._tasks.append(loop.create_task(balancer.balance(), name="balance"))
         self._purger = loop.create_task(self.retention.purge_logs(), name="purge-logs")
         # the peer links of a node that hangs are closed here (what they hold goes back)
         watch = PeerWatch(lambda: broker.sessions, self.membership.state_of, _PEER_WATCH_EVERY)
         self._tasks.append(loop.create_task(watch.run(), name="peer-watch"))
         if self.k8s is not None:  # (watched since connect)
-            self._tasks.append(loop.create_task(leadership.guard_unready(), name="unready"))
+            self._tasks.append(loop.create_task(balancer.guard_unready(), name="unready"))
 
     def add_listeners(self, ports: dict[str, int]) -> None:
         """The frontends' listeners, announced with the core's."""
@@ -458,8 +458,8 @@ class ClusterNode:
         runs (JetStream's peer removal, which places a new replica on a node that has
         none). JetStream refuses when there is no such node (three scaled down to two):
         then the stream's leader drops this replica once it is offline
-        (:meth:`ShardLeadership._drop_gone`, told by the ``gone`` in this node's last
-        announcement)."""
+        (:meth:`~polymq_core.cluster.replicas.Replicas._drop_gone`, told by the ``gone`` in
+        this node's last announcement)."""
         for shard_log in self.logs:
             try:
                 await asyncio.wait_for(shard_log.remove_peer(self.node_id), 5.0)
@@ -577,10 +577,10 @@ class ClusterNode:
         return None  # (the next announcement on system.peers carries the version)
 
     def _announced(self, announcement: dict[str, Any]) -> None:
-        """Every announcement heard (ours too) goes to the leadership (what a node applied,
-        beside what this one has: :meth:`ShardLeadership.heard`) and to local subscribers
-        of ``system.peers``."""
-        self.leadership.heard(str(announcement.get("node_id", "")))
+        """Every announcement heard (ours too) goes to the leadership's balancer (what a node
+        applied, beside what this one has: :meth:`~polymq_core.cluster.balancer.Balancer.heard`)
+        and to local subscribers of ``system.peers``."""
+        self.leadership.balancer.heard(str(announcement.get("node_id", "")))
         broker = self.broker
         if broker is None:
             return
@@ -672,9 +672,10 @@ class ClusterNode:
 
     # ---- Kubernetes ------------------------------------------------------------------------
     def _k8s_changed(self, members: dict[str, Member]) -> None:
-        """The Service's endpoints changed: which pods are ready is the leadership's to note
-        (:meth:`ShardLeadership.endpoints_changed`); the NATS routes follow them."""
-        self.leadership.endpoints_changed(members)
+        """The Service's endpoints changed: which pods are ready is the balancer's to note
+        (:meth:`~polymq_core.cluster.balancer.Balancer.endpoints_changed`); the NATS routes
+        follow them."""
+        self.leadership.balancer.endpoints_changed(members)
         before = {m.name: m.ready for m in self.k8s_members.values()}
         after = {m.name: m.ready for m in members.values()}
         if before != after:

@@ -255,7 +255,7 @@ class Shard(DurableWrites):
     def demote(self, reason: str, *, writes_go_on: bool = False) -> None:
         """This node no longer leads the shard: writes still pending fail, subscribers are
         moved (their sessions resubscribe through the new leader), memory is dropped.
-        ``writes_go_on``: a planned hand-over (``ShardLeadership._hand``): the writes
+        ``writes_go_on``: a planned hand-over (``ShardLeadership.hand``): the writes
         already made go on into the log (none is made after), and the caller demotes the
         store once they are there."""
         if not self.leading:
