@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import operator
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
@@ -326,69 +327,90 @@ def _flat(batch: list[Queued]) -> Iterator[Queued]:
             yield write
 
 
-def _doomed(batch: list[Queued]) -> set[tuple[int, int]] | None:
-    """The appends in ``batch`` of messages removed later in it, as (id of the write, seq);
-    None when the batch removes nothing (the common case of a publish-only batch: no
-    scan)."""
-    removes = False
-    for write in _flat(batch):
+# per write in a batch (by ``id()``), the seqs it names that a later write removes
+Doomed = dict[int, set[int]]
+_FIRST = operator.itemgetter(0)
+
+
+def _doomed(batch: list[Queued]) -> Doomed | None:
+    """The appends (and delivery marks) in ``batch`` of messages removed later in it, by id
+    of the write: the seqs of each; None when the batch removes nothing (the common case of
+    a publish-only batch: no scan). Walked backwards, the removals seen so far are those
+    after the write looked at, as one set of seqs per destination: a write that appends
+    none of them costs one ``isdisjoint`` (a follower's batch removes older messages than
+    those it appends), not a lookup per message."""
+    writes = list(_flat(batch))
+    for write in writes:
         kind = write[1]
         if kind is REMOVE or kind is WriteKind.PURGE or kind is WriteKind.DELETE_DESTINATION:
-            removes = True
             break
-    if not removes:
+    else:
         return None
-    doomed: set[tuple[int, int]] = set()
-    gone: set[tuple[str, int]] = set()  # removed by a write after the one looked at
+    doomed: Doomed = {}
+    gone: dict[str, set[int]] = {}  # per destination: seqs removed after the write looked at
     wiped: set[str] = set()  # destinations purged or deleted after the write looked at
-    for write in reversed(list(_flat(batch))):
+    for write in reversed(writes):
         kind = write[1]
         if kind is REMOVE:
-            destination = write[2]
-            gone.update((destination, seq) for seq in write[3])
-        elif kind is WriteKind.PURGE or kind is WriteKind.DELETE_DESTINATION:
+            seqs = gone.get(write[2])
+            if seqs is None:
+                gone[write[2]] = set(write[3])
+            else:
+                seqs.update(write[3])
+            continue
+        if kind is WriteKind.PURGE or kind is WriteKind.DELETE_DESTINATION:
             wiped.add(write[2])
-        elif kind is APPEND:
-            if (write[2], write[3]) in gone or write[2] in wiped:
-                doomed.add((id(write), write[3]))
+            continue
+        if kind is APPEND:
+            named: list[int] = [write[3]]
         elif kind is APPEND_MANY or kind is APPEND_BATCH:
-            destination = write[2]
-            for seq, _ in write[3]:
-                if (destination, seq) in gone or destination in wiped:
-                    doomed.add((id(write), seq))
+            named = list(map(_FIRST, write[3]))
         elif kind is WriteKind.DELIVERED:
-            destination, marks = write[2], write[3]
-            for seq in marks[::2]:
-                if (destination, seq) in gone or destination in wiped:
-                    doomed.add((id(write), seq))
+            named = write[3][::2]
+        else:
+            continue
+        destination = write[2]
+        if destination in wiped:
+            doomed[id(write)] = set(named)
+            continue
+        seqs = gone.get(destination)
+        if seqs is not None and not seqs.isdisjoint(named):
+            doomed[id(write)] = seqs.intersection(named)
     return doomed or None
 
 
-_SELECT_BLOB = "SELECT blob FROM messages WHERE destination = ? AND seq = ?"
+_SELECT_BLOBS = "SELECT seq, blob FROM messages WHERE destination = ? AND seq IN "
 _UPDATE_BLOB = "UPDATE messages SET blob = ? WHERE destination = ? AND seq = ?"
 _COUNT = 12  # the delivery count's place among a stored message's wire fields
 
 
-def _mark_delivered(
-    conn: sqlite3.Connection, destination: str, marks: list[tuple[int, int]]
-) -> None:
-    """Raise the delivery counts of stored messages (a ``DELIVERED`` write): each message
-    read, its count set, written back; one no longer stored (acked) is skipped."""
-    for seq, count in marks:
-        row = conn.execute(_SELECT_BLOB, (destination, seq)).fetchone()
-        if row is None:
-            continue
-        try:
-            fields = msgpack.unpackb(row[0], raw=False)
-        except Exception:  # (corrupt: its load says so, not the log's apply)
-            continue
-        if not isinstance(fields, list) or len(fields) <= _COUNT:
-            continue  # not a message this code wrote: leave it as it is
-        if isinstance(fields[_COUNT], int) and fields[_COUNT] >= count:
-            continue
-        fields[_COUNT] = count
-        blob = msgpack.packb(fields, use_bin_type=True)
-        conn.execute(_UPDATE_BLOB, (blob, destination, seq))
+def _mark_delivered(run: _Run, destination: str, marks: dict[int, int]) -> None:
+    """Raise the delivery counts of stored messages (a ``DELIVERED`` write, ``marks``: seq
+    -> count): the messages read in one statement per chunk of seqs (not one per mark),
+    each count set, all written back by one ``executemany``; one no longer stored (acked) is
+    skipped. ``run`` is flushed before: its pending inserts are in the table."""
+    conn = run.conn
+    seqs = list(marks)
+    updates: list[tuple[bytes, str, int]] = []
+    start = 0
+    for size in _chunk_sizes(len(seqs)):
+        chunk = seqs[start : start + size]
+        start += size
+        sql = _SELECT_BLOBS + "(" + ",".join("?" * size) + ")"
+        for seq, blob in conn.execute(sql, [destination, *chunk]).fetchall():
+            try:
+                fields = msgpack.unpackb(blob, raw=False)
+            except Exception:  # (corrupt: its load says so, not the log's apply)
+                continue
+            if not isinstance(fields, list) or len(fields) <= _COUNT:
+                continue  # not a message this code wrote: leave it as it is
+            count = marks[seq]
+            if isinstance(fields[_COUNT], int) and fields[_COUNT] >= count:
+                continue
+            fields[_COUNT] = count
+            updates.append((msgpack.packb(fields, use_bin_type=True), destination, seq))
+    if updates:
+        conn.executemany(_UPDATE_BLOB, updates)
 
 
 class _Applied:
@@ -416,24 +438,28 @@ def _apply(
     run: _Run,
     high: dict[str, int],
     batch: list[Queued],
-    doomed: set[tuple[int, int]] | None,
+    doomed: Doomed | None,
     applied: _Applied,
 ) -> None:
     for write in batch:
         kind = write[1]
         if kind is APPEND:
             _, _, destination, seq, blob = write
-            if doomed is None or (id(write), seq) not in doomed:
+            skip = doomed.get(id(write)) if doomed is not None else None
+            if skip is None or seq not in skip:
                 run.insert(destination, seq, blob)
             if seq > high.get(destination, -1):
                 high[destination] = seq
         elif kind is APPEND_MANY or kind is APPEND_BATCH:
             destination, rows = write[2], write[3]
+            skip = doomed.get(id(write)) if doomed is not None else None
             for seq, blob in rows:
-                if doomed is None or (id(write), seq) not in doomed:
+                if skip is None or seq not in skip:
                     run.insert(destination, seq, blob)
-                if seq > high.get(destination, -1):
-                    high[destination] = seq
+            if rows:  # (appended in ascending seq order; the highest is kept for any case)
+                top = max(map(_FIRST, rows))
+                if top > high.get(destination, -1):
+                    high[destination] = top
             if kind is APPEND_BATCH:
                 run.execute(_SAVE_BATCH, write[4:])
         elif kind is REMOVE:
@@ -467,14 +493,14 @@ def _apply(
             run.execute(_DELETE_CURSOR, write[2:])
         elif kind is WriteKind.DELIVERED:
             marks = write[3]
-            wanted = [
-                (seq, count)
-                for seq, count in zip(marks[::2], marks[1::2], strict=True)
-                if doomed is None or (id(write), seq) not in doomed
-            ]
+            skip = doomed.get(id(write)) if doomed is not None else None
+            wanted: dict[int, int] = {}
+            for seq, count in zip(marks[::2], marks[1::2], strict=True):
+                if (skip is None or seq not in skip) and count > wanted.get(seq, -1):
+                    wanted[seq] = count
             if wanted:
                 run.flush()  # (the messages' appends before it are in the table)
-                _mark_delivered(run.conn, write[2], wanted)
+                _mark_delivered(run, write[2], wanted)
         elif kind is WriteKind.APPLIED:
             _, _, seq, after, writes = write
             applied.advance(seq, after)

@@ -31,10 +31,27 @@ def _dump(conn: sqlite3.Connection) -> dict[str, list[Any]]:
     }
 
 
+def _blob(seq: int, count: int = 0) -> bytes:
+    message = Message(body=b"m", seq=seq, id=f"id{seq}", delivery_count=count)
+    blob: bytes = msgpack.packb(message.to_wire(), use_bin_type=True)
+    return blob
+
+
 def _write() -> st.SearchStrategy[tuple[Any, ...]]:
     dest = st.sampled_from(DESTS)
-    blob = st.binary(min_size=1, max_size=4)
+    # a message's blob (its delivery count raised by a mark) or bytes that are none
+    blob = st.one_of(
+        st.binary(min_size=1, max_size=4),
+        st.builds(_blob, SEQS, st.integers(min_value=0, max_value=3)),
+    )
+    marks = st.lists(st.tuples(SEQS, st.integers(min_value=1, max_value=4)), max_size=3)
     return st.one_of(
+        st.tuples(
+            st.none(),
+            st.just(WriteKind.DELIVERED),
+            dest,
+            marks.map(lambda pairs: [n for pair in pairs for n in pair]),
+        ),
         st.tuples(st.none(), st.just(WriteKind.APPEND), dest, SEQS, blob),
         st.tuples(
             st.none(),
@@ -112,12 +129,6 @@ def test_messages_of_a_queue_purged_later_in_the_batch_are_never_written() -> No
     assert b"two".hex().upper() in inserts.upper() and b"kept".hex().upper() in inserts.upper()
 
 
-def _blob(seq: int, count: int = 0) -> bytes:
-    message = Message(body=b"m", seq=seq, id=f"id{seq}", delivery_count=count)
-    blob: bytes = msgpack.packb(message.to_wire(), use_bin_type=True)
-    return blob
-
-
 def _counts(conn: sqlite3.Connection) -> dict[int, int]:
     rows = conn.execute("SELECT seq, blob FROM messages").fetchall()
     return {seq: Message.from_wire(msgpack.unpackb(blob)).delivery_count for seq, blob in rows}
@@ -148,4 +159,14 @@ def test_a_delivery_mark_raises_the_stored_count_and_skips_what_is_acked() -> No
         ],
     )
     assert _counts(conn) == {1: 2}
-    assert sum(s.startswith("UPDATE messages") for s in statements) == 1
+    reads = [s for s in statements if s.startswith("SELECT seq, blob FROM messages WHERE")]
+    assert len(reads) == 1 and reads[0].endswith("IN (1)")  # one statement, 3's mark skipped
+    rewrites = [s for s in statements if s.startswith("UPDATE messages")]
+    assert len(rewrites) == 1 and rewrites[0].endswith("seq = 1")  # one row: seq 1
+
+
+def test_the_highest_of_two_marks_of_a_message_in_one_write_is_kept() -> None:
+    conn = _db()
+    apply_batch(conn, [(None, WriteKind.APPEND, "queue/a", 1, _blob(1))])
+    apply_batch(conn, [(None, WriteKind.DELIVERED, "queue/a", [1, 3, 1, 2])])
+    assert _counts(conn) == {1: 3}
