@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from pamqp import base, commands
 
 if TYPE_CHECKING:
-    from .hub import Hub
+    from .hub import AmqpHub
     from .wire.events import Event
 
 __all__ = ["Blocking", "BlockingSession"]
@@ -29,7 +29,7 @@ class BlockingSession(Protocol):
     connection.blocked, and how a method is sent."""
 
     @property
-    def hub(self) -> Hub: ...
+    def hub(self) -> AmqpHub: ...
     @property
     def blocked_notify(self) -> bool: ...
 

@@ -43,7 +43,7 @@ from pamqp import base, commands
 from polymq.errors import PolymqError
 from polymq.types import Outcome
 
-from .consumer import Consumer, Consumers, Pending
+from .consumer import AmqpConsumers, Consumer, Pending
 from .declarations import Declarations
 from .errors import (
     NOT_ALLOWED,
@@ -52,7 +52,7 @@ from .errors import (
     ChannelException,
     ConnectionException,
 )
-from .publisher import Publisher, PublisherSession
+from .publisher import AmqpPublisher, PublisherSession
 
 if TYPE_CHECKING:
     from polymq.types import Message
@@ -92,9 +92,9 @@ class Channel:
         # confirms: sequence numbers not yet answered (in order), and answers to send
         self.unconfirmed: dict[int, None] = {}
         self.confirmed: list[tuple[int, bool]] = []
-        self.consumers = Consumers(self)
+        self.consumers = AmqpConsumers(self)
         self.declarations = Declarations(self)
-        self.publisher = Publisher(self)
+        self.publisher = AmqpPublisher(self)
 
     def __repr__(self) -> str:
         return f"<amqp channel {self.number} of {self.session}>"

@@ -67,7 +67,7 @@ from .properties import delivery_properties
 if TYPE_CHECKING:
     from .declarations import Declarations
 
-__all__ = ["Consumer", "ConsumerHost", "Consumers", "Pending"]
+__all__ = ["AmqpConsumers", "Consumer", "ConsumerHost", "Pending"]
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class ConsumerHost(PartHost, Protocol):
     @property
     def closed(self) -> bool: ...
     @property
-    def consumers(self) -> Consumers: ...
+    def consumers(self) -> AmqpConsumers: ...
     @property
     def declarations(self) -> Declarations: ...
     @property
@@ -208,7 +208,7 @@ class ConsumerHost(PartHost, Protocol):
     def settle_leases(self, receipts: list[str], outcome: Outcome) -> None: ...
 
 
-class Consumers:
+class AmqpConsumers:
     """The consumers of one channel, and the methods that work on them."""
 
     def __init__(self, channel: ConsumerHost) -> None:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from polymq_server.resources import Admission
 
     from .config import AmqpSettings
-    from .hub import Hub
+    from .hub import AmqpHub
 
 __all__ = [
     "HandshakeSession",
@@ -61,7 +61,7 @@ class HandshakeSession(Protocol):
     tracked: Tracked  # its row in the admin API's connection table (the vhost is shown)
 
     @property
-    def hub(self) -> Hub: ...
+    def hub(self) -> AmqpHub: ...
     @property
     def settings(self) -> AmqpSettings: ...
     @property

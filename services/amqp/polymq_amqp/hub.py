@@ -24,7 +24,7 @@ from .config import AmqpSettings
 from .metrics import AmqpMetrics
 from .topology import Topology
 
-__all__ = ["Hub", "HubSession"]
+__all__ = ["AmqpHub", "HubSession"]
 
 _DEFAULT_MAX_BODY: Final = 16 * 1024 * 1024
 
@@ -42,7 +42,7 @@ class HubSession(Shutdown, Protocol):
 
 
 @dataclass(eq=False)
-class Hub:
+class AmqpHub:
     settings: AmqpSettings
     link: CoreLink
     auth: AuthProvider

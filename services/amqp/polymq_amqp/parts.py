@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from polymq_server.names import VhostNames
 
     from .config import AmqpSettings
-    from .hub import Hub
+    from .hub import AmqpHub
     from .metrics import AmqpMetrics
     from .topology import Topology
     from .wire.codec import AmqpConnection
@@ -39,7 +39,7 @@ class ChannelHost(Protocol):
     inflight_bytes: int
 
     @property
-    def hub(self) -> Hub: ...
+    def hub(self) -> AmqpHub: ...
     @property
     def settings(self) -> AmqpSettings: ...
     @property

@@ -66,7 +66,7 @@ from .topology import QueueRecord
 from .wire.events import Content, ContentRun
 from .wire.tables import from_tagged
 
-__all__ = ["Outbox", "Publisher", "PublisherHost", "PublisherSession"]
+__all__ = ["AmqpPublisher", "Outbox", "PublisherHost", "PublisherSession"]
 
 _BATCH_BYTES: Final = 4 * 1024 * 1024  # a queue's batch goes to the core past this
 _REJECTING: Final = frozenset({"reject-publish", "reject-publish-dlx"})
@@ -122,7 +122,7 @@ class _Batch:
     __slots__ = ("items", "messages", "nbytes")
 
     def __init__(self) -> None:
-        self.items: list[tuple[Publisher, _Publish]] = []
+        self.items: list[tuple[AmqpPublisher, _Publish]] = []
         self.messages: list[Message] = []
         self.nbytes = 0
 
@@ -136,7 +136,7 @@ class Outbox:
         self.session = session
         self.batches: dict[str, _Batch] = {}
 
-    def add(self, dest: str, publisher: Publisher, p: _Publish) -> None:
+    def add(self, dest: str, publisher: AmqpPublisher, p: _Publish) -> None:
         batch = self.batches.get(dest)
         if batch is None:
             batch = self.batches[dest] = _Batch()
@@ -197,7 +197,7 @@ class Outbox:
                 session.fail(exc, 0)
 
 
-class Publisher:
+class AmqpPublisher:
     def __init__(self, channel: PublisherHost) -> None:
         self.channel = channel
         self.session = channel.session
@@ -512,7 +512,7 @@ def _routed(result: Published) -> tuple[bool, bool]:
     return bool(result.subscribers or result.queues or refused), refused
 
 
-def _cannot_refuse(rec: QueueRecord | None, dest: str, publisher: Publisher) -> bool:
+def _cannot_refuse(rec: QueueRecord | None, dest: str, publisher: AmqpPublisher) -> bool:
     """May a publish to ``dest`` join its batch: its queue never refuses a message (no
     ``x-overflow: reject-publish`` with a length bound), as far as this frontend knows?"""
     if rec is None or dest in publisher.session.hub.refusing:

@@ -38,7 +38,7 @@ from polymq_server.sessions.transport import TcpTransport
 from polymq_server.web.app import link_state
 
 from .config import AmqpSettings
-from .hub import Hub
+from .hub import AmqpHub
 from .metrics import AmqpMetrics
 from .session import AmqpSession
 from .topology import Topology
@@ -47,7 +47,7 @@ __all__ = ["AmqpService", "build_app"]
 
 log = logging.getLogger(__name__)
 
-HUB = web.AppKey("hub", Hub)
+HUB = web.AppKey("hub", AmqpHub)
 _SHUTDOWN_GRACE = 5.0  # seconds connections get to answer what they read before the close
 
 
@@ -70,7 +70,7 @@ async def forced_alarm(request: web.Request) -> web.Response:
     return web.json_response({"alarms": sorted(hub.alarms)})
 
 
-def build_app(hub: Hub, registry: CollectorRegistry) -> web.Application:
+def build_app(hub: AmqpHub, registry: CollectorRegistry) -> web.Application:
     app = web.Application()
     app[HUB] = hub
     frontend.add_admin_routes(app, registry, readyz)
@@ -97,7 +97,7 @@ class AmqpService:
         self.link.follow_config(Reloader(provider, users_required=False, name="amqp"))
         instance = f"{socket.gethostname().replace('/', '_')}-{secrets.token_hex(6)}"
         self.topology = Topology(self.link, instance, cache_ttl=settings.amqp_cache_ttl)
-        self.hub = Hub(
+        self.hub = AmqpHub(
             settings,
             self.link,
             provider,

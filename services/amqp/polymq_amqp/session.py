@@ -59,7 +59,7 @@ from .errors import (
     from_polymq,
 )
 from .heartbeat import Heartbeats
-from .hub import Hub
+from .hub import AmqpHub
 from .metrics import AmqpMetrics
 from .publisher import Outbox
 from .topology import Topology
@@ -70,7 +70,7 @@ from .wire.states import State, method_name
 if TYPE_CHECKING:
     from .channel import Channel
 
-__all__ = ["AmqpSession", "Hub"]
+__all__ = ["AmqpHub", "AmqpSession"]
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class AmqpSession(FrontendSession):
 
     metrics: AmqpMetrics
 
-    def __init__(self, hub: Hub, transport: Transport) -> None:
+    def __init__(self, hub: AmqpHub, transport: Transport) -> None:
         super().__init__(transport)
         s = hub.settings
         self.hub = hub

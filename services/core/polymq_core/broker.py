@@ -8,9 +8,9 @@ settings, sensors and auth, the shards and the shard of a key, the bindings, the
 router, the cursor subscriptions, the topic mesh, the check of a named destination). The
 handlers live by concern:
 
-- :class:`~polymq_core.handlers.publisher.Publisher`: ``Publish``, topic fanout and routing to bound
-  queues, dead letters;
-- :class:`~polymq_core.handlers.consumers.Consumers`: subscriptions and their acks, pulls and
+- :class:`~polymq_core.handlers.publisher.PublishHandler`: ``Publish``, topic fanout and
+  routing to bound queues, dead letters;
+- :class:`~polymq_core.handlers.consumers.ConsumeHandler`: subscriptions and their acks, pulls and
   settles of leases, cursor subscriptions;
 - :class:`~polymq_core.handlers.catalog.Catalog`: declare, delete, purge, bindings, metadata, stats,
   peek;
@@ -75,12 +75,12 @@ from .destinations.paging import Pressure
 from .destinations.queue import Queue
 from .destinations.shard import Shard
 from .handlers.catalog import Catalog
-from .handlers.consumers import Consumers
+from .handlers.consumers import ConsumeHandler
 from .handlers.context import HandlerContext
 from .handlers.cursors import QueueCursor
 from .handlers.deadletters import may_dead_letter
 from .handlers.keyvalue import KeyValue
-from .handlers.publisher import Publisher
+from .handlers.publisher import PublishHandler
 from .handlers.routes import Route
 from .identities import ADMIN_CLIENT, PEER_CLIENT
 from .store.contract import Store
@@ -140,8 +140,8 @@ class Broker:
         self.started = time.time()
         self.ready = False
         self.recovered = asyncio.Event()  # set once start() has opened every shard
-        self.publisher = publisher = Publisher(context)
-        consumers = Consumers(context)
+        self.publisher = publisher = PublishHandler(context)
+        consumers = ConsumeHandler(context)
         catalog = Catalog(context)
         kv = KeyValue(context)
         # each request type once: how it is served, and how its shard is found (routes.py)

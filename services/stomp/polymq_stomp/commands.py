@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from polymq_server.link.connections import Tracked
 
     from .parts import PartHub
-    from .publisher import Publisher
+    from .publisher import StompPublisher
     from .subscription import Subscriptions
 
 __all__ = ["COMMANDS", "CommandSession"]
@@ -42,7 +42,7 @@ class CommandSession(Protocol):
     @property
     def tracked(self) -> Tracked: ...
     @property
-    def publisher(self) -> Publisher: ...
+    def publisher(self) -> StompPublisher: ...
     @property
     def subscriptions(self) -> Subscriptions: ...
 

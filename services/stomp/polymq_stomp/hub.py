@@ -18,7 +18,7 @@ from polymq_server.sessions.frontend import Shutdown
 from .config import StompSettings
 from .metrics import StompMetrics
 
-__all__ = ["Hub", "HubSession"]
+__all__ = ["HubSession", "StompHub"]
 
 
 class HubSession(Shutdown, Protocol):
@@ -30,7 +30,7 @@ class HubSession(Shutdown, Protocol):
 
 
 @dataclass(eq=False)
-class Hub:
+class StompHub:
     """What every session of one frontend shares."""
 
     settings: StompSettings

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .delivery import StompSubscription
     from .subscription import Subscriptions
 
-__all__ = ["Publisher", "PublisherSession"]
+__all__ = ["PublisherSession", "StompPublisher"]
 
 
 class PublisherSession(PartSession, Protocol):
@@ -84,7 +84,7 @@ class _Tx:
         self.nbytes = 0
 
 
-class Publisher:
+class StompPublisher:
     def __init__(self, session: PublisherSession) -> None:
         self.session = session
         self.batches: dict[str, _Batch] = {}

@@ -31,7 +31,7 @@ from polymq_server.web.app import link_state
 
 from . import page
 from .config import StompSettings
-from .hub import Hub
+from .hub import StompHub
 from .metrics import StompMetrics
 from .session import StompSession
 from .transports import TcpTransport, WsTransport, serve_websocket
@@ -40,7 +40,7 @@ __all__ = ["StompService", "build_app"]
 
 log = logging.getLogger(__name__)
 
-HUB = web.AppKey("hub", Hub)
+HUB = web.AppKey("hub", StompHub)
 _WS_MESSAGE_FLOOR = 16 * 1024 * 1024  # bytes of one WebSocket message, at least
 _SHUTDOWN_GRACE = 5.0  # seconds sessions get to answer what they read before the ERROR
 
@@ -71,7 +71,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     return await serve_websocket(request, endpoint, max_msg_size=max_msg)
 
 
-def build_app(hub: Hub, registry: CollectorRegistry) -> web.Application:
+def build_app(hub: StompHub, registry: CollectorRegistry) -> web.Application:
     app = web.Application()
     app[HUB] = hub
     page.add_routes(app, hub.settings.stomp_stompjs)
@@ -95,7 +95,7 @@ class StompService:
         provider = auth if auth is not None else load_provider(settings.auth)
         # (reloaded on the core's system.config)
         self.link.follow_config(Reloader(provider, users_required=False, name="stomp"))
-        self.hub = Hub(
+        self.hub = StompHub(
             settings,
             self.link,
             provider,

@@ -55,9 +55,9 @@ from .delivery import StompSubscription
 from .frames import Command, Frame, Heartbeat, LocalStompError, RemoteStompError
 from .handshake import VersionMismatch, agree, version_error
 from .heartbeat import Heartbeats
-from .hub import Hub
+from .hub import StompHub
 from .metrics import StompMetrics
-from .publisher import Publisher
+from .publisher import StompPublisher
 from .refusal import Refused
 from .subscription import Subscriptions, release
 from .targets import ConnectionTargets
@@ -79,7 +79,7 @@ class StompSession(FrontendSession):
     transport: Transport
     metrics: StompMetrics
 
-    def __init__(self, hub: Hub, transport: Transport) -> None:
+    def __init__(self, hub: StompHub, transport: Transport) -> None:
         super().__init__(transport)
         s = hub.settings
         self.hub = hub
@@ -99,7 +99,7 @@ class StompSession(FrontendSession):
         self.vhost_prefix = ""  # what starts the core names of the vhost's destinations
         # closing (True once an ERROR or DISCONNECT is on its way): read nothing more
         self.subscriptions = Subscriptions(self)
-        self.publisher = Publisher(self)
+        self.publisher = StompPublisher(self)
         self.targets = ConnectionTargets(self)  # where its destinations lead, its own queues
         self._allowed: set[tuple[Permission, str]] = set()
         # writing

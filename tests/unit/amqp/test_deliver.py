@@ -1,6 +1,6 @@
 """Tests for polymq_amqp.deliver (basic.deliver frames a run of messages at a time, with
 their exchange, routing key and properties kept per shape of message) and for the batch
-delivery of polymq_amqp.consumer.Consumers: byte for byte what pamqp makes of each message
+delivery of polymq_amqp.consumer.AmqpConsumers: byte for byte what pamqp makes of each message
 alone, whatever was delivered before it."""
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def test_the_cache_is_bounded() -> None:
     assert 0 < frames.cached <= MAX_SHAPES
 
 
-# ---- Consumers.deliver: one write per run, the bookkeeping of each delivery -------------------
+# ---- AmqpConsumers.deliver: one write per run, the bookkeeping of each delivery ---------------
 class _Counter:
     def __init__(self) -> None:
         self.value = 0

@@ -58,7 +58,7 @@ class ConsumerSession(Caller, SubscriberSession, Protocol):
     def remove_sub(self, sid: int) -> Subscription | None: ...
 
 
-class Consumers:
+class ConsumeHandler:
     def __init__(self, context: HandlerContext) -> None:
         self.context = context
 

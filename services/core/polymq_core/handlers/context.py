@@ -1,6 +1,7 @@
 """What the request handlers share: one object the broker makes and hands to each of them
-(:class:`~polymq_core.handlers.publisher.Publisher`,
-:class:`~polymq_core.handlers.consumers.Consumers`, :class:`~polymq_core.handlers.catalog.Catalog`,
+(:class:`~polymq_core.handlers.publisher.PublishHandler`,
+:class:`~polymq_core.handlers.consumers.ConsumeHandler`,
+:class:`~polymq_core.handlers.catalog.Catalog`,
 :class:`~polymq_core.handlers.keyvalue.KeyValue`).
 
 It holds the core's settings (a reload replaces them here: ``Broker.settings`` is this

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 _NO_RETURN = frozenset({"expired", "max-length"})  # dead-letter reasons that never loop back
 
 
-class Publisher:
+class PublishHandler:
     def __init__(self, context: HandlerContext) -> None:
         self.context = context
 
