@@ -229,6 +229,12 @@ def _insert_sql(rows: int) -> str:
 
 
 @functools.cache
+def _select_blobs_sql(seqs: int) -> str:
+    marks = ",".join("?" * seqs)
+    return f"SELECT seq, blob FROM messages WHERE destination = ? AND seq IN ({marks})"
+
+
+@functools.cache
 def _delete_sql(seqs: int) -> str:
     return f"DELETE FROM messages WHERE destination = ? AND seq IN ({','.join('?' * seqs)})"
 
@@ -332,10 +338,10 @@ Doomed = dict[int, set[int]]
 _FIRST = operator.itemgetter(0)
 
 
-def _doomed(batch: list[Queued]) -> Doomed | None:
+def _doomed(batch: list[Queued]) -> Doomed:
     """The appends (and delivery marks) in ``batch`` of messages removed later in it, by id
-    of the write: the seqs of each; None when the batch removes nothing (the common case of
-    a publish-only batch: no scan). Walked backwards, the removals seen so far are those
+    of the write: the seqs of each; empty at once when the batch removes nothing (the common
+    case of a publish-only batch: no scan). Walked backwards, the removals seen so far are those
     after the write looked at, as one set of seqs per destination: a write that appends
     none of them costs one ``isdisjoint`` (a follower's batch removes older messages than
     those it appends), not a lookup per message."""
@@ -345,7 +351,7 @@ def _doomed(batch: list[Queued]) -> Doomed | None:
         if kind is REMOVE or kind is WriteKind.PURGE or kind is WriteKind.DELETE_DESTINATION:
             break
     else:
-        return None
+        return {}
     doomed: Doomed = {}
     gone: dict[str, set[int]] = {}  # per destination: seqs removed after the write looked at
     wiped: set[str] = set()  # destinations purged or deleted after the write looked at
@@ -376,28 +382,26 @@ def _doomed(batch: list[Queued]) -> Doomed | None:
         seqs = gone.get(destination)
         if seqs is not None and not seqs.isdisjoint(named):
             doomed[id(write)] = seqs.intersection(named)
-    return doomed or None
+    return doomed
 
 
-_SELECT_BLOBS = "SELECT seq, blob FROM messages WHERE destination = ? AND seq IN "
 _UPDATE_BLOB = "UPDATE messages SET blob = ? WHERE destination = ? AND seq = ?"
 _COUNT = 12  # the delivery count's place among a stored message's wire fields
 
 
-def _mark_delivered(run: _Run, destination: str, marks: dict[int, int]) -> None:
+def _mark_delivered(conn: sqlite3.Connection, destination: str, marks: dict[int, int]) -> None:
     """Raise the delivery counts of stored messages (a ``DELIVERED`` write, ``marks``: seq
     -> count): the messages read in one statement per chunk of seqs (not one per mark),
     each count set, all written back by one ``executemany``; one no longer stored (acked) is
-    skipped. ``run`` is flushed before: its pending inserts are in the table."""
-    conn = run.conn
+    skipped."""
     seqs = list(marks)
     updates: list[tuple[bytes, str, int]] = []
     start = 0
     for size in _chunk_sizes(len(seqs)):
         chunk = seqs[start : start + size]
         start += size
-        sql = _SELECT_BLOBS + "(" + ",".join("?" * size) + ")"
-        for seq, blob in conn.execute(sql, [destination, *chunk]).fetchall():
+        rows = conn.execute(_select_blobs_sql(size), [destination, *chunk]).fetchall()
+        for seq, blob in rows:
             try:
                 fields = msgpack.unpackb(blob, raw=False)
             except Exception:  # (corrupt: its load says so, not the log's apply)
@@ -438,25 +442,25 @@ def _apply(
     run: _Run,
     high: dict[str, int],
     batch: list[Queued],
-    doomed: Doomed | None,
+    doomed: Doomed,
     applied: _Applied,
 ) -> None:
     for write in batch:
         kind = write[1]
         if kind is APPEND:
             _, _, destination, seq, blob = write
-            skip = doomed.get(id(write)) if doomed is not None else None
+            skip = doomed.get(id(write))
             if skip is None or seq not in skip:
                 run.insert(destination, seq, blob)
             if seq > high.get(destination, -1):
                 high[destination] = seq
         elif kind is APPEND_MANY or kind is APPEND_BATCH:
             destination, rows = write[2], write[3]
-            skip = doomed.get(id(write)) if doomed is not None else None
+            skip = doomed.get(id(write))
             for seq, blob in rows:
                 if skip is None or seq not in skip:
                     run.insert(destination, seq, blob)
-            if rows:  # (appended in ascending seq order; the highest is kept for any case)
+            if rows:
                 top = max(map(_FIRST, rows))
                 if top > high.get(destination, -1):
                     high[destination] = top
@@ -493,14 +497,14 @@ def _apply(
             run.execute(_DELETE_CURSOR, write[2:])
         elif kind is WriteKind.DELIVERED:
             marks = write[3]
-            skip = doomed.get(id(write)) if doomed is not None else None
+            skip = doomed.get(id(write))
             wanted: dict[int, int] = {}
             for seq, count in zip(marks[::2], marks[1::2], strict=True):
                 if (skip is None or seq not in skip) and count > wanted.get(seq, -1):
                     wanted[seq] = count
             if wanted:
                 run.flush()  # (the messages' appends before it are in the table)
-                _mark_delivered(run, write[2], wanted)
+                _mark_delivered(run.conn, write[2], wanted)
         elif kind is WriteKind.APPLIED:
             _, _, seq, after, writes = write
             applied.advance(seq, after)
