@@ -9,9 +9,11 @@ own plugin list (``RABBITMQ_ENABLED_PLUGINS_FILE``: empty unless ``plugins`` are
 ``rabbitmq_stomp`` and ``rabbitmq_web_stomp`` listen on ports of their own, ``stomp_port`` and
 ``web_stomp_port``), its own ``rabbitmq.conf``
 (``RABBITMQ_CONFIG_FILE``: the listener, guest allowed from loopback, no disk alarm on a small
-tmp) and an empty ``rabbitmq-env.conf`` (``RABBITMQ_CONF_ENV_FILE``), so Debian's
-``/etc/rabbitmq/rabbitmq-env.conf`` (``NODENAME=rabbit@localhost``) and ``rabbitmq.conf``
-(``listeners.tcp.local = 127.0.0.1:5672``) do not apply.
+tmp), an ``advanced.config`` where one is given (``RABBITMQ_ADVANCED_CONFIG_FILE``: Erlang
+terms, e.g. the OAuth 2 backend's signing keys) and an empty ``rabbitmq-env.conf``
+(``RABBITMQ_CONF_ENV_FILE``), so Debian's ``/etc/rabbitmq/rabbitmq-env.conf``
+(``NODENAME=rabbit@localhost``) and ``rabbitmq.conf`` (``listeners.tcp.local =
+127.0.0.1:5672``) do not apply.
 
 What running it as root takes: the Debian wrapper in ``/usr/sbin`` would ``su rabbitmq``
 (and lose our environment), so the server script of the release
@@ -92,7 +94,11 @@ class RabbitNode:
     """One private RabbitMQ node; ``url`` to reach it. ``start()``/``stop()``/``restart()``."""
 
     def __init__(
-        self, workdir: Path | None = None, port: int | None = None, plugins: tuple[str, ...] = ()
+        self,
+        workdir: Path | None = None,
+        port: int | None = None,
+        plugins: tuple[str, ...] = (),
+        advanced: str = "",
     ) -> None:
         server = find_server()
         if server is None:
@@ -122,6 +128,9 @@ class RabbitNode:
         if self.web_stomp_port:
             conf += f"web_stomp.tcp.ip = 127.0.0.1\nweb_stomp.tcp.port = {self.web_stomp_port}\n"
         (self.dir / "rabbitmq.conf").write_text(conf)
+        self.advanced = advanced
+        if advanced:
+            (self.dir / "advanced.config").write_text(advanced)
 
     @property
     def url(self) -> str:
@@ -129,7 +138,7 @@ class RabbitNode:
 
     def env(self) -> dict[str, str]:
         d = self.dir
-        return {
+        env = {
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
             "HOME": str(d),
             "LANG": "C.UTF-8",
@@ -145,6 +154,9 @@ class RabbitNode:
             "RABBITMQ_PID_FILE": str(d / "node.pid"),
             "ERL_EPMD_ADDRESS": "127.0.0.1",
         }
+        if self.advanced:
+            env["RABBITMQ_ADVANCED_CONFIG_FILE"] = str(d / "advanced.config")
+        return env
 
     # ---- life cycle -------------------------------------------------------------------------
     @property
@@ -254,9 +266,11 @@ class RabbitNode:
 
 
 @contextlib.contextmanager
-def rabbit_node(workdir: Path | None = None, plugins: tuple[str, ...] = ()) -> Iterator[RabbitNode]:
+def rabbit_node(
+    workdir: Path | None = None, plugins: tuple[str, ...] = (), advanced: str = ""
+) -> Iterator[RabbitNode]:
     """A started private node, killed and removed afterwards whatever happens."""
-    node = RabbitNode(workdir, plugins=plugins)
+    node = RabbitNode(workdir, plugins=plugins, advanced=advanced)
     try:
         node.start()
         yield node

@@ -47,7 +47,21 @@ class Channels:
         return {"subscriptions": subs, "channels": len(channels)}
 
     def handle(self, number: int, method: base.Frame) -> None:
-        """A method on channel ``number`` (not 0)."""
+        """A method on channel ``number`` (not 0). One the broker answers waits, with the
+        frames behind it, until the channel's mandatory publishes are answered, so that
+        their basic.return goes out before its answer (as RabbitMQ's channel sends them)."""
+        ch = self._open.get(number)
+        if ch is not None and ch.publisher.returns_due and method.synchronous:
+            self._session.start_busy(self._after_returns(ch, number, method), number, method)
+            return
+        self._handle(number, method)
+
+    async def _after_returns(self, ch: Channel, number: int, method: base.Frame) -> None:
+        await ch.publisher.returns_sent()
+        if self._open.get(number) is ch or isinstance(method, commands.Channel.Close):
+            self._handle(number, method)  # (a channel closed meanwhile ignores the rest)
+
+    def _handle(self, number: int, method: base.Frame) -> None:
         session = self._session
         if isinstance(method, commands.Channel.Open):
             self._open[number] = Channel(session, number)

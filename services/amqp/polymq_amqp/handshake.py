@@ -2,10 +2,17 @@
 start-ok (PLAIN or AMQPLAIN, against polymq's auth provider), connection.tune, and
 connection.open of a vhost.
 
-A refused login is a connection.close 403 ACCESS_REFUSED (RabbitMQ's
-``authentication_failure_close``), an unknown vhost a 530 NOT_ALLOWED, and a core that is
-away a 320 CONNECTION_FORCED at connection.open (the client's reconnect loop then tries
-again, perhaps another replica).
+A token of the users file logs in too, as RabbitMQ's OAuth 2 backend takes a JWT: the
+token as the password, with the token's user as the login or none. A refused login is a
+connection.close 403 ACCESS_REFUSED (RabbitMQ's ``authentication_failure_close``), an
+unknown vhost a 530 NOT_ALLOWED, and a core that is away a 320 CONNECTION_FORCED at
+connection.open (the client's reconnect loop then tries again, perhaps another replica).
+
+connection.update-secret is answered as RabbitMQ's backends answer it: a password login
+never expires (RabbitMQ's internal backend), so any new secret is taken and the connection
+goes on as it was; a token login takes the new secret only if it is a valid token of the
+same user (its grants from then on), else connection.close 530 NOT_ALLOWED "New secret was
+refused by one of the backends" (``rabbit_reader``'s words).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from .errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_ALLOWED, ConnectionEx
 if TYPE_CHECKING:
     from pamqp import base
 
-    from polymq_server.auth.provider import Principal
+    from polymq_server.auth.provider import AuthProvider, Principal
     from polymq_server.link.connections import Tracked
     from polymq_server.resources import Admission
 
@@ -54,6 +61,7 @@ class HandshakeSession(Protocol):
     login, the vhost, and the methods it answers with."""
 
     client_properties: dict[str, Any]
+    token_login: bool  # logged in with a token (not a password, not anonymously)
     cancel_notify: bool
     blocked_notify: bool
     vhost: str
@@ -120,7 +128,10 @@ async def login(session: HandshakeSession, start_ok: commands.Connection.StartOk
     user, password = credentials(mechanism, start_ok.response)
     auth, source = session.hub.auth, peer_source(session.tracked.peer)
     try:
-        if user:
+        principal = await _token_login(auth, user, password)
+        if principal is not None:
+            session.token_login = True
+        elif user:
             principal = await password_login(auth, user, password, source)
         else:
             principal = await auth.anonymous()
@@ -141,32 +152,35 @@ async def login(session: HandshakeSession, start_ok: commands.Connection.StartOk
     log.debug("amqp %s: logged in as %s", session, principal.name)
 
 
+async def _token_login(auth: AuthProvider, user: str, secret: str) -> Principal | None:
+    """The principal of ``secret`` if it is a token of user ``user`` ("": of any user),
+    else None (in anonymous mode, where any token is a login: None, as a password)."""
+    if not secret or auth.open:
+        return None
+    try:
+        principal = await auth.authenticate_token(secret)
+    except Unauthorized:
+        return None
+    return principal if not user or principal.name == user else None
+
+
 async def update_secret(
     session: HandshakeSession, method: commands.Connection.UpdateSecret
 ) -> None:
-    """connection.update-secret (a token refresh): the user logs in again with the new
-    secret; update-secret-ok, or connection.close 530 NOT_ALLOWED as RabbitMQ answers when
-    the secret is refused (the connection goes on as the same user, with the permissions
-    the new login grants)."""
+    """connection.update-secret (a token refresh), answered as in the module docstring:
+    update-secret-ok, or connection.close 530 NOT_ALLOWED."""
     old = session.principal
     assert old is not None
-    secret = method.new_secret
-    if isinstance(secret, bytes | bytearray):
-        secret = bytes(secret).decode("utf-8", "replace")
-    auth = session.hub.auth
-    try:
-        if old.anonymous:
-            principal = await auth.anonymous()
-        else:
-            source = peer_source(session.tracked.peer)
-            principal = await password_login(auth, old.name, str(secret or ""), source)
-    except Unauthorized:
-        principal = None
-    if principal is None or principal.name != old.name:
-        raise ConnectionException(NOT_ALLOWED, "New secret was refused by one of the backends")
-    session.logged_in(principal)
+    if session.token_login:
+        secret = method.new_secret
+        if isinstance(secret, bytes | bytearray):
+            secret = bytes(secret).decode("utf-8", "replace")
+        principal = await _token_login(session.hub.auth, old.name, str(secret or ""))
+        if principal is None:
+            raise ConnectionException(NOT_ALLOWED, "New secret was refused by one of the backends")
+        session.logged_in(principal)
     session.send_method(0, commands.Connection.UpdateSecretOk())
-    log.info("amqp %s: secret updated for %s (%s)", session, principal.name, method.reason)
+    log.info("amqp %s: secret updated for %s (%s)", session, old.name, method.reason)
 
 
 def open_vhost(session: HandshakeSession, method: commands.Connection.Open) -> None:

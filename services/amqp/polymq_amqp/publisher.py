@@ -23,6 +23,9 @@ core could not take it now (``unavailable``: a cluster without a majority, a sha
 leader, a durable queue it was routed into whose leader, on another node, did not commit it
 or did not answer in time). A refused message on a channel without confirms is dropped, as
 in RabbitMQ.
+While a mandatory publish awaits the core, a later method of its channel that the broker
+answers waits for it (``returns_sent``, see ``channels.py``), so that the basic.return comes
+before that answer, in the channel's order as RabbitMQ sends it.
 
 The codec gives a run of publishes that differ only in their bodies as one event
 (:class:`~polymq_amqp.wire.events.ContentRun`): it is routed, checked and authorized once, its
@@ -76,7 +79,17 @@ class _Publish:
     """One basic.publish on its way to the core, or a run of them with one fate (the
     messages of a :class:`ContentRun` in one batch)."""
 
-    __slots__ = ("failed", "messages", "method", "nbytes", "pending", "refused", "routed", "seq")
+    __slots__ = (
+        "due",
+        "failed",
+        "messages",
+        "method",
+        "nbytes",
+        "pending",
+        "refused",
+        "routed",
+        "seq",
+    )
 
     def __init__(
         self, seq: int, method: commands.Basic.Publish, messages: list[Message], nbytes: int
@@ -89,6 +102,7 @@ class _Publish:
         self.routed = False
         self.refused = False
         self.failed: BaseException | None = None
+        self.due = False  # mandatory, awaiting the core: its basic.return may be due
 
 
 class PublisherSession(ChannelHost, Protocol):
@@ -208,6 +222,10 @@ class AmqpPublisher:
         # the last publish to a cached queue: (session.reads, routing key, dest, batch)
         self._last: tuple[int, str, str, bool] | None = None
         self._template = PublishTemplate()  # the message of the last properties, kept
+        # mandatory publishes awaiting the core (a basic.return may be due for each), and
+        # what waits until there are none (see returns_sent)
+        self.returns_due = 0
+        self._no_returns_due: asyncio.Future[None] | None = None
 
     def close(self) -> None:
         self.tx.clear()
@@ -380,6 +398,7 @@ class AmqpPublisher:
                 nbytes += len(message.body)
             p = _Publish(seq, method, messages, nbytes)
             p.pending = 1
+            self._due(p)
             session.inflight += len(messages)
             session.inflight_bytes += nbytes
             session.outbox.add(route[0], self, p)
@@ -395,6 +414,7 @@ class AmqpPublisher:
                 self._done(p)
                 continue
             p.pending = len(route)
+            self._due(p)
             session.inflight += 1
             session.inflight_bytes += p.nbytes
             for dest in route:
@@ -420,6 +440,12 @@ class AmqpPublisher:
             session.fail(exc, 0)
 
     def _done(self, p: _Publish) -> None:
+        try:
+            self._settle(p)
+        finally:
+            self._returned(p)
+
+    def _settle(self, p: _Publish) -> None:
         ch = self.channel
         session = self.session
         if ch.closed or session.closing:
@@ -441,6 +467,33 @@ class AmqpPublisher:
             ok = not p.refused
             for seq in range(p.seq, p.seq + len(p.messages)):
                 ch.confirm(seq, ok)
+
+    # ---- returns in the channel's order -------------------------------------------------------
+    def _due(self, p: _Publish) -> None:
+        if p.method.mandatory:
+            p.due = True
+            self.returns_due += 1
+
+    def _returned(self, p: _Publish) -> None:
+        """``p`` is answered (its return sent, if it had one): wake what waits once no
+        return is due."""
+        if p.due:
+            p.due = False
+            self.returns_due -= 1
+            waiter = self._no_returns_due
+            if not self.returns_due and waiter is not None:
+                self._no_returns_due = None
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def returns_sent(self) -> None:
+        """Wait until no mandatory publish of this channel awaits the core: every
+        basic.return due is sent (RabbitMQ sends a return before it answers any later
+        method of the channel)."""
+        while self.returns_due:
+            if self._no_returns_due is None:
+                self._no_returns_due = self.session.loop.create_future()
+            await self._no_returns_due
 
     def _return(self, m: commands.Basic.Publish, message: Message) -> None:
         ret = commands.Basic.Return(NO_ROUTE, "NO_ROUTE", m.exchange or "", m.routing_key or "")

@@ -95,6 +95,7 @@ class AmqpSession(FrontendSession):
         self.conn_id = secrets.token_hex(6)
         self.owner = f"{hub.instance}/{self.conn_id}"
         self.principal: Principal | None = None
+        self.token_login = False  # logged in with a token (see handshake.login)
         self.vhost = "/"
         self.names = VhostNames("/")
         self.client_properties: dict[str, Any] = {}

@@ -127,8 +127,11 @@ class RawAmqp(RawSocket):
     def method(self, channel: int, method: base.Frame) -> None:
         self.send(frame.marshal(method, channel))
 
-    def publish(self, channel: int, exchange: str, key: str, body: bytes) -> None:
-        self.method(channel, commands.Basic.Publish(exchange=exchange, routing_key=key))
+    def publish(
+        self, channel: int, exchange: str, key: str, body: bytes, *, mandatory: bool = False
+    ) -> None:
+        publish = commands.Basic.Publish(exchange=exchange, routing_key=key, mandatory=mandatory)
+        self.method(channel, publish)
         head = header.ContentHeader(0, len(body), commands.Basic.Properties())
         self.send(frame.marshal(head, channel))
         self.send(frame.marshal(ContentBody(body), channel))

@@ -11,10 +11,11 @@ from typing import Any
 
 import pika
 import pytest
-from pamqp import commands
+from pamqp import commands, header
+from pamqp.body import ContentBody
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from .helpers import QUIET, WAIT, Broker, RawAmqp, unique
+from .helpers import QUIET, WAIT, Broker, RawAmqp, Target, unique
 
 pytestmark = pytest.mark.timeout(60)
 Connect = Callable[..., BlockingConnection]
@@ -126,6 +127,39 @@ def test_mandatory_with_confirms(channel: BlockingChannel) -> None:
     with pytest.raises(pika.exceptions.UnroutableError):
         channel.basic_publish("", unique("noqueue"), b"x", mandatory=True)
     channel.basic_publish("", unique("noqueue"), b"x")  # not mandatory: acked, dropped
+
+
+def test_a_return_comes_before_the_answer_to_a_later_method(target: Target) -> None:
+    """An unroutable mandatory publish's basic.return is sent in the channel's order: before
+    the answer to the method that follows the publish on that channel (confirm.select-ok,
+    the start of pika's ``confirm_delivery()``; basic.qos-ok; channel.close-ok), as
+    RabbitMQ's channel sends it, whatever the exchange the publish went to."""
+    raw = RawAmqp(target.port)
+    try:
+        raw.handshake()
+        raw.open_channel(1)
+        ex = unique("ex")
+        raw.method(1, commands.Exchange.Declare(exchange=ex, exchange_type="direct"))
+        raw.expect(commands.Exchange.DeclareOk)
+        cases = [
+            ("amq.topic", commands.Confirm.Select(), commands.Confirm.SelectOk),
+            ("amq.fanout", commands.Basic.Qos(prefetch_count=5), commands.Basic.QosOk),
+            (ex, commands.Confirm.Select(), commands.Confirm.SelectOk),
+            ("", commands.Channel.Close(200, "bye", 0, 0), commands.Channel.CloseOk),
+        ]
+        for number, (exchange, method, answer) in enumerate(cases, start=2):
+            raw.open_channel(number)
+            raw.publish(number, exchange, unique("nobody"), b"lost", mandatory=True)
+            raw.method(number, method)
+            got = [raw.read(), raw.read()]
+            assert [(ch, type(f)) for ch, f in got] == [
+                (number, commands.Basic.Return),
+                (number, header.ContentHeader),
+            ], (exchange, got)
+            assert isinstance(raw.read()[1], ContentBody)
+            assert raw.expect(answer) is not None
+    finally:
+        raw.close()
 
 
 def test_confirms_of_many_publishes_use_multiple(broker: Broker) -> None:
