@@ -13,7 +13,7 @@ import pytest
 
 from ...procs import PolymqProcess
 from ...rabbit import RabbitNode
-from .conftest import unique
+from .conftest import BridgeProcess, unique
 from .flows import drain_polymq, drain_rabbit, ids, produce_polymq, produce_rabbit, report
 from .test_messages import rabbit_queue
 
@@ -54,16 +54,28 @@ class Flow:
     in_ids: list[str]
     producers: asyncio.Future[tuple[int, int]]  # each producer's retries
     hold: asyncio.Event  # set: the polymq producer goes on past halfway
+    bridge: BridgeProcess
 
     async def finish(self, across: str) -> tuple[int, int]:
         """Once the producers are done, every message arrives on the other side; the
-        producers' retries (polymq, RabbitMQ)."""
+        producers' retries (polymq, RabbitMQ). A message missing fails the test with the
+        bridge's log and metrics (what tells a link waiting for its peer from one stuck)."""
         self.hold.set()
         retries = await self.producers
         seen_out = await drain_rabbit(self.rabbit_url, self.rq_out, set(self.out_ids))
         seen_in = await drain_polymq(self.port, f"queue/{self.dst}", set(self.in_ids))
-        report(f"polymq -> RabbitMQ across {across}", set(self.out_ids), seen_out)
-        report(f"RabbitMQ -> polymq across {across}", set(self.in_ids), seen_in)
+        try:
+            report(f"polymq -> RabbitMQ across {across}", set(self.out_ids), seen_out)
+            report(f"RabbitMQ -> polymq across {across}", set(self.in_ids), seen_in)
+        except AssertionError as exc:
+            log = "\n".join(self.bridge.log().splitlines()[-80:])
+            try:
+                metrics = "\n".join(f"{k} {v}" for k, v in sorted(self.bridge.metrics().items()))
+            except Exception as why:  # (a bridge that died answers nothing)
+                metrics = f"none: {why!r}"
+            raise AssertionError(
+                f"{exc}\n--- the bridge's log (end) ---\n{log}\n--- its metrics ---\n{metrics}"
+            ) from None
         return retries
 
 
@@ -90,7 +102,7 @@ async def start_flow(
         produce_rabbit(rabbit_url, rq_in, in_ids),
     )
     await wait_moved(bridge, 300)
-    flow = Flow(rabbit_url, port, flow_links, rq_out, dst, out_ids, in_ids, producers, gate)
+    flow = Flow(rabbit_url, port, flow_links, rq_out, dst, out_ids, in_ids, producers, gate, bridge)
     return bridge, flow
 
 
