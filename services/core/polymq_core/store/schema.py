@@ -3,10 +3,14 @@ its versions and their migrations, the statements, and how a batch of queued wri
 applied in one transaction. No threads and no asyncio here: the store's writer thread calls
 :func:`apply_batch` between ``BEGIN IMMEDIATE`` and ``COMMIT``.
 
-Layout of the SQLite file (WAL journal, ``PRAGMA user_version = 5``)::
+Layout of the SQLite file (WAL journal, ``PRAGMA user_version = 6``)::
 
     messages      (destination, seq) -> blob     msgpack of Message.to_wire(); a rowid table
                                                   with a UNIQUE index on (destination, seq)
+    deliveries    (destination, seq) -> count    in cluster mode, the delivery count of a
+                                                  stored message that a leader delivered (a
+                                                  ``DELIVERED`` write), beside its blob rather
+                                                  than in it; dropped with the message
     destinations  destination -> options, metadata (JSON)
     sequences     destination -> last_seq         highest seq ever appended; kept by remove
                                                   and purge, dropped by delete_destination
@@ -24,9 +28,10 @@ Layout of the SQLite file (WAL journal, ``PRAGMA user_version = 5``)::
 
 Schema versions: 1 had no ``bindings`` table, 2 no ``replication`` table, 3 no ``batches``
 and ``cursors`` tables, 4 and before kept ``messages`` in a WITHOUT ROWID table (keyed by
-(destination, seq)). Opening an older file creates what it lacks and sets version 5, in one
-transaction (:func:`migrate`); a file of a version newer than this code knows is refused (by
-the store, which says so).
+(destination, seq)), 5 had no ``deliveries`` table (a mark rewrote the message's blob with the
+new count, which a version 6 load still reads: the higher of the two counts wins). Opening an
+older file creates what it lacks and sets version 6, in one transaction (:func:`migrate`); a
+file of a version newer than this code knows is refused (by the store, which says so).
 
 Why a rowid table for messages (version 5): in a WITHOUT ROWID table a row is a b-tree
 *index* entry, whose local payload is at most ~1 KB with 4 KiB pages; a 1 KB message (about
@@ -40,6 +45,13 @@ moves the spill to larger messages. Version 4's ``messages`` is copied into the 
 when the file is opened (1M 1 KB messages: 7.3 s; the file grows by the new table, 1.4 GB,
 and the WAL holds as much until checkpointed; the old pages are freed inside the file, which
 keeps its size and reuses them).
+
+Why a table of their own for delivery counts (version 6): every node of a cluster applies
+every entry of a shard's log, and a leader marks each message it delivers (so that a new
+leader knows which to flag redelivered). Kept in the blob, a mark read the 1 KB message,
+decoded and re-encoded it and wrote it back, on every node; kept beside it, a mark is a row
+of three small values, and a message that is acked before anything reads its count (most of
+them) never has its blob touched twice.
 
 A write is made as a record (:mod:`polymq_core.store.writes`) and encoded to a flat tuple
 ``(kind, *fields)``, its :class:`WriteKind` listing the fields, each a plain msgpack value
@@ -58,9 +70,7 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
-import msgpack
-
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS messages ("
     " destination TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,"
@@ -83,6 +93,10 @@ SCHEMA = (
     "CREATE INDEX IF NOT EXISTS batches_expires ON batches (expires)",
     "CREATE TABLE IF NOT EXISTS cursors ("
     " id TEXT PRIMARY KEY, destination TEXT NOT NULL, record BLOB NOT NULL) WITHOUT ROWID",
+    # version 6
+    "CREATE TABLE IF NOT EXISTS deliveries ("
+    " destination TEXT NOT NULL, seq INTEGER NOT NULL, count INTEGER NOT NULL,"
+    " PRIMARY KEY (destination, seq)) WITHOUT ROWID",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 # versions 1 to 4: messages in a WITHOUT ROWID table, renamed by migrate() and copied
@@ -121,6 +135,7 @@ def migrate(conn: sqlite3.Connection) -> int:
 _INSERT_MESSAGE = "INSERT OR REPLACE INTO messages (destination, seq, blob) VALUES (?, ?, ?)"
 _DELETE_MESSAGE = "DELETE FROM messages WHERE destination = ? AND seq = ?"
 _DELETE_MESSAGES = "DELETE FROM messages WHERE destination = ?"
+_DELETE_DELIVERIES = "DELETE FROM deliveries WHERE destination = ?"
 _SAVE_DESTINATION = (
     "INSERT OR REPLACE INTO destinations (destination, options, metadata) VALUES (?, ?, ?)"
 )
@@ -144,6 +159,12 @@ LOAD_CURSORS = "SELECT id, destination, record FROM cursors ORDER BY id"
 _SET_APPLIED = "INSERT OR REPLACE INTO replication (id, applied) VALUES (0, ?)"
 LOAD_APPLIED = "SELECT applied FROM replication WHERE id = 0"
 
+# a destination's messages after a seq, in order, with their delivery counts (or None)
+LOAD_MESSAGES = (
+    "SELECT m.seq, m.blob, d.count FROM messages m"
+    " LEFT JOIN deliveries d ON d.destination = m.destination AND d.seq = m.seq"
+    " WHERE m.destination = ? AND m.seq > ? ORDER BY m.seq"
+)
 LOAD_DESTINATIONS = """
     SELECT d.destination, d.options, d.metadata, coalesce(s.last_seq, 0)
       FROM destinations d LEFT JOIN sequences s ON s.destination = d.destination
@@ -229,14 +250,22 @@ def _insert_sql(rows: int) -> str:
 
 
 @functools.cache
-def _select_blobs_sql(seqs: int) -> str:
-    marks = ",".join("?" * seqs)
-    return f"SELECT seq, blob FROM messages WHERE destination = ? AND seq IN ({marks})"
+def _mark_sql(rows: int) -> str:
+    """Delivery counts for ``rows`` (seq, count) pairs, then the destination: a row for each
+    message still stored, raised (never lowered) where there is one."""
+    values = ",".join(["(?,?)"] * rows)
+    return (
+        "INSERT INTO deliveries (destination, seq, count)"
+        f" SELECT m.destination, m.seq, v.column2 FROM (VALUES {values}) AS v"
+        " JOIN messages m ON m.destination = ? AND m.seq = v.column1"
+        " WHERE true"  # (an upsert's SELECT needs a WHERE: SQLite's parsing ambiguity)
+        " ON CONFLICT (destination, seq) DO UPDATE SET count = max(count, excluded.count)"
+    )
 
 
 @functools.cache
-def _delete_sql(seqs: int) -> str:
-    return f"DELETE FROM messages WHERE destination = ? AND seq IN ({','.join('?' * seqs)})"
+def _delete_sql(seqs: int, table: str = "messages") -> str:
+    return f"DELETE FROM {table} WHERE destination = ? AND seq IN ({','.join('?' * seqs)})"
 
 
 def _chunk_sizes(total: int) -> Iterator[int]:
@@ -254,12 +283,19 @@ class _Run:
     """Neighbouring statements of one kind from a batch, executed together when the kind
     changes, so that the batch is applied in the order it was issued."""
 
-    __slots__ = ("_conn", "_rows", "_sql")
+    __slots__ = ("_conn", "_marked", "_rows", "_sql")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self._sql: str | None = None
         self._rows: list[Any] = []
+        # whether the deliveries table may have rows (None: not asked yet); a single node
+        # never writes one, and its removals need not look there
+        self._marked: bool | None = None
+
+    def marked(self) -> None:
+        """A delivery count was written: removals from now on drop theirs too."""
+        self._marked = True
 
     def insert(self, destination: str, seq: int, blob: bytes) -> None:
         if self._sql != _INSERT_MESSAGE:
@@ -301,10 +337,15 @@ class _Run:
             by_destination: dict[str, list[int]] = {}
             for destination, seqs in rows:
                 by_destination.setdefault(destination, []).extend(seqs)
+            if self._marked is None:
+                self._marked = conn.execute(_ANY_DELIVERY).fetchone() is not None
+            tables = ("messages", "deliveries") if self._marked else ("messages",)
             for destination, seqs in by_destination.items():
                 start = 0
                 for size in _chunk_sizes(len(seqs)):
-                    conn.execute(_delete_sql(size), [destination, *seqs[start : start + size]])
+                    chunk = [destination, *seqs[start : start + size]]
+                    for table in tables:
+                        conn.execute(_delete_sql(size, table), chunk)
                     start += size
         else:
             conn.executemany(sql, rows)
@@ -385,36 +426,23 @@ def _doomed(batch: list[Queued]) -> Doomed:
     return doomed
 
 
-_UPDATE_BLOB = "UPDATE messages SET blob = ? WHERE destination = ? AND seq = ?"
-_COUNT = 12  # the delivery count's place among a stored message's wire fields
+_ANY_DELIVERY = "SELECT 1 FROM deliveries LIMIT 1"
 
 
-def _mark_delivered(conn: sqlite3.Connection, destination: str, marks: dict[int, int]) -> None:
+def _mark_delivered(run: _Run, destination: str, marks: dict[int, int]) -> None:
     """Raise the delivery counts of stored messages (a ``DELIVERED`` write, ``marks``: seq
-    -> count): the messages read in one statement per chunk of seqs (not one per mark),
-    each count set, all written back by one ``executemany``; one no longer stored (acked) is
-    skipped."""
-    seqs = list(marks)
-    updates: list[tuple[bytes, str, int]] = []
+    -> count) in the deliveries table, one statement per chunk; a message no longer stored
+    (acked) gets none."""
+    pairs: list[int] = []
+    for seq, count in marks.items():
+        pairs.append(seq)
+        pairs.append(count)
+    conn = run.conn
     start = 0
-    for size in _chunk_sizes(len(seqs)):
-        chunk = seqs[start : start + size]
-        start += size
-        rows = conn.execute(_select_blobs_sql(size), [destination, *chunk]).fetchall()
-        for seq, blob in rows:
-            try:
-                fields = msgpack.unpackb(blob, raw=False)
-            except Exception:  # (corrupt: its load says so, not the log's apply)
-                continue
-            if not isinstance(fields, list) or len(fields) <= _COUNT:
-                continue  # not a message this code wrote: leave it as it is
-            count = marks[seq]
-            if isinstance(fields[_COUNT], int) and fields[_COUNT] >= count:
-                continue
-            fields[_COUNT] = count
-            updates.append((msgpack.packb(fields, use_bin_type=True), destination, seq))
-    if updates:
-        conn.executemany(_UPDATE_BLOB, updates)
+    for size in _chunk_sizes(len(marks)):
+        conn.execute(_mark_sql(size), [*pairs[start : start + 2 * size], destination])
+        start += 2 * size
+    run.marked()
 
 
 class _Applied:
@@ -470,12 +498,14 @@ def _apply(
             run.remove(write[2], write[3])
         elif kind is WriteKind.PURGE:
             run.execute(_DELETE_MESSAGES, (write[2],))
+            run.execute(_DELETE_DELIVERIES, (write[2],))
         elif kind is WriteKind.SAVE_DESTINATION:
             run.execute(_SAVE_DESTINATION, write[2:])
         elif kind is WriteKind.DELETE_DESTINATION:
             key = (write[2],)
             high.pop(write[2], None)
             run.execute(_DELETE_MESSAGES, key)
+            run.execute(_DELETE_DELIVERIES, key)
             run.execute(_DELETE_DESTINATION, key)
             run.execute(_DELETE_SEQUENCE, key)
             run.execute(_DELETE_BINDINGS, key)
@@ -504,7 +534,7 @@ def _apply(
                     wanted[seq] = count
             if wanted:
                 run.flush()  # (the messages' appends before it are in the table)
-                _mark_delivered(run.conn, write[2], wanted)
+                _mark_delivered(run, write[2], wanted)
         elif kind is WriteKind.APPLIED:
             _, _, seq, after, writes = write
             applied.advance(seq, after)

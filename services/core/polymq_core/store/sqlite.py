@@ -60,6 +60,7 @@ from .schema import (
     LOAD_BATCHES,
     LOAD_CURSORS,
     LOAD_DESTINATIONS,
+    LOAD_MESSAGES,
     SCHEMA_VERSION,
     Queued,
     WriteKind,
@@ -90,11 +91,17 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-def _decode(destination: str, seq: int, blob: bytes) -> Message:
+def _decode(destination: str, seq: int, blob: bytes, delivered: int | None) -> Message:
+    """A stored message; ``delivered``: its count in the deliveries table (None if it has
+    no row there), which wins over the blob's when higher (a file of schema 5 kept it in
+    the blob)."""
     try:
-        return Message.from_wire(msgpack.unpackb(blob, raw=False))
+        msg = Message.from_wire(msgpack.unpackb(blob, raw=False))
     except Exception as exc:
         raise StoreError(f"stored message {destination} #{seq} is corrupt: {exc}") from exc
+    if delivered is not None and delivered > msg.delivery_count:
+        msg.delivery_count = delivered
+    return msg
 
 
 class SqliteStore(Store):
@@ -454,22 +461,15 @@ class SqliteStore(Store):
 
     async def load_messages(self, destination: str) -> list[Message]:
         def read(conn: sqlite3.Connection) -> list[Message]:
-            rows = conn.execute(
-                "SELECT seq, blob FROM messages WHERE destination = ? ORDER BY seq",
-                (destination,),
-            )
-            return [_decode(destination, seq, blob) for seq, blob in rows]
+            rows = conn.execute(LOAD_MESSAGES, (destination, -1))
+            return [_decode(destination, *row) for row in rows]
 
         return await self._read(read)
 
     async def load_page(self, destination: str, after: int, limit: int) -> list[Message]:
         def read(conn: sqlite3.Connection) -> list[Message]:
-            rows = conn.execute(
-                "SELECT seq, blob FROM messages WHERE destination = ? AND seq > ?"
-                " ORDER BY seq LIMIT ?",
-                (destination, after, limit),
-            )
-            return [_decode(destination, seq, blob) for seq, blob in rows]
+            rows = conn.execute(f"{LOAD_MESSAGES} LIMIT ?", (destination, after, limit))
+            return [_decode(destination, *row) for row in rows]
 
         return await self._read(read)
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from polymq.types import Message
-from polymq_core.store.schema import SCHEMA, WriteKind, apply_batch
+from polymq_core.store.schema import LOAD_MESSAGES, SCHEMA, WriteKind, apply_batch
 
 DESTS = ("queue/a", "queue/b")
 SEQS = st.integers(min_value=1, max_value=6)
@@ -27,7 +27,7 @@ def _db() -> sqlite3.Connection:
 def _dump(conn: sqlite3.Connection) -> dict[str, list[Any]]:
     return {
         table: sorted(conn.execute(f"SELECT * FROM {table}").fetchall())
-        for table in ("messages", "sequences", "destinations", "replication")
+        for table in ("messages", "deliveries", "sequences", "destinations", "replication")
     }
 
 
@@ -129,9 +129,14 @@ def test_messages_of_a_queue_purged_later_in_the_batch_are_never_written() -> No
     assert b"two".hex().upper() in inserts.upper() and b"kept".hex().upper() in inserts.upper()
 
 
-def _counts(conn: sqlite3.Connection) -> dict[int, int]:
-    rows = conn.execute("SELECT seq, blob FROM messages").fetchall()
-    return {seq: Message.from_wire(msgpack.unpackb(blob)).delivery_count for seq, blob in rows}
+def _counts(conn: sqlite3.Connection, destination: str = "queue/a") -> dict[int, int]:
+    """Each stored message's delivery count as a load reads it: the blob's, or the
+    deliveries table's where that is higher."""
+    counts = {}
+    for seq, blob, marked in conn.execute(LOAD_MESSAGES, (destination, 0)):
+        count = Message.from_wire(msgpack.unpackb(blob)).delivery_count
+        counts[seq] = count if marked is None else max(count, marked)
+    return counts
 
 
 def test_a_delivery_mark_raises_the_stored_count_and_skips_what_is_acked() -> None:
@@ -148,6 +153,7 @@ def test_a_delivery_mark_raises_the_stored_count_and_skips_what_is_acked() -> No
         ],
     )
     assert _counts(conn) == {1: 1, 3: 5}
+    assert conn.execute("SELECT seq, count FROM deliveries").fetchall() == [(1, 1), (3, 2)]
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
     apply_batch(
@@ -159,10 +165,45 @@ def test_a_delivery_mark_raises_the_stored_count_and_skips_what_is_acked() -> No
         ],
     )
     assert _counts(conn) == {1: 2}
-    reads = [s for s in statements if s.startswith("SELECT seq, blob FROM messages WHERE")]
-    assert len(reads) == 1 and reads[0].endswith("IN (1)")  # one statement, 3's mark skipped
-    rewrites = [s for s in statements if s.startswith("UPDATE messages")]
-    assert len(rewrites) == 1 and rewrites[0].endswith("seq = 1")  # one row: seq 1
+    marks = [s for s in statements if s.startswith("INSERT INTO deliveries")]
+    assert len(marks) == 1 and "VALUES (1,2)" in marks[0]  # one row: 3's mark skipped
+    # a mark writes its count beside the message, never the message again
+    assert not [s for s in statements if s.startswith(("UPDATE messages", "INSERT OR REPLACE"))]
+    assert conn.execute("SELECT seq, count FROM deliveries").fetchall() == [(1, 2)]
+
+
+def test_a_count_kept_in_the_blob_by_schema_5_still_counts() -> None:
+    conn = _db()
+    apply_batch(conn, [(None, WriteKind.APPEND_MANY, "queue/a", [(1, _blob(1, 4)), (2, _blob(2))])])
+    apply_batch(conn, [(None, WriteKind.DELIVERED, "queue/a", [1, 2, 2, 1])])
+    assert _counts(conn) == {1: 4, 2: 1}  # the higher of the blob's and the mark's
+
+
+def test_a_message_taken_away_takes_its_delivery_count_with_it() -> None:
+    conn = _db()
+    rows = [(s, _blob(s)) for s in (1, 2, 3)]
+    for dest in ("queue/a", "queue/b", "queue/c"):
+        apply_batch(conn, [(None, WriteKind.APPEND_MANY, dest, rows)])
+        apply_batch(conn, [(None, WriteKind.DELIVERED, dest, [1, 1, 2, 1, 3, 1])])
+    apply_batch(conn, [(None, WriteKind.REMOVE, "queue/a", [1, 3])])
+    apply_batch(conn, [(None, WriteKind.PURGE, "queue/b")])
+    apply_batch(conn, [(None, WriteKind.DELETE_DESTINATION, "queue/c")])
+    left = conn.execute("SELECT destination, seq FROM deliveries").fetchall()
+    assert left == [("queue/a", 2)]
+
+
+def test_removals_do_not_look_for_delivery_counts_where_none_was_written() -> None:
+    """A single node never marks a delivery: its acks delete from messages alone."""
+    conn = _db()
+    apply_batch(conn, [(None, WriteKind.APPEND_MANY, "queue/a", [(1, _blob(1)), (2, _blob(2))])])
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    apply_batch(conn, [(None, WriteKind.REMOVE, "queue/a", [1])])
+    assert not [s for s in statements if s.startswith("DELETE FROM deliveries")]
+    apply_batch(conn, [(None, WriteKind.DELIVERED, "queue/a", [2, 1])])
+    apply_batch(conn, [(None, WriteKind.REMOVE, "queue/a", [2])])
+    assert [s for s in statements if s.startswith("DELETE FROM deliveries")]
+    assert conn.execute("SELECT count(*) FROM deliveries").fetchone() == (0,)
 
 
 def test_the_highest_of_two_marks_of_a_message_in_one_write_is_kept() -> None:

@@ -13,7 +13,7 @@ import pytest
 from polymq.types import Message
 from polymq_core.store.contract import DestinationRecord
 from polymq_core.store.schema import SCHEMA_VERSION
-from polymq_core.store.writes import Append, AppendMany, Remove
+from polymq_core.store.writes import Append, AppendMany, MarkDelivered, Remove
 
 from .test_store import _V2_SCHEMA, Q, full_message, opened, settled, small_message
 
@@ -114,9 +114,42 @@ async def test_a_version_4_file_is_migrated_and_keeps_its_data(db: Path) -> None
         assert await store.load_page(Q, 3, 10) == [big_message(9), small_message(10)]
         assert await store.count_messages(OTHER) == 2
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert "messages_v4" not in names
+
+
+_V5_SCHEMA = (  # version 4's tables, messages in a rowid table
+    *(sql for sql in _V4_SCHEMA[:-1] if not sql.startswith("CREATE TABLE messages")),
+    "CREATE TABLE messages (destination TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " blob BLOB NOT NULL, UNIQUE (destination, seq))",
+    "PRAGMA user_version = 5",
+)
+
+
+async def test_a_version_5_file_gets_its_deliveries_table_and_keeps_its_counts(db: Path) -> None:
+    """Version 5 kept a delivery count in the message's blob: still read, and a mark after
+    the migration raises it (never lowers it)."""
+    marked = [kilobyte_message(s) for s in (1, 2, 3)]
+    for m, count in zip(marked, (2, 0, 5), strict=True):
+        m.delivery_count = count
+    with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        for sql in _V5_SCHEMA:
+            conn.execute(sql)
+        for m in marked:
+            blob = msgpack.packb(m.to_wire(), use_bin_type=True)
+            conn.execute("INSERT INTO messages VALUES (?, ?, ?)", (m.destination, m.seq, blob))
+        conn.execute("INSERT INTO sequences VALUES (?, 3)", (Q,))
+    async with opened(db) as store:
+        assert await store.load_messages(Q) == marked
+        await settled(store.write(MarkDelivered(Q, [(1, 1), (2, 1), (3, 6)])))
+        assert [m.delivery_count for m in await store.load_messages(Q)] == [2, 1, 6]
+        assert [m.delivery_count for m in await store.load_page(Q, 1, 1)] == [1]
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        rows = conn.execute("SELECT seq, count FROM deliveries ORDER BY seq").fetchall()
+        assert rows == [(1, 1), (2, 1), (3, 6)]
 
 
 async def test_a_long_backlog_is_counted_and_its_size_estimated_from_its_start(db: Path) -> None:
