@@ -106,3 +106,28 @@ def test_errors_say_what_went_wrong(run: PolymqProcess) -> None:
     assert away.returncode == 1 and "cannot reach the admin API" in away.stderr
     wrong = polymq(run, "peek", "queue/x", "--count", "many")
     assert wrong.returncode == 2
+
+
+def test_connections_list_hides_polymqs_own_links_unless_all(run: PolymqProcess) -> None:
+    """As the console's Connections page: the frontends' links to the core (user
+    ``polymq-internal``; five in ``polymq run``) are hidden and counted; ``--all`` shows them."""
+    conn = stomp.Connection([("127.0.0.1", run.ports["stomp"])])
+    conn.connect("cli-own", "pw", wait=True)
+    try:
+        default = polymq(run, "connections", "list")
+        everything = polymq(run, "connections", "list", "--all")
+        as_json = json.loads(polymq(run, "connections", "list", "--json").stdout)
+        all_json = json.loads(polymq(run, "connections", "list", "--all", "--json").stdout)
+    finally:
+        conn.disconnect()
+    assert default.returncode == 0 and everything.returncode == 0, default.stderr
+    rows = [line.split() for line in default.stdout.splitlines()[1:] if line[:1] != "("]
+    users = [row[3] for row in rows]
+    assert "cli-own" in users and "polymq-internal" not in users
+    assert "5 of polymq's own links hidden: --all shows them" in default.stdout
+    own = [line for line in everything.stdout.splitlines() if " polymq-internal " in line]
+    assert len(own) == 5 and " cli-own " in everything.stdout
+    assert "hidden" not in everything.stdout
+    assert {c["user"] for c in as_json["connections"]} >= {"cli-own"}
+    assert all(c["user"] != "polymq-internal" for c in as_json["connections"])
+    assert sum(c["user"] == "polymq-internal" for c in all_json["connections"]) == 5
