@@ -12,9 +12,12 @@
 Each takes ``--admin URL`` (``POLYMQ_ADMIN_URL``, default the local node's), ``--user`` and
 ``--password`` (``POLYMQ_ADMIN_USER``/``POLYMQ_ADMIN_PASSWORD``: a login with a management
 tag, when the core runs with ``--auth``) or ``--token`` (``POLYMQ_ADMIN_TOKEN``), and
-``--timeout``. Tables by default, the API's JSON with ``--json``. ``consume`` takes messages
-(the admin API only looks at them): it is a wire-protocol client of the core at ``--core``,
-logged in with the same user and password, that acks each message once printed.
+``--timeout``. Without a login they log in with the cluster secret, ``POLYMQ_CLUSTER_SECRET``,
+when the environment has it, as the nodes do (it is a token of polymq's own, an administrator
+on every node of the cluster that shares it). Tables by default, the API's JSON with
+``--json``. ``consume`` takes messages (the admin API only looks at them): it is a
+wire-protocol client of the core at ``--core``, logged in the same way, that acks each
+message once printed.
 
 ``connections list`` hides polymq's own links (the frontends' and peers' links to the core,
 logged in as ``polymq-internal``), as the console's Connections page does, and says how many
@@ -155,8 +158,9 @@ class _Api:
         self.base = url if "://" in url else "http://" + url
         self.timeout = float(args.timeout)
         self.headers = {"Accept": "application/json"}
-        if args.token:
-            self.headers["Authorization"] = f"Bearer {args.token}"
+        token = _token(args)
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
         elif args.user:
             pair = f"{args.user}:{args.password or ''}".encode()
             self.headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
@@ -188,6 +192,13 @@ class _Api:
             raise AdminError(f"{url} did not answer JSON") from None
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """``--token``; without a login, the cluster secret of the environment, if any."""
+    if args.token or args.user:
+        return str(args.token) if args.token else None
+    return os.environ.get("POLYMQ_CLUSTER_SECRET") or None
+
+
 def _refusal(url: str, exc: urllib.error.HTTPError) -> str:
     text = exc.read(2000).decode(errors="replace")
     try:
@@ -196,7 +207,10 @@ def _refusal(url: str, exc: urllib.error.HTTPError) -> str:
         detail = text.strip()
     hint = ""
     if exc.code == 401:
-        hint = " (log in: --user/--password or --token, a user with a management tag)"
+        hint = (
+            " (log in: --user/--password or --token, a user with a management tag; or"
+            " export the cluster's POLYMQ_CLUSTER_SECRET)"
+        )
     elif exc.code == 403:
         hint = " (this needs a user with the tag administrator, or monitoring to read)"
     return f"HTTP {exc.code} from {url}: {detail}{hint}"
@@ -294,7 +308,7 @@ async def _consume(args: argparse.Namespace) -> list[dict[str, Any]]:
             client="polymq-cli",
             user=args.user,
             password=args.password,
-            token=args.token,
+            token=_token(args),
             timeout=args.timeout,
         )
     except (PolymqError, OSError, TimeoutError) as exc:
