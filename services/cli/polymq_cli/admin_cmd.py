@@ -1,7 +1,7 @@
 """The operator's commands, clients of a core node's admin API (docs/admin-api.md)::
 
     polymq destinations list [--kind K] [--q TEXT] [--sort FIELD [--desc]] [--limit N] [--json]
-    polymq connections list [--json]
+    polymq connections list [--all] [--json]
     polymq connections close ID
     polymq peek DESTINATION [--count N] [--json]
     polymq publish DESTINATION BODY|- [--content-type T] [--header K=V ...] [--priority P]
@@ -12,9 +12,16 @@
 Each takes ``--admin URL`` (``POLYMQ_ADMIN_URL``, default the local node's), ``--user`` and
 ``--password`` (``POLYMQ_ADMIN_USER``/``POLYMQ_ADMIN_PASSWORD``: a login with a management
 tag, when the core runs with ``--auth``) or ``--token`` (``POLYMQ_ADMIN_TOKEN``), and
-``--timeout``. Tables by default, the API's JSON with ``--json``. ``consume`` takes messages
-(the admin API only looks at them): it is a wire-protocol client of the core at ``--core``,
-logged in with the same user and password, that acks each message once printed.
+``--timeout``. Without a login they log in with the cluster secret, ``POLYMQ_CLUSTER_SECRET``,
+when the environment has it, as the nodes do (it is a token of polymq's own, an administrator
+on every node of the cluster that shares it). Tables by default, the API's JSON with
+``--json``. ``consume`` takes messages (the admin API only looks at them): it is a
+wire-protocol client of the core at ``--core``, logged in the same way, that acks each
+message once printed.
+
+``connections list`` hides polymq's own links (the frontends' and peers' links to the core,
+logged in as ``polymq-internal``), as the console's Connections page does, and says how many
+it hid; ``--all`` lists them too (in the table and in ``--json``'s ``connections``).
 
 Exit codes: 0 done; 1 the API (or core) refused or could not be reached, said on stderr
 with its problem's detail; 2 bad arguments.
@@ -33,6 +40,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from typing import Any, TextIO
+
+from polymq_server.auth.principals import INTERNAL_PRINCIPAL
 
 __all__ = ["AdminError", "add_arguments", "format_rows", "run"]
 
@@ -105,7 +114,13 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ls.add_argument("--limit", type=int, metavar="N", help="at most N (500)")
     conns = sub.add_parser("connections", help="every frontend's client connections")
     conn_cmds = conns.add_subparsers(dest="admin_command", required=True)
-    _common(conn_cmds.add_parser("list", help="protocol, peer, user and counters of each"))
+    conn_ls = conn_cmds.add_parser("list", help="protocol, peer, user and counters of each")
+    _common(conn_ls)
+    conn_ls.add_argument(
+        "--all",
+        action="store_true",
+        help="polymq's own links too (frontends', peers'), which are hidden by default",
+    )
     close = conn_cmds.add_parser("close", help="close one with its protocol's close")
     _common(close, json_flag=False)
     close.add_argument("id", help="the connection's id (from connections list)")
@@ -143,8 +158,9 @@ class _Api:
         self.base = url if "://" in url else "http://" + url
         self.timeout = float(args.timeout)
         self.headers = {"Accept": "application/json"}
-        if args.token:
-            self.headers["Authorization"] = f"Bearer {args.token}"
+        token = _token(args)
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
         elif args.user:
             pair = f"{args.user}:{args.password or ''}".encode()
             self.headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
@@ -176,6 +192,13 @@ class _Api:
             raise AdminError(f"{url} did not answer JSON") from None
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """``--token``; without a login, the cluster secret of the environment, if any."""
+    if args.token or args.user:
+        return str(args.token) if args.token else None
+    return os.environ.get("POLYMQ_CLUSTER_SECRET") or None
+
+
 def _refusal(url: str, exc: urllib.error.HTTPError) -> str:
     text = exc.read(2000).decode(errors="replace")
     try:
@@ -184,7 +207,10 @@ def _refusal(url: str, exc: urllib.error.HTTPError) -> str:
         detail = text.strip()
     hint = ""
     if exc.code == 401:
-        hint = " (log in: --user/--password or --token, a user with a management tag)"
+        hint = (
+            " (log in: --user/--password or --token, a user with a management tag; or"
+            " export the cluster's POLYMQ_CLUSTER_SECRET)"
+        )
     elif exc.code == 403:
         hint = " (this needs a user with the tag administrator, or monitoring to read)"
     return f"HTTP {exc.code} from {url}: {detail}{hint}"
@@ -282,7 +308,7 @@ async def _consume(args: argparse.Namespace) -> list[dict[str, Any]]:
             client="polymq-cli",
             user=args.user,
             password=args.password,
-            token=args.token,
+            token=_token(args),
             timeout=args.timeout,
         )
     except (PolymqError, OSError, TimeoutError) as exc:
@@ -338,10 +364,14 @@ def _dispatch(args: argparse.Namespace, api: _Api, stdin: TextIO) -> tuple[Any, 
     if command == "connections":
         answer = api.call("GET", "/api/connections")
         silent = [f["id"] for f in answer.get("frontends", []) if not f.get("answered")]
-        table = format_rows(_CONN_COLUMNS, _connection_rows(answer["connections"]))
+        rows = answer["connections"]
+        shown = rows if args.all else [c for c in rows if c.get("user") != INTERNAL_PRINCIPAL]
+        table = format_rows(_CONN_COLUMNS, _connection_rows(shown))
+        if len(shown) < len(rows):
+            table += f"\n({len(rows) - len(shown)} of polymq's own links hidden: --all shows them)"
         if silent:
             table += f"\n(no answer from {', '.join(silent)})"
-        return answer, table
+        return {**answer, "connections": shown}, table
     if command == "peek":
         answer = api.call("GET", f"{_path(args.destination)}/messages?count={args.count}")
         return answer, format_rows(_MSG_COLUMNS, _message_rows(answer["messages"]))

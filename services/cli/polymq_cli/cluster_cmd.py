@@ -8,8 +8,10 @@
                           [--secret S]
 
 ``list`` asks ``GET {admin}/api/cluster`` (``{"nodes": [...]}``, one object per node as
-``Membership.describe`` gives them) and prints a table (with the configuration version each
-node applied last), or the JSON with ``--json``. ``reload`` posts
+``Membership.describe`` gives them; with the cluster secret, ``POLYMQ_CLUSTER_SECRET``, as
+bearer token when the environment has it: a core run with ``--auth`` asks for a login) and
+prints a table (with the configuration version each node applied last), or the JSON with
+``--json``. ``reload`` posts
 ``{"log_level"?, "users"?, "limits"?}`` to ``{admin}/api/config/reload`` (with the
 cluster secret, ``POLYMQ_CLUSTER_SECRET``, as bearer token) and prints the reload's version;
 every core node applies it, and every frontend connected to one (:mod:`polymq_server.reload`).
@@ -51,6 +53,7 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     _common(ls)
     ls.add_argument("--json", action="store_true", help="print the JSON the node answers")
+    _secret(ls)
     rl = commands.add_parser(
         "reload",
         help="apply a configuration change on every node, without a restart",
@@ -71,7 +74,11 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="NAME=VALUE",
         help=f"a core limit to set ({', '.join(LIMITS)}); repeat for more",
     )
-    rl.add_argument(
+    _secret(rl)
+
+
+def _secret(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--secret",
         default=os.environ.get("POLYMQ_CLUSTER_SECRET", ""),
         help="the cluster secret (POLYMQ_CLUSTER_SECRET)",
@@ -113,10 +120,14 @@ def _admin_url(text: str) -> str:
     return url
 
 
-def fetch_nodes(admin: str, timeout: float) -> dict[str, Any]:
-    """``GET {admin}/api/cluster``; ``ClusterCommandError`` saying what went wrong."""
+def fetch_nodes(admin: str, timeout: float, secret: str = "") -> dict[str, Any]:
+    """``GET {admin}/api/cluster`` (``secret``: the cluster secret, sent as bearer token
+    when given); ``ClusterCommandError`` saying what went wrong."""
     url = _admin_url(admin) + "/api/cluster"
-    answer = _call(urllib.request.Request(url, headers={"Accept": "application/json"}), timeout)
+    headers = {"Accept": "application/json"}
+    if secret:
+        headers["Authorization"] = f"Bearer {secret}"
+    answer = _call(urllib.request.Request(url, headers=headers), timeout)
     if not isinstance(answer.get("nodes"), list):
         raise ClusterCommandError(f"{url} did not answer a list of nodes")
     return answer
@@ -201,7 +212,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         print(f"polymq cluster: unknown command {args.cluster_command!r}", file=err)
         return 2
     try:
-        answer = fetch_nodes(args.admin, args.timeout)
+        answer = fetch_nodes(args.admin, args.timeout, args.secret)
     except ClusterCommandError as exc:
         print(f"polymq cluster list: {exc}", file=err)
         return 1

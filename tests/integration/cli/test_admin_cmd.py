@@ -11,12 +11,16 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
+import requests
 import stomp
 
 from polymq import Client
 
+from ...cluster.harness import eventually, free_ports
 from ...procs import PolymqProcess, serving
 
 
@@ -106,3 +110,77 @@ def test_errors_say_what_went_wrong(run: PolymqProcess) -> None:
     assert away.returncode == 1 and "cannot reach the admin API" in away.stderr
     wrong = polymq(run, "peek", "queue/x", "--count", "many")
     assert wrong.returncode == 2
+
+
+def test_connections_list_hides_polymqs_own_links_unless_all(run: PolymqProcess) -> None:
+    """As the console's Connections page: the frontends' links to the core (user
+    ``polymq-internal``; five in ``polymq run``) are hidden and counted; ``--all`` shows them."""
+    conn = stomp.Connection([("127.0.0.1", run.ports["stomp"])])
+    conn.connect("cli-own", "pw", wait=True)
+    try:
+        default = polymq(run, "connections", "list")
+        everything = polymq(run, "connections", "list", "--all")
+        as_json = json.loads(polymq(run, "connections", "list", "--json").stdout)
+        all_json = json.loads(polymq(run, "connections", "list", "--all", "--json").stdout)
+    finally:
+        conn.disconnect()
+    assert default.returncode == 0 and everything.returncode == 0, default.stderr
+    rows = [line.split() for line in default.stdout.splitlines()[1:] if line[:1] != "("]
+    users = [row[3] for row in rows]
+    assert "cli-own" in users and "polymq-internal" not in users
+    assert "5 of polymq's own links hidden: --all shows them" in default.stdout
+    own = [line for line in everything.stdout.splitlines() if " polymq-internal " in line]
+    assert len(own) == 5 and " cli-own " in everything.stdout
+    assert "hidden" not in everything.stdout
+    assert {c["user"] for c in as_json["connections"]} >= {"cli-own"}
+    assert all(c["user"] != "polymq-internal" for c in as_json["connections"])
+    assert sum(c["user"] == "polymq-internal" for c in all_json["connections"]) == 5
+
+
+def test_without_a_login_the_commands_use_the_cluster_secret_of_the_environment(
+    tmp_path: Path,
+) -> None:
+    """Two nodes of a replicated core run with ``--auth`` (a JetStream cluster answers once
+    two servers are in it): with ``POLYMQ_CLUSTER_SECRET`` exported as the nodes have it, the
+    operator's commands and ``cluster list`` need no other login, as ``cluster reload``."""
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"users": {"nobody": {"grants": []}}}))
+    secret = uuid.uuid4().hex
+    env = {"POLYMQ_CLUSTER_SECRET": secret}
+    one, two = free_ports(2)
+    peers = f"127.0.0.1:{one},127.0.0.1:{two}"
+    nodes = []
+    for name, port in (("one", one), ("two", two)):
+        args = ["--node-id", name, "--peers", peers, "--cluster-port", str(port)]
+        args += ["--auth", f"file:{users}"]
+        nodes.append(PolymqProcess("core", tmp_path / name, *args, env=env))
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            for started in [pool.submit(n.start, 60) for n in nodes]:
+                started.result()
+        admin = nodes[0].url("admin")
+        eventually(
+            lambda: requests.get(f"{admin}/readyz", timeout=5).status_code == 200, 60, "ready"
+        )
+        commands = (
+            ("cluster", "list"),
+            ("destinations", "list"),
+            ("connections", "list"),
+            ("publish", "queue/cli-secret", "hi"),
+            ("peek", "queue/cli-secret"),
+        )
+        with_secret = {**os.environ, "POLYMQ_CLUSTER_SECRET": secret}
+        without = {k: v for k, v in with_secret.items() if k != "POLYMQ_CLUSTER_SECRET"}
+        shown = {}
+        for command in commands:
+            argv = [sys.executable, "-m", "polymq_cli", *command, "--admin", admin]
+            refused = subprocess.run(argv, capture_output=True, text=True, env=without, timeout=60)
+            assert refused.returncode == 1 and "HTTP 401" in refused.stderr, (command, refused)
+            done = subprocess.run(argv, capture_output=True, text=True, env=with_secret, timeout=60)
+            assert done.returncode == 0, (command, done.stderr)
+            shown[command[0]] = done.stdout.splitlines()
+        assert {row.split()[0] for row in shown["cluster"][1:]} == {"one", "two"}
+        assert shown["peek"][1].endswith("hi")  # what publish put there
+    finally:
+        for node in nodes:
+            node.kill()
