@@ -204,10 +204,9 @@ class Subscriptions:
             session.authorize(Permission.CONFIGURE, target.core)
             client = session.client()
             await session.hub.link.guard(client, client.declare(target.core, **arguments))
-        await self.open(sid, target, mode, window, options, reads=reads)
-        receipt = frame.get("receipt")
-        if receipt is not None:
-            session.receipt(receipt)
+        await self.open(
+            sid, target, mode, window, options, reads=reads, receipt=frame.get("receipt")
+        )
 
     async def _bind(self, backing: Backing, topic: Target) -> Target:
         """Declare the queue behind a topic subscription and bind it to the topic; the
@@ -282,9 +281,11 @@ class Subscriptions:
         options: dict[str, Any],
         *,
         reads: str | None = None,
+        receipt: str | None = None,
     ) -> None:
         """Subscribe at the core and start relaying (``reads``: what READ was authorized on,
-        if not ``target``: the topic of the queue behind a topic subscription)."""
+        if not ``target``: the topic of the queue behind a topic subscription); the
+        SUBSCRIBE's ``receipt`` goes out before any MESSAGE of the subscription."""
         session = self.session
         s = session.settings
         buffer_messages = int(options.pop("buffer_messages", s.stomp_buffer_messages))
@@ -347,6 +348,10 @@ class Subscriptions:
         sub.core = core
         if sub.closed:  # the session closed while we waited: release it now
             link.spawn(release([core], [], link), "releasing a subscription")
+            return
+        if receipt is not None:
+            session.receipt(receipt)
+        sub.opened()
 
     # ---- UNSUBSCRIBE ---------------------------------------------------------------------
     def unsubscribe(self, frame: Frame) -> None:

@@ -516,6 +516,35 @@ def test_a_durable_subscription_keeps_what_comes_while_away(
     again.frame("UNSUBSCRIBE", {"id": "d", "durable": "true"})
 
 
+@pytest.mark.parametrize("header", ["durable", "persistent"])
+def test_a_durable_subscription_outlives_a_plain_unsubscribe(
+    broker: Broker, transport: str, raws: list[Raw], header: str
+) -> None:
+    """A plain UNSUBSCRIBE only stops the deliveries: the queue keeps what comes meanwhile
+    for a SUBSCRIBE again with the same id, which has its RECEIPT and then that message
+    (issue 30, point 1); only an UNSUBSCRIBE with ``durable: true`` (or ``persistent:
+    true``) deletes it."""
+    topic = f"/topic/{unique()}"
+    headers = {header: "true", "auto-delete": "false"}
+    raw = opened(raws, broker, transport, **{"client-id": unique("cl")})
+    producer = opened(raws, broker, "tcp")
+    assert durable_sub(raw, topic, "d", **headers) == []
+    publish(producer, topic, b"while subscribed")
+    assert until(raw, "MESSAGE")[-1][2] == b"while subscribed"
+    raw.frame("UNSUBSCRIBE", {"id": "d", "receipt": "u1"})
+    until(raw, "RECEIPT", **{"receipt-id": "u1"})
+    publish(producer, topic, b"while unsubscribed")
+    assert durable_sub(raw, topic, "d", **headers) == []  # the RECEIPT comes first
+    got = messages_in(raw, 1)
+    assert [(h["subscription"], b) for _, h, b in got] == [("d", b"while unsubscribed")]
+    # UNSUBSCRIBE with the durable header deletes the queue: nothing is kept after it
+    raw.frame("UNSUBSCRIBE", {"id": "d", header: "true", "receipt": "u2"})
+    until(raw, "RECEIPT", **{"receipt-id": "u2"})
+    publish(producer, topic, b"after the delete")
+    assert messages_in(raw, 0, durable_sub(raw, topic, "d", **headers)) == []
+    raw.frame("UNSUBSCRIBE", {"id": "d", header: "true"})
+
+
 def test_a_durable_subscription_without_auto_delete_false_goes_with_its_subscriber(
     broker: Broker, raws: list[Raw]
 ) -> None:
