@@ -11,7 +11,9 @@ STOMP                              core                          notes
                                                                  deleted when it closes
 ``/amq/queue/x``                   ``queue/x``                   RabbitMQ
 ``/exchange/amq.topic/<key>``      ``topic/<key>``               RabbitMQ
-``/exchange/amq.direct/<key>``     ``queue/<key>``               RabbitMQ
+``/exchange/amq.direct/<key>``     ``queue/<key>``               RabbitMQ; SUBSCRIBE with
+                                                                 ``x-queue-name``: see
+                                                                 ``queues.py``
 ``/exchange/<E>[/<key>]``          an :class:`ExchangeRef`:      RabbitMQ; ``exchange.py``
                                    where AMQP's exchange ``E``   finds its type (any) and
                                    routes (SEND), the topics it  routes SENDs as AMQP

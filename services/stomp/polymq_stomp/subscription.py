@@ -81,6 +81,8 @@ __all__ = ["SubscriptionSession", "Subscriptions", "release"]
 _ACK_MODES: Final = {m.value: m for m in AckMode}
 _BIG_BUFFER: Final = 1 << 40  # core buffer of window-bounded subscriptions: never reached
 _CORE_TOPIC_BUFFER: Final = 16 * 1024 * 1024
+_DIRECT_EXCHANGE: Final = "amq.direct"
+_DIRECT: Final = f"/exchange/{_DIRECT_EXCHANGE}/"
 
 
 class SubscriptionSession(DeliverySession, Protocol):
@@ -160,6 +162,8 @@ class Subscriptions:
                 f"at most {s.stomp_max_subscriptions} subscriptions per connection",
             )
         target = session.targets.lookup(destination, pattern=True, command="SUBSCRIBE")
+        if isinstance(target, Target) and "x-queue-name" in frame:
+            target = _named_direct(target)
         if isinstance(target, ExchangeRef):
             target = await session.targets.exchange_target(target, subscribe=True)
         if isinstance(target, Control):
@@ -474,6 +478,16 @@ class Subscriptions:
         if stomp_destination in self.by_id or len(self.by_id) >= s.stomp_max_subscriptions:
             return
         await self.open(stomp_destination, target, AckMode.AUTO, s.stomp_prefetch, {})
+
+
+def _named_direct(target: Target) -> Target | ExchangeRef:
+    """``/exchange/amq.direct/K`` with ``x-queue-name``: as RabbitMQ, the named queue bound
+    to amq.direct with key K (an :class:`ExchangeRef`, so a topic subscription served by that
+    queue, ``queues.py``), not the queue K that the destination reads without it."""
+    stomp = target.stomp
+    if not stomp.startswith(_DIRECT):
+        return target
+    return ExchangeRef(_DIRECT_EXCHANGE, stomp[len(_DIRECT) :], stomp)
 
 
 def _stream_offset(raw: str) -> str | int | float:

@@ -609,6 +609,31 @@ def test_x_queue_name_names_the_queue_behind_a_topic_subscription(
     assert got == [(topic, b"through the topic"), (f"/queue/{name}", b"straight to the queue")]
 
 
+def test_x_queue_name_on_amq_direct_makes_a_queue_bound_with_the_key(
+    broker: Broker, transport: str, raws: list[Raw], amqp: Channel
+) -> None:
+    """SUBSCRIBE ``/exchange/amq.direct/K`` with ``x-queue-name: Q``: a real queue Q, bound
+    to amq.direct with key K (issue 30, point 4), that AMQP publishes to by its name."""
+    key, name = unique("key"), unique("named")
+    consumer = opened(raws, broker, transport)
+    consumer.frame(
+        "SUBSCRIBE",
+        {"destination": f"/exchange/amq.direct/{key}", "id": "x", "x-queue-name": name,
+         "receipt": "s"},
+    )  # fmt: skip
+    until(consumer, "RECEIPT")
+    amqp.basic_publish("", name, b"to the queue by its name")
+    amqp.basic_publish("amq.direct", key, b"through amq.direct")
+    amqp.basic_publish("amq.direct", unique("other"), b"another key")
+    got = [(h["subscription"], h["destination"], b) for _, h, b in messages_in(consumer, 2)]
+    assert got == [
+        ("x", f"/queue/{name}", b"to the queue by its name"),
+        ("x", f"/exchange/amq.direct/{key}", b"through amq.direct"),
+    ]
+    consumer.frame("UNSUBSCRIBE", {"id": "x", "receipt": "u"})
+    until(consumer, "RECEIPT", **{"receipt-id": "u"})
+
+
 def test_x_max_length_on_a_topic_subscription(broker: Broker, raws: list[Raw]) -> None:
     """x-max-length 2 (RabbitMQ drops the oldest by default): a durable subscription away
     while five come back to the last two."""
