@@ -9,7 +9,8 @@ Like h11's ``Connection``, :class:`StompConnection` never touches a socket::
     transport.write(conn.send(Frame(Command.CONNECTED, (("version", "1.2"),))))
 
 On the wire a frame is ``COMMAND EOL *(header EOL) EOL body NUL``; EOL is ``\\n`` or ``\\r\\n``
-on input (any version) and ``\\n`` on output. An EOL between frames is a heart-beat. A body is
+on input (any version) and ``\\n`` on output. An EOL between frames is a heart-beat, a NUL
+between frames padding that is skipped (as RabbitMQ's reader skips it). A body is
 ``content-length`` bytes followed by NUL, or without that header everything up to the first NUL.
 Header escaping follows :attr:`StompConnection.version`, which the session sets with
 :meth:`~StompConnection.negotiate` when CONNECTED goes by: none in 1.0; ``\\\\ \\n \\c`` in 1.1;
@@ -232,8 +233,17 @@ class StompConnection:
             if not n:
                 return None
             hs = self._hscan
-            if hs == 0:  # the start of a frame: EOLs here are heart-beats
+            if hs == 0:  # the start of a frame: EOLs here are heart-beats, NULs padding
                 c = buf[0]
+                if c == 0:
+                    i = 1
+                    while i < n and buf[i] == 0:
+                        i += 1
+                    del buf[:i]
+                    n -= i
+                    if not n:
+                        return None
+                    c = buf[0]
                 if c == 10:
                     del buf[:1]
                     return HEARTBEAT

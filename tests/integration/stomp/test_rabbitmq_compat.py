@@ -232,6 +232,49 @@ def test_a_16_mib_frame_is_taken_once_logged_in(
     assert len(frames[-1][2]) == len(body)
 
 
+def test_a_16_mib_body_to_a_topic_reaches_both_subscribers(
+    broker: Broker, transport: str, raws: list[Raw]
+) -> None:
+    """A SEND of 16 MiB of body, and its headers, to a topic with two subscribers (issue 30,
+    point 3): RabbitMQ takes it, and so does polymq's default frame limit."""
+    topic = f"/topic/{unique()}"
+    subscribers = [opened(raws, broker, transport), opened(raws, broker, "tcp")]
+    for raw in subscribers:
+        raw.frame("SUBSCRIBE", {"destination": topic, "id": "big", "receipt": "s"})
+        until(raw, "RECEIPT")
+    producer = opened(raws, broker, transport)
+    body = b"0123456789abcdef" * (MIB // 16) * 16  # (RabbitMQ's Web-STOMP sends text)
+    headers = {"destination": topic, "receipt": "big", "content-length": str(len(body))}
+    producer.frame("SEND", headers, body)
+    until(producer, "RECEIPT", **{"receipt-id": "big"})
+    for raw in subscribers:
+        [(_, got, received)] = messages_in(raw, 1)
+        assert (got["subscription"], len(received)) == ("big", len(body))
+        assert received == body
+
+
+@pytest.mark.parametrize(
+    "padding",
+    [b"\0", b"\n\0", b"\0\n", b"\r\n\0\0\n", b"\0" * 5],
+    ids=["nul", "eol-nul", "nul-eol", "mixed", "nuls"],
+)
+def test_newlines_and_nuls_between_frames_are_padding(
+    broker: Broker, transport: str, raws: list[Raw], padding: bytes
+) -> None:
+    """EOLs and NULs between frames, right after a frame's NUL and before the next command
+    (issue 30, point 3): RabbitMQ skips them, and so does polymq."""
+    q = f"/queue/{unique()}"
+    raw = opened(raws, broker, transport)
+    subscribe = f"SUBSCRIBE\ndestination:{q}\nid:1\n\n\0".encode()
+    send = f"SEND\ndestination:{q}\nreceipt:r\n\npadded\0".encode()
+    raw.send(padding + subscribe + padding + send + padding)
+    frames = until(raw, "MESSAGE")
+    assert [c for c, _, _ in frames if c == "ERROR"] == []
+    assert frames[-1][2] == b"padded"
+    raw.frame("SEND", {"destination": q, "receipt": "after"}, b"still open")
+    until(raw, "RECEIPT", **{"receipt-id": "after"})
+
+
 def test_a_frame_before_login_is_64_kib_at_most(
     polymq: Broker, transport: str, raws: list[Raw]
 ) -> None:

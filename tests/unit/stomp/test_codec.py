@@ -225,6 +225,17 @@ def test_heartbeats_between_frames_and_after_nul() -> None:
     )
 
 
+def test_nuls_between_frames_are_padding() -> None:
+    """As RabbitMQ's reader: a NUL right after a frame's NUL, or before a command, is
+    skipped (no event); an EOL among them is still a heart-beat."""
+    one = wire("SEND", "destination:/q", body=b"x")
+    frame = send_frame(("destination", "/q"), body=b"x")
+    tr(open_server, b"\0" + one + b"\0\n\0\0" + one + b"\0", [frame, HEARTBEAT, frame])
+    tr(open_server, b"\0\0\0", [])
+    tr(server, b"\0\r\n\0", [HEARTBEAT], state=State.CONNECTING)
+    tr(open_server, one + b"\0\0", [frame, CLOSED], eof=True, state=State.CLOSED)
+
+
 def test_heartbeats_before_connect_and_sent() -> None:
     tr(server, b"\n\r\n", [HEARTBEAT, HEARTBEAT], state=State.CONNECTING)
     conn = open_client()
