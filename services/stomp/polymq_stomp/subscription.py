@@ -149,11 +149,12 @@ class Subscriptions:
                     "subscription", "Missing header", "'SUBSCRIBE' must include an 'id' header"
                 )
             sid = destination or ""
-        if sid in self.by_id:
+        if sid in self.by_id:  # named by RabbitMQ's consumer tag: T_<id>, or Q_<destination>
+            tag = f"T_{sid}" if frame.get("id") is not None else f"Q_{sid}"
             raise Refused(
                 "subscription",
                 "Duplicated subscription identifier",
-                f"A subscription identified by {sid[:100]!r} already exists.",
+                f"A subscription identified by '{tag[:100]}' already exists.",
             )
         if len(self.by_id) >= s.stomp_max_subscriptions:
             raise Refused(
@@ -375,7 +376,7 @@ class Subscriptions:
                 "subscription",
                 "No subscription found",
                 "UNSUBSCRIBE must refer to an existing subscription.\n"
-                f"Subscription to \"id='{sid[:100]}'\" not found.",
+                f"Subscription to \"id='{sid[:100]}'\" not found.\n",
             )
         self.by_ix.pop(sub.ix, None)
         sub.closed = True
@@ -419,7 +420,7 @@ class Subscriptions:
                 raise Refused(
                     "ack",
                     "Missing header",
-                    f'"{what}" must include the "id" header (the MESSAGE\'s ack)',
+                    f'"{what}" must include the "id" header\n',
                 )
             ix_s, _, tag_s = ack_id.partition(".")
             sub = self.by_ix.get(int(ix_s)) if ix_s.isdigit() else None
@@ -430,20 +431,16 @@ class Subscriptions:
                 raise Refused(
                     "ack",
                     "Missing header",
-                    f'"{what}" must include the "message-id" header of the MESSAGE',
+                    f'"{what}" must include the "message-id" header\n',
                 )
             entry = self.by_msgid.get(ack_id)
             sub, tag = entry if entry is not None else (None, 0)
-        if sub is None or not sub.owes(tag):
-            auto = sub is not None and sub.mode is AckMode.AUTO
+        if sub is None or not sub.owes(tag):  # (never delivered, acknowledged, or ack: auto)
             header = "id" if self.session.version == "1.2" else "message-id"
             raise Refused(
                 "ack",
                 "Invalid header",
-                f'"{what}" must include a valid "{header}" header: '
-                f"{ack_id[:100]!r} names no unacknowledged message of this connection"
-                + (" (its subscription uses ack: auto)" if auto else "")
-                + ": already acknowledged, or never delivered",
+                f'"{what}" must include a valid "{header}" header\n',
             )
         return sub, tag
 

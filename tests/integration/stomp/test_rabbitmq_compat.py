@@ -10,6 +10,7 @@ authentication here and takes any login)."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pika
 import pytest
+
+from polymq_server.auth.provider import hash_password
 
 from ...procs import PolymqProcess
 from ...rabbit import RabbitNode
@@ -304,28 +307,68 @@ def test_send_with_a_message_id_header_is_refused(
 
 
 # ---- 8. ERROR frames in RabbitMQ's words ---------------------------------------------------
+# Each body is RabbitMQ 3.10's to the byte (its ``~n`` newlines included; issue 30, point 2),
+# or, where ``prefix``, begins so (the list of destination types is each broker's own).
 @dataclass(frozen=True)
 class Wording:
     frames: list[tuple[str, dict[str, str]]]  # after a CONNECT (1.2) if ``login``
     message: str
-    body: str  # a part of the body both say
+    body: str
     login: bool = True
+    prefix: bool = False
+
+
+CONNECT_10 = ("CONNECT", LOGIN)  # no accept-version: STOMP 1.0
+
+
+def invalid(destination: str, rest: str, kind: str, command: str = "SEND") -> Wording:
+    frame = {"destination": destination} | ({"id": "1"} if command == "SUBSCRIBE" else {})
+    return Wording(
+        [(command, frame)], "Invalid destination", f"'{rest}' is not a valid {kind} destination\n"
+    )
 
 
 WORDINGS = {
     "send-without-destination": Wording(
-        [("SEND", {"receipt": "r"})], "Missing destination", "'destination' header"
+        [("SEND", {"receipt": "r"})],
+        "Missing destination",
+        "\"SEND\" must include a 'destination' header\n",
     ),
     "subscribe-without-destination": Wording(
-        [("SUBSCRIBE", {"id": "1"})], "Missing destination", "'destination' header"
+        [("SUBSCRIBE", {"id": "1"})],
+        "Missing destination",
+        "\"SUBSCRIBE\" must include a 'destination' header\n",
     ),
     "unknown-destination-prefix": Wording(
         [("SEND", {"destination": "/nowhere/x"})],
         "Unknown destination",
-        "'/nowhere/x' is not a valid destination",
+        "'/nowhere/x' is not a valid destination.\nValid destination types are: /temp-queue, ",
+        prefix=True,
     ),
-    "empty-queue-name": Wording(
-        [("SEND", {"destination": "/queue/"})], "Invalid destination", "is not a valid"
+    "something-else": Wording(
+        [("SUBSCRIBE", {"destination": "/something/else", "id": "1"})],
+        "Unknown destination",
+        "'/something/else' is not a valid destination.\nValid destination types are: ",
+        prefix=True,
+    ),
+    "empty-queue-name": invalid("/queue/", "/", "queue"),
+    "queue-without-name": invalid("/queue", "", "queue"),
+    "queue-a-b": invalid("/queue/a/b", "/a/b", "queue"),
+    "topic-a-b": invalid("/topic/a/b", "/a/b", "topic", "SUBSCRIBE"),
+    "empty-topic-name": invalid("/topic/", "/", "topic"),
+    "exchange-a-b-c": invalid("/exchange/a/b/c", "/a/b/c", "exchange"),
+    "exchange-without-name": invalid("/exchange//foo", "//foo", "exchange", "SUBSCRIBE"),
+    "exchange-alone": invalid("/exchange", "", "exchange"),
+    "empty-amq-queue-name": invalid("/amq/queue/", "/", "amqqueue"),
+    "subscribe-to-a-missing-exchange": Wording(
+        [("SUBSCRIBE", {"destination": "/exchange/nosuch/k", "id": "1"})],
+        "not_found",
+        "NOT_FOUND - no exchange 'nosuch' in vhost '/'",
+    ),
+    "send-with-message-id-to-a-bad-destination": Wording(
+        [("SEND", {"destination": "/nowhere/x", "message-id": "mine"})],
+        "Invalid header",
+        "'message-id' is not allowed on 'SEND'.\n",
     ),
     "duplicate-subscription": Wording(
         [
@@ -333,25 +376,42 @@ WORDINGS = {
             ("SUBSCRIBE", {"destination": "/queue/d2", "id": "s"}),
         ],
         "Duplicated subscription identifier",
-        "already exists",
+        "A subscription identified by 'T_s' already exists.",
+    ),
+    "duplicate-subscription-1.0": Wording(
+        [CONNECT_10, *[("SUBSCRIBE", {"destination": "/queue/d1"})] * 2],
+        "Duplicated subscription identifier",
+        "A subscription identified by 'Q_/queue/d1' already exists.",
+        login=False,
     ),
     "send-in-an-unknown-transaction": Wording(
         [("SEND", {"destination": "/queue/x", "transaction": "t9"})],
         "Bad transaction",
-        'Invalid transaction identifier: "t9"',
+        'Invalid transaction identifier: "t9"\n',
     ),
     "commit-of-an-unknown-transaction": Wording(
         [("COMMIT", {"transaction": "t9"})],
         "Bad transaction",
-        'Invalid transaction identifier: "t9"',
+        'Invalid transaction identifier: "t9"\n',
+    ),
+    "abort-of-an-unknown-transaction": Wording(
+        [("ABORT", {"transaction": "t9"})],
+        "Bad transaction",
+        'Invalid transaction identifier: "t9"\n',
     ),
     "begin-without-transaction": Wording(
-        [("BEGIN", {})], "Missing transaction", "\"BEGIN\" must include a 'transaction' header"
+        [("BEGIN", {})], "Missing transaction", "\"BEGIN\" must include a 'transaction' header\n"
+    ),
+    "commit-without-transaction": Wording(
+        [("COMMIT", {})],
+        "Missing transaction",
+        "\"COMMIT\" must include a 'transaction' header\n",
     ),
     "unsubscribe-unknown": Wording(
         [("UNSUBSCRIBE", {"id": "zz"})],
         "No subscription found",
-        "UNSUBSCRIBE must refer to an existing subscription.",
+        "UNSUBSCRIBE must refer to an existing subscription.\n"
+        "Subscription to \"id='zz'\" not found.\n",
     ),
     "unsubscribe-without-id": Wording(
         [("UNSUBSCRIBE", {})],
@@ -359,12 +419,27 @@ WORDINGS = {
         "UNSUBSCRIBE must include a 'destination' or 'id' header",
     ),
     "ack-without-id": Wording(
-        [("ACK", {})], "Missing header", '"ACK" must include the "id" header'
+        [("ACK", {})], "Missing header", '"ACK" must include the "id" header\n'
+    ),
+    "nack-without-id": Wording(
+        [("NACK", {})], "Missing header", '"NACK" must include the "id" header\n'
+    ),
+    "ack-without-message-id-1.0": Wording(
+        [CONNECT_10, ("ACK", {})],
+        "Missing header",
+        '"ACK" must include the "message-id" header\n',
+        login=False,
     ),
     "ack-of-nothing": Wording(
-        [("ACK", {"id": "zz"})], "Invalid header", '"ACK" must include a valid "id" header'
+        [("ACK", {"id": "zz"})], "Invalid header", '"ACK" must include a valid "id" header\n'
     ),
-    "unknown-command": Wording([("FOO", {})], "Bad command", "Could not interpret command"),
+    "unknown-command": Wording([("FOO", {})], "Bad command", 'Could not interpret command "FOO"\n'),
+    "unknown-command-1.0": Wording(
+        [CONNECT_10, ("BAR", {})],
+        "Bad command",
+        'Could not interpret command "BAR"\n',
+        login=False,
+    ),
     "send-before-connect": Wording(
         [("SEND", {"destination": "/queue/x"})],
         "Illegal command",
@@ -374,7 +449,13 @@ WORDINGS = {
     "no-common-version": Wording(
         [("CONNECT", {"accept-version": "3.0", "host": "/", **LOGIN})],
         "Version mismatch",
-        "Supported versions are 1.0,1.1,1.2",
+        "Supported versions are 1.0,1.1,1.2\n",
+        login=False,
+    ),
+    "no-version-at-all": Wording(
+        [("CONNECT", {"accept-version": "x.y,", "host": "/", **LOGIN})],
+        "Version mismatch",
+        "Supported versions are 1.0,1.1,1.2\n",
         login=False,
     ),
 }
@@ -392,7 +473,44 @@ def test_error_frames_say_what_rabbitmq_says(
         raw.frame(command, headers)
     _, headers, body = until(raw, "ERROR")[-1]
     assert headers["message"] == case.message, (headers, body)
-    assert case.body.encode() in body, body
+    assert headers["version"] == "1.0,1.1,1.2", headers  # on every ERROR
+    if case.prefix:
+        assert body.startswith(case.body.encode()), body
+    else:
+        assert body == case.body.encode()
+    closes(broker, raw)
+
+
+@pytest.fixture(scope="module")
+def run_stomp_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
+    """``polymq run`` that checks logins: guest/guest, as RabbitMQ's default user."""
+    workdir: Path = tmp_path_factory.mktemp("stomp-compat-auth")
+    users = workdir / "users.json"
+    grants = [{"pattern": "*", "permissions": ["read", "write", "configure"]}]
+    guest = {"password_hash": hash_password("guest"), "grants": grants}
+    users.write_text(json.dumps({"users": {"guest": guest}}))
+    with PolymqProcess("run", workdir / "run", "--auth", f"file:{users}") as proc:
+        yield proc
+
+
+@pytest.mark.parametrize("name", ["polymq", "rabbitmq"])
+def test_a_failed_login_says_access_refused_for_the_user(
+    request: pytest.FixtureRequest, raws: list[Raw], transport: str, name: str
+) -> None:
+    """Exactly ``Access refused for user '<login>'`` and a newline: the reason is the
+    broker's to log, not the client's to read (issue 30, point 2)."""
+    if name == "polymq":
+        proc: PolymqProcess = request.getfixturevalue("run_stomp_auth")
+        broker = Broker(name, {k: proc.ports[k] for k in ("stomp", "stomp_ws")})
+    else:
+        node: RabbitNode = request.getfixturevalue("rabbit_stomp")
+        broker = Broker(name, {"stomp": node.stomp_port, "stomp_ws": node.web_stomp_port})
+    raw = broker.raw(transport)
+    raws.append(raw)
+    raw.frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": "guest",
+                          "passcode": "not the password"})  # fmt: skip
+    _, headers, body = raw.read_error()
+    assert (headers["message"], body) == ("Bad CONNECT", b"Access refused for user 'guest'\n")
     closes(broker, raw)
 
 
