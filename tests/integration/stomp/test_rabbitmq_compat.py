@@ -328,6 +328,17 @@ def invalid(destination: str, rest: str, kind: str, command: str = "SEND") -> Wo
     )
 
 
+def unknown(destination: str, command: str = "SEND") -> Wording:
+    """(Each lists its own destination types after these words.)"""
+    frame = {"destination": destination} | ({"id": "1"} if command == "SUBSCRIBE" else {})
+    return Wording(
+        [(command, frame)],
+        "Unknown destination",
+        f"'{destination}' is not a valid destination.\nValid destination types are: /temp-queue, ",
+        prefix=True,
+    )
+
+
 WORDINGS = {
     "send-without-destination": Wording(
         [("SEND", {"receipt": "r"})],
@@ -339,18 +350,8 @@ WORDINGS = {
         "Missing destination",
         "\"SUBSCRIBE\" must include a 'destination' header\n",
     ),
-    "unknown-destination-prefix": Wording(
-        [("SEND", {"destination": "/nowhere/x"})],
-        "Unknown destination",
-        "'/nowhere/x' is not a valid destination.\nValid destination types are: /temp-queue, ",
-        prefix=True,
-    ),
-    "something-else": Wording(
-        [("SUBSCRIBE", {"destination": "/something/else", "id": "1"})],
-        "Unknown destination",
-        "'/something/else' is not a valid destination.\nValid destination types are: ",
-        prefix=True,
-    ),
+    "unknown-destination-prefix": unknown("/nowhere/x"),
+    "something-else": unknown("/something/else", "SUBSCRIBE"),
     "empty-queue-name": invalid("/queue/", "/", "queue"),
     "queue-without-name": invalid("/queue", "", "queue"),
     "queue-a-b": invalid("/queue/a/b", "/a/b", "queue"),
