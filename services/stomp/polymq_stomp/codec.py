@@ -9,7 +9,8 @@ Like h11's ``Connection``, :class:`StompConnection` never touches a socket::
     transport.write(conn.send(Frame(Command.CONNECTED, (("version", "1.2"),))))
 
 On the wire a frame is ``COMMAND EOL *(header EOL) EOL body NUL``; EOL is ``\\n`` or ``\\r\\n``
-on input (any version) and ``\\n`` on output. An EOL between frames is a heart-beat. A body is
+on input (any version) and ``\\n`` on output. An EOL between frames is a heart-beat, a NUL
+between frames padding that is skipped (as RabbitMQ's reader skips it). A body is
 ``content-length`` bytes followed by NUL, or without that header everything up to the first NUL.
 Header escaping follows :attr:`StompConnection.version`, which the session sets with
 :meth:`~StompConnection.negotiate` when CONNECTED goes by: none in 1.0; ``\\\\ \\n \\c`` in 1.1;
@@ -28,6 +29,7 @@ may not send now raises :class:`~polymq_stomp.frames.LocalStompError` and change
 from __future__ import annotations
 
 import enum
+import json
 import re
 from itertools import chain
 from typing import Final, NoReturn
@@ -57,6 +59,7 @@ __all__ = [
 ]
 
 VERSIONS: Final = ("1.0", "1.1", "1.2")
+_SUPPORTED: Final = ",".join(VERSIONS)
 
 
 class NeedData:
@@ -232,8 +235,17 @@ class StompConnection:
             if not n:
                 return None
             hs = self._hscan
-            if hs == 0:  # the start of a frame: EOLs here are heart-beats
+            if hs == 0:  # the start of a frame: EOLs here are heart-beats, NULs padding
                 c = buf[0]
+                if c == 0:
+                    i = 1
+                    while i < n and buf[i] == 0:
+                        i += 1
+                    del buf[:i]
+                    n -= i
+                    if not n:
+                        return None
+                    c = buf[0]
                 if c == 10:
                     del buf[:1]
                     return HEARTBEAT
@@ -378,7 +390,8 @@ class StompConnection:
         """Raise the error for a peer sending command ``name`` now."""
         cmd = _BY_NAME.get(name)
         if cmd is None:
-            raise RemoteStompError("Bad command", f"Could not interpret command {name[:40]!r}")
+            quoted = json.dumps(name[:40], ensure_ascii=False)  # as RabbitMQ's ~p quotes it
+            raise RemoteStompError("Bad command", f"Could not interpret command {quoted}\n")
         raise self._refusal(cmd, _PEER[self.role], RemoteStompError)
 
     def _too_large(self) -> RemoteStompError:
@@ -425,7 +438,11 @@ class StompConnection:
         headers = [("message", fit(message))]
         if receipt_id is not None:
             headers.append(("receipt-id", fit(receipt_id)))
-        headers += [("content-type", "text/plain"), ("content-length", str(len(body)))]
+        headers += [
+            ("content-type", "text/plain"),
+            ("version", _SUPPORTED),  # on every ERROR, as RabbitMQ says it
+            ("content-length", str(len(body))),
+        ]
         try:
             data = self._encode(Frame(Command.ERROR, tuple(headers), body))
         except LocalStompError:  # e.g. a lone surrogate: say something rather than nothing
@@ -478,7 +495,7 @@ class StompConnection:
             return error("Bad command", detail)
         if self.state is State.CONNECTING:
             if sender is Role.CLIENT:
-                detail = f"You must log in using CONNECT first (not {cmd.value})"
+                detail = "You must log in using CONNECT first"
             else:
                 detail = f"expected CONNECTED first, not {cmd.value}"
             return error("Illegal command", detail)

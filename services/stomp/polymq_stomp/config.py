@@ -34,7 +34,9 @@ class StompSettings:
     core_tls_ca: str | None = None
     tls_cert: str | None = None  # PEM certificate (chain) for both listeners
     tls_key: str | None = None  # its PEM private key
-    stomp_max_frame: int = 16 * MIB  # bytes of one frame (headers and body), once logged in
+    # bytes of one frame (headers and body), once logged in: room for the core's largest
+    # body (POLYMQ_MAX_BODY, 16 MiB) and its headers, which RabbitMQ's STOMP takes too
+    stomp_max_frame: int = 32 * MIB
     stomp_max_frame_before_login: int = 64 * KIB  # before CONNECTED went out (at most the above)
     stomp_vhosts: str = "/"  # comma-separated vhosts the host header may select; '*' = any
     stomp_host_names: str = ""  # more host header values meaning the default vhost '/'

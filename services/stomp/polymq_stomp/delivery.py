@@ -47,6 +47,7 @@ class StompSubscription:
         "closed",
         "core",
         "drop",
+        "early",
         "held",
         "high",
         "id",
@@ -91,6 +92,8 @@ class StompSubscription:
         self.as_json = as_json  # Avro records as JSON (`accept: application/json`)
         # deliveries waiting for Avro schemas to load (in order; as_json only)
         self.held: deque[tuple[list[int], list[Message]]] = deque()
+        # deliveries that came before the SUBSCRIBE's RECEIPT went out, until opened()
+        self.early: list[tuple[list[int], list[Message]]] | None = []
         self.topic = target.kind is Kind.TOPIC
         self.ack_on_write = mode is AckMode.AUTO and not self.topic
         self.core: Subscription | None = None
@@ -111,8 +114,18 @@ class StompSubscription:
     def on_deliver(self, sub: Subscription, tags: list[int], messages: list[Message]) -> None:
         if self.core is None:
             self.core = sub  # deliveries may come before subscribe() returns
-        if not self.closed:
+        if self.early is not None:
+            self.early.append((tags, messages))
+        elif not self.closed:
             self.owner.deliver(self, tags, messages)
+
+    def opened(self) -> None:
+        """The SUBSCRIBE is answered (its RECEIPT written): MESSAGE frames may follow, those
+        of the deliveries that came before first (RabbitMQ's order)."""
+        early, self.early = self.early, None
+        for tags, messages in early or ():
+            if not self.closed:
+                self.owner.deliver(self, tags, messages)
 
     def on_end(self, sub: Subscription, error: BaseException) -> None:
         if not self.closed:

@@ -11,7 +11,9 @@ STOMP                              core                          notes
                                                                  deleted when it closes
 ``/amq/queue/x``                   ``queue/x``                   RabbitMQ
 ``/exchange/amq.topic/<key>``      ``topic/<key>``               RabbitMQ
-``/exchange/amq.direct/<key>``     ``queue/<key>``               RabbitMQ
+``/exchange/amq.direct/<key>``     ``queue/<key>``               RabbitMQ; SUBSCRIBE with
+                                                                 ``x-queue-name``: see
+                                                                 ``queues.py``
 ``/exchange/<E>[/<key>]``          an :class:`ExchangeRef`:      RabbitMQ; ``exchange.py``
                                    where AMQP's exchange ``E``   finds its type (any) and
                                    routes (SEND), the topics it  routes SENDs as AMQP
@@ -29,14 +31,21 @@ never share a destination.
 
 Names are the core's (:func:`polymq.types.Destination.parse`): letters, digits, ``_ . : -``;
 a ``/`` inside a name has no meaning in the core and is refused, as is anything else. Every
-refusal is a :class:`~polymq_stomp.refusal.Refused` (reason ``destination``) whose detail
-names the forms accepted.
+refusal is a :class:`~polymq_stomp.refusal.Refused` (reason ``destination``), in RabbitMQ's
+words where RabbitMQ refuses the same (its ``rabbit_routing_util:parse_endpoint``): no
+destination header is ``Missing destination``; ``/queue``, ``/topic``, ``/amq/queue``,
+``/temp-queue`` (and ``/stream``) followed by anything but ``/<name>``, and ``/exchange``
+by anything but ``/<name>`` or ``/<name>/<key>``, are ``Invalid destination`` ``'<what
+follows>' is not a valid <queue|topic|amqqueue|temp_queue|exchange> destination``; any other
+prefix is ``Unknown destination``. A name the core cannot take is ``Invalid destination``
+in polymq's words, which name the forms accepted.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Final
 
 from polymq.errors import BadRequest
 from polymq.types import Destination, Kind
@@ -132,6 +141,39 @@ _PREFIXES: tuple[tuple[str, Kind, str], ...] = (
 )
 
 
+# The prefixes RabbitMQ checks the shape of (its name for each, in its errors), and polymq's
+# /stream: ``<prefix>/<name>`` (an exchange: ``<prefix>/<name>[/<key>]``) and nothing else.
+_SHAPES: Final = (
+    ("/queue", "queue"),
+    ("/topic", "topic"),
+    ("/exchange", "exchange"),
+    ("/amq/queue", "amqqueue"),
+    ("/temp-queue", "temp_queue"),
+    ("/stream", "stream"),
+)
+_TYPES: Final = "/temp-queue, /exchange, /topic, /queue, /amq/queue, /stream, /control"
+
+
+def _check_shape(destination: str) -> None:
+    """Refuse, in RabbitMQ's words, a known prefix followed by a wrong number of parts."""
+    for prefix, kind in _SHAPES:
+        if destination != prefix and not destination.startswith(prefix + "/"):
+            continue
+        rest = destination[len(prefix) :]  # "" or "/..."
+        parts = rest.split("/")[1:]
+        if kind == "exchange":
+            good = 1 <= len(parts) <= 2 and parts[0] != ""
+        else:
+            good = len(parts) == 1 and parts[0] != ""
+        if not good:
+            raise Refused(
+                "destination",
+                "Invalid destination",
+                f"'{rest[:200]}' is not a valid {kind} destination\n",
+            )
+        return
+
+
 def _refuse(destination: str, why: str) -> Refused:
     """RabbitMQ's ``Invalid destination`` (a known prefix, a name it cannot take)."""
     shown = destination[:200]
@@ -166,8 +208,9 @@ def parse_destination(
         raise Refused(
             "destination",
             "Missing destination",
-            f"{command!r} must include a 'destination' header.\n{ACCEPTED}",
+            f"\"{command}\" must include a 'destination' header\n",
         )
+    _check_shape(destination)
     if destination.startswith("/temp-queue/"):
         name = destination[len("/temp-queue/") :]
         _core(Kind.QUEUE, name, destination, pattern=False)  # the client's part must be valid
@@ -189,13 +232,12 @@ def parse_destination(
             return Target(core, kind, destination, vhost_prefix=vhost_prefix)
     if destination.startswith("/exchange/"):
         name, _, key = destination[len("/exchange/") :].partition("/")
-        if not name:
-            raise _refuse(destination, "it names no exchange")
         return ExchangeRef(name, key, destination)
     raise Refused(
         "destination",
         "Unknown destination",
-        f"{destination[:200]!r} is not a valid destination.\n{ACCEPTED}",
+        f"'{destination[:200]}' is not a valid destination.\n"
+        f"Valid destination types are: {_TYPES}.\n",
     )
 
 

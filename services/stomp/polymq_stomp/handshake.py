@@ -13,12 +13,12 @@ the core is away. The session owns the handshake timeout; the heart-beats run in
 
 from __future__ import annotations
 
-import re
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from polymq.errors import Unauthorized, Unavailable
-from polymq_server.auth.logins import password_login, peer_source
+from polymq_server.auth.logins import TooManyLogins, password_login, peer_source
 
 from .codec import VERSIONS
 from .frames import Command, Frame
@@ -34,9 +34,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SERVER_NAME", "Agreement", "VersionMismatch", "agree", "version_error"]
 
+log = logging.getLogger(__name__)
+
 SERVER_NAME: Final = "polymq-stomp/0.1.0"
 _SUPPORTED: Final = ",".join(VERSIONS)
-_VERSION_RE: Final = re.compile(r"[0-9]+\.[0-9]+\Z")
 
 
 class VersionMismatch(Exception):
@@ -87,12 +88,6 @@ async def agree(
         offered = ["1.0"]
     else:
         offered = [v.strip() for v in raw.split(",")]
-        if not all(_VERSION_RE.match(v) for v in offered):
-            raise Refused(
-                "version",
-                "Version mismatch",
-                f"accept-version: {raw[:100]!r}: expected versions such as 1.0,1.1,1.2",
-            )
     common = [v for v in reversed(VERSIONS) if v in offered]
     if not common:
         raise VersionMismatch(raw or "")
@@ -109,8 +104,14 @@ async def agree(
         else:
             principal = await auth.anonymous()
     except Unauthorized as exc:
-        who = f"Access refused for user '{login[:100]}'" if login else "Access refused"
-        raise Refused("auth", "Bad CONNECT", f"{who}: {exc.message}") from None
+        if not login:
+            raise Refused("auth", "Bad CONNECT", f"Access refused: {exc.message}") from None
+        if isinstance(exc, TooManyLogins):  # (polymq's own: the client is told to wait)
+            who = f"Access refused for user '{login[:100]}'"
+            raise Refused("auth", "Bad CONNECT", f"{who}: {exc.message}") from None
+        # RabbitMQ's words, without the reason (which it only logs)
+        log.info("stomp login of %r from %s refused: %s", login[:100], peer, exc.message)
+        raise Refused("auth", "Bad CONNECT", f"Access refused for user '{login[:100]}'\n") from None
     if not link.connected:
         raise Unavailable(f"no connection to the core at {link.address}")
     refused = admission.login(principal.name)
@@ -120,9 +121,10 @@ async def agree(
     return Agreement(principal, version, vhost, client_id, (hb_out, hb_in))
 
 
-def version_error(offered: str) -> Frame:
-    """ERROR with a ``version`` header listing what we speak (STOMP 1.2 says so)."""
-    body = f"Supported versions are {_SUPPORTED}; the client accepts {offered[:100]!r}"
+def version_error() -> Frame:
+    """ERROR with a ``version`` header listing what we speak (STOMP 1.2 says so), in
+    RabbitMQ's words."""
+    body = f"Supported versions are {_SUPPORTED}\n"
     data = body.encode()
     return Frame(
         Command.ERROR,

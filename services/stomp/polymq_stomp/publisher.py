@@ -110,6 +110,8 @@ class StompPublisher:
     # ---- SEND --------------------------------------------------------------------------------
     def send(self, frame: Frame) -> None:
         session = self.session
+        if "message-id" in frame:  # (before the destination, as RabbitMQ checks it)
+            raise Refused("header", "Invalid header", "'message-id' is not allowed on 'SEND'.\n")
         target = session.targets.lookup(frame.get("destination"))
         if isinstance(target, Control):
             session.start_busy(self._control(frame, target), frame)
@@ -126,8 +128,6 @@ class StompPublisher:
     def _send_to(self, frame: Frame, target: Target) -> None:
         session = self.session
         session.authorize(Permission.WRITE, target.core)
-        if "message-id" in frame:
-            raise Refused("header", "Invalid header", "'message-id' is not allowed on 'SEND'.")
         message, temp_reply = message_from_send(frame, session.conn_id, session.vhost_prefix)
         reply = reply_target(message.reply_to) if temp_reply is None else None
         if reply is not None:  # a responder writes there: so must the sender be able to
@@ -313,8 +313,7 @@ class StompPublisher:
             raise Refused(
                 "transaction",
                 "Bad transaction",
-                f'Invalid transaction identifier: "{name[:100]}" (not begun, or already '
-                "committed or aborted)",
+                f'Invalid transaction identifier: "{name[:100]}"\n',
             )
         return tx
 
@@ -341,7 +340,7 @@ class StompPublisher:
             raise Refused(
                 "transaction",
                 "Missing transaction",
-                f"\"{frame.command.value}\" must include a 'transaction' header",
+                f"\"{frame.command.value}\" must include a 'transaction' header\n",
             )
         return name
 

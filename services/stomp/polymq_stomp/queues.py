@@ -28,11 +28,15 @@ the subscriber, when it asks for one:
   queue named after the connection's ``client-id`` (CONNECT header, none if absent) and the
   subscription ``id``, kept while the subscriber is away; whoever subscribes again with the
   same client-id and id gets what was published meanwhile, and several connections with
-  them share its messages. UNSUBSCRIBE with ``durable: true`` deletes it. ``durable: true``
+  them share its messages. A plain UNSUBSCRIBE keeps it (a SUBSCRIBE again gets its
+  RECEIPT, then what came meanwhile); UNSUBSCRIBE with ``durable: true`` (or
+  ``persistent: true``) deletes it. ``durable: true``
   without an ``id`` header is ERROR ``Missing Header``. (RabbitMQ deletes a durable
   subscription's queue when it ends unless ``auto-delete: false``; so does polymq.)
 - ``x-queue-name``: that queue (durable if asked as above, else deleted when the
-  subscription ends);
+  subscription ends); on ``/exchange/amq.direct/K`` too, where it is bound to amq.direct
+  with key K (AMQP's binding: an AMQP publish there, or to the default exchange with the
+  queue's name, reaches it), as RabbitMQ makes it, rather than reading queue K;
 - ``ack: client`` or ``client-individual`` with a ``prefetch-count`` (or ``prefetch``): a
   private queue, so that deliveries wait for acknowledgements (flow control) rather than
   end the subscription with a slow-consumer ERROR (unless the SUBSCRIBE has polymq's own

@@ -454,7 +454,8 @@ class StompSession(FrontendSession):
         self.closing = True
         self.metrics.error("version")
         self.metrics.frames_out["ERROR"].inc()
-        self._write(self.codec.send(version_error(offered)))
+        log.info("stomp %s: ERROR Version mismatch: the client accepts %r", self, offered[:100])
+        self._write(self.codec.send(version_error()))
         self._close()
 
     # ==== what the handlers share ============================================================

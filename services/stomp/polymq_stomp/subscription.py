@@ -81,6 +81,8 @@ __all__ = ["SubscriptionSession", "Subscriptions", "release"]
 _ACK_MODES: Final = {m.value: m for m in AckMode}
 _BIG_BUFFER: Final = 1 << 40  # core buffer of window-bounded subscriptions: never reached
 _CORE_TOPIC_BUFFER: Final = 16 * 1024 * 1024
+_DIRECT_EXCHANGE: Final = "amq.direct"
+_DIRECT: Final = f"/exchange/{_DIRECT_EXCHANGE}/"
 
 
 class SubscriptionSession(DeliverySession, Protocol):
@@ -147,11 +149,12 @@ class Subscriptions:
                     "subscription", "Missing header", "'SUBSCRIBE' must include an 'id' header"
                 )
             sid = destination or ""
-        if sid in self.by_id:
+        if sid in self.by_id:  # named by RabbitMQ's consumer tag: T_<id>, or Q_<destination>
+            tag = f"T_{sid}" if frame.get("id") is not None else f"Q_{sid}"
             raise Refused(
                 "subscription",
                 "Duplicated subscription identifier",
-                f"A subscription identified by {sid[:100]!r} already exists.",
+                f"A subscription identified by '{tag[:100]}' already exists.",
             )
         if len(self.by_id) >= s.stomp_max_subscriptions:
             raise Refused(
@@ -160,6 +163,8 @@ class Subscriptions:
                 f"at most {s.stomp_max_subscriptions} subscriptions per connection",
             )
         target = session.targets.lookup(destination, pattern=True, command="SUBSCRIBE")
+        if isinstance(target, Target) and "x-queue-name" in frame:
+            target = _named_direct(target)
         if isinstance(target, ExchangeRef):
             target = await session.targets.exchange_target(target, subscribe=True)
         if isinstance(target, Control):
@@ -204,10 +209,9 @@ class Subscriptions:
             session.authorize(Permission.CONFIGURE, target.core)
             client = session.client()
             await session.hub.link.guard(client, client.declare(target.core, **arguments))
-        await self.open(sid, target, mode, window, options, reads=reads)
-        receipt = frame.get("receipt")
-        if receipt is not None:
-            session.receipt(receipt)
+        await self.open(
+            sid, target, mode, window, options, reads=reads, receipt=frame.get("receipt")
+        )
 
     async def _bind(self, backing: Backing, topic: Target) -> Target:
         """Declare the queue behind a topic subscription and bind it to the topic; the
@@ -282,9 +286,11 @@ class Subscriptions:
         options: dict[str, Any],
         *,
         reads: str | None = None,
+        receipt: str | None = None,
     ) -> None:
         """Subscribe at the core and start relaying (``reads``: what READ was authorized on,
-        if not ``target``: the topic of the queue behind a topic subscription)."""
+        if not ``target``: the topic of the queue behind a topic subscription); the
+        SUBSCRIBE's ``receipt`` goes out before any MESSAGE of the subscription."""
         session = self.session
         s = session.settings
         buffer_messages = int(options.pop("buffer_messages", s.stomp_buffer_messages))
@@ -347,6 +353,10 @@ class Subscriptions:
         sub.core = core
         if sub.closed:  # the session closed while we waited: release it now
             link.spawn(release([core], [], link), "releasing a subscription")
+            return
+        if receipt is not None:
+            session.receipt(receipt)
+        sub.opened()
 
     # ---- UNSUBSCRIBE ---------------------------------------------------------------------
     def unsubscribe(self, frame: Frame) -> None:
@@ -366,7 +376,7 @@ class Subscriptions:
                 "subscription",
                 "No subscription found",
                 "UNSUBSCRIBE must refer to an existing subscription.\n"
-                f"Subscription to \"id='{sid[:100]}'\" not found.",
+                f"Subscription to \"id='{sid[:100]}'\" not found.\n",
             )
         self.by_ix.pop(sub.ix, None)
         sub.closed = True
@@ -410,7 +420,7 @@ class Subscriptions:
                 raise Refused(
                     "ack",
                     "Missing header",
-                    f'"{what}" must include the "id" header (the MESSAGE\'s ack)',
+                    f'"{what}" must include the "id" header\n',
                 )
             ix_s, _, tag_s = ack_id.partition(".")
             sub = self.by_ix.get(int(ix_s)) if ix_s.isdigit() else None
@@ -421,20 +431,16 @@ class Subscriptions:
                 raise Refused(
                     "ack",
                     "Missing header",
-                    f'"{what}" must include the "message-id" header of the MESSAGE',
+                    f'"{what}" must include the "message-id" header\n',
                 )
             entry = self.by_msgid.get(ack_id)
             sub, tag = entry if entry is not None else (None, 0)
-        if sub is None or not sub.owes(tag):
-            auto = sub is not None and sub.mode is AckMode.AUTO
+        if sub is None or not sub.owes(tag):  # (never delivered, acknowledged, or ack: auto)
             header = "id" if self.session.version == "1.2" else "message-id"
             raise Refused(
                 "ack",
                 "Invalid header",
-                f'"{what}" must include a valid "{header}" header: '
-                f"{ack_id[:100]!r} names no unacknowledged message of this connection"
-                + (" (its subscription uses ack: auto)" if auto else "")
-                + ": already acknowledged, or never delivered",
+                f'"{what}" must include a valid "{header}" header\n',
             )
         return sub, tag
 
@@ -469,6 +475,16 @@ class Subscriptions:
         if stomp_destination in self.by_id or len(self.by_id) >= s.stomp_max_subscriptions:
             return
         await self.open(stomp_destination, target, AckMode.AUTO, s.stomp_prefetch, {})
+
+
+def _named_direct(target: Target) -> Target | ExchangeRef:
+    """``/exchange/amq.direct/K`` with ``x-queue-name``: as RabbitMQ, the named queue bound
+    to amq.direct with key K (an :class:`ExchangeRef`, so a topic subscription served by that
+    queue, ``queues.py``), not the queue K that the destination reads without it."""
+    stomp = target.stomp
+    if not stomp.startswith(_DIRECT):
+        return target
+    return ExchangeRef(_DIRECT_EXCHANGE, stomp[len(_DIRECT) :], stomp)
 
 
 def _stream_offset(raw: str) -> str | int | float:

@@ -129,7 +129,7 @@ CASES = {
     "malformed-accept-version": Case(
         frame("CONNECT", **{"accept-version": "1.x", "host": "h"}),
         "Version mismatch",
-        "1.x",
+        "Supported versions are 1.0,1.1,1.2",
         before=True,
     ),
     "malformed-heart-beat": Case(
@@ -173,8 +173,15 @@ CASES = {
         "header too long",
         str(MAX_HEADER_LENGTH),
     ),
-    "bad-ack-id": Case(frame("ACK", id="1.999", receipt="a"), "Invalid header", "1.999", "a"),
-    "bad-nack-id": Case(frame("NACK", id="nonsense"), "Invalid header", "nonsense"),
+    "bad-ack-id": Case(
+        frame("ACK", id="1.999", receipt="a"),
+        "Invalid header",
+        '"ACK" must include a valid "id" header',
+        "a",
+    ),
+    "bad-nack-id": Case(
+        frame("NACK", id="nonsense"), "Invalid header", '"NACK" must include a valid "id" header'
+    ),
     "ack-without-id": Case(frame("ACK"), "Missing header", '"id"'),
     "unknown-subscription": Case(
         frame("UNSUBSCRIBE", id="nope", receipt="u"), "No subscription found", "nope", "u"
@@ -195,17 +202,19 @@ CASES = {
     "unknown-destination-prefix": Case(
         frame("SEND", b"lost", destination="/nowhere/x", receipt="r1"),
         "Unknown destination",
-        "/queue/<name>",
+        "Valid destination types are: /temp-queue, /exchange, /topic, /queue, /amq/queue",
         "r1",
     ),
     "slash-in-a-name": Case(
-        frame(SUB, destination="/queue/a/b", id="1"), "Invalid destination", "/queue/a/b"
+        frame(SUB, destination="/queue/a/b", id="1"),
+        "Invalid destination",
+        "'/a/b' is not a valid queue destination",
     ),
     "bad-characters": Case(
         frame("SEND", destination="/queue/a b"), "Invalid destination", "/queue/a b"
     ),
     "missing-destination": Case(
-        frame("SEND", b"where?"), "Missing destination", "'SEND' must include a 'destination'"
+        frame("SEND", b"where?"), "Missing destination", "\"SEND\" must include a 'destination'"
     ),
     "unknown-exchange": Case(
         frame("SEND", destination="/exchange/nosuch/x", receipt="x"),

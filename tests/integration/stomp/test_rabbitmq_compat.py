@@ -10,6 +10,7 @@ authentication here and takes any login)."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pika
 import pytest
+
+from polymq_server.auth.provider import hash_password
 
 from ...procs import PolymqProcess
 from ...rabbit import RabbitNode
@@ -232,6 +235,49 @@ def test_a_16_mib_frame_is_taken_once_logged_in(
     assert len(frames[-1][2]) == len(body)
 
 
+def test_a_16_mib_body_to_a_topic_reaches_both_subscribers(
+    broker: Broker, transport: str, raws: list[Raw]
+) -> None:
+    """A SEND of 16 MiB of body, and its headers, to a topic with two subscribers (issue 30,
+    point 3): RabbitMQ takes it, and so does polymq's default frame limit."""
+    topic = f"/topic/{unique()}"
+    subscribers = [opened(raws, broker, transport), opened(raws, broker, "tcp")]
+    for raw in subscribers:
+        raw.frame("SUBSCRIBE", {"destination": topic, "id": "big", "receipt": "s"})
+        until(raw, "RECEIPT")
+    producer = opened(raws, broker, transport)
+    body = b"0123456789abcdef" * (MIB // 16) * 16  # (RabbitMQ's Web-STOMP sends text)
+    headers = {"destination": topic, "receipt": "big", "content-length": str(len(body))}
+    producer.frame("SEND", headers, body)
+    until(producer, "RECEIPT", **{"receipt-id": "big"})
+    for raw in subscribers:
+        [(_, got, received)] = messages_in(raw, 1)
+        assert (got["subscription"], len(received)) == ("big", len(body))
+        assert received == body
+
+
+@pytest.mark.parametrize(
+    "padding",
+    [b"\0", b"\n\0", b"\0\n", b"\r\n\0\0\n", b"\0" * 5],
+    ids=["nul", "eol-nul", "nul-eol", "mixed", "nuls"],
+)
+def test_newlines_and_nuls_between_frames_are_padding(
+    broker: Broker, transport: str, raws: list[Raw], padding: bytes
+) -> None:
+    """EOLs and NULs between frames, right after a frame's NUL and before the next command
+    (issue 30, point 3): RabbitMQ skips them, and so does polymq."""
+    q = f"/queue/{unique()}"
+    raw = opened(raws, broker, transport)
+    subscribe = f"SUBSCRIBE\ndestination:{q}\nid:1\n\n\0".encode()
+    send = f"SEND\ndestination:{q}\nreceipt:r\n\npadded\0".encode()
+    raw.send(padding + subscribe + padding + send + padding)
+    frames = until(raw, "MESSAGE")
+    assert [c for c, _, _ in frames if c == "ERROR"] == []
+    assert frames[-1][2] == b"padded"
+    raw.frame("SEND", {"destination": q, "receipt": "after"}, b"still open")
+    until(raw, "RECEIPT", **{"receipt-id": "after"})
+
+
 def test_a_frame_before_login_is_64_kib_at_most(
     polymq: Broker, transport: str, raws: list[Raw]
 ) -> None:
@@ -261,28 +307,69 @@ def test_send_with_a_message_id_header_is_refused(
 
 
 # ---- 8. ERROR frames in RabbitMQ's words ---------------------------------------------------
+# Each body is RabbitMQ 3.10's to the byte (its ``~n`` newlines included; issue 30, point 2),
+# or, where ``prefix``, begins so (the list of destination types is each broker's own).
 @dataclass(frozen=True)
 class Wording:
     frames: list[tuple[str, dict[str, str]]]  # after a CONNECT (1.2) if ``login``
     message: str
-    body: str  # a part of the body both say
+    body: str
     login: bool = True
+    prefix: bool = False
+
+
+CONNECT_10 = ("CONNECT", LOGIN)  # no accept-version: STOMP 1.0
+
+
+def invalid(destination: str, rest: str, kind: str, command: str = "SEND") -> Wording:
+    frame = {"destination": destination} | ({"id": "1"} if command == "SUBSCRIBE" else {})
+    return Wording(
+        [(command, frame)], "Invalid destination", f"'{rest}' is not a valid {kind} destination\n"
+    )
+
+
+def unknown(destination: str, command: str = "SEND") -> Wording:
+    """(Each lists its own destination types after these words.)"""
+    frame = {"destination": destination} | ({"id": "1"} if command == "SUBSCRIBE" else {})
+    return Wording(
+        [(command, frame)],
+        "Unknown destination",
+        f"'{destination}' is not a valid destination.\nValid destination types are: /temp-queue, ",
+        prefix=True,
+    )
 
 
 WORDINGS = {
     "send-without-destination": Wording(
-        [("SEND", {"receipt": "r"})], "Missing destination", "'destination' header"
+        [("SEND", {"receipt": "r"})],
+        "Missing destination",
+        "\"SEND\" must include a 'destination' header\n",
     ),
     "subscribe-without-destination": Wording(
-        [("SUBSCRIBE", {"id": "1"})], "Missing destination", "'destination' header"
+        [("SUBSCRIBE", {"id": "1"})],
+        "Missing destination",
+        "\"SUBSCRIBE\" must include a 'destination' header\n",
     ),
-    "unknown-destination-prefix": Wording(
-        [("SEND", {"destination": "/nowhere/x"})],
-        "Unknown destination",
-        "'/nowhere/x' is not a valid destination",
+    "unknown-destination-prefix": unknown("/nowhere/x"),
+    "something-else": unknown("/something/else", "SUBSCRIBE"),
+    "empty-queue-name": invalid("/queue/", "/", "queue"),
+    "queue-without-name": invalid("/queue", "", "queue"),
+    "queue-a-b": invalid("/queue/a/b", "/a/b", "queue"),
+    "topic-a-b": invalid("/topic/a/b", "/a/b", "topic", "SUBSCRIBE"),
+    "empty-topic-name": invalid("/topic/", "/", "topic"),
+    "exchange-a-b-c": invalid("/exchange/a/b/c", "/a/b/c", "exchange"),
+    "exchange-without-name": invalid("/exchange//foo", "//foo", "exchange", "SUBSCRIBE"),
+    "exchange-alone": invalid("/exchange", "", "exchange"),
+    "empty-amq-queue-name": invalid("/amq/queue/", "/", "amqqueue"),
+    "subscribe-to-a-missing-exchange": Wording(
+        [("SUBSCRIBE", {"destination": "/exchange/nosuch/k", "id": "1"})],
+        "not_found",
+        "NOT_FOUND - no exchange 'nosuch' in vhost '/'",
     ),
-    "empty-queue-name": Wording(
-        [("SEND", {"destination": "/queue/"})], "Invalid destination", "is not a valid"
+    "send-with-message-id-to-a-bad-destination": Wording(
+        [("SEND", {"destination": "/nowhere/x", "message-id": "mine"})],
+        "Invalid header",
+        "'message-id' is not allowed on 'SEND'.\n",
     ),
     "duplicate-subscription": Wording(
         [
@@ -290,25 +377,42 @@ WORDINGS = {
             ("SUBSCRIBE", {"destination": "/queue/d2", "id": "s"}),
         ],
         "Duplicated subscription identifier",
-        "already exists",
+        "A subscription identified by 'T_s' already exists.",
+    ),
+    "duplicate-subscription-1.0": Wording(
+        [CONNECT_10, *[("SUBSCRIBE", {"destination": "/queue/d1"})] * 2],
+        "Duplicated subscription identifier",
+        "A subscription identified by 'Q_/queue/d1' already exists.",
+        login=False,
     ),
     "send-in-an-unknown-transaction": Wording(
         [("SEND", {"destination": "/queue/x", "transaction": "t9"})],
         "Bad transaction",
-        'Invalid transaction identifier: "t9"',
+        'Invalid transaction identifier: "t9"\n',
     ),
     "commit-of-an-unknown-transaction": Wording(
         [("COMMIT", {"transaction": "t9"})],
         "Bad transaction",
-        'Invalid transaction identifier: "t9"',
+        'Invalid transaction identifier: "t9"\n',
+    ),
+    "abort-of-an-unknown-transaction": Wording(
+        [("ABORT", {"transaction": "t9"})],
+        "Bad transaction",
+        'Invalid transaction identifier: "t9"\n',
     ),
     "begin-without-transaction": Wording(
-        [("BEGIN", {})], "Missing transaction", "\"BEGIN\" must include a 'transaction' header"
+        [("BEGIN", {})], "Missing transaction", "\"BEGIN\" must include a 'transaction' header\n"
+    ),
+    "commit-without-transaction": Wording(
+        [("COMMIT", {})],
+        "Missing transaction",
+        "\"COMMIT\" must include a 'transaction' header\n",
     ),
     "unsubscribe-unknown": Wording(
         [("UNSUBSCRIBE", {"id": "zz"})],
         "No subscription found",
-        "UNSUBSCRIBE must refer to an existing subscription.",
+        "UNSUBSCRIBE must refer to an existing subscription.\n"
+        "Subscription to \"id='zz'\" not found.\n",
     ),
     "unsubscribe-without-id": Wording(
         [("UNSUBSCRIBE", {})],
@@ -316,12 +420,27 @@ WORDINGS = {
         "UNSUBSCRIBE must include a 'destination' or 'id' header",
     ),
     "ack-without-id": Wording(
-        [("ACK", {})], "Missing header", '"ACK" must include the "id" header'
+        [("ACK", {})], "Missing header", '"ACK" must include the "id" header\n'
+    ),
+    "nack-without-id": Wording(
+        [("NACK", {})], "Missing header", '"NACK" must include the "id" header\n'
+    ),
+    "ack-without-message-id-1.0": Wording(
+        [CONNECT_10, ("ACK", {})],
+        "Missing header",
+        '"ACK" must include the "message-id" header\n',
+        login=False,
     ),
     "ack-of-nothing": Wording(
-        [("ACK", {"id": "zz"})], "Invalid header", '"ACK" must include a valid "id" header'
+        [("ACK", {"id": "zz"})], "Invalid header", '"ACK" must include a valid "id" header\n'
     ),
-    "unknown-command": Wording([("FOO", {})], "Bad command", "Could not interpret command"),
+    "unknown-command": Wording([("FOO", {})], "Bad command", 'Could not interpret command "FOO"\n'),
+    "unknown-command-1.0": Wording(
+        [CONNECT_10, ("BAR", {})],
+        "Bad command",
+        'Could not interpret command "BAR"\n',
+        login=False,
+    ),
     "send-before-connect": Wording(
         [("SEND", {"destination": "/queue/x"})],
         "Illegal command",
@@ -331,7 +450,13 @@ WORDINGS = {
     "no-common-version": Wording(
         [("CONNECT", {"accept-version": "3.0", "host": "/", **LOGIN})],
         "Version mismatch",
-        "Supported versions are 1.0,1.1,1.2",
+        "Supported versions are 1.0,1.1,1.2\n",
+        login=False,
+    ),
+    "no-version-at-all": Wording(
+        [("CONNECT", {"accept-version": "x.y,", "host": "/", **LOGIN})],
+        "Version mismatch",
+        "Supported versions are 1.0,1.1,1.2\n",
         login=False,
     ),
 }
@@ -349,7 +474,44 @@ def test_error_frames_say_what_rabbitmq_says(
         raw.frame(command, headers)
     _, headers, body = until(raw, "ERROR")[-1]
     assert headers["message"] == case.message, (headers, body)
-    assert case.body.encode() in body, body
+    assert headers["version"] == "1.0,1.1,1.2", headers  # on every ERROR
+    if case.prefix:
+        assert body.startswith(case.body.encode()), body
+    else:
+        assert body == case.body.encode()
+    closes(broker, raw)
+
+
+@pytest.fixture(scope="module")
+def run_stomp_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolymqProcess]:
+    """``polymq run`` that checks logins: guest/guest, as RabbitMQ's default user."""
+    workdir: Path = tmp_path_factory.mktemp("stomp-compat-auth")
+    users = workdir / "users.json"
+    grants = [{"pattern": "*", "permissions": ["read", "write", "configure"]}]
+    guest = {"password_hash": hash_password("guest"), "grants": grants}
+    users.write_text(json.dumps({"users": {"guest": guest}}))
+    with PolymqProcess("run", workdir / "run", "--auth", f"file:{users}") as proc:
+        yield proc
+
+
+@pytest.mark.parametrize("name", ["polymq", "rabbitmq"])
+def test_a_failed_login_says_access_refused_for_the_user(
+    request: pytest.FixtureRequest, raws: list[Raw], transport: str, name: str
+) -> None:
+    """Exactly ``Access refused for user '<login>'`` and a newline: the reason is the
+    broker's to log, not the client's to read (issue 30, point 2)."""
+    if name == "polymq":
+        proc: PolymqProcess = request.getfixturevalue("run_stomp_auth")
+        broker = Broker(name, {k: proc.ports[k] for k in ("stomp", "stomp_ws")})
+    else:
+        node: RabbitNode = request.getfixturevalue("rabbit_stomp")
+        broker = Broker(name, {"stomp": node.stomp_port, "stomp_ws": node.web_stomp_port})
+    raw = broker.raw(transport)
+    raws.append(raw)
+    raw.frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": "guest",
+                          "passcode": "not the password"})  # fmt: skip
+    _, headers, body = raw.read_error()
+    assert (headers["message"], body) == ("Bad CONNECT", b"Access refused for user 'guest'\n")
     closes(broker, raw)
 
 
@@ -516,6 +678,35 @@ def test_a_durable_subscription_keeps_what_comes_while_away(
     again.frame("UNSUBSCRIBE", {"id": "d", "durable": "true"})
 
 
+@pytest.mark.parametrize("header", ["durable", "persistent"])
+def test_a_durable_subscription_outlives_a_plain_unsubscribe(
+    broker: Broker, transport: str, raws: list[Raw], header: str
+) -> None:
+    """A plain UNSUBSCRIBE only stops the deliveries: the queue keeps what comes meanwhile
+    for a SUBSCRIBE again with the same id, which has its RECEIPT and then that message
+    (issue 30, point 1); only an UNSUBSCRIBE with ``durable: true`` (or ``persistent:
+    true``) deletes it."""
+    topic = f"/topic/{unique()}"
+    headers = {header: "true", "auto-delete": "false"}
+    raw = opened(raws, broker, transport, **{"client-id": unique("cl")})
+    producer = opened(raws, broker, "tcp")
+    assert durable_sub(raw, topic, "d", **headers) == []
+    publish(producer, topic, b"while subscribed")
+    assert until(raw, "MESSAGE")[-1][2] == b"while subscribed"
+    raw.frame("UNSUBSCRIBE", {"id": "d", "receipt": "u1"})
+    until(raw, "RECEIPT", **{"receipt-id": "u1"})
+    publish(producer, topic, b"while unsubscribed")
+    assert durable_sub(raw, topic, "d", **headers) == []  # the RECEIPT comes first
+    got = messages_in(raw, 1)
+    assert [(h["subscription"], b) for _, h, b in got] == [("d", b"while unsubscribed")]
+    # UNSUBSCRIBE with the durable header deletes the queue: nothing is kept after it
+    raw.frame("UNSUBSCRIBE", {"id": "d", header: "true", "receipt": "u2"})
+    until(raw, "RECEIPT", **{"receipt-id": "u2"})
+    publish(producer, topic, b"after the delete")
+    assert messages_in(raw, 0, durable_sub(raw, topic, "d", **headers)) == []
+    raw.frame("UNSUBSCRIBE", {"id": "d", header: "true"})
+
+
 def test_a_durable_subscription_without_auto_delete_false_goes_with_its_subscriber(
     broker: Broker, raws: list[Raw]
 ) -> None:
@@ -578,6 +769,31 @@ def test_x_queue_name_names_the_queue_behind_a_topic_subscription(
     publish(producer, f"/amq/queue/{name}", b"straight to the queue")
     got = [(h["destination"], b) for _, h, b in messages_in(consumer, 2)]
     assert got == [(topic, b"through the topic"), (f"/queue/{name}", b"straight to the queue")]
+
+
+def test_x_queue_name_on_amq_direct_makes_a_queue_bound_with_the_key(
+    broker: Broker, transport: str, raws: list[Raw], amqp: Channel
+) -> None:
+    """SUBSCRIBE ``/exchange/amq.direct/K`` with ``x-queue-name: Q``: a real queue Q, bound
+    to amq.direct with key K (issue 30, point 4), that AMQP publishes to by its name."""
+    key, name = unique("key"), unique("named")
+    consumer = opened(raws, broker, transport)
+    consumer.frame(
+        "SUBSCRIBE",
+        {"destination": f"/exchange/amq.direct/{key}", "id": "x", "x-queue-name": name,
+         "receipt": "s"},
+    )  # fmt: skip
+    until(consumer, "RECEIPT")
+    amqp.basic_publish("", name, b"to the queue by its name")
+    amqp.basic_publish("amq.direct", key, b"through amq.direct")
+    amqp.basic_publish("amq.direct", unique("other"), b"another key")
+    got = [(h["subscription"], h["destination"], b) for _, h, b in messages_in(consumer, 2)]
+    assert got == [
+        ("x", f"/queue/{name}", b"to the queue by its name"),
+        ("x", f"/exchange/amq.direct/{key}", b"through amq.direct"),
+    ]
+    consumer.frame("UNSUBSCRIBE", {"id": "x", "receipt": "u"})
+    until(consumer, "RECEIPT", **{"receipt-id": "u"})
 
 
 def test_x_max_length_on_a_topic_subscription(broker: Broker, raws: list[Raw]) -> None:

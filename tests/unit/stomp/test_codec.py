@@ -225,6 +225,17 @@ def test_heartbeats_between_frames_and_after_nul() -> None:
     )
 
 
+def test_nuls_between_frames_are_padding() -> None:
+    """As RabbitMQ's reader: a NUL right after a frame's NUL, or before a command, is
+    skipped (no event); an EOL among them is still a heart-beat."""
+    one = wire("SEND", "destination:/q", body=b"x")
+    frame = send_frame(("destination", "/q"), body=b"x")
+    tr(open_server, b"\0" + one + b"\0\n\0\0" + one + b"\0", [frame, HEARTBEAT, frame])
+    tr(open_server, b"\0\0\0", [])
+    tr(server, b"\0\r\n\0", [HEARTBEAT], state=State.CONNECTING)
+    tr(open_server, one + b"\0\0", [frame, CLOSED], eof=True, state=State.CLOSED)
+
+
 def test_heartbeats_before_connect_and_sent() -> None:
     tr(server, b"\n\r\n", [HEARTBEAT, HEARTBEAT], state=State.CONNECTING)
     conn = open_client()
@@ -233,7 +244,7 @@ def test_heartbeats_before_connect_and_sent() -> None:
 
 
 def test_a_cr_that_is_not_an_eol_is_not_a_heartbeat() -> None:
-    tr(open_server, b"\rX\n\n\0", [], error="Bad command", detail="'\\rX'")
+    tr(open_server, b"\rX\n\n\0", [], error="Bad command", detail='"\\rX"')
 
 
 # ---- header escaping ----------------------------------------------------------------------
@@ -367,9 +378,9 @@ def test_escaping_on_the_wire(version: str, wire_line: bytes) -> None:
 @pytest.mark.parametrize(
     ("data", "error", "detail"),
     [
-        (b"FOO\n\n\0", "Bad command", "'FOO'"),
-        (b"send\n\n\0", "Bad command", "'send'"),
-        (b"SEND \n\n\0", "Bad command", "'SEND '"),
+        (b"FOO\n\n\0", "Bad command", 'Could not interpret command "FOO"\n'),
+        (b"send\n\n\0", "Bad command", '"send"'),
+        (b"SEND \n\n\0", "Bad command", '"SEND "'),
         (b"MESSAGE\n\n\0", "Bad command", "a client does not send it"),
         (b"CONNECTED\n\n\0", "Bad command", "a client does not send it"),
         (b"CONNECT\n\n\0", "Illegal command", "when the connection is open"),
@@ -426,7 +437,8 @@ def test_http_is_refused_before_its_first_line_ends() -> None:
 
 def test_frames_before_connect() -> None:
     for cmd in sorted(CLIENT_COMMANDS - {Command.CONNECT, Command.STOMP}, key=lambda c: c.value):
-        tr(server, wire(cmd.value), [], error="Illegal command", detail=cmd.value)
+        detail = "You must log in using CONNECT first"  # RabbitMQ's words
+        tr(server, wire(cmd.value), [], error="Illegal command", detail=detail)
     # and a client that sent CONNECT gets CONNECTED or ERROR first
     for cmd in (Command.MESSAGE, Command.RECEIPT):
         tr(connecting_client, wire(cmd.value), [], error="Illegal command", detail=cmd.value)
@@ -647,6 +659,7 @@ def test_error_bytes_in_any_state(state: State) -> None:
             ("message", "bad thing"),
             ("receipt-id", "r-7"),
             ("content-type", "text/plain"),
+            ("version", "1.0,1.1,1.2"),  # on every ERROR, as RabbitMQ
             ("content-length", str(len(body))),
         ),
         body,

@@ -45,21 +45,57 @@ def test_topic_patterns_only_where_asked() -> None:
     assert err.value.reason == "destination"
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [None, "", "queue/x", "/queue/", "/queue/a/b", "/queue/sp ace", "/nowhere/x",
-     "/exchange/", "/exchange//x", "/temp-queue/a/b", "/queue/.x"],
-)  # fmt: skip
-def test_refusals_name_the_accepted_forms(bad: str | None) -> None:
+@pytest.mark.parametrize("bad", ["/queue/sp ace", "/queue/.x", "/topic/a..b"])
+def test_names_the_core_cannot_take_are_refused_naming_the_accepted_forms(bad: str) -> None:
     with pytest.raises(Refused) as err:
         parse_destination(bad, CONN)
-    assert err.value.reason == "destination"
+    assert (err.value.reason, err.value.message) == ("destination", "Invalid destination")
     assert "/queue/<name>" in err.value.detail
+
+
+@pytest.mark.parametrize(
+    ("bad", "message", "detail"),
+    [
+        (None, "Missing destination", "\"SEND\" must include a 'destination' header\n"),
+        ("", "Missing destination", "\"SEND\" must include a 'destination' header\n"),
+        ("/queue", "Invalid destination", "'' is not a valid queue destination\n"),
+        ("/queue/", "Invalid destination", "'/' is not a valid queue destination\n"),
+        ("/queue/a/b", "Invalid destination", "'/a/b' is not a valid queue destination\n"),
+        ("/queue/a/", "Invalid destination", "'/a/' is not a valid queue destination\n"),
+        ("/topic/a/b", "Invalid destination", "'/a/b' is not a valid topic destination\n"),
+        ("/amq/queue", "Invalid destination", "'' is not a valid amqqueue destination\n"),
+        ("/temp-queue/a/b", "Invalid destination",
+         "'/a/b' is not a valid temp_queue destination\n"),
+        ("/exchange", "Invalid destination", "'' is not a valid exchange destination\n"),
+        ("/exchange/", "Invalid destination", "'/' is not a valid exchange destination\n"),
+        ("/exchange//x", "Invalid destination", "'//x' is not a valid exchange destination\n"),
+        ("/exchange/orders/a/b", "Invalid destination",
+         "'/orders/a/b' is not a valid exchange destination\n"),
+        ("/exchange/amq.topic/a/b", "Invalid destination",
+         "'/amq.topic/a/b' is not a valid exchange destination\n"),
+        ("/stream/", "Invalid destination", "'/' is not a valid stream destination\n"),
+        ("queue/x", "Unknown destination", "'queue/x' is not a valid destination.\n"
+         "Valid destination types are: /temp-queue, /exchange, /topic, /queue, /amq/queue, "
+         "/stream, /control.\n"),
+        ("/queuex", "Unknown destination", "'/queuex' is not a valid destination.\n"),
+        ("/nowhere/x", "Unknown destination", "'/nowhere/x' is not a valid destination.\n"),
+    ],
+)  # fmt: skip
+def test_refusals_of_a_shape_in_rabbitmqs_exact_words(
+    bad: str | None, message: str, detail: str
+) -> None:
+    """As ``rabbit_routing_util:parse_endpoint`` and the plugin's ``with_destination``."""
+    with pytest.raises(Refused) as err:
+        parse_destination(bad, CONN)
+    assert (err.value.reason, err.value.message) == ("destination", message)
+    assert err.value.detail.startswith(detail), err.value.detail
+    if message == "Invalid destination":
+        assert err.value.detail == detail
 
 
 def test_slash_inside_a_name_is_explained() -> None:
     with pytest.raises(Refused) as err:
-        parse_destination("/queue/a/b", CONN)
+        parse_destination("/control/count-msgs/queue/a/b", CONN)
     assert "cannot contain '/'" in err.value.detail
 
 
@@ -131,7 +167,7 @@ def test_control_destinations_count_in_the_vhost() -> None:
 @pytest.mark.parametrize(
     ("destination", "message", "detail"),
     [
-        (None, "Missing destination", "'SUBSCRIBE' must include a 'destination' header"),
+        (None, "Missing destination", "\"SUBSCRIBE\" must include a 'destination' header\n"),
         ("/nowhere/x", "Unknown destination", "'/nowhere/x' is not a valid destination"),
         ("/queue/a b", "Invalid destination", "'/queue/a b' is not a valid destination"),
     ],
@@ -149,7 +185,7 @@ def test_refusals_in_rabbitmqs_words(destination: str | None, message: str, deta
         ("/exchange/amq.fanout", "amq.fanout", ""),
         ("/exchange/amq.fanout/k", "amq.fanout", "k"),
         ("/exchange/orders/eu.new", "orders", "eu.new"),
-        ("/exchange/orders/a/b", "orders", "a/b"),  # a key is any text
+        ("/exchange/orders/a.b-c", "orders", "a.b-c"),
     ],
 )
 def test_other_exchanges_wait_for_their_type(stomp: str, name: str, key: str) -> None:
