@@ -51,7 +51,9 @@ log = logging.getLogger(__name__)
 
 _BALANCE_EVERY = 10.0  # seconds between looks at how the shards' leaders are spread
 _UNREADY_EVERY = 1.0  # seconds between looks at whether this node's pod is not ready
-_ASK_WITHIN = 1.5  # seconds a stream's leader may take to say how its replicas are
+# seconds a stream's leader may take to answer a look at the stream (who leads, how its
+# replicas are): a dead leader's stream does not answer (leadership.py waits as long)
+ASK_WITHIN = 1.5
 _CAUGHT_UP = 100  # entries a node may be behind and still be handed a shard's lead, and:
 _BEHIND = 0.5  # seconds of a shard's writes it may be behind besides (see _caught_up)
 _ACTIVE = 3.0  # seconds the stream's leader may not have heard from a replica that may lead
@@ -183,7 +185,7 @@ class Balancer:
             if not targets:
                 continue
             target = min(targets, key=lambda n: (len(led[n]), n))
-            if len(led[target]) + 1 <= share and await self._caught_up(i, [target], _ASK_WITHIN):
+            if len(led[target]) + 1 <= share and await self._caught_up(i, [target], ASK_WITHIN):
                 await self.leads.hand(i, target, "balance")
                 return
 
@@ -352,7 +354,7 @@ class Balancer:
         for i, shard in enumerate(self.host.broker.shards):
             if self.leads.leaders.get(i) != self.host.node_id or not shard.leading:
                 continue
-            target = await self.heir(i, others, _ASK_WITHIN)
+            target = await self.heir(i, others, ASK_WITHIN)
             if target is not None:
                 await self.leads.hand(i, target, "not ready here")
                 return

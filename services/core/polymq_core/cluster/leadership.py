@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..replication.jetstream import check_cancelled
 from ..store.logentry import LogError
-from .balancer import Balancer, BalancerHost
+from .balancer import ASK_WITHIN, Balancer, BalancerHost
 from .replicas import Replicas
 
 if TYPE_CHECKING:
@@ -54,7 +54,6 @@ __all__ = ["LeadershipHost", "ShardLeadership"]
 log = logging.getLogger(__name__)
 
 _POLL = 1.0  # seconds between looks at who leads each shard's stream
-_INFO_TIMEOUT = 1.5  # seconds a look may take (a dead leader's stream does not answer)
 _HEIR_LOOK = 0.5  # seconds a stopping node waits for the replicas' state to pick an heir
 # seconds a stopping node waits for a shard's last writes to be in the log, and for its
 # stream's step-down to be answered
@@ -141,7 +140,7 @@ class ShardLeadership:
     async def stream_leader(self, shard: int) -> str | None:
         """Who leads shard ``shard``'s stream now (None: nobody, or no answer in time)."""
         try:
-            leader, _ = await asyncio.wait_for(self.host.logs[shard].info(), _INFO_TIMEOUT)
+            leader, _ = await asyncio.wait_for(self.host.logs[shard].info(), ASK_WITHIN)
         except (LogError, TimeoutError):
             return None
         return leader
@@ -193,7 +192,7 @@ class ShardLeadership:
         assert self.host.broker is not None
         now = time.monotonic()
         try:
-            leader, _ = await asyncio.wait_for(self.host.logs[i].info(), _INFO_TIMEOUT)
+            leader, _ = await asyncio.wait_for(self.host.logs[i].info(), ASK_WITHIN)
         except (LogError, TimeoutError):
             # No answer is not "no leader": under load a look can time out. Keep what we
             # knew for routing; only a long silence counts as leaderless (below).
