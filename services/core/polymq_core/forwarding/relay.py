@@ -752,10 +752,14 @@ class Relay(RequestHolding):
         return request.options if seq is None else {**request.options, "offset": seq}
 
     def _forget(self, sid: int) -> None:
-        """``sid`` ended: nothing of it is kept (its request, what it held, where it read)."""
+        """``sid`` ended: nothing of it is kept (its request, what it held, where it read,
+        its acks still unanswered: an answer that comes later finds nothing to settle)."""
         self.requests.pop(sid, None)
         self.held.pop(sid, None)
         self.next_seq.pop(sid, None)
+        settling = self._settling
+        for rid in [rid for rid, (_, of, _) in settling.items() if of == sid]:
+            del settling[rid]
 
     def _unwait(self, moving: _RemoteSub | None) -> None:
         """Acks that waited for a subscription that moved here, or never moved: served now

@@ -328,6 +328,23 @@ async def test_an_ack_the_old_leader_refused_is_sent_to_the_new_one(
     relay.close()
 
 
+async def test_a_subscription_that_ends_keeps_none_of_its_unanswered_acks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    relay = _acking_relay(monkeypatch, {"now": "n2"})
+    n2 = AskedPeer("n2", relay)
+    relay.links["n2"] = n2  # type: ignore[assignment]
+    relay.subs[SID] = _RemoteSub("n2", relay.requests[SID], 0, 2, 0)
+    relay.held[SID] = {1: "m1", 2: "m2"}
+    assert relay.take(Ack(0, SID, [1], False))  # no answer yet
+    assert len(relay._settling) == 1
+    relay.from_peer(n2, Cancelled(SID, "deleted", "the queue was deleted"))  # type: ignore[arg-type]
+    assert SID not in relay.subs and not relay.held and not relay._settling
+    n2.answer_acks(ok=True)  # the late answer finds nothing to settle
+    assert not relay._settling and not relay.held
+    relay.close()
+
+
 class AnsweringPeer:
     """The link to node ``node``: it answers each request ``after`` seconds, with Ok."""
 
