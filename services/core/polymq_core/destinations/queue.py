@@ -296,8 +296,6 @@ class Queue:
         """The next ready message by priority then sequence; expired ones are discarded."""
         ready = self.ready
         requeued = self.requeued
-        if self.pages is not None and self.pages.count:
-            self._page_in()
         while self.count:
             level = self._top_priority  # no message sits above it
             while True:
@@ -385,10 +383,15 @@ class Queue:
         self.shard.sensors.on_redeliver(reason, 1)
 
     def pump(self) -> None:
-        """Deliver ready messages to waiters and consumers with credit."""
+        """Deliver ready messages to waiters and consumers with credit; then read the next
+        page back if the window has room for one (asked once per pump, not per message:
+        the read starts on a later turn of the loop either way)."""
+        self._pump()
+        if self.pages is not None and self.pages.count:
+            self._page_in()
+
+    def _pump(self) -> None:
         if not self.count:
-            if self.pages is not None and self.pages.count:
-                self._page_in()
             return
         now = time.time()
         while self.waiters and self.count:
@@ -603,6 +606,8 @@ class Queue:
         if out:
             self.delivered += len(out)
             self.shard.sensors.on_deliver(len(out))
+        if self.pages is not None and self.pages.count:
+            self._page_in()
         return out
 
     def settle_lease(

@@ -165,6 +165,12 @@ LOAD_MESSAGES = (
     " LEFT JOIN deliveries d ON d.destination = m.destination AND d.seq = m.seq"
     " WHERE m.destination = ? AND m.seq > ? ORDER BY m.seq"
 )
+# the same without delivery counts (None), for a store that has none (a single node's):
+# half the cost of the read, which does not look up each message's count in vain
+LOAD_MESSAGES_UNMARKED = (
+    "SELECT seq, blob, NULL FROM messages WHERE destination = ? AND seq > ? ORDER BY seq"
+)
+ANY_DELIVERY = "SELECT 1 FROM deliveries LIMIT 1"
 LOAD_DESTINATIONS = """
     SELECT d.destination, d.options, d.metadata, coalesce(s.last_seq, 0)
       FROM destinations d LEFT JOIN sequences s ON s.destination = d.destination
@@ -268,6 +274,36 @@ def _delete_sql(seqs: int, table: str = "messages") -> str:
     return f"DELETE FROM {table} WHERE destination = ? AND seq IN ({','.join('?' * seqs)})"
 
 
+_DELETE_RANGE = {
+    table: f"DELETE FROM {table} WHERE destination = ? AND seq BETWEEN ? AND ?"
+    for table in ("messages", "deliveries")
+}
+_RANGE = 16  # consecutive seqs at least, deleted as one range rather than in a list
+
+
+def _ranges(seqs: list[int]) -> tuple[list[tuple[int, int]], list[int]]:
+    """``seqs`` as (first, last) runs of at least ``_RANGE`` consecutive seqs, and the
+    seqs left over. Acks mostly come in the order of delivery, which is the queue's: one
+    range (an index seek, then a scan) deletes what a list looks up one by one, at 60% of
+    its cost (native_transient_queue's paging)."""
+    ordered = sorted(set(seqs))
+    if ordered and ordered[-1] - ordered[0] + 1 == len(ordered) >= _RANGE:
+        return [(ordered[0], ordered[-1])], []  # (the common case: one run)
+    runs: list[tuple[int, int]] = []
+    rest: list[int] = []
+    i, n = 0, len(ordered)
+    while i < n:
+        j = i + 1
+        while j < n and ordered[j] == ordered[j - 1] + 1:
+            j += 1
+        if j - i >= _RANGE:
+            runs.append((ordered[i], ordered[j - 1]))
+        else:
+            rest.extend(ordered[i:j])
+        i = j
+    return runs, rest
+
+
 def _chunk_sizes(total: int) -> Iterator[int]:
     """Split ``total`` rows into statements of at most ``_CHUNK`` rows whose sizes are powers
     of two, so that only a few distinct statements are ever prepared."""
@@ -333,14 +369,18 @@ class _Run:
                 conn.execute(_insert_sql(size), rows[start : start + 3 * size])
                 start += 3 * size
         elif sql == _DELETE_MESSAGE:
-            # Deletes commute, so a run of them may be regrouped by destination.
+            # Deletes commute, so a run of them may be regrouped by destination and range.
             by_destination: dict[str, list[int]] = {}
             for destination, seqs in rows:
                 by_destination.setdefault(destination, []).extend(seqs)
             if self._marked is None:
-                self._marked = conn.execute(_ANY_DELIVERY).fetchone() is not None
+                self._marked = conn.execute(ANY_DELIVERY).fetchone() is not None
             tables = ("messages", "deliveries") if self._marked else ("messages",)
-            for destination, seqs in by_destination.items():
+            for destination, removed in by_destination.items():
+                runs, seqs = _ranges(removed)
+                for first, last in runs:
+                    for table in tables:
+                        conn.execute(_DELETE_RANGE[table], (destination, first, last))
                 start = 0
                 for size in _chunk_sizes(len(seqs)):
                     chunk = [destination, *seqs[start : start + size]]
@@ -424,9 +464,6 @@ def _doomed(batch: list[Queued]) -> Doomed:
         if seqs is not None and not seqs.isdisjoint(named):
             doomed[id(write)] = seqs.intersection(named)
     return doomed
-
-
-_ANY_DELIVERY = "SELECT 1 FROM deliveries LIMIT 1"
 
 
 def _mark_delivered(run: _Run, destination: str, marks: dict[int, int]) -> None:

@@ -43,7 +43,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,12 +55,14 @@ from polymq.types import Message
 from .contract import DestinationRecord, Store, StoreError
 from .filecopy import copy_store
 from .schema import (
+    ANY_DELIVERY,
     ARITY,
     LOAD_APPLIED,
     LOAD_BATCHES,
     LOAD_CURSORS,
     LOAD_DESTINATIONS,
     LOAD_MESSAGES,
+    LOAD_MESSAGES_UNMARKED,
     SCHEMA_VERSION,
     Queued,
     WriteKind,
@@ -91,17 +93,35 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-def _decode(destination: str, seq: int, blob: bytes, delivered: int | None) -> Message:
-    """A stored message; ``delivered``: its count in the deliveries table (None if it has
-    no row there), which wins over the blob's when higher (a file of schema 5 kept it in
-    the blob)."""
+def _decode(destination: str, rows: Iterable[tuple[int, bytes, int | None]]) -> list[Message]:
+    """Stored messages from their rows ``(seq, blob, delivered)``; ``delivered``: the
+    count in the deliveries table (None if the message has no row there), which wins over
+    the blob's when higher (a file of schema 5 kept it in the blob). (A message is an
+    array, unpacked as a tuple: a fifth cheaper than as a list.)"""
+    unpack, from_wire = msgpack.unpackb, Message.from_wire
+    out = []
+    for seq, blob, delivered in rows:
+        try:
+            msg = from_wire(unpack(blob, raw=False, use_list=False))
+        except Exception as exc:
+            raise StoreError(f"stored message {destination} #{seq} is corrupt: {exc}") from exc
+        if delivered is not None and delivered > msg.delivery_count:
+            msg.delivery_count = delivered
+        out.append(msg)
+    return out
+
+
+def _load(conn: sqlite3.Connection, destination: str, after: int, limit: int) -> list[Message]:
+    """``destination``'s messages after seq ``after`` (``limit`` at most, -1: all), in
+    order. Their delivery counts are looked up only if the store has any (in one read
+    transaction with the messages: none is written in between)."""
+    conn.execute("BEGIN")
     try:
-        msg = Message.from_wire(msgpack.unpackb(blob, raw=False))
-    except Exception as exc:
-        raise StoreError(f"stored message {destination} #{seq} is corrupt: {exc}") from exc
-    if delivered is not None and delivered > msg.delivery_count:
-        msg.delivery_count = delivered
-    return msg
+        marked = conn.execute(ANY_DELIVERY).fetchone() is not None
+        sql = LOAD_MESSAGES if marked else LOAD_MESSAGES_UNMARKED
+        return _decode(destination, conn.execute(f"{sql} LIMIT ?", (destination, after, limit)))
+    finally:
+        conn.commit()
 
 
 class SqliteStore(Store):
@@ -460,18 +480,10 @@ class SqliteStore(Store):
         return await self._read(read)
 
     async def load_messages(self, destination: str) -> list[Message]:
-        def read(conn: sqlite3.Connection) -> list[Message]:
-            rows = conn.execute(LOAD_MESSAGES, (destination, -1))
-            return [_decode(destination, *row) for row in rows]
-
-        return await self._read(read)
+        return await self._read(lambda conn: _load(conn, destination, -1, -1))
 
     async def load_page(self, destination: str, after: int, limit: int) -> list[Message]:
-        def read(conn: sqlite3.Connection) -> list[Message]:
-            rows = conn.execute(f"{LOAD_MESSAGES} LIMIT ?", (destination, after, limit))
-            return [_decode(destination, *row) for row in rows]
-
-        return await self._read(read)
+        return await self._read(lambda conn: _load(conn, destination, after, limit))
 
     async def measure_messages(self, destination: str, after: int) -> tuple[int, int]:
         """The count from the (destination, seq) index alone; the bytes: the stored records'

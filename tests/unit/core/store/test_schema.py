@@ -211,3 +211,48 @@ def test_the_highest_of_two_marks_of_a_message_in_one_write_is_kept() -> None:
     apply_batch(conn, [(None, WriteKind.APPEND, "queue/a", 1, _blob(1))])
     apply_batch(conn, [(None, WriteKind.DELIVERED, "queue/a", [1, 3, 1, 2])])
     assert _counts(conn) == {1: 3}
+
+
+def test_a_run_of_acks_is_removed_as_one_range_and_exactly_it() -> None:
+    """Consecutive seqs (acks in delivery order) are deleted by one range per run, with
+    their delivery counts; seqs around the runs, other queues' and a run too short for a
+    range are removed one by one, and nothing else is."""
+    conn = _db()
+    appends = [(seq, _blob(seq)) for seq in range(1, 101)]
+    apply_batch(
+        conn,
+        [
+            (None, WriteKind.APPEND_MANY, "queue/a", appends),
+            (None, WriteKind.APPEND_MANY, "queue/b", appends),
+            (None, WriteKind.DELIVERED, "queue/a", [21, 1, 22, 1, 50, 2, 90, 1]),
+        ],
+    )
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    gone_a = [*range(40, 20, -1), 30, 45, *range(60, 70), *range(70, 91)]  # (out of order)
+    apply_batch(
+        conn,
+        [
+            (None, WriteKind.REMOVE, "queue/a", gone_a[:25]),
+            (None, WriteKind.REMOVE, "queue/b", [5, *range(10, 30)]),
+            (None, WriteKind.REMOVE, "queue/a", gone_a[25:]),
+        ],
+    )
+    ranges = [s for s in statements if "BETWEEN" in s]
+    assert sorted(ranges) == sorted(
+        [
+            "DELETE FROM messages WHERE destination = 'queue/a' AND seq BETWEEN 21 AND 40",
+            "DELETE FROM deliveries WHERE destination = 'queue/a' AND seq BETWEEN 21 AND 40",
+            "DELETE FROM messages WHERE destination = 'queue/a' AND seq BETWEEN 60 AND 90",
+            "DELETE FROM deliveries WHERE destination = 'queue/a' AND seq BETWEEN 60 AND 90",
+            "DELETE FROM messages WHERE destination = 'queue/b' AND seq BETWEEN 10 AND 29",
+            "DELETE FROM deliveries WHERE destination = 'queue/b' AND seq BETWEEN 10 AND 29",
+        ]
+    )
+    left = conn.execute("SELECT destination, seq FROM messages ORDER BY destination, seq")
+    assert left.fetchall() == [
+        *(("queue/a", s) for s in range(1, 101) if s not in gone_a),
+        *(("queue/b", s) for s in range(1, 101) if s != 5 and not 10 <= s < 30),
+    ]
+    marks = conn.execute("SELECT destination, seq, count FROM deliveries").fetchall()
+    assert marks == [("queue/a", 50, 2)]
