@@ -177,11 +177,23 @@ def _free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's range for ephemeral ports (32768 if unknown)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def port_hundreds(n: int) -> list[int]:
-    """``n`` numbers H (200..600) whose ports H00, H01, H22 and H80 are free now."""
+    """``n`` numbers H whose ports H00, H01, H22 and H80 are free now, all below the
+    kernel's ephemeral range: there any connection made meanwhile (the suite's other
+    process opens thousands) may take a port between this look and the node's bind, and a
+    taken explicit port makes ``polymq run`` exit (seen: node a on 54200 never started)."""
+    top = min(600, (_ephemeral_low() - 81) // 100 + 1)
     out: list[int] = []
     while len(out) < n:
-        h = random.randrange(200, 600)
+        h = random.randrange(200, top)
         if h not in out and all(_free(int(f"{h}{s}")) for s in ("00", "01", "22", "80")):
             out.append(h)
     return out
