@@ -244,7 +244,8 @@ def test_the_readme_three_node_cluster_runs_as_written(
         for command in commands(block):
             ran.append((command, *shell.run(command, timeout=120)))
         failed = [(cmd, shell.stderr(n)[-3000:]) for n, (cmd, rc, _) in enumerate(ran, 1) if rc]
-        assert not failed, failed
+        # (a message, not the list: pytest cuts a long repr, and the nodes' words are the end)
+        assert not failed, "\n\n".join(f"$ {cmd}\n{err}" for cmd, err in failed)
         first_list, published, _, second_list, pulled, reloaded = [out for *_, out in ran][-6:]
         assert _states(first_list) == {"a": "ready", "b": "ready", "c": "ready"}, first_list
         assert json.loads(published)["count"] == 1, published
