@@ -387,8 +387,7 @@ class Queue:
         page back if the window has room for one (asked once per pump, not per message:
         the read starts on a later turn of the loop either way)."""
         self._pump()
-        if self.pages is not None and self.pages.count:
-            self._page_in()
+        self._page_in()
 
     def _pump(self) -> None:
         if not self.count:
@@ -606,8 +605,7 @@ class Queue:
         if out:
             self.delivered += len(out)
             self.shard.sensors.on_deliver(len(out))
-        if self.pages is not None and self.pages.count:
-            self._page_in()
+        self._page_in()
         return out
 
     def settle_lease(
@@ -624,9 +622,11 @@ class Queue:
 
     # ---- paging ------------------------------------------------------------------------
     def _page_in(self) -> None:
-        """Read the next page back from the store if the window has room for one."""
+        """Read the next page back from the store if there is one and the window has room
+        for it."""
         pages = self.pages
-        assert pages is not None
+        if pages is None or not pages.count:
+            return
         n = pages.wanted(self.count, self.nbytes)
         if n:
             pages.reading = True
@@ -635,7 +635,7 @@ class Queue:
 
     def _paged_in(self, page: list[Message] | None, *, generation: int) -> None:
         """A page asked for at ``generation`` came back (None: the read failed; it is
-        tried again on the next pop)."""
+        tried again on the next pump)."""
         pages = self.pages
         assert pages is not None
         pages.reading = False
