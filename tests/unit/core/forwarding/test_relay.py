@@ -276,12 +276,18 @@ def _acking_relay(monkeypatch: pytest.MonkeyPatch, leader: dict[str, str]) -> Re
     return relay
 
 
-async def test_acks_sent_while_the_move_is_asked_wait_for_its_answer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _led_by_n2(monkeypatch: pytest.MonkeyPatch) -> tuple[Relay, AskedPeer]:
+    """An :func:`_acking_relay` whose shard n2 leads, and its link to n2."""
     relay = _acking_relay(monkeypatch, {"now": "n2"})
     n2 = AskedPeer("n2", relay)
     relay.links["n2"] = n2  # type: ignore[assignment]
+    return relay, n2
+
+
+async def test_acks_sent_while_the_move_is_asked_wait_for_its_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    relay, n2 = _led_by_n2(monkeypatch)
     # the client holds tags 1-3 of the node that led the shard (this one: Session.moved)
     relay.relocate(SID, 3, {1: "m1", 2: "m2", 3: "m3"})
     task = relay._tasks.copy().pop()
@@ -331,9 +337,7 @@ async def test_an_ack_the_old_leader_refused_is_sent_to_the_new_one(
 async def test_a_subscription_that_ends_keeps_none_of_its_unanswered_acks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    relay = _acking_relay(monkeypatch, {"now": "n2"})
-    n2 = AskedPeer("n2", relay)
-    relay.links["n2"] = n2  # type: ignore[assignment]
+    relay, n2 = _led_by_n2(monkeypatch)
     relay.subs[SID] = _RemoteSub("n2", relay.requests[SID], 0, 2, 0)
     relay.held[SID] = {1: "m1", 2: "m2"}
     assert relay.take(Ack(0, SID, [1], False))  # no answer yet
