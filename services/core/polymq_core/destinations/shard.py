@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FORGET_BATCHES_EVERY = 60.0  # seconds between drops of expired batches from the store
+# seconds a delivery waits before its mark goes to the log (cluster): one settled by then has none
+MARK_AFTER = 0.05
 
 # What holds a destination's messages in a shard: a queue or a stream (a topic holds none,
 # a channel is two queues). Not Destination, polymq.types' name of a parsed destination.
@@ -143,8 +145,9 @@ class Shard(DurableWrites):
         self._mid = 0  # message ids: boot id, shard, counter; unique across restarts
         self._boot = format(time.time_ns() // 1_000_000, "x")
         self._removes: dict[str, list[int]] = {}
-        # deliveries to mark in the log (cluster), gathered per turn: key -> [(seq, count)]
-        self._marks: dict[str, list[tuple[int, int]]] = {}
+        # deliveries to mark in the log (cluster), gathered for MARK_AFTER: key -> {seq: count}
+        self._marks: dict[str, dict[int, int]] = {}
+        self._marking: asyncio.TimerHandle | None = None
         # resolves when the removals gathered since the last flush are durable (or fails)
         self._removed: asyncio.Future[None] | None = None
         self._retry_removes: asyncio.TimerHandle | None = None
@@ -217,24 +220,38 @@ class Shard(DurableWrites):
 
     def delivered(self, queue: Queue, msg: Message) -> None:
         """A persistent message of a durable queue went to a consumer that acks: in a
-        cluster, mark it so in the log (with every other delivery of this turn, in one
-        write per queue, waited for by nobody), so that a new leader knows it was delivered
-        (it comes back flagged redelivered, and a message never delivered does not). A mark
-        the old leader had not committed when it died is lost: that delivery comes back
-        unflagged."""
+        cluster, mark it so in the log, so that a new leader knows it was delivered (it
+        comes back flagged redelivered, and a message never delivered does not). The marks
+        of :data:`MARK_AFTER` seconds go in one write per queue, waited for by nobody, and
+        only for the deliveries not settled meanwhile (:meth:`forget`): a consumer that
+        acks within that time costs the log no mark, where a mark per delivery was a
+        write applied on every node and undone by the ack. A mark not written or not
+        committed when the leader died is lost: that delivery comes back unflagged. A
+        planned hand-over writes the marks it holds first (:meth:`demote`)."""
         if not self.replicated:
             return
-        marks = self._marks
-        if not marks:
-            self.loop.call_soon(self._flush_marks)
-        marks.setdefault(queue.key, []).append((msg.seq, msg.delivery_count))
+        pending = self._marks.get(queue.key)
+        if pending is None:
+            pending = self._marks[queue.key] = {}
+            if self._marking is None:
+                self._marking = self.loop.call_later(MARK_AFTER, self._flush_marks)
+        pending[msg.seq] = msg.delivery_count
+
+    def forget(self, key: str, seqs: list[int]) -> asyncio.Future[None]:
+        pending = self._marks.get(key)
+        if pending:
+            for seq in seqs:
+                pending.pop(seq, None)
+        return super().forget(key, seqs)
 
     def _flush_marks(self) -> None:
+        self._marking = None
         marks, self._marks = self._marks, {}
         if not self.leading:
             return
-        for key, pairs in marks.items():
-            self.commit(MarkDelivered(key, pairs))
+        for key, pending in marks.items():
+            if pending:
+                self.commit(MarkDelivered(key, [*pending.items()]))
 
     # ---- leadership (cluster mode) -----------------------------------------------------------
     async def promote(self) -> None:
@@ -260,6 +277,13 @@ class Shard(DurableWrites):
         store once they are there."""
         if not self.leading:
             return
+        if self._marking is not None:
+            self._marking.cancel()
+            if writes_go_on:
+                self._flush_marks()  # (they go on into the log with the other writes)
+            else:
+                self._marking = None
+                self._marks.clear()
         self.leading = False
         self.sensors.on_leadership("demoted")
         if not writes_go_on:
@@ -350,6 +374,9 @@ class Shard(DurableWrites):
                 await self._task
             except asyncio.CancelledError:
                 pass
+        if self._marking is not None:
+            self._marking.cancel()
+            self._flush_marks()
         self.flush_removes()
         await self.store.close()
 
