@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
 import struct
 from collections import deque
 from collections.abc import Sequence
@@ -114,6 +115,10 @@ TRANSITIONS: Final[dict[tuple[State, type[Event], Role], State]] = {
 # Events each role may send once OPEN.
 _CLIENT_OPS = frozenset(op for op in range(10, 40) if op in EVENT_TYPES)
 _SERVER_OPS = frozenset(op for op in range(40, 50) if op in EVENT_TYPES)
+# ... of those, the ones that leave an open connection open (a Goodbye closes it)
+_CHANGING = frozenset(cls.OP for _, cls, _ in TRANSITIONS)
+_OPEN_CLIENT = _CLIENT_OPS - _CHANGING
+_OPEN_SERVER = _SERVER_OPS - _CHANGING
 
 _FIELD_COUNTS: dict[int, tuple[int, int]] = {}
 for _op, _cls in EVENT_TYPES.items():
@@ -143,13 +148,37 @@ def weight(event: Event, raw: bytes | None = None) -> int:
     return EVENT_BYTES + sum(len(m.body) + EVENT_BYTES for m in messages)
 
 
+def _getter(names: tuple[str, ...]) -> Any:
+    """The fields of an event in wire order, as a tuple (``attrgetter`` of one name gives
+    the value itself)."""
+    if len(names) == 1:
+        name = names[0]
+        return lambda event: (getattr(event, name),)
+    return operator.attrgetter(*names)
+
+
+# per opcode, looked up once per operation: (class, fewest fields, most fields, the index
+# of ``messages`` or -1, the (name, index) of its ``rid`` / ``sid``, its fields' getter)
+_OPS: dict[int, tuple[Any, int, int, int, tuple[tuple[str, int], ...], Any]] = {
+    op: (
+        cls,
+        *_FIELD_COUNTS[op],
+        _FIELDS[op].index("messages") if op in _HAS_MESSAGES else -1,
+        tuple((name, _FIELDS[op].index(name)) for name in ("rid", "sid") if name in _FIELDS[op]),
+        _getter(_FIELDS[op]),
+    )
+    for op, cls in EVENT_TYPES.items()
+}
+
+
 def _encode_op(event: Event) -> list[Any]:
     op = event.OP
-    values = [getattr(event, name) for name in _FIELDS[op]]
-    if op in _HAS_MESSAGES:
-        i = _FIELDS[op].index("messages")
-        values[i] = list(map(_TO_WIRE, values[i]))
-    return [op, *values]
+    spec = _OPS[op]
+    values = [op, *spec[5](event)]
+    i = spec[3]
+    if i >= 0:
+        values[i + 1] = list(map(_TO_WIRE, values[i + 1]))
+    return values
 
 
 def _decode_op(raw: Any) -> Event:
@@ -161,16 +190,15 @@ def _decode_op(raw: Any) -> Event:
     ):
         raise RemoteProtocolError("an operation must be a list starting with an opcode")
     op = raw[0]
-    cls = EVENT_TYPES.get(op)
-    if cls is None:
+    spec = _OPS.get(op)
+    if spec is None:
         raise RemoteProtocolError(f"unknown opcode {op}")
-    lo, hi = _FIELD_COUNTS[op]
+    cls, lo, hi, i, ids, _ = spec
     n = len(raw) - 1
     if not lo <= n <= hi:
         raise RemoteProtocolError(f"{cls.__name__} takes {lo}..{hi} fields, got {n}")
     args = raw[1:]
-    if op in _HAS_MESSAGES:
-        i = _FIELDS[op].index("messages")
+    if i >= 0:
         msgs = args[i]
         if not isinstance(msgs, list):
             raise RemoteProtocolError(f"{cls.__name__}.messages must be a list")
@@ -180,14 +208,14 @@ def _decode_op(raw: Any) -> Event:
             raise RemoteProtocolError(f"malformed message in {cls.__name__}: {exc}") from None
     # Request ids and subscription ids must be integers; everything else is checked by the
     # core per request, where a bad value fails that request only.
-    fields = _FIELDS[op]
-    for name in ("rid", "sid"):
-        if name in fields:
-            v = args[fields.index(name)]
-            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2**63:
-                raise RemoteProtocolError(f"{cls.__name__}.{name} must be a non-negative integer")
+    for name, j in ids:
+        v = args[j]
+        if type(v) is not int and (not isinstance(v, int) or isinstance(v, bool)):
+            raise RemoteProtocolError(f"{cls.__name__}.{name} must be a non-negative integer")
+        if not 0 <= v < 2**63:
+            raise RemoteProtocolError(f"{cls.__name__}.{name} must be a non-negative integer")
     try:
-        return cls(*args)
+        return cls(*args)  # type: ignore[no-any-return]
     except TypeError as exc:
         raise RemoteProtocolError(f"malformed {cls.__name__}: {exc}") from None
 
@@ -431,6 +459,10 @@ class Connection:
 
     def _transition(self, event: Event, sender: Role, error: type[Exception]) -> None:
         state = self.state
+        if state is State.OPEN and event.OP in (
+            _OPEN_CLIENT if sender is Role.CLIENT else _OPEN_SERVER
+        ):
+            return  # (most events: no TRANSITIONS key built and hashed)
         nxt = TRANSITIONS.get((state, type(event), sender))
         if nxt is not None:
             self.state = nxt
