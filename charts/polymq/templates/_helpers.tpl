@@ -250,3 +250,45 @@ chartSecret: {{ not $v.rabbitmq.existingSecret }}
 {{- define "polymq.bridgeLinksFile" -}}
 {{- toPrettyJson (dict "links" .Values.bridge.links) }}
 {{- end }}
+
+{{/*
+The bytes of a Kubernetes memory quantity: "512Mi", "2G", "1073741824"; "" when it has another
+form ("1.5Gi", "512m"): its callers then say so.
+*/}}
+{{- define "polymq.bytes" -}}
+{{- $q := toString . -}}
+{{- $n := regexFind "^[0-9]+" $q -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- $unit := substr (len $n) (len $q) $q -}}
+{{- if and $n (hasKey $units $unit) -}}
+{{- mul (atoi $n) (get $units $unit) -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+nats-server's soft memory limit (its GOMEMLIMIT: POLYMQ_NATS_MEMORY_LIMIT), in bytes, for a
+core pod: core.nats.memoryLimit when set (0: none); else, with the NATS sidecar, 90% of that
+container's memory limit (a Go process given its hard limit as its soft limit is killed
+before it collects); else "" (polymq's own default, 512 MiB: the core container's limit is
+shared with the core, so it is for the operator to choose). "invalid" when a quantity cannot
+be read.
+*/}}
+{{- define "polymq.natsMemoryLimit" -}}
+{{- $nats := .Values.core.nats -}}
+{{- $m := $nats.memoryLimit -}}
+{{- $set := "" -}}
+{{- if or (kindIs "float64" $m) (kindIs "int" $m) (kindIs "int64" $m) -}}
+{{- $set = printf "%d" (int64 $m) -}}
+{{- else if not (kindIs "invalid" $m) -}}
+{{- $set = toString $m -}}
+{{- end -}}
+{{- if ne $set "" -}}
+{{- include "polymq.bytes" $set | default "invalid" -}}
+{{- else if $nats.sidecar -}}
+{{- $limit := dig "limits" "memory" "" ($nats.resources | default dict) | toString -}}
+{{- if $limit -}}
+{{- $bytes := include "polymq.bytes" $limit -}}
+{{- if $bytes -}}{{- div (mul (atoi $bytes) 9) 10 -}}{{- else -}}invalid{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end }}

@@ -7,6 +7,7 @@ rabbitmq chart does in templates/validation.yaml). Rendered by validation.yaml, 
 {{- $messages := list -}}
 {{- $messages = append $messages (include "polymq.validateValues.coreReplicas" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.natsSidecar" . | trim) -}}
+{{- $messages = append $messages (include "polymq.validateValues.natsMemory" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.corePreStop" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.somethingEnabled" . | trim) -}}
 {{- $messages = append $messages (include "polymq.validateValues.frontendsNeedCore" . | trim) -}}
@@ -47,6 +48,26 @@ polymq: core.nats.sidecar
     The NATS sidecar of each core pod is a native sidecar container (an init container with
     restartPolicy: Always), which Kubernetes {{ .Capabilities.KubeVersion.Version }} does not run (1.29 or newer does).
     Run NATS as a child process of the core instead: --set core.nats.sidecar=false
+{{- end -}}
+{{- end -}}
+
+{{/* nats-server's soft memory limit must be readable and not so small that it collects nonstop */}}
+{{- define "polymq.validateValues.natsMemory" -}}
+{{- $v := .Values.core -}}
+{{- if and $v.enabled (gt (int $v.replicaCount) 1) -}}
+{{- $bytes := include "polymq.natsMemoryLimit" . -}}
+{{- if eq $bytes "invalid" -}}
+polymq: core.nats.memoryLimit
+    nats-server's soft memory limit (GOMEMLIMIT) comes from core.nats.memoryLimit or, with
+    the NATS sidecar, from 90% of core.nats.resources.limits.memory; one of them is not a
+    whole number of bytes with a unit of k, M, G, T, Ki, Mi, Gi or Ti (e.g. 1536Mi, not 1.5Gi).
+{{- else if and $bytes (ne $bytes "0") (lt (atoi $bytes) 67108864) -}}
+polymq: core.nats.memoryLimit
+    nats-server's soft memory limit (GOMEMLIMIT) would be {{ $bytes }} bytes, under 64 Mi: it would
+    collect garbage nonstop (polymq refuses it). Give the NATS container more memory
+    (core.nats.resources.limits.memory, of which it takes 90%) or set
+    core.nats.memoryLimit (0: no soft limit).
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

@@ -438,6 +438,16 @@ REFUSED = [
         id="bridge-no-host",
     ),
     pytest.param(
+        {"core": {"replicaCount": 3, "nats": {"resources": {"limits": {"memory": "1.5Gi"}}}}},
+        ["core.nats.memoryLimit", "1536Mi, not 1.5Gi"],
+        id="nats-memory-unreadable",
+    ),
+    pytest.param(
+        {"core": {"replicaCount": 3, "nats": {"resources": {"limits": {"memory": "64Mi"}}}}},
+        ["core.nats.memoryLimit", "under 64 Mi"],
+        id="nats-memory-too-small",
+    ),
+    pytest.param(
         _bridge(rabbitmq={"url": "amqp://r/", "existingSecret": "rabbit"}),
         ["bridge.rabbitmq.url", "would ignore this one"],
         id="bridge-two-urls",
@@ -1245,6 +1255,39 @@ def test_core_replicas_with_nats_in_a_sidecar_or_a_child(replicas: int, sidecar:
         assert env[name] == core_env[name]  # (the endpoints are routes for its NATS too)
     assert args.data_dir == core.data_dir
     assert _mount_of(nats, args.data_dir) == _mount_of(c, core.data_dir) == "data"
+
+
+def _nats_memory(nats: dict[str, Any], sidecar: bool = True) -> str | None:
+    """POLYMQ_NATS_MEMORY_LIMIT of the pod's nats-server: its sidecar's, or the core's."""
+    out = render(
+        {
+            "core": {"replicaCount": 3, "nats": {"sidecar": sidecar, **nats}},
+            "auth": {"allowAnonymousCluster": True},
+        }
+    )
+    _valid(out)
+    sts = out.workload("core")
+    c = sidecars(sts)["nats"] if sidecar else container(sts)
+    values = [e["value"] for e in c.get("env", []) if e["name"] == "POLYMQ_NATS_MEMORY_LIMIT"]
+    assert len(values) <= 1, values
+    return values[0] if values else None
+
+
+def test_nats_servers_soft_memory_limit_stays_under_its_containers_limit() -> None:
+    """GOMEMLIMIT (POLYMQ_NATS_MEMORY_LIMIT) was polymq's 512 MiB default whatever the NATS
+    container's limit (512Mi by default: Go's soft limit at the kill line); now 90% of that
+    limit, or what core.nats.memoryLimit says. Without the sidecar the container's limit is
+    the core's too: only an explicit value is given."""
+    mi = 1024 * 1024
+    assert _nats_memory({}) == str(512 * mi * 9 // 10)
+    assert _nats_memory({"resources": {"limits": {"memory": "2Gi"}}}) == str(2048 * mi * 9 // 10)
+    assert _nats_memory({"resources": {"limits": {"memory": "1G"}}}) == str(900_000_000)
+    assert _nats_memory({"resources": {"limits": None}}) is None  # no limit: polymq's default
+    assert _nats_memory({"memoryLimit": "1536Mi"}) == str(1536 * mi)
+    assert _nats_memory({"memoryLimit": 100_000_000}) == "100000000"
+    assert _nats_memory({"memoryLimit": 0}) == "0"  # none
+    assert _nats_memory({}, sidecar=False) is None
+    assert _nats_memory({"memoryLimit": "1Gi"}, sidecar=False) == str(1024 * mi)
 
 
 def test_the_sidecar_needs_a_kubernetes_with_native_sidecars(tmp_path: Path) -> None:
