@@ -399,11 +399,19 @@ class Connection:
             payload: bytes
             try:
                 if raws is None or not any(raws):
-                    ops = []
+                    events = events if isinstance(events, list | tuple) else list(events)
+                    firsts: set[int] = set()  # the first message of each event with some
+                    shared = False
                     for ev in events:
                         self._transition(ev, self.role, LocalProtocolError)
-                        ops.append(_encode_op(ev))
-                    payload = self._packer.pack(ops)
+                        if ev.OP in _HAS_MESSAGES and (messages := ev.messages):
+                            first = id(messages[0])
+                            shared = shared or first in firsts
+                            firsts.add(first)
+                    if shared:  # (a topic's messages to several subscriptions)
+                        payload = self._pack_sharing(events)
+                    else:
+                        payload = self._packer.pack(list(map(_encode_op, events)))
                 else:
                     pack = self._packer.pack
                     parts = [self._packer.pack_array_header(len(raws))]
@@ -423,6 +431,36 @@ class Connection:
             self._preamble_sent = True
             out = PREAMBLE + out
         return out
+
+    def _pack_sharing(self, events: Sequence[Event]) -> bytes:
+        """What ``pack(list(map(_encode_op, events)))`` gives, each message packed once however
+        many of the events carry it: a topic's message goes to every subscription of a
+        connection, and so in one frame to each (msgpack is a stream: an array is its header
+        and its items, packed apart or together)."""
+        packer = self._packer
+        pack, header = packer.pack, packer.pack_array_header
+        packed: dict[int, bytes] = {}  # by id(): every message lives as long as this call
+        parts = [header(len(events))]
+        for ev in events:
+            spec = _OPS[ev.OP]
+            i = spec[3]
+            if i < 0:
+                parts.append(pack(_encode_op(ev)))
+                continue
+            fields = spec[5](ev)
+            parts.append(header(len(fields) + 1))
+            parts.append(pack(ev.OP))
+            for j, value in enumerate(fields):
+                if j != i:
+                    parts.append(pack(value))
+                    continue
+                parts.append(header(len(value)))
+                for m in value:
+                    b = packed.get(id(m))
+                    if b is None:
+                        b = packed[id(m)] = pack(_TO_WIRE(m))
+                    parts.append(b)
+        return b"".join(parts)
 
     def send_frames(
         self,
