@@ -316,13 +316,23 @@ def _sub(session: ConsumerSession, sid: int) -> Subscription:
     return sub
 
 
+PAGE_WAIT = 5.0  # seconds a pull without a wait waits for paged messages to be read back
+
+
 def _lease_or_wait(
     holder: Queue, max_: int, wait: float, vis: float
 ) -> list[tuple[str, Message]] | asyncio.Future[list[tuple[str, Message]]]:
-    """Lease what is there now; if nothing and ``wait``, a future of what comes within it."""
+    """Lease what is there now; if nothing and ``wait``, a future of what comes within it.
+    A queue whose ready messages are all in the store (paged) has them read back (the lease
+    asked for the page): a pull waits for that read even without ``wait`` (it answered
+    nothing while the queue held messages), for at most PAGE_WAIT seconds."""
     got = holder.lease(max_, vis, time.time())
-    if got or wait == 0:
+    if got:
         return got
+    if wait == 0:
+        if not holder.paged:
+            return got
+        wait = PAGE_WAIT
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[list[tuple[str, Message]]] = loop.create_future()
     holder.waiters.append(Waiter(fut, max_, vis))
