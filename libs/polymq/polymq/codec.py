@@ -210,9 +210,9 @@ def _decode_op(raw: Any) -> Event:
     # core per request, where a bad value fails that request only.
     for name, j in ids:
         v = args[j]
-        if type(v) is not int and (not isinstance(v, int) or isinstance(v, bool)):
-            raise RemoteProtocolError(f"{cls.__name__}.{name} must be a non-negative integer")
-        if not 0 <= v < 2**63:
+        if (
+            type(v) is not int and (not isinstance(v, int) or isinstance(v, bool))
+        ) or not 0 <= v < 2**63:
             raise RemoteProtocolError(f"{cls.__name__}.{name} must be a non-negative integer")
     try:
         return cls(*args)  # type: ignore[no-any-return]

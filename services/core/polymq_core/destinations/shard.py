@@ -245,7 +245,10 @@ class Shard(DurableWrites):
         return super().forget(key, seqs)
 
     def _flush_marks(self) -> None:
-        self._marking = None
+        """Write the pending marks now (their timer's end, a hand-over, a close)."""
+        if self._marking is not None:
+            self._marking.cancel()  # (a no-op once it fired)
+            self._marking = None
         marks, self._marks = self._marks, {}
         if not self.leading:
             return
@@ -277,13 +280,12 @@ class Shard(DurableWrites):
         store once they are there."""
         if not self.leading:
             return
-        if self._marking is not None:
+        if writes_go_on:
+            self._flush_marks()  # (they go on into the log with the other writes)
+        elif self._marking is not None:
             self._marking.cancel()
-            if writes_go_on:
-                self._flush_marks()  # (they go on into the log with the other writes)
-            else:
-                self._marking = None
-                self._marks.clear()
+            self._marking = None
+            self._marks.clear()
         self.leading = False
         self.sensors.on_leadership("demoted")
         if not writes_go_on:
@@ -374,9 +376,7 @@ class Shard(DurableWrites):
                 await self._task
             except asyncio.CancelledError:
                 pass
-        if self._marking is not None:
-            self._marking.cancel()
-            self._flush_marks()
+        self._flush_marks()
         self.flush_removes()
         await self.store.close()
 
