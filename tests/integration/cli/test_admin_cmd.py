@@ -162,6 +162,15 @@ def test_without_a_login_the_commands_use_the_cluster_secret_of_the_environment(
         eventually(
             lambda: requests.get(f"{admin}/readyz", timeout=5).status_code == 200, 60, "ready"
         )
+        # Ready means the core answers; node two shows in node one's list once its first
+        # heartbeat is in (a CI run listed only "one" here).
+        bearer = {"Authorization": f"Bearer {secret}"}
+
+        def both_listed() -> bool:
+            listed = requests.get(f"{admin}/api/cluster", headers=bearer, timeout=5).json()
+            return {n["id"] for n in listed["nodes"]} == {"one", "two"}
+
+        eventually(both_listed, 60, "node two in node one's list")
         commands = (
             ("cluster", "list"),
             ("destinations", "list"),
