@@ -374,6 +374,31 @@ class Connection:
             self._events.append(self._receive_event(_decode_op(op)))
             self._raws.append(raw)
 
+    def receive_events(self, events: Sequence[Event]) -> None:
+        """Events handed over in-process (:mod:`polymq.inproc`), not encoded: queued behind
+        every frame that came before them, as if decoded from the next frame (each checked
+        against the state; one that may not come now is an error :meth:`next_event` raises
+        once the events before it are consumed, and the rest are dropped)."""
+        if self._error is not None or self.state is State.ERROR:
+            return
+        if self._buf:
+            try:
+                self._parse()
+            except RemoteProtocolError as exc:
+                self._error = exc
+                return
+        peer = Role.SERVER if self.role is Role.CLIENT else Role.CLIENT
+        queue, raws, keep = self._events, self._raws, self.keep_raw
+        for event in events:
+            try:
+                self._transition(event, peer, RemoteProtocolError)
+            except RemoteProtocolError as exc:
+                self._error = exc
+                return
+            queue.append(event)
+            if keep:
+                raws.append(None)
+
     def _receive_event(self, event: Event) -> Event:
         peer = Role.SERVER if self.role is Role.CLIENT else Role.CLIENT
         self._transition(event, peer, RemoteProtocolError)
@@ -431,6 +456,18 @@ class Connection:
             self._preamble_sent = True
             out = PREAMBLE + out
         return out
+
+    def send_events(self, events: Sequence[Event]) -> None:
+        """Check ``events`` against the state as :meth:`send_many` does, for a side that
+        hands them over in-process instead of encoding them (:mod:`polymq.inproc`). All or
+        nothing: LocalProtocolError leaves the state as it was."""
+        state = self.state
+        try:
+            for event in events:
+                self._transition(event, self.role, LocalProtocolError)
+        except BaseException:
+            self.state = state
+            raise
 
     def _pack_sharing(self, events: Sequence[Event]) -> bytes:
         """What ``pack(list(map(_encode_op, events)))`` gives, each message packed once however

@@ -35,7 +35,7 @@ from typing import Any
 from . import inproc
 from .addresses import Address, expand
 from .answers import CursorPage
-from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role
+from .codec import NEED_DATA, PROTOCOL_VERSION, Connection, Role, weight
 from .deliveries import Lease, Subscription
 from .errors import (
     ConnectionClosed,
@@ -79,6 +79,9 @@ class _Login:
     ssl: SSLContext | bool | None
 
 
+_FRAME_BYTES = 1024 * 1024  # bytes per frame of what is encoded for an in-process core, roughly
+
+
 class _Protocol(asyncio.Protocol):
     """Hands what the transport reports to its :class:`CoreConnection`, while it is that
     connection's current one (a lost connection's late reports are ignored)."""
@@ -93,6 +96,13 @@ class _Protocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.connection._protocol is self:
             self.connection._data(data)
+
+    def events_received(self, events: list[Event], size: int) -> None:
+        """What a core in this process wrote without encoding it (:mod:`polymq.inproc`)."""
+        if self.connection._protocol is self:
+            self.connection._heard = True
+            self.connection.conn.receive_events(events)
+            self.connection._data(b"", more=False)
 
     def eof_received(self) -> bool | None:
         if self.connection._protocol is self:
@@ -275,9 +285,12 @@ class CoreConnection:
         self._fail_all(ConnectionClosed("client closed"))
 
     # ---- I/O -----------------------------------------------------------------------------
-    def _data(self, data: bytes) -> None:
+    def _data(self, data: bytes, *, more: bool = True) -> None:
+        """Take ``data`` (``more=False``: nothing new, serve the events queued) and serve the
+        events it completes."""
         self._heard = True
-        self.conn.receive_data(data)
+        if more:
+            self.conn.receive_data(data)
         while True:
             try:
                 ev = self.conn.next_event()
@@ -485,6 +498,10 @@ class CoreConnection:
         out, self._out = self._out, []
         if not out:
             return
+        if inproc.passes_events(t):  # a core in this process: events as they are
+            weights = list(map(weight, out))
+            inproc.write_events(t, self.conn, out, weights, _FRAME_BYTES, self._unsendable)  # type: ignore[arg-type]
+            return
         for i in range(0, len(out), 1024):
             chunk = out[i : i + 1024]
             try:
@@ -496,11 +513,15 @@ class CoreConnection:
                     try:
                         t.write(self.conn.send(ev))
                     except LocalProtocolError as exc:
-                        fut = self._waiting(getattr(ev, "rid", 0))
-                        if fut is not None:
-                            fut.set_exception(exc)
-                        else:
-                            log.warning("polymq: cannot send %s: %s", type(ev).__name__, exc)
+                        self._unsendable(ev, exc)
+
+    def _unsendable(self, ev: Event, exc: LocalProtocolError) -> None:
+        """``ev`` cannot be encoded: its request fails alone (never hangs)."""
+        fut = self._waiting(getattr(ev, "rid", 0))
+        if fut is not None:
+            fut.set_exception(exc)
+        else:
+            log.warning("polymq: cannot send %s: %s", type(ev).__name__, exc)
 
     async def _call(self, ev: Event, answer: Callable[[Any], Any] | None = None) -> Any:
         if not self._can_write.is_set():

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from polymq import inproc
 from polymq.codec import NEED_DATA, Connection, Role
 from polymq.errors import Forbidden, RemoteProtocolError, RequestError, Unavailable
 from polymq.events import (
@@ -153,6 +154,7 @@ class Session(SessionOutput, asyncio.Protocol):
         self.source = str(peer[0]) if isinstance(peer, tuple) else None
         # (polymq run's own frontends come over an in-process pipe: no file, no limit)
         self.admission = self.broker.connections.admit(counted=not isinstance(transport, PipeEnd))
+        self.passes_events = inproc.passes_events(transport)
         refused = self.admission.refused
         if refused is not None:
             self._closed = True  # (never counted: nothing to release)
@@ -176,6 +178,13 @@ class Session(SessionOutput, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.broker.monitor.read(len(data))  # (may raise the memory alarm: reading pauses)
         self.conn.receive_data(data)
+        self._process()
+
+    def events_received(self, events: list[Event], size: int) -> None:
+        """What a frontend in this process wrote without encoding it (:mod:`polymq.inproc`),
+        served as if it had come in a frame of ``size`` bytes."""
+        self.broker.monitor.read(size)
+        self.conn.receive_events(events)
         self._process()
 
     def eof_received(self) -> bool | None:

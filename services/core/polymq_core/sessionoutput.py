@@ -21,6 +21,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from polymq import inproc
 from polymq.codec import EVENT_BYTES, Connection, weight
 from polymq.errors import PolymqError
 from polymq.events import Deliver, Event
@@ -96,6 +97,9 @@ class SessionOutput:
     _flush_scheduled: bool
     _paused: bool  # the socket is not draining
     _closed: bool
+    # the transport is an in-process pipe to a frontend that takes events (polymq.inproc):
+    # what can go as it is, is not encoded
+    passes_events = False
 
     if TYPE_CHECKING:
 
@@ -202,6 +206,9 @@ class SessionOutput:
             return
         raws = [given.get(i) for i in range(len(events))] if given else None
         try:
+            if self.passes_events:  # a frontend in this process: its events as they are
+                inproc.write_events(transport, self.conn, events, weights, _FRAME_BYTES)  # type: ignore[arg-type]
+                return
             if len(events) == 1:
                 transport.write(self.conn.send_many(events, raws))
                 return

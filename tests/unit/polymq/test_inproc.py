@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import TypeVar
 
 import pytest
 
 from polymq import inproc
+from polymq.codec import NEED_DATA, Connection, Role, State
+from polymq.errors import LocalProtocolError, RemoteProtocolError
+from polymq.events import Ack, Declare, Event, Hello, Publish
+from polymq.types import Message
 
 
 class Recorder(asyncio.Protocol):
@@ -50,17 +55,25 @@ async def turns(n: int = 3) -> None:
         await asyncio.sleep(0)
 
 
-@pytest.fixture
-def server() -> Iterator[list[Recorder]]:
-    made: list[Recorder] = []
+R = TypeVar("R", bound=Recorder)
 
-    def factory() -> Recorder:
-        made.append(Recorder())
+
+def serving(port: int, kind: type[R]) -> Iterator[list[R]]:
+    """Serve ``kind`` protocols on ``port`` (in-process) while the test runs: those made."""
+    made: list[R] = []
+
+    def factory() -> R:
+        made.append(kind())
         return made[-1]
 
-    inproc.serve("127.0.0.1", 65001, factory)
+    inproc.serve("127.0.0.1", port, factory)
     yield made
-    inproc.unserve("127.0.0.1", 65001)
+    inproc.unserve("127.0.0.1", port)
+
+
+@pytest.fixture
+def server() -> Iterator[list[Recorder]]:
+    yield from serving(65001, Recorder)
 
 
 async def connect(made: list[Recorder]) -> tuple[Recorder, Recorder]:
@@ -230,3 +243,122 @@ async def test_a_protocol_that_fails_on_data_ends_both_sides(
     assert isinstance(await asyncio.wait_for(client.lost, 1), ConnectionResetError)
     assert "data_received failed" in caplog.text
     assert srv.transport.is_closing() and client.transport.is_closing()
+
+
+# ---- events handed over without encoding ---------------------------------------------------
+
+
+class EventRecorder(Recorder):
+    """A protocol that takes events (as the core's Session and the client's protocol do)."""
+
+    def events_received(self, events: list[Event], size: int) -> None:
+        self.calls.append(("events", (events, size)))
+
+    def events(self) -> list[Event]:
+        return [e for k, v in self.calls if k == "events" for e in v[0]]  # type: ignore[index]
+
+
+@pytest.fixture
+def event_server() -> Iterator[list[EventRecorder]]:
+    yield from serving(65003, EventRecorder)
+
+
+async def open_pair(made: list[EventRecorder]) -> tuple[EventRecorder, EventRecorder, Connection]:
+    """A client (that takes events too) and the server; a client codec past its Hello."""
+    res = inproc.connect("127.0.0.1", 65003, EventRecorder)
+    assert res is not None
+    conn = Connection(Role.CLIENT)
+    conn.send(Hello(1, "test"))  # (requests may follow a Hello before its Welcome)
+    return res[1], made[-1], conn  # type: ignore[return-value]
+
+
+def msg(body: bytes = b"hi", **headers: str) -> Message:
+    return Message(body, headers=dict(headers), id="m-1", seq=7)
+
+
+async def test_events_arrive_in_order_with_the_bytes_around_them(
+    event_server: list[EventRecorder],
+) -> None:
+    client, srv, conn = await open_pair(event_server)
+    end = client.transport
+    assert end is not None and end.passes_events
+    pub = Publish(1, "queue/q", [msg()])
+    declare = Declare(2, "queue/q", {"durable": True})  # not passed: encoded
+    end.write(b"before")
+    inproc.write_events(end, conn, [pub, declare, Ack(0, 1, [1, 2], False)], [10, 10, 10], 1 << 20)
+    end.write(b"after")
+    assert srv.calls == [("made", None)]  # never within the write
+    await turns()
+    kinds = [k for k, _ in srv.calls]
+    assert kinds == ["made", "data", "events", "data", "events", "data"]
+    assert srv.calls[1] == ("data", b"before") and srv.calls[-1] == ("data", b"after")
+    (first, size), (second, _) = (v for k, v in srv.calls if k == "events")  # type: ignore[misc]
+    assert size == 10 and [type(e) for e in first] == [Publish]
+    assert second == [Ack(0, 1, [1, 2], False)]
+    twin = Connection(Role.CLIENT)  # the frame the Declare makes
+    twin.send(Hello(1, "test"))
+    assert srv.calls[3] == ("data", twin.send(declare))
+
+
+async def test_messages_are_copied_when_written(event_server: list[EventRecorder]) -> None:
+    """What the peer gets is a snapshot, as decoded bytes would be: changed later on either
+    side, a message (or its headers) does not change on the other."""
+    client, srv, conn = await open_pair(event_server)
+    assert client.transport is not None
+    original = msg(bytearray(b"body"), k="v")  # type: ignore[arg-type]
+    inproc.write_events(client.transport, conn, [Publish(1, "queue/q", [original])], [10], 1 << 20)
+    original.headers["k"] = "changed"
+    original.delivery_count = 5
+    await turns()
+    (got,) = srv.events()
+    assert isinstance(got, Publish)
+    (copy,) = got.messages
+    assert copy is not original and copy.headers == {"k": "v"} and copy.delivery_count == 0
+    assert type(copy.body) is bytes and copy.body == b"body"
+    assert (copy.id, copy.seq) == ("m-1", 7)
+
+
+async def test_events_count_against_the_write_buffer(event_server: list[EventRecorder]) -> None:
+    client, srv, conn = await open_pair(event_server)
+    end = client.transport
+    assert end is not None and srv.transport is not None
+    end.set_write_buffer_limits(high=100, low=20)
+    srv.transport.pause_reading()
+    inproc.write_events(end, conn, [Ack(0, 1, [1], False)], [60], 1 << 20)
+    await turns()
+    assert srv.events() == [] and end.get_write_buffer_size() == 60  # held while paused
+    inproc.write_events(end, conn, [Ack(0, 1, [2], False)], [60], 1 << 20)
+    assert client.calls[-1] == ("pause_writing", None)
+    srv.transport.resume_reading()
+    await turns()
+    assert [e.tags for e in srv.events()] == [[1], [2]]  # type: ignore[attr-defined]
+    assert client.calls[-1] == ("resume_writing", None) and end.get_write_buffer_size() == 0
+
+
+async def test_a_peer_that_takes_no_events_is_not_given_any(server: list[Recorder]) -> None:
+    client, _ = await connect(server)
+    assert client.transport is not None
+    assert not client.transport.passes_events and not inproc.passes_events(client.transport)
+
+
+def test_received_events_queue_behind_the_frames_before_them() -> None:
+    """The codec serves events handed over in-process after every frame that came before
+    them, checks them against the state, and reports one that may not come once those
+    before it are served."""
+    client = Connection(Role.CLIENT)
+    server = Connection(Role.SERVER)
+    server.receive_data(client.send(Hello(1, "test")))
+    server.receive_events([Publish(1, "queue/q", [msg()])])
+    assert isinstance(server.next_event(), Hello)  # (the bytes first)
+    assert isinstance(server.next_event(), Publish) and server.next_event() is NEED_DATA
+    server.receive_events([Ack(0, 1, [1], False), Hello(1, "again"), Ack(0, 1, [2], False)])
+    assert server.next_event() == Ack(0, 1, [1], False)
+    with pytest.raises(RemoteProtocolError, match="Hello"):
+        server.next_event()
+
+
+def test_sent_events_are_checked_against_the_state() -> None:
+    client = Connection(Role.CLIENT)
+    with pytest.raises(LocalProtocolError):
+        client.send_events([Publish(1, "queue/q", [msg()])])  # before its Hello
+    assert client.state is State.HELLO

@@ -601,3 +601,21 @@ def test_a_channel_role_is_its_string_on_the_wire_and_knows_the_other_side() -> 
     with pytest.raises(BadRequest, match="role must be"):
         SubscribeOptions.from_dict({"role": "peer"})
     assert SubscribeOptions.from_dict({"role": "client"}).role == "client"
+
+
+def test_a_message_copy_has_every_field_and_shares_nothing_mutable() -> None:
+    """Message.copy sets each field by hand: a field added to Message and not to copy()
+    fails here."""
+    values: dict[str, Any] = {
+        "body": b"b", "content_type": "text/plain", "headers": {"k": "v"}, "priority": 7,
+        "persistent": True, "expires": 1e9, "ack_timeout": 3.0, "correlation_id": "c",
+        "reply_to": "queue/r", "id": "i", "seq": 9, "timestamp": 2.5, "delivery_count": 2,
+        "destination": "queue/d",
+    }  # fmt: skip
+    assert set(values) == {f.name for f in dataclasses.fields(Message)}
+    original = Message(**values)
+    copy = original.copy()
+    assert copy == original and copy is not original
+    assert copy.headers is not original.headers
+    assert Message(bytearray(b"x")).copy().body == b"x"  # type: ignore[arg-type]
+    assert type(Message(memoryview(b"x")).copy().body) is bytes  # type: ignore[arg-type]
