@@ -2,9 +2,9 @@
 1 KB backlog: each node's peak RSS <= 1 GB, drain rate >= 50% of the in-memory rate").
 
 Scenario ``cluster_backlog``, on three fresh ``polymq run --peers`` nodes
-(:class:`bench.cluster_nodes.PolymqCluster`, their queue window the default 10,000 messages
-or 32 MiB; ``--set cluster_backlog.window=N`` sets another), one durable queue in a shard
-led by node L:
+(:class:`bench.cluster_nodes.PolymqCluster`, their queue window the default 100,000
+messages or 32 MiB, bodies plus 512 B each; ``--set cluster_backlog.window=N`` sets
+another), one durable queue in a shard led by node L:
 
 1. **publish**: one producer process (:func:`bench.backlog.publisher`) connected to L
    publishes ``count`` persistent 1 KB messages (the first 8 bytes of each body its index)
@@ -117,7 +117,7 @@ def _run(ctx: Context, params: dict[str, Any], env: dict[str, str]) -> dict[str,
 def run_cluster_backlog(ctx: Context) -> Result:
     n = ctx.option("count", 20_000 if ctx.quick else 200_000)
     n_mem = ctx.option("memory_count", min(n, 20_000 if ctx.quick else 200_000))
-    window = ctx.option("window", 10_000)
+    window = ctx.option("window", 100_000)
     params = {
         "body_bytes": BODY_BYTES,
         "batch": ctx.option("batch", 500),

@@ -25,6 +25,7 @@ def test_backlog_and_fast_producer_tiny(tmp_path: Path) -> None:
         sys.executable, "-m", "bench", "--quick", "--no-pin", "--out", str(out),
         "--only", "backlog,fast_producer",
         "--backlog-messages", "20000", "--set", "backlog.memory_messages=10000",
+        "--set", "backlog.window=5000",  # (20,000 of 1 KB fit the default window)
         "--fast-producer-seconds", "8",
     ]  # fmt: skip
     r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=110)

@@ -45,10 +45,11 @@ class CoreSettings:
     memory_headroom: float = 0.1
     memory_low_watermark: float = 0.85
     disk_free_limit: int = 50_000_000
-    # a durable queue's window of ready messages kept in memory (one node): past either
-    # bound its messages stay in the store only, and are read back in order as it drains
-    # (0 messages: keep everything in memory)
-    queue_window_messages: int = 10_000
+    # a durable queue's window of ready messages kept in memory: past either bound its
+    # messages stay in the store only, and are read back in order as it drains (0 messages:
+    # keep everything in memory). The bytes count each message's body plus what it costs
+    # in memory besides (destinations.paging.OVERHEAD), so for most sizes they bind first
+    queue_window_messages: int = 100_000
     queue_window_bytes: int = 32 * 1024 * 1024
     max_body: int = 16 * 1024 * 1024
     # per-destination metrics on /metrics (polymq_destination_*{destination}: one series each,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from polymq.types import Message
-from polymq_core.destinations.paging import SQUEEZE, Pages, Pressure
+from polymq_core.destinations.paging import OVERHEAD, SQUEEZE, Pages, Pressure
 
 
 def msg(seq: int, size: int = 10) -> Message:
@@ -11,9 +11,10 @@ def msg(seq: int, size: int = 10) -> Message:
 
 
 def test_a_queue_pages_once_either_bound_is_reached_and_then_everything_after() -> None:
-    pages = Pages(100, 1000)
+    pages = Pages(100, 100 * OVERHEAD + 1000)
     assert not pages.full(99, 999)
-    assert pages.full(100, 0) and pages.full(0, 1000)
+    assert pages.full(100, 0) and pages.full(0, 100 * OVERHEAD + 1000)
+    assert pages.full(99, 100 * OVERHEAD + 1000 - 99 * OVERHEAD)  # bodies and what each costs
     pages.add(msg(7))
     assert pages.full(0, 0)  # once anything is paged, what comes after is too
     pages.add(msg(8, 20))
@@ -21,7 +22,7 @@ def test_a_queue_pages_once_either_bound_is_reached_and_then_everything_after() 
 
 
 def test_a_page_is_read_when_half_the_window_is_free_and_fills_it() -> None:
-    pages = Pages(100, 10_000)
+    pages = Pages(100, 100 * (OVERHEAD + 10))
     for seq in range(1, 501):
         pages.add(msg(seq))
     assert pages.wanted(50, 500) == 0  # half a window ready: nothing yet
@@ -35,10 +36,19 @@ def test_a_page_is_read_when_half_the_window_is_free_and_fills_it() -> None:
 
 
 def test_the_bytes_bound_limits_a_page_by_the_mean_size() -> None:
-    pages = Pages(1000, 10_000)
+    pages = Pages(1000, 10 * (1000 + OVERHEAD))
     for seq in range(1, 101):
         pages.add(msg(seq, 1000))
-    assert pages.wanted(0, 0) == 10  # 10 of 1000 bytes fill 10,000
+    assert pages.wanted(0, 0) == 10  # 10 of 1000 bytes (and what each costs besides)
+    assert pages.wanted(5, 5000) == 0  # (half the window is ready)
+    assert pages.wanted(4, 4000) == 6
+
+
+def test_small_messages_are_bounded_by_what_they_cost_in_memory() -> None:
+    """A window of bytes counts each message's overhead: 32 MiB holds ~60k of 32 B."""
+    pages = Pages(1_000_000, 32 * 1024 * 1024)
+    assert not pages.full(60_000, 60_000 * 32)
+    assert pages.full(62_000, 62_000 * 32)
 
 
 def test_a_restart_counts_what_it_did_not_read_and_a_purge_forgets_it() -> None:
@@ -57,11 +67,12 @@ def test_a_restart_counts_what_it_did_not_read_and_a_purge_forgets_it() -> None:
 
 def test_under_memory_pressure_the_window_is_squeezed() -> None:
     pressure = Pressure()
-    pages = Pages(80, 8000, pressure)
-    assert not pages.full(10, 0) and not pages.full(0, 1000)
-    pressure.on = True  # the window is 80 / SQUEEZE = 10 messages, 1000 bytes
+    pages = Pages(80, 8000 + 80 * OVERHEAD, pressure)
+    squeezed = 1000 + 10 * OVERHEAD
+    assert not pages.full(10, 0) and not pages.full(0, squeezed)
+    pressure.on = True  # the window is 80 / SQUEEZE = 10 messages, 1000 bytes and overheads
     assert SQUEEZE == 8
-    assert pages.full(10, 0) and pages.full(0, 1000) and not pages.full(9, 999)
+    assert pages.full(10, 0) and pages.full(0, squeezed) and not pages.full(9, 999)
     for seq in range(1, 101):
         pages.add(msg(seq))
     assert pages.wanted(5, 50) == 0  # half the squeezed window ready: nothing yet
