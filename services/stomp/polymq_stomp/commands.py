@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .publisher import StompPublisher
     from .subscription import Subscriptions
 
-__all__ = ["COMMANDS", "CommandSession"]
+__all__ = ["BY_NAME", "COMMANDS", "CommandSession"]
 
 
 class CommandSession(Protocol):
@@ -143,3 +143,6 @@ COMMANDS: Final[dict[Command, Callable[[CommandSession, Frame], None]]] = {
     Command.ABORT: _abort,
     Command.DISCONNECT: _disconnect,
 }
+# the same by command name: what the session looks up per frame (a name hashes in C, an
+# Enum member in Python)
+BY_NAME: Final = {command.value: handler for command, handler in COMMANDS.items()}

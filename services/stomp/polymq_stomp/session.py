@@ -50,7 +50,7 @@ from polymq_server.names import VhostNames
 from polymq_server.sessions.frontend import FrontendSession
 
 from .codec import CLOSED, NEED_DATA, Role, State, StompConnection
-from .commands import COMMANDS
+from .commands import BY_NAME
 from .delivery import StompSubscription
 from .frames import Command, Frame, Heartbeat, LocalStompError, RemoteStompError
 from .handshake import VersionMismatch, agree, version_error
@@ -101,7 +101,8 @@ class StompSession(FrontendSession):
         self.subscriptions = Subscriptions(self)
         self.publisher = StompPublisher(self)
         self.targets = ConnectionTargets(self)  # where its destinations lead, its own queues
-        self._allowed: set[tuple[Permission, str]] = set()
+        # (by the permission's value: checked per SEND, and an Enum member hashes in Python)
+        self._allowed: set[tuple[str, str]] = set()
         # writing
         self._ack_after_write: dict[StompSubscription, int] = {}
         self._unwritten: set[StompSubscription] = set()
@@ -199,10 +200,10 @@ class StompSession(FrontendSession):
                     counts["HEARTBEAT"] = counts.get("HEARTBEAT", 0) + 1
                     continue
                 assert isinstance(event, Frame)
-                name = event.command.value
+                name = event.command._value_
                 counts[name] = counts.get(name, 0) + 1
                 try:
-                    COMMANDS[event.command](self, event)
+                    BY_NAME[name](self, event)
                 except Exception as exc:  # refusals, the core's errors, and bugs (logged)
                     self.refuse(exc, event)
                     return
@@ -272,7 +273,7 @@ class StompSession(FrontendSession):
         except LocalStompError as exc:
             log.warning("stomp %s: cannot send %s: %s", self, frame.command.value, exc.detail)
             return
-        self.metrics.frames_out[frame.command.value].inc()
+        self.metrics.frames_out[frame.command._value_].inc()
         self._write(data)
 
     def receipt(self, receipt_id: str, *extra: tuple[str, str]) -> None:
@@ -461,7 +462,7 @@ class StompSession(FrontendSession):
     # ==== what the handlers share ============================================================
     def authorize(self, permission: Permission, destination: str) -> None:
         """Forbidden unless this connection's principal holds ``permission``."""
-        key = (permission, destination)
+        key = (permission._value_, destination)
         if key in self._allowed:
             return
         assert self.principal is not None
