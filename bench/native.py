@@ -30,6 +30,18 @@ def now() -> float:
     return time.monotonic()
 
 
+def _tune_gc() -> None:
+    """What ``polymq run`` does to its own collector (polymq_cli.serve_cmd), and what a
+    process that receives at these rates should do: with Python's default thresholds a
+    consumer decoding 100k+ messages a second spends about a third of its CPU in collections
+    of the young generation, and, the slowest process of the scenario, lets a backlog build
+    in the core (which then pages it: measured, the core's CPU per message 8.7 -> 7.2 us,
+    the consumer's CPU 4.5 -> 2.8 s for the same run)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 10)
+
+
 # =========================================================================================
 # workers (each runs in its own process)
 # =========================================================================================
@@ -60,6 +72,7 @@ async def _publish_for(
 
 
 async def producer(params: dict[str, Any], ch: Any) -> dict[str, Any]:
+    _tune_gc()
     client = await Client.connect(params["host"], params["port"])
     try:
         ch.send(ready=True)
@@ -160,6 +173,7 @@ async def _await_counters(
 
 async def consumer(params: dict[str, Any], ch: Any) -> dict[str, Any]:
     """One auto-ack subscription on a queue; counts until told how many to expect."""
+    _tune_gc()
     client = await Client.connect(params["host"], params["port"])
     try:
         sub = await client.subscribe(params["destination"], **params["subscribe"])
@@ -173,6 +187,7 @@ async def consumer(params: dict[str, Any], ch: Any) -> dict[str, Any]:
 
 async def pair(params: dict[str, Any], ch: Any) -> dict[str, Any]:
     """Producer and consumer in one process (two connections, one event loop)."""
+    _tune_gc()
     pub = await Client.connect(params["host"], params["port"])
     cons = await Client.connect(params["host"], params["port"])
     try:
@@ -253,6 +268,7 @@ async def receipt_producer(params: dict[str, Any], ch: Any) -> dict[str, Any]:
 
 async def fanout_subscribers(params: dict[str, Any], ch: Any) -> dict[str, Any]:
     """``subs`` subscriptions to one topic over ``connections`` connections."""
+    _tune_gc()
     n_conn, n_subs = params["connections"], params["subs"]
     clients = [await Client.connect(params["host"], params["port"]) for _ in range(n_conn)]
     try:
