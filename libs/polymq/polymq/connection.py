@@ -100,7 +100,6 @@ class _Protocol(asyncio.Protocol):
     def events_received(self, events: list[Event], size: int) -> None:
         """What a core in this process wrote without encoding it (:mod:`polymq.inproc`)."""
         if self.connection._protocol is self:
-            self.connection._heard = True
             self.connection.conn.receive_events(events)
             self.connection._data(b"", more=False)
 

@@ -123,28 +123,28 @@ def write_events(
     raises for an event it cannot send; with ``unsendable``, a run that cannot be encoded
     is written one frame per event instead, and each event that cannot be is given to it
     (the rest go on)."""
-    start = 0
-    passing = events[0].OP in PASSED if events else False
-    for i in range(1, len(events) + 1):
-        if i < len(events) and (events[i].OP in PASSED) == passing:
-            continue
-        run, sizes = events[start:i], weights[start:i]
+    for passing, group in itertools.groupby(zip(events, weights, strict=True), key=_passed):
+        pairs = list(group)
+        run = [event for event, _ in pairs]
+        sizes = [size for _, size in pairs]
         if passing:
             conn.send_events(run)
             transport.write_events(list(map(_private, run)), sum(sizes))
-        else:
-            try:
-                transport.writelines(conn.send_frames(list(run), list(sizes), frame_bytes))
-            except LocalProtocolError:
-                if unsendable is None:
-                    raise
-                for event in run:
-                    try:
-                        transport.write(conn.send(event))
-                    except LocalProtocolError as exc:
-                        unsendable(event, exc)
-        if i < len(events):
-            start, passing = i, not passing
+            continue
+        try:
+            transport.writelines(conn.send_frames(run, sizes, frame_bytes))
+        except LocalProtocolError:
+            if unsendable is None:
+                raise
+            for event in run:
+                try:
+                    transport.write(conn.send(event))
+                except LocalProtocolError as exc:
+                    unsendable(event, exc)
+
+
+def _passed(pair: tuple[Event, int]) -> bool:
+    return pair[0].OP in PASSED
 
 
 def _private(event: Event) -> Event:
@@ -251,12 +251,7 @@ class PipeEnd(asyncio.Transport):
             return  # as a socket transport: writes after close() are dropped
         if not data:
             return
-        self._out.append(bytes(data))
-        self._size += len(data)
-        self._schedule()
-        if not self._writing_paused and self._size > self._high:
-            self._writing_paused = True
-            self.protocol.pause_writing()
+        self._buffer(bytes(data), len(data))
 
     def writelines(self, list_of_data: Any) -> None:
         for data in list_of_data:
@@ -275,7 +270,12 @@ class PipeEnd(asyncio.Transport):
         copies what the peer must not share."""
         if self.is_closing() or not events:
             return
-        self._out.append(_Events(events, size))
+        self._buffer(_Events(events, size), size)
+
+    def _buffer(self, item: bytes | _Events, size: int) -> None:
+        """Keep ``item`` (``size`` bytes, or what its events weigh) for the next hand-on;
+        past the high-water mark our protocol is told to pause writing."""
+        self._out.append(item)
         self._size += size
         self._schedule()
         if not self._writing_paused and self._size > self._high:
