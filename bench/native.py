@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from polymq import Client, Message
+from polymq_cli.process import tune_gc
 
 from .harness import BenchError, Worker, filesystem_of, fsync_seconds, workers
 from .scenario import Context, Result, Scenario
@@ -31,15 +32,13 @@ def now() -> float:
 
 
 def _tune_gc() -> None:
-    """What ``polymq run`` does to its own collector (polymq_cli.serve_cmd), and what a
-    process that receives at these rates should do: with Python's default thresholds a
-    consumer decoding 100k+ messages a second spends about a third of its CPU in collections
-    of the young generation, and, the slowest process of the scenario, lets a backlog build
-    in the core (which then pages it: measured, the core's CPU per message 8.7 -> 7.2 us,
-    the consumer's CPU 4.5 -> 2.8 s for the same run)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 10)
+    """What ``polymq run`` does to its own collector, and what a process that receives at
+    these rates should do: with Python's default thresholds a consumer decoding 100k+
+    messages a second spends about a third of its CPU in collections of the young
+    generation, and, the slowest process of the scenario, lets a backlog build in the core
+    (which then pages it: measured, the core's CPU per message 8.7 -> 7.2 us, the consumer's
+    CPU 4.5 -> 2.8 s for the same run)."""
+    tune_gc()
 
 
 # =========================================================================================

@@ -59,6 +59,7 @@ def all_scenarios() -> list[Scenario]:
         metrics,
         native,
         rabbitmq,
+        scaling,
         stomp,
     )
 
@@ -71,6 +72,7 @@ def all_scenarios() -> list[Scenario]:
         *fanout.SCENARIOS,
         *rabbitmq.SCENARIOS,
         *stomp.SCENARIOS,
+        *scaling.SCENARIOS,
         *avro.SCENARIOS,
         *amqp.SCENARIOS,
         *cluster.SCENARIOS,

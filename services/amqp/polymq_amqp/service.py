@@ -86,9 +86,11 @@ class AmqpService:
         settings: AmqpSettings,
         registry: CollectorRegistry | None = None,
         auth: AuthProvider | None = None,
+        listening: frontend.Listening = frontend.ALONE,
     ) -> None:
         settings.check()
         self.settings = settings
+        self.listening = listening
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = AmqpMetrics(self.registry)
         self.link = frontend.core_link(settings, "amqp", self.metrics, on_lost=self._core_lost)
@@ -131,7 +133,13 @@ class AmqpService:
             return TcpTransport(lambda transport: AmqpSession(hub, transport))
 
         server = await loop.create_server(
-            tcp, self.settings.host, port, ssl=ctx, reuse_address=True, backlog=1024
+            tcp,
+            self.settings.host,
+            port,
+            ssl=ctx,
+            reuse_address=True,
+            reuse_port=self.listening.reuse_port or None,
+            backlog=1024,
         )
         self._servers.append(server)
         sock: socket.socket = server.sockets[0]
@@ -149,16 +157,18 @@ class AmqpService:
         if ctx is not None:
             self.ports["amqp_tls"] = await self._listen(s.amqp_tls_port, ctx)
             listening.append(f"over TLS on {self.ports['amqp_tls']}")
-        self._runner = frontend.admin_runner(self.app)
-        _, self.ports["amqp_admin"] = await frontend.start_site(
-            self._runner, s.host, s.amqp_admin_port
-        )
+        admin = "no admin port (another process of this node serves it)"
+        if self.listening.http:
+            self._runner = frontend.admin_runner(self.app)
+            _, self.ports["amqp_admin"] = await frontend.start_site(
+                self._runner, s.host, s.amqp_admin_port
+            )
+            admin = f"admin on http://{s.host}:{self.ports['amqp_admin']}"
         log.info(
-            "amqp: AMQP 0-9-1 on %s %s, admin on http://%s:%d, core %s %s; vhosts %s; %s",
+            "amqp: AMQP 0-9-1 on %s %s, %s, core %s %s; vhosts %s; %s",
             s.host,
             " and ".join(listening),
-            s.host,
-            self.ports["amqp_admin"],
+            admin,
             self.link.address,
             link_state(self.link),
             s.amqp_vhosts,

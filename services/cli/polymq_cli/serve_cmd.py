@@ -2,7 +2,9 @@
 services, print where they listen, and stop them gracefully.
 
 ``run`` starts the core and every frontend in one process (the frontends reach the core
-without a socket, logging in with a one-off token); the others start one service each. Their
+without a socket, logging in with a one-off token), and with ``--workers N`` the STOMP and
+AMQP frontends again in N - 1 worker processes on the same ports
+(:mod:`polymq_cli.workers`); the others start one service each. Their
 flags and settings are :mod:`polymq_cli.serve_flags`'s. A stop (SIGTERM, Ctrl-C) puts every
 listener in lame duck at once, then stops the services one by one, the core last.
 """
@@ -12,16 +14,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
+import dataclasses
 import json
 import logging
+import math
 import os
 import secrets
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 
@@ -30,38 +33,37 @@ from polymq_core.service import CoreService
 from polymq_server.auth.provider import WithServiceToken, load_provider
 from polymq_server.config import ConfigError
 from polymq_server.resources import raise_open_files
+from polymq_server.sessions.frontend import Listening
 
+from .process import Service, tune_gc
 from .serve_flags import core_settings, frontend_settings, load_ref
+from .workers import WorkerRegistry, Workers, worker_count
 
 __all__ = ["Service", "run"]
 
 log = logging.getLogger("polymq")
 
 
-class Service(Protocol):
-    async def start(self) -> dict[str, int]: ...
-    async def lame_duck(self) -> None: ...  # stop accepting (a stop's first step, on all)
-    async def stop(self) -> None: ...
-
-
 # The frontends, in the order `polymq run` starts them: the command, its settings and service
 # classes ("module:class", imported when used), the ports its flags set, and the listener
-# that serves https:// with TLS (the AMQP frontend names its TLS port apart: amqp_tls).
+# that serves https:// with TLS (the AMQP frontend names its TLS port apart: amqp_tls), and
+# whether `polymq run --workers N` serves it in its workers too (connection protocols over
+# TCP: a client's requests all go to the process that accepted its connection).
 # seconds a service may take to stop: a frontend; the core (it answers what it read for up to
 # 10 s, then flushes its stores)
 _STOP_TIMEOUT: Final = 12.0
 _CORE_STOP_TIMEOUT: Final = 60.0
 _FRONTENDS: Final = (
     ("http", "polymq_http.config:HttpSettings", "polymq_http.service:HttpService",
-     ("http",), "http"),
+     ("http",), "http", False),
     ("stomp", "polymq_stomp.config:StompSettings", "polymq_stomp.service:StompService",
-     ("stomp", "stomp_ws"), "stomp_ws"),
+     ("stomp", "stomp_ws"), "stomp_ws", True),
     ("longpoll", "polymq_longpoll.config:LongpollSettings",
-     "polymq_longpoll.service:LongpollService", ("longpoll",), "longpoll"),
+     "polymq_longpoll.service:LongpollService", ("longpoll",), "longpoll", False),
     ("avro", "polymq_avro.config:AvroSettings", "polymq_avro.service:AvroService",
-     ("avro",), "avro"),
+     ("avro",), "avro", False),
     ("amqp", "polymq_amqp.config:AmqpSettings", "polymq_amqp.service:AmqpService",
-     ("amqp", "amqp_admin", "amqp_tls"), None),
+     ("amqp", "amqp_admin", "amqp_tls"), None, True),
 )  # fmt: skip
 
 
@@ -73,20 +75,23 @@ def _write_ports(path: str, ports: dict[str, int], pids: list[int]) -> None:
     os.replace(tmp, path)
 
 
-def _tune_gc() -> None:
-    """Keep the cyclic garbage collector off the message path. A broker holds many long-lived
-    objects (queued messages, subscriptions): with the default thresholds every full
-    collection walks all of them, which was ~half the CPU per record of Avro ingest into a
-    growing stream (bench `avro`: 4.4 of 9.2 us/record). Objects made at start-up are moved
-    out of the collector's view, and collections run less often; reference counting still
-    frees everything without cycles at once."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 10)
+def _for_worker(settings: Any, ports: dict[str, int], names: Sequence[str], workers: int) -> Any:
+    """A frontend's settings in a worker of ``polymq run --workers``: the first process's
+    ports (shared), the core over the loopback, and each connection limit divided among the
+    processes (the kernel spreads connections evenly: a node takes about what one process
+    would; a per-user limit below the number of processes becomes a per-process one)."""
+    changes: dict[str, Any] = {f"{n}_port": ports[n] for n in names if n in ports}
+    if settings.core_host in ("0.0.0.0", "::", ""):
+        changes["core_host"] = "127.0.0.1"
+    for limit in ("max_connections", "max_connections_per_user"):
+        if getattr(settings, limit, 0):
+            changes[limit] = math.ceil(getattr(settings, limit) / workers)
+    return dataclasses.replace(settings, **changes)
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    registry = CollectorRegistry()
+    workers = worker_count(args.workers) if args.command == "run" else 1
+    registry = WorkerRegistry() if workers > 1 else CollectorRegistry()
     services: list[Service] = []
     ports: dict[str, int] = {}
     secure: set[str] = set()  # the listeners that speak TLS (https:// in the list below)
@@ -101,6 +106,12 @@ async def _serve(args: argparse.Namespace) -> int:
         service_token: str | None = None
         if args.command in ("run", "core"):
             settings = core_settings(args)
+            if workers > 1 and settings.core_tls:
+                raise ConfigError(
+                    "--workers: the workers reach the core over its wire port on this "
+                    "machine, which speaks TLS only here (--core-tls-cert); run one process "
+                    "(--workers 1), or the frontends apart (polymq stomp/amqp --core-tls-ca)"
+                )
             auth = load_provider(settings.auth)
             if args.command == "run":  # in-process frontends log in with a one-off token
                 service_token = secrets.token_urlsafe(32)
@@ -114,22 +125,35 @@ async def _serve(args: argparse.Namespace) -> int:
                 secure.add("admin")
             if args.command == "run" and settings.auth in ("", "anonymous"):
                 log.warning("%s (set --auth file:users.json to require logins)", auth.describe())
-        for command, settings_ref, service_ref, port_names, secure_port in _FRONTENDS:
+        shared: list[tuple[str, Any]] = []  # what the workers serve, and their settings
+        for command, settings_ref, service_ref, port_names, secure_port, shares in _FRONTENDS:
             if args.command not in ("run", command):
                 continue
             fe_settings = frontend_settings(
                 args, core_addr, settings_ref, port_names, service_token
             )
-            service = load_ref(service_ref)(fe_settings, registry)
+            extra = {"listening": Listening(reuse_port=True)} if workers > 1 and shares else {}
+            service = load_ref(service_ref)(fe_settings, registry, **extra)
             services.append(service)
-            ports.update(await _starting(service.start(), stop))
+            got = await _starting(service.start(), stop)
+            ports.update(got)
             if secure_port is not None and fe_settings.tls_cert:
                 secure.add(secure_port)
-        _tune_gc()
+            if extra:
+                shared.append((service_ref, _for_worker(fe_settings, got, port_names, workers)))
+        pool: Workers | None = None
+        if shared:
+            assert isinstance(registry, WorkerRegistry)
+            pool = Workers(workers, tuple(shared), registry, args.log_level)
+            services.append(pool)
+            await _starting(pool.start(), stop)
+        tune_gc()
         if core is not None and core.cluster is not None:
             core.cluster.add_listeners({k: v for k, v in ports.items() if k not in core.ports})
         if args.ports_file:
             pids = core.pids if core is not None else [os.getpid()]
+            if pool is not None:
+                pids = [*pids, *pool.pids]
             _write_ports(args.ports_file, ports, pids)
         host = args.host
         schemes = {

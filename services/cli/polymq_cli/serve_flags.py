@@ -351,6 +351,14 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ``avro``, ``amqp``) to ``polymq``'s, in the order ``polymq --help`` lists them."""
     run = sub.add_parser("run", help="the core and every frontend in one process")
     common_arguments(run)
+    run.add_argument(
+        "--workers",
+        default=os.environ.get("POLYMQ_WORKERS") or "auto",
+        metavar="N|auto",
+        help="processes serving STOMP and AMQP on the same ports (SO_REUSEPORT): this one "
+        "with the core and every frontend, and N - 1 workers; auto: the CPUs this process "
+        "may use, one process on two or fewer (POLYMQ_WORKERS; docs/workers.md)",
+    )
     _core_flags(run)
     _http_flags(run)
     _stomp_flags(run)

@@ -86,9 +86,11 @@ class StompService:
         settings: StompSettings,
         registry: CollectorRegistry | None = None,
         auth: AuthProvider | None = None,
+        listening: frontend.Listening = frontend.ALONE,
     ) -> None:
         settings.check()
         self.settings = settings
+        self.listening = listening
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = StompMetrics(self.registry)
         self.link = frontend.core_link(settings, "stomp", self.metrics)
@@ -126,23 +128,30 @@ class StompService:
             return TcpTransport(lambda transport: StompSession(hub, transport))
 
         self._server = await loop.create_server(
-            tcp, s.host, s.stomp_port, ssl=ctx, reuse_address=True, backlog=1024
+            tcp,
+            s.host,
+            s.stomp_port,
+            ssl=ctx,
+            reuse_address=True,
+            reuse_port=self.listening.reuse_port or None,
+            backlog=1024,
         )
         sock: socket.socket = self._server.sockets[0]
         self.ports["stomp"] = int(sock.getsockname()[1])
-        self._runner = frontend.admin_runner(self.app, s.handshake_timeout)
-        self._site, self.ports["stomp_ws"] = await frontend.start_site(
-            self._runner, s.host, s.stomp_ws_port, ctx
-        )
-        scheme = "wss" if ctx else "ws"
+        websocket = "no WebSocket (another process of this node serves it)"
+        if self.listening.http:
+            self._runner = frontend.admin_runner(self.app, s.handshake_timeout)
+            self._site, self.ports["stomp_ws"] = await frontend.start_site(
+                self._runner, s.host, s.stomp_ws_port, ctx
+            )
+            scheme = "wss" if ctx else "ws"
+            websocket = f"{scheme}://{s.host}:{self.ports['stomp_ws']}/ws (page at /)"
         log.info(
-            "stomp: STOMP 1.0-1.2 on %s:%d%s and %s://%s:%d/ws (page at /), core %s %s; %s",
+            "stomp: STOMP 1.0-1.2 on %s:%d%s and %s, core %s %s; %s",
             s.host,
             self.ports["stomp"],
             " (TLS)" if ctx else "",
-            scheme,
-            s.host,
-            self.ports["stomp_ws"],
+            websocket,
             self.link.address,
             link_state(self.link),
             self.hub.auth.describe(),

@@ -11,6 +11,8 @@ settings,
   and :func:`not_ready`: the listeners' TLS context, ``/metrics``, ``/healthz`` and
   ``/readyz``, and the aiohttp listener of a service.
 - :func:`shutdown_sessions`: the sessions' part of a service's ``stop()``.
+- :class:`Listening`: how a service shares its listeners with the other processes of its
+  node (``polymq run --workers``, docs/workers.md).
 - :class:`FrontendSession`: the base of a session (the endpoint of one
   :class:`~polymq_server.sessions.transport.Transport`): one output buffer written once per loop
   iteration
@@ -25,6 +27,7 @@ started the task.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Collection, Coroutine
@@ -158,6 +161,22 @@ def admin_runner(app: web.Application, handshake_timeout: float = 10.0) -> web.A
     seconds, after which an idle connection is closed as well, and a body may not stall
     longer than that."""
     return deadline_runner(app, handshake_timeout, shutdown_timeout=_ADMIN_SHUTDOWN_TIMEOUT)
+
+
+@dataclasses.dataclass(frozen=True)
+class Listening:
+    """How a STOMP or AMQP service listens beside the other processes of its node
+    (``polymq run --workers``, docs/workers.md): ``reuse_port``, its TCP listeners bind with
+    SO_REUSEPORT, so that the kernel spreads the connections to one port over every process
+    of this user listening on it; ``http`` false, it starts no HTTP listener (STOMP's
+    WebSocket and page, AMQP's admin port: the first process serves them, and ``/metrics``
+    for all)."""
+
+    reuse_port: bool = False
+    http: bool = True
+
+
+ALONE = Listening()  # a service in a process of its own: its listeners to itself
 
 
 async def start_site(

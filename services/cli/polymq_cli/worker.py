@@ -1,0 +1,113 @@
+"""A worker process of ``polymq run --workers N`` (started by :mod:`polymq_cli.workers`,
+never by hand): it reads its :class:`~polymq_cli.workers.Spec` from stdin, serves the STOMP
+and AMQP frontends it names on the first process's ports (SO_REUSEPORT) without their HTTP
+listeners, says ``ready``, sends its metrics every few seconds, and stops as ``polymq run``
+does (lame duck, then each service) on SIGTERM or SIGINT, when stdin closes (the first
+process is gone or done with it), or when the first process dies (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry
+
+from polymq_server.resources import raise_open_files
+from polymq_server.sessions.frontend import Listening
+
+from .process import Service, tune_gc
+from .serve_flags import load_ref
+from .workers import METRICS_INTERVAL, Spec, read_record, record
+
+log = logging.getLogger("polymq")
+
+_PR_SET_PDEATHSIG: Final = 1
+_STOP_TIMEOUT: Final = 12.0  # seconds a frontend may take to stop (as in polymq run)
+
+
+def _die_with_parent() -> None:
+    """SIGTERM when the first process dies, even by SIGKILL: no worker outlives its node."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # (it died before the prctl)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+async def _serve() -> int:
+    loop = asyncio.get_running_loop()
+    stdin = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    out, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout)
+    got = await read_record(stdin)
+    if got is None or got[0] != "spec" or not isinstance(got[1], Spec):
+        print("polymq worker: started without a spec (polymq run starts workers)", file=sys.stderr)
+        return 2
+    spec: Spec = got[1]
+    logging.basicConfig(
+        level=spec.log_level.upper(),
+        format=f"%(asctime)s %(levelname)s %(name)s [worker {spec.index}]: %(message)s",
+        stream=sys.stderr,
+    )
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    registry = CollectorRegistry()
+    services: list[Service] = []
+
+    async def until_stdin_closes() -> None:
+        while await read_record(stdin) is not None:
+            pass
+        stop.set()
+
+    async def send_metrics() -> None:
+        while True:
+            out.write(record("metrics", list(registry.collect())))
+            await asyncio.sleep(METRICS_INTERVAL)
+
+    watching = asyncio.create_task(until_stdin_closes())
+    sending: asyncio.Task[None] | None = None
+    try:
+        shared = Listening(reuse_port=True, http=False)
+        for ref, settings in spec.frontends:
+            service: Any = load_ref(ref)(settings, registry, listening=shared)
+            services.append(service)
+            await service.start()
+        tune_gc()
+        out.write(record("ready", os.getpid()))
+        sending = asyncio.create_task(send_metrics())
+        await stop.wait()
+    finally:
+        for task in (watching, sending):
+            if task is not None:
+                task.cancel()
+        for svc in services:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(svc.lame_duck(), _STOP_TIMEOUT)
+        for svc in reversed(services):
+            try:
+                await asyncio.wait_for(svc.stop(), _STOP_TIMEOUT)
+            except Exception:
+                log.exception("error while stopping %s", type(svc).__name__)
+    return 0
+
+
+def main() -> int:
+    _die_with_parent()
+    raise_open_files()
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        uvloop.install()
+    return asyncio.run(_serve())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
