@@ -174,7 +174,8 @@ def broker(
     directory afterwards, whatever happens. With ``profile``, the broker runs under cProfile
     and writes pstats there when it stops."""
     workdir = Path(tempfile.mkdtemp(prefix=f"polymq-bench-{command}-"))
-    env = {"POLYMQ_LOG_LEVEL": "WARNING", **(env or {})}
+    # one process (the broker CPU's) unless the scenario asks for workers (--workers N)
+    env = {"POLYMQ_LOG_LEVEL": "WARNING", "POLYMQ_WORKERS": "1", **(env or {})}
     if profile is not None:
         hook = str(Path(__file__).resolve().parent / "_profile")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [hook, os.environ.get("PYTHONPATH")]))

@@ -76,7 +76,8 @@ class PolymqProcess(LoggedProcess):
     """``polymq <command>`` in a subprocess; ``ports`` is read from its ports file."""
 
     def __init__(self, command: str, workdir: Path, *args: str, env: dict[str, str] | None = None):
-        super().__init__(workdir / f"{command}.log", env)
+        # one process unless a test asks for workers (--workers N), whatever the machine's CPUs
+        super().__init__(workdir / f"{command}.log", {"POLYMQ_WORKERS": "1", **(env or {})})
         self.command = command
         self.workdir = workdir
         self.data_dir = workdir / "data"

@@ -25,6 +25,7 @@ SCENARIOS = {
     "stomp_connections_10k",
     "avro",  # raw container ingest, then Spark's format("polymq") (~40 s with Spark's start)
     "metrics_scrape_per_destination",
+    "scaling",  # polymq run --workers 1 and N (on this machine's CPUs)
 }
 # Measured against RabbitMQ's STOMP plugin too; polymq's side must always have a figure (the
 # RabbitMQ side may be recorded as skipped where none can be started).

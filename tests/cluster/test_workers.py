@@ -1,0 +1,81 @@
+"""A replicated core whose nodes each run ``polymq run --workers 2`` (docs/workers.md): STOMP
+publishes taken by either process of node 1 reach queues led by every node, and are consumed
+over AMQP by either process of node 3; a node killed with ``kill -9`` takes its worker with
+it, and comes back on its data with its worker."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+
+from .harness import Node, pika_connection, running_cluster, stomp_conn
+
+pytestmark = pytest.mark.timeout(300)
+
+CONNECTIONS = 8
+
+
+def _family(node: Node) -> list[int]:
+    assert node.proc is not None and node.proc.proc is not None
+    first = psutil.Process(node.proc.proc.pid)
+    return [first.pid, *(c.pid for c in first.children() if "polymq_cli.worker" in c.cmdline())]
+
+
+def _owners(port: int, pids: list[int]) -> Counter[int]:
+    held: Counter[int] = Counter()
+    for pid in pids:
+        for c in psutil.Process(pid).net_connections("tcp"):
+            if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port:
+                held[pid] += 1
+    return held
+
+
+def test_workers_serve_every_leader_and_die_with_their_node(tmp_path: Path) -> None:
+    with running_cluster(tmp_path, env={"POLYMQ_WORKERS": "2"}) as cluster:
+        n1, _, n3 = cluster.nodes
+        for node in cluster.nodes:
+            assert len(_family(node)) == 2, node.proc.log() if node.proc else node
+            assert set(_family(node)) <= set(node.pids)  # the harness kills them all
+        leaders = cluster.wait_balanced()
+        queues = {s: cluster.queue_in_shard(s, "wk") for s in leaders}
+        sent: list[tuple[str, str]] = []
+        with contextlib.ExitStack() as stack:
+            conns = [stack.enter_context(stomp_conn(n1)) for _ in range(CONNECTIONS)]
+            held = _owners(n1.ports["stomp"], _family(n1))
+            assert len(held) == 2, f"{CONNECTIONS} STOMP connections all in one process: {held}"
+            for i, conn in enumerate(conns):
+                for q in queues.values():
+                    body = f"{q}-{i}"
+                    conn.send_ok(f"/queue/{q}", body, persistent="true")  # (its receipt)
+                    sent.append((q, body))
+        got: list[tuple[str, str]] = []
+        readers = [pika_connection(n3) for _ in range(CONNECTIONS)]
+        try:
+            assert len(_owners(n3.ports["amqp"], _family(n3))) == 2
+            channels = [r.channel() for r in readers]
+            deadline = time.monotonic() + 60
+            for k, q in enumerate(queues.values()):
+                ch = channels[k % len(channels)]
+                while sum(1 for qq, _ in got if qq == q) < CONNECTIONS:
+                    method, _, body = ch.basic_get(q, auto_ack=True)
+                    if method is None:
+                        assert time.monotonic() < deadline, f"{q}: {got}"
+                        time.sleep(0.05)
+                        continue
+                    got.append((q, body.decode()))
+        finally:
+            for r in readers:
+                r.close()
+        assert sorted(got) == sorted(sent), f"{len(got)} of {len(sent)}"
+
+        family = [psutil.Process(pid) for pid in _family(n1)]
+        n1.kill()  # SIGKILL to every process of the node (the harness asserts none survive)
+        assert not [p for p in family if p.is_running() and p.status() != "zombie"]
+        n1.start()
+        cluster.wait_formed(timeout=90)
+        assert len(_family(n1)) == 2
