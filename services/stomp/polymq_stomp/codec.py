@@ -31,7 +31,6 @@ from __future__ import annotations
 import enum
 import json
 import re
-from itertools import chain
 from typing import Final, NoReturn
 
 from .frames import (
@@ -144,9 +143,6 @@ def _unescape(s: str) -> str:
     """``s`` unescaped, once :func:`_check_escapes` passed (headers hold no NUL)."""
     s = s.replace("\\\\", "\0").replace("\\n", "\n").replace("\\c", ":").replace("\\r", "\r")
     return s.replace("\0", "\\")
-
-
-_NEEDS_ESCAPE = re.compile(r"[\\\n:\r]")  # what 1.1/1.2 escape (CR also: 1.1 refuses it)
 
 
 def _escape_11(s: str) -> str:
@@ -457,27 +453,31 @@ class StompConnection:
         return data
 
     def _encode(self, frame: Frame) -> bytes:
-        cmd, version = frame.command._value_, self.version
-        parts = [cmd]
+        cmd, version, headers = frame.command._value_, self.version, frame.headers
         if version == "1.0" or cmd in _NEVER_ESCAPED_NAMES:
-            for name, value in frame.headers:
+            parts = [cmd]
+            for name, value in headers:
                 if not name or ":" in name or "\n" in name or "\n" in value or value[-1:] == "\r":
                     raise _unsendable(name, value, "unescaped")
                 parts.append(f"{name}:{value}")
-        elif _NEEDS_ESCAPE.search("\x01".join(chain.from_iterable(frame.headers))) is None:
-            # The common case (ids, numbers, destinations): one scan, nothing to escape.
-            for name, value in frame.headers:
-                if not name:
-                    raise _unsendable(name, value, "without a name")
-                parts.append(f"{name}:{value}")
+            parts.append("\n")
+            text = "\n".join(parts)
         else:
-            esc = _escape_12 if version == "1.2" else _escape_11
-            for name, value in frame.headers:
-                if not name or (version == "1.1" and value[-1:] == "\r"):
-                    raise _unsendable(name, value, "in STOMP 1.1")
-                parts.append(f"{esc(name)}:{esc(value)}")
-        parts.append("\n")
-        text = "\n".join(parts)
+            # The common case (ids, numbers, destinations): nothing to escape, every name
+            # given. Told from the text itself by C-level scans (str.count, `in`): exactly one
+            # colon per header, one line feed per line, no backslash, no CR, no line that
+            # starts with a colon (a header without a name). A regular expression's scan of
+            # the headers cost more than building the frame (~1 us a MESSAGE).
+            text = "\n".join([cmd, *[f"{name}:{value}" for name, value in headers], "\n"])
+            count = len(headers)
+            if (
+                "\\" in text
+                or "\r" in text
+                or "\n:" in text
+                or text.count(":") != count
+                or text.count("\n") != count + 2
+            ):
+                text = self._escaped(cmd, headers)
         if "\0" in text:
             raise LocalStompError("malformed frame", "NUL in a header")
         body = frame.body
@@ -493,6 +493,20 @@ class StompConnection:
             return b"".join((text.encode("utf-8"), body, b"\0"))
         except UnicodeEncodeError as exc:
             raise LocalStompError("invalid UTF-8", f"cannot encode a header: {exc}") from None
+
+    def _escaped(self, cmd: str, headers: tuple[tuple[str, str], ...]) -> str:
+        """The head of a STOMP 1.1 or 1.2 frame whose headers need escaping (or cannot be
+        sent: a header without a name, a value ending in CR in 1.1)."""
+        esc = _escape_12 if self.version == "1.2" else _escape_11
+        parts = [cmd]
+        for name, value in headers:
+            if not name:
+                raise _unsendable(name, value, "without a name")
+            if self.version == "1.1" and value[-1:] == "\r":
+                raise _unsendable(name, value, "in STOMP 1.1")
+            parts.append(f"{esc(name)}:{esc(value)}")
+        parts.append("\n")
+        return "\n".join(parts)
 
     def _refusal(self, cmd: Command, sender: Role, error: type[StompError]) -> StompError:
         """The error for ``sender`` sending ``cmd`` in this state, which TRANSITIONS lacks."""
