@@ -26,6 +26,8 @@ from .process import Service, tune_gc
 from .serve_flags import load_ref
 from .workers import METRICS_INTERVAL, families_to_json, read_spec, report
 
+__all__ = ["main"]
+
 log = logging.getLogger("polymq")
 
 _PR_SET_PDEATHSIG: Final = 1

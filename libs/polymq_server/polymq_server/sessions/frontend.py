@@ -46,8 +46,10 @@ from ..web.requestmetrics import add_metrics_route, core_link_metrics
 from .transport import Transport
 
 __all__ = [
+    "ALONE",
     "FrontendMetrics",
     "FrontendSession",
+    "Listening",
     "SessionClocks",
     "Shutdown",
     "add_admin_routes",
