@@ -171,6 +171,18 @@ _OPS: dict[int, tuple[Any, int, int, int, tuple[tuple[str, int], ...], Any]] = {
 }
 
 
+def _shared_cache(events: Sequence[Any]) -> dict[int, bytes] | None:
+    """A dict to pack each message once in, if two of ``events`` begin with the same one."""
+    firsts: set[int] = set()
+    for ev in events:
+        if ev.OP in _HAS_MESSAGES and (messages := ev.messages):
+            first = id(messages[0])
+            if first in firsts:
+                return {}
+            firsts.add(first)
+    return None
+
+
 def _encode_op(event: Event) -> list[Any]:
     op = event.OP
     spec = _OPS[op]
@@ -409,12 +421,19 @@ class Connection:
         """Bytes of one frame carrying ``event``."""
         return self.send_many((event,))
 
-    def send_many(self, events: Any, raws: Sequence[bytes | None] | None = None) -> bytes:
+    def send_many(
+        self,
+        events: Any,
+        raws: Sequence[bytes | None] | None = None,
+        packed: dict[int, bytes] | None = None,
+    ) -> bytes:
         """Bytes of one frame carrying every event in ``events`` (an iterable).
 
         ``raws``, one per event: where not None, the event's operation as it came from
         another connection's :attr:`raw` (the event itself is still checked against the
-        state), sent as it is instead of encoded again.
+        state), sent as it is instead of encoded again. ``packed``: each message packed
+        once, kept here by ``id()`` (for messages that live at least as long as the dict:
+        :meth:`send_frames` shares one between the frames of a topic's fan-out).
 
         All or nothing: if any event cannot be sent, this raises LocalProtocolError and the
         state is as it was before the call.
@@ -433,8 +452,8 @@ class Connection:
                             first = id(messages[0])
                             shared = shared or first in firsts
                             firsts.add(first)
-                    if shared:  # (a topic's messages to several subscriptions)
-                        payload = self._pack_sharing(events)
+                    if shared or packed is not None:  # (a topic's messages to several subs)
+                        payload = self._pack_sharing(events, {} if packed is None else packed)
                     else:
                         payload = self._packer.pack(list(map(_encode_op, events)))
                 else:
@@ -469,14 +488,14 @@ class Connection:
             self.state = state
             raise
 
-    def _pack_sharing(self, events: Sequence[Event]) -> bytes:
+    def _pack_sharing(self, events: Sequence[Event], packed: dict[int, bytes]) -> bytes:
         """What ``pack(list(map(_encode_op, events)))`` gives, each message packed once however
-        many of the events carry it: a topic's message goes to every subscription of a
-        connection, and so in one frame to each (msgpack is a stream: an array is its header
-        and its items, packed apart or together)."""
+        many of the events carry it (``packed``: by ``id()``, each message's bytes): a topic's
+        message goes to every subscription of a connection, and so in one frame to each
+        (msgpack is a stream: an array is its header and its items, packed apart or
+        together)."""
         packer = self._packer
         pack, header = packer.pack, packer.pack_array_header
-        packed: dict[int, bytes] = {}  # by id(): every message lives as long as this call
         parts = [header(len(events))]
         for ev in events:
             spec = _OPS[ev.OP]
@@ -508,15 +527,18 @@ class Connection:
     ) -> list[bytes]:
         """The bytes of ``events`` as frames of about ``frame_bytes`` each (``weights``:
         what each event adds to a frame): many small events share one, a big one goes alone.
-        Each frame is all or nothing, as :meth:`send_many` (``raws``: as there)."""
+        Each frame is all or nothing, as :meth:`send_many` (``raws``: as there). Where some
+        events begin with the same message (a topic's, to several subscriptions whose
+        backlogs span several frames), each message is packed once for all the frames."""
+        packed = _shared_cache(events) if len(weights) > 1 and not raws else None
         frames = []
         start = size = 0
         for i, weight in enumerate(weights):
             if size and size + weight > frame_bytes:
-                frames.append(self.send_many(events[start:i], raws and raws[start:i]))
+                frames.append(self.send_many(events[start:i], raws and raws[start:i], packed))
                 start, size = i, 0
             size += weight
-        frames.append(self.send_many(events[start:], raws and raws[start:]))
+        frames.append(self.send_many(events[start:], raws and raws[start:], packed))
         return frames
 
     def goodbye(self, code: str, message: str) -> bytes:

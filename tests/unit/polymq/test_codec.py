@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from polymq import codec
 from polymq.codec import (
     DEFAULT_MAX_FRAME,
     EVENT_BYTES,
@@ -1143,6 +1144,33 @@ def test_a_message_in_several_deliveries_of_a_frame_is_packed_as_the_codec_alway
     client = Connection(Role.CLIENT)
     client.state = State.OPEN
     client.receive_data(frame)
+    got = [client.next_event() for _ in events]
+    assert got == events and client.next_event() is NEED_DATA
+
+
+def test_a_message_in_deliveries_of_several_frames_is_packed_once_for_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A topic's backlog to several subscriptions of a connection spans several frames:
+    each message is packed once for all of them, and every frame reads back as sent."""
+    shared = [Message(b"news %d" % i, seq=i, id=f"m{i}") for i in range(50)]
+    events: list[Event] = [Deliver(sid, list(range(1, 51)), shared) for sid in range(1, 5)]
+    packs = 0
+    to_wire = codec._TO_WIRE
+
+    def counted(m: Message) -> Any:
+        nonlocal packs
+        packs += 1
+        return to_wire(m)
+
+    monkeypatch.setattr(codec, "_TO_WIRE", counted)
+    server = Connection(Role.SERVER)
+    server.state = State.OPEN
+    frames = server.send_frames(events, [1000] * len(events), 1500)  # one event a frame
+    assert len(frames) == 4 and packs == 50
+    client = Connection(Role.CLIENT)
+    client.state = State.OPEN
+    client.receive_data(b"".join(frames))
     got = [client.next_event() for _ in events]
     assert got == events and client.next_event() is NEED_DATA
 
