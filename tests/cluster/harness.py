@@ -710,7 +710,7 @@ def outsider(
     listener on a free port. Not waited for: it may never join. Yields its log's path; it
     is killed on the way out."""
     [cluster_port] = free_ports(1)
-    args = [sys.executable, "-m", "polymq_cli", "run", "--node-id", node_id]
+    args = [sys.executable, "-m", "polymq_cli", "run", "--workers", "1", "--node-id", node_id]
     args += ["--peers", f"{cluster.peers},127.0.0.1:{cluster_port}"]
     args += ["--cluster-port", str(cluster_port), "--data-dir", str(root / f"{node_id}-data")]
     for name in PORT_NAMES:

@@ -105,7 +105,7 @@ class NetNode:
         ports_file.unlink(missing_ok=True)
         peers = ",".join(f"{n.address}:{CLUSTER_PORT}" for n in self.cluster.nodes)
         argv = self.exec_argv(
-            sys.executable, "-m", "polymq_cli", "run",
+            sys.executable, "-m", "polymq_cli", "run", "--workers", "1",
             "--host", self.address,
             "--node-id", self.id,
             "--peers", peers,
