@@ -305,6 +305,9 @@ class Workers:
             "polymq_cli.worker",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            # (a session of its own: a terminal's Ctrl-C reaches the first process alone,
+            # which stops the workers in its order, listeners first)
+            start_new_session=True,
         )
         self.processes[spec.index] = process
         assert process.stdin is not None and process.stdout is not None

@@ -160,6 +160,36 @@ def test_sigterm_stops_every_worker_and_exits_0(three: PolymqProcess) -> None:
 
 
 @pytest.mark.timeout(120)
+def test_ctrl_c_to_the_terminal_stops_the_node_in_order(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C signals the whole foreground process group: it reaches the first
+    process alone (each worker runs in a session of its own), which stops the workers itself;
+    none is taken for dead and started again."""
+    ports_file = tmp_path / "ports.json"
+    log = open(tmp_path / "run.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "polymq_cli", "run", "--workers", "3",
+         "--data-dir", str(tmp_path / "d"), "--ports-file", str(ports_file),
+         "--core-port", "0", "--admin-port", "0", "--http-port", "0", "--stomp-port", "0",
+         "--stomp-ws-port", "0", "--longpoll-port", "0", "--avro-port", "0",
+         "--amqp-port", "0", "--amqp-admin-port", "0"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    log.close()
+    try:
+        _wait(ports_file.exists, "polymq run --workers 3 to listen", 40)
+        family = [psutil.Process(pid) for pid in json.loads(ports_file.read_text())["pids"]]
+        assert len(family) == 3
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(30) == 0
+        _, alive = psutil.wait_procs(family, timeout=10)
+        assert not alive
+        text = (tmp_path / "run.log").read_text()
+        assert "shutting down" in text and "exited with" not in text, text[-3000:]
+    finally:
+        proc.kill()
+
+
+@pytest.mark.timeout(120)
 def test_workers_die_with_a_killed_first_process(three: PolymqProcess) -> None:
     family = _family(three)
     os.kill(family[0].pid, signal.SIGKILL)
