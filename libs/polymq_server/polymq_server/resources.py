@@ -4,23 +4,40 @@ Every client connection is an open file. A process starts with the soft limit it
 gave it (often 1024), far below the hard limit a system allows (often 524288 or more), and a
 broker at its soft limit silently resets new connections. :func:`raise_open_files` lifts the
 soft limit to the hard one at start-up, as RabbitMQ and nginx do, and logs what it allows.
+:func:`die_with_parent` ties a child process's life to its parent's (Linux).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
 
 __all__ = [
     "RESERVED_FILES",
     "Admission",
     "ConnectionLimits",
     "connection_room",
+    "die_with_parent",
     "raise_open_files",
 ]
 
 log = logging.getLogger(__name__)
 
 RESERVED_FILES = 100  # kept for the process's own files: its stores, logs, listeners, peers
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int, sig: int) -> None:
+    """Have the kernel send this process ``sig`` when the process that started it (pid
+    ``parent``, read before the fork) dies, even by SIGKILL (``PR_SET_PDEATHSIG``); if that
+    one died already, ``sig`` now. Where there is no ``prctl`` (not Linux), nothing."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before prctl: nobody would signal us
+        os.kill(os.getpid(), sig)
 
 
 def raise_open_files() -> int:

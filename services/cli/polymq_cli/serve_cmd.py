@@ -35,7 +35,7 @@ from polymq_server.config import ConfigError
 from polymq_server.resources import raise_open_files
 from polymq_server.sessions.frontend import Listening
 
-from .process import Service, tune_gc
+from .process import STOP_TIMEOUT, Service, stop_services, tune_gc
 from .serve_flags import core_settings, frontend_settings, load_ref
 from .workers import WorkerRegistry, Workers, worker_count
 
@@ -49,10 +49,6 @@ log = logging.getLogger("polymq")
 # that serves https:// with TLS (the AMQP frontend names its TLS port apart: amqp_tls), and
 # whether `polymq run --workers N` serves it in its workers too (connection protocols over
 # TCP: a client's requests all go to the process that accepted its connection).
-# seconds a service may take to stop: a frontend; the core (it answers what it read for up to
-# 10 s, then flushes its stores)
-_STOP_TIMEOUT: Final = 12.0
-_CORE_STOP_TIMEOUT: Final = 60.0
 _FRONTENDS: Final = (
     ("http", "polymq_http.config:HttpSettings", "polymq_http.service:HttpService",
      ("http",), "http", False),
@@ -65,6 +61,11 @@ _FRONTENDS: Final = (
     ("amqp", "polymq_amqp.config:AmqpSettings", "polymq_amqp.service:AmqpService",
      ("amqp", "amqp_admin", "amqp_tls"), None, True),
 )  # fmt: skip
+
+
+# seconds the core may take to stop (it answers what it read for up to 10 s, then flushes its
+# stores); a frontend: process.STOP_TIMEOUT
+_CORE_STOP_TIMEOUT: Final = 60.0
 
 
 def _write_ports(path: str, ports: dict[str, int], pids: list[int]) -> None:
@@ -174,26 +175,10 @@ async def _serve(args: argparse.Namespace) -> int:
         await stop.wait()
         log.info("shutting down")
     finally:
-        # lame duck first, every listener at once: no new connection anywhere while the
-        # services stop one by one (each then tells its clients to go elsewhere)
-        for svc in services:
-            try:
-                await asyncio.wait_for(svc.lame_duck(), _STOP_TIMEOUT)
-            except Exception:
-                log.exception("error while %s stopped accepting", type(svc).__name__)
-        for svc in reversed(services):
-            try:
-                limit = _CORE_STOP_TIMEOUT if isinstance(svc, CoreService) else _STOP_TIMEOUT
-                await asyncio.wait_for(svc.stop(), limit)
-            except TimeoutError:
-                log.error(
-                    "%s did not stop within %.0f s; going on without it. Tasks:\n%s",
-                    type(svc).__name__,
-                    limit,
-                    _task_dump(),
-                )
-            except Exception:
-                log.exception("error while stopping %s", type(svc).__name__)
+        await stop_services(
+            services,
+            lambda svc: _CORE_STOP_TIMEOUT if isinstance(svc, CoreService) else STOP_TIMEOUT,
+        )
     return 0
 
 
@@ -218,20 +203,6 @@ async def _starting(
             await task
         raise _Interrupted
     return task.result()
-
-
-def _task_dump() -> str:
-    """Where each task of the loop waits (a line of its innermost frame each)."""
-    lines = []
-    for task in asyncio.all_tasks():
-        frames = task.get_stack(limit=None)
-        where = (
-            f"{frames[-1].f_code.co_filename}:{frames[-1].f_lineno} {frames[-1].f_code.co_name}"
-            if frames
-            else "(not started)"
-        )
-        lines.append(f"  {task.get_name()}: {task.get_coro()!r} at {where}")
-    return "\n".join(sorted(lines)[:200])
 
 
 def run(args: argparse.Namespace) -> int:

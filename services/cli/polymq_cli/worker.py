@@ -10,37 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 import sys
-from typing import Any, Final
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from polymq_server.resources import raise_open_files
+from polymq_server.resources import die_with_parent, raise_open_files
 from polymq_server.sessions.frontend import Listening
 
-from .process import Service, tune_gc
+from .process import Service, stop_services, tune_gc
 from .serve_flags import load_ref
 from .workers import METRICS_INTERVAL, families_to_json, read_spec, report
 
 __all__ = ["main"]
-
-log = logging.getLogger("polymq")
-
-_PR_SET_PDEATHSIG: Final = 1
-_STOP_TIMEOUT: Final = 12.0  # seconds a frontend may take to stop (as in polymq run)
-
-
-def _die_with_parent() -> None:
-    """SIGTERM when the first process dies, even by SIGKILL: no worker outlives its node."""
-    parent = os.getppid()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:  # (it died before the prctl)
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 async def _serve() -> int:
@@ -91,19 +76,12 @@ async def _serve() -> int:
         for task in (watching, sending):
             if task is not None:
                 task.cancel()
-        for svc in services:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(svc.lame_duck(), _STOP_TIMEOUT)
-        for svc in reversed(services):
-            try:
-                await asyncio.wait_for(svc.stop(), _STOP_TIMEOUT)
-            except Exception:
-                log.exception("error while stopping %s", type(svc).__name__)
+        await stop_services(services)
     return 0
 
 
 def main() -> int:
-    _die_with_parent()
+    die_with_parent(os.getppid(), signal.SIGTERM)  # no worker outlives its node
     raise_open_files()
     with contextlib.suppress(ImportError):
         import uvloop

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
+import functools
 import hashlib
 import hmac
 import json
@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from polymq_server.config import ConfigError
+from polymq_server.resources import die_with_parent
 
 from ..config import parse_peers
 from .tls import ClusterTls
@@ -75,7 +76,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 ROUTE_USER = "polymq-route"  # the route listener's user (its password: derived_password)
 CLIENT_USER = "polymq"  # the client listener's
 SYSTEM_USER = "polymq-system"  # the system account's (JetStream's server removal)
@@ -332,14 +332,7 @@ def write_config(path: Path, text: str) -> None:
 
 def _pdeathsig(parent: int) -> Callable[[], None]:
     """The child's ``preexec_fn``: die with SIGKILL when the parent does."""
-
-    def setup() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl: nobody would kill us
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return setup
+    return functools.partial(die_with_parent, parent, signal.SIGKILL)
 
 
 class NatsServer:
