@@ -16,6 +16,7 @@ summed. If neither exists the polymq side is recorded as failed with the reason.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -32,7 +33,7 @@ from urllib.parse import unquote, urlparse
 
 import psutil
 
-from .harness import BenchError
+from .harness import BenchError, cpu_seconds_of
 from .scenario import Context, Skipped
 from .stomp_targets import Unavailable, _beam, _listening, _pinned, _run_knows
 
@@ -63,15 +64,7 @@ def _endpoint(url: str) -> dict[str, Any]:
 
 
 def _cpu_of(procs: list[psutil.Process]) -> Callable[[], float]:
-    def cpu_seconds() -> float:
-        total = 0.0
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                t = p.cpu_times()
-                total += t.user + t.system
-        return total
-
-    return cpu_seconds
+    return functools.partial(cpu_seconds_of, procs)
 
 
 # ---- RabbitMQ --------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from typing import Any
 
 import psutil
 
-from .harness import BenchError, _pin_process
+from .harness import BenchError, _pin_process, cpu_seconds_of
 from .scenario import Skipped
 
 __all__ = [
@@ -103,15 +103,6 @@ def _get_json(url: str, timeout: float = 3.0) -> dict[str, Any] | None:
             return out
     except (OSError, urllib.error.URLError, ValueError):
         return None
-
-
-def _cpu_of(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            t = p.cpu_times()
-            total += t.user + t.system
-    return total
 
 
 # ---- polymq ------------------------------------------------------------------------------------
@@ -185,7 +176,7 @@ class PolymqNode:
         return out
 
     def cpu_seconds(self) -> float:
-        return _cpu_of(self.procs) if self.state == "running" else 0.0
+        return cpu_seconds_of(self.procs) if self.state == "running" else 0.0
 
     def cpu_parts(self) -> dict[str, float]:
         """CPU-seconds of polymq and of its nats-server (the ports file lists them so)."""
@@ -193,7 +184,7 @@ class PolymqNode:
             return {}
         polymq = [p for p in self.procs if p.pid == self.pids[0]]
         nats = [p for p in self.procs if p.pid != self.pids[0]]
-        return {"polymq": _cpu_of(polymq), "nats_server": _cpu_of(nats)}
+        return {"polymq": cpu_seconds_of(polymq), "nats_server": cpu_seconds_of(nats)}
 
     def pin(self, cpus: list[int] | None) -> None:
         if cpus is None or self.state != "running":
@@ -563,7 +554,7 @@ class RabbitCluster:
         return out
 
     def cpu_seconds(self) -> float:
-        return _cpu_of(self._beams)
+        return cpu_seconds_of(self._beams)
 
     def pin(self, cpus: list[int] | None) -> None:
         self._beams = self.beams()

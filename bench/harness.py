@@ -77,6 +77,16 @@ class CpuPlan:
         return {"broker_cpus": self.broker, "load_cpus": self.load}
 
 
+def cpu_seconds_of(procs: list[psutil.Process]) -> float:
+    """User and system CPU-seconds of ``procs`` together (one gone meanwhile counts 0)."""
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
 def _pin_process(pid: int, cpus: list[int]) -> None:
     """Pin every thread of ``pid`` (sched_setaffinity on a pid only moves one thread)."""
     for t in psutil.Process(pid).threads():

@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from .harness import BenchError, Broker, Worker, _pin_process, workers
+from .harness import BenchError, Broker, Worker, _pin_process, cpu_seconds_of, workers
 from .scenario import Context, Result, Scenario
 from .stomp import _busy
 from .stomp_wire import BODY
@@ -36,17 +36,6 @@ def _processes(b: Broker) -> list[psutil.Process]:
     """The broker's processes: the first and its workers."""
     first = psutil.Process(b.pid)
     return [first, *first.children(recursive=True)]
-
-
-def _cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-        except psutil.Error:
-            continue
-        total += t.user + t.system
-    return total
 
 
 def _round(ctx: Context, count: int, p: dict[str, Any], pairs: int) -> dict[str, Any]:
@@ -90,15 +79,20 @@ def _round(ctx: Context, count: int, p: dict[str, Any], pairs: int) -> dict[str,
                 producers.append(prod)
                 prod.expect("ready", 60)
             load = [psutil.Process(w.pid) for w in pool if w.pid is not None]
-            busy0, cpu0, load0, t0 = _busy(), _cpu(procs), _cpu(load), time.monotonic()
+            busy0, cpu0, load0, t0 = (
+                _busy(),
+                cpu_seconds_of(procs),
+                cpu_seconds_of(load),
+                time.monotonic(),
+            )
             for prod in producers:
                 prod.send(go=True)
             sent = [prod.wait_result(p["timeout"] + 30) for prod in producers]
             for c, pr in zip(consumers, sent, strict=True):
                 c.send(expect=pr["sent"])
             got = [c.wait_result(p["timeout"] + 30) for c in consumers]
-            broker_cpu, busy = _cpu(procs) - cpu0, _busy() - busy0
-            load_cpu = _cpu(load) - load0
+            broker_cpu, busy = cpu_seconds_of(procs) - cpu0, _busy() - busy0
+            load_cpu = cpu_seconds_of(load) - load0
             wall = time.monotonic() - t0
         b.check_alive()
     for pr, r in zip(sent, got, strict=True):

@@ -11,9 +11,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 WAIT = 10.0  # seconds to wait for something that should come at once
 
@@ -122,6 +125,25 @@ class PolymqProcess(LoggedProcess):
 
     def __exit__(self, *exc: Any) -> None:
         self.kill()
+
+
+def node_processes(proc: PolymqProcess) -> list[psutil.Process]:
+    """A ``polymq run``'s first process and its workers (``--workers``)."""
+    assert proc.proc is not None
+    first = psutil.Process(proc.proc.pid)
+    workers = [c for c in first.children() if "polymq_cli.worker" in c.cmdline()]
+    return [first, *workers]
+
+
+def connections_held(port: int, pids: list[int]) -> Counter[int]:
+    """How many established connections to ``port`` each of ``pids`` holds (the kernel's
+    view: which process accepted each)."""
+    held: Counter[int] = Counter()
+    for pid in pids:
+        for c in psutil.Process(pid).net_connections("tcp"):
+            if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port:
+                held[pid] += 1
+    return held
 
 
 @contextlib.contextmanager

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import Counter
 from pathlib import Path
 
 import psutil
 import pytest
 
+from ..procs import connections_held, node_processes
 from .harness import Node, pika_connection, running_cluster, stomp_conn
 
 pytestmark = pytest.mark.timeout(300)
@@ -21,18 +21,8 @@ CONNECTIONS = 8
 
 
 def _family(node: Node) -> list[int]:
-    assert node.proc is not None and node.proc.proc is not None
-    first = psutil.Process(node.proc.proc.pid)
-    return [first.pid, *(c.pid for c in first.children() if "polymq_cli.worker" in c.cmdline())]
-
-
-def _owners(port: int, pids: list[int]) -> Counter[int]:
-    held: Counter[int] = Counter()
-    for pid in pids:
-        for c in psutil.Process(pid).net_connections("tcp"):
-            if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port:
-                held[pid] += 1
-    return held
+    assert node.proc is not None
+    return [p.pid for p in node_processes(node.proc)]
 
 
 def test_workers_serve_every_leader_and_die_with_their_node(tmp_path: Path) -> None:
@@ -46,7 +36,7 @@ def test_workers_serve_every_leader_and_die_with_their_node(tmp_path: Path) -> N
         sent: list[tuple[str, str]] = []
         with contextlib.ExitStack() as stack:
             conns = [stack.enter_context(stomp_conn(n1)) for _ in range(CONNECTIONS)]
-            held = _owners(n1.ports["stomp"], _family(n1))
+            held = connections_held(n1.ports["stomp"], _family(n1))
             assert len(held) == 2, f"{CONNECTIONS} STOMP connections all in one process: {held}"
             for i, conn in enumerate(conns):
                 for q in queues.values():
@@ -56,7 +46,7 @@ def test_workers_serve_every_leader_and_die_with_their_node(tmp_path: Path) -> N
         got: list[tuple[str, str]] = []
         readers = [pika_connection(n3) for _ in range(CONNECTIONS)]
         try:
-            assert len(_owners(n3.ports["amqp"], _family(n3))) == 2
+            assert len(connections_held(n3.ports["amqp"], _family(n3))) == 2
             channels = [r.channel() for r in readers]
             deadline = time.monotonic() + 60
             for k, q in enumerate(queues.values()):

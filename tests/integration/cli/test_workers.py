@@ -12,7 +12,6 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,25 +23,9 @@ import stomp
 from polymq_server.auth.provider import hash_password
 
 from ...pki import HAVE_OPENSSL, Authority
-from ...procs import PolymqProcess
+from ...procs import PolymqProcess, connections_held, node_processes
 
 WAIT = 15.0
-
-
-def _family(proc: PolymqProcess) -> list[psutil.Process]:
-    """The first process and its workers."""
-    first = psutil.Process(proc.proc.pid if proc.proc else 0)
-    return [first, *(c for c in first.children() if "polymq_cli.worker" in " ".join(c.cmdline()))]
-
-
-def _owners(port: int, pids: list[int]) -> Counter[int]:
-    """How many established connections to ``port`` each of ``pids`` holds."""
-    held: Counter[int] = Counter()
-    for pid in pids:
-        for c in psutil.Process(pid).net_connections("tcp"):
-            if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port:
-                held[pid] += 1
-    return held
 
 
 def _stomp(port: int, **kw: str) -> stomp.Connection:
@@ -86,7 +69,7 @@ def three(tmp_path: Path) -> Iterator[PolymqProcess]:
 def test_connections_are_spread_over_the_processes_and_reach_one_core(
     three: PolymqProcess,
 ) -> None:
-    family = _family(three)
+    family = node_processes(three)
     assert len(family) == 3, three.log()
     assert sorted(three.pids) == sorted(p.pid for p in family)  # the ports file names them all
     queue = f"/queue/workers-{uuid.uuid4().hex[:8]}"
@@ -100,8 +83,8 @@ def test_connections_are_spread_over_the_processes_and_reach_one_core(
         for _ in range(16)
     ]
     try:
-        stomp_owners = _owners(three.ports["stomp"], [p.pid for p in family])
-        amqp_owners = _owners(three.ports["amqp"], [p.pid for p in family])
+        stomp_owners = connections_held(three.ports["stomp"], [p.pid for p in family])
+        amqp_owners = connections_held(three.ports["amqp"], [p.pid for p in family])
         assert sum(stomp_owners.values()) == 17 and sum(amqp_owners.values()) == 16
         # 16 connections over 3 processes: all on one has odds of 3 * (1/3)^16
         assert len(stomp_owners) >= 2 and len(amqp_owners) >= 2, (stomp_owners, amqp_owners)
@@ -132,12 +115,15 @@ def test_connections_are_spread_over_the_processes_and_reach_one_core(
 
 @pytest.mark.timeout(120)
 def test_a_worker_that_dies_is_started_again(three: PolymqProcess) -> None:
-    victim = _family(three)[1]
+    victim = node_processes(three)[1]
     held = _stomp(three.ports["stomp"])
     victim.kill()
     victim.wait(5)
     _wait(
-        lambda: len(_family(three)) == 3 and victim.pid not in {p.pid for p in _family(three)},
+        lambda: (
+            len(node_processes(three)) == 3
+            and victim.pid not in {p.pid for p in node_processes(three)}
+        ),
         "a new worker in place of the killed one",
     )
     assert "worker 1 exited with -9" in three.log() or "worker 2 exited with -9" in three.log()
@@ -150,7 +136,7 @@ def test_a_worker_that_dies_is_started_again(three: PolymqProcess) -> None:
 
 @pytest.mark.timeout(120)
 def test_sigterm_stops_every_worker_and_exits_0(three: PolymqProcess) -> None:
-    family = _family(three)
+    family = node_processes(three)
     conn = _stomp(three.ports["stomp"])
     assert three.stop() == 0, three.log()
     for p in family[1:]:
@@ -191,7 +177,7 @@ def test_ctrl_c_to_the_terminal_stops_the_node_in_order(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_workers_die_with_a_killed_first_process(three: PolymqProcess) -> None:
-    family = _family(three)
+    family = node_processes(three)
     os.kill(family[0].pid, signal.SIGKILL)
     _, alive = psutil.wait_procs(family, timeout=15)
     assert not alive, f"workers outlived their first process: {alive}"
@@ -207,10 +193,12 @@ def test_workers_log_in_to_a_core_that_requires_logins(tmp_path: Path) -> None:
         "run", tmp_path / "run", "--workers", "2", "--auth", f"file:{users}"
     ).start(timeout=40)
     try:
-        assert len(_family(proc)) == 2
+        assert len(node_processes(proc)) == 2
         inbox = _Inbox()
         conns = [_stomp(proc.ports["stomp"], username="ann", passcode="s3cret!") for _ in range(8)]
-        assert len(_owners(proc.ports["stomp"], [p.pid for p in _family(proc)])) == 2
+        assert (
+            len(connections_held(proc.ports["stomp"], [p.pid for p in node_processes(proc)])) == 2
+        )
         conns[0].set_listener("inbox", inbox)
         conns[0].subscribe("/queue/ann.in", id="1", ack="auto")
         for i, c in enumerate(conns):
