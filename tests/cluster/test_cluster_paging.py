@@ -33,6 +33,7 @@ INFLIGHT = 4  # publishes in flight at once
 TAKEOVER_BACKLOG = 6_000
 TAKEN_BEFORE = 1_000  # messages consumed (and acked) before the leader is killed
 PREFETCH = 500  # what a consumer here may hold unacked
+STILL = 2.0  # seconds: past the second a node holds the entries it tails before it applies them
 
 
 @pytest.fixture(scope="module")
@@ -118,14 +119,26 @@ async def consume(client: Client, dest: str, count: int) -> list[tuple[int, bool
 
 
 def settled(cluster: Cluster, shard: int) -> dict[str, int]:
-    """Once every node has applied the shard's log as far as the others (nothing held for
-    later, nothing queued to SQLite): each node's polymq RSS."""
+    """Once every node has applied the shard's log to the same entry and none has moved for
+    ``STILL`` seconds (nothing held for later, nothing queued to SQLite): each node's
+    polymq RSS. (Equal alone is not enough: right after a publish every node may still
+    hold all of its entries, their ``applied`` all the entry before them.)"""
+    seen: list[tuple[int, float]] = []  # the entry all had applied, since when
 
-    def same() -> bool:
+    def still() -> bool:
         applied = [n.applied() for n in cluster.nodes]
-        return all(a is not None for a in applied) and len({a[shard] for a in applied if a}) == 1
+        values = {a[shard] for a in applied if a is not None}
+        now = time.monotonic()
+        if None in applied or len(values) != 1:
+            seen.clear()
+            return False
+        (value,) = values
+        if not seen or seen[0][0] != value:
+            seen[:] = [(value, now)]
+            return False
+        return now - seen[0][1] >= STILL
 
-    eventually(same, 60, f"every node applying shard {shard}'s log to the same entry")
+    eventually(still, 60, f"every node applying shard {shard}'s log to the same entry, still")
     return {n.id: rss(n) for n in cluster.nodes}
 
 

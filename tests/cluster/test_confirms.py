@@ -223,7 +223,9 @@ def test_a_dead_letter_reaches_a_queue_led_by_another_node(cluster: Cluster) -> 
     is in that queue (and no longer in its own) once the reject is answered."""
 
     def two_leaders() -> tuple[int, int] | None:
-        leaders = cluster.leaders(timeout=60)
+        # balanced first: the test before froze a leader, and the balancer's move back to it
+        # (20 s after the takeover) refuses the writes in flight while the stream elects
+        leaders = cluster.wait_balanced()
         for a, node_a in leaders.items():
             for b, node_b in leaders.items():
                 if node_a is not node_b:
@@ -234,7 +236,7 @@ def test_a_dead_letter_reaches_a_queue_led_by_another_node(cluster: Cluster) -> 
     assert shards is not None
     source = cluster.queue_in_shard(shards[0], "dl-source")
     target = cluster.queue_in_shard(shards[1], "dl-target")
-    node = cluster.leaders(timeout=60)[shards[0]]  # (the source's leader dead-letters)
+    node = cluster.wait_balanced()[shards[0]]  # (the source's leader dead-letters)
 
     async def reject_one() -> tuple[list[Lease], list[Lease], int]:
         async with await Client.connect("127.0.0.1", node.ports["core"]) as client:
