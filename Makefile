@@ -18,8 +18,9 @@ CONSOLEWEB := services/core/web
 UPLOT := $(CONSOLEWEB)/node_modules/uplot/dist/uPlot.iife.min.js
 AMQPNODE := tests/integration/amqp/node
 AMQPLIB := $(AMQPNODE)/node_modules/amqplib/package.json
+COMPILED := $(VENV)/.compiled
 
-.PHONY: run test lint typecheck bench install clean chromium rabbitmq
+.PHONY: run test lint typecheck bench install clean chromium rabbitmq compiled
 
 # @stomp/stompjs for the STOMP frontend's browser page: from npm, served locally (no CDN)
 $(STOMPJS): $(WEB)/package.json $(WEB)/package-lock.json
@@ -46,21 +47,31 @@ chromium:
 $(RUN_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[fast]'
+	$(PIP) install -q -e '.[fast,compile]'
 	@rm -f $(VENV)/.run-*
 	@touch $@
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test,dev,fast,cluster,spark]'
+	$(PIP) install -q -e '.[test,dev,fast,compile,cluster,spark]'
 	@rm -f $(VENV)/.installed-* $(VENV)/.run-*
 	@touch $@ $(RUN_STAMP)
 
-install: $(STAMP) $(STOMPJS) $(UPLOT) $(AMQPLIB)
+install: $(STAMP) $(STOMPJS) $(UPLOT) $(AMQPLIB) $(COMPILED)
+
+# The STOMP codec compiled with mypyc (polymq_stomp/compiled.py): built again whenever its
+# sources change, used only while it matches them; without mypyc or a C compiler polymq runs
+# the pure-Python codec (the build says so and make goes on).
+compiled: $(COMPILED)
+$(COMPILED): $(RUN_STAMP) $(addprefix services/stomp/polymq_stomp/,codec.py frames.py compiled.py)
+	@command -v cc >/dev/null || command -v gcc >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq gcc libc6-dev >/dev/null; } || true
+	-$(PY) -m polymq_stomp.compiled
+	@touch $@
 
 ## make run: install what is missing, then start polymq (core + frontends) on its embedded store
-run: $(RUN_STAMP) $(STOMPJS) $(UPLOT)
+run: $(RUN_STAMP) $(STOMPJS) $(UPLOT) $(COMPILED)
 	$(VENV)/bin/polymq run --data-dir $${POLYMQ_DATA_DIR:-./polymq-data}
 
 ## make test: install what the tests need, then run them all (lint and types first).
@@ -69,7 +80,7 @@ run: $(RUN_STAMP) $(STOMPJS) $(UPLOT)
 # temporary directory, the second one's report printed after the first's. Fails if either does.
 PYTEST := $(PY) -m pytest -q -rs --durations=25
 BESIDE := tests/cluster tests/bench
-test: $(STAMP) $(STOMPJS) $(UPLOT) $(AMQPLIB) chromium lint typecheck
+test: $(STAMP) $(STOMPJS) $(UPLOT) $(AMQPLIB) $(COMPILED) chromium lint typecheck
 	@tmp=$$(mktemp -d); \
 	$(PYTEST) --basetemp=$$tmp/beside $(BESIDE) > $$tmp/beside.log 2>&1 & beside=$$!; \
 	$(PYTEST) --basetemp=$$tmp/rest $(addprefix --ignore=,$(BESIDE)); rest=$$?; \
@@ -94,8 +105,9 @@ rabbitmq:
 		  $(SUDO) apt-get install -y -qq rabbitmq-server >/dev/null; } || \
 		echo "bench: could not install rabbitmq-server; its side will be skipped"
 
-bench: $(STAMP) $(STOMPJS) rabbitmq
+bench: $(STAMP) $(STOMPJS) $(COMPILED) rabbitmq
 	$(PY) -m bench --settle 15 --out bench-results.json
 
 clean:
-	rm -rf $(VENV) $(WEB)/node_modules $(CONSOLEWEB)/node_modules $(AMQPNODE)/node_modules polymq-data bench-results.json .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(WEB)/node_modules $(CONSOLEWEB)/node_modules $(AMQPNODE)/node_modules polymq-data bench-results.json .pytest_cache .mypy_cache .ruff_cache \
+		services/stomp/polymq_stomp/_codec_compiled*.so

@@ -529,3 +529,19 @@ def _unsendable(name: str, value: str, how: str) -> LocalStompError:
     return LocalStompError(
         "unsendable header", f"header {name[:40]!r}: {value[:40]!r} cannot be sent {how}"
     )
+
+
+# ---- the compiled twin: everything above, compiled by mypyc (polymq_stomp.compiled) -----------
+# Where ``make compiled`` built it from this very source, its public names replace the ones
+# above for every importer; otherwise (not built, stale, POLYMQ_PURE_PYTHON) this module stays.
+def _take_twin() -> bool:
+    from .compiled import load_twin
+
+    twin = load_twin()
+    if twin is None:
+        return False
+    globals().update({name: getattr(twin, name) for name in __all__})
+    return True
+
+
+COMPILED: Final = _take_twin()  # whether the classes here are the compiled ones

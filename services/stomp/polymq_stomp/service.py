@@ -29,7 +29,7 @@ from polymq_server.resources import ConnectionLimits
 from polymq_server.sessions import frontend
 from polymq_server.web.app import link_state
 
-from . import page
+from . import codec, page
 from .config import StompSettings
 from .hub import StompHub
 from .metrics import StompMetrics
@@ -147,7 +147,7 @@ class StompService:
             scheme = "wss" if ctx else "ws"
             websocket = f"{scheme}://{s.host}:{self.ports['stomp_ws']}/ws (page at /)"
         log.info(
-            "stomp: STOMP 1.0-1.2 on %s:%d%s and %s, core %s %s; %s",
+            "stomp: STOMP 1.0-1.2 on %s:%d%s and %s, core %s %s; %s; %s codec",
             s.host,
             self.ports["stomp"],
             " (TLS)" if ctx else "",
@@ -155,6 +155,7 @@ class StompService:
             self.link.address,
             link_state(self.link),
             self.hub.auth.describe(),
+            "compiled (mypyc)" if codec.COMPILED else "pure-Python",
         )
         return self.ports
 
