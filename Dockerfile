@@ -40,6 +40,10 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY libs/ libs/
 COPY services/ services/
+# mypyc (mypy's) compiles the STOMP codec for this image's Python into the source tree, which
+# the wheel then carries as package data (polymq_stomp/compiled.py; make compiled in a checkout).
+RUN pip install "mypy>=1.10" \
+ && python services/stomp/polymq_stomp/compiled.py
 # `fast` adds uvloop, which the CLI installs as the event loop when present.
 RUN pip wheel --wheel-dir /wheels ".[fast,cluster]" \
  && python -m venv /opt/polymq \

@@ -161,6 +161,22 @@ def test_the_console_chart_library_is_in_the_image() -> None:
     assert any("npm ci" in r for r in web.all("RUN"))
 
 
+def test_the_image_carries_the_compiled_stomp_codec() -> None:
+    """The build stage compiles the STOMP codec (mypyc) in the source tree before it builds
+    the wheels, which carry it as package data; a checkout's own build never enters the
+    context (it was compiled for that machine's Python)."""
+    build = next(s for s in parse()[1] if s.name == "build")
+    runs = build.all("RUN")
+    compiles = [i for i, r in enumerate(runs) if "polymq_stomp/compiled.py" in r]
+    wheels = [i for i, r in enumerate(runs) if "pip wheel" in r]
+    assert compiles and wheels and compiles[0] < wheels[0], runs
+    assert "mypy" in runs[compiles[0]], runs[compiles[0]]
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    built = "_codec_compiled.cpython-311-x86_64-linux-gnu.so"
+    assert any(fnmatch.fnmatch(built, g) for g in globs["package-data"]["polymq_stomp"])
+    assert ignored(f"services/stomp/polymq_stomp/{built}")
+
+
 def test_package_data_reaches_the_wheel() -> None:
     """Files the services read next to their modules are declared as package data, so the
     wheel the image installs carries them (the image has no source tree)."""
