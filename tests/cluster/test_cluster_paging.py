@@ -33,6 +33,10 @@ INFLIGHT = 4  # publishes in flight at once
 TAKEOVER_BACKLOG = 6_000
 TAKEN_BEFORE = 1_000  # messages consumed (and acked) before the leader is killed
 PREFETCH = 500  # what a consumer here may hold unacked
+# what a node holds of the log's entries before SQLite, whatever the backlog (replicatedstore
+# _HOLD_BYTES): its peak while a half is published and applied may add that much; once the
+# log is quiet it hands the freed heap back (malloc_trim), so what stays is measured cleanly
+HOLD_BYTES = 16 * 1024 * 1024
 STILL = 2.0  # seconds: past the second a node holds the entries it tails before it applies them
 
 
@@ -147,10 +151,10 @@ def test_a_backlog_past_the_window_keeps_every_node_small_and_comes_back_in_orde
 ) -> None:
     """A queue whose window is 200 gets 15,000 x 1 KB persistent messages, then 15,000 more
     (15 MB of bodies): with each half published and applied everywhere, no node's polymq
-    grew with the second half by half its bytes, nor by all of them at its peak while
-    it was published and everything drained; the consumer gets each message once, in
-    order. (What grows a node once, whatever the backlog, is paid by then: a warm-up and
-    the first half; every node holds the log's entries a moment, up to 16 MiB.) Fails on
+    grew with the second half by half its bytes, nor by all of them and the 16 MiB of log
+    entries a node holds a moment at its peak while it was published and everything
+    drained; the consumer gets each message once, in order. (What grows a node once,
+    whatever the backlog, is paid by then: a warm-up and the first half.) Fails on
     the code before paging in the cluster: the leader grew by ~1.6 KB per queued message."""
     leaders = cluster.wait_formed(timeout=60)
     leader = leaders[0]
@@ -182,8 +186,8 @@ def test_a_backlog_past_the_window_keeps_every_node_small_and_comes_back_in_orde
         assert all(g < half_bytes // 2 for g in grew.values()), (
             f"RSS growth with the second half {grew} (leader {leader.id}), bound {half_bytes // 2}"
         )
-        assert all(g < half_bytes for g in peak.values()), (
-            f"RSS peak growth {peak} (leader {leader.id}), bound {half_bytes}"
+        assert all(g < half_bytes + HOLD_BYTES for g in peak.values()), (
+            f"RSS peak growth {peak} (leader {leader.id}), bound {half_bytes + HOLD_BYTES}"
         )
         assert [i for i, _ in got] == list(range(2 * HALF)), "not every message once, in order"
         assert left.messages == 0, left  # type: ignore[union-attr]

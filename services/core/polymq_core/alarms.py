@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
 import shutil
@@ -41,6 +39,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from polymq.types import Message
 from polymq_server import alarms
 from polymq_server.names import core_headers
+from polymq_server.resources import give_back_memory
 
 from .destinations.paging import Pressure
 
@@ -75,28 +74,6 @@ def resident_bytes() -> int:
 
 _EVERY = 0.2  # seconds between two measures
 _READ_EVERY = 1 << 20  # bytes read from connections between two measures of the memory
-
-
-def _find_malloc_trim() -> Any:
-    """glibc's ``malloc_trim``, or None (another libc)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        return ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-_MALLOC_TRIM = _find_malloc_trim()
-
-
-def give_back_memory() -> None:
-    """Hand freed heap memory back to the system (glibc ``malloc_trim(0)``): message bodies
-    past 512 bytes live in malloc's heap, and a queue that drained leaves its pages free
-    but resident, so the memory alarm, which reads the resident size, would never clear."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 class MonitorHost(Protocol):
