@@ -46,6 +46,7 @@ TWIN = "_codec_compiled"  # the compiled module's name in this package
 SOURCES = ("codec.py", "frames.py")  # what it is compiled from (codec.py imports frames.py)
 TWIN_CUT = "# ---- the compiled twin"  # codec.py's line from which the copy leaves out
 PURE_ENV = "POLYMQ_PURE_PYTHON"  # set (non-empty): always the pure-Python codec
+_SAYS = f"{PACKAGE}.compiled:"  # what the build's messages begin with
 
 
 def source_digest(folder: Path = HERE) -> str:
@@ -103,17 +104,17 @@ def build(folder: Path = HERE) -> int:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if mypyc is None or compiler is None:
         missing = "mypyc (pip install mypy)" if mypyc is None else "a C compiler"
-        print(f"polymq_stomp.compiled: no {missing}: the pure-Python codec runs", file=sys.stderr)
+        print(f"{_SAYS} no {missing}: the pure-Python codec runs", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory(prefix="polymq-mypyc-") as tmp:
         work = Path(tmp)
-        package = work / "polymq_stomp"
+        package = work / PACKAGE  # (the name load_twin imports it under)
         package.mkdir()
         (package / "__init__.py").write_text("")
         shutil.copy(folder / "frames.py", package / "frames.py")
         (package / f"{TWIN}.py").write_text(_twin_source(folder))
         done = subprocess.run(
-            [mypyc, f"polymq_stomp/{TWIN}.py"],
+            [mypyc, f"{PACKAGE}/{TWIN}.py"],
             cwd=work,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -122,15 +123,15 @@ def build(folder: Path = HERE) -> int:
         )
         if done.returncode != 0:
             print(done.stdout[-4000:], file=sys.stderr)
-            print(f"{PACKAGE}.compiled: mypyc failed: the pure-Python codec runs", file=sys.stderr)
+            print(f"{_SAYS} mypyc failed: the pure-Python codec runs", file=sys.stderr)
             return 1
         built = sorted(package.glob(f"{TWIN}*.so"))
         if not built:
-            print("polymq_stomp.compiled: mypyc built nothing", file=sys.stderr)
+            print(f"{_SAYS} mypyc built nothing", file=sys.stderr)
             return 1
         for path in built:
             shutil.copy(path, folder / path.name)
-    print(f"polymq_stomp.compiled: built {', '.join(p.name for p in built)} in {folder}")
+    print(f"{_SAYS} built {', '.join(p.name for p in built)} in {folder}")
     return 0
 
 
