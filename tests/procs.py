@@ -12,11 +12,13 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
+
+T = TypeVar("T")
 
 WAIT = 10.0  # seconds to wait for something that should come at once
 
@@ -144,6 +146,19 @@ def connections_held(port: int, pids: list[int]) -> Counter[int]:
             if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port:
                 held[pid] += 1
     return held
+
+
+def spread_over(
+    connect: Callable[[], T], port: int, pids: list[int], at_least: int, most: int = 64
+) -> list[T]:
+    """``connect()`` at least ``at_least`` times, and on until every one of ``pids`` holds a
+    connection to ``port`` (or ``most`` are open: the test then finds them unspread). The
+    kernel hashes each connection's addresses to pick a SO_REUSEPORT listener, so a fixed
+    count lands all on one of two processes once in 2^(n-1): 8 did in a CI run."""
+    conns = [connect() for _ in range(at_least)]
+    while len(connections_held(port, pids)) < len(pids) and len(conns) < most:
+        conns.append(connect())
+    return conns
 
 
 @contextlib.contextmanager

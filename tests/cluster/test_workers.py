@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ..procs import connections_held, node_processes
+from ..procs import connections_held, node_processes, spread_over
 from .harness import Node, pika_connection, running_cluster, stomp_conn
 
 pytestmark = pytest.mark.timeout(300)
@@ -35,32 +35,39 @@ def test_workers_serve_every_leader_and_die_with_their_node(tmp_path: Path) -> N
         queues = {s: cluster.queue_in_shard(s, "wk") for s in leaders}
         sent: list[tuple[str, str]] = []
         with contextlib.ExitStack() as stack:
-            conns = [stack.enter_context(stomp_conn(n1)) for _ in range(CONNECTIONS)]
+            conns = spread_over(
+                lambda: stack.enter_context(stomp_conn(n1)),
+                n1.ports["stomp"],
+                _family(n1),
+                CONNECTIONS,
+            )
             held = connections_held(n1.ports["stomp"], _family(n1))
-            assert len(held) == 2, f"{CONNECTIONS} STOMP connections all in one process: {held}"
+            assert len(held) == 2, f"{len(conns)} STOMP connections all in one process: {held}"
             for i, conn in enumerate(conns):
                 for q in queues.values():
                     body = f"{q}-{i}"
                     conn.send_ok(f"/queue/{q}", body, persistent="true")  # (its receipt)
                     sent.append((q, body))
         got: list[tuple[str, str]] = []
-        readers = [pika_connection(n3) for _ in range(CONNECTIONS)]
-        try:
+        with contextlib.ExitStack() as stack:
+            readers = spread_over(
+                lambda: stack.enter_context(pika_connection(n3)),
+                n3.ports["amqp"],
+                _family(n3),
+                CONNECTIONS,
+            )
             assert len(connections_held(n3.ports["amqp"], _family(n3))) == 2
             channels = [r.channel() for r in readers]
             deadline = time.monotonic() + 60
             for k, q in enumerate(queues.values()):
                 ch = channels[k % len(channels)]
-                while sum(1 for qq, _ in got if qq == q) < CONNECTIONS:
+                while sum(1 for qq, _ in got if qq == q) < len(conns):
                     method, _, body = ch.basic_get(q, auto_ack=True)
                     if method is None:
                         assert time.monotonic() < deadline, f"{q}: {got}"
                         time.sleep(0.05)
                         continue
                     got.append((q, body.decode()))
-        finally:
-            for r in readers:
-                r.close()
         assert sorted(got) == sorted(sent), f"{len(got)} of {len(sent)}"
 
         family = [psutil.Process(pid) for pid in _family(n1)]

@@ -23,7 +23,7 @@ import stomp
 from polymq_server.auth.provider import hash_password
 
 from ...pki import HAVE_OPENSSL, Authority
-from ...procs import PolymqProcess, connections_held, node_processes
+from ...procs import PolymqProcess, connections_held, node_processes, spread_over
 
 WAIT = 15.0
 
@@ -195,7 +195,12 @@ def test_workers_log_in_to_a_core_that_requires_logins(tmp_path: Path) -> None:
     try:
         assert len(node_processes(proc)) == 2
         inbox = _Inbox()
-        conns = [_stomp(proc.ports["stomp"], username="ann", passcode="s3cret!") for _ in range(8)]
+        conns = spread_over(
+            lambda: _stomp(proc.ports["stomp"], username="ann", passcode="s3cret!"),
+            proc.ports["stomp"],
+            [p.pid for p in node_processes(proc)],
+            8,
+        )
         assert (
             len(connections_held(proc.ports["stomp"], [p.pid for p in node_processes(proc)])) == 2
         )
@@ -203,7 +208,7 @@ def test_workers_log_in_to_a_core_that_requires_logins(tmp_path: Path) -> None:
         conns[0].subscribe("/queue/ann.in", id="1", ack="auto")
         for i, c in enumerate(conns):
             c.send("/queue/ann.in", f"m{i}", receipt=f"r{i}")
-        _wait(lambda: len(inbox.bodies) == 8, "ann's eight messages, through both processes")
+        _wait(lambda: len(inbox.bodies) == len(conns), "ann's messages, through both processes")
         for c in conns:
             c.disconnect()
     finally:
