@@ -55,7 +55,7 @@ from .events import (
     Pulled,
     Welcome,
 )
-from .types import Message
+from .types import _WIRE_FIELDS, Message
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
@@ -130,7 +130,8 @@ _FIELDS: dict[int, tuple[str, ...]] = {
     for op, cls in EVENT_TYPES.items()
 }
 _HAS_MESSAGES = frozenset(cls.OP for cls in (Publish, Deliver, Pulled, Polled, Peeked))
-_TO_WIRE = Message.to_wire  # looked up once: a batch may hold thousands of messages
+# Message.to_wire's own getter (C, no Python frame per message): a batch may hold thousands
+_TO_WIRE = _WIRE_FIELDS
 _FROM_WIRE = Message.from_wire
 
 
