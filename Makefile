@@ -71,8 +71,10 @@ $(COMPILED): $(RUN_STAMP) $(addprefix services/stomp/polymq_stomp/,codec.py fram
 	@touch $@
 
 ## make run: install what is missing, then start polymq (core + frontends) on its embedded store
+# One process, whatever the machine (polymq run's own default, --workers auto, uses every
+# CPU allowed on more than two): POLYMQ_WORKERS=N make run serves STOMP and AMQP in N (docs/workers.md)
 run: $(RUN_STAMP) $(STOMPJS) $(UPLOT) $(COMPILED)
-	$(VENV)/bin/polymq run --data-dir $${POLYMQ_DATA_DIR:-./polymq-data}
+	$(VENV)/bin/polymq run --workers $${POLYMQ_WORKERS:-1} --data-dir $${POLYMQ_DATA_DIR:-./polymq-data}
 
 ## make test: install what the tests need, then run them all (lint and types first).
 # Two pytest processes side by side: the cluster tests and the bench's smoke runs (real nodes,
