@@ -35,7 +35,10 @@ def test_any_node_peeks_publishes_and_purges_where_the_shard_is_led(
     assert [m["body"] for m in drain(leader, name, 3)] == ["b", "a", "c"]
     requests.post(f"{path}/messages", json={"body": "d"}, timeout=30)
     assert requests.delete(f"{path}/contents", timeout=30).json() == {"purged": 1}
-    assert requests.get(f"{path}/messages", timeout=30).json() == {"messages": []}
+    r = requests.get(f"{path}/messages", timeout=30)
+    # empty; or gone already: a queue nobody declared is forgotten once empty (the leader's
+    # sweep, every 0.5 s), and the peek then finds no queue
+    assert r.json() == {"messages": []} if r.status_code == 200 else r.status_code == 404, r.text
 
 
 def test_any_node_lists_and_closes_another_nodes_connections(shared_cluster: Cluster) -> None:
