@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 
@@ -42,6 +43,10 @@ def test_make_run_then_post_pull_ack(tmp_path: Path) -> None:
         assert http, out
         for name in ("core", "admin"):
             assert re.search(rf"polymq {name}\s+listening on", out), out
+        # one process whatever the machine's CPUs (polymq run's own --workers auto would start
+        # a worker per CPU past two): make, then polymq run, and nothing under it
+        family = psutil.Process(p.pid).children(recursive=True)
+        assert not [c for c in family if "polymq_cli.worker" in " ".join(c.cmdline())], family
         base = http.group(1)
         queue = f"{base}/v1/queue/makerun{os.getpid()}"
         r = requests.post(f"{queue}/messages", json={"body": "hello"}, timeout=10)
