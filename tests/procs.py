@@ -152,12 +152,13 @@ def spread_over(
     connect: Callable[[], T], port: int, pids: list[int], at_least: int, most: int = 64
 ) -> list[T]:
     """``connect()`` at least ``at_least`` times, and on until every one of ``pids`` holds a
-    connection to ``port`` (or ``most`` are open: the test then finds them unspread). The
-    kernel hashes each connection's addresses to pick a SO_REUSEPORT listener, so a fixed
-    count lands all on one of two processes once in 2^(n-1): 8 did in a CI run."""
+    connection to ``port``; AssertionError if ``most`` are open and some process holds none.
+    The kernel hashes each connection's addresses to pick a SO_REUSEPORT listener, so a
+    fixed count lands all on one of two processes once in 2^(n-1): 8 did in a CI run."""
     conns = [connect() for _ in range(at_least)]
-    while len(connections_held(port, pids)) < len(pids) and len(conns) < most:
+    while len(held := connections_held(port, pids)) < len(pids) and len(conns) < most:
         conns.append(connect())
+    assert len(held) == len(pids), f"{len(conns)} connections, not in every process: {held}"
     return conns
 
 

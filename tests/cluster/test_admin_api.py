@@ -38,7 +38,9 @@ def test_any_node_peeks_publishes_and_purges_where_the_shard_is_led(
     r = requests.get(f"{path}/messages", timeout=30)
     # empty; or gone already: a queue nobody declared is forgotten once empty (the leader's
     # sweep, every 0.5 s), and the peek then finds no queue
-    assert r.json() == {"messages": []} if r.status_code == 200 else r.status_code == 404, r.text
+    assert r.status_code in (200, 404), r.text
+    if r.status_code == 200:
+        assert r.json() == {"messages": []}
 
 
 def test_any_node_lists_and_closes_another_nodes_connections(shared_cluster: Cluster) -> None:

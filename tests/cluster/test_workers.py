@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ..procs import connections_held, node_processes, spread_over
+from ..procs import node_processes, spread_over
 from .harness import Node, pika_connection, running_cluster, stomp_conn
 
 pytestmark = pytest.mark.timeout(300)
@@ -35,14 +35,12 @@ def test_workers_serve_every_leader_and_die_with_their_node(tmp_path: Path) -> N
         queues = {s: cluster.queue_in_shard(s, "wk") for s in leaders}
         sent: list[tuple[str, str]] = []
         with contextlib.ExitStack() as stack:
-            conns = spread_over(
+            conns = spread_over(  # (into both processes of node 1: it asserts so)
                 lambda: stack.enter_context(stomp_conn(n1)),
                 n1.ports["stomp"],
                 _family(n1),
                 CONNECTIONS,
             )
-            held = connections_held(n1.ports["stomp"], _family(n1))
-            assert len(held) == 2, f"{len(conns)} STOMP connections all in one process: {held}"
             for i, conn in enumerate(conns):
                 for q in queues.values():
                     body = f"{q}-{i}"
@@ -56,7 +54,6 @@ def test_workers_serve_every_leader_and_die_with_their_node(tmp_path: Path) -> N
                 _family(n3),
                 CONNECTIONS,
             )
-            assert len(connections_held(n3.ports["amqp"], _family(n3))) == 2
             channels = [r.channel() for r in readers]
             deadline = time.monotonic() + 60
             for k, q in enumerate(queues.values()):
