@@ -11,13 +11,14 @@ import math
 import operator
 import re
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any, Final, TypeGuard
 
 from .errors import BadRequest
 
 __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_PRIORITY",
+    "WIRE_FIELDS",
     "AckMode",
     "ChannelRole",
     "DeclareOptions",
@@ -191,6 +192,11 @@ class Message:
     timestamp: float = 0.0
     delivery_count: int = 0
     destination: str = ""
+    # The core's own mark, never on the wire (not in to_wire, False in a copy): the message
+    # has a row in its queue's store though it is transient, since it came while the queue
+    # paged (polymq_core.destinations.paging). A stored message is removed from the store
+    # when it leaves the queue, as a persistent one is; it is delivered as what it is.
+    stored: bool = field(default=False, compare=False, repr=False)
 
     @property
     def redelivered(self) -> bool:
@@ -252,6 +258,7 @@ class Message:
         n.timestamp = self.timestamp
         n.delivery_count = self.delivery_count
         n.destination = self.destination
+        n.stored = False
         return n
 
     def to_wire(self) -> tuple[Any, ...]:
@@ -271,6 +278,7 @@ class Message:
                 m.ack_timeout, m.correlation_id, m.reply_to, m.id, m.seq, m.timestamp,
                 m.delivery_count, m.destination,
             ) = fields  # fmt: skip
+            m.stored = False
         else:
             m = cls(*fields)
         if type(m.persistent) is not bool or (type(m.id) is not str and not isinstance(m.id, str)):
@@ -290,10 +298,12 @@ def _is_number(v: Any) -> bool:
 
 _new = object.__new__
 
-_WIRE_FIELDS = operator.attrgetter(
+# a message's fields on the wire, in order: every field but the core's ``stored`` mark
+WIRE_FIELDS: Final = (
     "body", "content_type", "headers", "priority", "persistent", "expires", "ack_timeout",
     "correlation_id", "reply_to", "id", "seq", "timestamp", "delivery_count", "destination",
 )  # fmt: skip
+_WIRE_FIELDS = operator.attrgetter(*WIRE_FIELDS)
 
 
 def _opt_int(d: dict[str, Any], key: str, minimum: int = 0) -> int | None:

@@ -51,11 +51,59 @@ async def test_a_backlog_past_the_window_is_paged_and_read_back_in_order(
             got = []
             for _ in range(1001):
                 d = await sub.get(10)
-                got.append(d.message.body)
+                got.append(d.message)
                 d.ack()
             await nothing_more(sub)
-            assert got == [*expected(1000), b"transient"]
+            assert [m.body for m in got] == [*expected(1000), b"transient"]
+            assert got[0].persistent and not got[-1].persistent  # each as it was published
             assert (await c.stats(q)).messages == 0
+
+
+async def test_a_transient_message_that_is_paged_stays_transient_and_leaves_no_row(
+    tmp_path: Path,
+) -> None:
+    """A transient message that comes while its queue pages is written to the store (the
+    paged messages are exactly the stored ones), yet delivered flagged transient, before a
+    restart and after it; each leaves the store once acknowledged or once it is returned
+    past max-deliveries (dead-lettered, still transient), so a restart brings back nothing."""
+    q, dlq = f"queue/{uid()}", f"queue/{uid('dl')}"
+    core = paging_core(tmp_path)
+    with core:
+        async with await connect(core.ports["core"]) as c:
+            await c.declare(dlq, durable=True)
+            await c.declare(q, durable=True, max_deliveries=1, dead_letter=dlq)
+            await c.publish(q, [Message(b"in-window", persistent=False)])
+            await backlog(c, q, 200)
+            await c.publish(q, [Message(b"paged-a"), Message(b"paged-b")])  # transient
+            st = await c.stats(q)
+            assert (st.messages, st.paged) == (203, 103)
+        assert core.stop() == 0, core.log()
+        core.start()
+        async with await connect(core.ports["core"]) as c:
+            # the one in the window was only in memory; the paged ones were stored
+            assert (await c.stats(q)).messages == 202
+            sub = await c.subscribe(q, ack_mode="client-individual", prefetch=10)
+            got = []
+            for _ in range(202):
+                d = await sub.get(10)
+                got.append(d)
+                if d.message.body != b"paged-b":
+                    d.ack()
+            await nothing_more(sub)
+            assert [d.message.body for d in got] == [*expected(200), b"paged-a", b"paged-b"]
+            assert all(d.message.persistent for d in got[:200])
+            assert not got[200].message.persistent and not got[201].message.persistent
+            got[201].nack(requeue=True)  # past max-deliveries 1: dead-lettered
+            dead = await c.subscribe(dlq, prefetch=1)
+            (d,) = await collect(dead, 1)
+            assert d.message.body == b"paged-b" and not d.message.persistent
+            await nothing_more(dead)
+            assert (await c.stats(q)).messages == 0
+        assert core.stop() == 0, core.log()
+        core.start()
+        async with await connect(core.ports["core"]) as c:
+            assert (await c.stats(q)).messages == 0
+            assert (await c.stats(dlq)).messages == 0  # auto-acked, and transient anyway
 
 
 async def test_paged_messages_are_redelivered_and_dead_lettered_as_others(

@@ -15,6 +15,7 @@ from polymq.errors import BadRequest, PayloadTooLarge
 from polymq.types import (
     MAX_NAME_LENGTH,
     MAX_PRIORITY,
+    WIRE_FIELDS,
     AckMode,
     ChannelRole,
     DeclareOptions,
@@ -236,8 +237,20 @@ FULL = Message(
 
 
 def test_to_wire_is_every_field_in_order() -> None:
-    assert FULL.to_wire() == tuple(getattr(FULL, f.name) for f in dataclasses.fields(Message))
+    assert FULL.to_wire() == tuple(getattr(FULL, f.name) for f in dataclasses.fields(Message)[:14])
     assert len(FULL.to_wire()) == 14
+    assert WIRE_FIELDS == tuple(f.name for f in dataclasses.fields(Message)[:14])
+
+
+def test_the_cores_stored_mark_is_not_on_the_wire_nor_in_a_copy() -> None:
+    """``stored`` (the core's: a transient message with a row in its store, paging.py) is the
+    one field after the 14 of the wire; a copy, and a message from the wire, start without it."""
+    assert [f.name for f in dataclasses.fields(Message)][14:] == ["stored"]
+    m = Message(b"x")
+    m.stored = True
+    assert m.to_wire() == Message(b"x").to_wire()
+    assert not m.copy().stored and not Message.from_wire(m.to_wire()).stored
+    assert m == Message(b"x")  # not compared
 
 
 @pytest.mark.parametrize("message", [FULL, Message(b"")])
@@ -612,7 +625,7 @@ def test_a_message_copy_has_every_field_and_shares_nothing_mutable() -> None:
         "reply_to": "queue/r", "id": "i", "seq": 9, "timestamp": 2.5, "delivery_count": 2,
         "destination": "queue/d",
     }  # fmt: skip
-    assert set(values) == {f.name for f in dataclasses.fields(Message)}
+    assert set(values) == set(WIRE_FIELDS)  # (and ``stored``, which a copy starts without)
     original = Message(**values)
     copy = original.copy()
     assert copy == original and copy is not original

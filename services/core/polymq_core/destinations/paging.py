@@ -6,7 +6,9 @@ messages stay in the store only: the queue counts them (:class:`Pages`) and read
 in seq order, a page at a time, once fewer than half a window are ready in memory. Since
 every message from the first paged one on is in the store, the paged messages are exactly
 the queue's stored messages from :attr:`Pages.first` on; a transient message that comes
-while the queue pages is written like a persistent one (it then survives a restart too).
+while the queue pages is written too, marked ``stored`` (``Message.stored``, never on the
+wire), so that its row goes when it leaves the queue as a persistent one's does; it is still
+delivered as transient (it survives a restart, though, as a persistent one does).
 A restart reads one window of each queue and counts the rest the same way.
 
 Under memory pressure (:class:`Pressure`: the core's memory past the memory alarm's low

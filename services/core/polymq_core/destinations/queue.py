@@ -242,7 +242,11 @@ class Queue:
         """Add a message that already has its seq (new, or recovered from the store);
         past the window, a stored one is only counted (paging.py)."""
         pages = self.pages
-        if pages is not None and message.persistent and pages.full(self.count, self.nbytes):
+        if (
+            pages is not None
+            and (message.persistent or message.stored)
+            and pages.full(self.count, self.nbytes)
+        ):
             pages.add(message)
             self.published += 1
             return
@@ -377,7 +381,7 @@ class Queue:
         if limit is not None and msg.delivery_count >= limit:
             self.shard.discard(self, msg, "max-deliveries")
             return
-        if forgotten or (limit is not None and msg.persistent and self.durable):
+        if forgotten or (limit is not None and (msg.persistent or msg.stored) and self.durable):
             self.shard.commit(AppendMany(self.key, [msg]))
         self.requeue(msg)
         self.shard.sensors.on_redeliver(reason, 1)
@@ -474,7 +478,7 @@ class Queue:
         seq = msg.seq
         timeout = msg.ack_timeout or sub.options.ack_timeout or self.options.ack_timeout
         shard = self.shard
-        if msg.persistent and self.durable:
+        if (msg.persistent or msg.stored) and self.durable:
             shard.delivered(self, msg)
         delivery_id = shard.new_delivery_id()
         if timeout:
@@ -524,7 +528,8 @@ class Queue:
     def unsent(self, sub: Subscription, msg: Message) -> None:
         """An auto-ack delivery never left the core (its consumer was cut): take it back
         (written again if settled() had already forgotten it in the store)."""
-        forgotten = msg.persistent and self.durable and not self.shard.unforget(self.key, msg.seq)
+        stored = (msg.persistent or msg.stored) and self.durable
+        forgotten = stored and not self.shard.unforget(self.key, msg.seq)
         self._return(msg, "disconnect", forgotten=forgotten)
 
     def settle(
@@ -595,7 +600,7 @@ class Queue:
                 self._unpop(msg)
                 break
             msg.delivery_count += 1
-            if msg.persistent and self.durable:
+            if (msg.persistent or msg.stored) and self.durable:
                 self.shard.delivered(self, msg)
             delivery_id = self.shard.new_delivery_id()
             deadline = now + visibility

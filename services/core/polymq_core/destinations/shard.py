@@ -478,7 +478,7 @@ class Shard(DurableWrites):
         holder = self.get(key, create=False)
         paged = holder.paged if isinstance(holder, Queue) else 0
         dropped = holder.purge()
-        if (paged or any(m.persistent for m in dropped)) and holder.durable:
+        if (paged or any(m.persistent or m.stored for m in dropped)) and holder.durable:
             self.commit(PurgeMessages(key))
         return len(dropped) + paged
 
@@ -540,19 +540,18 @@ class Shard(DurableWrites):
         count (one delivered and not acked there comes back flagged redelivered)."""
         holder = self.get(key)
         now = time.time()
+        # past a queue's memory window everything is kept in the store only, so transient
+        # messages are written too, marked ``stored`` (paging.py); they stay transient
+        paged = False
         if isinstance(holder, Queue):
             holder.check_room(len(messages), sum(len(m.body) for m in messages))
-            if holder.pages_out():
-                # past the queue's memory window: everything is kept in the store only,
-                # so transient messages are written as persistent ones (paging.py)
-                for m in messages:
-                    m.persistent = True
+            paged = holder.pages_out()
         ttl = holder.options.message_ttl
         durable: list[Message] = []
         # a publish holding persistent messages is enqueued as a whole once written (in a
         # cluster: committed), so that a message whose write failed is never delivered
         # (its transient ones wait with them, so the order stays)
-        later = holder.durable and any(m.persistent for m in messages)
+        later = holder.durable and (paged or any(m.persistent for m in messages))
         # an earlier publish still waiting for its write: this one queues behind it
         behind = self._tails.get(key)
         prefix = self._id_prefix
@@ -568,7 +567,10 @@ class Shard(DurableWrites):
                 m.destination = key
             if ttl is not None and m.expires is None:
                 m.expires = now + ttl
-            if m.persistent and holder.durable:
+            if paged:
+                m.stored = True
+                durable.append(m)
+            elif m.persistent and holder.durable:
                 durable.append(m)
             if not later and behind is None:
                 holder.put(m)
@@ -593,7 +595,7 @@ class Shard(DurableWrites):
         self.sensors.on_discard(reason, 1)
         target, by = queue.options.dead_letter, queue.options.dead_letter_by
         sent = self.host.dead_letter(msg, target, reason, queue.key, by) if target else None
-        if sent is None or not (msg.persistent and queue.durable):
+        if sent is None or not ((msg.persistent or msg.stored) and queue.durable):
             return self.settled(queue, msg)
         removed: asyncio.Future[None] = self.loop.create_future()
 

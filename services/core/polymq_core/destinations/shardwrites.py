@@ -163,7 +163,7 @@ class DurableWrites:
     def settled(self, queue: Queue, msg: Message) -> asyncio.Future[None] | None:
         """A message left the queue for good: forget it durably (batched). The future
         resolves once that is written (see :meth:`forget`); None: nothing to write."""
-        if msg.persistent and queue.durable:
+        if (msg.persistent or msg.stored) and queue.durable:
             return self.forget(queue.key, [msg.seq])
         return None
 

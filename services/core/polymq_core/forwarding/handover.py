@@ -133,7 +133,7 @@ def memory_only(queue: Queue, patterns: Iterable[str] = ()) -> QueueContents | N
     held += [m for level in queue.requeued for _, m in level]
     held += [d.message for d in queue.inflight.values()]
     durable = queue.durable
-    kept = [m for m in held if not (m.persistent and durable)]
+    kept = [m for m in held if not ((m.persistent or m.stored) and durable)]
     if durable and not kept:
         return None
     cap = MAX_PRIORITY if queue.options.max_priority is None else queue.options.max_priority

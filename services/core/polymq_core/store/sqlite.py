@@ -96,7 +96,8 @@ class _State(enum.Enum):
 def _decode(destination: str, rows: Iterable[tuple[int, bytes, int | None]]) -> list[Message]:
     """Stored messages from their rows ``(seq, blob, delivered)``; ``delivered``: the
     count in the deliveries table (None if the message has no row there), which wins over
-    the blob's when higher (a file of schema 5 kept it in the blob). (A message is an
+    the blob's when higher (a file of schema 5 kept it in the blob). Each is marked
+    ``stored``: its row is removed when it leaves its queue, even a transient one. (A message is an
     array, unpacked as a tuple: a fifth cheaper than as a list.)"""
     unpack, from_wire = msgpack.unpackb, Message.from_wire
     out = []
@@ -107,6 +108,7 @@ def _decode(destination: str, rows: Iterable[tuple[int, bytes, int | None]]) -> 
             raise StoreError(f"stored message {destination} #{seq} is corrupt: {exc}") from exc
         if delivered is not None and delivered > msg.delivery_count:
             msg.delivery_count = delivered
+        msg.stored = True  # (a transient one is here because its queue paged)
         out.append(msg)
     return out
 

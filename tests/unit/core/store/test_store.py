@@ -28,7 +28,7 @@ import pytest
 import polymq.types
 import polymq_core.store.contract
 import polymq_core.store.sqlite
-from polymq.types import Message
+from polymq.types import WIRE_FIELDS, Message
 from polymq_core.store import writes
 from polymq_core.store.contract import DestinationRecord, StoreError
 from polymq_core.store.logentry import encode_entry
@@ -127,9 +127,9 @@ async def settled(*futures: asyncio.Future[None]) -> None:
 
 async def test_every_message_field_survives_a_reopen(db: Path) -> None:
     full, bare = full_message(1), Message(body=b"", seq=2)
-    for f in dataclasses.fields(Message):  # the test is only as good as the fields it varies
-        if f.name != "seq":
-            assert getattr(full, f.name) != getattr(bare, f.name), f.name
+    for name in WIRE_FIELDS:  # the test is only as good as the fields it varies
+        if name != "seq":
+            assert getattr(full, name) != getattr(bare, name), name
     async with opened(db) as store:
         await settled(store.write(Append(Q, full)), store.write(Append(Q, bare)))
 
