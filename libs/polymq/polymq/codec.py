@@ -272,6 +272,14 @@ class Connection:
             return
         self._buf += data
 
+    def stop_keeping_raw(self) -> None:
+        """Keep no more operations' bytes (``keep_raw`` off): for a connection whose events
+        are never passed on as they came. The events already parsed, and every one after
+        them, give :attr:`raw` None."""
+        self.keep_raw = False
+        self._raws.clear()
+        self.raw = None
+
     def next_event(self) -> Event | _NeedData:
         """The next event, :data:`NEED_DATA`, or a :class:`Goodbye` on EOF.
 

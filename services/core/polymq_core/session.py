@@ -273,6 +273,8 @@ class Session(SessionOutput, asyncio.Protocol):
                 self.close("unavailable", refused)
                 return
         self.principal = principal
+        if self.protocol == PEER_CLIENT:  # never forwarded again (relay.py): no raws to keep
+            self.conn.stop_keeping_raw()
         self.handing = is_handover(self.client, principal.name)
         if self._handshake is not None:
             self._handshake.cancel()

@@ -765,6 +765,24 @@ def test_raw_is_none_for_ops_without_messages_and_after_them() -> None:
     assert server.next_event() is NEED_DATA and server.raw is None
 
 
+def test_a_connection_that_stops_keeping_raw_gives_none_for_what_it_parsed_already() -> None:
+    """A relay's peer (polymq_core.session) stops keeping raws once logged in: events parsed
+    before that, and every one after, give ``raw`` None, and come out as before."""
+    server = open_connection(Role.SERVER)
+    server.keep_raw = True
+    publish = [Publish.OP, 1, "queue/a", [GOOD_WIRE_MESSAGE]]
+    server.receive_data(frame(publish, [*publish[:1], 2, *publish[2:]]))
+    first = server.next_event()
+    assert isinstance(first, Publish) and server.raw is not None
+    server.stop_keeping_raw()
+    second = server.next_event()
+    assert isinstance(second, Publish) and second.rid == 2 and server.raw is None
+    server.receive_data(frame([*publish[:1], 3, *publish[2:]]))
+    third = server.next_event()
+    assert isinstance(third, Publish) and third.rid == 3 and server.raw is None
+    assert third.messages == first.messages
+
+
 def test_a_raw_op_is_still_checked_against_the_state() -> None:
     """Passing an op on is still sending its event: a client may not send a Deliver."""
     _, raws, _ = _relayed(Role.SERVER, [Deliver(1, [1], [PLAIN_MESSAGE])])
