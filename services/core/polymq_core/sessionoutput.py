@@ -166,6 +166,28 @@ class SessionOutput:
         elif not self._flush_scheduled:
             self._schedule_flush()
 
+    def push_deliveries(
+        self, sub: Subscription, first: int, msgs: list[Message], nbytes: int
+    ) -> None:
+        """A topic's deliveries of ``msgs`` under tags ``first``, ``first + 1``, ...
+        (``nbytes``: their bodies' bytes), as :meth:`push_delivery` of each: the backlog's
+        lists grow by one extend each. While writing is paused each goes through
+        :meth:`push_delivery`, which holds it to the subscription's buffer."""
+        if self._closed:
+            return
+        if self._paused:
+            for i, m in enumerate(msgs):
+                self.push_delivery(sub, first + i, m, None)
+            return
+        b = self._backlog.get(sub)
+        if b is None:
+            b = self._backlog[sub] = Backlog()
+        b.tags.extend(range(first, first + len(msgs)))
+        b.messages.extend(msgs)
+        b.nbytes += nbytes
+        if not self._flush_scheduled:
+            self._schedule_flush()
+
     def _slow(self, sub: Subscription, b: Backlog) -> None:
         if sub.options.slow_policy is SlowPolicy.DROP and sub.destination.startswith("topic/"):
             b.tags.pop()

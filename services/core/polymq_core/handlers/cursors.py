@@ -95,6 +95,18 @@ class TopicCursor(_Waiting):
             self.first += 1
         self.wake()
 
+    def send_all(self, messages: list[Message], nbytes: int) -> None:
+        """As :meth:`send` of each, in order (``nbytes`` unused: a cursor's bound counts
+        messages)."""
+        buffer = self.buffer
+        buffer.extend(messages)
+        over = len(buffer) - self.limit
+        if over > 0:
+            for _ in range(over):
+                buffer.popleft()
+            self.first += over
+        self.wake()
+
     def poll(self, cursor: int | None, max_: int) -> tuple[int, list[str], list[Message]]:
         c = self.first - 1 if cursor is None else cursor
         if c < self.first - 1:

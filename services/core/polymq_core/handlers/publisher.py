@@ -135,10 +135,10 @@ class PublishHandler:
             m.destination = f"topic/{name}"
             m.timestamp = now
             m.delivery_count = 1
-        for sub in subs:
-            for m in msgs:
-                sub.send(m)
         if subs:
+            nbytes = sum(len(m.body) for m in msgs)
+            for sub in subs:
+                sub.send_all(msgs, nbytes)
             self.context.sensors.on_deliver(len(subs) * len(msgs))
         return len(subs)
 

@@ -26,6 +26,12 @@ class FakeSession:
     def push_delivery(self, sub: Subscription, tag: int, msg: Message, key: Any) -> None:
         self.got.append((sub.sid, tag, key))
 
+    def push_deliveries(
+        self, sub: Subscription, first: int, msgs: list[Message], nbytes: int
+    ) -> None:
+        assert nbytes == sum(len(m.body) for m in msgs)
+        self.got += [(sub.sid, first + i, None) for i in range(len(msgs))]
+
 
 class FakeHolder:
     """A queue's side, as far as a subscription sees it: its key names its kind."""
@@ -60,6 +66,17 @@ def test_the_first_delivery_gives_a_window_of_its_own() -> None:
     assert a.window is not b.window and b.inflight == {}
     b.send(Message(body=b"z"))
     assert session.got[-1] == (2, 1, None)
+
+
+def test_a_topics_messages_go_over_in_one_call_under_consecutive_tags() -> None:
+    session = FakeSession()
+    a, b = topic_sub(session, 1), topic_sub(session, 2)
+    a.send(Message(body=b"x"))
+    msgs = [Message(body=b"y"), Message(body=b"zz")]
+    a.send_all(msgs, 3)
+    b.send_all(msgs, 3)
+    assert session.got == [(1, 1, None), (1, 2, None), (1, 3, None), (2, 1, None), (2, 2, None)]
+    assert a.next_tag == 4 and b.next_tag == 3 and a.inflight == {}
 
 
 def queue_subs(session: FakeSession, mode: AckMode) -> tuple[Subscription, Subscription]:
