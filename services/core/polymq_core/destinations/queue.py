@@ -61,6 +61,7 @@ class QueueHost(Protocol):
 
     def commit(self, write: Write) -> asyncio.Future[None]: ...
     def settled(self, queue: Queue, msg: Message) -> asyncio.Future[None] | None: ...
+    def settled_many(self, queue: Queue, msgs: list[Message]) -> None: ...
     def discard(self, queue: Queue, msg: Message, reason: str) -> asyncio.Future[None] | None: ...
     def unforget(self, key: str, seq: int) -> bool: ...
     def new_delivery_id(self) -> int: ...
@@ -412,6 +413,12 @@ class Queue:
                 self.shard.sensors.on_deliver(delivered)
             return
         n = len(consumers)
+        if n == 1 and consumers[0].takes_all():
+            delivered = self._pump_to_one(consumers[0], now)
+            if delivered:
+                self.delivered += delivered
+                self.shard.sensors.on_deliver(delivered)
+            return
         idle = 0
         rr = self._next_consumer
         delivered = 0
@@ -436,6 +443,25 @@ class Queue:
         if delivered:
             self.delivered += delivered
             self.shard.sensors.on_deliver(delivered)
+
+    def _pump_to_one(self, sub: Subscription, now: float) -> int:
+        """Every ready message to ``sub``, the one consumer, which takes them all now
+        (``Subscription.takes_all``: auto mode, its session writing): handed over in one
+        call (``Subscription.deliver_all``), settled first, as :meth:`_deliver` does each."""
+        pop = self._pop
+        msgs: list[Message] = []
+        nbytes = 0
+        while self.count:
+            msg = pop(now)
+            if msg is None:
+                break
+            msg.delivery_count += 1
+            msgs.append(msg)
+            nbytes += len(msg.body)
+        if msgs:
+            self.shard.settled_many(self, msgs)  # settled first, as _deliver does
+            sub.deliver_all(msgs, nbytes)
+        return len(msgs)
 
     def _pump_by_priority(self, now: float) -> int:
         """Each message to a consumer with credit of the highest priority that has one,

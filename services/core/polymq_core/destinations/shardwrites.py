@@ -167,6 +167,14 @@ class DurableWrites:
             return self.forget(queue.key, [msg.seq])
         return None
 
+    def settled_many(self, queue: Queue, msgs: list[Message]) -> None:
+        """:meth:`settled` of each of ``msgs``, their removals in one list (a failed one is
+        tried again as :meth:`forget` says; nobody waits for these)."""
+        if queue.durable:
+            seqs = [m.seq for m in msgs if m.persistent or m.stored]
+            if seqs:
+                self.forget(queue.key, seqs)
+
     def forget(self, key: str, seqs: list[int]) -> asyncio.Future[None]:
         """Remove messages from the store, with every other removal of this turn of the
         loop in one write per destination. The future fails if that write does (a full

@@ -181,6 +181,16 @@ class Subscription:
             or options.ack_mode is AckMode.AUTO
         )
 
+    def takes_all(self) -> bool:
+        """May a source hand this subscription every message it has, at once? In auto mode
+        (no prefetch: nothing is kept unacked), open, its session writing (not buffering
+        against a slow socket, where each delivery is held to the subscription's buffer)."""
+        return (
+            self.options.ack_mode is AckMode.AUTO
+            and not self.window.closed
+            and self.session.writable
+        )
+
     def deliver(self, message: Message, key: Any) -> int:
         """Hand one message to the session; returns its delivery tag."""
         w = self.window
@@ -215,6 +225,12 @@ class Subscription:
         tag = w.next_tag
         w.next_tag = tag + 1
         self.session.push_delivery(self, tag, message, None)
+
+    def deliver_all(self, messages: list[Message], nbytes: int) -> None:
+        """Hand a queue's messages over in one call, as :meth:`deliver` does each, to a
+        subscription in auto mode (nothing of them is kept unacked); ``nbytes``: their
+        bodies' bytes."""
+        self.send_all(messages, nbytes)
 
     def send_all(self, messages: list[Message], nbytes: int) -> None:
         """Hand over a topic's messages as :meth:`send` does each, under consecutive tags, in

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from polymq.types import AckMode, DeclareOptions, Message, Outcome, SubscribeOptions
 from polymq_core.destinations.queue import Queue
 from polymq_core.destinations.subscription import Subscription
@@ -38,6 +40,9 @@ class FakeShard:
     def settled(self, queue: Queue, msg: Message) -> None:
         self.settled_seqs.append(msg.seq)
 
+    def settled_many(self, queue: Queue, msgs: list[Message]) -> None:
+        self.settled_seqs += [m.seq for m in msgs]
+
     def discard(self, queue: Queue, msg: Message, reason: str) -> None:
         self.discarded.append((msg.seq, reason))
 
@@ -55,11 +60,19 @@ class FakeSession:
     def __init__(self) -> None:
         self.got: list[tuple[int, int, int]] = []  # (sid, tag, seq)
 
+    writable = True  # (False: a socket not draining, where each delivery is held)
+
     def accepts(self, sub: Subscription) -> bool:
         return True
 
     def push_delivery(self, sub: Subscription, tag: int, msg: Message, key: Any) -> None:
         self.got.append((sub.sid, tag, msg.seq))
+
+    def push_deliveries(
+        self, sub: Subscription, first: int, msgs: list[Message], nbytes: int
+    ) -> None:
+        assert nbytes == sum(len(m.body) for m in msgs)
+        self.got += [(sub.sid, first + i, m.seq) for i, m in enumerate(msgs)]
 
 
 def queue(**options: Any) -> tuple[Queue, FakeShard]:
@@ -143,6 +156,44 @@ def test_auto_ack_deliveries_are_settled_as_they_go() -> None:
     subscribe(q, session, 1, ack_mode=AckMode.AUTO, prefetch=0)
     fill(q, 3)
     assert shard.settled_seqs == [1, 2, 3] and not q.inflight
+
+
+class CountingSession(FakeSession):
+    """Counts the calls deliveries come in: one per message, or one per batch."""
+
+    def __init__(self, writable: bool = True) -> None:
+        super().__init__()
+        self.writable = writable
+        self.calls = 0
+
+    def push_delivery(self, sub: Subscription, tag: int, msg: Message, key: Any) -> None:
+        self.calls += 1
+        super().push_delivery(sub, tag, msg, key)
+
+    def push_deliveries(
+        self, sub: Subscription, first: int, msgs: list[Message], nbytes: int
+    ) -> None:
+        self.calls += 1
+        super().push_deliveries(sub, first, msgs, nbytes)
+
+
+@pytest.mark.parametrize("writable", [True, False], ids=["draining", "not-draining"])
+def test_one_auto_ack_consumer_takes_what_is_ready_in_one_call(writable: bool) -> None:
+    """While its socket drains, the one consumer of a queue, in auto mode, gets every ready
+    message in one call, settled, in order; while it does not, each message alone (each
+    held to the subscription's buffer by the session)."""
+    q, shard = queue()
+    for _ in range(5):
+        m = Message(body=b"xy")
+        m.seq = q.next_seq()
+        q.put(m)
+    session = CountingSession(writable)
+    subscribe(q, session, 1, ack_mode=AckMode.AUTO, prefetch=0)
+    q.pump()
+    assert session.got == [(1, i, i) for i in range(1, 6)]
+    assert session.calls == (1 if writable else 5)
+    assert shard.settled_seqs == [1, 2, 3, 4, 5] and not q.inflight
+    assert q.count == 0 and q.delivered == 5 and shard.sensors.delivered == 5
 
 
 def test_max_priority_bounds_the_levels_a_queue_orders_by() -> None:

@@ -20,6 +20,8 @@ class FakeSession:
     def __init__(self) -> None:
         self.got: list[tuple[int, int, Any]] = []  # (sid, tag, key)
 
+    writable = True  # (False: a socket not draining, where each delivery is held)
+
     def accepts(self, sub: Subscription) -> bool:
         return True
 
