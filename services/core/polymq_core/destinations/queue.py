@@ -413,12 +413,20 @@ class Queue:
                 self.shard.sensors.on_deliver(delivered)
             return
         n = len(consumers)
-        if n == 1 and consumers[0].takes_all():
-            delivered = self._pump_to_one(consumers[0], now)
-            if delivered:
-                self.delivered += delivered
-                self.shard.sensors.on_deliver(delivered)
-            return
+        if n == 1 and consumers[0].session.writable and self.count:
+            sub = consumers[0]
+            self._next_consumer = 1  # where the round robin below leaves it after this one
+            if sub.takes_all():
+                delivered = self._pump_to_one(sub, now)
+            elif not (sub.options.ack_timeout or self.options.ack_timeout):
+                delivered = self._pump_window(sub, now)
+            else:
+                delivered = -1
+            if delivered >= 0:
+                if delivered:
+                    self.delivered += delivered
+                    self.shard.sensors.on_deliver(delivered)
+                return
         idle = 0
         rr = self._next_consumer
         delivered = 0
@@ -462,6 +470,41 @@ class Queue:
             self.shard.settled_many(self, msgs)  # settled first, as _deliver does
             sub.deliver_all(msgs, nbytes)
         return len(msgs)
+
+    def _pump_window(self, sub: Subscription, now: float) -> int:
+        """As many ready messages as ``sub``, the one consumer, has room for (it acks; no
+        ack timeout applies but a message's own), each checked out to it as
+        :meth:`_deliver` does, then handed over in one call
+        (``Subscription.deliver_window``). A message with an ack timeout of its own goes
+        alone, in its turn."""
+        room = sub.room()
+        pop = self._pop
+        shard = self.shard
+        inflight = self.inflight
+        marked = self.durable
+        msgs: list[Message] = []
+        nbytes = 0
+        taken = 0
+        while self.count and taken != room:
+            msg = pop(now)
+            if msg is None:
+                break
+            taken += 1
+            if msg.ack_timeout:  # its own deadline: delivered alone, after those before it
+                if msgs:
+                    sub.deliver_window(msgs, nbytes)
+                    msgs, nbytes = [], 0
+                self._deliver(sub, msg, now)
+                continue
+            msg.delivery_count += 1
+            if marked and (msg.persistent or msg.stored):
+                shard.delivered(self, msg)
+            inflight[msg.seq] = Delivery(msg, sub, shard.new_delivery_id(), None)
+            msgs.append(msg)
+            nbytes += len(msg.body)
+        if msgs:
+            sub.deliver_window(msgs, nbytes)
+        return taken
 
     def _pump_by_priority(self, now: float) -> int:
         """Each message to a consumer with credit of the highest priority that has one,

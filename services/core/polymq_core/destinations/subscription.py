@@ -226,6 +226,31 @@ class Subscription:
         w.next_tag = tag + 1
         self.session.push_delivery(self, tag, message, None)
 
+    def room(self) -> int:
+        """How many more deliveries it may hold unacked now: -1 for no bound (auto mode, or
+        prefetch 0); 0 when closed or its session takes none."""
+        if self.window.closed or not self.session.accepts(self):
+            return 0
+        options = self.options
+        prefetch = options.prefetch
+        if prefetch == 0 or options.ack_mode is AckMode.AUTO:
+            return -1
+        return max(prefetch - len(self.window.inflight), 0)
+
+    def deliver_window(self, messages: list[Message], nbytes: int) -> None:
+        """Hand a queue's messages over in one call, as :meth:`deliver` does each with its
+        seq as the key, in a mode that acks (each kept unacked under its tag); ``nbytes``:
+        their bodies' bytes."""
+        w = self._own()
+        tag = w.next_tag
+        n = len(messages)
+        w.next_tag = tag + n
+        inflight = w.inflight
+        if inflight is _NONE_UNACKED:
+            inflight = w.inflight = {}
+        inflight.update(zip(range(tag, tag + n), [m.seq for m in messages], strict=True))
+        self.session.push_deliveries(self, tag, messages, nbytes)
+
     def deliver_all(self, messages: list[Message], nbytes: int) -> None:
         """Hand a queue's messages over in one call, as :meth:`deliver` does each, to a
         subscription in auto mode (nothing of them is kept unacked); ``nbytes``: their

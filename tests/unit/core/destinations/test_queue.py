@@ -196,6 +196,29 @@ def test_one_auto_ack_consumer_takes_what_is_ready_in_one_call(writable: bool) -
     assert q.count == 0 and q.delivered == 5 and shard.sensors.delivered == 5
 
 
+def test_one_consumer_that_acks_gets_its_window_in_one_call() -> None:
+    """The one consumer of a queue, acking, its socket draining, gets as many ready messages
+    as its prefetch has room for in one call, each kept unacked under its tag; a message
+    with an ack timeout of its own goes alone, in its turn, with its timer."""
+    q, shard = queue()
+    for i in range(6):
+        m = Message(body=b"xy", ack_timeout=5.0 if i == 2 else None)
+        m.seq = q.next_seq()
+        q.put(m)
+    session = CountingSession()
+    sub = subscribe(q, session, 1, prefetch=4)
+    q.pump()
+    assert session.got == [(1, i, i) for i in range(1, 5)]
+    assert session.calls == 3  # seqs 1-2 together, 3 alone (its timeout), then 4
+    assert [seq for _, seq, _ in shard.timers] == [3]
+    assert sub.inflight == {1: 1, 2: 2, 3: 3, 4: 4} and sorted(q.inflight) == [1, 2, 3, 4]
+    assert all(q.inflight[s].sub is sub for s in q.inflight)
+    assert q.count == 2 and q.delivered == 4
+    q.settle(sub, sub.take([1, 2], False), Outcome.ACK)
+    assert session.got[4:] == [(1, 5, 5), (1, 6, 6)] and session.calls == 4  # the refill at once
+    assert sub.inflight == {3: 3, 4: 4, 5: 5, 6: 6}
+
+
 def test_max_priority_bounds_the_levels_a_queue_orders_by() -> None:
     priorities = [0, 5, 9, 2, 7, 9, 4]  # seqs 1..7
     for options, order in (
