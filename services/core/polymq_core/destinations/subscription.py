@@ -42,6 +42,14 @@ class SubscriberSession(Protocol):
     ) -> None: ...
 
 
+class TopicReceiver(Protocol):
+    """What the topic router holds and hands a publish's messages to: a topic
+    :class:`Subscription`, or a long-poll subscription's cursor
+    (:class:`~polymq_core.handlers.cursors.TopicCursor`)."""
+
+    def send_all(self, messages: list[Message], nbytes: int) -> None: ...
+
+
 class Source(Protocol):
     """What a subscription is attached to: a queue, a stream or the topic router."""
 
@@ -306,7 +314,7 @@ class TopicSource:
 
     kind = "topic"
 
-    def __init__(self, router: TopicRouter[Subscription]) -> None:
+    def __init__(self, router: TopicRouter[TopicReceiver]) -> None:
         self.router = router  # one for every topic subscription: the pattern is theirs
 
     def detach(self, sub: Subscription, *, requeue: list[Message]) -> None:

@@ -20,7 +20,7 @@ from polymq.types import Destination
 from polymq_server.auth.provider import AuthProvider, Permission
 
 from ..destinations.shard import Shard, shard_index
-from ..destinations.subscription import Subscription, TopicSource
+from ..destinations.subscription import TopicReceiver, TopicSource
 from ..topics.bindings import BindingTable
 from ..topics.trie import TopicRouter, validate_pattern
 from .cursors import Cursors
@@ -53,7 +53,7 @@ class HandlerContext:
         self.auth = auth
         self.shards = shards
         self.bindings = BindingTable()  # every queue's bindings; the shards store durable ones
-        self.topics: TopicRouter[Subscription] = TopicRouter()
+        self.topics: TopicRouter[TopicReceiver] = TopicRouter()
         self.topic_source = TopicSource(self.topics)
         self.cursors = Cursors(self.topics, self.shard_for, node_id)
         self.mesh: TopicMesh | None = None  # in a cluster: topic messages to and from other nodes

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from ..destinations.shard import Shard
     from ..destinations.stream import Stream
+    from ..destinations.subscription import TopicReceiver
     from ..topics.trie import TopicRouter
 
 log = logging.getLogger(__name__)
@@ -187,7 +188,7 @@ class Cursors:
 
     def __init__(
         self,
-        topics: TopicRouter[Any],
+        topics: TopicRouter[TopicReceiver],
         shard_for: Callable[[str], Shard],
         node_id: str | None,
     ) -> None:
