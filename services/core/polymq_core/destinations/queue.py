@@ -416,7 +416,7 @@ class Queue:
         if n == 1 and consumers[0].session.writable and self.count:
             sub = consumers[0]
             self._next_consumer = 1  # where the round robin below leaves it after this one
-            if sub.takes_all():
+            if sub.auto and not sub.closed:
                 delivered = self._pump_to_one(sub, now)
             elif not (sub.options.ack_timeout or self.options.ack_timeout):
                 delivered = self._pump_window(sub, now)
@@ -453,9 +453,10 @@ class Queue:
             self.shard.sensors.on_deliver(delivered)
 
     def _pump_to_one(self, sub: Subscription, now: float) -> int:
-        """Every ready message to ``sub``, the one consumer, which takes them all now
-        (``Subscription.takes_all``: auto mode, its session writing): handed over in one
-        call (``Subscription.deliver_all``), settled first, as :meth:`_deliver` does each."""
+        """Every ready message to ``sub``, the one consumer, which takes them all now (auto
+        mode, open, its session writing: not holding each delivery to the subscription's
+        buffer against a slow socket): handed over in one call (``Subscription.send_all``),
+        settled first, as :meth:`_deliver` does each."""
         pop = self._pop
         msgs: list[Message] = []
         nbytes = 0
@@ -468,7 +469,7 @@ class Queue:
             nbytes += len(msg.body)
         if msgs:
             self.shard.settled_many(self, msgs)  # settled first, as _deliver does
-            sub.deliver_all(msgs, nbytes)
+            sub.send_all(msgs, nbytes)
         return len(msgs)
 
     def _pump_window(self, sub: Subscription, now: float) -> int:

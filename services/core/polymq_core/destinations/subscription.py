@@ -189,16 +189,6 @@ class Subscription:
             or options.ack_mode is AckMode.AUTO
         )
 
-    def takes_all(self) -> bool:
-        """May a source hand this subscription every message it has, at once? In auto mode
-        (no prefetch: nothing is kept unacked), open, its session writing (not buffering
-        against a slow socket, where each delivery is held to the subscription's buffer)."""
-        return (
-            self.options.ack_mode is AckMode.AUTO
-            and not self.window.closed
-            and self.session.writable
-        )
-
     def deliver(self, message: Message, key: Any) -> int:
         """Hand one message to the session; returns its delivery tag."""
         w = self.window
@@ -225,15 +215,6 @@ class Subscription:
         if w.next_tag <= tag:
             w.next_tag = tag + 1
 
-    def send(self, message: Message) -> None:
-        """Hand over a message nobody redelivers (a topic's): no window, acks are no-ops."""
-        w = self.window
-        if w.shared:
-            w = self._own()
-        tag = w.next_tag
-        w.next_tag = tag + 1
-        self.session.push_delivery(self, tag, message, None)
-
     def room(self) -> int:
         """How many more deliveries it may hold unacked now: -1 for no bound (auto mode, or
         prefetch 0); 0 when closed or its session takes none."""
@@ -259,16 +240,11 @@ class Subscription:
         inflight.update(zip(range(tag, tag + n), [m.seq for m in messages], strict=True))
         self.session.push_deliveries(self, tag, messages, nbytes)
 
-    def deliver_all(self, messages: list[Message], nbytes: int) -> None:
-        """Hand a queue's messages over in one call, as :meth:`deliver` does each, to a
-        subscription in auto mode (nothing of them is kept unacked); ``nbytes``: their
-        bodies' bytes."""
-        self.send_all(messages, nbytes)
-
     def send_all(self, messages: list[Message], nbytes: int) -> None:
-        """Hand over a topic's messages as :meth:`send` does each, under consecutive tags, in
-        one call (``nbytes``: their bodies' bytes): a fan-out's cost per subscriber, not
-        per delivery."""
+        """Hand over messages nobody redelivers, under consecutive tags, in one call
+        (``nbytes``: their bodies' bytes): a topic's (no window, acks are no-ops: a fan-out
+        costs a call per subscriber, not per delivery), or a queue's to a subscription in
+        auto mode (nothing of them is kept unacked)."""
         w = self.window
         if w.shared:
             w = self._own()

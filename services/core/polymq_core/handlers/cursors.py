@@ -88,17 +88,9 @@ class TopicCursor(_Waiting):
     def cursor(self) -> int:
         return self.first + len(self.buffer) - 1
 
-    def send(self, message: Message) -> None:
-        """Called by the topic router for each matching publish."""
-        self.buffer.append(message)
-        if len(self.buffer) > self.limit:
-            self.buffer.popleft()
-            self.first += 1
-        self.wake()
-
     def send_all(self, messages: list[Message], nbytes: int) -> None:
-        """As :meth:`send` of each, in order (``nbytes`` unused: a cursor's bound counts
-        messages)."""
+        """Called by the topic router for each matching publish: its messages, in order, the
+        oldest dropped past the bound (``nbytes`` unused: the bound counts messages)."""
         buffer = self.buffer
         buffer.extend(messages)
         over = len(buffer) - self.limit

@@ -61,19 +61,19 @@ def test_an_idle_subscription_is_small_and_shares_its_window() -> None:
 def test_the_first_delivery_gives_a_window_of_its_own() -> None:
     session = FakeSession()
     a, b = topic_sub(session, 1), topic_sub(session, 2)
-    a.send(Message(body=b"x"))
-    a.send(Message(body=b"y"))
+    a.send_all([Message(body=b"x")], 1)
+    a.send_all([Message(body=b"y")], 1)
     assert session.got == [(1, 1, None), (1, 2, None)]
     assert a.next_tag == 3 and b.next_tag == 1  # b is untouched
     assert a.window is not b.window and b.inflight == {}
-    b.send(Message(body=b"z"))
+    b.send_all([Message(body=b"z")], 1)
     assert session.got[-1] == (2, 1, None)
 
 
 def test_a_topics_messages_go_over_in_one_call_under_consecutive_tags() -> None:
     session = FakeSession()
     a, b = topic_sub(session, 1), topic_sub(session, 2)
-    a.send(Message(body=b"x"))
+    a.send_all([Message(body=b"x")], 1)
     msgs = [Message(body=b"y"), Message(body=b"zz")]
     a.send_all(msgs, 3)
     b.send_all(msgs, 3)
@@ -108,7 +108,7 @@ def test_closing_a_subscription_closes_it_alone() -> None:
     a.close()  # never delivered
     assert a.closed and not b.closed and not c.closed
     assert not a.has_credit() and b.has_credit()
-    c.send(Message(body=b"x"))
+    c.send_all([Message(body=b"x")], 1)
     c.close()  # delivered before
     assert c.closed and c.next_tag == 2 and not b.closed
     a.close()  # again: no change
