@@ -226,6 +226,9 @@ class PurgeableLog:
     async def span(self) -> tuple[int, int]:
         return self.first, self.last
 
+    def nudge(self) -> None:
+        pass  # (its tail asks bodies() at every entry)
+
     async def append(self, payload: bytes, expected_last: int) -> int:
         await asyncio.sleep(0.001)
         if expected_last != self.last:
@@ -248,7 +251,10 @@ class PurgeableLog:
         self.first = max(self.first, seq)
 
     def tail(
-        self, start: int, on_entry: Callable[[int, bytes], Awaitable[None]]
+        self,
+        start: int,
+        on_entry: Callable[[int, bytes | None], Awaitable[None]],
+        bodies: Callable[[], bool] | None = None,
     ) -> asyncio.Task[None]:
         async def run() -> None:
             seq = start
@@ -256,7 +262,8 @@ class PurgeableLog:
                 if seq < self.first:
                     raise TailEnd(f"purged: {self.stream} starts at entry {self.first}")
                 while seq <= self.last:
-                    await on_entry(seq, self.entries[seq])
+                    with_data = bodies is None or bodies()
+                    await on_entry(seq, self.entries[seq] if with_data else None)
                     seq += 1
                 await self._grew.wait()
 
