@@ -39,7 +39,7 @@ from polymq.types import Message, Outcome
 from .config import InboundLink
 from .link import Contiguous, LinkRunner, SessionEnded, describe
 from .props import to_polymq
-from .side import Attachment
+from .side import Attachment, check_cancelled
 
 __all__ = ["InboundRunner"]
 
@@ -266,6 +266,7 @@ class InboundRunner(LinkRunner):
     async def _sample(self, queue: AbstractQueue) -> None:
         """RabbitMQ's count of ready messages (a passive declare) every stats interval."""
         while True:
+            check_cancelled()
             try:
                 ok: Any = await asyncio.wait_for(queue.declare(), 5)
                 self.metrics.lag.set(ok.message_count)

@@ -43,6 +43,7 @@ T = TypeVar("T")
 
 _STABLE = 10.0  # a session that ran this long resets the backoff
 _CLOSE_TIMEOUT = 5.0  # seconds for RabbitMQ to answer channel.close
+_HELPERS_WITHIN = 1.0  # seconds a cancelled helper may take before it is cancelled again
 
 
 class SessionEnded(Exception):
@@ -226,12 +227,22 @@ class LinkRunner(abc.ABC):
         return task
 
     async def _cancel_helpers(self) -> None:
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(BaseException):
-                await t
+        """Cancel the session's helpers and wait until each has ended, cancelling again
+        any that outlives a cancel (Python 3.11's ``wait_for`` can swallow one: see
+        :func:`~polymq_bridge.side.check_cancelled`): the next session never waits on one."""
+        left = set(self._tasks)
+        warned = False
+        while left:
+            for t in left:
+                t.cancel()
+            _, left = await asyncio.wait(left, timeout=_HELPERS_WITHIN)
+            if left and not warned:
+                warned = True
+                log.warning(
+                    "bridge: link %s: %d helper task(s) went on after a cancel; cancelling again",
+                    self.name,
+                    len(left),
+                )
         self._tasks.clear()
 
     def fail(self, reason: str) -> None:

@@ -39,7 +39,7 @@ from polymq.errors import NotFound
 from .config import OutboundLink
 from .link import Contiguous, LinkRunner, SessionEnded, describe
 from .props import to_amqp
-from .side import Attachment
+from .side import Attachment, check_cancelled
 
 __all__ = ["OutboundRunner", "StreamProgress"]
 
@@ -276,6 +276,7 @@ class OutboundRunner(LinkRunner):
         interval = self.settings.bridge_stats_interval
         next_stats = 0.0
         while True:
+            check_cancelled()
             now = time.monotonic()
             if progress is not None:
                 await self._save(client, progress)

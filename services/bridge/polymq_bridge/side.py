@@ -32,11 +32,33 @@ from polymq.errors import Unauthorized
 
 from .metrics import BridgeMetrics
 
-__all__ = ["Attachment", "Backoff", "CoreSide", "RabbitSide", "Side", "Stopping"]
+__all__ = [
+    "Attachment",
+    "Backoff",
+    "CoreSide",
+    "RabbitSide",
+    "Side",
+    "Stopping",
+    "check_cancelled",
+]
 
 log = logging.getLogger(__name__)
 
 C = TypeVar("C")
+
+
+def check_cancelled() -> None:
+    """Raise CancelledError if this task was asked to stop. On Python 3.11, a cancellation
+    that meets ``asyncio.wait_for``'s inner call just as it completes is swallowed (wait_for
+    returns or raises that call's outcome) while the request stays counted: a loop that
+    catches exceptions and goes on would never end. Every such loop here asks this first.
+    (Seen: after a RabbitMQ restart, an inbound link's queue-depth sampler, cancelled as
+    its passive declare failed on the dead channel, sampled on; the link, waiting for it
+    to end, never started again, and its messages stayed in RabbitMQ.)"""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling() > 0:
+        raise asyncio.CancelledError
+
 
 _CONNECT_TIMEOUT = 5.0
 _CORE_CHECK = 0.25  # seconds between looks at the core client's closed flag
@@ -174,6 +196,7 @@ class Side(abc.ABC, Generic[C]):
         failures = 0
         loop = asyncio.get_running_loop()
         while True:
+            check_cancelled()
             try:
                 conn = await self._connect()
             except asyncio.CancelledError:
@@ -336,6 +359,7 @@ class CoreSide(Side[Client]):
         client = att.conn
         next_ping = time.monotonic() + _CORE_PING
         while not att.lost.done():
+            check_cancelled()
             if client.closed:
                 reason = client.close_reason
                 att.lost.set_result(str(reason) if reason else "connection closed")
