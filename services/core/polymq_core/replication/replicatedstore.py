@@ -580,10 +580,10 @@ class ReplicatedStore(Store):
     def _bodies(self) -> bool:
         """Whether the tail's next consumer brings the entries' data: not while this node
         leads. A leader holds every entry it appended when the append is answered; its
-        own coming back through the tail was one more copy of each out of NATS (two when
-        the consumer lived on another replica: over a route, then to this client), parsed
-        here to be dropped. Sequences alone still tell it of an entry it did not append,
-        read then (docs/cluster.md, "Writes")."""
+        own coming back through the tail (one more copy of each out of NATS, through a
+        route when the consumer lives on another replica, parsed here to be dropped) was
+        about a third of the nats-servers' work per message in the ``cluster`` bench.
+        Sequences alone still tell it of an entry it did not append, read then."""
         return not self.is_leader
 
     def _led(self, leading: bool) -> None:
