@@ -301,43 +301,6 @@ async def test_a_new_leaders_takeover_fences_the_old_one(tmp_path: Path) -> None
         assert a.applied == b.applied
 
 
-async def test_a_leaders_tail_brings_sequences_alone_and_still_sees_a_takeover(
-    tmp_path: Path,
-) -> None:
-    """The leader's tail consumer sends sequences without data (it has what it appended);
-    an idle leader still learns of another node's takeover through it (it reads that entry),
-    and its tail brings data again once it no longer leads."""
-    async with three_nodes(tmp_path) as nodes:
-        node_a, node_b, _ = nodes
-        a, b = node_a.store, node_b.store
-        js, stream = node_a.log.js, node_a.log.stream
-
-        without_data: list[str] = []  # the consumer(s) sending sequences alone, at a look
-
-        async def one_tail_without_data() -> bool:
-            infos = await js.consumers_info(stream)
-            without_data[:] = [str(c.name) for c in infos if c.config.headers_only]
-            return len(infos) == 3 and len(without_data) == 1  # (the leader's)
-
-        await a.promote()
-        await settle(a.write(AppendMany(Q, [message(1), message(2)])))
-        await converged(nodes)
-        await eventually(one_tail_without_data, within=SETTLE, interval=0.1)
-        a_tail = without_data[0]
-
-        await b.promote()  # A writes nothing meanwhile: only its tail can tell it
-        await eventually(lambda: not a.is_leader, within=SETTLE)
-        assert len(node_a.deposed) == 1 and not node_b.deposed
-        await settle(b.write(SaveValue("who", b"b")))
-        _, messages, _, kv = await converged(nodes)
-        assert [m.seq for m in messages] == [1, 2] and kv == {"who": b"b"}
-
-        async def another_tail_without_data() -> bool:  # B's: A's tail brings data again
-            return await one_tail_without_data() and without_data != [a_tail]
-
-        await eventually(another_tail_without_data, within=SETTLE, interval=0.1)
-
-
 class GatedLog(ShardLog):
     """A ShardLog whose tail stops delivering while ``gate`` is clear: a node that has
     not seen the newest entries yet (a slow or partitioned tail)."""
@@ -348,16 +311,13 @@ class GatedLog(ShardLog):
         self.gate.set()
 
     def tail(
-        self,
-        start: int,
-        on_entry: Callable[[int, bytes | None], Awaitable[None]],
-        bodies: Callable[[], bool] | None = None,
+        self, start: int, on_entry: Callable[[int, bytes], Awaitable[None]]
     ) -> asyncio.Task[None]:
-        async def gated(seq: int, data: bytes | None) -> None:
+        async def gated(seq: int, data: bytes) -> None:
             await self.gate.wait()
             await on_entry(seq, data)
 
-        return super().tail(start, gated, bodies)
+        return super().tail(start, gated)
 
 
 async def test_an_old_leader_that_missed_the_takeover_is_fenced_by_the_log(

@@ -131,7 +131,6 @@ class ShardLog:
         # the tails' current tries (see nudge), and those of them applying an entry
         self._attempts: set[asyncio.Future[None]] = set()
         self._in_entry: set[asyncio.Future[None] | None] = set()
-        self._deleting: set[asyncio.Task[None]] = set()  # consumers of tries nudged away
 
     def __repr__(self) -> str:
         return f"<ShardLog {self.stream} x{self.replicas}>"
@@ -319,39 +318,26 @@ class ShardLog:
     # -- tailing ---------------------------------------------------------------------------
 
     def tail(
-        self,
-        start: int,
-        on_entry: Callable[[int, bytes | None], Awaitable[None]],
-        bodies: Callable[[], bool] | None = None,
+        self, start: int, on_entry: Callable[[int, bytes], Awaitable[None]]
     ) -> asyncio.Task[None]:
         """A task that calls ``on_entry(seq, data)`` for every entry from ``start`` on, in
         order, each awaited before the next, never skipping one and never repeating one. It
         survives leader changes and reconnects (a new consumer starts after the last entry
         delivered). It ends with :class:`LogError` if entry ``start`` was purged (or the
         stream ends before ``start - 1``), or with what ``on_entry`` raised. The caller
-        owns the task: cancel and await it.
-
-        ``bodies()``, if given, is asked as each consumer is made: False makes a consumer
-        that sends each entry's sequence without its data, and ``on_entry`` gets None for
-        ``data`` (a leader, which has what it appended: :meth:`get` reads one it needs).
-        :meth:`nudge` after the answer changes: the tail then makes a new consumer."""
+        owns the task: cancel and await it."""
         return asyncio.get_running_loop().create_task(
-            self._tail(start, on_entry, bodies), name=f"tail {self.stream} from {start}"
+            self._tail(start, on_entry), name=f"tail {self.stream} from {start}"
         )
 
-    async def _tail(
-        self,
-        start: int,
-        on_entry: Callable[[int, bytes | None], Awaitable[None]],
-        bodies: Callable[[], bool] | None,
-    ) -> None:
+    async def _tail(self, start: int, on_entry: Callable[[int, bytes], Awaitable[None]]) -> None:
         expected = [start]  # the next sequence to deliver; a cell shared with _consume
         delay = _BACKOFF[0]
         while True:
             check_cancelled()
             began = expected[0]
             self._nudged.clear()
-            attempt = asyncio.ensure_future(self._tail_once(expected, on_entry, bodies))
+            attempt = asyncio.ensure_future(self._tail_once(expected, on_entry))
             self._attempts.add(attempt)
             try:
                 await attempt
@@ -381,20 +367,16 @@ class ShardLog:
                 delay = _BACKOFF[0]
 
     async def _tail_once(
-        self,
-        expected: list[int],
-        on_entry: Callable[[int, bytes | None], Awaitable[None]],
-        bodies: Callable[[], bool] | None,
+        self, expected: list[int], on_entry: Callable[[int, bytes], Awaitable[None]]
     ) -> None:
         await self._check_start(expected[0])
-        await self._consume(expected, on_entry, bodies is None or bodies())
+        await self._consume(expected, on_entry)
 
     def nudge(self) -> None:
-        """The stream has a new leader (or a tail's ``bodies`` changed its answer): a tail
-        waiting to try again (its consumer was lost with the old leader, or could not be
-        made without one) tries at once, and a try waiting on NATS (a request the dead
-        leader will never answer, a consumer gone with it) starts again at once; one
-        applying an entry, once it is applied."""
+        """The stream has a new leader: a tail waiting to try again (its consumer was lost
+        with the old leader, or could not be made without one) tries at once, and a try
+        waiting on NATS (a request the dead leader will never answer, a consumer gone with
+        it) starts again at once; one applying an entry, once it is applied."""
         self._nudged.set()  # (cleared as each try begins: one applying sees it after)
         for attempt in list(self._attempts):
             if not attempt.done() and attempt not in self._in_entry:
@@ -415,13 +397,9 @@ class ShardLog:
             )
 
     async def _consume(
-        self,
-        expected: list[int],
-        on_entry: Callable[[int, bytes | None], Awaitable[None]],
-        bodies: bool,
+        self, expected: list[int], on_entry: Callable[[int, bytes], Awaitable[None]]
     ) -> None:
-        """One ephemeral pull consumer from ``expected[0]`` on, until it is lost; without
-        the entries' data unless ``bodies``."""
+        """One ephemeral pull consumer from ``expected[0]`` on, until it is lost."""
         nc = self._nc
         inbox = nc.new_inbox()
         try:
@@ -439,7 +417,6 @@ class ShardLog:
                 mem_storage=True,
                 num_replicas=1,
                 inactive_threshold=_INACTIVE,
-                headers_only=None if bodies else True,
             )
             info = await self._call("tailing", self.js.add_consumer(self.stream, config))
             consumer = str(info.name)
@@ -482,7 +459,7 @@ class ShardLog:
                     me = asyncio.current_task()
                     self._in_entry.add(me)
                     try:
-                        await on_entry(seq, msg.data if bodies else None)
+                        await on_entry(seq, msg.data)
                     finally:
                         self._in_entry.discard(me)
                     expected[0] = seq + 1
@@ -493,23 +470,12 @@ class ShardLog:
                 await sub.unsubscribe()
             except _NATS_ERRORS:
                 pass
-            if consumer is not None:
-                deleting = self._delete_consumer(consumer)
-                if cancelling():  # nudged (or the tail stops): not waited for here
-                    task = asyncio.get_running_loop().create_task(deleting)
-                    self._deleting.add(task)
-                    task.add_done_callback(self._deleting.discard)
-                else:
-                    await deleting
-
-    async def _delete_consumer(self, name: str) -> None:
-        """Delete a tail's consumer that is no longer read (one left behind would go on
-        sending its pull's entries to nobody, and stay until _INACTIVE)."""
-        try:
-            async with asyncio.timeout(1.0):
-                await self.js.delete_consumer(self.stream, name)
-        except _NATS_ERRORS:
-            pass  # it goes by itself after _INACTIVE
+            if consumer is not None and not cancelling():
+                try:
+                    async with asyncio.timeout(1.0):
+                        await self.js.delete_consumer(self.stream, consumer)
+                except _NATS_ERRORS:
+                    pass  # it goes by itself after _INACTIVE
 
     async def _next(self, sub: Any) -> Msg:
         try:

@@ -287,7 +287,7 @@ class ReplicatedStore(Store):
                     continue
                 self.epoch = self.last = seq
                 self._uncertain = False
-                self._led(True)
+                self.is_leader = True
                 log.info("%s: this node leads from entry %d on", self.log.stream, seq)
                 return seq
 
@@ -319,7 +319,7 @@ class ReplicatedStore(Store):
         completes either way)."""
         if self.is_leader:
             log.info("%s: no longer leading", self.log.stream)
-        self._led(False)
+        self.is_leader = False
         self._fail_pending(f"{self.log.stream}: this node no longer leads the shard")
 
     async def written(self) -> None:
@@ -335,7 +335,7 @@ class ReplicatedStore(Store):
         if not self.is_leader:
             return
         log.warning("%s: deposed: %s", self.log.stream, reason)
-        self._led(False)
+        self.is_leader = False
         self._fail_pending(f"{self.log.stream}: deposed ({reason})")
         if self.on_deposed is not None:
             try:
@@ -541,7 +541,7 @@ class ReplicatedStore(Store):
         """Tail the log from ``applied + 1``, again after a local failure."""
         while True:
             self._restart_tail = False
-            self._tail = self.log.tail(self.applied + 1, self._on_entry, self._bodies)
+            self._tail = self.log.tail(self.applied + 1, self._on_entry)
             try:
                 await self._tail
             except asyncio.CancelledError:
@@ -577,30 +577,9 @@ class ReplicatedStore(Store):
         if applying is not None:
             await asyncio.wait([applying])
 
-    def _bodies(self) -> bool:
-        """Whether the tail's next consumer brings the entries' data: not while this node
-        leads. A leader holds every entry it appended when the append is answered; its
-        own coming back through the tail (one more copy of each out of NATS, through a
-        route when the consumer lives on another replica, parsed here to be dropped) was
-        about a third of the nats-servers' work per message in the ``cluster`` bench.
-        Sequences alone still tell it of an entry it did not append, read then."""
-        return not self.is_leader
-
-    def _led(self, leading: bool) -> None:
-        """Leading starts or stops: the tail's next consumer brings data or not."""
-        if leading != self.is_leader:
-            self.is_leader = leading
-            self.log.nudge()
-
-    async def _on_entry(self, seq: int, data: bytes | None) -> None:
+    async def _on_entry(self, seq: int, data: bytes) -> None:
         if seq <= self._issued:
             return  # this leader's own entry, held when its append was answered
-        if data is None:  # a leader's tail: the sequence alone
-            if self._inflight is not None:  # (an append of ours, maybe, being answered)
-                await asyncio.shield(self._inflight)
-                if seq <= self._issued:
-                    return
-            data = await self.log.get(seq)
         try:
             entry: Entry | None = decode_entry(data)
         except LogError as exc:

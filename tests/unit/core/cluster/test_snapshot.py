@@ -226,9 +226,6 @@ class PurgeableLog:
     async def span(self) -> tuple[int, int]:
         return self.first, self.last
 
-    def nudge(self) -> None:
-        pass  # (its tail asks bodies() at every entry)
-
     async def append(self, payload: bytes, expected_last: int) -> int:
         await asyncio.sleep(0.001)
         if expected_last != self.last:
@@ -251,10 +248,7 @@ class PurgeableLog:
         self.first = max(self.first, seq)
 
     def tail(
-        self,
-        start: int,
-        on_entry: Callable[[int, bytes | None], Awaitable[None]],
-        bodies: Callable[[], bool] | None = None,
+        self, start: int, on_entry: Callable[[int, bytes], Awaitable[None]]
     ) -> asyncio.Task[None]:
         async def run() -> None:
             seq = start
@@ -262,8 +256,7 @@ class PurgeableLog:
                 if seq < self.first:
                     raise TailEnd(f"purged: {self.stream} starts at entry {self.first}")
                 while seq <= self.last:
-                    with_data = bodies is None or bodies()
-                    await on_entry(seq, self.entries[seq] if with_data else None)
+                    await on_entry(seq, self.entries[seq])
                     seq += 1
                 await self._grew.wait()
 

@@ -50,11 +50,7 @@ class MemoryLog:
         self.tails_flow = asyncio.Event()  # cleared: tails deliver nothing (their consumer
         self.tails_flow.set()  # died with a server, say)
         self.got: list[int] = []  # entries read one by one
-        self.nudges = 0  # told that a tail's bodies() changed its answer
         self._grew = asyncio.Event()
-
-    def nudge(self) -> None:
-        self.nudges += 1
 
     async def info(self) -> tuple[str | None, int]:
         if self.down:
@@ -87,21 +83,14 @@ class MemoryLog:
         return self.entries[seq - 1]
 
     def tail(
-        self,
-        start: int,
-        on_entry: Callable[[int, bytes | None], Awaitable[None]],
-        bodies: Callable[[], bool] | None = None,
+        self, start: int, on_entry: Callable[[int, bytes], Awaitable[None]]
     ) -> asyncio.Task[None]:
-        """As a ShardLog's, asking ``bodies()`` at every entry (a ShardLog asks as it makes
-        a consumer, so an entry may come without data just after leading stopped)."""
-
         async def run() -> None:
             seq = start
             await self.tails_flow.wait()
             while True:
                 while seq <= len(self.entries):
-                    with_data = bodies is None or bodies()
-                    await on_entry(seq, self.entries[seq - 1] if with_data else None)
+                    await on_entry(seq, self.entries[seq - 1])
                     seq += 1
                 await self._grew.wait()
 
@@ -219,33 +208,6 @@ async def test_a_takeover_deposes_the_old_leader_through_its_tail(tmp_path: Path
         await settled(b.write(Append(Q, msg(3))))
         await until(lambda: a.applied == len(log.entries))
         assert await seqs(a) == await seqs(b) == [1, 3]
-
-
-async def test_a_leaders_tail_brings_sequences_and_it_reads_only_anothers_entries(
-    tmp_path: Path,
-) -> None:
-    """While a node leads, its tail brings each entry's sequence without the data (it has
-    what it appended); an entry it did not append is read from the log, and deposes it;
-    once it no longer leads, the tail brings data again."""
-    log = MemoryLog()
-    async with (
-        replicated(tmp_path, log, "a") as (a, a_deposed),
-        replicated(tmp_path, log, "b") as (b, _),
-    ):
-        await a.promote()
-        assert log.nudges == 1  # (a ShardLog's tail makes a consumer without data)
-        await settled(*(a.write(Append(Q, msg(i))) for i in range(1, 4)))
-        await settled(a.write(Remove(Q, [1])))
-        await until(lambda: b.applied == len(log.entries))
-        assert log.got == []  # its own entries: not read again
-        await b.promote()
-        taken = len(log.entries)
-        await until(lambda: not a.is_leader)
-        assert a_deposed == ["a"] and log.got == [taken] and log.nudges == 3  # (b leads, a stops)
-        await settled(b.write(Append(Q, msg(4))))
-        await until(lambda: a.applied == len(log.entries))
-        assert log.got == [taken]  # a follower again: the data comes with the tail
-        assert await seqs(a) == await seqs(b) == [2, 3, 4]
 
 
 async def test_an_old_leader_that_missed_the_takeover_is_fenced(tmp_path: Path) -> None:
