@@ -34,12 +34,13 @@ from aio_pika.abc import (
 
 from polymq import Client
 from polymq.errors import BadRequest, ConnectionClosed, PayloadTooLarge, Unavailable
+from polymq.tasks import check_cancelled
 from polymq.types import Message, Outcome
 
 from .config import InboundLink
 from .link import Contiguous, LinkRunner, SessionEnded, describe
 from .props import to_polymq
-from .side import Attachment, check_cancelled
+from .side import Attachment
 
 __all__ = ["InboundRunner"]
 

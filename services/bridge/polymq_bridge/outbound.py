@@ -35,11 +35,12 @@ from aiormq.exceptions import DeliveryError
 from polymq import Client, Delivery, Subscription
 from polymq.answers import DestinationStats, QueueStats, StreamStats
 from polymq.errors import NotFound
+from polymq.tasks import check_cancelled
 
 from .config import OutboundLink
 from .link import Contiguous, LinkRunner, SessionEnded, describe
 from .props import to_amqp
-from .side import Attachment, check_cancelled
+from .side import Attachment
 
 __all__ = ["OutboundRunner", "StreamProgress"]
 

@@ -29,6 +29,7 @@ from yarl import URL
 
 from polymq import Client
 from polymq.errors import Unauthorized
+from polymq.tasks import check_cancelled
 
 from .metrics import BridgeMetrics
 
@@ -39,25 +40,11 @@ __all__ = [
     "RabbitSide",
     "Side",
     "Stopping",
-    "check_cancelled",
 ]
 
 log = logging.getLogger(__name__)
 
 C = TypeVar("C")
-
-
-def check_cancelled() -> None:
-    """Raise CancelledError if this task was asked to stop. On Python 3.11, a cancellation
-    that meets ``asyncio.wait_for``'s inner call just as it completes is swallowed (wait_for
-    returns or raises that call's outcome) while the request stays counted: a loop that
-    catches exceptions and goes on would never end. Every such loop here asks this first.
-    (Seen: after a RabbitMQ restart, an inbound link's queue-depth sampler, cancelled as
-    its passive declare failed on the dead channel, sampled on; the link, waiting for it
-    to end, never started again, and its messages stayed in RabbitMQ.)"""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling() > 0:
-        raise asyncio.CancelledError
 
 
 _CONNECT_TIMEOUT = 5.0

@@ -89,6 +89,11 @@ async def nats_cluster(base: Path, n: int = 3) -> AsyncIterator[list[NatsServer]
     try:
         await asyncio.gather(*(s.start() for s in servers))
         yield servers
+    except BaseException:
+        # what the servers said: a failure here is read off their Raft groups' lines
+        for s in servers:
+            print(f"==== nats-server {s.config.server_name} (pid {s.pid}) ====\n{s.log_tail()}")
+        raise
     finally:
         for s in servers:  # a frozen server cannot act on SIGTERM
             if s.pid is not None:
@@ -160,6 +165,14 @@ async def three_nodes(tmp_path: Path) -> AsyncIterator[list[Node]]:
                     await node.store.close()
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(node.nc.close(), 3)
+
+
+def _proc_state(pid: int | None) -> str:
+    """A process's state letter (``T``: stopped), from /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
 
 
 def _unopened(db: Path, log: ShardLog, name: str) -> ReplicatedStore:
@@ -506,9 +519,19 @@ async def test_without_a_majority_a_write_fails_and_is_never_confirmed(tmp_path:
                 os.kill(pid, signal.SIGSTOP)
                 frozen.append(pid)
             started = time.monotonic()
+            last = a.last
             future = a.write(SaveValue("k", b"during"))
             with pytest.raises(StoreError, match="unavailable"):
-                await asyncio.wait_for(future, 3 * TIMEOUT)
+                try:
+                    await asyncio.wait_for(future, 3 * TIMEOUT)
+                except StoreError:
+                    raise
+                else:  # say what was confirmed, and by whom, before the test fails
+                    print(
+                        f"confirmed without a majority: entry {a.last} (the last was {last})"
+                        f" after {time.monotonic() - started:.3f} s; stopped {frozen}"
+                        f" of {pids}; states {[_proc_state(p) for p in pids]}"
+                    )
             took = time.monotonic() - started
             assert took < TIMEOUT + 1.5, took
         finally:

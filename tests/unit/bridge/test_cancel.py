@@ -7,9 +7,9 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from polymq.tasks import check_cancelled
 from polymq_bridge.inbound import InboundRunner
 from polymq_bridge.link import LinkRunner
-from polymq_bridge.side import check_cancelled
 
 
 class DyingQueue:

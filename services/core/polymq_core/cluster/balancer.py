@@ -35,7 +35,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..replication.jetstream import check_cancelled
+from polymq.tasks import check_cancelled
+
 from ..store.logentry import LogError
 
 if TYPE_CHECKING:

@@ -39,7 +39,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from ..replication.jetstream import check_cancelled
+from polymq.tasks import check_cancelled
+
 from ..store.logentry import LogError
 from .balancer import ASK_WITHIN, Balancer, BalancerHost
 from .replicas import Replicas

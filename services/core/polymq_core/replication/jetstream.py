@@ -26,6 +26,8 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
+from polymq.tasks import cancelling, check_cancelled
+
 from ..store.logentry import Deposed, LogError, LogUnavailable, NoLeader
 
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from nats.aio.msg import Msg
     from nats.js import JetStreamContext
 
-__all__ = ["ShardLog", "TailEnd", "cancelling", "check_cancelled"]
+__all__ = ["ShardLog", "TailEnd"]
 
 log = logging.getLogger(__name__)
 
@@ -485,20 +487,3 @@ class ShardLog:
         except _NATS_ERRORS as exc:
             raise _translate(exc, f"tailing {self.stream}") from exc
         return msg
-
-
-def cancelling() -> bool:
-    """Has this task been asked to stop (a cancellation pending, or one swallowed on the
-    way: see :func:`check_cancelled`)?"""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
-def check_cancelled() -> None:
-    """Raise CancelledError if this task was asked to stop. On Python 3.11 a cancellation
-    that meets a result in ``asyncio.wait_for`` (nats-py uses it inside) is swallowed, but
-    the request stays counted: a loop that checks it cannot run on past its owner's close
-    (seen: a stopping node's shard follower ran on, and the node's stop, which waits for it,
-    with it)."""
-    if cancelling():
-        raise asyncio.CancelledError

@@ -39,6 +39,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
+from polymq.tasks import cancelling
 from polymq.types import Message
 from polymq_server.resources import give_back_memory
 
@@ -55,7 +56,7 @@ from ..store.logentry import (
 )
 from ..store.sqlite import SqliteStore
 from ..store.writes import Write
-from .jetstream import ShardLog, TailEnd, cancelling
+from .jetstream import ShardLog, TailEnd
 
 __all__ = ["ReplicatedStore"]
 
