@@ -129,6 +129,40 @@ class PolymqProcess(LoggedProcess):
         self.kill()
 
 
+def threads_stopped(pid: int) -> bool:
+    """Is every thread of process ``pid`` stopped (or the process gone)? A ``SIGSTOP`` does
+    not stop a process when ``kill`` returns: one of its threads takes the signal when it
+    next runs, and only then stops the others. On a busy machine the rest run on meanwhile
+    (seen: a nats-server whose main thread read stopped, another thread still running,
+    answered the write a test made right after). /proc's ``stat`` of the process names
+    its first thread alone; each thread's is under ``task/``."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return True
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # (a thread that ended)
+        if state not in ("T", "t", "Z", "X"):
+            return False
+    return True
+
+
+def freeze(pid: int, within: float = WAIT) -> None:
+    """``SIGSTOP`` process ``pid`` and wait until every thread of it is stopped
+    (:func:`threads_stopped`); AssertionError if that takes longer than ``within``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + within
+    while not threads_stopped(pid):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pid {pid}: not every thread stopped {within:g} s after SIGSTOP")
+        time.sleep(0.001)
+
+
 def node_processes(proc: PolymqProcess) -> list[psutil.Process]:
     """A ``polymq run``'s first process and its workers (``--workers``)."""
     assert proc.proc is not None

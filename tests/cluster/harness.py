@@ -43,7 +43,7 @@ import requests
 import stomp
 from stomp.utils import Frame as StompFrame
 
-from ..procs import PolymqProcess
+from ..procs import PolymqProcess, threads_stopped
 
 T = TypeVar("T")
 
@@ -263,12 +263,12 @@ class Node:
     def freeze(self) -> None:
         """SIGSTOP to polymq and its nats-server: a hung machine (sockets stay open)."""
         self._signal(signal.SIGSTOP)
-        for p in self._procs:
+        for p in self._procs:  # (every thread: see threads_stopped)
             eventually(
-                lambda p=p: _gone(p) or p.status() == psutil.STATUS_STOPPED,  # type: ignore[misc]
+                lambda p=p: threads_stopped(p.pid),  # type: ignore[misc]
                 5.0,
                 f"{self.id}: pid {p.pid} stopped",
-                0.02,
+                0.002,
             )
         self.state = "frozen"
 

@@ -43,6 +43,7 @@ from polymq_core.store.writes import (
     SaveValue,
 )
 
+from ...procs import freeze, threads_stopped
 from .helpers import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -165,14 +166,6 @@ async def three_nodes(tmp_path: Path) -> AsyncIterator[list[Node]]:
                     await node.store.close()
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(node.nc.close(), 3)
-
-
-def _proc_state(pid: int | None) -> str:
-    """A process's state letter (``T``: stopped), from /proc."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "?"
 
 
 def _unopened(db: Path, log: ShardLog, name: str) -> ReplicatedStore:
@@ -516,8 +509,8 @@ async def test_without_a_majority_a_write_fails_and_is_never_confirmed(tmp_path:
         try:
             for pid in pids[1:]:
                 assert pid is not None
-                os.kill(pid, signal.SIGSTOP)
                 frozen.append(pid)
+                freeze(pid)  # (every thread: a SIGSTOP is not done when kill returns)
             started = time.monotonic()
             last = a.last
             future = a.write(SaveValue("k", b"during"))
@@ -530,7 +523,7 @@ async def test_without_a_majority_a_write_fails_and_is_never_confirmed(tmp_path:
                     print(
                         f"confirmed without a majority: entry {a.last} (the last was {last})"
                         f" after {time.monotonic() - started:.3f} s; stopped {frozen}"
-                        f" of {pids}; states {[_proc_state(p) for p in pids]}"
+                        f" of {pids}; every thread stopped: {[threads_stopped(p) for p in frozen]}"
                     )
             took = time.monotonic() - started
             assert took < TIMEOUT + 1.5, took
