@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 
 import aio_pika
@@ -232,17 +233,22 @@ def test_a_dead_letter_reaches_a_queue_led_by_another_node(cluster: Cluster) -> 
                     return a, b
         return None
 
-    shards = eventually(two_leaders, 90, "two shards led by different nodes")
-    assert shards is not None
-    source = cluster.queue_in_shard(shards[0], "dl-source")
-    target = cluster.queue_in_shard(shards[1], "dl-target")
-    node = cluster.wait_balanced()[shards[0]]  # (the source's leader dead-letters)
-
-    async def reject_one() -> tuple[list[Lease], list[Lease], int]:
-        async with await Client.connect("127.0.0.1", node.ports["core"]) as client:
-            await client.declare(f"queue/{target}", durable=True)
-            await client.declare(f"queue/{source}", durable=True, dead_letter=f"queue/{target}")
-            await client.publish(f"queue/{source}", Message(b"dead", persistent=True))
+    async def reject_one(
+        port: int, source: str, target: str
+    ) -> tuple[list[Lease], list[Lease], int] | None:
+        """None if the set-up was refused ``unavailable`` (below)."""
+        async with await Client.connect("127.0.0.1", port) as client:
+            try:
+                await client.declare(f"queue/{target}", durable=True)
+                await client.declare(f"queue/{source}", durable=True, dead_letter=f"queue/{target}")
+                await client.publish(f"queue/{source}", Message(b"dead", persistent=True))
+            except Unavailable as exc:
+                # A node the test before froze may depose a leader once thawed (an election
+                # some seconds after the cluster looked balanced: docs/cluster.md,
+                # "Partitions"); the set-up's answer is then the right one. Tried again on
+                # fresh queues; what is under test (the reject, the dead letter) never is.
+                print(f"set-up refused ({exc}); again on fresh queues")
+                return None
             leases = await client.pull(f"queue/{source}", 1, wait=10)
             settled = await client.settle([x.receipt for x in leases], Outcome.REJECT)
             assert settled.settled == len(leases), settled
@@ -250,7 +256,19 @@ def test_a_dead_letter_reaches_a_queue_led_by_another_node(cluster: Cluster) -> 
             left = (await client.stats(f"queue/{source}")).messages
             return leases, dead, left
 
-    leases, dead, left = asyncio.run(reject_one())
+    outcome = None
+    for _ in range(3):
+        shards = eventually(two_leaders, 90, "two shards led by different nodes")
+        assert shards is not None
+        source = cluster.queue_in_shard(shards[0], "dl-source")
+        target = cluster.queue_in_shard(shards[1], "dl-target")
+        node = cluster.wait_balanced()[shards[0]]  # (the source's leader dead-letters)
+        outcome = asyncio.run(reject_one(node.ports["core"], source, target))
+        if outcome is not None:
+            break
+        time.sleep(5.0)
+    assert outcome is not None, "the set-up was refused unavailable three times"
+    leases, dead, left = outcome
     assert [x.message.body for x in leases] == [b"dead"]
     assert [x.message.body for x in dead] == [b"dead"], dead
     assert dead[0].message.headers.get("x-death-reason") == "rejected", dead[0].message.headers
