@@ -152,16 +152,21 @@ def threads_stopped(pid: int) -> bool:
     return True
 
 
-def freeze(pid: int, within: float = WAIT) -> None:
-    """``SIGSTOP`` process ``pid`` and wait until every thread of it is stopped
-    (:func:`threads_stopped`); AssertionError if that takes longer than ``within``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGSTOP)
+def freeze(*pids: int, within: float = WAIT) -> None:
+    """``SIGSTOP`` every process of ``pids`` (all first, so that they stop together), then
+    wait until every thread of each is stopped (:func:`threads_stopped`); AssertionError if
+    that takes longer than ``within``."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + within
-    while not threads_stopped(pid):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"pid {pid}: not every thread stopped {within:g} s after SIGSTOP")
-        time.sleep(0.001)
+    for pid in pids:
+        while not threads_stopped(pid):
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"pid {pid}: not every thread stopped {within:g} s after SIGSTOP"
+                )
+            time.sleep(0.001)
 
 
 def node_processes(proc: PolymqProcess) -> list[psutil.Process]:

@@ -43,7 +43,7 @@ import requests
 import stomp
 from stomp.utils import Frame as StompFrame
 
-from ..procs import PolymqProcess, threads_stopped
+from ..procs import PolymqProcess, freeze
 
 T = TypeVar("T")
 
@@ -262,14 +262,7 @@ class Node:
 
     def freeze(self) -> None:
         """SIGSTOP to polymq and its nats-server: a hung machine (sockets stay open)."""
-        self._signal(signal.SIGSTOP)
-        for p in self._procs:  # (every thread: see threads_stopped)
-            eventually(
-                lambda p=p: threads_stopped(p.pid),  # type: ignore[misc]
-                5.0,
-                f"{self.id}: pid {p.pid} stopped",
-                0.002,
-            )
+        freeze(*(p.pid for p in self._procs), within=5.0)  # (every thread of each)
         self.state = "frozen"
 
     def thaw(self) -> None:
