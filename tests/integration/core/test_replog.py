@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -367,6 +368,64 @@ async def test_an_append_on_a_stale_sequence_is_deposed(tmp_path: Path) -> None:
             await shard_log.append(encode_entry("y", 1, [], takeover=True), expected_last=last)
         leader, now = await nodes[1].log.info()
         assert now == seq and leader in {n.name for n in nodes}
+
+
+async def test_writes_in_flight_when_jetstream_moves_the_leader_are_settled_at_once(
+    tmp_path: Path,
+) -> None:
+    """JetStream moves the stream's leader again and again (nats-server's own step-downs,
+    as a thawed node's election does) under four writers. A leader that steps down never
+    answers some of the appends in flight; told of the new leader (its advisory, as
+    polymq_core.cluster.leadership tells every node's log), the store sends such an entry
+    again on the same fence and is answered at once. Every write is confirmed, none waits
+    out the log's timeout, and every confirmed write is on every node, once."""
+    async with three_nodes(tmp_path) as nodes:
+        a = nodes[0].store
+        await a.promote()
+        for node in nodes:
+
+            async def elected(msg: Any, log: ShardLog = node.log) -> None:
+                log.nudge()
+
+            await node.nc.subscribe(
+                f"$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.{node.log.stream}", cb=elected
+            )
+        took: list[float] = []
+        failed: list[str] = []
+        confirmed: list[int] = []
+        moves: list[bool] = []
+        done = asyncio.Event()
+
+        async def writer(first: int) -> None:
+            seq = first
+            while not done.is_set():
+                seq += 4
+                started = time.monotonic()
+                try:
+                    await asyncio.wait_for(a.write(Append(Q, message(seq))), SETTLE)
+                    confirmed.append(seq)
+                except StoreError as exc:
+                    failed.append(str(exc))
+                took.append(time.monotonic() - started)
+                await asyncio.sleep(0.002)
+
+        async def jetstream_moves_the_leader() -> None:
+            for _ in range(8):
+                await asyncio.sleep(1.0)
+                answer = await nodes[1].nc.request(
+                    f"$JS.API.STREAM.LEADER.STEPDOWN.{nodes[1].log.stream}", b"", timeout=TIMEOUT
+                )
+                moves.append(bool(json.loads(answer.data).get("success")))
+            await asyncio.sleep(1.0)
+            done.set()
+
+        await asyncio.gather(jetstream_moves_the_leader(), *(writer(k) for k in range(4)))
+        assert moves == [True] * 8
+        assert failed == []
+        assert max(took) < TIMEOUT / 2, sorted(took)[-5:]
+        _, messages, _, _ = await converged(nodes, within=20)
+        assert sorted(m.seq for m in messages) == sorted(confirmed)
+        assert len(confirmed) > 1000
 
 
 # -- restart --------------------------------------------------------------------------------------

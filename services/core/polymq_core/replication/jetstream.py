@@ -133,6 +133,7 @@ class ShardLog:
         # the tails' current tries (see nudge), and those of them applying an entry
         self._attempts: set[asyncio.Future[None]] = set()
         self._in_entry: set[asyncio.Future[None] | None] = set()
+        self.on_new_leader: Callable[[], None] | None = None  # told by nudge()
 
     def __repr__(self) -> str:
         return f"<ShardLog {self.stream} x{self.replicas}>"
@@ -380,6 +381,8 @@ class ShardLog:
         waiting on NATS (a request the dead leader will never answer, a consumer gone with
         it) starts again at once; one applying an entry, once it is applied."""
         self._nudged.set()  # (cleared as each try begins: one applying sees it after)
+        if self.on_new_leader is not None:
+            self.on_new_leader()
         for attempt in list(self._attempts):
             if not attempt.done() and attempt not in self._in_entry:
                 attempt.cancel()

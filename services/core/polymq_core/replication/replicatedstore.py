@@ -111,6 +111,35 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
+class _Slot:
+    """The entry an append in flight fills if it lands: ``seq``, the one after its fence
+    (JetStream stores a fenced message there or nowhere). What is learnt meanwhile: the
+    entry the tail found there (``found``), and that the stream has a new leader to send
+    it to again (``again``). Either ends the wait on the old leader's answer (``waiting``,
+    rescheduled to now), which may never come; except this append's own entry brought by
+    the tail before its answer, as is usual, unless it was sent again (``resent``)."""
+
+    __slots__ = ("again", "found", "payload", "resent", "seq", "waiting")
+
+    def __init__(self, seq: int, payload: bytes) -> None:
+        self.seq = seq
+        self.payload = payload
+        self.found: bytes | None = None
+        self.again = False
+        self.resent = False
+        self.waiting: asyncio.Timeout | None = None
+
+    def learn(self, *, found: bytes | None = None, again: bool = False) -> None:
+        if found is not None and self.found is None:
+            self.found = found
+            if found == self.payload and not self.resent:
+                return  # its answer is on its way
+        self.again = self.again or again
+        waiting = self.waiting
+        if waiting is not None and not waiting.expired():
+            waiting.reschedule(asyncio.get_running_loop().time())
+
+
 class ReplicatedStore(Store):
     """A shard's :class:`~polymq_core.store.contract.Store` in cluster mode: the shard's log,
     applied
@@ -167,6 +196,7 @@ class ReplicatedStore(Store):
         self._pending: list[_Pending] = []
         self._flushing: list[_Pending] = []  # the entry in flight
         self._inflight: asyncio.Future[None] | None = None  # done once its append answered
+        self._slot: _Slot | None = None  # where that append lands, if it does
         self._uncertain = False  # an append's outcome is unknown: catch up before the next
         self._wake = asyncio.Event()
         self._progress = asyncio.Event()  # set (and replaced) whenever ``applied`` moves
@@ -183,6 +213,7 @@ class ReplicatedStore(Store):
         self._untrimmed = 0  # bytes of entries queued to SQLite since the heap was last trimmed
         self._hold_timer: asyncio.TimerHandle | None = None
         self._waiting = 0  # callers of _wait_applied: held entries are queued at once
+        log.on_new_leader = self._new_stream_leader
 
     def __repr__(self) -> str:
         role = "leader" if self.is_leader else "follower"
@@ -504,14 +535,70 @@ class ReplicatedStore(Store):
         of ours (it is this append's, applied here once answered)."""
         inflight: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._inflight = inflight
+        self._slot = slot = _Slot(self.last + 1, payload)
         try:
-            seq = await self.log.append(payload, expected_last=self.last)
+            seq = await self._landed(slot)
             self.last = seq
             self._issued = max(self._issued, seq)
             return seq
         finally:
-            self._inflight = None
+            self._inflight = self._slot = None
             inflight.set_result(None)
+
+    async def _landed(self, slot: _Slot) -> int:
+        """The sequence ``slot``'s entry landed at: the log's answer, or the entry found at
+        ``slot.seq``. A stream leader that steps down or dies may never answer (nats-server
+        drops the proposals it had not committed, and answers none that it commits as a
+        follower), so when JetStream names a new leader the entry is sent again, the same
+        payload on the same fence (it lands once at most: JetStream stores a fenced message
+        at the sequence after its fence or nowhere), and the entry the tail brings at
+        ``slot.seq`` settles it either way: ours, or another's (:class:`Deposed`: certainly
+        not in the log). :class:`LogUnavailable` if nothing settled it within the log's
+        timeout (it may or may not be in the log)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.log.timeout
+        failed: LogError | None = None  # a resend's error: the tail may still settle it
+        while slot.found is None:
+            try:
+                async with asyncio.timeout_at(deadline) as slot.waiting:
+                    if failed is None:
+                        return await self.log.append(slot.payload, expected_last=slot.seq - 1)
+                    await loop.create_future()  # until the tail or a new leader says more
+            except TimeoutError:
+                if slot.found is not None:
+                    break
+                if not slot.again:  # the deadline, and nothing learnt
+                    raise failed or LogUnavailable(
+                        f"appending to {self.log.stream} after {slot.seq - 1}: no answer"
+                        f" within {self.log.timeout:.1f} s"
+                    ) from None
+                slot.again, slot.resent, failed = False, True, None
+            except Deposed as exc:
+                if not slot.resent or exc.last is None or exc.last < slot.seq:
+                    raise  # the first try was refused: it is in no log
+                # entry slot.seq is taken: by the first try or by another node's append, and
+                # maybe not applied yet (the leader counts the entries it has not
+                # committed): the tail brings it
+                failed = exc
+            except LogError as exc:
+                if not slot.resent:
+                    raise
+                failed = exc
+            finally:
+                slot.waiting = None
+        if slot.found != slot.payload:
+            raise Deposed(
+                f"{self.log.stream}: entry {slot.seq} was appended by another node",
+                last=slot.seq,
+            )
+        log.info("%s: entry %d landed, unanswered by the old leader", self.log.stream, slot.seq)
+        return slot.seq
+
+    def _new_stream_leader(self) -> None:
+        """JetStream named a new leader for the stream: an append waiting on the old one
+        is sent again (see :meth:`_landed`)."""
+        if self._slot is not None:
+            self._slot.learn(again=True)
 
     async def _catch_up(self, last: int | None) -> None:
         """After an append whose outcome is unknown, or a fence that failed: learn the log's
@@ -586,6 +673,13 @@ class ReplicatedStore(Store):
         except LogError as exc:
             log.error("%s: entry %d is unreadable, applied as empty: %s", self.log.stream, seq, exc)
             entry = None
+        slot = self._slot
+        if slot is not None and seq == slot.seq and self._inflight is not None:
+            slot.learn(found=data)  # the append in flight landed here, or never will
+            if data == slot.payload:
+                await asyncio.shield(self._inflight)  # the flusher applies it
+                if seq <= self._issued:
+                    return
         if self.is_leader:
             ours = (
                 entry is not None

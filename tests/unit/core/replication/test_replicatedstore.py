@@ -36,7 +36,10 @@ DEADLINE = 5.0
 class MemoryLog:
     """What ReplicatedStore uses of a ShardLog, in memory: appends fenced on the expected
     last sequence, a tail per reader. ``down`` makes appends fail unavailable;
-    ``lose_answers`` appends them but answers unavailable (a timeout after the fact)."""
+    ``lose_answers`` appends them but answers unavailable (a timeout after the fact);
+    ``unanswered`` takes the next appends, one per item, without ever answering them (a
+    stream leader stepping down or dying with the proposal in flight): True appends the
+    entry (a new leader committed it), False drops it."""
 
     stream = "MEMORY_0"
     timeout = 1.0
@@ -47,6 +50,8 @@ class MemoryLog:
         self.down = False
         self.leaderless = 0  # appends answered "no responders" (an election) before one is taken
         self.lose_answers = False
+        self.unanswered: list[bool] = []
+        self.on_new_leader: Callable[[], None] | None = None  # set by the store
         self.tails_flow = asyncio.Event()  # cleared: tails deliver nothing (their consumer
         self.tails_flow.set()  # died with a server, say)
         self.got: list[int] = []  # entries read one by one
@@ -68,12 +73,24 @@ class MemoryLog:
             raise LogError("too big")
         if expected_last != len(self.entries):
             raise Deposed(f"wrong last sequence: {len(self.entries)}", last=len(self.entries))
-        self.entries.append(payload)
-        self._grew.set()
-        self._grew = asyncio.Event()
+        if self.unanswered:
+            if self.unanswered.pop(0):
+                self.add(payload)
+            await asyncio.Event().wait()  # never answered
+        self.add(payload)
         if self.lose_answers:
             raise LogUnavailable("timeout")
         return len(self.entries)
+
+    def add(self, payload: bytes) -> None:
+        self.entries.append(payload)
+        self._grew.set()
+        self._grew = asyncio.Event()
+
+    def new_leader(self) -> None:
+        """JetStream's advisory: the stream has a new leader."""
+        assert self.on_new_leader is not None
+        self.on_new_leader()
 
     async def get(self, seq: int) -> bytes:
         await asyncio.sleep(0.001)
@@ -285,6 +302,64 @@ async def test_an_append_nobody_took_is_tried_again_within_the_logs_timeout(
         assert a.is_leader and deposed == []
         await settled(a.write(Append(Q, msg(3))))  # (not "uncertain": no catch-up needed)
         assert await seqs(a) == [1, 3]
+
+
+@pytest.mark.parametrize("landed", [True, False])
+async def test_an_append_the_old_leader_never_answered_is_settled_by_the_new_one(
+    tmp_path: Path, landed: bool
+) -> None:
+    """A stream leader that steps down or dies never answers its proposals in flight, and
+    the new one may have committed them (``landed``) or not. Told of the new leader, the
+    store sends the entry again on the same fence: it is confirmed at once, in the log
+    once, never left to the log's timeout."""
+    log = MemoryLog()
+    log.timeout = 30.0  # (far past the test's own deadline)
+    async with replicated(tmp_path, log, "a") as (a, deposed):
+        await a.promote()
+        log.unanswered = [landed]
+        write = a.write(Append(Q, msg(1)))
+        await until(lambda: not log.unanswered)  # taken, never to be answered
+        log.new_leader()
+        await settled(write)
+        assert len(log.writers()) == 2  # the takeover, then the write once
+        assert a.is_leader and deposed == []
+        await settled(a.write(Append(Q, msg(2))))
+        assert await seqs(a) == [1, 2] and len(log.writers()) == 3
+
+
+async def test_an_unanswered_append_whose_place_another_took_fails_as_not_committed(
+    tmp_path: Path,
+) -> None:
+    """The entry after an unanswered append's fence is another node's (the new leader
+    took over): the append certainly did not land, and its write fails at once as not
+    committed (Deposed), not after the log's timeout as maybe committed."""
+    log = MemoryLog()
+    log.timeout = 30.0
+    async with replicated(tmp_path, log, "a") as (a, deposed):
+        await a.promote()
+        log.unanswered = [False]
+        write = a.write(Append(Q, msg(1)))
+        await until(lambda: not log.unanswered)
+        log.add(encode_entry("b", len(log.entries) + 1, [], takeover=True))
+        with pytest.raises(StoreError, match="deposed") as failed:
+            await asyncio.wait_for(write, DEADLINE)
+        assert isinstance(failed.value.__cause__, Deposed)
+        assert not a.is_leader and deposed == ["a"]
+        assert [w[0] for w in log.writers()] == ["a", "b"]
+
+
+async def test_an_unanswered_append_the_tail_brought_is_confirmed_at_the_timeout(
+    tmp_path: Path,
+) -> None:
+    """No word of a new leader (its advisory lost), but the tail brought the entry: the
+    write is confirmed when the log's timeout ends, not failed as maybe committed."""
+    log = MemoryLog()
+    log.timeout = 0.3
+    async with replicated(tmp_path, log, "a") as (a, deposed):
+        await a.promote()
+        log.unanswered = [True]
+        await settled(a.write(Append(Q, msg(1))))
+        assert await seqs(a) == [1] and len(log.writers()) == 2 and deposed == []
 
 
 async def test_demote_and_close_fail_pending_writes(tmp_path: Path) -> None:
