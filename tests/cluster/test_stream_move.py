@@ -99,9 +99,9 @@ async def _scene(cluster: Cluster, shard: int, stream: str, home: Node, moves: M
                     f"shard {shard} led by {to.id}",
                 )
                 await asyncio.sleep(1.0)
-                # entries appended under each leader before the next move: an append whose
-                # answer the raw step-down lost waits out the log's timeout (5 s) before it
-                # fails "may not have been committed" and the publisher goes on (CI met one)
+                # entries appended under each leader before the next move (an append whose
+                # answer the raw step-down lost is sent again once the new leader is named:
+                # it used to wait out the log's 5 s timeout and fail, as CI met once)
                 mark = len(sent)
                 await asyncio.to_thread(
                     eventually,
