@@ -27,7 +27,7 @@ from polymq.errors import Unavailable
 from polymq.types import Message
 
 from ..store.contract import Store, StoreError
-from ..store.logentry import Deposed, NoLeader
+from ..store.logentry import Deposed, NoLeader, NotAppended
 from ..store.writes import AppendBatch, AppendMany, Remove, Write
 from .batches import pack_answer
 
@@ -81,9 +81,11 @@ class DurableWrites:
         # cluster). The client is told "unavailable" (retry); a write nobody waits for
         # (an ack's removal) is tried again (:meth:`flush_removes`) or, in a cluster,
         # fails quietly: its message comes back, at least once. In a cluster only a fence
-        # that failed (deposed) or an append nobody took (no stream leader, past the
-        # store's retries) says for sure that the entry is not in the log; a log that did
-        # not answer, or a store closed with the entry on its way, may have taken it.
+        # that failed (deposed), an append nobody took (no stream leader, past the store's
+        # retries) or a write that never went to the log (its node stopped leading while
+        # it waited for an entry) says for sure that the entry is not in the log; a log
+        # that did not answer, or a store closed with the entry on its way, may have
+        # taken it.
         out: asyncio.Future[None] = self.loop.create_future()
         replicated = self.replicated
 
@@ -95,7 +97,7 @@ class DurableWrites:
             elif (exc := f.exception()) is not None:
                 if not replicated:
                     failed = "not written"
-                elif isinstance(exc.__cause__, (Deposed, NoLeader)):
+                elif isinstance(exc.__cause__, (Deposed, NoLeader, NotAppended)):
                     failed = "not committed"
                 else:
                     failed = "may not have been committed"

@@ -51,6 +51,7 @@ from ..store.logentry import (
     LogError,
     LogUnavailable,
     NoLeader,
+    NotAppended,
     decode_entry,
     encode_entry,
 )
@@ -428,8 +429,9 @@ class ReplicatedStore(Store):
         batch.clear()
 
     def _fail_pending(self, reason: str) -> None:
+        """Fail the writes waiting for an entry: none of them went to the log."""
         pending, self._pending = self._pending, []
-        self._fail(pending, StoreError(reason))
+        self._fail(pending, _store_error(reason, NotAppended(reason)))
 
     async def _flush_loop(self) -> None:
         while True:

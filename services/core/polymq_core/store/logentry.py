@@ -39,6 +39,7 @@ __all__ = [
     "LogError",
     "LogUnavailable",
     "NoLeader",
+    "NotAppended",
     "decode_entry",
     "encode_entry",
 ]
@@ -66,6 +67,11 @@ class LogUnavailable(LogError):
 class NoLeader(LogUnavailable):
     """Nobody took the append: the stream had no leader to answer (no responders, during
     an election). Unlike a timeout, this says for sure that the entry is not in the log."""
+
+
+class NotAppended(LogError):
+    """A write that never went to the log: its node stopped leading the shard (or closed
+    its store) while the write waited for an entry. For sure not in the log."""
 
 
 # -- entries (sans-IO) ------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from polymq_core.store.logentry import (
     LogError,
     LogUnavailable,
     NoLeader,
+    NotAppended,
     decode_entry,
     encode_entry,
 )
@@ -371,8 +372,9 @@ async def test_demote_and_close_fail_pending_writes(tmp_path: Path) -> None:
             await asyncio.sleep(0)  # the flusher takes it and appends it
         queued = a.write(Append(Q, msg(2)))  # waits for the next entry
         a.demote()
-        with pytest.raises(StoreError, match="no longer leads"):
+        with pytest.raises(StoreError, match="no longer leads") as failed:
             await queued
+        assert isinstance(failed.value.__cause__, NotAppended)  # for sure not in the log
         await settled(first)
         assert deposed == [] and not a.is_leader
         await a.promote()
