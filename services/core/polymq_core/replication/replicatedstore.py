@@ -569,11 +569,13 @@ class ReplicatedStore(Store):
             except TimeoutError:
                 if slot.found is not None:
                     break
-                if not slot.again:  # the deadline, and nothing learnt
-                    raise failed or LogUnavailable(
+                if not slot.again:  # the deadline, and nothing learnt: unknown (after a
+                    # resend, even a refused one: the place may hold the first try)
+                    raise LogUnavailable(
                         f"appending to {self.log.stream} after {slot.seq - 1}: no answer"
                         f" within {self.log.timeout:.1f} s"
-                    ) from None
+                        + (f" (sent again: {failed})" if failed is not None else "")
+                    ) from failed
                 slot.again, slot.resent, failed = False, True, None
             except Deposed as exc:
                 if not slot.resent or exc.last is None or exc.last < slot.seq:

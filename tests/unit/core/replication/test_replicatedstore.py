@@ -349,6 +349,31 @@ async def test_an_unanswered_append_whose_place_another_took_fails_as_not_commit
         assert [w[0] for w in log.writers()] == ["a", "b"]
 
 
+async def test_an_unanswered_append_whose_resend_was_refused_stays_unknown(
+    tmp_path: Path,
+) -> None:
+    """The resend is refused (the place is taken) but the tail, stuck, does not say by
+    what before the log's timeout: the outcome is unknown ("may not have been committed"),
+    and the writes are not appended again once the tail moves (the first try is there)."""
+    log = MemoryLog()
+    log.timeout = 0.3
+    log.tails_flow.clear()
+    async with replicated(tmp_path, log, "a") as (a, deposed):
+        await a.promote()
+        log.unanswered = [True]
+        write = a.write(Append(Q, msg(1)))
+        await until(lambda: not log.unanswered)
+        log.new_leader()
+        with pytest.raises(StoreError, match="unavailable") as failed:
+            await asyncio.wait_for(write, DEADLINE)
+        assert isinstance(failed.value.__cause__, LogUnavailable)
+        log.tails_flow.set()
+        await settled(a.write(Append(Q, msg(2))))
+        assert await seqs(a) == [1, 2]
+        assert len(log.writers()) == 3  # the takeover, the first write once, the second
+        assert a.is_leader and deposed == []
+
+
 async def test_an_unanswered_append_the_tail_brought_is_confirmed_at_the_timeout(
     tmp_path: Path,
 ) -> None:
