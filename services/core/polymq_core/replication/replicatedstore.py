@@ -577,16 +577,12 @@ class ReplicatedStore(Store):
                         + (f" (sent again: {failed})" if failed is not None else "")
                     ) from failed
                 slot.again, slot.resent, failed = False, True, None
-            except Deposed as exc:
-                if not slot.resent or exc.last is None or exc.last < slot.seq:
-                    raise  # the first try was refused: it is in no log
-                # entry slot.seq is taken: by the first try or by another node's append, and
-                # maybe not applied yet (the leader counts the entries it has not
-                # committed): the tail brings it
-                failed = exc
             except LogError as exc:
                 if not slot.resent:
-                    raise
+                    raise  # (a refused first try, Deposed, is in no log)
+                # a resend refused (entry slot.seq is taken: by the first try or another
+                # node's, maybe not applied yet: the leader counts the entries it has not
+                # committed) or unanswered: the tail may still bring what is there
                 failed = exc
             finally:
                 slot.waiting = None
