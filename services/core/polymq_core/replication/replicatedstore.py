@@ -114,26 +114,27 @@ class _State(enum.Enum):
 
 class _Slot:
     """The entry an append in flight fills if it lands: ``seq``, the one after its fence
-    (JetStream stores a fenced message there or nowhere). What is learnt meanwhile: the
-    entry the tail found there (``found``), and that the stream has a new leader to send
-    it to again (``again``). Either ends the wait on the old leader's answer (``waiting``,
-    rescheduled to now), which may never come; except this append's own entry brought by
-    the tail before its answer, as is usual, unless it was sent again (``resent``)."""
+    (JetStream stores a fenced message there or nowhere). What is learnt meanwhile:
+    whether the entry the tail found there is this append's (``found``; None: none yet),
+    and that the stream has a new leader to send it to again (``again``). Either ends the
+    wait on the old leader's answer (``waiting``, rescheduled to now), which may never
+    come; except this append's own entry brought by the tail before its answer, as is
+    usual, unless it was sent again (``resent``)."""
 
     __slots__ = ("again", "found", "payload", "resent", "seq", "waiting")
 
     def __init__(self, seq: int, payload: bytes) -> None:
         self.seq = seq
         self.payload = payload
-        self.found: bytes | None = None
+        self.found: bool | None = None
         self.again = False
         self.resent = False
         self.waiting: asyncio.Timeout | None = None
 
-    def learn(self, *, found: bytes | None = None, again: bool = False) -> None:
-        if found is not None and self.found is None:
-            self.found = found
-            if found == self.payload and not self.resent:
+    def learn(self, *, entry: bytes | None = None, again: bool = False) -> None:
+        if entry is not None and self.found is None:
+            self.found = entry == self.payload
+            if self.found and not self.resent:
                 return  # its answer is on its way
         self.again = self.again or again
         waiting = self.waiting
@@ -586,7 +587,7 @@ class ReplicatedStore(Store):
                 failed = exc
             finally:
                 slot.waiting = None
-        if slot.found != slot.payload:
+        if not slot.found:
             raise Deposed(
                 f"{self.log.stream}: entry {slot.seq} was appended by another node",
                 last=slot.seq,
@@ -675,8 +676,8 @@ class ReplicatedStore(Store):
             entry = None
         slot = self._slot
         if slot is not None and seq == slot.seq and self._inflight is not None:
-            slot.learn(found=data)  # the append in flight landed here, or never will
-            if data == slot.payload:
+            slot.learn(entry=data)  # the append in flight landed here, or never will
+            if slot.found:
                 await asyncio.shield(self._inflight)  # the flusher applies it
                 if seq <= self._issued:
                     return
