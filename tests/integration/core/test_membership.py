@@ -133,7 +133,8 @@ async def test_membership(tmp_path: Path) -> None:
         assert m0.state_of(ids[0]) == "ready"
         d1 = next(d for d in m0.describe() if d["id"] == ids[1])
         assert d1["state"] == "unreachable"
-        assert d1["last_heard_seconds_ago"] > 3 * PERIOD
+        # unreachable past 3 periods; shown rounded to the millisecond, so 0.6004 s is 0.6
+        assert d1["last_heard_seconds_ago"] >= 3 * PERIOD
 
 
 async def test_joining_state_is_announced(tmp_path: Path) -> None:

@@ -247,6 +247,9 @@ class Membership:
     def state_of(self, node_id: str) -> str:
         """``"ready"``, ``"joining"``, ``"leaving"`` (or another state a node announced),
         ``"unreachable"`` (unheard for three periods), ``"unknown"`` (never heard)."""
+        return self._state_at(node_id, time.monotonic())
+
+    def _state_at(self, node_id: str, now: float) -> str:
         peer = self._peers.get(node_id)
         if node_id == self.node_id:
             if not self._running:
@@ -256,7 +259,7 @@ class Membership:
             return UNKNOWN
         if peer.state == LEAVING:  # said goodbye (or is saying it): not unreachable
             return LEAVING
-        if time.monotonic() - peer.last_heard > _MISSED * self.period:
+        if now - peer.last_heard > _MISSED * self.period:
             return UNREACHABLE
         return peer.state
 
@@ -268,7 +271,7 @@ class Membership:
             {
                 "id": p.node_id,
                 "self": p.node_id == self.node_id,
-                "state": self.state_of(p.node_id),
+                "state": self._state_at(p.node_id, now),  # the same now as last_heard's
                 "addresses": dict(p.addresses),
                 "admin_url": p.admin_url,
                 "shards_led": list(p.shards_led),
