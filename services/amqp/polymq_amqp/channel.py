@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from itertools import groupby
+from itertools import groupby, takewhile
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -88,7 +88,8 @@ class Channel:
         self.reply_to: str | None = None  # its direct reply-to name, while it consumes one
         self.confirming = False
         self.transactional = False
-        self.tx_acks: list[tuple[Outcome, int, bool]] = []  # (outcome, tag, multiple)
+        self.tx_acks: list[tuple[Outcome, list[int]]] = []  # (outcome, the tags it settles)
+        self.tx_settled: set[int] = set()  # the tags in tx_acks
         # confirms: sequence numbers not yet answered (in order), and answers to send
         self.unconfirmed: dict[int, None] = {}
         self.confirmed: list[tuple[int, bool]] = []
@@ -175,37 +176,44 @@ class Channel:
         self.session.send_method(self.number, commands.Basic.QosOk())
 
     # ---- acknowledgements -----------------------------------------------------------------
-    def _take(self, tag: int, multiple: bool) -> list[Pending]:
-        unacked = self.unacked
-        if multiple:
-            if tag > self._tags:
-                raise ChannelException(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-            if tag == 0:
-                taken = list(unacked.values())
-                unacked.clear()
-                return taken
-            keys = []
-            for t in unacked:
-                if t > tag:
-                    break
-                keys.append(t)
-            return [unacked.pop(t) for t in keys]
-        p = unacked.pop(tag, None)
-        if p is None:
+    def _covered(self, tag: int, multiple: bool) -> list[int]:
+        """The unacknowledged tags a settle names: ``tag``, and with ``multiple`` every one
+        before it (``multiple`` and ``0``: all of them); in a transaction, none settled in
+        it already. A ``tag`` that names nothing unacknowledged is a 406, ``multiple`` or
+        not (RabbitMQ's rule: a stale tag must not settle the deliveries before it)."""
+        unacked, settled = self.unacked, self.tx_settled
+        if multiple and tag == 0:
+            return [t for t in unacked if t not in settled]
+        if tag not in unacked or tag in settled:
             raise ChannelException(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-        return [p]
+        if not multiple:
+            return [tag]
+        # (unacked is in tag order: tags are issued rising and inserted as issued)
+        return [t for t in takewhile(tag.__ge__, unacked) if t not in settled]
 
-    def _check_tag(self, tag: int, multiple: bool) -> None:
-        if (multiple and tag > self._tags) or (not multiple and tag not in self.unacked):
-            raise ChannelException(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+    def _take(self, tag: int, multiple: bool) -> list[Pending]:
+        """What a settle outside a transaction takes out of ``unacked``."""
+        unacked = self.unacked
+        if not multiple:  # (the usual case first)
+            p = unacked.pop(tag, None)
+            if p is None:
+                raise ChannelException(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+            return [p]
+        if tag == 0:
+            taken = list(unacked.values())
+            unacked.clear()
+            return taken
+        return [unacked.pop(t) for t in self._covered(tag, multiple)]
 
     def settle(self, tag: int, multiple: bool, outcome: Outcome) -> None:
-        """Ack, requeue or reject deliveries (in a transaction: at commit)."""
+        """Ack, requeue or reject deliveries (in a transaction: at commit; each tag is
+        checked now, so that a commit never fails halfway, as RabbitMQ's does not)."""
         if self.transactional:
-            self._check_tag(tag, multiple)
             if len(self.tx_acks) >= self.settings.amqp_max_tx_messages:
                 raise ChannelException(PRECONDITION_FAILED, "transaction too large")
-            self.tx_acks.append((outcome, tag, multiple))
+            tags = self._covered(tag, multiple)
+            self.tx_settled.update(tags)
+            self.tx_acks.append((outcome, tags))
             return
         self.apply(self._take(tag, multiple), outcome)
 
@@ -260,7 +268,9 @@ class Channel:
     def _recover(self, method: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
         """Every unacknowledged delivery goes back to its queue (requeue=false, which the
         spec would redeliver to the same consumer, is treated the same way)."""
-        self.apply(self._take(0, True), Outcome.REQUEUE)
+        taken = list(self.unacked.values())  # (those settled in a transaction too)
+        self.unacked.clear()
+        self.apply(taken, Outcome.REQUEUE)
         if isinstance(method, commands.Basic.Recover):
             self.session.send_method(self.number, commands.Basic.RecoverOk())
 
@@ -324,12 +334,14 @@ class Channel:
         if not self.transactional:
             raise self._not_transactional(method)
         acks, self.tx_acks = self.tx_acks, []
+        self.tx_settled.clear()  # (no frame is handled before the commit is done)
         self.busy(self._commit(acks), method)
 
-    async def _commit(self, acks: list[tuple[Outcome, int, bool]]) -> None:
+    async def _commit(self, acks: list[tuple[Outcome, list[int]]]) -> None:
         await self.publisher.commit()
-        for outcome, tag, multiple in acks:
-            self.apply(self._take(tag, multiple), outcome)
+        unacked = self.unacked
+        for outcome, tags in acks:  # (a basic.recover in the transaction took some back)
+            self.apply([unacked.pop(t) for t in tags if t in unacked], outcome)
         if acks:
             client = self.session.client()
             await self.hub.link.guard(client, client.ping())  # the core has the acks
@@ -339,6 +351,7 @@ class Channel:
         if not self.transactional:
             raise self._not_transactional(method)
         self.tx_acks = []
+        self.tx_settled.clear()
         self.publisher.rollback()
         self.session.send_method(self.number, commands.Tx.RollbackOk())
 

@@ -100,6 +100,30 @@ def test_nack_and_reject_with_and_without_requeue(channel: BlockingChannel) -> N
     assert channel.queue_declare(q, passive=True).method.message_count == 0
 
 
+def test_a_multiple_ack_naming_a_settled_tag_is_406_and_settles_nothing(
+    channel: BlockingChannel,
+) -> None:
+    """``multiple`` settles the tags up to one still unacknowledged; a stale one (acked
+    already) is an unknown tag, as in RabbitMQ, and the deliveries before it stay out."""
+    q = fill(channel, 2)
+    first, _p, _b = channel.basic_get(q)
+    second, _p, _b = channel.basic_get(q)
+    channel.basic_ack(second.delivery_tag)
+    channel.basic_ack(second.delivery_tag, multiple=True)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        channel.basic_qos(prefetch_count=1)
+    assert info.value.reply_code == 406
+    assert f"unknown delivery tag {second.delivery_tag}" in info.value.reply_text
+    other = channel.connection.channel()
+    deadline = time.monotonic() + WAIT
+    while other.queue_declare(q, passive=True).method.message_count != 1:  # first: back
+        assert time.monotonic() < deadline, "the first message did not come back"
+        time.sleep(0.05)
+    body = other.basic_get(q, auto_ack=True)[2]
+    assert body == b"0"
+    assert first.delivery_tag < second.delivery_tag
+
+
 def test_ack_of_an_unknown_tag_is_406(channel: BlockingChannel) -> None:
     channel.basic_ack(999)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:

@@ -218,6 +218,40 @@ def test_transaction_commit_and_rollback(connect: Connect) -> None:
     assert other.basic_get(q) == (None, None, None)
 
 
+@pytest.mark.parametrize("twice", ["same tag", "multiple then one of its tags"])
+def test_a_bad_ack_in_a_transaction_is_refused_at_once_and_nothing_of_it_applies(
+    connect: Connect, twice: str
+) -> None:
+    """A tag settled twice in one transaction is a 406 when it is sent, as in RabbitMQ;
+    the channel's transaction is thrown away (not half applied at tx.commit, as it was)."""
+    conn = connect()
+    setup = conn.channel()
+    src, dst = unique("q"), unique("q")
+    setup.queue_declare(src)
+    setup.queue_declare(dst)
+    setup.confirm_delivery()
+    setup.basic_publish("", src, b"1")
+    setup.basic_publish("", src, b"2")
+    ch = conn.channel()
+    first, _p, _b = ch.basic_get(src)
+    second, _p, _b = ch.basic_get(src)
+    ch.tx_select()
+    ch.basic_publish("", dst, b"in the transaction")
+    if twice == "same tag":
+        ch.basic_ack(first.delivery_tag)
+        ch.basic_ack(first.delivery_tag)
+    else:
+        ch.basic_ack(second.delivery_tag, multiple=True)  # both
+        ch.basic_ack(first.delivery_tag)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.tx_commit()
+    assert info.value.reply_code == 406
+    assert f"unknown delivery tag {first.delivery_tag}" in info.value.reply_text
+    other = connect().channel()
+    assert other.queue_declare(dst, passive=True).method.message_count == 0
+    assert other.queue_declare(src, passive=True).method.message_count == 2  # both back
+
+
 def test_tx_and_confirm_modes_exclude_each_other(connect: Connect) -> None:
     ch = connect().channel()
     ch.tx_select()

@@ -185,6 +185,9 @@ def test_unknown_tags_are_406() -> None:
     ch.settle(1, False, Outcome.ACK)
     with pytest.raises(ChannelException):
         ch.settle(1, False, Outcome.ACK)  # twice
+    with pytest.raises(ChannelException):
+        ch.settle(1, True, Outcome.ACK)  # multiple, naming a tag settled already
+    assert list(ch.unacked) == [2]
 
 
 def test_acks_in_a_transaction_wait_for_the_commit() -> None:
@@ -192,6 +195,11 @@ def test_acks_in_a_transaction_wait_for_the_commit() -> None:
     _, core = delivered(ch, 2)
     ch.transactional = True
     ch.settle(2, True, Outcome.ACK)
-    assert core.acked == [] and ch.tx_acks == [(Outcome.ACK, 2, True)]
+    assert core.acked == [] and ch.tx_acks == [(Outcome.ACK, [1, 2])]
     with pytest.raises(ChannelException):
         ch.settle(7, False, Outcome.ACK)
+    for tag, multiple in ((1, False), (2, True), (2, False)):  # settled in it already
+        with pytest.raises(ChannelException):
+            ch.settle(tag, multiple, Outcome.ACK)
+    ch.settle(0, True, Outcome.ACK)  # everything else outstanding: nothing
+    assert ch.tx_acks[-1] == (Outcome.ACK, [])
