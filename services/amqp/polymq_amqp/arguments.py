@@ -3,8 +3,9 @@
 ===========================  ==========================================================
 argument                     core declare option
 ===========================  ==========================================================
-``x-message-ttl`` (ms)       ``message_ttl`` (0 counts as 1 ms)
-``x-expires`` (ms)           ``idle_ttl``: deleted after that long unused
+``x-message-ttl`` (ms)       ``message_ttl`` (0 counts as 1 ms; at most 2^32 - 1, as in
+                             RabbitMQ)
+``x-expires`` (ms)           ``idle_ttl``: deleted after that long unused (at most 2^32 - 1)
 ``x-max-length``             ``max_length`` (at least 1)
 ``x-max-length-bytes``       ``max_bytes``
 ``x-overflow``               ``drop-head`` -> ``drop-oldest`` (RabbitMQ's default),
@@ -37,14 +38,20 @@ from .errors import PRECONDITION_FAILED, ChannelException
 __all__ = ["queue_options"]
 
 
-def _int(args: Mapping[str, Any], name: str, low: int, queue: str) -> int | None:
+_MAX_MS = 2**32 - 1  # the longest x-message-ttl and x-expires (RabbitMQ's bound, ~49.7 days)
+
+
+def _int(
+    args: Mapping[str, Any], name: str, low: int, queue: str, high: int | None = None
+) -> int | None:
     v = args.get(name)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+    if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+        bounds = f">= {low}" if high is None else f"from {low} to {high}"
         raise ChannelException(
             PRECONDITION_FAILED,
-            f"invalid arg '{name}' for queue '{queue}': {v!r} is not an integer >= {low}",
+            f"invalid arg '{name}' for queue '{queue}': {v!r} is not an integer {bounds}",
         )
     return v
 
@@ -73,10 +80,10 @@ def queue_options(
 ) -> dict[str, Any]:
     """The core declare options of an AMQP queue."""
     options: dict[str, Any] = {"durable": durable and not exclusive}
-    ttl = _int(args, "x-message-ttl", 0, queue)
+    ttl = _int(args, "x-message-ttl", 0, queue, _MAX_MS)
     if ttl is not None:
         options["message_ttl"] = max(ttl, 1) / 1000.0
-    expires = _int(args, "x-expires", 1, queue)
+    expires = _int(args, "x-expires", 1, queue, _MAX_MS)
     if expires is not None:
         options["idle_ttl"] = expires / 1000.0
     elif exclusive:  # a safety net: deleted with its connection, or by the core if we die

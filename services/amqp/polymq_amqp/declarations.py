@@ -146,7 +146,7 @@ class Declarations:
     # ---- exchanges ---------------------------------------------------------------------
     async def exchange_declare(self, m: commands.Exchange.Declare) -> None:
         name = m.exchange or ""
-        kind = m.exchange_type or "direct"
+        kind = m.exchange_type or ""  # ("" is no type: refused below, as RabbitMQ does)
         if not name:
             if m.passive:
                 self._reply(m, commands.Exchange.DeclareOk())

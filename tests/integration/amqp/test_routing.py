@@ -170,6 +170,14 @@ def test_exchange_declare_rules(connect: object) -> None:
     assert cinfo.value.reply_code == 503
 
 
+def test_an_exchange_declared_without_a_type_is_503(channel: BlockingChannel) -> None:
+    """An empty type is no type (RabbitMQ: 503), not "direct"."""
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        channel.exchange_declare(unique("untyped"), exchange_type="")
+    assert info.value.reply_code == 503
+    assert "invalid exchange type ''" in info.value.reply_text
+
+
 def test_exchange_delete_if_unused_and_bindings_go_with_it(channel: BlockingChannel) -> None:
     ex = unique("ex")
     channel.exchange_declare(ex, "direct")

@@ -420,3 +420,32 @@ def test_an_empty_headers_table_is_decoded_without_pamqp(monkeypatch: pytest.Mon
         decode_properties(
             _HEAD.pack(60, 0, 1) + commands.Basic.Properties(headers={"a": 1}).marshal()
         )
+
+
+@pytest.mark.parametrize("pamqp_path", [False, True])
+@pytest.mark.parametrize("wrong", ["a string longer than the frame", "bytes after the last"])
+def test_properties_that_do_not_fill_their_frame_are_refused(pamqp_path: bool, wrong: str) -> None:
+    """Not cut or ignored as pamqp would: the message would carry what its client never
+    sent (RabbitMQ refuses such a frame too)."""
+    kw: dict[str, Any] = {"content_type": "text/plain"}
+    if pamqp_path:
+        kw["timestamp"] = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    payload = _HEAD.pack(60, 0, 2) + commands.Basic.Properties(**kw).marshal()
+    if wrong == "bytes after the last":
+        payload += b"\x00junk"
+    else:  # the content type says 240 bytes; "text/plain" (and the timestamp) follow
+        payload = payload.replace(b"\x0atext/plain", b"\xf0text/plain")
+    for decode in (decode_properties, _pamqp_properties):
+        with pytest.raises(ValueError):  # (or the string's bytes are not UTF-8)
+            decode(payload)
+    head = struct.pack(">BHI", 2, 1, len(payload)) + payload + b"\xce"
+    for feed in ("whole", "bytes"):  # (the fast reader, then frame by frame)
+        conn = with_channel(open_conn())
+        data = method(1, commands.Basic.Publish(routing_key="q")) + head + b"\x03\x00\x01"
+        data += b"\x00\x00\x00\x02xy\xce"
+        chunks = [data] if feed == "whole" else [data[i : i + 1] for i in range(len(data))]
+        with pytest.raises(ConnectionException) as info:
+            for chunk in chunks:
+                conn.receive_data(chunk)
+                events(conn)
+        assert info.value.reply_code == 502, feed

@@ -98,6 +98,7 @@ def test_queue_arguments() -> None:
     assert options({"x-dead-letter-exchange": b"fan"})["dead_letter"] == "topic/amqp.fan.q"
     assert options({"x-unknown": "kept elsewhere"}) == {"durable": True, "max_priority": 0}
     assert options({"x-max-priority": 0})["max_priority"] == 0
+    assert options({"x-message-ttl": 2**32 - 1})["message_ttl"] == (2**32 - 1) / 1000
 
 
 @pytest.mark.parametrize(
@@ -106,6 +107,8 @@ def test_queue_arguments() -> None:
         {"x-message-ttl": -1},
         {"x-message-ttl": "1000"},
         {"x-expires": 0},
+        {"x-expires": 2**32},  # RabbitMQ's bound: 2^32 - 1 ms
+        {"x-message-ttl": 2**62},
         {"x-max-length": 0},
         {"x-max-length": True},
         {"x-overflow": "explode"},

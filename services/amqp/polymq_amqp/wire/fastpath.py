@@ -29,7 +29,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Final
 
-from pamqp import commands
+from pamqp import commands, decode
 
 from polymq_server.messages.nesting import nests_deeper
 
@@ -96,7 +96,10 @@ def decode_publish(payload: bytes) -> commands.Basic.Publish:
 
 
 def decode_properties(payload: bytes) -> commands.Basic.Properties:
-    """The properties of a content header frame's payload (class, weight and size first)."""
+    """The properties of a content header frame's payload (class, weight and size first).
+    ValueError if the values do not fill the payload exactly (a string longer than what
+    is left, bytes after the last one), as RabbitMQ refuses them: pamqp would cut the
+    string and ignore the rest, and the message would carry what its client never sent."""
     (flags,) = _U16.unpack_from(payload, 12)
     if flags & ~_SIMPLE_PROPS:  # a timestamp, or more flag words
         return _pamqp_properties(payload)
@@ -122,7 +125,14 @@ def decode_properties(payload: bytes) -> commands.Basic.Properties:
             else:
                 setattr(props, name, payload[offset])
                 offset += 1
+    _filled(payload, offset)
     return props
+
+
+def _filled(payload: bytes, offset: int) -> None:
+    if offset != len(payload):
+        what = "longer than" if offset > len(payload) else "shorter than"
+        raise ValueError(f"the properties are {what} the content header frame")
 
 
 def _pamqp_properties(payload: bytes) -> commands.Basic.Properties:
@@ -137,7 +147,12 @@ def _pamqp_properties(payload: bytes) -> commands.Basic.Properties:
         word += 1
         if not part & 1:
             break
-    props.unmarshal(flags, payload[offset:])
+    for name in props.__slots__:  # pamqp's unmarshal, minding where the values end
+        if flags & props.flags[name]:
+            consumed, value = decode.by_type(payload[offset:], getattr(props, "_" + name))
+            setattr(props, name, value)
+            offset += consumed
+    _filled(payload, offset)
     check_nesting(props.headers)
     return props
 
