@@ -432,16 +432,22 @@ class DeclareOptions:
         return out
 
 
+# A stream's sequence numbers are signed 64-bit (the store's INTEGER, the long-poll cursor):
+# a start offset past the last of them is refused as bad input, not met as an overflow in
+# the wire's msgpack or the store.
+_MAX_SEQ: Final = 2**63 - 1
+
+
 def parse_offset(v: Any) -> str | int | float:
-    """A stream start offset: 'first', 'last', 'next', a sequence (int) or
+    """A stream start offset: 'first', 'last', 'next', a sequence (int, 0..2**63 - 1) or
     ``{"timestamp": t}`` / ``"@<unix seconds>"`` (returned as float)."""
     if v is None:
         return "next"
     if isinstance(v, bool):
         raise BadRequest("offset must be first, last, next, a sequence number or a timestamp")
     if isinstance(v, int):
-        if v < 0:
-            raise BadRequest("offset sequence must be >= 0")
+        if not 0 <= v <= _MAX_SEQ:
+            raise BadRequest(f"offset sequence must be 0..{_MAX_SEQ}")
         return v
     if isinstance(v, dict) and set(v) == {"timestamp"} and _is_number(v["timestamp"]):
         return float(v["timestamp"])
@@ -457,6 +463,9 @@ def parse_offset(v: Any) -> str | int | float:
                 if math.isfinite(t):
                     return t
         elif v.isascii() and v.isdigit():  # not "²", which isdigit() but int() refuses
+            # (int() refuses more than 4300 digits too: none of them is a sequence anyway)
+            if len(v.lstrip("0")) > len(str(_MAX_SEQ)) or int(v) > _MAX_SEQ:
+                raise BadRequest(f"offset sequence must be 0..{_MAX_SEQ}")
             return int(v)
     raise BadRequest("offset must be first, last, next, a sequence number or a timestamp")
 

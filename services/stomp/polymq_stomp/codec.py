@@ -343,6 +343,8 @@ class StompConnection:
                 if name == "content-length":
                     if not (value.isascii() and value.isdigit()):
                         raise RemoteStompError("invalid content-length", repr(value[:40]))
+                    if len(value) > 18 and len(value.lstrip("0")) > 18:  # (not for int())
+                        raise self._too_large()
                     self._clen = int(value)
                     if start + self._clen > self.max_frame:
                         raise self._too_large()

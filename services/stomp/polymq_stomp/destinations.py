@@ -11,9 +11,6 @@ STOMP                              core                          notes
                                                                  deleted when it closes
 ``/amq/queue/x``                   ``queue/x``                   RabbitMQ
 ``/exchange/amq.topic/<key>``      ``topic/<key>``               RabbitMQ
-``/exchange/amq.direct/<key>``     ``queue/<key>``               RabbitMQ; SUBSCRIBE with
-                                                                 ``x-queue-name``: see
-                                                                 ``queues.py``
 ``/exchange/<E>[/<key>]``          an :class:`ExchangeRef`:      RabbitMQ; ``exchange.py``
                                    where AMQP's exchange ``E``   finds its type (any) and
                                    routes (SEND), the topics it  routes SENDs as AMQP
@@ -23,6 +20,11 @@ STOMP                              core                          notes
 ``/control/count-subscribers/...`` stats of ``queue/x``,         ocamlmq, SEND only
                                    ``topic/x``, ``stream/x``
 =================================  ============================  ===========================
+
+``/exchange/amq.direct/<key>`` is an exchange like the others, as in RabbitMQ and AMQP: a
+SEND reaches the queues bound to amq.direct with that key (a SUBSCRIBE's to the same
+destination, with or without ``x-queue-name``: ``queues.py``), not the queue ``<key>``, which
+is the default exchange's (``/queue/<key>``, ``/amq/queue/<key>``).
 
 In a vhost other than ``/`` (the CONNECT frame's ``host`` header, see ``vhost.py``) every
 core name but a temp queue's starts with that vhost's prefix (``amqp:v<vhost>.``, the one
@@ -66,7 +68,7 @@ __all__ = [
 ACCEPTED = (
     "Valid destinations are: /queue/<name>, /topic/<name or pattern>, /stream/<name>, "
     "/temp-queue/<name>, /amq/queue/<name>, /exchange/amq.topic/<key>, "
-    "/exchange/amq.direct/<key>, /exchange/<exchange>[/<key>], and for SEND with a receipt "
+    "/exchange/<exchange>[/<key>], and for SEND with a receipt "
     "/control/count-msgs/queue/<name>, "
     "/control/count-subscribers/queue/<name> or /control/count-subscribers/topic/<name>; "
     "names use letters, digits, '_', '.', ':' and '-'"
@@ -110,7 +112,7 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class ExchangeRef:
-    """``/exchange/<name>[/<key>]`` of an exchange other than amq.topic and amq.direct: a
+    """``/exchange/<name>[/<key>]`` of an exchange other than amq.topic: a
     :class:`Target` once its type is known (``exchange.py``)."""
 
     name: str
@@ -137,7 +139,6 @@ _PREFIXES: tuple[tuple[str, Kind, str], ...] = (
     ("/stream/", Kind.STREAM, ""),
     ("/amq/queue/", Kind.QUEUE, ""),
     ("/exchange/amq.topic/", Kind.TOPIC, "/topic/"),  # MESSAGE frames say /topic/, as RabbitMQ
-    ("/exchange/amq.direct/", Kind.QUEUE, ""),
 )
 
 

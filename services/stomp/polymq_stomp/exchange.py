@@ -20,11 +20,10 @@ headers       ``topic/amqp.<E>.#``: RabbitMQ binds the      (longstr) headers go
                                                             to it, each queue once
 ============  ===========================================  ===================================
 
-``amq.topic`` and ``amq.direct`` keep the mapping of ``destinations.py``. The type of an
-exchange is built in (``amq.fanout``, ``amq.headers``, ``amq.match``) or read from its AMQP
-record (:class:`polymq_server.exchanges.records.Records`, cached for two seconds: a binding made
-over AMQP
-routes STOMP's SENDs within that time); an exchange that is neither is ERROR ``not_found``
+``amq.topic`` keeps the mapping of ``destinations.py``. The type of an exchange is built in
+(``amq.direct``, ``amq.fanout``, ``amq.headers``, ``amq.match``) or read from its AMQP record
+(:class:`polymq_server.exchanges.records.Records`, cached for two seconds: a binding made
+over AMQP routes STOMP's SENDs within that time); an exchange that is neither is ERROR ``not_found``
 with RabbitMQ's ``NOT_FOUND - no exchange '<E>' in vhost '<vhost>'``, an internal one
 ``access_refused``. A SEND that goes anywhere but ``E``'s own topic carries the exchange and
 key in the AMQP frontend's bookkeeping headers, so that an AMQP consumer is told them.

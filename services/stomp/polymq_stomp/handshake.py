@@ -141,20 +141,22 @@ def version_error() -> Frame:
 def _heartbeats(raw: str, settings: StompSettings) -> tuple[int, int]:
     """Our heart-beat header ``(sx, sy)``: we send every sx ms, and expect every sy ms.
     What the client asks for, no shorter than ``stomp_heartbeat_min``."""
-    cx_s, sep, cy_s = raw.partition(",")
-    try:
-        if not sep:
-            raise ValueError
-        cx, cy = int(cx_s.strip()), int(cy_s.strip())
-        if cx < 0 or cy < 0:
-            raise ValueError
-    except ValueError:
+    cx_s, sep, cy_s = (part.strip() for part in raw.partition(","))
+    # ASCII digits, as RabbitMQ takes: int() would take Arabic-Indic digits, "+1" and "1_0"
+    if not (sep and _is_ms(cx_s) and _is_ms(cy_s)):
         raise Refused(
             "version",
             "Invalid header",
             f"heart-beat: {raw[:60]!r}: expected two integers >= 0 such as 10000,10000",
-        ) from None
+        )
+    cx, cy = int(cx_s), int(cy_s)
     floor = settings.stomp_heartbeat_min
     sx = max(cy, floor) if cy else 0  # the client wants ours every cy ms
     sy = max(cx, floor) if cx else 0  # the client can send every cx ms
     return sx, sy
+
+
+def _is_ms(text: str) -> bool:
+    """A heart-beat's milliseconds: ASCII digits, at most 18 (30 million years; more would
+    overflow the timers' float seconds, or int() itself past 4300 digits)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18

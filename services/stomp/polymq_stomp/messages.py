@@ -85,7 +85,11 @@ def _bad(header: str, value: str, expected: str) -> Refused:
 
 def parse_int(header: str, value: str, low: int, high: int) -> int:
     v = value.strip()
-    if not (v.isascii() and v.isdigit()) or not low <= int(v) <= high:
+    if (
+        not (v.isascii() and v.isdigit())
+        or len(v.lstrip("0")) > len(str(high))  # (int() refuses more than 4300 digits)
+        or not low <= int(v) <= high
+    ):
         raise _bad(header, value, f"an integer {low}..{high}")
     return int(v)
 

@@ -34,9 +34,9 @@ the subscriber, when it asks for one:
   without an ``id`` header is ERROR ``Missing Header``. (RabbitMQ deletes a durable
   subscription's queue when it ends unless ``auto-delete: false``; so does polymq.)
 - ``x-queue-name``: that queue (durable if asked as above, else deleted when the
-  subscription ends); on ``/exchange/amq.direct/K`` too, where it is bound to amq.direct
-  with key K (AMQP's binding: an AMQP publish there, or to the default exchange with the
-  queue's name, reaches it), as RabbitMQ makes it, rather than reading queue K;
+  subscription ends); on ``/exchange/<E>/K`` it is bound to E with key K (AMQP's binding:
+  a publish there, from AMQP or a STOMP SEND to the same destination, or to the default
+  exchange with the queue's name, reaches it), as RabbitMQ makes it;
 - ``ack: client`` or ``client-individual`` with a ``prefetch-count`` (or ``prefetch``): a
   private queue, so that deliveries wait for acknowledgements (flow control) rather than
   end the subscription with a slow-consumer ERROR (unless the SUBSCRIBE has polymq's own

@@ -81,8 +81,6 @@ __all__ = ["SubscriptionSession", "Subscriptions", "release"]
 _ACK_MODES: Final = {m.value: m for m in AckMode}
 _BIG_BUFFER: Final = 1 << 40  # core buffer of window-bounded subscriptions: never reached
 _CORE_TOPIC_BUFFER: Final = 16 * 1024 * 1024
-_DIRECT_EXCHANGE: Final = "amq.direct"
-_DIRECT: Final = f"/exchange/{_DIRECT_EXCHANGE}/"
 
 
 class SubscriptionSession(DeliverySession, Protocol):
@@ -163,8 +161,6 @@ class Subscriptions:
                 f"at most {s.stomp_max_subscriptions} subscriptions per connection",
             )
         target = session.targets.lookup(destination, pattern=True, command="SUBSCRIBE")
-        if isinstance(target, Target) and "x-queue-name" in frame:
-            target = _named_direct(target)
         if isinstance(target, ExchangeRef):
             target = await session.targets.exchange_target(target, subscribe=True)
         if isinstance(target, Control):
@@ -423,8 +419,8 @@ class Subscriptions:
                     f'"{what}" must include the "id" header\n',
                 )
             ix_s, _, tag_s = ack_id.partition(".")
-            sub = self.by_ix.get(int(ix_s)) if ix_s.isdigit() else None
-            tag = int(tag_s) if tag_s.isdigit() else 0
+            sub = self.by_ix.get(int(ix_s)) if _is_number(ix_s) else None
+            tag = int(tag_s) if _is_number(tag_s) else 0
         else:
             ack_id = frame.get("message-id")
             if ack_id is None:
@@ -477,14 +473,10 @@ class Subscriptions:
         await self.open(stomp_destination, target, AckMode.AUTO, s.stomp_prefetch, {})
 
 
-def _named_direct(target: Target) -> Target | ExchangeRef:
-    """``/exchange/amq.direct/K`` with ``x-queue-name``: as RabbitMQ, the named queue bound
-    to amq.direct with key K (an :class:`ExchangeRef`, so a topic subscription served by that
-    queue, ``queues.py``), not the queue K that the destination reads without it."""
-    stomp = target.stomp
-    if not stomp.startswith(_DIRECT):
-        return target
-    return ExchangeRef(_DIRECT_EXCHANGE, stomp[len(_DIRECT) :], stomp)
+def _is_number(text: str) -> bool:
+    """ASCII digits that int() takes as an ack id's part: not "²", which isdigit() but
+    int() refuses, nor more digits than int() takes (no index or tag has 19)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 def _stream_offset(raw: str) -> str | int | float:

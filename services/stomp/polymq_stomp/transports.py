@@ -12,9 +12,10 @@ arrives, an end of stream, the socket draining again, and the connection's end (
 - :class:`TcpTransport` is an :class:`asyncio.Protocol` (plain or TLS), the one of
   :mod:`polymq_server.sessions.transport`, shared with the AMQP frontend;
 - :func:`serve_websocket` runs one aiohttp WebSocket: a reader loop that feeds the session
-  every message's payload (text or binary, any number of frames per message) and one writer
-  task that drains a queue of outgoing chunks, each sent as a text message when it is UTF-8
-  (as browsers' STOMP clients expect) or else as a binary one.
+  every message's payload (text or binary, any number of frames per message; an empty one
+  is skipped, as it carries nothing) and one writer task that drains a queue of outgoing
+  chunks, each sent as a text message when it is UTF-8 (as browsers' STOMP clients expect)
+  or else as a binary one.
 """
 
 from __future__ import annotations
@@ -178,7 +179,8 @@ async def serve_websocket(
             msg = await ws.receive()
             if msg.type is WSMsgType.TEXT or msg.type is WSMsgType.BINARY:
                 data = msg.data
-                endpoint.data_received(data if isinstance(data, bytes) else data.encode())
+                if data:  # (an empty message carries no bytes; b"" is the codec's end of stream)
+                    endpoint.data_received(data if isinstance(data, bytes) else data.encode())
             else:  # CLOSE, CLOSING, CLOSED, ERROR
                 break
         if not transport._closing:

@@ -67,6 +67,25 @@ def test_an_expired_cursor_is_410(lp: Longpoll) -> None:
         (b'{"destination": "channel/c"}', "application/json", 400, "channel"),
         (b'{"destination": "queue/a", "offset": "first"}', "application/json", 400, "streams"),
         (b'{"destination": "stream/s", "offset": "sideways"}', "application/json", 400, "offset"),
+        # past a stream's sequences (2**63 - 1): not an overflow at the core
+        (
+            b'{"destination": "stream/s", "offset": "9999999999999999999999999"}',
+            "application/json",
+            400,
+            "offset sequence must be 0..9223372036854775807",
+        ),
+        (
+            b'{"destination": "stream/s", "offset": "9223372036854775808"}',
+            "application/json",
+            400,
+            "offset sequence",
+        ),
+        (
+            b'{"destination": "stream/s", "offset": 9223372036854775808}',
+            "application/json",
+            400,
+            "64-bit",
+        ),
         (b'{"destination": "queue/a", "ttl": 0}', "application/json", 400, "ttl"),
         (b'{"destination": "queue/a", "ttl": 1e9}', "application/json", 400, "ttl"),
         (b'{"destination": "queue/a", "visibility": -1}', "application/json", 400, "visibility"),

@@ -137,6 +137,18 @@ CASES = {
         "Invalid header",
         before=True,
     ),
+    "heart-beat-of-non-ascii-digits": Case(  # int() takes them; RabbitMQ does not
+        frame("CONNECT", **{"accept-version": "1.2", "heart-beat": "\u0661,\u0662", "host": "h"}),
+        "Invalid header",
+        "heart-beat",
+        before=True,
+    ),
+    "heart-beat-of-400-digits": Case(  # past a float's range
+        frame("CONNECT", **{"accept-version": "1.2", "heart-beat": "9" * 400 + ",0", "host": "h"}),
+        "Invalid header",
+        "heart-beat",
+        before=True,
+    ),
     # after CONNECT
     "connect-twice": Case(CONNECT, "Illegal command"),
     "unknown-command": Case(frame("PUBLISH", destination="/queue/x"), "Bad command"),
@@ -175,6 +187,12 @@ CASES = {
     ),
     "bad-ack-id": Case(
         frame("ACK", id="1.999", receipt="a"),
+        "Invalid header",
+        '"ACK" must include a valid "id" header',
+        "a",
+    ),
+    "ack-id-of-a-superscript-digit": Case(  # isdigit(), but int() refuses it
+        frame("ACK", id="\u00b2.1", receipt="a"),
         "Invalid header",
         '"ACK" must include a valid "id" header',
         "a",
@@ -254,6 +272,17 @@ CASES = {
     ),
     "bad-ack-mode": Case(
         frame(SUB, destination="/queue/x", id="1", ack="sometimes"), "Invalid header", "ack"
+    ),
+    "stream-offset-past-64-bits": Case(
+        frame(SUB, destination="/stream/x", id="1", receipt="o", **{"x-stream-offset": "9" * 25}),
+        "Invalid header",
+        "x-stream-offset",
+        "o",
+    ),
+    "stream-offset-past-a-sequence": Case(  # 2**63: past what a stream's sequences reach
+        frame(SUB, destination="/stream/x", id="1", **{"x-stream-offset": "9223372036854775808"}),
+        "Invalid header",
+        "x-stream-offset",
     ),
     "stream-offset-on-a-queue": Case(
         frame(SUB, destination="/queue/x", id="1", **{"x-stream-offset": "first"}),

@@ -171,16 +171,30 @@ def test_control_destination_counts(connect: Connect, run_stomp: PolymqProcess) 
         raw.close()
 
 
-def test_bad_ack_id_is_an_error_and_others_are_served(connect: Connect) -> None:
+@pytest.mark.parametrize(
+    ("verb", "ack_id"),
+    [
+        ("ACK", "no-such-id"),
+        ("ACK", "\u00b2.1"),  # isdigit(), but int() refuses it
+        ("NACK", "1.\u00b9"),
+        ("ACK", "\u0661.\u0661"),  # digits int() takes, but not ASCII ones
+        ("ACK", "9" * 5000 + ".1"),  # more digits than int() takes
+        ("NACK", "0." + "9" * 5000),
+    ],
+    ids=["unknown", "superscript-index", "superscript-tag", "arabic", "long-index", "long-tag"],
+)
+def test_bad_ack_id_is_an_error_and_others_are_served(
+    connect: Connect, verb: str, ack_id: str
+) -> None:
     q = f"/queue/{unique()}"
     bystander = connect()
     bystander.conn.subscribe(q, id="s", ack="auto", headers={"receipt": "ready"})
     bystander.listener.wait_receipt("ready")
     bad = connect()
-    bad.conn.ack("no-such-id")
+    (bad.conn.ack if verb == "ACK" else bad.conn.nack)(ack_id)
     error = bad.listener.wait_error()
     assert error.headers["message"] == "Invalid header"
-    assert error.body == '"ACK" must include a valid "id" header\n'  # RabbitMQ's words
+    assert error.body == f'"{verb}" must include a valid "id" header\n'  # RabbitMQ's words
     bad.listener.disconnected.wait(WAIT)
     other = connect()  # the server goes on serving
     other.conn.send(q, "still here")

@@ -1,7 +1,7 @@
 """Destinations and what they hold, with stomp.py over TCP and WebSocket: priorities,
 ocamlmq's control destinations, ``/queue``, ``/topic`` with patterns, ``/stream`` with
 ``x-stream-offset``, ``/temp-queue`` with ``reply-to``, RabbitMQ's ``/amq/queue`` and
-``/exchange/amq.topic|amq.direct``, and persistent SENDs that survive a ``kill -9``."""
+``/exchange/amq.topic``, and persistent SENDs that survive a ``kill -9``."""
 
 from __future__ import annotations
 
@@ -238,10 +238,10 @@ def test_amq_queue_is_the_same_queue(client: Clients) -> None:
     name = unique()
     producer, consumer = client(), client()
     producer.send_receipted(f"/amq/queue/{name}", "via amq")
-    producer.send_receipted(f"/exchange/amq.direct/{name}", "via direct")
+    producer.send_receipted(f"/queue/{name}", "via queue")
     consumer.subscribe(f"/queue/{name}")
     msgs = consumer.listener.wait_messages(2)
-    assert [m.body for m in msgs] == ["via amq", "via direct"]
+    assert [m.body for m in msgs] == ["via amq", "via queue"]
     assert {m.headers["destination"] for m in msgs} == {f"/queue/{name}"}
     other = client()
     other.subscribe(f"/amq/queue/{name}")

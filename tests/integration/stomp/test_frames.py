@@ -19,6 +19,7 @@ from .helpers import (
     QUIET,
     WAIT,
     Clients,
+    RawWs,
     StompClient,
     clients,
     control,
@@ -241,6 +242,29 @@ def test_frames_split_byte_by_byte_and_pipelined(run_stomp: PolymqProcess, trans
         assert receipts[0] == "sub"
         assert sorted(receipts[1:]) == ["r0", "r1", "r2"]
         assert bodies == [b"m0", b"m1", b"m2"]
+    finally:
+        raw.close()
+
+
+def test_empty_websocket_messages_carry_nothing(run_stomp: PolymqProcess) -> None:
+    """An empty WebSocket message (text or binary), between frames or inside one, is no
+    end of the stream: the session goes on, its subscription with it."""
+    q = f"/queue/{unique()}"
+    raw = RawWs(run_stomp.ports["stomp_ws"])
+    try:
+        raw.connect()
+        raw.frame("SUBSCRIBE", {"destination": q, "id": "1", "receipt": "sub"})
+        assert raw.read_frame()[1].get("receipt-id") == "sub"
+        for binary in (False, True):
+            raw.send_message(b"", binary=binary)
+        send = encode("SEND", {"destination": q, "receipt": "r"}, b"after empty messages")
+        raw.send(send[:5])
+        raw.send_message(b"", binary=False)  # in the middle of a frame
+        raw.send(send[5:])
+        frames = [raw.read_frame() for _ in range(2)]
+        assert sorted(c for c, _, _ in frames) == ["MESSAGE", "RECEIPT"]
+        assert [b for c, _, b in frames if c == "MESSAGE"] == [b"after empty messages"]
+        assert [h["receipt-id"] for c, h, _ in frames if c == "RECEIPT"] == ["r"]
     finally:
         raw.close()
 

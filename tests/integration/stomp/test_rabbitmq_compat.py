@@ -1006,6 +1006,48 @@ def test_send_to_headers_exchanges(broker: Broker, stomp_tcp: StompClient, amqp:
             amqp.queue_delete(q)
 
 
+def test_send_to_amq_direct_goes_through_its_bindings(
+    broker: Broker, stomp_tcp: StompClient, amqp: Channel
+) -> None:
+    """SEND ``/exchange/amq.direct/K`` is a basic.publish to amq.direct with key K: the
+    queues bound with K get it (an AMQP one, a SUBSCRIBE's own, one named by
+    ``x-queue-name``), the queue named K (the default exchange's) does not."""
+    key, bound, named = unique("key"), unique("bound"), unique("named")
+    declared(amqp, bound, key)
+    amqp.queue_bind(bound, "amq.direct", key)
+    destination = f"/exchange/amq.direct/{key}"
+    stomp_tcp.subscribe(destination, "own")
+    stomp_tcp.subscribe(destination, "named", **{"x-queue-name": named})
+    stomp_tcp.send_receipted(destination, "through amq.direct")
+    stomp_tcp.send_receipted(f"/exchange/amq.direct/{unique('other')}", "another key")
+    stomp_tcp.listener.wait_messages(2)
+    time.sleep(QUIET)
+    shown = sorted(
+        (m.headers["subscription"], m.headers["destination"], m.body)
+        for m in stomp_tcp.listener.messages
+    )
+    assert shown == [
+        ("named", destination, "through amq.direct"),
+        ("own", destination, "through amq.direct"),
+    ]
+    assert [g[:3] for g in got(amqp, bound)] == [("amq.direct", key, b"through amq.direct")]
+    assert got(amqp, key) == []
+    for q in (bound, key):
+        amqp.queue_delete(q)
+
+
+def test_send_to_amq_fanout_reaches_its_bound_queues(
+    broker: Broker, stomp_tcp: StompClient, amqp: Channel
+) -> None:
+    bound = unique("fanned")
+    declared(amqp, bound)
+    amqp.queue_bind(bound, "amq.fanout")
+    body = unique("fan")  # (other tests' messages may cross amq.fanout too)
+    stomp_tcp.send_receipted(f"/exchange/amq.fanout/{body}", body)
+    assert ("amq.fanout", body, body.encode()) in [g[:3] for g in got(amqp, bound)]
+    amqp.queue_delete(bound)
+
+
 def test_send_follows_exchange_bindings(
     broker: Broker, stomp_tcp: StompClient, amqp: Channel
 ) -> None:

@@ -480,6 +480,20 @@ def test_frame_too_large(data: bytes) -> None:
     tr(lambda: open_server(max_frame=200), data, [], error="frame too large", detail="200 bytes")
 
 
+@pytest.mark.parametrize(
+    "length",
+    ["9" * 19, "9" * 5000, "0" * 4000 + "1" * 19],  # (int() refuses 4301 digits)
+)
+def test_a_content_length_of_many_digits_is_too_large(length: str) -> None:
+    data = f"SEND\ncontent-length:{length}\n\nabc\0".encode()
+    tr(lambda: open_server(max_header_length=8192), data, [], error="frame too large")
+
+
+def test_a_zero_padded_content_length_is_its_number() -> None:
+    data = wire("SEND", "content-length:" + "0" * 30 + "3", body=b"a\0b")
+    tr(open_server, data, [send_frame(("content-length", "0" * 30 + "3"), body=b"a\0b")])
+
+
 def test_too_large_is_refused_before_the_body_arrives() -> None:
     for head in [b"SEND\ncontent-length:1000000000\n\n", b"SEND\n\n" + b"x" * 101]:
         conn = open_server(max_frame=100)

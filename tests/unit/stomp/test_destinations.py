@@ -26,7 +26,6 @@ CONN = "c0ffee"
         ("/stream/log", "stream/log", Kind.STREAM),
         ("/amq/queue/orders", "queue/orders", Kind.QUEUE),
         ("/exchange/amq.topic/a.b", "topic/a.b", Kind.TOPIC),
-        ("/exchange/amq.direct/jobs", "queue/jobs", Kind.QUEUE),
         ("/temp-queue/replies", f"queue/tmp.{CONN}.replies", Kind.QUEUE),
     ],
 )
@@ -183,6 +182,10 @@ def test_refusals_in_rabbitmqs_words(destination: str | None, message: str, deta
     ("stomp", "name", "key"),
     [
         ("/exchange/amq.fanout", "amq.fanout", ""),
+        # a direct exchange: its bound queues get a SEND, not the queue "jobs" (the default
+        # exchange's), as AMQP's basic.publish to amq.direct with key "jobs"
+        ("/exchange/amq.direct/jobs", "amq.direct", "jobs"),
+        ("/exchange/amq.direct", "amq.direct", ""),
         ("/exchange/amq.fanout/k", "amq.fanout", "k"),
         ("/exchange/orders/eu.new", "orders", "eu.new"),
         ("/exchange/orders/a.b-c", "orders", "a.b-c"),

@@ -9,7 +9,7 @@ import pytest
 
 from polymq.types import Message
 from polymq_stomp.frames import Command, Frame
-from polymq_stomp.messages import message_from_send, message_headers
+from polymq_stomp.messages import message_from_send, message_headers, parse_int
 from polymq_stomp.refusal import Refused
 
 CONN = "c0ffee"
@@ -57,6 +57,9 @@ def test_expiration_is_relative_and_temp_reply_to_is_rewritten() -> None:
 @pytest.mark.parametrize(
     ("name", "value"),
     [("priority", "10"), ("priority", "high"), ("persistent", "maybe"),
+     ("priority", "\u00b2"),  # isdigit(), but int() refuses it
+     ("priority", "\u0661"),  # a digit int() takes, but not an ASCII one
+     ("priority", "9" * 5000),  # more digits than int() takes
      ("expires", "soon"), ("ack-timeout", "0"), ("ack-timeout", "nan")],
 )  # fmt: skip
 def test_bad_values_are_refused(name: str, value: str) -> None:
@@ -65,6 +68,14 @@ def test_bad_values_are_refused(name: str, value: str) -> None:
     assert err.value.reason == "header"
     assert err.value.message == "Invalid header"  # RabbitMQ's wording
     assert name in err.value.detail
+
+
+def test_parse_int_takes_ascii_digits_in_range() -> None:
+    assert parse_int("x", " 0000000000000000000000000007 ", 0, 9) == 7
+    assert parse_int("x", "1" * 18, 0, 10**18) == int("1" * 18)
+    for bad in ("10", "+1", "1_0", "-1", "", "\u00b2", "9" * 5000):
+        with pytest.raises(Refused, match="Invalid header"):
+            parse_int("x", bad, 0, 9)
 
 
 def test_message_headers_round_trip() -> None:
