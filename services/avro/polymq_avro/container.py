@@ -14,8 +14,9 @@ themselves are checked against the writer's schema by ``split_records``: a block
 by the schema's compiled :mod:`.scanner` (fast, and stricter than fastavro), and a block the
 scanner does not take is decoded record by record by fastavro, which has the last word.
 
-Codecs: ``null``, ``deflate``, ``snappy`` (cramjam, CRC checked), ``zstandard`` (cramjam),
-``bzip2`` and ``xz``: every codec fastavro reads but ``lz4``.
+Codecs: ``null``, ``deflate``, ``snappy`` (cramjam, CRC checked), ``zstandard`` (cramjam,
+inflated into a bounded buffer: ``_inflate_zstd``), ``bzip2`` and ``xz``: every codec fastavro
+reads but ``lz4``.
 
 Errors (all :class:`polymq_server.messages.avro.AvroError`, so they answer as problem details)::
 
@@ -254,8 +255,38 @@ def _inflate(codec: str, raw: bytes, budget: int) -> bytes:
         if len(out) < limit and not x.eof:
             raise CorruptContainer("the xz data ends early")
         return out
-    # zstandard: cramjam inflates a whole frame at once; the size is checked after
-    return bytes(cramjam.zstd.decompress(raw))
+    return _inflate_zstd(raw, budget, limit)
+
+
+_ZSTD_FIRST_BUFFER = 64 * 1024  # bytes: the least a zstandard block is first inflated into
+# what cramjam says when the buffer it inflates into is full (Rust's io::ErrorKind::WriteZero)
+_ZSTD_FULL = "failed to write whole buffer"
+
+
+def _inflate_zstd(raw: bytes, budget: int, limit: int) -> bytes:
+    """A zstandard block inflated into at most ``limit`` bytes of memory.
+
+    cramjam's ``zstd.decompress`` (and its ``Decompressor``) inflate whole frames, with
+    no bound; ``zstd.decompress_into`` streams into a buffer of fixed size and stops when
+    it is full. The buffer starts at 16 times the block's size (64 KiB at least) and
+    doubles while it fills, up to ``limit``: it grows past its first size to twice the
+    block's inflated size at most, the work to three inflations of it at most, and a block
+    that fills ``limit`` is TooLarge without a byte more. A full buffer is told from damaged
+    data by cramjam's message."""
+    size = min(limit, max(_ZSTD_FIRST_BUFFER, 16 * len(raw)))
+    while True:
+        buf = bytearray(size)
+        try:
+            n = cramjam.zstd.decompress_into(raw, buf)
+        except cramjam.DecompressionError as exc:
+            if _ZSTD_FULL not in str(exc):
+                raise
+            if size >= limit:
+                raise TooLarge(_TOO_LARGE.format(budget=max(budget, 0))) from None
+            del buf  # (before the next is made)
+            size = min(limit, 2 * size)
+            continue
+        return bytes(memoryview(buf)[:n])
 
 
 def split_records(container: Container, schema: AvroSchema) -> list[bytes]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import jsonschema
+
 from .conftest import Api, assert_problem, unique
 
 
@@ -66,6 +68,23 @@ def test_stream_and_channel_stats(api: Api) -> None:
     stats = api.get(f"/v1/channel/{ch}").json()
     assert stats["destination"] == f"channel/{ch}"
     assert stats["server"]["messages"] == 1 and stats["client"]["messages"] == 0
+
+
+def test_a_channel_with_one_inbox_answers_as_documented(api: Api) -> None:
+    """A publish makes only the inbox it fills: the other is answered as an AbsentInbox,
+    which the OpenAPI document's ChannelStats allows (schemathesis may not reach it)."""
+    ch = unique()
+    api.publish(f"channel/{ch}", {"body": "to the server", "role": "client"})
+    stats = api.get(f"/v1/channel/{ch}").json()
+    assert stats["server"]["messages"] == 1 and stats["server"]["options"]
+    assert stats["client"] == {"destination": f"channel/{ch}>client", "messages": 0}
+    doc = api.get("/openapi.json").json()
+    schema = {"$ref": "#/components/schemas/ChannelStats", "components": doc["components"]}
+    jsonschema.validate(stats, schema, cls=jsonschema.Draft202012Validator)
+    api.put(f"/v1/channel/{ch}")  # (declaring makes the other)
+    full = api.get(f"/v1/channel/{ch}").json()
+    assert full["client"]["options"] and full["client"]["in_flight"] == 0
+    jsonschema.validate(full, schema, cls=jsonschema.Draft202012Validator)
 
 
 def test_topics_hold_nothing_to_manage(api: Api) -> None:

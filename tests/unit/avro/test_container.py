@@ -4,9 +4,11 @@ codec, write what fastavro reads, refuse damage and bombs before any memory is s
 from __future__ import annotations
 
 import io
+import tracemalloc
 import zlib
 from typing import Any
 
+import cramjam
 import fastavro
 import pytest
 from hypothesis import given, settings
@@ -176,6 +178,52 @@ def test_a_decompression_bomb_is_stopped_at_the_limit(codec: str) -> None:
     assert info.value.status == 413
 
 
+def test_reads_zstandard_blocks() -> None:
+    """Blocks of every size, among them one that inflates past the first buffer
+    (``_inflate_zstd`` starts at 16 times the block's size and doubles)."""
+    small, big = rows(300), [{"i": i, "name": "x" * 8192, "score": None} for i in range(64)]
+    data = zstd_container(zstd_block(small[:100]), zstd_block(big), zstd_block(small[100:]))
+    c = read_container(data, **LIMITS)
+    assert c.codec == "zstandard" and len(c.blocks) == 3 and c.count == 364
+    assert len(c.blocks[1][1]) > max(64 * 1024, 16 * len(zstd_block(big)[1]))
+    assert decoded(data) == small[:100] + big + small[100:]
+
+
+def test_a_zstandard_bomb_is_refused_within_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """16 MiB of one repeated record in a block of a few KiB, read with a 1 MiB limit:
+    refused 413 by the limit, and zstandard never inflates into more than the limit + 1
+    bytes (cramjam's own memory does not grow with the data either: it streams into the
+    buffer), so the reader's peak stays near the limit rather than the data's size."""
+    limit = 1024 * 1024
+    data = zstd_container(zstd_block([{"i": 0, "name": "x" * 8192, "score": None}] * 2048))
+    assert len(data) < 64 * 1024
+    buffers: list[int] = []
+    inflate = cramjam.zstd.decompress_into
+
+    def spy(raw: bytes, output: bytearray) -> int:
+        buffers.append(len(output))
+        return inflate(raw, output)
+
+    monkeypatch.setattr(cramjam.zstd, "decompress_into", spy)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TooLarge, match="more bytes, decompressed") as info:
+            read_container(data, max_records=100_000, max_decoded=limit)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.status == 413
+    assert buffers and max(buffers) == limit + 1
+    assert peak < 2 * limit
+
+
+def test_damaged_zstandard_is_corrupt() -> None:
+    count, block = zstd_block(rows(50))
+    for damaged in (block[: len(block) // 2], b"\x00" * len(block), b""):
+        with pytest.raises(CorruptContainer, match=r"zstandard data .* does not decompress"):
+            read_container(zstd_container((count, damaged)), **LIMITS)
+
+
 def test_too_many_records() -> None:
     with pytest.raises(TooLarge, match="more than 10 records"):
         read_container(container(rows(11)), max_records=10, max_decoded=10**6)
@@ -206,6 +254,22 @@ def test_deflate_that_ends_early_is_corrupt() -> None:
 
 
 # ---- helpers ----------------------------------------------------------------------------------
+def zstd_block(records: list[dict[str, Any]]) -> tuple[int, bytes]:
+    """``records``' count and their bytes compressed by zstandard."""
+    out = io.BytesIO()
+    for r in records:
+        fastavro.schemaless_writer(out, parse(SCHEMA).parsed, r)
+    return len(records), bytes(cramjam.zstd.compress(out.getvalue()))
+
+
+def zstd_container(*blocks: tuple[int, bytes]) -> bytes:
+    """A container of zstandard ``blocks`` (fastavro writes zstandard only with the
+    ``zstandard`` package, which polymq does without)."""
+    header = write_container(parse(SCHEMA).json, []).replace(b"\x08null", b"\x12zstandard")
+    sync = header[-16:]
+    return header + b"".join(_long(n) + _long(len(b)) + b + sync for n, b in blocks)
+
+
 def _long(n: int) -> bytes:
     z = (n << 1) ^ (n >> 63)
     out = bytearray()

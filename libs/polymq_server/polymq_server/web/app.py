@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import (
     CollectorRegistry,
@@ -56,6 +57,7 @@ from ..resources import ConnectionLimits
 from .listener import HttpListener, connection_middleware, listener_metrics
 from .problemdoc import PROBLEM_JSON, problem_code, problem_document, status_phrase
 from .requestmetrics import RequestMetrics
+from .serverlog import SERVER_LOG
 
 __all__ = [
     "CHALLENGE",
@@ -107,7 +109,7 @@ def _body_deadline(timeout: float) -> Middleware:
     Innermost (after the login's check, :mod:`polymq_server.web.guards`), so that aiohttp's
     413 for a chunked body over the limit reaches the app's problem middleware; a body
     declared over the limit is answered 413 at once, without reading it
-    (:func:`refuse_unread`)."""
+    (:func:`refuse_unread`), and one that aiohttp cannot read 400 (:func:`_unreadable`)."""
 
     @web.middleware
     def body_deadline(request: web.Request, handler: Handler) -> Awaitable[web.StreamResponse]:
@@ -134,11 +136,30 @@ def _body_deadline(timeout: float) -> Middleware:
                     return response
                 seen = request.content.total_bytes
             reading.result()  # (aiohttp's 413 for a chunked body over the limit)
+        except web.RequestPayloadError as exc:
+            return await _unreadable(request, exc)
         finally:
             reading.cancel()
         return await handler(request)
 
     return body_deadline
+
+
+async def _unreadable(request: web.Request, exc: web.RequestPayloadError) -> web.Response:
+    """The 400 for a body aiohttp's parser cannot read (a ``Content-Encoding`` that does
+    not decode, broken chunks): the client's error, not ours. It is sent and the connection
+    closed at once, as the parser cannot find the next request after such a body (aiohttp
+    would otherwise read on to drop the rest, meet the same error and log it)."""
+    cause = exc.__cause__
+    detail = cause.message if isinstance(cause, HttpProcessingError) else str(exc)
+    response = problem_response(
+        400, f"the request's body cannot be read: {detail}", code="bad-request"
+    )
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
 
 
 def deadline_runner(
@@ -152,11 +173,13 @@ def deadline_runner(
     listener: a request's headers must come within ``handshake_timeout`` seconds (aiohttp's
     keep-alive timer, which also closes a connection idle that long), then no more than
     that may pass between two bytes of its body (:func:`_body_deadline`, added to ``app``'s
-    middlewares as the innermost)."""
+    middlewares as the innermost). A request aiohttp cannot parse is logged at DEBUG, not
+    as an ERROR with a traceback (:mod:`polymq_server.web.serverlog`)."""
     app.middlewares.append(_body_deadline(handshake_timeout))
     return web.AppRunner(
         app,
         access_log=None,
+        logger=SERVER_LOG,
         handler_cancellation=handler_cancellation,
         shutdown_timeout=shutdown_timeout,
         keepalive_timeout=handshake_timeout,
