@@ -230,6 +230,11 @@ class Message:
             raise BadRequest("ack_timeout must be a positive number of seconds")
         if self.expires is not None and not _is_number(self.expires):
             raise BadRequest("expires must be a unix time in seconds")
+        # (what every frontend shows as text: another type stored would fail each delivery)
+        if self.correlation_id is not None and type(self.correlation_id) is not str:
+            raise BadRequest("correlation_id must be a string")
+        if self.reply_to is not None and type(self.reply_to) is not str:
+            raise BadRequest("reply_to must be a destination name (a string)")
 
     def copy(self) -> Message:
         """A copy that shares nothing mutable with this one (its own headers; a body that is

@@ -203,6 +203,11 @@ def test_message_validate_accepts(message: Message) -> None:
         (Message(b"", expires="tomorrow"), "expires"),  # type: ignore[arg-type]
         (Message(b"", expires=True), "expires"),
         (Message(b"", expires=math.nan), "expires"),
+        # what a native client may send and no frontend could deliver (fuzzing found it)
+        (Message(b"", correlation_id=b"\xff"), "correlation_id"),  # type: ignore[arg-type]
+        (Message(b"", correlation_id={"a": 1}), "correlation_id"),  # type: ignore[arg-type]
+        (Message(b"", reply_to=5), "reply_to"),  # type: ignore[arg-type]
+        (Message(b"", reply_to=["queue/b"]), "reply_to"),  # type: ignore[arg-type]
     ],
 )
 def test_message_validate_rejects(message: Message, error: str) -> None:
