@@ -109,7 +109,8 @@ async def test_file_provider_grants_and_refuses_per_pattern_and_permission(
     provider.authorize(alice, Permission.WRITE, "queue/orders.eu")
     provider.authorize(alice, Permission.READ, "queue/orders.eu.late")
     provider.authorize(alice, Permission.READ, "topic/news.sport")
-    provider.authorize(alice, Permission.READ, "topic/news.#")  # a subscription pattern
+    provider.authorize(alice, Permission.READ, "topic/news.*")  # a subscription pattern
+    provider.authorize(alice, Permission.READ, "topic/news.*.#")
     refused = [
         (Permission.CONFIGURE, "queue/orders.eu"),  # right pattern, wrong permission
         (Permission.WRITE, "topic/news.sport"),
@@ -117,6 +118,7 @@ async def test_file_provider_grants_and_refuses_per_pattern_and_permission(
         (Permission.READ, "queue/other"),
         (Permission.READ, "stream/orders.eu"),
         (Permission.READ, "topic/#"),  # wider than topic/news.*
+        (Permission.READ, "topic/news.#"),  # hears topic/news too, which "news.*" is not
     ]
     for permission, destination in refused:
         with pytest.raises(Forbidden) as e:

@@ -28,6 +28,9 @@ from __future__ import annotations
 import abc
 import enum
 import fnmatch
+import functools
+import itertools
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -70,6 +73,12 @@ class Grant:
     def allows(self, permission: Permission, destination: str) -> bool:
         return permission in self.permissions and fnmatch.fnmatchcase(destination, self.pattern)
 
+    def covers(self, permission: Permission, shape: str) -> bool:
+        """``permission`` on every name of ``shape``, a destination whose :data:`_ANY`
+        characters each stand for any string: only a ``*`` of the pattern may take one
+        (a ``?``, a ``[...]`` or a literal character names one character, not all)."""
+        return permission in self.permissions and _covering(self.pattern).match(shape) is not None
+
     def allows_prefix(self, permission: Permission, prefix: str) -> bool:
         """``permission`` on every string that starts with ``prefix``: the pattern ends in a
         ``*`` and matches ``prefix`` itself (not ``prefix + "*"`` as text, which ``?`` and
@@ -94,10 +103,67 @@ class Principal:
     login: str = field(default="", repr=False, compare=False)
 
     def allows(self, permission: Permission, destination: str) -> bool:
+        """``permission`` on ``destination``; for a topic pattern, on every topic it can
+        match (not its text: ``topic/d.?`` would allow ``topic/d.*``, and ``topic/e.*``
+        ``topic/e.#``, which hears ``topic/e`` too)."""
+        if destination.startswith("topic/") and ("*" in destination or "#" in destination):
+            shapes = _shapes(destination)
+            return shapes is not None and all(
+                any(g.covers(permission, shape) for g in self.grants) for shape in shapes
+            )
         return any(g.allows(permission, destination) for g in self.grants)
 
     def allows_prefix(self, permission: Permission, prefix: str) -> bool:
         return any(g.allows_prefix(permission, prefix) for g in self.grants)
+
+
+_ANY = "\x00"  # in a shape: any string (no name holds a NUL)
+_MOST_HASHES = 8  # a pattern with more '#' words is judged by no grant (2^8 shapes)
+
+
+def _shapes(pattern: str) -> list[str] | None:
+    """The shapes of the topics a topic pattern matches: its ``*`` and ``#`` as
+    :data:`_ANY` (one or more words), and each ``#`` word also dropped with a dot beside
+    it (``#`` matches no word too: ``topic/e.#`` hears ``topic/e``). None past
+    :data:`_MOST_HASHES` of them."""
+    words = pattern[6:].split(".")
+    hashes = [i for i, w in enumerate(words) if w == "#"]
+    if len(hashes) > _MOST_HASHES:
+        return None
+    shapes = []
+    for dropped in itertools.product((False, True), repeat=len(hashes)):
+        gone = {i for i, d in zip(hashes, dropped, strict=True) if d}
+        name = ".".join(w for i, w in enumerate(words) if i not in gone)
+        if name:
+            shapes.append("topic/" + name.replace("*", _ANY).replace("#", _ANY))
+    return shapes
+
+
+@functools.lru_cache(maxsize=1024)
+def _covering(pattern: str) -> re.Pattern[str]:
+    """A grant's fnmatch pattern as a regular expression in which only ``*`` matches
+    :data:`_ANY` (``?`` and sets never do; fnmatch's own reading of sets)."""
+    out, i, n = [], 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(f"[^{_ANY}]")
+        elif c == "[":
+            j = i + 1 if i < n and pattern[i] == "!" else i
+            j = j + 1 if j < n and pattern[j] == "]" else j
+            end = pattern.find("]", j)
+            if end < 0:
+                out.append(re.escape(c))
+                continue
+            inner = fnmatch.translate(pattern[i - 1 : end + 1])[len("(?s:") : -len(")\\Z")]
+            out.append(f"(?!{_ANY}){inner}")
+            i = end + 1
+        else:
+            out.append(re.escape(c))
+    return re.compile("(?s:" + "".join(out) + r")\Z")
 
 
 INTERNAL_PRINCIPAL = "polymq-internal"  # who the service token logs in as: polymq's own links

@@ -18,10 +18,13 @@ A ``Grant`` is a pattern and a set of permissions. The pattern is matched with
 ``fnmatch.fnmatchcase`` against the whole destination string ``kind/name``: ``*`` matches any
 run of characters, ``/`` and ``.`` included; ``?`` one character; ``[abc]`` one of a set.
 So ``queue/orders.*``, ``topic/*``, ``*/public.*`` and ``*`` (everything). Case matters.
-A topic subscription pattern is checked as text too: ``topic/news.#`` is allowed by
-``topic/news.*`` or ``topic/*``, not by ``topic/news.sport``. Because ``?`` and ``[...]`` also
-match the characters ``*`` and ``#`` of a subscription pattern, grant with ``*`` only where
-topic wildcards may be used.
+A topic subscription pattern (a subscribe, a cursor, a binding) is allowed only if every
+topic it can match is (``Principal.allows``): ``topic/news.*`` allows ``topic/news.*`` and
+``topic/news.*.x``, not ``topic/news.#``, which hears ``topic/news`` too (``#`` matches no
+word as well) unless ``topic/news`` is granted besides; only a grant's ``*`` stands for a
+pattern's ``*`` or ``#`` (a ``?`` or ``[...]`` names one character: ``topic/d.?`` allows no
+pattern). Checked as text, as it was, ``topic/d.?`` let a user hear ``topic/d.secret`` through
+``topic/d.*``.
 
 Reserved names: whatever a grant's pattern says (``*`` and ``topic/*`` included), the names
 polymq uses for itself, ``system.*`` in any kind (its reloads, alarms, peers and connection
